@@ -1,0 +1,44 @@
+# feedlab: `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PROFILE ?= quick
+STAMP := $(VENV)/.feedlab-installed
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e '.[dev,fast]'
+	$(PY) -m ipykernel install --sys-prefix --name feedlab --display-name "feedlab (venv)" >/dev/null
+	@touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install feedlab with its dev and fast-path extras
+
+data: $(STAMP) ## build the embedded data sets for PROFILE (default quick) and pack every format
+	$(PY) -m feedlab.run --data-only --profile $(PROFILE)
+
+figures: $(STAMP) ## prepare data and run every notebook (PROFILE=quick|full|smoke), writing figures/
+	$(PY) -m feedlab.run --profile $(PROFILE)
+
+test: $(STAMP) ## run the test suite, nbval over every notebook with the smoke profile included
+	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests
+	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
+
+lab: $(STAMP) ## start JupyterLab with the feedlab kernel
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+doctor: $(STAMP) ## ask the bottleneck doctor about the embedded PNG set
+	$(PY) -m feedlab.doctor --data data/sr64 --format png
+
+clean-data: ## remove data/ (built sets; rebuilt on demand)
+	rm -rf data
+
+.PHONY: help install data figures test lab doctor clean-data

@@ -1,0 +1,38 @@
+"""Every path feedlab uses, anchored at the repository root.
+
+Nothing else in the project types a path: notebooks, the runner and the
+tests all start from here, so the workbook works from any working directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+FIGURES_DIR = REPO_ROOT / "figures"
+PROFILES_FILE = NOTEBOOKS_DIR / "profiles.yaml"
+DATA_DIR = Path(os.environ.get("FEEDLAB_DATA", REPO_ROOT / "data")).resolve()
+
+
+def default_sr_root(profile: str = "quick", patch: int = 64) -> Path:
+    """The embedded super-resolution set a profile uses (built by data_prep)."""
+    suffix = "-smoke" if profile == "smoke" else ""
+    return DATA_DIR / f"sr{patch}{suffix}"
+
+
+def default_cls_root(profile: str = "quick") -> Path:
+    """The embedded ImageFolder (JPEG classification) set a profile uses."""
+    return DATA_DIR / ("cls-smoke" if profile == "smoke" else "cls")
+
+
+def figure_dir(notebook_name: str, out_dir: str | os.PathLike = "") -> Path:
+    """Where a notebook writes its results and figures; created if missing.
+
+    ``out_dir`` overrides the default ``figures/<notebook_name>`` (tests point
+    it at a temporary directory).
+    """
+    path = Path(out_dir) if str(out_dir) else FIGURES_DIR / notebook_name
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,72 @@
+"""Profiles (smoke / quick / full) and the resolution of notebook parameters.
+
+A notebook's parameters cell holds ``profile = ""`` and its own names set to
+``None`` ("take the profile's value"). The cell below it calls :func:`resolve`,
+which fills every ``None`` from ``notebooks/profiles.yaml``: the ``defaults``
+section, then the notebook's own section, for the chosen profile. An empty
+``profile`` means ``$FEEDLAB_PROFILE`` (nbval and the tests set it) or ``quick``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+
+from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir
+
+PROFILES = ("smoke", "quick", "full")
+
+
+def choose_profile(profile: str | None = "") -> str:
+    profile = (profile or os.environ.get("FEEDLAB_PROFILE") or "quick").strip()
+    if profile not in PROFILES:
+        raise ValueError(f"profile={profile!r}: must be one of {', '.join(PROFILES)}")
+    return profile
+
+
+def load_profiles(path: str | os.PathLike = PROFILES_FILE) -> dict:
+    with open(path) as fh:
+        return yaml.safe_load(fh) or {}
+
+
+def profile_values(notebook: str, profile: str, path: str | os.PathLike = PROFILES_FILE) -> dict:
+    """Values for ``notebook`` under ``profile``: defaults first, then the notebook's section."""
+    table = load_profiles(path)
+    values: dict[str, Any] = {}
+    for section in ("defaults", notebook):
+        block = table.get(section) or {}
+        values.update(block.get("all") or {})
+        values.update(block.get(profile) or {})
+    return values
+
+
+def resolve(notebook: str, profile: str = "", **given: Any) -> SimpleNamespace:
+    """Fill every parameter left at ``None`` from the profile.
+
+    Returns a namespace with all parameters, plus ``profile``, ``data_root``
+    (a Path; the embedded set of this profile when left empty), ``out_dir``
+    (``figures/<notebook>`` unless given) and ``notebook``.
+    """
+    profile = choose_profile(profile)
+    values = profile_values(notebook, profile)
+    unknown_none = [k for k, v in given.items() if v is None and k not in values
+                    and k not in ("data_root", "out_dir", "cls_root")]
+    if unknown_none:
+        raise KeyError(f"{notebook}: no profile value for {', '.join(unknown_none)} "
+                       f"in {PROFILES_FILE.name} (profile {profile!r}); pass it explicitly")
+    out = dict(values)
+    out.update({k: v for k, v in given.items() if v is not None})
+    patch = int(out.get("patch", 64))
+    data_root = given.get("data_root") or ""
+    out["data_root"] = Path(data_root).expanduser() if data_root else default_sr_root(profile, patch)
+    cls_root = given.get("cls_root") or ""
+    out["cls_root"] = Path(cls_root).expanduser() if cls_root else default_cls_root(profile)
+    out["out_dir"] = figure_dir(notebook, given.get("out_dir") or "")
+    out["profile"] = profile
+    out["notebook"] = notebook
+    out["user_data"] = bool(data_root)
+    return SimpleNamespace(**out)

@@ -1,0 +1,145 @@
+"""Tidy result tables: one row per measurement, the fingerprint beside them.
+
+Columns: ``experiment, variant, <parameters...>, repeat, metric, value, unit``.
+Parameters are named as in ``torch.utils.data.DataLoader`` where one exists
+(``batch_size``, ``num_workers``, ``pin_memory``) and otherwise ``input_size``,
+``format``, ``collate``, ``backend`` ...
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from feedlab.fingerprint import machine_fingerprint
+
+BASE_COLUMNS = ("experiment", "variant")
+TAIL_COLUMNS = ("repeat", "metric", "value", "unit")
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Results:
+    """Collects measurements as rows; writes CSV + fingerprint.json.
+
+    >>> r = Results()
+    >>> r.add("worker_scaling", "png", "samples_per_s", 812.0, "samples/s",
+    ...       repeat=0, batch_size=64, num_workers=2)
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, experiment: str, variant: str, metric: str, value: float, unit: str,
+            repeat: int = 0, **params: Any) -> None:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            raise ValueError(f"{experiment}/{variant}/{metric}: refusing to record a missing value")
+        row = {"experiment": experiment, "variant": variant, **params,
+               "repeat": int(repeat), "metric": metric, "value": float(value), "unit": unit}
+        self.rows.append(row)
+
+    def add_samples(self, experiment: str, variant: str, metric: str,
+                    values: Iterable[float], unit: str, **params: Any) -> None:
+        """One row per repeat."""
+        for i, v in enumerate(values):
+            self.add(experiment, variant, metric, v, unit, repeat=i, **params)
+
+    def extend(self, other: "Results") -> None:
+        self.rows.extend(other.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def frame(self):
+        import pandas as pd
+
+        df = pd.DataFrame(self.rows)
+        if df.empty:
+            return df
+        params = [c for c in df.columns if c not in BASE_COLUMNS + TAIL_COLUMNS]
+        return df[list(BASE_COLUMNS) + params + list(TAIL_COLUMNS)]
+
+    def write(self, out_dir: str | os.PathLike, name: str = "results",
+              fingerprint: dict | None = None) -> Path:
+        """Write ``<name>.csv`` and ``fingerprint.json`` into ``out_dir``; returns the CSV path."""
+        out = Path(out_dir)
+        csv_path = out / f"{name}.csv"
+        _atomic_write_text(csv_path, self.frame().to_csv(index=False))
+        _atomic_write_text(out / "fingerprint.json",
+                           json.dumps(fingerprint or machine_fingerprint(), indent=2, default=str))
+        return csv_path
+
+
+def summarize(df, by: list[str] | tuple[str, ...], value: str = "value"):
+    """Median and spread per group: median, q25, q75, min, max, n (over repeats)."""
+    g = df.groupby(list(by), dropna=False, sort=False)[value]
+    out = g.agg(median="median", q25=lambda s: s.quantile(0.25),
+                q75=lambda s: s.quantile(0.75), min="min", max="max", n="count")
+    return out.reset_index()
+
+
+def median_iqr(values: Iterable[float]) -> tuple[float, float, float]:
+    """(median, q25, q75) of a list of numbers."""
+    import numpy as np
+
+    a = np.asarray(list(values), dtype=float)
+    if a.size == 0:
+        raise ValueError("median_iqr of no values")
+    q25, med, q75 = np.percentile(a, [25, 50, 75])
+    return float(med), float(q25), float(q75)
+
+
+def fmt_spread(values: Iterable[float], unit: str = "", digits: int = 3) -> str:
+    """'12.3 (11.9–12.8) unit' : median with the interquartile range."""
+    med, lo, hi = median_iqr(values)
+
+    def f(x: float) -> str:
+        return f"{x:.{digits}g}"
+    return f"{f(med)} ({f(lo)}–{f(hi)}){' ' + unit if unit else ''}"
+
+
+def record_results(payload: dict, out_dir: str | os.PathLike | None = None) -> dict:
+    """Publish a notebook's headline numbers.
+
+    Displays the payload as JSON (so an executed notebook carries it) and, with
+    ``out_dir``, writes ``results.json`` there for the tests and the runner.
+    """
+    text = json.dumps(payload, indent=2, default=_json_default, sort_keys=True)
+    if out_dir is not None:
+        _atomic_write_text(Path(out_dir) / "results.json", text)
+    try:
+        from IPython.display import JSON, display
+
+        display(JSON(json.loads(text)), metadata={"feedlab": "results"})
+    except Exception:
+        print(text)
+    return payload
+
+
+def _json_default(obj: Any):
+    try:
+        import numpy as np
+
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+    except Exception:
+        pass
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

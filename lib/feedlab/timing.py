@@ -1,0 +1,296 @@
+"""Clocks for the input pipeline.
+
+* :func:`time_callable` — warm-up, then N timed calls (seconds per call).
+* :class:`PhaseTimer` — per batch: ``data_wait`` (blocked in ``next(loader)``),
+  ``h2d`` (host-to-device copy and the uint8→float conversion), ``forward``,
+  ``backward`` (backward + optimizer step). CUDA events on a GPU,
+  ``time.perf_counter`` on the CPU. Its own cost per batch is measured by
+  :func:`timer_overhead_per_batch`, so every table can state it.
+* :func:`run_epoch` — one pass over a loader with an optional model step,
+  timed by phase; returns :class:`EpochTiming`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+PHASES = ("data_wait", "h2d", "forward", "backward")
+
+perf_counter = time.perf_counter
+
+
+def _sync(device) -> None:
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def time_callable(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, number: int = 1,
+                  device=None, setup: Callable[[], Any] | None = None) -> list[float]:
+    """Seconds per call of ``fn``: ``warmup`` untimed rounds, then ``repeats`` timed
+    rounds of ``number`` calls each (the mean within a round is one sample).
+
+    ``setup`` runs before every round, outside the clock (e.g. evicting a cache).
+    With a CUDA ``device`` the clock is synchronised around each round.
+    """
+    if repeats < 1 or number < 1:
+        raise ValueError("repeats and number must be >= 1")
+    for _ in range(max(0, warmup)):
+        if setup:
+            setup()
+        for _ in range(number):
+            fn()
+    _sync(device)
+    out = []
+    for _ in range(repeats):
+        if setup:
+            setup()
+        _sync(device)
+        t0 = perf_counter()
+        for _ in range(number):
+            fn()
+        _sync(device)
+        out.append((perf_counter() - t0) / number)
+    return out
+
+
+def autorange_number(fn: Callable[[], Any], min_time_s: float = 0.05, max_number: int = 100_000) -> int:
+    """How many calls make one round last at least ``min_time_s`` (like timeit.autorange)."""
+    number = 1
+    while number < max_number:
+        t0 = perf_counter()
+        for _ in range(number):
+            fn()
+        if perf_counter() - t0 >= min_time_s:
+            break
+        number *= 2
+    return number
+
+
+class PhaseTimer:
+    """Marks the boundaries of each batch's phases.
+
+    Call ``start_batch()`` before ``next(loader)``, then ``mark('data_wait')``,
+    ``mark('h2d')``, ``mark('forward')``, ``mark('backward')`` after each phase.
+    Phases not marked in a batch count as zero. On CUDA the device phases are
+    timed with events (read once, at ``finish()``), so timing never forces a sync
+    inside the loop.
+    """
+
+    def __init__(self, device="cpu", capacity: int = 1024) -> None:
+        self.device = str(device)
+        self.cuda = self.device.startswith("cuda")
+        self._host = np.zeros((capacity, len(PHASES) + 1), dtype=np.float64)
+        self._events: list[list] = []
+        self._marked = np.zeros((capacity, len(PHASES)), dtype=bool)
+        self.n = 0
+        self._finished: np.ndarray | None = None
+        if self.cuda:
+            import torch
+
+            self._Event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+
+    def _grow(self) -> None:
+        self._host = np.concatenate([self._host, np.zeros_like(self._host)])
+        self._marked = np.concatenate([self._marked, np.zeros_like(self._marked)])
+
+    def start_batch(self) -> None:
+        if self.n >= len(self._host):
+            self._grow()
+        self._host[self.n, 0] = perf_counter()
+        if self.cuda:
+            self._events.append([None] * (len(PHASES) + 1))
+
+    def mark(self, phase: str) -> None:
+        i = PHASES.index(phase)
+        self._host[self.n, i + 1] = perf_counter()
+        self._marked[self.n, i] = True
+        if self.cuda and phase != "data_wait":
+            ev = self._Event()
+            ev.record()
+            self._events[self.n][i + 1] = ev
+        elif self.cuda:  # the reference point for device phases
+            ev = self._Event()
+            ev.record()
+            self._events[self.n][1] = ev
+
+    def end_batch(self) -> None:
+        self.n += 1
+
+    def finish(self) -> np.ndarray:
+        """Seconds per (batch, phase), shape (n, 4)."""
+        n = self.n
+        marks = self._host[:n].copy()
+        # carry the previous boundary forward over phases that were not marked
+        for i in range(1, marks.shape[1]):
+            missing = ~self._marked[:n, i - 1]
+            marks[missing, i] = marks[missing, i - 1]
+        out = np.diff(marks, axis=1)
+        if self.cuda and n:
+            import torch
+
+            torch.cuda.synchronize()
+            for b in range(n):
+                evs = self._events[b]
+                prev = evs[1]
+                for i in range(2, len(PHASES) + 1):
+                    if evs[i] is not None and prev is not None:
+                        out[b, i - 1] = prev.elapsed_time(evs[i]) / 1e3
+                        prev = evs[i]
+                    else:
+                        out[b, i - 1] = 0.0
+        self._finished = out
+        return out
+
+
+def timer_overhead_per_batch(device="cpu", batches: int = 5000) -> float:
+    """Seconds the PhaseTimer itself adds to one batch (all four phases marked)."""
+    def loop(use_timer: bool) -> float:
+        timer = PhaseTimer(device, capacity=batches)
+        t0 = perf_counter()
+        for _ in range(batches):
+            if use_timer:
+                timer.start_batch()
+                timer.mark("data_wait")
+                timer.mark("h2d")
+                timer.mark("forward")
+                timer.mark("backward")
+                timer.end_batch()
+        return perf_counter() - t0
+
+    loop(True)
+    with_timer = min(loop(True) for _ in range(3))
+    without = min(loop(False) for _ in range(3))
+    return max(0.0, (with_timer - without) / batches)
+
+
+@dataclass
+class EpochTiming:
+    """What one timed pass over a loader measured."""
+
+    phases_s: np.ndarray          # (batches, 4) seconds per phase
+    batch_sizes: np.ndarray       # samples in each batch
+    wall_s: float                 # first next() to last step done
+    first_batch_s: float          # iter() to the first batch in hand (worker start-up included)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def batches(self) -> int:
+        return int(len(self.batch_sizes))
+
+    @property
+    def samples(self) -> int:
+        return int(self.batch_sizes.sum())
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def data_wait_s(self) -> float:
+        return float(self.phases_s[:, 0].sum())
+
+    @property
+    def data_wait_fraction(self) -> float:
+        return self.data_wait_s / self.wall_s if self.wall_s > 0 else float("nan")
+
+    def phase_means(self, skip_first: int = 1) -> dict[str, float]:
+        """Mean seconds per batch for each phase (the first batch, which waits for
+        workers to start, is left out unless it is the only one)."""
+        p = self.phases_s[skip_first:] if len(self.phases_s) > skip_first else self.phases_s
+        return {name: float(p[:, i].mean()) for i, name in enumerate(PHASES)}
+
+    def as_dict(self) -> dict:
+        return {"samples": self.samples, "batches": self.batches, "wall_s": self.wall_s,
+                "samples_per_s": self.samples_per_s, "data_wait_s": self.data_wait_s,
+                "data_wait_fraction": self.data_wait_fraction,
+                "first_batch_s": self.first_batch_s,
+                **{f"{k}_s_per_batch": v for k, v in self.phase_means().items()}, **self.extra}
+
+
+def _split_batch(batch):
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        return batch[0], batch[1]
+    return batch, None
+
+
+def _to_device_float(t, device, non_blocking: bool):
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return t
+    t = t.to(device, non_blocking=non_blocking)
+    if t.dtype == torch.uint8:
+        t = t.float().div_(255.0)
+    return t
+
+
+def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
+              loss_fn: Callable | None = None, max_batches: int | None = None,
+              non_blocking: bool = True, timer: PhaseTimer | None = None,
+              on_batch: Callable[[int, Any], None] | None = None) -> EpochTiming:
+    """One timed pass over ``loader``.
+
+    Each batch is ``(inputs, targets)`` (or a single tensor). The inputs/targets
+    go to ``device`` (uint8 tensors become float in [0, 1] there). With a ``model``,
+    a forward pass (and, with an ``optimizer``, backward + step) follows, so the
+    loader's prefetching overlaps real compute. ``on_batch(i, batch)`` is called
+    after the step (used e.g. to print, to measure what printing costs).
+    """
+    import torch
+
+    if model is not None and loss_fn is None:
+        loss_fn = torch.nn.functional.mse_loss
+    timer = timer or PhaseTimer(device)
+    sizes = []
+    t_iter = perf_counter()
+    it = iter(loader)
+    first_batch_s = float("nan")
+    t_start = None
+    i = 0
+    while max_batches is None or i < max_batches:
+        timer.start_batch()
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        timer.mark("data_wait")
+        if t_start is None:
+            t_start = timer._host[timer.n, 0]
+            first_batch_s = perf_counter() - t_iter
+        x, y = _split_batch(batch)
+        sizes.append(len(x))
+        x = _to_device_float(x, device, non_blocking)
+        y = _to_device_float(y, device, non_blocking)
+        timer.mark("h2d")
+        if model is not None:
+            out = model(x)
+            if y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):
+                loss = loss_fn(out, y)
+            elif y is not None and y.dtype in (torch.int64, torch.int32):
+                loss = torch.nn.functional.cross_entropy(out, y.to(device).long())
+            else:
+                loss = out.float().mean()
+            timer.mark("forward")
+            if optimizer is not None:
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                timer.mark("backward")
+        if on_batch is not None:
+            on_batch(i, batch)
+        timer.end_batch()
+        i += 1
+    _sync(device)
+    end = perf_counter()
+    if hasattr(it, "_shutdown_workers") and max_batches is not None:
+        it._shutdown_workers()
+    phases = timer.finish()
+    wall = end - t_start if t_start is not None else 0.0
+    return EpochTiming(phases_s=phases, batch_sizes=np.asarray(sizes, dtype=np.int64),
+                       wall_s=wall, first_batch_s=first_batch_s)
