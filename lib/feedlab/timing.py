@@ -206,10 +206,10 @@ class EpochTiming:
         return {name: float(p[:, i].mean()) for i, name in enumerate(PHASES)}
 
     def as_dict(self) -> dict:
-        return {"samples": self.samples, "batches": self.batches, "wall_s": self.wall_s,
-                "samples_per_s": self.samples_per_s, "data_wait_s": self.data_wait_s,
-                "data_wait_fraction": self.data_wait_fraction,
-                "first_batch_s": self.first_batch_s,
+        return {"samples": self.samples, "batches": self.batches, "wall_s": float(self.wall_s),
+                "samples_per_s": float(self.samples_per_s), "data_wait_s": self.data_wait_s,
+                "data_wait_fraction": float(self.data_wait_fraction),
+                "first_batch_s": float(self.first_batch_s),
                 **{f"{k}_s_per_batch": v for k, v in self.phase_means().items()}, **self.extra}
 
 
@@ -261,7 +261,7 @@ def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
             break
         timer.mark("data_wait")
         if t_start is None:
-            t_start = timer._host[timer.n, 0]
+            t_start = float(timer._host[timer.n, 0])
             first_batch_s = perf_counter() - t_iter
         x, y = _split_batch(batch)
         sizes.append(len(x))
