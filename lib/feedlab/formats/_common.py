@@ -1,0 +1,243 @@
+"""Shared pieces of the storage formats: the Dataset base, atomic writes, sizes.
+
+Every SR dataset returns ``(lr, hr)`` as uint8 HWC numpy arrays (or torch
+uint8 HWC tensors with ``as_tensor=True``, via ``torch.from_numpy``: no copy).
+Readers that hold a file handle (LMDB, HDF5, Zarr, memory maps) open it lazily
+in the process that reads, and reopen it when the process id changes, so a
+handle is never shared across ``fork`` into DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+MANIFEST = "manifest.json"
+
+
+class FormatError(RuntimeError):
+    """A packed store is missing, malformed or does not match its header."""
+
+
+def read_manifest(root: str | os.PathLike) -> dict:
+    """The manifest of a data set, or ``{}`` when it has none."""
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        return {}
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
+    """Write JSON to a temporary file beside ``path``, then rename it over."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(Path(tmp))
+        raise
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def replace_path(tmp: Path, final: Path) -> None:
+    """Move a finished ``tmp`` file or directory onto ``final``.
+
+    A directory cannot be ``os.replace``d onto a non-empty one, so an existing
+    ``final`` is first renamed aside, then removed once the new one is in place.
+    """
+    if final.exists() or final.is_symlink():
+        old = final.with_name(f"{final.name}.old-{os.getpid()}-{os.urandom(3).hex()}")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        _remove(old)
+    else:
+        os.replace(tmp, final)
+
+
+@contextmanager
+def atomic_output(final: str | os.PathLike, is_dir: bool) -> Iterator[Path]:
+    """Yield a temporary path beside ``final``; rename it onto ``final`` on success.
+
+    On any exception (including KeyboardInterrupt) the temporary is removed, so
+    an interrupted writer leaves either the old output or nothing.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tag = f".tmp-{os.getpid()}-{os.urandom(3).hex()}"
+    tmp = final.with_name(final.name + tag)
+    if is_dir:
+        tmp.mkdir()
+    try:
+        yield tmp
+        replace_path(tmp, final)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def tree_bytes(path: str | os.PathLike) -> int:
+    """Apparent size in bytes of a file, or of every file under a directory."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            total += os.stat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def check_sample(lr: np.ndarray, hr: np.ndarray) -> None:
+    if lr.dtype != np.uint8 or hr.dtype != np.uint8:
+        raise TypeError(f"samples must be uint8, got lr {lr.dtype}, hr {hr.dtype}")
+    if lr.ndim != 3 or hr.ndim != 3 or lr.shape[2] != 3 or hr.shape[2] != 3:
+        raise ValueError(f"samples must be HWC RGB, got lr {lr.shape}, hr {hr.shape}")
+
+
+def first_shapes(samples: Sequence) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    if len(samples) == 0:
+        raise ValueError("no samples to write")
+    lr, hr = samples[0]
+    lr, hr = np.asarray(lr), np.asarray(hr)
+    check_sample(lr, hr)
+    return lr.shape, hr.shape
+
+
+def iter_checked(samples: Iterable, lr_shape, hr_shape) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Iterate samples as contiguous uint8 arrays, insisting on one shape."""
+    for i, (lr, hr) in enumerate(samples):
+        lr = np.ascontiguousarray(lr)
+        hr = np.ascontiguousarray(hr)
+        if lr.shape != tuple(lr_shape) or hr.shape != tuple(hr_shape) or lr.dtype != np.uint8 or hr.dtype != np.uint8:
+            raise ValueError(
+                f"sample {i}: lr {lr.shape} {lr.dtype}, hr {hr.shape} {hr.dtype}; "
+                f"expected uint8 {tuple(lr_shape)} and {tuple(hr_shape)}"
+            )
+        yield lr, hr
+
+
+class SRDataset(Dataset):
+    """Base of the SR readers: ``(lr, hr)`` uint8 HWC per index.
+
+    Subclasses implement ``_read(i) -> (lr, hr)`` and may override
+    ``read_batch`` with a faster path. ``__getitems__`` (used by DataLoader
+    for batched fetching since torch 2.1) returns a list of samples so the
+    default collate still works.
+    """
+
+    fmt = "?"
+    lr_shape: tuple[int, int, int]
+    hr_shape: tuple[int, int, int]
+
+    def __init__(self, root: str | os.PathLike, as_tensor: bool = False):
+        self.root = Path(root)
+        self.as_tensor = bool(as_tensor)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _index(self, i: int) -> int:
+        i = int(i)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(f"{self.fmt}: index {i} out of range for {self._n} samples")
+        return i
+
+    def _wrap(self, lr: np.ndarray, hr: np.ndarray):
+        if self.as_tensor:
+            return torch.from_numpy(lr), torch.from_numpy(hr)
+        return lr, hr
+
+    def _read(self, i: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+        raise NotImplementedError
+
+    def __getitem__(self, i):
+        return self._wrap(*self._read(self._index(i)))
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        return [self._wrap(*self._read(self._index(i))) for i in indices]
+
+    def read_batch(self, indices: Sequence[int], out: tuple[np.ndarray, np.ndarray] | None = None):
+        """Read ``indices`` into preallocated NHWC uint8 batch arrays.
+
+        ``out=(lr_batch, hr_batch)`` is filled in place (its first dimension
+        must be at least ``len(indices)``); without it, new arrays are made.
+        Returns the two arrays trimmed to ``len(indices)``.
+        """
+        lr_b, hr_b = self._batch_out(len(indices), out)
+        for k, i in enumerate(indices):
+            lr, hr = self._read(self._index(i))
+            lr_b[k] = lr
+            hr_b[k] = hr
+        return lr_b, hr_b
+
+    def _batch_out(self, n: int, out):
+        if out is None:
+            return (np.empty((n, *self.lr_shape), np.uint8), np.empty((n, *self.hr_shape), np.uint8))
+        lr_b, hr_b = out
+        return lr_b[:n], hr_b[:n]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(root={str(self.root)!r}, n={self._n})"
+
+
+class LazyHandle:
+    """Per-process lazy opener: ``get()`` reopens after a fork (pid change)."""
+
+    def __init__(self, opener):
+        self._opener = opener
+        self._obj = None
+        self._pid = None
+
+    def get(self):
+        pid = os.getpid()
+        if self._obj is None or self._pid != pid:
+            # never close a handle inherited from the parent: its owner does
+            self._obj = self._opener()
+            self._pid = pid
+        return self._obj
+
+    def close(self) -> None:
+        if self._obj is not None and self._pid == os.getpid():
+            close = getattr(self._obj, "close", None)
+            if close is not None:
+                close()
+        self._obj = None
+        self._pid = None
+
+    def __getstate__(self):
+        # pickled into spawned workers without the open handle
+        return {"_opener": self._opener, "_obj": None, "_pid": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+
+def count_from_manifest_or_files(root: Path, pattern_dir: Path, glob: str) -> int:
+    man = read_manifest(root)
+    if "count" in man:
+        return int(man["count"])
+    return sum(1 for _ in pattern_dir.glob(glob))

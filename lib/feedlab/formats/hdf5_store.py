@@ -1,0 +1,128 @@
+"""HDF5: one file ``sr.h5`` with datasets ``hr`` (N,H,W,3) and ``lr`` (N,h,w,3), uint8.
+
+Stored contiguous and uncompressed by default (fastest ``read_direct``);
+``chunks=k`` stores chunks of ``k`` samples instead.
+
+The file is opened lazily in the process that reads and reopened after a
+fork, so each DataLoader worker has its own handle. ``open_in_parent=True``
+opens it once in ``__init__`` and keeps that handle in every forked worker:
+deliberately unsafe (HDF5 handles are not fork-safe), kept for the
+concurrency notebook that shows what goes wrong. It also cannot be pickled
+for the ``spawn`` start method.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import h5py
+import numpy as np
+
+from ._common import LazyHandle, SRDataset, atomic_output, first_shapes, iter_checked, tree_bytes
+
+FILENAME = "sr.h5"
+WRITE_BLOCK = 512
+
+
+def write(root, samples, chunks: int | None = None, compression: str | None = None, **_opts) -> Path:
+    root = Path(root)
+    final = root / FILENAME
+    lr_shape, hr_shape = first_shapes(samples)
+    n = len(samples)
+    with atomic_output(final, is_dir=False) as tmp:
+        with h5py.File(tmp, "w", libver="latest") as f:
+            kw = {}
+            if chunks:
+                kw["chunks"] = True  # replaced per dataset below
+            if compression:
+                kw["compression"] = compression
+            dsets = {}
+            for name, shape in (("lr", lr_shape), ("hr", hr_shape)):
+                opts = dict(kw)
+                if chunks or compression:
+                    opts["chunks"] = (min(int(chunks or 1), n), *shape)
+                dsets[name] = f.create_dataset(name, shape=(n, *shape), dtype=np.uint8, **opts)
+            f.attrs["count"] = n
+            block_lr = np.empty((WRITE_BLOCK, *lr_shape), np.uint8)
+            block_hr = np.empty((WRITE_BLOCK, *hr_shape), np.uint8)
+            start = k = 0
+            for i, (lr, hr) in enumerate(iter_checked(samples, lr_shape, hr_shape)):
+                block_lr[k] = lr
+                block_hr[k] = hr
+                k += 1
+                if k == WRITE_BLOCK:
+                    dsets["lr"][start:start + k] = block_lr
+                    dsets["hr"][start:start + k] = block_hr
+                    start, k = start + k, 0
+            if k:
+                dsets["lr"][start:start + k] = block_lr[:k]
+                dsets["hr"][start:start + k] = block_hr[:k]
+            if start + k != n:
+                raise ValueError(f"hdf5: len(samples) was {n} but iteration gave {start + k}")
+    return final
+
+
+class _Opener:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self):
+        return h5py.File(self.path, "r")
+
+
+class Hdf5Dataset(SRDataset):
+    fmt = "hdf5"
+
+    def __init__(self, root, as_tensor: bool = False, open_in_parent: bool = False):
+        super().__init__(root, as_tensor)
+        self.path = self.root / FILENAME
+        if not self.path.is_file():
+            raise FileNotFoundError(f"hdf5: no {FILENAME} under {self.root}")
+        self.open_in_parent = bool(open_in_parent)
+        with h5py.File(self.path, "r") as f:
+            self._n = int(f["hr"].shape[0])
+            self.hr_shape = tuple(f["hr"].shape[1:])
+            self.lr_shape = tuple(f["lr"].shape[1:])
+        self._handle = LazyHandle(_Opener(str(self.path)))
+        self._parent_file = h5py.File(self.path, "r") if self.open_in_parent else None
+
+    def _file(self):
+        if self._parent_file is not None:
+            return self._parent_file  # deliberately shared across fork
+        return self._handle.get()
+
+    def _read(self, i: int):
+        f = self._file()
+        lr = np.empty(self.lr_shape, np.uint8)
+        hr = np.empty(self.hr_shape, np.uint8)
+        f["lr"].read_direct(lr, np.s_[i])
+        f["hr"].read_direct(hr, np.s_[i])
+        return lr, hr
+
+    def read_batch(self, indices: Sequence[int], out=None):
+        """``read_direct`` per run of consecutive indices (one call for a contiguous block)."""
+        lr_b, hr_b = self._batch_out(len(indices), out)
+        f = self._file()
+        lr_d, hr_d = f["lr"], f["hr"]
+        idx = [self._index(i) for i in indices]
+        k = 0
+        while k < len(idx):
+            j = k + 1
+            while j < len(idx) and idx[j] == idx[j - 1] + 1:
+                j += 1
+            src = np.s_[idx[k]:idx[k] + (j - k)]
+            lr_d.read_direct(lr_b, src, np.s_[k:j])
+            hr_d.read_direct(hr_b, src, np.s_[k:j])
+            k = j
+        return lr_b, hr_b
+
+    def close(self) -> None:
+        self._handle.close()
+        if self._parent_file is not None:
+            self._parent_file.close()
+            self._parent_file = None
+
+
+def bytes_on_disk(root) -> int:
+    return tree_bytes(Path(root) / FILENAME)

@@ -1,0 +1,80 @@
+"""ImageFolder of JPEGs as written by ``data_prep classify``: ``root/<class>/<name>.jpg``.
+
+Returns ``(image, label)``: HWC uint8 numpy (or tensor with ``as_tensor=True``)
+and the class index (classes sorted by folder name, as torchvision does).
+Images have varying sizes, so batching them needs a resize/crop transform
+(``transform=`` is applied to the decoded array before ``as_tensor``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .png import resolve_decoder
+
+IMAGE_EXTS = (".jpg", ".jpeg", ".png")
+
+
+def scan(root) -> tuple[list[str], list[tuple[Path, int]]]:
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"imagefolder: no folder {root}")
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    samples = []
+    for label, name in enumerate(classes):
+        for f in sorted((root / name).iterdir()):
+            if f.suffix.lower() in IMAGE_EXTS and f.is_file():
+                samples.append((f, label))
+    return classes, samples
+
+
+class ImageFolderDataset(Dataset):
+    fmt = "imagefolder"
+
+    def __init__(self, root, decode: str | Callable = "pil", as_tensor: bool = False,
+                 transform: Callable[[np.ndarray], np.ndarray] | None = None):
+        self.root = Path(root)
+        self.decode = decode
+        self._decode = resolve_decoder(decode)
+        self.as_tensor = bool(as_tensor)
+        self.transform = transform
+        self.classes, self.samples = scan(self.root)
+        if not self.samples:
+            raise FileNotFoundError(f"imagefolder: no images in class folders under {self.root}")
+        self.targets = [label for _p, label in self.samples]
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_decode"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._decode = resolve_decoder(self.decode)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        path, label = self.samples[i]
+        with open(path, "rb") as fh:
+            img = self._decode(fh.read())
+        if self.transform is not None:
+            img = self.transform(img)
+        if self.as_tensor:
+            img = torch.from_numpy(np.ascontiguousarray(img))
+        return img, label
+
+    def __repr__(self) -> str:
+        return f"ImageFolderDataset(root={str(self.root)!r}, n={len(self)}, classes={len(self.classes)})"
+
+
+def bytes_on_disk(root) -> int:
+    _c, samples = scan(root)
+    return sum(os.stat(p).st_size for p, _l in samples)

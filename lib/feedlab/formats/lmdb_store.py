@@ -1,0 +1,226 @@
+"""LMDB: one key per sample, value = fixed header + lr bytes + hr bytes.
+
+Layout (``lmdb/`` with lz4, ``lmdb_raw/`` without; both are LMDB env dirs):
+
+* key: the sample index as 8 bytes, big-endian unsigned (so LMDB's byte order
+  is index order and a cursor walks samples in order). The key ``b"__len__"``
+  holds the count as ASCII.
+* value: a 24-byte little-endian header ``HEADER`` then the payload:
+
+  ====== ===== =====================================================
+  offset bytes meaning
+  ====== ===== =====================================================
+  0      4     magic ``b"FLSR"``
+  4      1     version (1)
+  5      1     dtype code (1 = uint8)
+  6      1     compression (0 = raw, 1 = lz4.frame)
+  7      1     reserved (0)
+  8      6     lr shape H, W, C (uint16 each)
+  14     6     hr shape H, W, C (uint16 each)
+  20     4     uncompressed payload length (uint32)
+  ====== ===== =====================================================
+
+  payload = ``lr.tobytes() + hr.tobytes()``, raw or lz4.frame-compressed.
+  No pickle anywhere: a value is readable from any language.
+
+The writer starts with a small ``map_size`` and doubles it on
+``lmdb.MapFullError`` (retrying the transaction), so nobody guesses a size.
+The reader opens the environment lazily in each process (``readonly=True,
+lock=False, readahead=False, meminit=False``) and reads with ``buffers=True``.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Sequence
+
+import lmdb
+import lz4.frame
+import numpy as np
+
+from ._common import FormatError, LazyHandle, SRDataset, atomic_output, first_shapes, iter_checked, tree_bytes
+
+MAGIC = b"FLSR"
+VERSION = 1
+DTYPE_UINT8 = 1
+COMP_RAW = 0
+COMP_LZ4 = 1
+HEADER = struct.Struct("<4sBBBB3H3HI")
+HEADER_SIZE = HEADER.size  # 24
+LEN_KEY = b"__len__"
+INITIAL_MAP_SIZE = 1 << 20  # 1 MiB: grown by doubling as needed
+TXN_SAMPLES = 256
+
+DIRS = {"lmdb": "lmdb", "lmdb_raw": "lmdb_raw"}
+
+
+def key(i: int) -> bytes:
+    return int(i).to_bytes(8, "big")
+
+
+def encode_value(lr: np.ndarray, hr: np.ndarray, compress: bool) -> bytes:
+    payload = lr.tobytes() + hr.tobytes()
+    head = HEADER.pack(MAGIC, VERSION, DTYPE_UINT8, COMP_LZ4 if compress else COMP_RAW, 0,
+                       *lr.shape, *hr.shape, len(payload))
+    if compress:
+        payload = lz4.frame.compress(payload, store_size=True)
+    return head + payload
+
+
+def decode_header(buf) -> tuple[int, tuple, tuple, int]:
+    magic, ver, dt, comp, _r, lh, lw, lc, hh, hw, hc, n = HEADER.unpack_from(buf, 0)
+    if magic != MAGIC or ver != VERSION or dt != DTYPE_UINT8:
+        raise FormatError(f"lmdb: bad value header (magic={magic!r}, version={ver}, dtype={dt})")
+    return comp, (lh, lw, lc), (hh, hw, hc), n
+
+
+def _put_batch(env: lmdb.Environment, items: list[tuple[bytes, bytes]]) -> None:
+    """Write one transaction; on MapFullError double the map and retry."""
+    while True:
+        try:
+            with env.begin(write=True) as txn:
+                for k, v in items:
+                    txn.put(k, v)
+            return
+        except lmdb.MapFullError:
+            env.set_mapsize(env.info()["map_size"] * 2)
+
+
+def write(root, samples, compress: bool = True, map_size: int = INITIAL_MAP_SIZE,
+          txn_samples: int = TXN_SAMPLES, name: str | None = None) -> Path:
+    """Write an LMDB env to ``root/lmdb`` (or ``root/lmdb_raw`` when not compressed).
+
+    ``map_size`` is only the starting size; it doubles whenever full.
+    """
+    root = Path(root)
+    final = root / (name or ("lmdb" if compress else "lmdb_raw"))
+    lr_shape, hr_shape = first_shapes(samples)
+    with atomic_output(final, is_dir=True) as tmp:
+        env = lmdb.open(str(tmp), map_size=int(map_size), subdir=True, meminit=False,
+                        map_async=True, sync=False, metasync=False)
+        try:
+            items: list[tuple[bytes, bytes]] = []
+            n = 0
+            for i, (lr, hr) in enumerate(iter_checked(samples, lr_shape, hr_shape)):
+                items.append((key(i), encode_value(lr, hr, compress)))
+                n = i + 1
+                if len(items) >= txn_samples:
+                    _put_batch(env, items)
+                    items = []
+            items.append((LEN_KEY, str(n).encode()))
+            _put_batch(env, items)
+            env.sync(True)
+        finally:
+            env.close()
+    return final
+
+
+def write_raw(root, samples, **opts) -> Path:
+    return write(root, samples, compress=False, **opts)
+
+
+def _open_env(path: str) -> lmdb.Environment:
+    return lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False,
+                     subdir=True, max_readers=2048)
+
+
+class LmdbDataset(SRDataset):
+    fmt = "lmdb"
+
+    def __init__(self, root, as_tensor: bool = False, name: str = "lmdb"):
+        super().__init__(root, as_tensor)
+        self.fmt = name
+        self.path = self.root / name
+        if not (self.path / "data.mdb").is_file():
+            raise FileNotFoundError(f"{name}: no LMDB env at {self.path}")
+        self._env = LazyHandle(_open_env_partial(str(self.path)))
+        # read count and shapes, then close: the parent keeps no open env
+        env = _open_env(str(self.path))
+        try:
+            with env.begin(buffers=False) as txn:
+                n = txn.get(LEN_KEY)
+                if n is None:
+                    raise FormatError(f"{name}: {self.path} has no {LEN_KEY!r} key")
+                self._n = int(n)
+                first = txn.get(key(0)) if self._n else None
+        finally:
+            env.close()
+        if first is not None:
+            _c, self.lr_shape, self.hr_shape, _ = decode_header(first)
+            self._lr_size = int(np.prod(self.lr_shape))
+            self._hr_size = int(np.prod(self.hr_shape))
+
+    def _decode_into(self, buf, i: int, lr: np.ndarray, hr: np.ndarray) -> None:
+        comp, lr_shape, hr_shape, n = decode_header(buf)
+        if lr_shape != tuple(self.lr_shape) or hr_shape != tuple(self.hr_shape):
+            raise FormatError(f"{self.fmt}: sample {i} has shapes {lr_shape}, {hr_shape}")
+        body = memoryview(buf)[HEADER_SIZE:]
+        if comp == COMP_LZ4:
+            body = memoryview(lz4.frame.decompress(body, return_bytearray=True))
+        elif comp != COMP_RAW:
+            raise FormatError(f"{self.fmt}: sample {i} has unknown compression {comp}")
+        if len(body) != n or n != self._lr_size + self._hr_size:
+            raise FormatError(f"{self.fmt}: sample {i} payload is {len(body)} bytes, expected {n}")
+        # one copy from the mapped page (or the decompressed buffer) into the destination
+        np.copyto(lr, np.frombuffer(body, np.uint8, self._lr_size, 0).reshape(lr.shape))
+        np.copyto(hr, np.frombuffer(body, np.uint8, self._hr_size, self._lr_size).reshape(hr.shape))
+
+    def _get(self, txn, i: int):
+        buf = txn.get(key(i))
+        if buf is None:
+            raise FormatError(f"{self.fmt}: key for sample {i} is missing")
+        return buf
+
+    def _read(self, i: int):
+        lr = np.empty(self.lr_shape, np.uint8)
+        hr = np.empty(self.hr_shape, np.uint8)
+        with self._env.get().begin(buffers=True) as txn:
+            self._decode_into(self._get(txn, i), i, lr, hr)
+        return lr, hr
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        """All of a batch in one read transaction."""
+        out = []
+        with self._env.get().begin(buffers=True) as txn:
+            for i in indices:
+                i = self._index(i)
+                lr = np.empty(self.lr_shape, np.uint8)
+                hr = np.empty(self.hr_shape, np.uint8)
+                self._decode_into(self._get(txn, i), i, lr, hr)
+                out.append(self._wrap(lr, hr))
+        return out
+
+    def read_batch(self, indices: Sequence[int], out=None):
+        lr_b, hr_b = self._batch_out(len(indices), out)
+        with self._env.get().begin(buffers=True) as txn:
+            for k, i in enumerate(indices):
+                i = self._index(i)
+                self._decode_into(self._get(txn, i), i, lr_b[k], hr_b[k])
+        return lr_b, hr_b
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class _open_env_partial:
+    """Picklable opener (spawned workers rebuild the env from the path)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self):
+        return _open_env(self.path)
+
+
+class LmdbRawDataset(LmdbDataset):
+    def __init__(self, root, as_tensor: bool = False):
+        super().__init__(root, as_tensor=as_tensor, name="lmdb_raw")
+
+
+def bytes_on_disk(root, name: str = "lmdb") -> int:
+    return tree_bytes(Path(root) / name)
+
+
+def bytes_on_disk_raw(root) -> int:
+    return bytes_on_disk(root, "lmdb_raw")

@@ -1,0 +1,118 @@
+"""NumPy files, two layouts.
+
+* ``npy/``: one ``.npy`` per sample and side (``hr_000000.npy``, ``lr_000000.npy``),
+  read with ``np.load(allow_pickle=False)``.
+* ``npy_mmap/``: one array per side (``hr.npy`` (N,H,W,3), ``lr.npy``), opened
+  with ``np.load(mmap_mode="r")`` lazily per process; ``chunk_len`` sets the
+  block the chunk samplers align to (there are no real chunks: any span is one
+  slice of the map).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ._common import LazyHandle, SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
+from .chunked import ChunkedSRDataset
+
+NPY_DIR = "npy"
+MMAP_DIR = "npy_mmap"
+
+
+def npy_name(side: str, i: int) -> str:
+    return f"{side}_{i:06d}.npy"
+
+
+def write(root, samples, **_opts) -> Path:
+    root = Path(root)
+    final = root / NPY_DIR
+    lr_shape, hr_shape = first_shapes(samples)
+    with atomic_output(final, is_dir=True) as tmp:
+        for i, (lr, hr) in enumerate(iter_checked(samples, lr_shape, hr_shape)):
+            np.save(tmp / npy_name("lr", i), lr, allow_pickle=False)
+            np.save(tmp / npy_name("hr", i), hr, allow_pickle=False)
+    return final
+
+
+def write_mmap(root, samples, **_opts) -> Path:
+    root = Path(root)
+    final = root / MMAP_DIR
+    lr_shape, hr_shape = first_shapes(samples)
+    n = len(samples)
+    with atomic_output(final, is_dir=True) as tmp:
+        lr_m = np.lib.format.open_memmap(tmp / "lr.npy", mode="w+", dtype=np.uint8, shape=(n, *lr_shape))
+        hr_m = np.lib.format.open_memmap(tmp / "hr.npy", mode="w+", dtype=np.uint8, shape=(n, *hr_shape))
+        count = 0
+        for i, (lr, hr) in enumerate(iter_checked(samples, lr_shape, hr_shape)):
+            lr_m[i] = lr
+            hr_m[i] = hr
+            count = i + 1
+        if count != n:
+            raise ValueError(f"npy_mmap: len(samples) was {n} but iteration gave {count}")
+        lr_m.flush()
+        hr_m.flush()
+        del lr_m, hr_m
+    return final
+
+
+class NpyDataset(SRDataset):
+    fmt = "npy"
+
+    def __init__(self, root, as_tensor: bool = False):
+        super().__init__(root, as_tensor)
+        self.dir = self.root / NPY_DIR
+        if not self.dir.is_dir():
+            raise FileNotFoundError(f"npy: no {NPY_DIR}/ under {self.root}")
+        self._n = count_from_manifest_or_files(self.root, self.dir, "hr_*.npy")
+        if self._n:
+            lr, hr = self._read(0)
+            self.lr_shape, self.hr_shape = lr.shape, hr.shape
+
+    def _read(self, i: int):
+        lr = np.load(self.dir / npy_name("lr", i), allow_pickle=False)
+        hr = np.load(self.dir / npy_name("hr", i), allow_pickle=False)
+        return lr, hr
+
+
+class _MmapOpener:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self):
+        d = Path(self.path)
+        return (np.load(d / "lr.npy", mmap_mode="r", allow_pickle=False),
+                np.load(d / "hr.npy", mmap_mode="r", allow_pickle=False))
+
+
+class NpyMmapDataset(ChunkedSRDataset):
+    fmt = "npy_mmap"
+
+    def __init__(self, root, as_tensor: bool = False, chunk_len: int = 128):
+        super().__init__(root, as_tensor, cache_chunk=False)
+        self.dir = self.root / MMAP_DIR
+        if not (self.dir / "hr.npy").is_file():
+            raise FileNotFoundError(f"npy_mmap: no {MMAP_DIR}/hr.npy under {self.root}")
+        self._maps = LazyHandle(_MmapOpener(str(self.dir)))
+        lr, hr = _MmapOpener(str(self.dir))()
+        self._n = int(hr.shape[0])
+        self.lr_shape, self.hr_shape = tuple(lr.shape[1:]), tuple(hr.shape[1:])
+        del lr, hr
+        self.chunk_len = int(chunk_len)
+
+    def _read_rows(self, lo: int, hi: int):
+        lr, hr = self._maps.get()
+        return lr[lo:hi], hr[lo:hi]  # views of the map; read_batch copies them into the batch
+
+    def _read_one(self, i: int):
+        lr, hr = self._maps.get()
+        return lr[i], hr[i]
+
+
+def bytes_on_disk(root) -> int:
+    return tree_bytes(Path(root) / NPY_DIR)
+
+
+def bytes_on_disk_mmap(root) -> int:
+    return tree_bytes(Path(root) / MMAP_DIR)

@@ -1,0 +1,120 @@
+"""PNG pairs as written by ``data_prep sr``: ``hr/000000.png`` and ``lr/000000.png``.
+
+This is the baseline the write-ups start from (one file per image, decoded per
+access). The decoder is selectable: ``decode="pil"`` (default) or any backend
+name ``feedlab.decode.available_backends()`` lists, or a callable
+``fn(data: bytes) -> HWC uint8 array``. Without ``feedlab.decode`` installed,
+only ``"pil"`` (and callables) work.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+from PIL import Image
+
+from ._common import SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
+
+NAME_WIDTH = 6
+PNG_COMPRESS_LEVEL = 6
+
+
+def sample_name(i: int, ext: str = "png") -> str:
+    return f"{i:0{NAME_WIDTH}d}.{ext}"
+
+
+def _pil_decode(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as im:
+        if im.mode != "RGB":
+            im = im.convert("RGB")
+        return np.array(im)  # writable (np.asarray would wrap read-only bytes)
+
+
+def resolve_decoder(decode: str | Callable[[bytes], np.ndarray]) -> Callable[[bytes], np.ndarray]:
+    """A function ``bytes -> HWC uint8`` for a backend name or a callable."""
+    if callable(decode):
+        return decode
+    try:
+        from feedlab import decode as _dec  # written by another module; optional here
+    except ImportError:
+        _dec = None
+    if _dec is not None and hasattr(_dec, "decode"):
+        backend = str(decode)
+
+        def fn(data: bytes, _d=_dec.decode, _b=backend) -> np.ndarray:
+            return _d(data, _b)
+
+        return fn
+    if decode == "pil":
+        return _pil_decode
+    raise ValueError(f"decode backend {decode!r} needs feedlab.decode; without it only 'pil' or a callable")
+
+
+def encode_png(arr: np.ndarray) -> bytes:
+    """Deterministic PNG bytes of an RGB uint8 array (fixed compression level)."""
+    buf = io.BytesIO()
+    Image.fromarray(arr, "RGB").save(buf, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
+    return buf.getvalue()
+
+
+def read_png_rgb(path: str | os.PathLike) -> np.ndarray:
+    with open(path, "rb") as fh:
+        return _pil_decode(fh.read())
+
+
+class PngDataset(SRDataset):
+    fmt = "png"
+
+    def __init__(self, root, decode: str | Callable = "pil", as_tensor: bool = False):
+        super().__init__(root, as_tensor)
+        self.decode = decode
+        self._decode = resolve_decoder(decode)
+        self.hr_dir = self.root / "hr"
+        self.lr_dir = self.root / "lr"
+        if not self.hr_dir.is_dir() or not self.lr_dir.is_dir():
+            raise FileNotFoundError(f"png: no hr/ and lr/ folders under {self.root}")
+        self._n = count_from_manifest_or_files(self.root, self.hr_dir, "*.png")
+        if self._n:
+            lr, hr = self._read(0)
+            self.lr_shape, self.hr_shape = lr.shape, hr.shape
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_decode"] = None  # closures over feedlab.decode are rebuilt in the worker
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._decode = resolve_decoder(self.decode)
+
+    def _read(self, i: int):
+        name = sample_name(i)
+        with open(self.lr_dir / name, "rb") as fh:
+            lr = self._decode(fh.read())
+        with open(self.hr_dir / name, "rb") as fh:
+            hr = self._decode(fh.read())
+        return lr, hr
+
+
+def write(root, samples, **_opts) -> Path:
+    """Write ``hr/`` and ``lr/`` PNG folders (each built in a temp dir, then renamed)."""
+    root = Path(root)
+    lr_shape, hr_shape = first_shapes(samples)
+    with atomic_output(root / "hr", is_dir=True) as hr_tmp, atomic_output(root / "lr", is_dir=True) as lr_tmp:
+        for i, (lr, hr) in enumerate(iter_checked(samples, lr_shape, hr_shape)):
+            (hr_tmp / sample_name(i)).write_bytes(encode_png(hr))
+            (lr_tmp / sample_name(i)).write_bytes(encode_png(lr))
+    return root
+
+
+def bytes_on_disk(root) -> int:
+    root = Path(root)
+    return tree_bytes(root / "hr") + tree_bytes(root / "lr")
+
+
+def open_dataset(root, **opts) -> PngDataset:
+    return PngDataset(root, **opts)

@@ -1,0 +1,60 @@
+"""``torch.save`` per sample: ``pt/000000.pt`` holding ``{"lr": uint8 HWC, "hr": uint8 HWC}``
+tensors, loaded with ``torch.load(weights_only=True)`` (no arbitrary unpickling)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ._common import SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
+
+DIRNAME = "pt"
+
+
+def pt_name(i: int) -> str:
+    return f"{i:06d}.pt"
+
+
+def write(root, samples, **_opts) -> Path:
+    root = Path(root)
+    final = root / DIRNAME
+    lr_shape, hr_shape = first_shapes(samples)
+    with atomic_output(final, is_dir=True) as tmp:
+        for i, (lr, hr) in enumerate(iter_checked(samples, lr_shape, hr_shape)):
+            # clone: a tensor sharing a larger buffer would save the whole buffer
+            torch.save({"lr": torch.from_numpy(lr).clone(), "hr": torch.from_numpy(hr).clone()}, tmp / pt_name(i))
+    return final
+
+
+class PtDataset(SRDataset):
+    fmt = "pt"
+
+    def __init__(self, root, as_tensor: bool = False):
+        super().__init__(root, as_tensor)
+        self.dir = self.root / DIRNAME
+        if not self.dir.is_dir():
+            raise FileNotFoundError(f"pt: no {DIRNAME}/ under {self.root}")
+        self._n = count_from_manifest_or_files(self.root, self.dir, "*.pt")
+        if self._n:
+            lr, hr = self._load(0)
+            self.lr_shape, self.hr_shape = tuple(lr.shape), tuple(hr.shape)
+
+    def _load(self, i: int):
+        d = torch.load(self.dir / pt_name(i), weights_only=True, map_location="cpu")
+        return d["lr"], d["hr"]
+
+    def _read(self, i: int):
+        lr, hr = self._load(i)
+        return lr.numpy(), hr.numpy()
+
+    def __getitem__(self, i):
+        lr, hr = self._load(self._index(i))
+        if self.as_tensor:
+            return lr, hr
+        return lr.numpy(), hr.numpy()
+
+
+def bytes_on_disk(root) -> int:
+    return tree_bytes(Path(root) / DIRNAME)

@@ -1,0 +1,105 @@
+"""Zarr (v3 format, zarr-python 3 API): ``sr.zarr/`` group with arrays ``hr`` and ``lr``.
+
+Arrays are (N,H,W,3) uint8, chunked along the sample axis only
+(``chunk_len`` samples per chunk, default 128), uncompressed by default
+(``compress=True`` uses zarr's default codec).
+
+* ``ZarrRandomDataset``: one ``arr[i]`` per sample: each read decodes a whole
+  chunk to return one sample (the slow path the write-up measured).
+* ``ZarrDataset(cache_chunk=True)`` keeps the last chunk read; with a
+  ``ChunkSampler`` each chunk is then read once per epoch.
+* ``__getitems__`` / ``read_batch`` group indices by chunk and read each
+  chunk span once: with ``ChunkBatchSampler`` as ``batch_sampler`` one batch
+  is one slice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from ._common import LazyHandle, atomic_output, first_shapes, iter_checked, tree_bytes
+from .chunked import ChunkedSRDataset
+
+DIRNAME = "sr.zarr"
+DEFAULT_CHUNK = 128
+
+
+def write(root, samples, chunk_len: int = DEFAULT_CHUNK, compress: bool = False, **_opts) -> Path:
+    root = Path(root)
+    final = root / DIRNAME
+    lr_shape, hr_shape = first_shapes(samples)
+    n = len(samples)
+    chunk_len = max(1, min(int(chunk_len), n))
+    with atomic_output(final, is_dir=True) as tmp:
+        group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+        group.attrs["count"] = n
+        group.attrs["chunk_len"] = chunk_len
+        comp = "auto" if compress else None
+        arrs = {
+            name: group.create_array(name, shape=(n, *shape), chunks=(chunk_len, *shape), dtype="uint8",
+                                     compressors=comp, fill_value=0)
+            for name, shape in (("lr", lr_shape), ("hr", hr_shape))
+        }
+        block_lr = np.empty((chunk_len, *lr_shape), np.uint8)
+        block_hr = np.empty((chunk_len, *hr_shape), np.uint8)
+        start = k = 0
+        for lr, hr in iter_checked(samples, lr_shape, hr_shape):
+            block_lr[k] = lr
+            block_hr[k] = hr
+            k += 1
+            if k == chunk_len:  # whole, aligned chunks: one write each
+                arrs["lr"][start:start + k] = block_lr
+                arrs["hr"][start:start + k] = block_hr
+                start, k = start + k, 0
+        if k:
+            arrs["lr"][start:start + k] = block_lr[:k]
+            arrs["hr"][start:start + k] = block_hr[:k]
+        if start + k != n:
+            raise ValueError(f"zarr: len(samples) was {n} but iteration gave {start + k}")
+    return final
+
+
+class _Opener:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self):
+        g = zarr.open_group(self.path, mode="r")
+        return g["lr"], g["hr"]
+
+
+class ZarrDataset(ChunkedSRDataset):
+    fmt = "zarr"
+
+    def __init__(self, root, as_tensor: bool = False, cache_chunk: bool = False):
+        super().__init__(root, as_tensor, cache_chunk=cache_chunk)
+        self.path = self.root / DIRNAME
+        if not (self.path / "zarr.json").is_file():
+            raise FileNotFoundError(f"zarr: no {DIRNAME} group under {self.root}")
+        self._arrays = LazyHandle(_Opener(str(self.path)))
+        lr, hr = _Opener(str(self.path))()
+        self._n = int(hr.shape[0])
+        self.lr_shape, self.hr_shape = tuple(lr.shape[1:]), tuple(hr.shape[1:])
+        self.chunk_len = int(hr.chunks[0])
+
+    def _read_rows(self, lo: int, hi: int):
+        lr, hr = self._arrays.get()
+        return lr[lo:hi], hr[lo:hi]
+
+    def _read_one(self, i: int):
+        lr, hr = self._arrays.get()
+        return lr[i], hr[i]
+
+
+class ZarrRandomDataset(ZarrDataset):
+    """One independent ``arr[i]`` per sample, no chunk cache (the baseline)."""
+
+    def __init__(self, root, as_tensor: bool = False):
+        super().__init__(root, as_tensor=as_tensor, cache_chunk=False)
+
+
+def bytes_on_disk(root) -> int:
+    return tree_bytes(Path(root) / DIRNAME)
