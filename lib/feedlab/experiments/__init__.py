@@ -1,0 +1,1 @@
+"""Experiment code behind the notebooks: one module per notebook, plus shared runners."""
