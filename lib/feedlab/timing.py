@@ -244,8 +244,7 @@ def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
     """
     import torch
 
-    if model is not None and loss_fn is None:
-        loss_fn = torch.nn.functional.mse_loss
+    user_loss = loss_fn
     timer = timer or PhaseTimer(device)
     sizes = []
     t_iter = perf_counter()
@@ -270,8 +269,10 @@ def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
         timer.mark("h2d")
         if model is not None:
             out = model(x)
-            if y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):
-                loss = loss_fn(out, y)
+            if user_loss is not None:
+                loss = user_loss(out, y)
+            elif y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):
+                loss = torch.nn.functional.mse_loss(out, y)
             elif y is not None and y.dtype in (torch.int64, torch.int32):
                 loss = torch.nn.functional.cross_entropy(out, y.to(device).long())
             else:

@@ -1,0 +1,151 @@
+"""The batch runner: execute every notebook with papermill.
+
+    python -m feedlab.run [--profile quick|full|smoke] [--only NAME ...]
+                          [-p KEY VALUE ...] [--out-root DIR] [--data-only]
+
+Values after ``-p`` are parsed as YAML (``-p batch_sizes "[8, 32]"`` is a list).
+Each executed notebook is kept beside its figures (``figures/<name>/<name>.executed.ipynb``)
+as the record of the run. The data the notebooks need is built first if missing.
+Exits non-zero naming the notebook and the cell that failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from feedlab.paths import FIGURES_DIR, NOTEBOOKS_DIR
+from feedlab.profiles import PROFILES, choose_profile, profile_values
+
+
+def list_notebooks() -> list[Path]:
+    return sorted(p for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")
+                  if ".executed" not in p.name and not p.name.startswith("."))
+
+
+def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
+    if not only:
+        return notebooks
+    chosen = []
+    for want in only:
+        hits = [p for p in notebooks if p.stem == want or p.stem.startswith(want)
+                or p.stem.split("_", 1)[0] == want]
+        if not hits:
+            names = ", ".join(p.stem for p in notebooks)
+            raise SystemExit(f"--only {want!r}: no such notebook; choose from: {names}")
+        chosen.extend(h for h in hits if h not in chosen)
+    return chosen
+
+
+def prepare_data(profile: str, log=print) -> None:
+    """Build the embedded data sets the notebooks read, for this profile, if missing."""
+    import data_prep
+
+    from feedlab.paths import default_cls_root, default_sr_root
+
+    values = profile_values("defaults", profile)
+    patch, scale = int(values.get("patch", 64)), int(values.get("scale", 2))
+    count = int(values["dataset_count"])
+    t0 = time.perf_counter()
+    root = data_prep.ensure_sr(default_sr_root(profile, patch), patch=patch, scale=scale,
+                               count=count, formats="all")
+    log(f"data: {root} ready ({count} pairs, every format) in {time.perf_counter() - t0:.1f} s")
+    if hasattr(data_prep, "ensure_cls"):
+        t0 = time.perf_counter()
+        cls_root = data_prep.ensure_cls(default_cls_root(profile))
+        log(f"data: {cls_root} ready in {time.perf_counter() - t0:.1f} s")
+
+
+def _failed_cell(exc) -> str:
+    cell = getattr(exc, "exec_count", None)
+    ename = getattr(exc, "ename", type(exc).__name__)
+    evalue = getattr(exc, "evalue", str(exc))
+    where = f"cell [{cell}]" if cell is not None else "a cell"
+    return f"{where}: {ename}: {str(evalue).splitlines()[0] if evalue else ''}"
+
+
+def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
+                 kernel: str = "python3") -> Path:
+    import papermill as pm
+
+    name = nb.stem
+    out_dir = (out_root / name) if out_root else (FIGURES_DIR / name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    executed = out_dir / f"{name}.executed.ipynb"
+    parameters = {"profile": profile, **params}
+    if out_root:
+        parameters["out_dir"] = str(out_dir)
+    pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
+                        cwd=str(NOTEBOOKS_DIR), progress_bar=False, log_output=False)
+    return executed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m feedlab.run", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="", help=f"one of {', '.join(PROFILES)} "
+                    "(default: $FEEDLAB_PROFILE or quick)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="notebooks by name, prefix or number")
+    ap.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+                    help="override a notebook parameter; VALUE is parsed as YAML")
+    ap.add_argument("--out-root", type=Path, help="write results/figures under DIR/<notebook> "
+                    "instead of figures/")
+    ap.add_argument("--data-only", action="store_true", help="only build the data sets")
+    ap.add_argument("--no-data", action="store_true", help="do not build data first")
+    ap.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
+    ap.add_argument("--list", action="store_true", help="list the notebooks and exit")
+    args = ap.parse_args(argv)
+
+    profile = choose_profile(args.profile)
+    os.environ["FEEDLAB_PROFILE"] = profile
+    params = {}
+    for key, value in args.param:
+        try:
+            params[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            ap.error(f"-p {key} {value!r}: not valid YAML ({exc})")
+    notebooks = select(list_notebooks(), args.only)
+    if args.list:
+        for nb in notebooks:
+            print(nb.stem)
+        return 0
+    if not args.no_data:
+        prepare_data(profile)
+    if args.data_only:
+        return 0
+    if not notebooks:
+        print(f"no notebooks found in {NOTEBOOKS_DIR}", file=sys.stderr)
+        return 2
+    failures = []
+    t_all = time.perf_counter()
+    for i, nb in enumerate(notebooks, 1):
+        print(f"[{i}/{len(notebooks)}] {nb.stem} (profile {profile}) ...", flush=True)
+        t0 = time.perf_counter()
+        try:
+            executed = run_notebook(nb, profile, params, args.out_root)
+        except Exception as exc:  # papermill raises PapermillExecutionError with the cell
+            msg = f"{nb.name} failed in {_failed_cell(exc)}"
+            print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
+            failures.append(msg)
+            if not args.keep_going:
+                break
+            continue
+        print(f"    ok in {time.perf_counter() - t0:.1f} s -> {executed.relative_to(executed.parents[2]) if len(executed.parents) > 2 else executed}",
+              flush=True)
+    total = time.perf_counter() - t_all
+    if failures:
+        print(f"{len(failures)} notebook(s) failed ({total:.0f} s):", file=sys.stderr)
+        for msg in failures:
+            print(f"  {msg}", file=sys.stderr)
+        return 1
+    print(f"all {len(notebooks)} notebook(s) ran in {total:.0f} s (profile {profile})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
