@@ -1,0 +1,150 @@
+"""Loops that feed batches without ``torch.utils.data.DataLoader``.
+
+* :func:`plain_loop` — one process, no workers, no sampler object: index
+  batches are cut from a (shuffled) ``range`` and fetched with the dataset's
+  ``__getitems__`` (or ``__getitem__`` per index), then collated. It is what a
+  "custom single-thread loader" amounts to, and what ``DataLoader`` with
+  ``num_workers=0`` should cost plus its own per-batch overhead.
+* :class:`BatchReadLoader` — one process; each batch is read by the dataset's
+  ``read_batch(indices, out=...)`` straight into preallocated NHWC uint8 batch
+  arrays (no per-sample arrays, no collate). With ``reuse_buffers=True`` the
+  same two arrays are refilled every batch: the consumer must be done with a
+  batch before asking for the next (true of a training loop).
+* :class:`ChunkLoader` — a :class:`BatchReadLoader` whose batches follow the
+  store's chunks (``ChunkBatchSampler``: shuffled chunk order, shuffled within
+  a chunk, a batch never spans two chunks), for Zarr and the memory-mapped .npy.
+
+Every loop yields ``(lr, hr)`` uint8 NHWC tensors, like ``DataLoader`` with
+``default_collate`` over this project's datasets.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from feedlab.formats.chunks import ChunkBatchSampler
+
+
+def index_batches(n: int, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                  drop_last: bool = False) -> list[list[int]]:
+    """Batches of indices over ``range(n)``, shuffled reproducibly per (seed, epoch)."""
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
+    order = order.tolist()
+    out = [order[s:s + batch_size] for s in range(0, n, batch_size)]
+    if drop_last and out and len(out[-1]) < batch_size:
+        out.pop()
+    return out
+
+
+def _fetch(dataset, indices: Sequence[int]) -> list:
+    getitems = getattr(dataset, "__getitems__", None)
+    if getitems is not None:
+        return getitems(list(indices))
+    return [dataset[i] for i in indices]
+
+
+class PlainLoop:
+    """Re-iterable; each ``iter()`` is one epoch (the next epoch's shuffle)."""
+
+    def __init__(self, dataset, batch_size: int, collate: Callable | None = None, shuffle: bool = True,
+                 seed: int = 0, drop_last: bool = False):
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.collate = collate or default_collate
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        n = len(self.dataset)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator:
+        batches = index_batches(len(self.dataset), self.batch_size, self.shuffle, self.seed,
+                                self.epoch, self.drop_last)
+        self.epoch += 1
+        for idx in batches:
+            yield self.collate(_fetch(self.dataset, idx))
+
+
+def plain_loop(dataset, batch_size: int, collate: Callable | None = None, shuffle: bool = True,
+               seed: int = 0, drop_last: bool = False) -> PlainLoop:
+    """A single-process loop over ``dataset`` without DataLoader (see module doc)."""
+    return PlainLoop(dataset, batch_size, collate, shuffle, seed, drop_last)
+
+
+class BatchReadLoader:
+    """Batches read by ``dataset.read_batch`` into preallocated arrays.
+
+    ``batch_sampler``: any iterable of index lists (re-iterated per epoch);
+    default: shuffled ``index_batches`` of ``batch_size``.
+    """
+
+    def __init__(self, dataset, batch_size: int, batch_sampler=None, shuffle: bool = True, seed: int = 0,
+                 reuse_buffers: bool = True, drop_last: bool = False):
+        if not hasattr(dataset, "read_batch"):
+            raise TypeError(f"{type(dataset).__name__} has no read_batch(indices, out=...)")
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.batch_sampler = batch_sampler
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.reuse_buffers = bool(reuse_buffers)
+        self.epoch = 0
+        self._buffers = None
+
+    def _alloc(self, n: int):
+        lr = np.empty((n, *self.dataset.lr_shape), np.uint8)
+        hr = np.empty((n, *self.dataset.hr_shape), np.uint8)
+        lr.fill(0)  # fault the pages in now, outside the timed loop
+        hr.fill(0)
+        return lr, hr
+
+    def _batches(self):
+        if self.batch_sampler is not None:
+            return self.batch_sampler
+        return index_batches(len(self.dataset), self.batch_size, self.shuffle, self.seed, self.epoch,
+                             self.drop_last)
+
+    def __len__(self) -> int:
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        n = len(self.dataset)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        batches = self._batches()
+        self.epoch += 1
+        for idx in batches:
+            n = len(idx)
+            if self.reuse_buffers:
+                if self._buffers is None or len(self._buffers[0]) < n:
+                    self._buffers = self._alloc(max(n, self.batch_size))
+                out = self._buffers
+            else:
+                out = (np.empty((n, *self.dataset.lr_shape), np.uint8),
+                       np.empty((n, *self.dataset.hr_shape), np.uint8))
+            lr, hr = self.dataset.read_batch(idx, out=out)
+            yield torch.from_numpy(lr), torch.from_numpy(hr)
+
+
+class ChunkLoader(BatchReadLoader):
+    """Chunk-aligned batches from a chunked store (``dataset.chunk_len``)."""
+
+    def __init__(self, dataset, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+                 reuse_buffers: bool = True, drop_last: bool = False):
+        chunk_len = int(getattr(dataset, "chunk_len", 0) or 0)
+        if chunk_len <= 0:
+            raise TypeError(f"{type(dataset).__name__} has no chunk_len: not a chunked store")
+        batch_size = int(batch_size or chunk_len)
+        sampler = ChunkBatchSampler(len(dataset), chunk_len, batch_size, shuffle, seed, drop_last)
+        super().__init__(dataset, batch_size, batch_sampler=sampler, shuffle=shuffle, seed=seed,
+                         reuse_buffers=reuse_buffers, drop_last=drop_last)
