@@ -13,6 +13,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 FIGURES_DIR = REPO_ROOT / "figures"
 PROFILES_FILE = NOTEBOOKS_DIR / "profiles.yaml"
+# smoke runs (tests, nbval) write here, never over the committed figures
+SCRATCH_DIR = Path(os.environ.get("FEEDLAB_SCRATCH", REPO_ROOT / "runs")).resolve()
 DATA_DIR = Path(os.environ.get("FEEDLAB_DATA", REPO_ROOT / "data")).resolve()
 
 
@@ -27,12 +29,18 @@ def default_cls_root(profile: str = "quick") -> Path:
     return DATA_DIR / ("cls-smoke" if profile == "smoke" else "cls")
 
 
-def figure_dir(notebook_name: str, out_dir: str | os.PathLike = "") -> Path:
+def figure_dir(notebook_name: str, out_dir: str | os.PathLike = "", profile: str = "quick") -> Path:
     """Where a notebook writes its results and figures; created if missing.
 
     ``out_dir`` overrides the default ``figures/<notebook_name>`` (tests point
-    it at a temporary directory).
+    it at a temporary directory). The ``smoke`` profile writes under ``runs/smoke/``
+    so that a test run never replaces the committed figures.
     """
-    path = Path(out_dir) if str(out_dir) else FIGURES_DIR / notebook_name
+    if str(out_dir):
+        path = Path(out_dir)
+    elif profile == "smoke":
+        path = SCRATCH_DIR / "smoke" / notebook_name
+    else:
+        path = FIGURES_DIR / notebook_name
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from feedlab.paths import FIGURES_DIR, NOTEBOOKS_DIR
+from feedlab.paths import NOTEBOOKS_DIR, figure_dir
 from feedlab.profiles import PROFILES, choose_profile, profile_values
 
 
@@ -74,7 +74,7 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
     import papermill as pm
 
     name = nb.stem
-    out_dir = (out_root / name) if out_root else (FIGURES_DIR / name)
+    out_dir = (out_root / name) if out_root else figure_dir(name, "", profile)
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / f"{name}.executed.ipynb"
     parameters = {"profile": profile, **params}

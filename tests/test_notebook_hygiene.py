@@ -1,0 +1,41 @@
+"""Every committed notebook follows the house rules (docs/NOTEBOOKS.md)."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from feedlab.paths import NOTEBOOKS_DIR
+from feedlab.profiles import load_profiles
+from feedlab.run import list_notebooks
+
+NOTEBOOKS = list_notebooks()
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, f"no notebooks in {NOTEBOOKS_DIR}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_clean_and_parameterized(path):
+    nb = nbformat.read(path, as_version=4)
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{path.name}: {len(tagged)} cells tagged 'parameters'"
+    params = tagged[0].source
+    for name in ("profile", "data_root", "out_dir"):
+        assert re.search(rf"^{name}\s*=", params, re.M), f"{path.name}: parameter {name} missing"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), \
+        f"{path.name}: stored outputs; commit notebooks clean"
+    text = "\n".join(c.source for c in nb.cells)
+    assert not re.search(r"['\"](/work/|/tmp/|/root/|/home/)", text), f"{path.name}: machine path"
+    assert "record_results" in text, f"{path.name}: no record-results cell"
+    assert nb.cells[0].cell_type == "markdown", f"{path.name}: first cell should state the question"
+
+
+def test_every_notebook_has_a_profile_section():
+    table = load_profiles()
+    missing = [p.stem for p in NOTEBOOKS if p.stem not in table]
+    assert not missing, f"notebooks/profiles.yaml lacks sections for {missing}"
