@@ -1,0 +1,74 @@
+"""Regenerate the README's figures section from the last run's outputs.
+
+    python -m feedlab.readme
+
+For every ``figures/<notebook>/`` it lists the PNG figures and the notebook's
+computed reading (``results.json`` → ``reading``: written by the notebook from
+that run's numbers), with the fingerprint of the machine that made them. The
+section sits between ``<!-- figures:start -->`` and ``<!-- figures:end -->``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+from feedlab.fingerprint import fingerprint_line
+from feedlab.paths import FIGURES_DIR, REPO_ROOT
+
+START, END = "<!-- figures:start -->", "<!-- figures:end -->"
+
+
+def _title(name: str) -> str:
+    num, _, rest = name.partition("_")
+    return f"{num} · {rest.replace('_', ' ')}"
+
+
+def section() -> str:
+    parts = []
+    fps = set()
+    for nb_dir in sorted(p for p in FIGURES_DIR.iterdir() if p.is_dir() and re.match(r"\d\d_", p.name)):
+        pngs = sorted(nb_dir.glob("*.png"))
+        res_path = nb_dir / "results.json"
+        if not pngs and not res_path.exists():
+            continue
+        reading = []
+        if res_path.exists():
+            payload = json.loads(res_path.read_text())
+            r = payload.get("reading") or []
+            reading = [r] if isinstance(r, str) else list(r)
+        fp_path = nb_dir / "fingerprint.json"
+        if fp_path.exists():
+            fps.add(fingerprint_line(json.loads(fp_path.read_text())))
+        parts.append(f"### {_title(nb_dir.name)}\n")
+        parts.append(f"Notebook: [`notebooks/{nb_dir.name}.ipynb`](notebooks/{nb_dir.name}.ipynb) · "
+                     f"results: [`figures/{nb_dir.name}/`](figures/{nb_dir.name}/)\n")
+        for line in reading:
+            parts.append(f"- {line}")
+        if reading:
+            parts.append("")
+        for png in pngs:
+            rel = png.relative_to(REPO_ROOT).as_posix()
+            parts.append(f"![{png.stem.replace('_', ' ')}]({rel})\n")
+    head = ["Each reading below was computed by its notebook from the numbers of the run that drew "
+            "the figures (median and interquartile range over repeats).", ""]
+    if fps:
+        head.append("Made on: " + " | ".join(sorted(fps)))
+        head.append("")
+    return "\n".join(head + parts)
+
+
+def update_readme(path=REPO_ROOT / "README.md") -> bool:
+    text = path.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"{path}: markers {START} / {END} missing")
+    new = text.split(START)[0] + START + "\n" + section() + "\n" + END + text.split(END, 1)[1]
+    changed = new != text
+    path.write_text(new)
+    return changed
+
+
+if __name__ == "__main__":
+    print("README updated" if update_readme() else "README unchanged")
+    sys.exit(0)
