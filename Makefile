@@ -14,7 +14,6 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install -q -e '.[dev,fast]'
 	$(PY) -m ipykernel install --sys-prefix --name feedlab --display-name "feedlab (venv)" >/dev/null
