@@ -1,0 +1,105 @@
+"""Build the data sets feedlab measures, and pack them into storage formats.
+
+Command line: ``python -m data_prep sr|classify|pack|verify`` (``--help`` on each).
+From Python (notebooks, the runner)::
+
+    root = ensure_sr(root, patch=64, scale=2, count=4096, formats=("lmdb", "hdf5"))
+    cls_root = ensure_cls(root, classes=4, per_class=128)
+
+``ensure_*`` build only what is missing: a set whose manifest records other
+parameters is rebuilt; a requested format absent from the manifest (or from
+disk) is packed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterable
+
+from feedlab.formats._common import read_manifest
+
+from .classify import build_cls, cls_params
+from .errors import DataPrepError, VerifyError
+from .pack import pack, parse_formats, verify
+from .sr import build_sr, sr_params
+
+__all__ = ["ensure_sr", "ensure_cls", "build_sr", "build_cls", "pack", "verify", "parse_formats",
+           "DataPrepError", "VerifyError"]
+
+
+def _default_root(kind: str, patch: int = 64) -> Path:
+    from feedlab import paths
+
+    return paths.DATA_DIR / (f"sr{patch}" if kind == "sr" else "cls")
+
+
+@contextmanager
+def _build_lock(root: Path):
+    """An exclusive lock beside ``root`` so concurrent ensure_* calls build once."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    lock = root.with_name(root.name + ".lock")
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+def _sr_complete(root: Path, man: dict) -> bool:
+    n = man.get("count", -1)
+    last = f"{n - 1:06d}.png"
+    return (root / "hr" / last).is_file() and (root / "lr" / last).is_file()
+
+
+def ensure_sr(root: str | os.PathLike | None = None, patch: int = 64, scale: int = 2, count: int = 4096,
+              formats: str | Iterable[str] | None = "all", seed: int = 0, *, source=None, flip: bool = False,
+              log: Callable[[str], None] | None = print) -> Path:
+    """Make sure ``root`` holds the SR set with these parameters and ``formats`` packed.
+
+    ``root=None`` means ``feedlab.paths.DATA_DIR / f"sr{patch}"``. ``formats``:
+    ``"all"``, a comma list, a sequence of names, or ``()`` for the PNGs only.
+    Returns ``root`` as a ``Path``.
+    """
+    root = Path(root) if root is not None else _default_root("sr", patch)
+    log = log or _quiet
+    wanted = parse_formats(formats if formats else [], default_all=False)
+    with _build_lock(root):
+        man = read_manifest(root)
+        want = sr_params(patch, scale, count, seed, source, flip)
+        if any(man.get(k) != v for k, v in want.items()) or not _sr_complete(root, man):
+            build_sr(root, patch, scale, count, source=source, seed=seed, flip=flip, log=log)
+            man = read_manifest(root)
+        from feedlab.formats import FORMATS
+
+        have = man.get("formats", {})
+        missing = [f for f in wanted
+                   if f not in have or have[f].get("content_sha256") != man.get("content_sha256")
+                   or FORMATS[f].bytes_on_disk(root) == 0]
+        if missing:
+            pack(root, missing, log=log)
+    return root
+
+
+def ensure_cls(root: str | os.PathLike | None = None, classes: int | None = 4, per_class: int = 128, *,
+               min_size: int = 160, max_size: int = 512, seed: int = 0, source=None, quality: int = 90,
+               log: Callable[[str], None] | None = print) -> Path:
+    """Make sure ``root`` holds the ImageFolder set with these parameters; returns ``root``."""
+    root = Path(root) if root is not None else _default_root("cls")
+    log = log or _quiet
+    with _build_lock(root):
+        man = read_manifest(root)
+        want = cls_params(classes, per_class, min_size, max_size, seed, source, quality)
+        complete = bool(man.get("classes")) and all(
+            (root / c / f"{per_class - 1:06d}.jpg").is_file() for c in man.get("classes", []))
+        if any(man.get(k) != v for k, v in want.items()) or not complete:
+            build_cls(root, classes, per_class, min_size=min_size, max_size=max_size, seed=seed,
+                      source=source, quality=quality, log=log)
+    return root

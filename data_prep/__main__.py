@@ -1,0 +1,93 @@
+"""``python -m data_prep sr|classify|pack|verify``: see ``--help`` of each."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .errors import DataPrepError
+
+
+def _default_data(name: str) -> str:
+    try:
+        from feedlab import paths
+        return str(paths.DATA_DIR / name)
+    except ImportError:
+        return f"data/{name}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from feedlab.formats import PACKABLE
+
+    p = argparse.ArgumentParser(prog="python -m data_prep", description="Build and pack feedlab's data sets.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    sr = sub.add_parser("sr", help="DIV2K-style SR patch pairs (hr/ + lr/ PNGs)")
+    sr.add_argument("--out", default=None, help="output folder (default: <data>/sr<patch>)")
+    sr.add_argument("--patch", type=int, default=64, help="HR patch side in pixels (default 64)")
+    sr.add_argument("--scale", type=int, default=2, help="downscale factor for LR (default 2)")
+    sr.add_argument("--count", type=int, default=4096, help="number of pairs (default 4096)")
+    sr.add_argument("--source", default=None, help="folder of photos (default: photos bundled with "
+                    "scikit-image, scikit-learn, matplotlib)")
+    sr.add_argument("--seed", type=int, default=0)
+    sr.add_argument("--flip", action="store_true", help="mirror half of the patches at random")
+    sr.add_argument("--skip-bad", action="store_true", help="skip unreadable images (counted) instead of failing")
+    sr.add_argument("--pack", default=None, metavar="FORMATS",
+                    help=f"then pack these formats (comma list or 'all': {', '.join(PACKABLE)})")
+
+    cl = sub.add_parser("classify", help="ImageFolder of JPEGs of varying sizes")
+    cl.add_argument("--out", default=None, help="output folder (default: <data>/cls)")
+    cl.add_argument("--source", default=None, help="folder of class sub-folders, or of images (class = image)")
+    cl.add_argument("--classes", type=int, default=None, help="number of classes (default 4 bundled, all from --source)")
+    cl.add_argument("--per-class", type=int, default=128)
+    cl.add_argument("--min-size", type=int, default=160)
+    cl.add_argument("--max-size", type=int, default=512)
+    cl.add_argument("--quality", type=int, default=90)
+    cl.add_argument("--seed", type=int, default=0)
+    cl.add_argument("--skip-bad", action="store_true")
+
+    pk = sub.add_parser("pack", help="write storage formats beside the PNGs of an SR set")
+    pk.add_argument("root")
+    pk.add_argument("--to", default="all", help=f"comma list or 'all' ({', '.join(PACKABLE)})")
+    pk.add_argument("--chunk-len", type=int, default=None, help="zarr: samples per chunk (default 128)")
+
+    vf = sub.add_parser("verify", help="check every packed sample bit-exact against the PNGs")
+    vf.add_argument("root")
+    vf.add_argument("--formats", default=None, help="comma list (default: every packed format)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from . import build_cls, build_sr, pack, verify
+
+    t0 = time.perf_counter()
+    try:
+        if args.cmd == "sr":
+            out = args.out or _default_data(f"sr{args.patch}")
+            build_sr(out, args.patch, args.scale, args.count, source=args.source, seed=args.seed,
+                     flip=args.flip, skip_bad=args.skip_bad)
+            if args.pack:
+                pack(out, args.pack)
+        elif args.cmd == "classify":
+            out = args.out or _default_data("cls")
+            classes = args.classes if args.classes is not None else (4 if args.source is None else None)
+            build_cls(out, classes, args.per_class, min_size=args.min_size, max_size=args.max_size,
+                      seed=args.seed, source=args.source, quality=args.quality, skip_bad=args.skip_bad)
+        elif args.cmd == "pack":
+            pack(args.root, args.to, chunk_len=args.chunk_len)
+        elif args.cmd == "verify":
+            verify(args.root, args.formats)
+    except DataPrepError as exc:
+        print(f"data_prep {args.cmd}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"data_prep {args.cmd}: interrupted (no partial output left)", file=sys.stderr)
+        return 130
+    print(f"done in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

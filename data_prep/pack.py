@@ -1,0 +1,175 @@
+"""Pack an SR set into the storage formats, and verify them against the PNGs."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from feedlab import formats as F
+from feedlab.formats._common import MANIFEST, read_manifest, write_json_atomic
+
+from .errors import DataPrepError, VerifyError
+
+IN_MEMORY_LIMIT = 2 << 30  # decode the PNGs once into RAM below this size
+
+
+def parse_formats(spec: str | Iterable[str] | None, *, default_all: bool = True) -> list[str]:
+    """``"all"``, ``"lmdb,hdf5"`` or a list -> validated packable format names (order kept).
+
+    ``png`` is accepted and ignored (the PNGs are the source, always present)."""
+    if spec is None:
+        return list(F.PACKABLE) if default_all else []
+    items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else [str(s).strip() for s in spec]
+    items = [s for s in items if s]
+    out: list[str] = []
+    for s in items:
+        if s == "all":
+            out.extend(F.PACKABLE)
+        elif s == "png":
+            continue
+        elif s in F.PACKABLE:
+            out.append(s)
+        else:
+            raise DataPrepError(f"unknown format {s!r}; supported: {', '.join(F.PACKABLE)} (or 'all')")
+    return list(dict.fromkeys(out))
+
+
+def sr_manifest(root) -> dict:
+    root = Path(root)
+    if not root.is_dir():
+        raise DataPrepError(f"{root} does not exist: build it with `python -m data_prep sr --out {root}`")
+    man = read_manifest(root)
+    if man.get("kind") != "sr":
+        raise DataPrepError(f"{root} is not an SR set (no SR manifest.json): build it with `python -m data_prep sr`")
+    return man
+
+
+class _Reference(Sequence):
+    """The PNG samples as a sized sequence, decoded once into RAM when small enough."""
+
+    def __init__(self, root: Path, man: dict):
+        self.ds = F.PngDataset(root)
+        n = len(self.ds)
+        if n != man["count"]:
+            raise DataPrepError(f"{root}: manifest says {man['count']} samples, found {n} PNGs")
+        per = int(np.prod(man["hr_shape"])) + int(np.prod(man["lr_shape"]))
+        self.cached = n * per <= IN_MEMORY_LIMIT
+        self.lr = self.hr = None
+        if self.cached:
+            self.lr = np.empty((n, *man["lr_shape"]), np.uint8)
+            self.hr = np.empty((n, *man["hr_shape"]), np.uint8)
+            digest = hashlib.sha256()
+            for i in range(n):
+                lr, hr = self.ds[i]
+                if lr.shape != self.lr.shape[1:] or hr.shape != self.hr.shape[1:]:
+                    raise DataPrepError(f"png: sample {i} has shapes {lr.shape}, {hr.shape}, "
+                                        f"manifest says {man['lr_shape']}, {man['hr_shape']}")
+                self.lr[i] = lr
+                self.hr[i] = hr
+                digest.update(self.lr[i].tobytes())
+                digest.update(self.hr[i].tobytes())
+            if man.get("content_sha256") and digest.hexdigest() != man["content_sha256"]:
+                raise VerifyError(f"png: the PNGs under {root} no longer match the manifest's content_sha256")
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if self.cached:
+            return self.lr[i], self.hr[i]
+        return self.ds[i]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+
+def _opts_for(writer, opts: dict) -> dict:
+    """The options this writer names explicitly (``chunk_len`` reaches zarr only, ...)."""
+    names = {p.name for p in inspect.signature(writer).parameters.values()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in opts.items() if v is not None and k in names}
+
+
+def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[str], None] = print,
+         **writer_opts) -> dict:
+    """Write each format under ``root`` and record it in ``manifest.json``
+    (path, bytes on disk, write seconds). Returns the updated manifest."""
+    root = Path(root)
+    fmts = parse_formats(formats)
+    man = sr_manifest(root)
+    if not fmts:
+        return man
+    ref = _Reference(root, man)
+    for fmt in fmts:
+        spec = F.get_format(fmt)
+        opts = _opts_for(spec.writer, writer_opts)
+        t0 = time.perf_counter()
+        F.write(fmt, root, ref, **opts)
+        dt = time.perf_counter() - t0
+        size = spec.bytes_on_disk(root)
+        man = read_manifest(root)  # re-read: another packer may have recorded a format meanwhile
+        man.setdefault("formats", {})[fmt] = {
+            "path": spec.path, "bytes": int(size), "write_seconds": round(dt, 3),
+            "content_sha256": man.get("content_sha256"),
+        }
+        write_json_atomic(root / MANIFEST, man)
+        log(f"packed {fmt:9s} {size / 2**20:8.1f} MiB in {dt:6.2f} s")
+    return man
+
+
+def verify(root, formats: str | Iterable[str] | None = None, *, log: Callable[[str], None] = print,
+           max_report: int = 5) -> dict[str, int]:
+    """Re-read every sample of each packed format and compare it bit-exact to the PNGs.
+
+    ``formats=None`` checks every format the manifest records. Raises
+    ``VerifyError`` naming each failing format and the first failing indices.
+    Returns ``{format: samples checked}``."""
+    root = Path(root)
+    man = sr_manifest(root)
+    fmts = parse_formats(formats) if formats is not None else [f for f in man.get("formats", {}) if f in F.PACKABLE]
+    ref = _Reference(root, man)
+    failures: list[str] = []
+    checked: dict[str, int] = {}
+    for fmt in fmts:
+        try:
+            ds = F.open_dataset(root, fmt)
+        except Exception as exc:
+            failures.append(f"{fmt}: cannot open ({type(exc).__name__}: {exc})")
+            continue
+        if len(ds) != len(ref):
+            failures.append(f"{fmt}: {len(ds)} samples, PNGs have {len(ref)}")
+            continue
+        bad: list[str] = []
+        nbad = 0
+        for i in range(len(ref)):
+            want_lr, want_hr = ref[i]
+            try:
+                lr, hr = ds[i]
+                ok = (lr.dtype == np.uint8 and hr.dtype == np.uint8 and np.array_equal(lr, want_lr)
+                      and np.array_equal(hr, want_hr))
+                why = "differs from the PNG"
+            except Exception as exc:  # a corrupt value may fail to decode at all
+                ok, why = False, f"unreadable ({type(exc).__name__}: {exc})"
+            if not ok:
+                nbad += 1
+                if len(bad) < max_report:
+                    bad.append(f"index {i} {why}")
+        close = getattr(ds, "close", None)
+        if close:
+            close()
+        checked[fmt] = len(ref)
+        if nbad:
+            failures.append(f"{fmt}: {nbad} bad sample(s): " + "; ".join(bad))
+        else:
+            log(f"verified {fmt:9s} {len(ref)} samples bit-exact")
+    if failures:
+        raise VerifyError("verify failed:\n  " + "\n  ".join(failures))
+    return checked

@@ -1,0 +1,129 @@
+"""DIV2K-style super-resolution patch pairs from natural photos.
+
+``hr/NNNNNN.png``: a ``patch``x``patch`` crop at a random position of a random
+source photo (optionally flipped); ``lr/NNNNNN.png``: that crop downscaled by
+``scale`` with PIL BICUBIC. Every draw comes from one ``numpy`` generator
+seeded by ``seed``, and PNGs are written at a fixed compression level, so a
+seed gives the same bytes every time (in one environment: Pillow's resampler
+and zlib are part of the recipe).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from PIL import Image
+
+from feedlab.formats import png as png_fmt
+from feedlab.formats._common import replace_path, write_json_atomic, MANIFEST, _remove
+
+from .errors import DataPrepError
+from .images import builtin_photo_paths, find_images, load_photos
+
+MANIFEST_VERSION = 1
+
+
+def sr_params(patch: int, scale: int, count: int, seed: int, source, flip: bool) -> dict:
+    return {"kind": "sr", "patch": int(patch), "scale": int(scale), "count": int(count), "seed": int(seed),
+            "source": "builtin" if source is None else str(Path(source).resolve()), "flip": bool(flip)}
+
+
+def _check_args(patch: int, scale: int, count: int) -> None:
+    if scale < 1:
+        raise DataPrepError(f"--scale must be >= 1, got {scale}")
+    if patch < 2 or patch % scale:
+        raise DataPrepError(f"--patch must be a multiple of --scale ({scale}) and >= 2, got {patch}")
+    if count < 1:
+        raise DataPrepError(f"--count must be >= 1, got {count}")
+
+
+def source_paths(source) -> list[tuple[str, Path]]:
+    if source is None:
+        paths = builtin_photo_paths()
+        if not paths:
+            raise DataPrepError("no bundled photos found (scikit-image / scikit-learn / matplotlib); pass --source DIR")
+        return paths
+    src = Path(source)
+    files = find_images(src)
+    if not files:
+        raise DataPrepError(f"source folder {src} holds no images ({', '.join(sorted({'.png', '.jpg', '.jpeg'}))}...)")
+    return [(p.relative_to(src).as_posix(), p) for p in files]
+
+
+def make_pair(photo: np.ndarray, y: int, x: int, patch: int, scale: int, flip: bool) -> tuple[np.ndarray, np.ndarray]:
+    hr = photo[y:y + patch, x:x + patch]
+    if flip:
+        hr = hr[:, ::-1]
+    hr = np.ascontiguousarray(hr)
+    small = patch // scale
+    lr = np.asarray(Image.fromarray(hr, "RGB").resize((small, small), Image.Resampling.BICUBIC))
+    return lr, hr
+
+
+def build_sr(out, patch: int = 64, scale: int = 2, count: int = 4096, *, source=None, seed: int = 0,
+             flip: bool = False, skip_bad: bool = False, log: Callable[[str], None] = print) -> Path:
+    """Build an SR set at ``out`` (replacing any there), atomically: everything is
+    written into ``out.tmp-XXXX`` (manifest last) and renamed onto ``out``."""
+    _check_args(patch, scale, count)
+    t0 = time.perf_counter()
+    out = Path(out)
+    photos, report = load_photos(source_paths(source), min_side=patch, skip_bad=skip_bad, log=log)
+    if not photos:
+        raise DataPrepError(f"no usable source images (all unreadable or smaller than {patch}x{patch})")
+
+    rng = np.random.default_rng(seed)
+    which = rng.integers(0, len(photos), size=count)
+    fy = rng.random(count)
+    fx = rng.random(count)
+    flips = rng.random(count) < 0.5 if flip else np.zeros(count, bool)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
+    digest = hashlib.sha256()
+    used = np.zeros(len(photos), np.int64)
+    try:
+        (tmp / "hr").mkdir(parents=True)
+        (tmp / "lr").mkdir()
+        for i in range(count):
+            ph = photos[which[i]]
+            h, w = ph.rgb.shape[:2]
+            y = int(fy[i] * (h - patch + 1))
+            x = int(fx[i] * (w - patch + 1))
+            lr, hr = make_pair(ph.rgb, y, x, patch, scale, bool(flips[i]))
+            digest.update(lr.tobytes())
+            digest.update(hr.tobytes())
+            name = png_fmt.sample_name(i)
+            (tmp / "hr" / name).write_bytes(png_fmt.encode_png(hr))
+            (tmp / "lr" / name).write_bytes(png_fmt.encode_png(lr))
+            used[which[i]] += 1
+        small = patch // scale
+        manifest = {
+            **sr_params(patch, scale, count, seed, source, flip),
+            "version": MANIFEST_VERSION,
+            "hr_shape": [patch, patch, 3],
+            "lr_shape": [small, small, 3],
+            "dtype": "uint8",
+            "layout": "HWC",
+            "resample": "PIL.Image.Resampling.BICUBIC",
+            "png_compress_level": png_fmt.PNG_COMPRESS_LEVEL,
+            "content_sha256": digest.hexdigest(),
+            "content_hash_recipe": "sha256 over lr.tobytes() then hr.tobytes() (uint8 HWC, C order) per sample, index order",
+            "sources": {p.name: int(n) for p, n in zip(photos, used)},
+            "skipped": report.as_dict(),
+            "png_bytes": png_fmt.bytes_on_disk(tmp),
+            "build_seconds": round(time.perf_counter() - t0, 3),
+            "formats": {},
+        }
+        write_json_atomic(tmp / MANIFEST, manifest)
+        replace_path(tmp, out)
+    except BaseException:
+        _remove(tmp)
+        raise
+    log(f"wrote {count} SR pairs ({patch}px HR, x{scale}) from {len(photos)} photo(s) to {out} "
+        f"in {time.perf_counter() - t0:.1f} s")
+    return out
