@@ -1,0 +1,647 @@
+"""Image decoders behind one function.
+
+``decode(data, backend)`` turns the bytes of one JPEG or PNG into an HWC uint8
+RGB numpy array, whichever library does the work. ``available_backends()``
+says which libraries this environment has, and for each missing one why and
+how to get it: a backend is never dropped silently.
+
+Backends (``supports(name, kind)`` tells which formats each reads):
+
+============  ==========  ===================================================
+name          formats     library
+============  ==========  ===================================================
+pil           jpeg, png   Pillow (or Pillow-SIMD, which replaces it in place)
+pillow-simd   jpeg, png   the same code path, available only when ``PIL`` is
+                          the SIMD fork (its version ends in ``.postN``)
+torchvision   jpeg, png   ``torchvision.io`` decoders on a uint8 byte tensor
+accimage      jpeg        Intel IPP via accimage (conda-forge only)
+simplejpeg    jpeg        bundled libjpeg-turbo; decodes into a given buffer
+turbojpeg     jpeg        PyTurboJPEG over the system libturbojpeg
+pyspng        png         libspng
+cuda          jpeg        nvJPEG through ``torchvision.io.decode_jpeg(device=)``
+============  ==========  ===================================================
+
+The per-call path is kept thin on purpose (one dict look-up, then the
+library call): the notebooks compare the best decoder with libjpeg-turbo's
+own C benchmark (``tjbench``), so Python overhead is part of what is measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import importlib
+import importlib.metadata
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+__all__ = [
+    "BACKENDS",
+    "BackendInfo",
+    "available_backends",
+    "backend_names",
+    "decode",
+    "decode_resize",
+    "decode_cuda_batch",
+    "image_kind",
+    "is_pillow_simd",
+    "supports",
+    "with_image_backend",
+]
+
+#: Every backend feedlab knows about, in the order tables list them.
+BACKENDS: tuple[str, ...] = (
+    "pil",
+    "pillow-simd",
+    "torchvision",
+    "accimage",
+    "simplejpeg",
+    "turbojpeg",
+    "pyspng",
+    "cuda",
+)
+
+_KINDS: dict[str, frozenset[str]] = {
+    "pil": frozenset({"jpeg", "png"}),
+    "pillow-simd": frozenset({"jpeg", "png"}),
+    "torchvision": frozenset({"jpeg", "png"}),
+    "accimage": frozenset({"jpeg"}),
+    "simplejpeg": frozenset({"jpeg"}),
+    "turbojpeg": frozenset({"jpeg"}),
+    "pyspng": frozenset({"png"}),
+    "cuda": frozenset({"jpeg"}),
+}
+
+_HINTS: dict[str, str] = {
+    "pil": "pip install pillow",
+    "pillow-simd": (
+        "Pillow-SIMD replaces Pillow in place (same `PIL` import), so it needs its own "
+        "environment: apt-get install libjpeg62-turbo-dev zlib1g-dev; "
+        "pip uninstall -y pillow; CC='cc -mavx2' pip install pillow-simd"
+    ),
+    "torchvision": "pip install torchvision",
+    "accimage": "conda install -c conda-forge accimage (see environment.yml); not on PyPI",
+    "simplejpeg": "pip install simplejpeg",
+    "turbojpeg": (
+        "apt-get install libturbojpeg0 && pip install 'pyturbojpeg<2' "
+        "(PyTurboJPEG 2.x needs libjpeg-turbo >= 3.0; Debian 12 ships 2.1.5)"
+    ),
+    "pyspng": "pip install pyspng",
+    "cuda": "needs a CUDA GPU and a CUDA build of torch + torchvision (nvJPEG)",
+}
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What ``available_backends()`` knows about one decoder.
+
+    Unpacks as ``available, hint = info`` (the two-field form in
+    docs/ARCHITECTURE.md); the other fields are for tables.
+    """
+
+    name: str
+    available: bool
+    version: str = ""
+    reason: str = ""  # why unavailable (with the install hint); notes when available
+    kinds: tuple[str, ...] = ()
+
+    @property
+    def hint(self) -> str:
+        return self.reason
+
+    def __iter__(self) -> Iterator[object]:
+        return iter((self.available, self.reason))
+
+    def as_row(self) -> dict[str, object]:
+        return {
+            "backend": self.name,
+            "available": self.available,
+            "version": self.version,
+            "formats": ",".join(self.kinds),
+            "note": self.reason,
+        }
+
+
+def backend_names() -> tuple[str, ...]:
+    return BACKENDS
+
+
+def supports(backend: str, kind: str) -> bool:
+    """Whether ``backend`` can decode ``kind`` ('jpeg' or 'png'); says nothing of availability."""
+    try:
+        kinds = _KINDS[backend]
+    except KeyError:
+        raise ValueError(f"unknown backend {backend!r}; one of: {', '.join(BACKENDS)}") from None
+    kind = kind.lower()
+    if kind == "jpg":
+        kind = "jpeg"
+    if kind not in ("jpeg", "png"):
+        raise ValueError(f"unknown image kind {kind!r}; one of: jpeg, png")
+    return kind in kinds
+
+
+def image_kind(data) -> str:
+    """'jpeg', 'png' or 'unknown', from the magic bytes."""
+    head = bytes(memoryview(data)[:8]) if not isinstance(data, bytes) else data[:8]
+    if head[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if head == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    return "unknown"
+
+
+# --------------------------------------------------------------------------
+# availability
+# --------------------------------------------------------------------------
+
+def is_pillow_simd() -> bool:
+    """True when the installed ``PIL`` is the Pillow-SIMD fork.
+
+    Pillow-SIMD publishes every release as ``<pillow version>.postN`` (its
+    maintainers' advice for telling the two apart at run time), and installs
+    a distribution named ``Pillow-SIMD``. Either sign counts.
+    """
+    try:
+        import PIL
+    except ImportError:
+        return False
+    if ".post" in getattr(PIL, "__version__", ""):
+        return True
+    try:
+        importlib.metadata.distribution("Pillow-SIMD")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def _probe_pil() -> tuple[bool, str, str]:
+    import PIL
+    from PIL import features
+
+    notes = []
+    if features.check_feature("libjpeg_turbo"):
+        notes.append(f"libjpeg-turbo {features.version('libjpeg_turbo') or ''}".strip())
+    else:
+        notes.append(f"libjpeg {features.version('jpg') or ''}".strip())
+    if is_pillow_simd():
+        notes.append("Pillow-SIMD")
+    return True, PIL.__version__, "; ".join(notes)
+
+
+def _probe_pillow_simd() -> tuple[bool, str, str]:
+    import PIL
+
+    if not is_pillow_simd():
+        return False, "", f"PIL {PIL.__version__} is stock Pillow. " + _HINTS["pillow-simd"]
+    return True, PIL.__version__, ""
+
+
+def _probe_torchvision() -> tuple[bool, str, str]:
+    import torchvision
+    from torchvision import io as tvio
+
+    has_ops = getattr(tvio.image, "_has_image_ops", lambda: True)()
+    if not has_ops:
+        return False, torchvision.__version__, "torchvision's image extension failed to load"
+    note = ""
+    if hasattr(tvio.image, "_DEPRECATION_MSG"):
+        note = "torchvision.io image decoding is deprecated upstream in favour of TorchCodec"
+    return True, torchvision.__version__, note
+
+
+def _probe_accimage() -> tuple[bool, str, str]:
+    import accimage  # noqa: F401  (ImportError -> unavailable)
+
+    return True, getattr(accimage, "__version__", ""), ""
+
+
+def _probe_simplejpeg() -> tuple[bool, str, str]:
+    import simplejpeg
+
+    return True, simplejpeg.__version__, "bundled libjpeg-turbo"
+
+
+def _probe_turbojpeg() -> tuple[bool, str, str]:
+    import turbojpeg
+
+    version = getattr(turbojpeg, "__version__", "")
+    try:
+        turbojpeg.TurboJPEG()  # loads libturbojpeg; raises when missing or too old
+    except Exception as exc:  # noqa: BLE001 - the message is the report
+        return False, version, f"PyTurboJPEG {version} cannot load libturbojpeg ({exc}). {_HINTS['turbojpeg']}"
+    return True, version, ""
+
+
+def _probe_pyspng() -> tuple[bool, str, str]:
+    import pyspng
+
+    return True, getattr(pyspng, "__version__", "") or _dist_version("pyspng"), ""
+
+
+def _probe_cuda() -> tuple[bool, str, str]:
+    import torch
+
+    if not torch.cuda.is_available():
+        cuda_build = torch.version.cuda or "none"
+        return False, "", f"torch.cuda.is_available() is False (CUDA build: {cuda_build}). {_HINTS['cuda']}"
+    import torchvision
+
+    return True, f"torch {torch.__version__}, torchvision {torchvision.__version__}", torch.cuda.get_device_name()
+
+
+_PROBES: dict[str, Callable[[], tuple[bool, str, str]]] = {
+    "pil": _probe_pil,
+    "pillow-simd": _probe_pillow_simd,
+    "torchvision": _probe_torchvision,
+    "accimage": _probe_accimage,
+    "simplejpeg": _probe_simplejpeg,
+    "turbojpeg": _probe_turbojpeg,
+    "pyspng": _probe_pyspng,
+    "cuda": _probe_cuda,
+}
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+@functools.lru_cache(maxsize=1)
+def _available_cached() -> dict[str, BackendInfo]:
+    out: dict[str, BackendInfo] = {}
+    for name in BACKENDS:
+        kinds = tuple(sorted(_KINDS[name]))
+        try:
+            ok, version, note = _PROBES[name]()
+        except ImportError as exc:
+            ok, version, note = False, "", f"not installed ({exc.name or exc}): {_HINTS[name]}"
+        except Exception as exc:  # noqa: BLE001 - any failure is reported, never hidden
+            ok, version, note = False, "", f"{type(exc).__name__}: {exc}. {_HINTS[name]}"
+        out[name] = BackendInfo(name, bool(ok), version, note, kinds)
+    return out
+
+
+def available_backends(refresh: bool = False) -> dict[str, BackendInfo]:
+    """Every known backend with ``available``, ``version`` and ``reason`` (why not / how to install).
+
+    The probe imports each library once and is cached; ``refresh=True`` probes again.
+    """
+    if refresh:
+        _available_cached.cache_clear()
+    return dict(_available_cached())
+
+
+# --------------------------------------------------------------------------
+# decoders: each takes (data, out) and returns an HWC uint8 RGB array
+# --------------------------------------------------------------------------
+
+def _to_rgb_array(arr: np.ndarray) -> np.ndarray:
+    """Grayscale / gray+alpha / RGBA -> RGB, uint16 -> uint8."""
+    if arr.dtype != np.uint8:
+        if arr.dtype == np.uint16:
+            arr = (arr >> 8).astype(np.uint8)
+        else:
+            raise ValueError(f"unsupported decoded dtype {arr.dtype}")
+    if arr.ndim == 2:
+        return np.repeat(arr[:, :, None], 3, axis=2)
+    c = arr.shape[2]
+    if c == 3:
+        return arr
+    if c == 1:
+        return np.repeat(arr, 3, axis=2)
+    if c == 2:  # gray + alpha: drop alpha
+        return np.repeat(arr[:, :, :1], 3, axis=2)
+    if c == 4:  # RGBA: drop alpha (what PIL's convert('RGB') does)
+        return np.ascontiguousarray(arr[:, :, :3])
+    raise ValueError(f"unsupported channel count {c}")
+
+
+def _finish(arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    if out is None:
+        return arr
+    np.copyto(out, arr)
+    return out
+
+
+def _as_bytes_like(data):
+    # BytesIO and the C decoders take any buffer; numpy arrays need their memory
+    return data.data if isinstance(data, np.ndarray) else data
+
+
+def _pil_open(data):
+    from PIL import Image
+
+    return Image.open(io.BytesIO(_as_bytes_like(data)))
+
+
+def _decode_pil(data, out):
+    im = _pil_open(data)
+    if im.mode != "RGB":
+        im = im.convert("RGB")
+    arr = np.asarray(im)
+    return _finish(arr, out)
+
+
+def _tv_ops():
+    """torchvision's registered ops, called directly.
+
+    The public ``torchvision.io.decode_*`` wrappers add an API-usage log and a
+    deprecation warning on every call (torchvision >= 0.29): a few µs that
+    would show up at 96×96. Fall back to them when the ops are not exposed.
+    """
+    import torch
+    import torchvision.io as tvio
+
+    rgb = tvio.ImageReadMode.RGB
+    try:
+        ops = torch.ops.image
+        dj, dp, di = ops.decode_jpeg, ops.decode_png, ops.decode_image
+        mode = rgb.value
+
+        def jpeg(t):
+            return dj(t, mode, False)
+
+        def png(t):
+            return dp(t, mode, False)
+
+        def anyimg(t):
+            return di(t, mode, False)
+
+        return jpeg, png, anyimg
+    except (AttributeError, RuntimeError):  # pragma: no cover - older/newer torchvision
+        return (
+            lambda t: tvio.decode_jpeg(t, mode=rgb),
+            lambda t: tvio.decode_png(t, mode=rgb),
+            lambda t: tvio.decode_image(t, mode=rgb),
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _tv():
+    import warnings
+
+    import torch
+
+    # torch.frombuffer on read-only bytes warns (once per process) that the
+    # tensor could write to them. Decoders only read, so spend that one
+    # warning here, silenced, instead of on a user's first decode.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.frombuffer(b"\x00", dtype=torch.uint8)
+    jpeg, png, anyimg = _tv_ops()
+    return torch, jpeg, png, anyimg
+
+
+def _byte_tensor(torch, data):
+    if isinstance(data, np.ndarray):
+        arr = data.reshape(-1).view(np.uint8)
+        return torch.from_numpy(arr)
+    return torch.frombuffer(data, dtype=torch.uint8)
+
+
+def _decode_torchvision(data, out):
+    torch, jpeg, png, anyimg = _tv()
+    t = _byte_tensor(torch, data)
+    kind = image_kind(data)
+    chw = jpeg(t) if kind == "jpeg" else png(t) if kind == "png" else anyimg(t)
+    # the decoders fill HWC memory and hand back a CHW-permuted view, so the
+    # permute back is free and contiguous
+    arr = chw.permute(1, 2, 0).numpy()
+    return _finish(arr, out)
+
+
+@functools.lru_cache(maxsize=1)
+def _simplejpeg():
+    import simplejpeg
+
+    return simplejpeg.decode_jpeg
+
+
+def _decode_simplejpeg(data, out, fast=False):
+    dj = _simplejpeg()
+    if out is not None and out.flags.c_contiguous:
+        got = dj(data, "RGB", fast, fast, buffer=out)
+        if got.shape != out.shape:
+            raise ValueError(f"decoded shape {got.shape} does not match out {out.shape}")
+        return out
+    return _finish(dj(data, "RGB", fast, fast), out)
+
+
+@functools.lru_cache(maxsize=1)
+def _turbo():
+    import turbojpeg
+
+    return turbojpeg.TurboJPEG(), turbojpeg.TJPF_RGB, getattr(turbojpeg, "TJFLAG_FASTDCT", 2048), getattr(
+        turbojpeg, "TJFLAG_FASTUPSAMPLE", 256
+    )
+
+
+def _decode_turbojpeg(data, out, fast=False):
+    tj, rgb, fastdct, fastup = _turbo()
+    flags = (fastdct | fastup) if fast else 0
+    return _finish(tj.decode(_as_bytes_like(data), pixel_format=rgb, flags=flags), out)
+
+
+@functools.lru_cache(maxsize=1)
+def _pyspng():
+    import pyspng
+
+    return pyspng.load
+
+
+def _decode_pyspng(data, out):
+    arr = _pyspng()(bytes(data) if not isinstance(data, bytes) else data)
+    return _finish(_to_rgb_array(arr), out)
+
+
+def _decode_accimage(data, out):
+    import accimage
+
+    img = accimage.Image(bytes(_as_bytes_like(data)))
+    target = out if out is not None else np.empty((img.height, img.width, 3), np.uint8)
+    # accimage's copyto fills a CHW or HWC uint8 array depending on its shape
+    img.copyto(target)
+    return target
+
+
+def _decode_cuda(data, out):
+    import torchvision.io as tvio
+
+    torch = _tv()[0]
+    t = _byte_tensor(torch, data)
+    img = tvio.decode_jpeg(t, mode=tvio.ImageReadMode.RGB, device="cuda")
+    return _finish(img.permute(1, 2, 0).cpu().numpy(), out)
+
+
+_DECODERS: dict[str, Callable] = {
+    "pil": _decode_pil,
+    "pillow-simd": _decode_pil,
+    "torchvision": _decode_torchvision,
+    "accimage": _decode_accimage,
+    "simplejpeg": _decode_simplejpeg,
+    "turbojpeg": _decode_turbojpeg,
+    "pyspng": _decode_pyspng,
+    "cuda": _decode_cuda,
+}
+_FAST_CAPABLE = {"simplejpeg": _decode_simplejpeg, "turbojpeg": _decode_turbojpeg}
+
+
+def _unknown(backend: str) -> ValueError:
+    return ValueError(f"unknown backend {backend!r}; one of: {', '.join(BACKENDS)}")
+
+
+def decode(data, backend: str = "pil", out: np.ndarray | None = None, *, fast: bool = False) -> np.ndarray:
+    """Decode one encoded image to an HWC uint8 RGB array.
+
+    ``data`` is ``bytes``, a ``memoryview`` or a 1-D uint8 ``np.ndarray``.
+    With ``out`` (a preallocated HWC uint8 array of the right shape, e.g. a
+    batch slot) the pixels land there: simplejpeg decodes straight into it,
+    the others copy once. ``fast=True`` asks libjpeg-turbo backends for the
+    fast DCT and upsampling (slightly lower quality, ~5-10% faster).
+    Unavailable backends raise ``RuntimeError`` with the install hint.
+    """
+    try:
+        fn = _DECODERS[backend]
+    except KeyError:
+        raise _unknown(backend) from None
+    try:
+        if fast and backend in _FAST_CAPABLE:
+            return fn(data, out, True)
+        return fn(data, out)
+    except ImportError as exc:
+        info = available_backends()[backend]
+        raise RuntimeError(f"decode backend {backend!r} unavailable: {info.reason}") from exc
+
+
+def decoder(backend: str = "pil", *, fast: bool = False) -> Callable:
+    """The bare ``fn(data, out=None)`` for one backend, for hot loops that skip dispatch."""
+    try:
+        fn = _DECODERS[backend]
+    except KeyError:
+        raise _unknown(backend) from None
+    info = available_backends()[backend]
+    if not info.available:
+        raise RuntimeError(f"decode backend {backend!r} unavailable: {info.reason}")
+    if fast and backend in _FAST_CAPABLE:
+        return functools.partial(fn, fast=True)
+
+    def call(data, out=None):
+        return fn(data, out)
+
+    return call
+
+
+def decode_cuda_batch(datas, device="cuda"):
+    """Decode a list of JPEGs on the GPU in one nvJPEG batch call; a list of CHW uint8 CUDA tensors."""
+    import torchvision.io as tvio
+
+    torch = _tv()[0]
+    tensors = [_byte_tensor(torch, d) for d in datas]
+    return tvio.decode_jpeg(tensors, mode=tvio.ImageReadMode.RGB, device=device)
+
+
+# --------------------------------------------------------------------------
+# decode + resize
+# --------------------------------------------------------------------------
+
+def _hw(size) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    h, w = size
+    return int(h), int(w)
+
+
+def decode_resize(
+    data,
+    size,
+    backend: str = "pil",
+    out: np.ndarray | None = None,
+    *,
+    use_draft: bool = True,
+    return_info: bool = False,
+):
+    """Decode and resize to ``size`` (int or (h, w)); HWC uint8 RGB.
+
+    JPEG lets a decoder skip work by decoding at 1/2, 1/4 or 1/8 scale in the
+    DCT domain: PIL does it through ``Image.draft()``, simplejpeg through
+    ``min_height``/``min_width``. Both keep the scaled image no smaller than
+    ``size``; a bilinear resize (Pillow's, antialiased) finishes the job.
+    Other backends decode at full size first.
+
+    ``return_info=True`` returns ``(array, info)`` with ``info['draft']``
+    (whether reduced-scale decoding was used), ``info['decoded_hw']`` and
+    ``info['source_hw']``.
+    """
+    from PIL import Image
+
+    h, w = _hw(size)
+    kind = image_kind(data)
+    info = {"backend": backend, "draft": False, "source_hw": None, "decoded_hw": None}
+    if backend in ("pil", "pillow-simd"):
+        im = _pil_open(data)
+        info["source_hw"] = (im.height, im.width)
+        if use_draft and kind == "jpeg" and (im.width >= 2 * w and im.height >= 2 * h):
+            # draft only ever scales by 1/2^k while staying >= the request
+            im.draft("RGB", (w, h))
+            info["draft"] = (im.width, im.height) != (info["source_hw"][1], info["source_hw"][0])
+        if im.mode != "RGB":
+            im = im.convert("RGB")
+        info["decoded_hw"] = (im.height, im.width)
+        if (im.height, im.width) != (h, w):
+            im = im.resize((w, h), Image.BILINEAR)
+        arr = np.asarray(im)
+    else:
+        if backend == "simplejpeg" and use_draft and kind == "jpeg":
+            import simplejpeg
+
+            sh, sw, _, _ = simplejpeg.decode_jpeg_header(data)
+            info["source_hw"] = (sh, sw)
+            full = simplejpeg.decode_jpeg(data, "RGB", min_height=h, min_width=w)
+            info["draft"] = full.shape[:2] != (sh, sw)
+        else:
+            full = decode(data, backend)
+            info["source_hw"] = full.shape[:2]
+        info["decoded_hw"] = tuple(full.shape[:2])
+        if full.shape[:2] != (h, w):
+            arr = np.asarray(Image.fromarray(full).resize((w, h), Image.BILINEAR))
+        else:
+            arr = full
+    arr = _finish(arr, out)
+    return (arr, info) if return_info else arr
+
+
+# --------------------------------------------------------------------------
+# torchvision's image backend (the accimage-through-torchvision path)
+# --------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def with_image_backend(name: str):
+    """Temporarily switch ``torchvision.set_image_backend`` ('PIL' or 'accimage').
+
+    torchvision's ``default_loader`` (ImageFolder) and ``ToTensor`` follow
+    this switch; the write-ups' accimage numbers come from this path.
+    Raises ``RuntimeError`` with the install hint when accimage is missing.
+    """
+    import torchvision
+
+    if name.lower() in ("pil", "pillow"):
+        name = "PIL"
+    elif name.lower() == "accimage":
+        name = "accimage"
+        info = available_backends()["accimage"]
+        if not info.available:
+            raise RuntimeError(f"accimage unavailable: {info.reason}")
+    else:
+        raise ValueError(f"unknown torchvision image backend {name!r}; one of: PIL, accimage")
+    previous = torchvision.get_image_backend()
+    torchvision.set_image_backend(name)
+    try:
+        yield name
+    finally:
+        torchvision.set_image_backend(previous)
+
