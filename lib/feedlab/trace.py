@@ -383,3 +383,33 @@ def batches_in(obj: dict, name: str, epoch: int = 0) -> set[int]:
     return {e["args"]["batch"] for e in obj["traceEvents"]
             if e.get("ph") == "X" and e["name"] == name and e.get("args", {}).get("epoch") == epoch
             and "batch" in e.get("args", {})}
+
+
+# ---------------------------------------------------------------- one traced run
+
+
+def trace_run(dataset, out: dict | None, path: str | os.PathLike, batch_size: int, workers: int,
+              collate: Callable | None = None, max_batches: int = 20, model=None, device="cpu",
+              optimizer=None, pin_memory: bool = False, shuffle: bool = True, **loader_kw) -> Path:
+    """Run ``max_batches`` batches of ``dataset`` through a traced DataLoader
+    (and the model step, when given) and write the Chrome trace to ``path``.
+    With ``out`` (a result dict), ``trace``, ``trace_batches`` and
+    ``trace_events`` are added to it."""
+    from feedlab.timing import PhaseTimer, run_epoch
+
+    with Tracer() as tr:
+        tr.metadata.update({"batch_size": int(batch_size), "num_workers": int(workers),
+                            "device": str(device)})
+        loader = tr.loader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
+                           num_workers=workers, pin_memory=bool(pin_memory), **loader_kw)
+        timer = PhaseTimer(device)
+        res = run_epoch(loader, model, device, optimizer, max_batches=max_batches, timer=timer)
+        tr.add_timer(timer, epoch=0)
+        written = tr.write(path)
+        n_events = len(tr.events())
+    if out is not None:
+        out.update({"trace": str(written), "trace_batches": res.batches, "trace_events": n_events})
+    return written
+
+
+TraceRecorder = Tracer  # the name feedlab.bench probes for
