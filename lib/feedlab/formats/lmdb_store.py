@@ -31,6 +31,7 @@ lock=False, readahead=False, meminit=False``) and reads with ``buffers=True``.
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from typing import Sequence
@@ -134,7 +135,7 @@ class LmdbDataset(SRDataset):
         self.path = self.root / name
         if not (self.path / "data.mdb").is_file():
             raise FileNotFoundError(f"{name}: no LMDB env at {self.path}")
-        self._env = LazyHandle(_open_env_partial(str(self.path)))
+        self._env = _EnvHandle(_open_env_partial(str(self.path)))
         # read count and shapes, then close: the parent keeps no open env
         env = _open_env(str(self.path))
         try:
@@ -201,6 +202,23 @@ class LmdbDataset(SRDataset):
 
     def close(self) -> None:
         self._env.close()
+
+
+class _EnvHandle(LazyHandle):
+    """LMDB refuses to open an environment a second time in one process, and a
+    forked worker inherits the parent's open one (found by the 08 notebook: with
+    py-lmdb 3.0 a worker's reopen fails with "already open in this process" once
+    the parent has read a sample). So in a child the inherited env is closed
+    first (this unmaps it in the child only; the parent's stays open)."""
+
+    def get(self):
+        if self._obj is not None and self._pid != os.getpid():
+            try:
+                self._obj.close()
+            except Exception:  # noqa: BLE001 - best effort on an inherited handle
+                pass
+            self._obj = None
+        return super().get()
 
 
 class _open_env_partial:
