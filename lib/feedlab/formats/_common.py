@@ -168,6 +168,11 @@ class SRDataset(Dataset):
 
     def _wrap(self, lr: np.ndarray, hr: np.ndarray):
         if self.as_tensor:
+            # torch refuses to share read-only memory silently: copy only then
+            if not lr.flags.writeable:
+                lr = lr.copy()
+            if not hr.flags.writeable:
+                hr = hr.copy()
             return torch.from_numpy(lr), torch.from_numpy(hr)
         return lr, hr
 

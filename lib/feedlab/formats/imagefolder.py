@@ -68,7 +68,10 @@ class ImageFolderDataset(Dataset):
         if self.transform is not None:
             img = self.transform(img)
         if self.as_tensor:
-            img = torch.from_numpy(np.ascontiguousarray(img))
+            img = np.ascontiguousarray(img)
+            if not img.flags.writeable:  # e.g. a view of Pillow's bytes
+                img = img.copy()
+            img = torch.from_numpy(img)
         return img, label
 
     def __repr__(self) -> str:

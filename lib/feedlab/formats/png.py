@@ -27,26 +27,38 @@ def sample_name(i: int, ext: str = "png") -> str:
     return f"{i:0{NAME_WIDTH}d}.{ext}"
 
 
-def _pil_decode(data: bytes) -> np.ndarray:
+def _pil_decode(data: bytes, out: np.ndarray | None = None) -> np.ndarray:
     with Image.open(io.BytesIO(data)) as im:
         if im.mode != "RGB":
             im = im.convert("RGB")
+        if out is not None and out.shape == (im.height, im.width, 3):
+            np.copyto(out, np.asarray(im))
+            return out
         return np.array(im)  # writable (np.asarray would wrap read-only bytes)
 
 
-def resolve_decoder(decode: str | Callable[[bytes], np.ndarray]) -> Callable[[bytes], np.ndarray]:
-    """A function ``bytes -> HWC uint8`` for a backend name or a callable."""
+def resolve_decoder(decode: str | Callable[[bytes], np.ndarray]) -> Callable:
+    """A function ``fn(data: bytes, out=None) -> HWC uint8`` for a backend name or a
+    callable. Backends decode into ``out`` when given (one copy at most); a user
+    callable is called as ``decode(data)`` and ``out`` is ignored."""
     if callable(decode):
-        return decode
+        user = decode
+
+        def call(data: bytes, out=None, _f=user) -> np.ndarray:
+            return _f(data)
+
+        return call
     try:
         from feedlab import decode as _dec  # written by another module; optional here
     except ImportError:
         _dec = None
+    if _dec is not None and hasattr(_dec, "decoder"):
+        return _dec.decoder(str(decode))
     if _dec is not None and hasattr(_dec, "decode"):
         backend = str(decode)
 
-        def fn(data: bytes, _d=_dec.decode, _b=backend) -> np.ndarray:
-            return _d(data, _b)
+        def fn(data: bytes, out=None, _d=_dec.decode, _b=backend) -> np.ndarray:
+            return _d(data, _b, out) if out is not None else _d(data, _b)
 
         return fn
     if decode == "pil":
@@ -78,6 +90,7 @@ class PngDataset(SRDataset):
         if not self.hr_dir.is_dir() or not self.lr_dir.is_dir():
             raise FileNotFoundError(f"png: no hr/ and lr/ folders under {self.root}")
         self._n = count_from_manifest_or_files(self.root, self.hr_dir, "*.png")
+        self.lr_shape = self.hr_shape = None
         if self._n:
             lr, hr = self._read(0)
             self.lr_shape, self.hr_shape = lr.shape, hr.shape
@@ -93,11 +106,27 @@ class PngDataset(SRDataset):
 
     def _read(self, i: int):
         name = sample_name(i)
+        shapes = getattr(self, "lr_shape", None) is not None
         with open(self.lr_dir / name, "rb") as fh:
-            lr = self._decode(fh.read())
+            lr = self._decode(fh.read(), np.empty(self.lr_shape, np.uint8) if shapes else None)
         with open(self.hr_dir / name, "rb") as fh:
-            hr = self._decode(fh.read())
+            hr = self._decode(fh.read(), np.empty(self.hr_shape, np.uint8) if shapes else None)
         return lr, hr
+
+    def read_batch(self, indices, out=None):
+        """Decode straight into the batch slots (backends that support ``out``)."""
+        lr_b, hr_b = self._batch_out(len(indices), out)
+        for k, i in enumerate(indices):
+            name = sample_name(self._index(i))
+            with open(self.lr_dir / name, "rb") as fh:
+                r = self._decode(fh.read(), lr_b[k])
+            if r is not lr_b[k]:
+                lr_b[k] = r
+            with open(self.hr_dir / name, "rb") as fh:
+                r = self._decode(fh.read(), hr_b[k])
+            if r is not hr_b[k]:
+                hr_b[k] = r
+        return lr_b, hr_b
 
 
 def write(root, samples, **_opts) -> Path:

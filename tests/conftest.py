@@ -1,0 +1,47 @@
+"""Shared fixtures: a tiny SR set (48 pairs, 32px HR, x2) packed into every format,
+and a tiny ImageFolder, each built once per test session in a temp dir."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+_REPO = Path(__file__).resolve().parents[1]
+for _p in (_REPO / "lib", _REPO):  # work without `pip install -e .`
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+SR_COUNT = 48
+SR_PATCH = 32
+SR_SCALE = 2
+
+
+@pytest.fixture(scope="session")
+def sr_root(tmp_path_factory) -> Path:
+    """An SR set with every packable format; tests must not modify it."""
+    import data_prep
+
+    root = tmp_path_factory.mktemp("data") / "sr32"
+    data_prep.build_sr(root, SR_PATCH, SR_SCALE, SR_COUNT, seed=0, log=lambda _m: None)
+    data_prep.pack(root, "all", log=lambda _m: None, chunk_len=16)
+    return root
+
+
+@pytest.fixture(scope="session")
+def sr_reference(sr_root):
+    """The PNG samples decoded once: list of (lr, hr) uint8 arrays."""
+    from feedlab.formats import open_dataset
+
+    ds = open_dataset(sr_root, "png")
+    return [ds[i] for i in range(len(ds))]
+
+
+@pytest.fixture(scope="session")
+def cls_root(tmp_path_factory) -> Path:
+    import data_prep
+
+    root = tmp_path_factory.mktemp("data") / "cls"
+    data_prep.build_cls(root, classes=2, per_class=5, min_size=32, max_size=64, seed=0, log=lambda _m: None)
+    return root

@@ -1,0 +1,243 @@
+"""Storage formats: bit-exact round trips, worker safety, chunk sampling, registry."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from feedlab import formats as F
+from feedlab.formats import lmdb_store
+from feedlab.formats.chunks import ChunkBatchSampler, ChunkSampler, group_by_chunk
+
+from conftest import SR_COUNT, SR_PATCH, SR_SCALE
+
+HR = (SR_PATCH, SR_PATCH, 3)
+LR = (SR_PATCH // SR_SCALE, SR_PATCH // SR_SCALE, 3)
+
+
+def _random_samples(n=20, seed=1):
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(0, 256, LR, dtype=np.uint8), rng.integers(0, 256, HR, dtype=np.uint8)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("fmt", F.SR_FORMATS)
+def test_round_trip_bit_exact(sr_root, sr_reference, fmt):
+    ds = F.open_dataset(sr_root, fmt)
+    assert len(ds) == SR_COUNT
+    for i, (want_lr, want_hr) in enumerate(sr_reference):
+        lr, hr = ds[i]
+        assert isinstance(lr, np.ndarray) and lr.dtype == np.uint8 and hr.dtype == np.uint8
+        assert lr.shape == LR and hr.shape == HR
+        np.testing.assert_array_equal(lr, want_lr, err_msg=f"{fmt} lr {i}")
+        np.testing.assert_array_equal(hr, want_hr, err_msg=f"{fmt} hr {i}")
+    assert F.bytes_on_disk(sr_root, fmt) > 0
+
+
+@pytest.mark.parametrize("fmt", F.SR_FORMATS)
+def test_batched_paths_and_tensors(sr_root, sr_reference, fmt):
+    ds = F.open_dataset(sr_root, fmt, as_tensor=True)
+    lr, hr = ds[-1]
+    assert isinstance(hr, torch.Tensor) and hr.dtype == torch.uint8 and tuple(hr.shape) == HR
+    assert torch.equal(hr, torch.from_numpy(sr_reference[-1][1]))
+    idx = [3, 40, 0, 17, 16, 47, 3]
+    items = ds.__getitems__(idx)
+    assert len(items) == len(idx)
+    for (lr, hr), i in zip(items, idx):
+        assert torch.equal(torch.as_tensor(lr), torch.from_numpy(sr_reference[i][0]))
+        assert torch.equal(torch.as_tensor(hr), torch.from_numpy(sr_reference[i][1]))
+    # read_batch fills preallocated buffers in place
+    out = (np.zeros((10, *LR), np.uint8), np.zeros((10, *HR), np.uint8))
+    lr_b, hr_b = ds.read_batch(idx, out=out)
+    assert np.shares_memory(lr_b, out[0]) and np.shares_memory(hr_b, out[1])
+    for k, i in enumerate(idx):
+        np.testing.assert_array_equal(lr_b[k], sr_reference[i][0])
+        np.testing.assert_array_equal(hr_b[k], sr_reference[i][1])
+    with pytest.raises(IndexError):
+        ds[SR_COUNT]
+
+
+def test_lmdb_grows_map_from_far_too_small(tmp_path):
+    samples = _random_samples(40)
+    path = lmdb_store.write(tmp_path, samples, compress=True, map_size=4096, txn_samples=7)
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    try:
+        assert env.info()["map_size"] > 4096
+        with env.begin() as txn:
+            value = txn.get(lmdb_store.key(5))
+        assert value[:4] == lmdb_store.MAGIC  # explicit header, not a pickle
+    finally:
+        env.close()
+    ds = F.open_dataset(tmp_path, "lmdb")
+    assert len(ds) == 40
+    for i, (lr, hr) in enumerate(samples):
+        got_lr, got_hr = ds[i]
+        np.testing.assert_array_equal(got_lr, lr)
+        np.testing.assert_array_equal(got_hr, hr)
+
+
+def test_lmdb_header_layout():
+    lr, hr = _random_samples(1)[0]
+    raw = lmdb_store.encode_value(lr, hr, compress=False)
+    comp, lr_shape, hr_shape, n = lmdb_store.decode_header(raw)
+    assert (comp, lr_shape, hr_shape, n) == (0, LR, HR, lr.nbytes + hr.nbytes)
+    assert len(raw) == lmdb_store.HEADER_SIZE + n
+    assert lmdb_store.key(258) == b"\x00" * 6 + b"\x01\x02"
+
+
+def _collect(loader):
+    los, his = [], []
+    for lr, hr in loader:
+        los.append(lr)
+        his.append(hr)
+    return torch.cat(los), torch.cat(his)
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "lmdb"])
+def test_workers_return_the_right_samples(sr_root, sr_reference, fmt):
+    ds = F.open_dataset(sr_root, fmt)
+    order = torch.randperm(SR_COUNT, generator=torch.Generator().manual_seed(3)).tolist()
+    if fmt == "hdf5":  # touch the file in the parent first: workers must still open their own
+        ds[0]
+    loader = DataLoader(ds, batch_size=5, sampler=order, num_workers=2, multiprocessing_context="fork")
+    lr, hr = _collect(loader)
+    assert lr.shape == (SR_COUNT, *LR) and hr.dtype == torch.uint8
+    for k, i in enumerate(order):
+        assert torch.equal(lr[k], torch.from_numpy(sr_reference[i][0])), (fmt, i)
+        assert torch.equal(hr[k], torch.from_numpy(sr_reference[i][1])), (fmt, i)
+
+
+def test_zarr_chunk_batches_under_workers(sr_root, sr_reference):
+    ds = F.open_dataset(sr_root, "zarr")
+    assert ds.chunk_len == 16
+    sampler = F.ZarrChunkSampler.for_dataset(ds, batch_size=8, seed=5)
+    batches = list(sampler)
+    sampler.set_epoch(0)
+    loader = DataLoader(ds, batch_sampler=sampler, num_workers=2, multiprocessing_context="fork")
+    lr, hr = _collect(loader)
+    flat = [i for b in batches for i in b]
+    for k, i in enumerate(flat):
+        assert torch.equal(hr[k], torch.from_numpy(sr_reference[i][1]))
+
+
+def test_hdf5_open_in_parent_opens_eagerly(sr_root):
+    ds = F.open_dataset(sr_root, "hdf5", open_in_parent=True)
+    assert ds._parent_file is not None
+    ds.close()
+
+
+@pytest.mark.parametrize("n,chunk,batch,drop_last", [(48, 16, None, False), (50, 16, 5, False),
+                                                      (50, 16, 5, True), (7, 16, 3, False)])
+def test_chunk_sampler_every_index_once(n, chunk, batch, drop_last):
+    s = ChunkBatchSampler(n, chunk, batch_size=batch, shuffle=True, seed=11, drop_last=drop_last)
+    epochs = []
+    for _ in range(3):
+        batches = list(s)
+        assert len(batches) == len(s)
+        flat = [i for b in batches for i in b]
+        for b in batches:  # a batch never spans chunks
+            assert len({i // chunk for i in b}) == 1
+            if batch:
+                assert len(b) <= batch
+        if not drop_last:
+            assert sorted(flat) == list(range(n))
+        else:
+            assert len(flat) == len(set(flat))
+        epochs.append(flat)
+    if n > 8:
+        assert epochs[0] != epochs[1] != epochs[2]
+    s.set_epoch(0)
+    assert [i for b in s for i in b] == epochs[0]  # reproducible for (seed, epoch)
+
+
+def test_chunk_sampler_single_index_and_unshuffled():
+    s = ChunkSampler(37, 10, shuffle=True, seed=0)
+    a, b = list(s), list(s)
+    assert sorted(a) == sorted(b) == list(range(37)) and a != b and len(s) == 37
+    assert [i // 10 for i in a[:10]] == [a[0] // 10] * 10 or a[0] // 10 == 3  # first chunk read whole
+    assert list(ChunkSampler(12, 5, shuffle=False)) == list(range(12))
+
+
+def test_chunk_sampler_on_npy_mmap(sr_root, sr_reference):
+    ds = F.open_dataset(sr_root, "npy_mmap", chunk_len=12)
+    loader = DataLoader(ds, batch_sampler=ds.chunk_batch_sampler(batch_size=6, seed=2), num_workers=0)
+    seen = []
+    for k, (lr, hr) in enumerate(loader):
+        assert hr.shape[0] <= 6
+    order = [i for b in ds.chunk_batch_sampler(batch_size=6, seed=2) for i in b]
+    assert sorted(order) == list(range(SR_COUNT))
+    zr = F.open_dataset(sr_root, "zarr", cache_chunk=True)
+    for i in ChunkSampler.for_dataset(zr, seed=1):
+        seen.append(i)
+        np.testing.assert_array_equal(zr[i][1], sr_reference[i][1])
+    assert sorted(seen) == list(range(SR_COUNT))
+
+
+def test_group_by_chunk():
+    groups = list(group_by_chunk([33, 2, 31, 5, 17], 16))
+    spans = sorted((lo, hi, sorted(pos.tolist())) for lo, hi, pos, _rows in groups)
+    assert spans == [(2, 6, [1, 3]), (17, 32, [2, 4]), (33, 34, [0])]
+
+
+def test_unknown_format_lists_supported(sr_root):
+    with pytest.raises(F.UnknownFormatError) as err:
+        F.open_dataset(sr_root, "tfrecord")
+    for name in ("png", "lmdb", "hdf5", "zarr", "npy_mmap", "pt"):
+        assert name in str(err.value)
+
+
+def test_png_decode_callable(sr_root, sr_reference):
+    calls = []
+
+    def dec(data: bytes):
+        calls.append(len(data))
+        from feedlab.formats.png import _pil_decode
+        return _pil_decode(data)
+
+    ds = F.open_dataset(sr_root, "png", decode=dec)
+    np.testing.assert_array_equal(ds[4][1], sr_reference[4][1])
+    assert calls
+
+
+def test_writer_failure_leaves_nothing(tmp_path):
+    samples = _random_samples(10)
+
+    class Broken(list):
+        def __iter__(self):
+            for i, s in enumerate(list.__iter__(self)):
+                if i == 6:
+                    raise RuntimeError("disk on fire")
+                yield s
+
+    for fmt in ("npy", "lmdb", "zarr", "hdf5", "pt"):
+        with pytest.raises(RuntimeError):
+            F.write(fmt, tmp_path, Broken(samples))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_writer_rejects_mixed_shapes(tmp_path):
+    samples = _random_samples(3)
+    samples[2] = (samples[2][0][:8], samples[2][1])
+    with pytest.raises(ValueError, match="sample 2"):
+        F.write("npy_mmap", tmp_path, samples)
+
+
+def test_imagefolder(cls_root):
+    ds = F.open_dataset(cls_root, "jpeg")
+    assert len(ds) == 10 and len(ds.classes) == 2
+    assert sorted(set(ds.targets)) == [0, 1]
+    sizes = set()
+    for i in range(len(ds)):
+        img, label = ds[i]
+        assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
+        assert 32 <= img.shape[0] <= 64 and 32 <= img.shape[1] <= 64
+        sizes.add(img.shape[:2])
+    assert len(sizes) > 1
+    t, _ = F.open_dataset(cls_root, "imagefolder", as_tensor=True)[0]
+    assert isinstance(t, torch.Tensor)
+    assert F.bytes_on_disk(cls_root, "jpeg") > 0
