@@ -155,13 +155,21 @@ def check_loader(dataset: Dataset, reference: tuple[np.ndarray, np.ndarray], num
     if len(ref_lr) < n:
         raise ValueError(f"reference holds {len(ref_lr)} samples, dataset {n}")
     ctx = mp.get_context(start_method) if (num_workers > 0 and start_method) else None
+    g = torch.Generator()
+    g.manual_seed(seed)
+
+    def new_loader():
+        # persistent workers: one start-up for all epochs (spawn start-up costs seconds)
+        return DataLoader(Indexed(dataset), batch_size=batch_size, shuffle=True, generator=g,
+                          num_workers=num_workers, multiprocessing_context=ctx,
+                          persistent_workers=num_workers > 0,
+                          timeout=timeout_s if num_workers > 0 else 0)
+
+    loader = None
     out = []
     for epoch in range(epochs):
-        g = torch.Generator()
-        g.manual_seed(seed * 1000 + epoch)
-        loader = DataLoader(Indexed(dataset), batch_size=batch_size, shuffle=True, generator=g,
-                            num_workers=num_workers, multiprocessing_context=ctx,
-                            timeout=timeout_s if num_workers > 0 else 0)
+        if loader is None:
+            loader = new_loader()
         chk = EpochCheck(epoch=epoch, expected=n)
         seen = np.zeros(n, dtype=np.int64)
         t0 = time.perf_counter()
@@ -191,10 +199,8 @@ def check_loader(dataset: Dataset, reference: tuple[np.ndarray, np.ndarray], num
                     chk.wrong_indices.extend(int(i) for i in idx[bad][:20])
         except Exception as exc:  # noqa: BLE001 - what goes wrong is the measurement
             chk.error = _error_name(exc)
-        finally:
-            it = getattr(loader, "_iterator", None)
-            if it is not None and hasattr(it, "_shutdown_workers"):
-                it._shutdown_workers()
+            _shutdown(loader)
+            loader = None  # the next epoch starts fresh workers
         chk.seconds = time.perf_counter() - t0
         chk.missing = int((seen == 0).sum())
         chk.duplicated = int(np.clip(seen - 1, 0, None).sum())
@@ -202,7 +208,14 @@ def check_loader(dataset: Dataset, reference: tuple[np.ndarray, np.ndarray], num
         chk.right = min(chk.right, n)
         chk.wrong_indices = chk.wrong_indices[:20]
         out.append(chk)
+    _shutdown(loader)
     return out
+
+
+def _shutdown(loader) -> None:
+    it = getattr(loader, "_iterator", None) if loader is not None else None
+    if it is not None and hasattr(it, "_shutdown_workers"):
+        it._shutdown_workers()
 
 
 def touch_in_parent(dataset: Dataset, count: int = 8) -> None:
