@@ -1,0 +1,293 @@
+"""data_prep: bad inputs, conversions, determinism, atomic output, pack/verify, ensure_*."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import pytest
+from PIL import Image
+
+import data_prep
+from data_prep import DataPrepError, VerifyError
+from data_prep.__main__ import main
+from data_prep.images import load_rgb8, to_rgb8
+from feedlab import formats as F
+
+REPO = Path(__file__).resolve().parents[1]
+QUIET = dict(log=lambda _m: None)
+
+
+def _photo(path: Path, size=(80, 72), mode="RGB", seed=0) -> Path:
+    rng = np.random.default_rng(seed)
+    w, h = size
+    if mode == "I;16":
+        im = Image.fromarray(rng.integers(0, 65536, (h, w), dtype=np.uint16))
+    else:
+        im = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB")
+        if mode == "P":
+            im = im.quantize(16)
+        elif mode != "RGB":
+            im = im.convert(mode)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    im.save(path)
+    return path
+
+
+def _leftovers(parent: Path) -> list[str]:
+    return [p.name for p in parent.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+@pytest.fixture
+def src(tmp_path) -> Path:
+    d = tmp_path / "src"
+    for k in range(3):
+        _photo(d / f"photo{k}.png", seed=k)
+    return d
+
+
+def _run_cli(*args, cwd=REPO):
+    env = dict(os.environ, PYTHONPATH=f"{REPO / 'lib'}{os.pathsep}{REPO}")
+    return subprocess.run([sys.executable, "-m", "data_prep", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+
+
+def test_corrupt_image_fails_naming_it_and_leaves_nothing(src, tmp_path):
+    bad = src / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
+    out = tmp_path / "out" / "sr"
+    r = _run_cli("sr", "--out", str(out), "--source", str(src), "--patch", "32", "--count", "8")
+    assert r.returncode != 0
+    assert "broken.jpg" in r.stderr and "--skip-bad" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists()
+    assert not (out.parent.exists() and _leftovers(out.parent))
+
+
+def test_skip_bad_reports_count(src, tmp_path, capsys):
+    (src / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n garbage")
+    (src / "empty.jpg").write_bytes(b"")
+    out = tmp_path / "sr"
+    assert main(["sr", "--out", str(out), "--source", str(src), "--patch", "32", "--count", "8", "--skip-bad"]) == 0
+    text = capsys.readouterr().out
+    assert "skipped 2 unreadable image(s)" in text
+    man = json.loads((out / "manifest.json").read_text())
+    assert len(man["skipped"]["unreadable"]) == 2 and man["count"] == 8
+    assert len(list((out / "hr").glob("*.png"))) == 8
+
+
+def test_too_small_images_skipped_with_count(src, tmp_path, capsys):
+    _photo(src / "tiny.png", size=(20, 100))
+    _photo(src / "thin.png", size=(100, 31))
+    out = tmp_path / "sr"
+    assert main(["sr", "--out", str(out), "--source", str(src), "--patch", "32", "--count", "4"]) == 0
+    assert "skipped 2 image(s) smaller than 32x32" in capsys.readouterr().out
+    man = json.loads((out / "manifest.json").read_text())
+    assert sorted(Path(p).name for p in man["skipped"]["too_small"]) == ["thin.png", "tiny.png"]
+
+
+def test_all_too_small_is_an_error(tmp_path, capsys):
+    d = tmp_path / "src"
+    _photo(d / "a.png", size=(16, 16))
+    assert main(["sr", "--out", str(tmp_path / "o"), "--source", str(d), "--patch", "32", "--count", "4"]) == 2
+    assert "no usable source images" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("mode", ["L", "LA", "RGBA", "P", "I;16", "1", "CMYK"])
+def test_sources_converted_to_rgb8(tmp_path, mode):
+    ext = "jpg" if mode == "CMYK" else "png"
+    p = _photo(tmp_path / f"x.{ext}", size=(40, 36), mode=mode)
+    rgb, src_mode = load_rgb8(p)
+    assert rgb.dtype == np.uint8 and rgb.shape == (36, 40, 3) and rgb.flags.c_contiguous
+    if mode in ("L", "I;16", "1", "LA"):
+        assert np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 1], rgb[..., 2])
+
+
+def test_conversion_values():
+    g16 = Image.fromarray(np.array([[0, 256, 65535]], dtype=np.uint16))
+    assert to_rgb8(g16)[0, :, 0].tolist() == [0, 1, 255]
+    rgba = Image.fromarray(np.array([[[10, 20, 30, 0], [10, 20, 30, 255]]], dtype=np.uint8), "RGBA")
+    assert to_rgb8(rgba)[0].tolist() == [[255, 255, 255], [10, 20, 30]]  # transparent -> white
+    f = Image.fromarray(np.array([[0.0, 0.5, 1.0]], dtype=np.float32))
+    assert to_rgb8(f)[0, :, 0].tolist() == [0, 128, 255]
+
+
+def test_build_from_mixed_mode_folder(tmp_path):
+    d = tmp_path / "src"
+    for k, mode in enumerate(["L", "RGBA", "I;16", "P"]):
+        _photo(d / f"{mode.replace(';', '_')}.png", mode=mode, seed=k)
+    out = data_prep.build_sr(tmp_path / "sr", 32, 2, 12, source=d, **QUIET)
+    man = json.loads((out / "manifest.json").read_text())
+    assert set(man["skipped"]["converted_modes"]) == {"L", "RGBA", "I;16", "P"}
+    ds = F.open_dataset(out, "png")
+    assert ds[0][1].shape == (32, 32, 3)
+
+
+def test_same_seed_same_bytes(tmp_path):
+    a = data_prep.build_sr(tmp_path / "a", 32, 2, 16, seed=7, flip=True, **QUIET)
+    b = data_prep.build_sr(tmp_path / "b", 32, 2, 16, seed=7, flip=True, **QUIET)
+    c = data_prep.build_sr(tmp_path / "c", 32, 2, 16, seed=8, flip=True, **QUIET)
+    for side in ("hr", "lr"):
+        for f in sorted((a / side).iterdir()):
+            assert f.read_bytes() == (b / side / f.name).read_bytes(), f
+    ma, mb, mc = (json.loads((x / "manifest.json").read_text()) for x in (a, b, c))
+    assert ma["content_sha256"] == mb["content_sha256"] != mc["content_sha256"]
+    # LR is the bicubic downscale of HR
+    hr = np.asarray(Image.open(a / "hr" / "000003.png"))
+    lr = np.asarray(Image.open(a / "lr" / "000003.png"))
+    want = np.asarray(Image.fromarray(hr).resize((16, 16), Image.Resampling.BICUBIC))
+    assert lr.shape == (16, 16, 3) and np.array_equal(lr, want)
+
+
+def test_builtin_sources_have_variety(sr_root):
+    man = json.loads((sr_root / "manifest.json").read_text())
+    assert man["source"] == "builtin" and len([n for n, k in man["sources"].items() if k]) >= 5
+    assert man["hr_shape"] == [32, 32, 3] and man["lr_shape"] == [16, 16, 3] and man["dtype"] == "uint8"
+    for fmt in F.PACKABLE:
+        entry = man["formats"][fmt]
+        assert entry["bytes"] > 0 and entry["write_seconds"] >= 0
+        assert entry["content_sha256"] == man["content_sha256"]
+
+
+def test_interrupted_build_leaves_nothing(tmp_path, monkeypatch):
+    from feedlab.formats import png as png_fmt
+
+    real, calls = png_fmt.encode_png, []
+
+    def flaky(arr):
+        calls.append(1)
+        if len(calls) > 9:
+            raise KeyboardInterrupt
+        return real(arr)
+
+    monkeypatch.setattr(png_fmt, "encode_png", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        data_prep.build_sr(tmp_path / "sr", 32, 2, 16, **QUIET)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rebuild_replaces_atomically(tmp_path):
+    out = data_prep.build_sr(tmp_path / "sr", 32, 2, 6, seed=1, **QUIET)
+    data_prep.build_sr(out, 32, 2, 4, seed=2, **QUIET)
+    assert len(list((out / "hr").iterdir())) == 4
+    assert _leftovers(tmp_path) == []
+
+
+def _copy_set(sr_root, tmp_path, formats) -> Path:
+    dst = tmp_path / "sr"
+    shutil.copytree(sr_root, dst, ignore=shutil.ignore_patterns(
+        *[F.FORMATS[f].path.rstrip("/") for f in F.PACKABLE if f not in formats]))
+    man = json.loads((dst / "manifest.json").read_text())
+    man["formats"] = {k: v for k, v in man["formats"].items() if k in formats}
+    (dst / "manifest.json").write_text(json.dumps(man))
+    return dst
+
+
+def test_verify_passes_on_good_set(sr_root):
+    checked = data_prep.verify(sr_root, **QUIET)
+    assert set(checked) == set(F.PACKABLE) and set(checked.values()) == {48}
+
+
+def test_verify_names_format_and_index_npy(sr_root, tmp_path, capsys):
+    root = _copy_set(sr_root, tmp_path, ["npy", "hdf5"])
+    f = root / "npy" / "hr_000007.npy"
+    data = bytearray(f.read_bytes())
+    data[-5] ^= 0xFF  # a pixel byte, after the .npy header
+    f.write_bytes(bytes(data))
+    with pytest.raises(VerifyError) as err:
+        data_prep.verify(root, **QUIET)
+    msg = str(err.value)
+    assert "npy: 1 bad sample(s): index 7" in msg and "hdf5" not in msg
+    assert main(["verify", str(root), "--formats", "npy"]) == 1
+    assert "index 7" in capsys.readouterr().err
+
+
+def test_verify_names_format_and_index_lmdb(sr_root, tmp_path):
+    root = _copy_set(sr_root, tmp_path, ["lmdb_raw"])
+    from feedlab.formats import lmdb_store
+
+    env = lmdb.open(str(root / "lmdb_raw"), subdir=True)
+    with env.begin(write=True) as txn:
+        v = bytearray(txn.get(lmdb_store.key(30)))
+        v[-1] ^= 0x01
+        txn.put(lmdb_store.key(30), bytes(v))
+    env.close()
+    with pytest.raises(VerifyError, match=r"lmdb_raw: 1 bad sample\(s\): index 30"):
+        data_prep.verify(root, ["lmdb_raw"], **QUIET)
+
+
+def test_unknown_format_lists_supported(sr_root, capsys):
+    assert main(["pack", str(sr_root), "--to", "lmdb,parquet"]) == 2
+    err = capsys.readouterr().err
+    assert "parquet" in err
+    for name in F.PACKABLE:
+        assert name in err
+    with pytest.raises(DataPrepError, match="supported: lmdb"):
+        data_prep.parse_formats("tfrecord")
+    assert data_prep.parse_formats("png,all,lmdb") == list(F.PACKABLE)
+
+
+def test_missing_source_dir_is_named(tmp_path, capsys):
+    missing = tmp_path / "nope"
+    assert main(["sr", "--out", str(tmp_path / "o"), "--source", str(missing), "--count", "2"]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and "does not exist" in err
+    assert main(["classify", "--out", str(tmp_path / "c"), "--source", str(missing)]) == 2
+
+
+def test_pack_needs_an_sr_set(tmp_path, capsys):
+    assert main(["pack", str(tmp_path), "--to", "npy"]) == 2
+    assert "not an SR set" in capsys.readouterr().err
+
+
+def test_ensure_sr_builds_only_what_is_missing(tmp_path):
+    root = tmp_path / "sr"
+    data_prep.ensure_sr(root, patch=32, scale=2, count=10, formats=("npy_mmap",), **QUIET)
+    man1 = json.loads((root / "manifest.json").read_text())
+    assert set(man1["formats"]) == {"npy_mmap"}
+    stamp = (root / "hr" / "000000.png").stat().st_mtime_ns
+    data_prep.ensure_sr(root, patch=32, scale=2, count=10, formats="npy_mmap,pt", **QUIET)
+    man2 = json.loads((root / "manifest.json").read_text())
+    assert set(man2["formats"]) == {"npy_mmap", "pt"}
+    assert (root / "hr" / "000000.png").stat().st_mtime_ns == stamp  # not rebuilt
+    assert man2["formats"]["npy_mmap"] == man1["formats"]["npy_mmap"]  # not repacked
+    shutil.rmtree(root / "pt")
+    data_prep.ensure_sr(root, patch=32, scale=2, count=10, formats=["pt"], **QUIET)
+    assert len(F.open_dataset(root, "pt")) == 10
+    data_prep.ensure_sr(root, patch=32, scale=2, count=12, formats=["pt"], **QUIET)  # new params: rebuild
+    man3 = json.loads((root / "manifest.json").read_text())
+    assert man3["count"] == 12 and set(man3["formats"]) == {"pt"}
+    assert len(F.open_dataset(root, "pt")) == 12
+
+
+def test_classify_from_class_folders(tmp_path):
+    d = tmp_path / "src"
+    for cname in ("cats", "dogs", "emus"):
+        for k in range(2):
+            _photo(d / cname / f"{k}.png", size=(120, 90), seed=hash((cname, k)) % 1000)
+    (d / "dogs" / "bad.jpg").write_bytes(b"nope")
+    with pytest.raises(DataPrepError, match="bad.jpg"):
+        data_prep.build_cls(tmp_path / "cls", None, 3, min_size=40, max_size=80, source=d, **QUIET)
+    out = data_prep.build_cls(tmp_path / "cls", 2, 3, min_size=40, max_size=80, source=d, skip_bad=True, **QUIET)
+    ds = F.open_dataset(out, "jpeg")
+    assert ds.classes == ["cats", "dogs"] and len(ds) == 6
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["count"] == 6 and len(man["skipped"]["unreadable"]) == 1
+
+
+def test_ensure_cls_idempotent_and_deterministic(tmp_path):
+    a = data_prep.ensure_cls(tmp_path / "a", classes=2, per_class=3, min_size=32, max_size=48, **QUIET)
+    stamp = (a / "manifest.json").stat().st_mtime_ns
+    data_prep.ensure_cls(a, classes=2, per_class=3, min_size=32, max_size=48, **QUIET)
+    assert (a / "manifest.json").stat().st_mtime_ns == stamp
+    b = data_prep.build_cls(tmp_path / "b", 2, 3, min_size=32, max_size=48, **QUIET)
+    ja = json.loads((a / "manifest.json").read_text())
+    jb = json.loads((b / "manifest.json").read_text())
+    assert ja["content_sha256"] == jb["content_sha256"] and ja["classes"] == ["astronaut", "chelsea"]
