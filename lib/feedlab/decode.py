@@ -399,8 +399,8 @@ def _tv():
 
 def _byte_tensor(torch, data):
     if isinstance(data, np.ndarray):
-        arr = data.reshape(-1).view(np.uint8)
-        return torch.from_numpy(arr)
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    # frombuffer shares memory with bytes, memoryview and arrays alike
     return torch.frombuffer(data, dtype=torch.uint8)
 
 
