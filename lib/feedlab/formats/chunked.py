@@ -10,6 +10,10 @@ from ._common import SRDataset
 from .chunks import ChunkBatchSampler, ChunkSampler, group_by_chunk
 
 
+def _own(a: np.ndarray) -> np.ndarray:
+    return a if (a.flags.owndata and a.flags.writeable) else a.copy()
+
+
 class ChunkedSRDataset(SRDataset):
     """Subclasses set ``chunk_len`` and implement ``_read_rows(lo, hi)`` (and
     optionally ``_read_one(i)``), each returning arrays ``(lr, hr)``."""
@@ -38,7 +42,8 @@ class ChunkedSRDataset(SRDataset):
     def _read(self, i: int):
         if not self.cache_chunk:
             lr, hr = self._read_one(i)
-            return np.array(lr, copy=True), np.array(hr, copy=True)
+            # a view (of a memory map or a decoded chunk) is copied so it pins nothing
+            return _own(lr), _own(hr)
         c = i // self.chunk_len
         if self._cached[0] != c:
             lr, hr = self.read_chunk(c)

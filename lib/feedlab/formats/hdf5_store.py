@@ -63,12 +63,24 @@ def write(root, samples, chunks: int | None = None, compression: str | None = No
     return final
 
 
+class _Open:
+    """An open file and its two datasets (looking a dataset up by name costs ~100 µs)."""
+
+    def __init__(self, path: str):
+        self.file = h5py.File(path, "r")
+        self.lr = self.file["lr"]
+        self.hr = self.file["hr"]
+
+    def close(self) -> None:
+        self.file.close()
+
+
 class _Opener:
     def __init__(self, path: str):
         self.path = path
 
     def __call__(self):
-        return h5py.File(self.path, "r")
+        return _Open(self.path)
 
 
 class Hdf5Dataset(SRDataset):
@@ -85,7 +97,7 @@ class Hdf5Dataset(SRDataset):
             self.hr_shape = tuple(f["hr"].shape[1:])
             self.lr_shape = tuple(f["lr"].shape[1:])
         self._handle = LazyHandle(_Opener(str(self.path)))
-        self._parent_file = h5py.File(self.path, "r") if self.open_in_parent else None
+        self._parent_file = _Open(str(self.path)) if self.open_in_parent else None
 
     def _file(self):
         if self._parent_file is not None:
@@ -93,27 +105,29 @@ class Hdf5Dataset(SRDataset):
         return self._handle.get()
 
     def _read(self, i: int):
+        # plain integer indexing takes h5py's fast path (~10x cheaper than read_direct
+        # with a selection for one small sample)
         f = self._file()
-        lr = np.empty(self.lr_shape, np.uint8)
-        hr = np.empty(self.hr_shape, np.uint8)
-        f["lr"].read_direct(lr, np.s_[i])
-        f["hr"].read_direct(hr, np.s_[i])
-        return lr, hr
+        return f.lr[i], f.hr[i]
 
     def read_batch(self, indices: Sequence[int], out=None):
-        """``read_direct`` per run of consecutive indices (one call for a contiguous block)."""
+        """One read per run of consecutive indices (a contiguous block is one call)."""
         lr_b, hr_b = self._batch_out(len(indices), out)
         f = self._file()
-        lr_d, hr_d = f["lr"], f["hr"]
+        lr_d, hr_d = f.lr, f.hr
         idx = [self._index(i) for i in indices]
         k = 0
         while k < len(idx):
             j = k + 1
             while j < len(idx) and idx[j] == idx[j - 1] + 1:
                 j += 1
-            src = np.s_[idx[k]:idx[k] + (j - k)]
-            lr_d.read_direct(lr_b, src, np.s_[k:j])
-            hr_d.read_direct(hr_b, src, np.s_[k:j])
+            if j - k == 1:
+                lr_b[k] = lr_d[idx[k]]
+                hr_b[k] = hr_d[idx[k]]
+            else:
+                src = np.s_[idx[k]:idx[k] + (j - k)]
+                lr_d.read_direct(lr_b, src, np.s_[k:j])
+                hr_d.read_direct(hr_b, src, np.s_[k:j])
             k = j
         return lr_b, hr_b
 
