@@ -271,7 +271,7 @@ class Tracer:
 
     def events(self) -> list[dict]:
         """All events, ts/dur in µs from the earliest span, with name metadata."""
-        spans = list(self._main_events) + list(self._cuda_events)
+        spans = [dict(s, args=dict(s["args"])) for s in self._main_events + self._cuda_events]
         names: dict[tuple[int, int], str] = {}
         procs: dict[int, str] = {self.main_pid: "main process"}
         for name, t0, t1, pid, worker, tag, args in self._worker_records():
@@ -299,7 +299,7 @@ class Tracer:
             out.append({"name": "thread_name", "ph": "M", "ts": 0, "pid": pid, "tid": tid,
                         "args": {"name": tname}})
         body = []
-        for s in spans:
+        for s in spans:  # copies: calling events() again gives the same answer
             t0 = round((s.pop("_t0") - base) * 1e6, 3)
             t1 = round((s.pop("_t1") - base) * 1e6, 3)
             s["ts"] = t0
