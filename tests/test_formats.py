@@ -102,8 +102,8 @@ def _collect(loader):
 def test_workers_return_the_right_samples(sr_root, sr_reference, fmt):
     ds = F.open_dataset(sr_root, fmt)
     order = torch.randperm(SR_COUNT, generator=torch.Generator().manual_seed(3)).tolist()
-    if fmt == "hdf5":  # touch the file in the parent first: workers must still open their own
-        ds[0]
+    ds[0]  # the parent reads first: each worker must still open its own handle
+    F.open_dataset(sr_root, fmt)[1]  # a second dataset on the same files in one process
     loader = DataLoader(ds, batch_size=5, sampler=order, num_workers=2, multiprocessing_context="fork")
     lr, hr = _collect(loader)
     assert lr.shape == (SR_COUNT, *LR) and hr.dtype == torch.uint8
@@ -241,3 +241,14 @@ def test_imagefolder(cls_root):
     t, _ = F.open_dataset(cls_root, "imagefolder", as_tensor=True)[0]
     assert isinstance(t, torch.Tensor)
     assert F.bytes_on_disk(cls_root, "jpeg") > 0
+
+
+@pytest.mark.parametrize("fmt", F.SR_FORMATS)
+def test_datasets_pickle_without_open_handles(sr_root, sr_reference, fmt):
+    """``spawn`` workers receive a pickled dataset: it must carry no open handle."""
+    import pickle
+
+    ds = F.open_dataset(sr_root, fmt)
+    ds[1]  # opens a handle in this process
+    clone = pickle.loads(pickle.dumps(ds))
+    np.testing.assert_array_equal(clone[9][1], sr_reference[9][1])

@@ -26,11 +26,16 @@ Layout (``lmdb/`` with lz4, ``lmdb_raw/`` without; both are LMDB env dirs):
 The writer starts with a small ``map_size`` and doubles it on
 ``lmdb.MapFullError`` (retrying the transaction), so nobody guesses a size.
 The reader opens the environment lazily in each process (``readonly=True,
-lock=False, readahead=False, meminit=False``) and reads with ``buffers=True``.
+lock=False, readahead=False, meminit=False``), one env per path shared by the
+datasets of that process and closed before any ``fork`` (py-lmdb refuses a
+second open of the same env in one process, and a forked child inherits that
+refusal), and reads with ``buffers=True``: one copy from the mapped page into
+the destination array (plus lz4 decompression for ``lmdb``).
 """
 
 from __future__ import annotations
 
+import os
 import os
 import struct
 from pathlib import Path
@@ -40,7 +45,7 @@ import lmdb
 import lz4.frame
 import numpy as np
 
-from ._common import FormatError, LazyHandle, SRDataset, atomic_output, first_shapes, iter_checked, tree_bytes
+from ._common import FormatError, SRDataset, atomic_output, first_shapes, iter_checked, tree_bytes
 
 MAGIC = b"FLSR"
 VERSION = 1
@@ -126,6 +131,48 @@ def _open_env(path: str) -> lmdb.Environment:
                      subdir=True, max_readers=2048)
 
 
+# One read-only env per path per process, shared by every dataset on that path.
+# py-lmdb (>= 3) refuses to open an environment twice in one process, and a
+# forked child inherits that bookkeeping: if the parent still has the env open,
+# the child cannot open its own (seen by the 08 notebook: a worker's open failed
+# with "already open in this process" once the parent had read a sample).
+# So the envs are closed just before any fork
+# (the parent reopens lazily, ~0.1 ms once) and each process opens its own.
+_ENVS: dict[str, tuple[int, lmdb.Environment, int]] = {}  # path -> (pid, env, inode of data.mdb)
+
+
+def _inode(path: str) -> int:
+    try:
+        return os.stat(os.path.join(path, "data.mdb")).st_ino
+    except OSError:
+        return -1
+
+
+def _env_for(path: str, check_inode: bool = False) -> lmdb.Environment:
+    entry = _ENVS.get(path)
+    pid = os.getpid()
+    if entry is not None and entry[0] == pid and not (check_inode and entry[2] != _inode(path)):
+        return entry[1]
+    if entry is not None and entry[0] == pid:  # files replaced (repacked): drop the stale env
+        entry[1].close()
+    env = _open_env(path)
+    _ENVS[path] = (pid, env, _inode(path))
+    return env
+
+
+def close_envs() -> None:
+    """Close this process's cached read-only envs (they reopen on next use)."""
+    pid = os.getpid()
+    for path, (owner, env, _ino) in list(_ENVS.items()):
+        if owner == pid:
+            env.close()
+        del _ENVS[path]  # an env inherited from a parent is dropped, never closed
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=close_envs)
+
+
 class LmdbDataset(SRDataset):
     fmt = "lmdb"
 
@@ -135,18 +182,13 @@ class LmdbDataset(SRDataset):
         self.path = self.root / name
         if not (self.path / "data.mdb").is_file():
             raise FileNotFoundError(f"{name}: no LMDB env at {self.path}")
-        self._env = _EnvHandle(_open_env_partial(str(self.path)))
-        # read count and shapes, then close: the parent keeps no open env
-        env = _open_env(str(self.path))
-        try:
-            with env.begin(buffers=False) as txn:
-                n = txn.get(LEN_KEY)
-                if n is None:
-                    raise FormatError(f"{name}: {self.path} has no {LEN_KEY!r} key")
-                self._n = int(n)
-                first = txn.get(key(0)) if self._n else None
-        finally:
-            env.close()
+        self._path = str(self.path)
+        with _env_for(self._path, check_inode=True).begin(buffers=False) as txn:
+            n = txn.get(LEN_KEY)
+            if n is None:
+                raise FormatError(f"{name}: {self.path} has no {LEN_KEY!r} key")
+            self._n = int(n)
+            first = txn.get(key(0)) if self._n else None
         if first is not None:
             _c, self.lr_shape, self.hr_shape, _ = decode_header(first)
             self._lr_size = int(np.prod(self.lr_shape))
@@ -176,14 +218,14 @@ class LmdbDataset(SRDataset):
     def _read(self, i: int):
         lr = np.empty(self.lr_shape, np.uint8)
         hr = np.empty(self.hr_shape, np.uint8)
-        with self._env.get().begin(buffers=True) as txn:
+        with _env_for(self._path).begin(buffers=True) as txn:
             self._decode_into(self._get(txn, i), i, lr, hr)
         return lr, hr
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         """All of a batch in one read transaction."""
         out = []
-        with self._env.get().begin(buffers=True) as txn:
+        with _env_for(self._path).begin(buffers=True) as txn:
             for i in indices:
                 i = self._index(i)
                 lr = np.empty(self.lr_shape, np.uint8)
@@ -194,41 +236,17 @@ class LmdbDataset(SRDataset):
 
     def read_batch(self, indices: Sequence[int], out=None):
         lr_b, hr_b = self._batch_out(len(indices), out)
-        with self._env.get().begin(buffers=True) as txn:
+        with _env_for(self._path).begin(buffers=True) as txn:
             for k, i in enumerate(indices):
                 i = self._index(i)
                 self._decode_into(self._get(txn, i), i, lr_b[k], hr_b[k])
         return lr_b, hr_b
 
     def close(self) -> None:
-        self._env.close()
-
-
-class _EnvHandle(LazyHandle):
-    """LMDB refuses to open an environment a second time in one process, and a
-    forked worker inherits the parent's open one (found by the 08 notebook: with
-    py-lmdb 3.0 a worker's reopen fails with "already open in this process" once
-    the parent has read a sample). So in a child the inherited env is closed
-    first (this unmaps it in the child only; the parent's stays open)."""
-
-    def get(self):
-        if self._obj is not None and self._pid != os.getpid():
-            try:
-                self._obj.close()
-            except Exception:  # noqa: BLE001 - best effort on an inherited handle
-                pass
-            self._obj = None
-        return super().get()
-
-
-class _open_env_partial:
-    """Picklable opener (spawned workers rebuild the env from the path)."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __call__(self):
-        return _open_env(self.path)
+        """Close the env for this path in this process (any dataset on it reopens lazily)."""
+        entry = _ENVS.pop(self._path, None)
+        if entry is not None and entry[0] == os.getpid():
+            entry[1].close()
 
 
 class LmdbRawDataset(LmdbDataset):
