@@ -223,10 +223,12 @@ class _LmdbRead:
         self.ds = ds
 
     def __call__(self, i: int) -> bytes:
-        from feedlab.formats.lmdb_store import key
+        from feedlab.formats import lmdb_store
 
-        with self.ds._env.get().begin(buffers=True) as txn:
-            return bytes(txn.get(key(i)))
+        env = (lmdb_store._env_for(self.ds._path) if hasattr(lmdb_store, "_env_for")
+               else self.ds._env.get())
+        with env.begin(buffers=True) as txn:
+            return bytes(txn.get(lmdb_store.key(i)))
 
 
 class _LmdbDecode:
