@@ -183,16 +183,31 @@ class LmdbDataset(SRDataset):
         if not (self.path / "data.mdb").is_file():
             raise FileNotFoundError(f"{name}: no LMDB env at {self.path}")
         self._path = str(self.path)
-        with _env_for(self._path, check_inode=True).begin(buffers=False) as txn:
-            n = txn.get(LEN_KEY)
-            if n is None:
-                raise FormatError(f"{name}: {self.path} has no {LEN_KEY!r} key")
-            self._n = int(n)
-            first = txn.get(key(0)) if self._n else None
+        # read count and shapes; leave no env open unless this process already had one
+        cached = self._path in _ENVS and _ENVS[self._path][0] == os.getpid()
+        env = _env_for(self._path, check_inode=True) if cached else _open_env(self._path)
+        try:
+            with env.begin(buffers=False) as txn:
+                n = txn.get(LEN_KEY)
+                if n is None:
+                    raise FormatError(f"{name}: {self.path} has no {LEN_KEY!r} key")
+                self._n = int(n)
+                first = txn.get(key(0)) if self._n else None
+        finally:
+            if not cached:
+                env.close()
         if first is not None:
             _c, self.lr_shape, self.hr_shape, _ = decode_header(first)
             self._lr_size = int(np.prod(self.lr_shape))
             self._hr_size = int(np.prod(self.hr_shape))
+
+    def _environment(self) -> lmdb.Environment:
+        """The env to read from. Subclasses (the concurrency experiments) may set
+        ``self._env`` to an object with ``get()`` to use another opening policy."""
+        handle = self.__dict__.get("_env")
+        if handle is not None:
+            return handle.get()
+        return _env_for(self._path)
 
     def _decode_into(self, buf, i: int, lr: np.ndarray, hr: np.ndarray) -> None:
         comp, lr_shape, hr_shape, n = decode_header(buf)
@@ -218,14 +233,14 @@ class LmdbDataset(SRDataset):
     def _read(self, i: int):
         lr = np.empty(self.lr_shape, np.uint8)
         hr = np.empty(self.hr_shape, np.uint8)
-        with _env_for(self._path).begin(buffers=True) as txn:
+        with self._environment().begin(buffers=True) as txn:
             self._decode_into(self._get(txn, i), i, lr, hr)
         return lr, hr
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         """All of a batch in one read transaction."""
         out = []
-        with _env_for(self._path).begin(buffers=True) as txn:
+        with self._environment().begin(buffers=True) as txn:
             for i in indices:
                 i = self._index(i)
                 lr = np.empty(self.lr_shape, np.uint8)
@@ -236,7 +251,7 @@ class LmdbDataset(SRDataset):
 
     def read_batch(self, indices: Sequence[int], out=None):
         lr_b, hr_b = self._batch_out(len(indices), out)
-        with _env_for(self._path).begin(buffers=True) as txn:
+        with self._environment().begin(buffers=True) as txn:
             for k, i in enumerate(indices):
                 i = self._index(i)
                 self._decode_into(self._get(txn, i), i, lr_b[k], hr_b[k])
@@ -247,6 +262,16 @@ class LmdbDataset(SRDataset):
         entry = _ENVS.pop(self._path, None)
         if entry is not None and entry[0] == os.getpid():
             entry[1].close()
+
+
+class _open_env_partial:
+    """Picklable opener ``() -> read-only env`` (for custom handle policies)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self):
+        return _open_env(self.path)
 
 
 class LmdbRawDataset(LmdbDataset):
