@@ -75,5 +75,4 @@ def plot_steps(ax, steps: list[dict]) -> None:
     ax.set_xticks(x)
     ax.set_xticklabels([s["label"].replace(": ", ":\n") for s in steps], fontsize=8)
     ax.set_ylabel("samples/s")
-    ax.set_yscale("log")
     ax.legend(loc="upper left")
