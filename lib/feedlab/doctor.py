@@ -225,8 +225,8 @@ class _LmdbRead:
     def __call__(self, i: int) -> bytes:
         from feedlab.formats import lmdb_store
 
-        env = (lmdb_store._env_for(self.ds._path) if hasattr(lmdb_store, "_env_for")
-               else self.ds._env.get())
+        env = (self.ds._environment() if hasattr(self.ds, "_environment")
+               else lmdb_store._env_for(self.ds._path))
         with env.begin(buffers=True) as txn:
             return bytes(txn.get(lmdb_store.key(i)))
 
