@@ -42,6 +42,9 @@ READERS = {
     "hdf5_chunked_per_worker": ("hdf5_chunked", False),
     "lmdb_parent": ("lmdb", True),
     "lmdb_per_worker": ("lmdb", False),
+    # per-worker reopen that leaves the inherited env open (the library's reader
+    # before it learned to close it): py-lmdb refuses a second open in one process
+    "lmdb_reopen_naive": ("lmdb_naive", False),
 }
 
 
@@ -79,7 +82,20 @@ class LmdbParentDataset(LmdbDataset):
 
     def __init__(self, root, as_tensor: bool = False, name: str = "lmdb"):
         super().__init__(root, as_tensor=as_tensor, name=name)
+        _close_cached_envs()  # LMDB allows one open env per path per process
         self._env = _ParentEnv(_open_env(str(self.path)))
+
+    def close(self) -> None:
+        self._env.close()
+        super().close()
+
+
+def _close_cached_envs() -> None:
+    from feedlab.formats import lmdb_store
+
+    close = getattr(lmdb_store, "close_envs", None)
+    if close is not None:
+        close()
 
 
 def write_chunked_hdf5(scratch, reference: tuple[np.ndarray, np.ndarray]) -> Path:
@@ -93,8 +109,27 @@ def write_chunked_hdf5(scratch, reference: tuple[np.ndarray, np.ndarray]) -> Pat
     return scratch
 
 
+class LmdbNaiveReopen(LmdbDataset):
+    """Reopens the environment in each worker but leaves the one inherited from the
+    parent open (a plain per-process lazy handle)."""
+
+    def __init__(self, root, as_tensor: bool = False, name: str = "lmdb"):
+        super().__init__(root, as_tensor=as_tensor, name=name)
+        from feedlab.formats._common import LazyHandle
+        from feedlab.formats.lmdb_store import _open_env_partial
+
+        _close_cached_envs()
+        self._env = LazyHandle(_open_env_partial(str(self.path)))
+
+    def close(self) -> None:
+        self._env.close()
+        super().close()
+
+
 def open_reader(root, reader: str, chunked_root=None) -> Dataset:
     fmt, parent = READERS[reader]
+    if fmt == "lmdb_naive":
+        return LmdbNaiveReopen(root)
     if fmt == "hdf5_chunked":
         if chunked_root is None:
             raise ValueError(f"{reader}: needs the chunked copy (run(..., scratch_dir=...))")
@@ -223,6 +258,29 @@ def touch_in_parent(dataset: Dataset, count: int = 8) -> None:
     inspects its data set first would): the inherited handle then carries state."""
     for i in range(min(count, len(dataset))):
         dataset[i]
+
+
+def pickle_check(root, readers: Sequence[str] = tuple(READERS), chunked_root=None) -> dict[str, str]:
+    """What ``spawn`` (and ``forkserver``) must do with a dataset: pickle it for the
+    worker. Per reader: ``"ok"`` or the error it raises, named (milliseconds, no workers)."""
+    import pickle
+
+    out = {}
+    for reader in readers:
+        if READERS[reader][0] == "hdf5_chunked" and chunked_root is None:
+            continue
+        ds = open_reader(root, reader, chunked_root)
+        try:
+            touch_in_parent(ds, 1)
+            pickle.dumps(Indexed(ds))
+            out[reader] = "ok"
+        except Exception as exc:  # noqa: BLE001
+            out[reader] = _error_name(exc)
+        finally:
+            close = getattr(ds, "close", None)
+            if close:
+                close()
+    return out
 
 
 def versions() -> dict:

@@ -1,0 +1,427 @@
+"""Storage format × loader: how long does a batch take to arrive?
+
+The same SR samples, stored as PNG pairs, HDF5, Zarr (random per-sample reads,
+and chunk-aligned batches), one .npy per sample, one memory-mapped .npy,
+``torch.save`` files and LMDB (lz4 and raw), are read by:
+
+* ``dl_w0``, ``dl_w1``, ``dl_w<N>`` — ``torch.utils.data.DataLoader`` with 0, 1, N
+  workers (``persistent_workers`` so worker start-up is paid in the warm-up);
+* ``plain`` — :func:`feedlab.loaders.plain_loop`, one process, no DataLoader;
+* ``batched`` — :class:`feedlab.loaders.BatchReadLoader`: the format's
+  ``read_batch`` straight into preallocated batch arrays (lmdb, hdf5, npy_mmap);
+* ``chunk`` — :class:`feedlab.loaders.ChunkLoader` (Zarr / npy_mmap chunks).
+
+Per (format, loader) and repeat (one epoch each, after warm-up epochs): the mean
+time blocked in ``next(loader)`` per batch and samples per second of that
+waiting time. Modes: ``read`` (nothing else runs), ``train`` (a training step
+on every batch, so workers can prefetch while it runs), ``cold`` (the files are
+evicted from the page cache before every epoch, see :mod:`feedlab.cache`).
+References: the memcpy-into-batch-slot ceiling on the same samples in RAM, and
+the write-ups' baseline (PNG + PIL + ToTensor + default_collate).
+"""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from feedlab import cache, formats
+from feedlab.loaders import BatchReadLoader, ChunkLoader, index_batches, plain_loop
+from feedlab.results import Results
+from feedlab.timing import PhaseTimer, run_epoch, time_callable
+
+EXPERIMENT = "storage_formats"
+FORMAT_NAMES = ("png", "hdf5", "zarr", "zarr_chunk", "npy", "npy_mmap", "pt", "lmdb", "lmdb_raw")
+# the store each row reads (zarr_chunk is the zarr store read chunk-aligned)
+STORE = {"zarr_chunk": "zarr"}
+BATCHED = ("lmdb", "lmdb_raw", "hdf5", "npy_mmap")
+CHUNKED = ("zarr_chunk", "npy_mmap", "hdf5")
+# files under the set's root that each store occupies (for eviction)
+STORE_PATHS = {"png": ("hr", "lr"), "lmdb": ("lmdb",), "lmdb_raw": ("lmdb_raw",), "hdf5": ("sr.h5",),
+               "zarr": ("sr.zarr",), "npy": ("npy",), "npy_mmap": ("npy_mmap",), "pt": ("pt",)}
+
+
+class Head(Dataset):
+    """The first ``n`` samples of a dataset; forwards the batched paths."""
+
+    def __init__(self, base, n: int | None):
+        self.base = base
+        self.n = len(base) if n is None else min(int(n), len(base))
+        for attr in ("lr_shape", "hr_shape", "chunk_len"):
+            if hasattr(base, attr):
+                setattr(self, attr, getattr(base, attr))
+        if hasattr(base, "__getitems__"):
+            self.__getitems__ = base.__getitems__
+        if hasattr(base, "read_batch"):
+            self.read_batch = base.read_batch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        return self.base[i]
+
+
+class PerSample(Dataset):
+    """Hides batched reads: DataLoader and plain_loop then call ``__getitem__`` per index
+    (Zarr "random ids": one independent ``arr[i]`` per sample)."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i):
+        return self.base[i]
+
+
+def store_of(fmt: str) -> str:
+    return STORE.get(fmt, fmt)
+
+
+def store_files(root, fmt: str) -> list[Path]:
+    root = Path(root)
+    return cache.files_under(*(root / p for p in STORE_PATHS[store_of(fmt)]))
+
+
+def open_format(root, fmt: str, samples: int | None = None):
+    store = store_of(fmt)
+    if fmt == "zarr":
+        ds = PerSample(formats.open_dataset(root, "zarr", cache_chunk=False))
+        return Head(ds, samples)
+    return Head(formats.open_dataset(root, store), samples)
+
+
+def loaders_for(fmt: str, worker_counts: Sequence[int]) -> list[str]:
+    if fmt == "zarr_chunk":
+        return ["chunk", "dl_w0", "dl_w1", *[f"dl_w{w}" for w in worker_counts]]
+    out = ["plain", "dl_w0", "dl_w1", *[f"dl_w{w}" for w in worker_counts]]
+    if fmt in BATCHED:
+        out.append("batched")
+    if fmt in CHUNKED:
+        out.append("chunk")
+    return list(dict.fromkeys(out))
+
+
+class SortedBatches:
+    """Each batch of ``sampler`` with its indices sorted: the same set of samples (order
+    within a batch does not matter to SGD), but contiguous blocks become one read
+    (HDF5 ``read_direct`` of an aligned block)."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def __iter__(self):
+        for b in self.sampler:
+            yield sorted(b)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+def make_loader(ds, fmt: str, loader: str, batch_size: int, seed: int = 0, collate_fn=None):
+    if loader == "plain":
+        return plain_loop(ds, batch_size, collate=collate_fn, seed=seed)
+    if loader == "batched":
+        return BatchReadLoader(ds, batch_size, seed=seed)
+    if loader == "chunk":
+        if getattr(ds, "chunk_len", None):
+            return ChunkLoader(ds, batch_size, seed=seed)
+        from feedlab.formats.chunks import ChunkBatchSampler
+
+        # no chunks (contiguous HDF5): blocks of batch_size in shuffled order, sorted within
+        return BatchReadLoader(ds, batch_size, seed=seed, batch_sampler=SortedBatches(
+            ChunkBatchSampler(len(ds), batch_size, batch_size, seed=seed)))
+    if loader.startswith("dl_w"):
+        w = int(loader[4:])
+        kw = dict(num_workers=w, persistent_workers=w > 0, collate_fn=collate_fn)
+        if fmt == "zarr_chunk":  # the chunk sampler: one slice per batch
+            from feedlab.formats.chunks import ChunkBatchSampler
+
+            return DataLoader(ds, batch_sampler=ChunkBatchSampler(len(ds), ds.chunk_len, batch_size,
+                                                                  seed=seed), **kw)
+        g = torch.Generator()
+        g.manual_seed(seed)
+        return DataLoader(ds, batch_size=batch_size, shuffle=True, generator=g, **kw)
+    raise ValueError(f"unknown loader {loader!r}")
+
+
+def num_workers_of(loader: str) -> int:
+    return int(loader[4:]) if loader.startswith("dl_w") else 0
+
+
+def read_epoch(loader) -> tuple[float, int, int]:
+    """One pass, nothing else: (seconds blocked in next(), samples, batches)."""
+    timer = PhaseTimer("cpu")
+    n = 0
+    it = iter(loader)
+    while True:
+        timer.start_batch()
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        timer.mark("data_wait")
+        n += len(batch[0])
+        timer.end_batch()
+    phases = timer.finish()
+    return float(phases[:, 0].sum()), n, int(len(phases))
+
+
+class NHWCSR(torch.nn.Module):
+    """Feeds NHWC float batches (as run_epoch delivers them) to an NCHW SR model and
+    returns NHWC, the shape of the HR target."""
+
+    def __init__(self, model, hr_hw: tuple[int, int]):
+        super().__init__()
+        self.model = model
+        self.hr_hw = tuple(hr_hw)
+
+    def forward(self, x):
+        x = x.permute(0, 3, 1, 2)
+        y = self.model(x, size=self.hr_hw)
+        return y.permute(0, 2, 3, 1)
+
+
+def make_step_model(name: str, hr_shape, device, **kw):
+    from feedlab.models import make_model
+
+    model = make_model(name, **kw)
+    if model is None:
+        return None, None
+    wrapped = NHWCSR(model, hr_shape[:2]).to(device)
+    opt = torch.optim.Adam(wrapped.parameters(), lr=1e-3)
+    return wrapped, opt
+
+
+def _shutdown(loader) -> None:
+    it = getattr(loader, "_iterator", None)
+    if it is not None and hasattr(it, "_shutdown_workers"):
+        it._shutdown_workers()
+
+
+def _close(ds) -> None:
+    base = ds
+    while hasattr(base, "base"):
+        base = base.base
+    close = getattr(base, "close", None)
+    if close is not None:
+        close()
+
+
+def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: int = 1,
+            samples: int | None = None, mode: str = "read", model=None, optimizer=None,
+            device="cpu", res: Results | None = None, collate_fn=None,
+            variant: str | None = None) -> Results:
+    """Time one (format, loader) in ``mode`` (read | train | cold); rows go to ``res``."""
+    res = res if res is not None else Results()
+    params = dict(format=fmt, loader=loader, num_workers=num_workers_of(loader), batch_size=batch_size,
+                  mode=mode, samples=samples or 0)
+    variant = variant or f"{fmt}/{loader}"
+    ds = open_format(root, fmt, samples) if collate_fn is None else Head(
+        formats.open_dataset(root, store_of(fmt)), samples)
+    ld = make_loader(ds, fmt, loader, batch_size, collate_fn=collate_fn)
+    files = store_files(root, fmt) if mode == "cold" else []
+    try:
+        for _ in range(max(0, warmup)):
+            read_epoch(ld) if mode != "train" else run_epoch(ld, model, device, optimizer)
+        for r in range(repeats):
+            if mode == "cold":
+                rep = cache.evict(files)
+                res.add(EXPERIMENT, variant, "resident_fraction_after_evict",
+                        rep.resident_fraction_after if rep.resident_fraction_after is not None else -1.0,
+                        "fraction", repeat=r, **params)
+                if not rep.supported:
+                    raise RuntimeError(rep.summary())
+            if mode == "train":
+                et = run_epoch(ld, model, device, optimizer)
+                wait, n, nb = et.data_wait_s, et.samples, et.batches
+                res.add(EXPERIMENT, variant, "step_ms", 1e3 * float(et.phases_s[:, 1:].sum()) / max(1, nb),
+                        "ms/batch", repeat=r, **params)
+                res.add(EXPERIMENT, variant, "wall_samples_per_s", et.samples_per_s, "samples/s",
+                        repeat=r, **params)
+            else:
+                wait, n, nb = read_epoch(ld)
+            res.add(EXPERIMENT, variant, "batch_load_ms", 1e3 * wait / max(1, nb), "ms/batch", repeat=r, **params)
+            res.add(EXPERIMENT, variant, "samples_per_s", n / wait if wait > 0 else float("nan"),
+                    "samples/s", repeat=r, **params)
+    finally:
+        _shutdown(ld)
+        _close(ds)
+        del ld
+        gc.collect()
+    return res
+
+
+def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples: int | None = None,
+                   res: Results | None = None) -> Results:
+    """The ceiling for any loader on these samples, one core, everything in RAM:
+    ``memcpy_ceiling`` copies every sample into its slot of a preallocated batch
+    (``np.take(..., out=)``: one C loop per batch, shuffled batches);
+    ``memcpy_per_item`` does it one Python-level copy per sample and side
+    (``feedlab.collate.memcpy_ceiling``), the floor of any per-sample collate."""
+    from feedlab.collate import memcpy_ceiling as _memcpy
+
+    res = res if res is not None else Results()
+    ds = Head(formats.open_dataset(root, "npy_mmap"), samples)
+    n = len(ds)
+    lr_all, hr_all = (np.ascontiguousarray(a) for a in ds.read_batch(range(n)))
+    lr_items = [np.ascontiguousarray(lr_all[i]) for i in range(n)]
+    hr_items = [np.ascontiguousarray(hr_all[i]) for i in range(n)]
+    lr_out = np.zeros((batch_size, *lr_all.shape[1:]), np.uint8)
+    hr_out = np.zeros((batch_size, *hr_all.shape[1:]), np.uint8)
+    batches = [np.asarray(b) for b in index_batches(n, batch_size, seed=0)]
+
+    def gather():
+        for idx in batches:
+            k = len(idx)
+            np.take(lr_all, idx, axis=0, out=lr_out[:k])
+            np.take(hr_all, idx, axis=0, out=hr_out[:k])
+
+    def per_item():
+        for idx in batches:
+            _memcpy([lr_items[i] for i in idx], lr_out)
+            _memcpy([hr_items[i] for i in idx], hr_out)
+
+    params = dict(format="ram", num_workers=0, batch_size=batch_size, mode="read", samples=samples or 0)
+    for variant, fn in (("memcpy_ceiling", gather), ("memcpy_per_item", per_item)):
+        secs = time_callable(fn, warmup=max(1, warmup), repeats=repeats)
+        for r, sec in enumerate(secs):
+            res.add(EXPERIMENT, variant, "samples_per_s", n / sec, "samples/s", repeat=r, loader=variant, **params)
+            res.add(EXPERIMENT, variant, "batch_load_ms", 1e3 * sec / len(batches), "ms/batch",
+                    repeat=r, loader=variant, **params)
+    _close(ds)
+    return res
+
+
+def baseline(root, repeats: int, warmup: int = 1, samples: int | None = None, batch_size: int = 128,
+             num_workers: int = 2, res: Results | None = None) -> Results:
+    """The write-ups' starting point: PNG decoded by PIL, ToTensor per image, default_collate."""
+    from feedlab.collate import totensor_collate
+
+    return measure(root, "png", f"dl_w{num_workers}", batch_size, repeats, warmup, samples, "read",
+                   res=res, collate_fn=totensor_collate, variant="baseline_png_pil_totensor")
+
+
+def disk_table(root, fmts: Iterable[str]):
+    """Bytes on disk and write seconds per format, from the set's manifest."""
+    import pandas as pd
+
+    man = formats.read_manifest(root)
+    rows = []
+    for fmt in fmts:
+        store = store_of(fmt)
+        rec = man.get("formats", {}).get(store, {})
+        if store == "png":
+            size, write_s, note = formats.bytes_on_disk(root, "png"), man.get("build_seconds"), \
+                "whole build: crop + resize + PNG encode"
+        else:
+            size, write_s, note = rec.get("bytes", formats.bytes_on_disk(root, store)), rec.get("write_seconds"), \
+                "pack: read the PNGs + write"
+        rows.append({"format": fmt, "store": store, "bytes": int(size),
+                     "write_s": float("nan") if write_s is None else float(write_s), "write_note": note})
+    return pd.DataFrame(rows)
+
+
+def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] = (2,), batch_size: int = 128,
+        repeats: int = 3, warmup: int = 1, samples: int | None = None, with_model: bool = False,
+        model_name: str = "srcnn", model_kw: dict | None = None, cold: bool = False, device=None,
+        loaders: Sequence[str] | None = None, log: Callable[[str], None] | None = print) -> Results:
+    """The grid: read-alone for every (format, loader), then the references, then
+    (optionally) with a training step and cold-cache epochs. ``loaders`` limits the
+    loader kinds (names as in :func:`loaders_for`, ``dl_wN`` for "DataLoader with the
+    largest worker count"); None means all."""
+    def keep(lo: str) -> bool:
+        if loaders is None:
+            return True
+        return lo in loaders or ("dl_wN" in loaders and lo == f"dl_w{max(worker_counts)}")
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    res = Results()
+    for fmt in fmts:
+        for loader in filter(keep, loaders_for(fmt, worker_counts)):
+            measure(root, fmt, loader, batch_size, repeats, warmup, samples, "read", res=res)
+            if log:
+                _log_last(res, log)
+    memcpy_ceiling(root, batch_size, repeats, warmup, samples, res=res)
+    baseline(root, repeats, warmup, samples, batch_size=128, num_workers=2, res=res)
+    if log:
+        _log_last(res, log)
+    if with_model:
+        ds = open_format(root, "npy_mmap", samples)
+        hr_shape = ds.hr_shape
+        _close(ds)
+        for fmt in fmts:
+            for loader in [lo for lo in loaders_for(fmt, worker_counts) if keep(lo) and (
+                    lo in ("plain", "chunk", "batched") or lo == f"dl_w{max(worker_counts)}")]:
+                torch.manual_seed(0)
+                model, opt = make_step_model(model_name, hr_shape, device, **(model_kw or {}))
+                measure(root, fmt, loader, batch_size, repeats, warmup, samples, "train", model, opt,
+                        device, res=res)
+                if log:
+                    _log_last(res, log)
+    if cold:
+        for fmt in fmts:
+            loader = "chunk" if fmt == "zarr_chunk" else "plain"
+            measure(root, fmt, loader, batch_size, repeats, 0, samples, "cold", res=res)
+            if log:
+                _log_last(res, log)
+    return res
+
+
+def _log_last(res: Results, log) -> None:
+    r = [row for row in res.rows if row["metric"] == "batch_load_ms"]
+    if not r:
+        return
+    last = r[-1]
+    vals = [row["value"] for row in r if row["variant"] == last["variant"] and row["mode"] == last["mode"]]
+    log(f"{last['mode']:5s} {last['variant']:32s} {np.median(vals):9.3f} ms/batch")
+
+
+def summary(res: Results):
+    """Median, q25, q75 per (mode, format, loader, metric)."""
+    from feedlab.results import summarize
+
+    df = res.frame()
+    return summarize(df, ["mode", "variant", "format", "loader", "num_workers", "metric"])
+
+
+def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", ceiling_ms: float | None = None,
+                title: str = ""):
+    """Grouped bars: one group per format, one bar per loader, log scale, IQR error bars."""
+    from feedlab.plots import PALETTE
+
+    s = summ[(summ["mode"] == mode) & (summ["metric"] == metric) & summ["variant"].str.contains("/")]
+    fmts = list(dict.fromkeys(s["format"]))
+    loaders = list(dict.fromkeys(s["loader"]))
+    width = 0.85 / max(1, len(loaders))
+    for j, lo in enumerate(loaders):
+        part = s[s["loader"] == lo].set_index("format")
+        xs, med, lo_e, hi_e = [], [], [], []
+        for i, f in enumerate(fmts):
+            if f in part.index:
+                row = part.loc[f]
+                xs.append(i + (j - (len(loaders) - 1) / 2) * width)
+                med.append(row["median"])
+                lo_e.append(row["median"] - row["q25"])
+                hi_e.append(row["q75"] - row["median"])
+        ax.bar(xs, med, width, yerr=[lo_e, hi_e], capsize=1.5, label=lo, color=PALETTE[j % len(PALETTE)],
+               error_kw={"elinewidth": 0.8})
+    if ceiling_ms is not None:
+        ax.axhline(ceiling_ms, color="#333333", linestyle="--", linewidth=1)
+        ax.annotate(f"memcpy into batch slots: {ceiling_ms:.3g} ms", xy=(0, ceiling_ms),
+                    xycoords=("axes fraction", "data"), xytext=(3, 3), textcoords="offset points",
+                    fontsize=7.5, color="#333333")
+    ax.set_yscale("log")
+    ax.set_xticks(np.arange(len(fmts)))
+    ax.set_xticklabels(fmts, rotation=20)
+    ax.set_ylabel("ms per batch (median, IQR bars)")
+    ax.set_title(title)
+    ax.legend(ncol=min(6, len(loaders)), fontsize=7.5, loc="upper right")
+    return ax

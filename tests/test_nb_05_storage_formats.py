@@ -1,0 +1,176 @@
+"""05_storage_formats: cache eviction, the non-DataLoader loops, the experiment, the notebook."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from feedlab import cache, formats
+from feedlab.experiments import storage_formats as S
+from feedlab.loaders import BatchReadLoader, ChunkLoader, index_batches, plain_loop
+from feedlab.paths import NOTEBOOKS_DIR
+
+
+# ---------------------------------------------------------------- cache
+
+def test_evict_drops_pages_and_says_so(tmp_path):
+    p = tmp_path / "blob.bin"
+    p.write_bytes(os.urandom(1 << 20))   # dirty pages: evict must fsync them first
+    p.read_bytes()
+    rep = cache.evict([p])
+    assert rep.files == 1 and rep.bytes == 1 << 20
+    if not rep.supported:
+        pytest.skip(rep.summary())
+    assert rep.evicted_files == 1 and not rep.failed
+    if rep.verified == "mincore":
+        assert rep.pages == 256 or rep.pages == -(-(1 << 20) // cache._PAGE)
+        assert rep.resident_pages_after <= rep.pages // 10, rep.summary()
+        assert rep.ok
+        p.read_bytes()
+        res, tot = cache.resident_pages([p])
+        assert res == tot  # read back in: resident again
+
+
+def test_evict_reports_missing_file(tmp_path):
+    ok = tmp_path / "a"
+    ok.write_bytes(b"x" * 10)
+    rep = cache.evict([ok, tmp_path / "missing"], verify=False)
+    assert rep.evicted_files == 1 and len(rep.failed) == 1 and not rep.ok
+    assert "missing" in rep.summary()
+
+
+def test_files_under(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x").write_bytes(b"1")
+    (tmp_path / "y").write_bytes(b"2")
+    assert [p.name for p in cache.files_under(tmp_path / "d", tmp_path / "y")] == ["x", "y"]
+
+
+# ---------------------------------------------------------------- loaders
+
+def test_index_batches_cover_each_index_once():
+    b = index_batches(50, 16, seed=3, epoch=1)
+    flat = sorted(i for batch in b for i in batch)
+    assert flat == list(range(50)) and [len(x) for x in b] == [16, 16, 16, 2]
+    assert index_batches(50, 16, seed=3, epoch=1) == b != index_batches(50, 16, seed=3, epoch=2)
+    assert len(index_batches(50, 16, drop_last=True)) == 3
+
+
+def _digest(lr, hr) -> bytes:
+    import hashlib
+
+    return hashlib.sha1(np.ascontiguousarray(lr).tobytes() + np.ascontiguousarray(hr).tobytes()).digest()
+
+
+def _epoch_pairs(loader, ds):
+    """The multiset of (lr, hr) digests one epoch returns, and the data set's own."""
+    from collections import Counter
+
+    got = Counter()
+    for lr, hr in loader:
+        assert lr.dtype == torch.uint8 and lr.ndim == 4 and hr.shape[0] == lr.shape[0]
+        for k in range(len(hr)):
+            got[_digest(lr[k].numpy(), hr[k].numpy())] += 1
+    want = Counter(_digest(*ds[i]) for i in range(len(ds)))
+    return got, want
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "npy_mmap", "hdf5"])
+def test_plain_and_batched_loops_return_every_sample(sr_root, fmt):
+    ds = formats.open_dataset(sr_root, fmt)
+    for loader in (plain_loop(ds, 10), BatchReadLoader(ds, 10, reuse_buffers=False)):
+        got, want = _epoch_pairs(loader, ds)
+        assert got == want
+
+
+def test_chunk_loader_batches_stay_in_one_chunk(sr_root):
+    ds = formats.open_dataset(sr_root, "zarr")
+    loader = ChunkLoader(ds, reuse_buffers=False)
+    assert len(loader) == -(-len(ds) // ds.chunk_len)
+    got, want = _epoch_pairs(loader, ds)
+    assert got == want
+    it = iter(ChunkLoader(ds, batch_size=ds.chunk_len // 2).batch_sampler)
+    for b in it:
+        assert len({i // ds.chunk_len for i in b}) == 1
+
+
+def test_batch_read_loader_reuses_buffers(sr_root):
+    ds = formats.open_dataset(sr_root, "npy_mmap")
+    ptrs = {lr.data_ptr() for lr, _ in BatchReadLoader(ds, 8)}
+    assert len(ptrs) == 1
+
+
+# ---------------------------------------------------------------- experiment
+
+def test_per_sample_wrapper_hides_batched_reads(sr_root):
+    ds = S.open_format(sr_root, "zarr")
+    assert not hasattr(ds, "__getitems__") and not hasattr(ds, "read_batch")
+    assert hasattr(S.open_format(sr_root, "zarr_chunk"), "read_batch")
+    assert len(S.open_format(sr_root, "lmdb", samples=7)) == 7
+
+
+def test_sorted_block_loader_for_hdf5(sr_root):
+    ds = S.open_format(sr_root, "hdf5")
+    loader = S.make_loader(ds, "hdf5", "chunk", 8)
+    idx = list(loader.batch_sampler)
+    assert all(b == sorted(b) and b == list(range(b[0], b[0] + len(b))) for b in idx)
+
+
+def test_measure_rows(sr_root):
+    res = S.measure(sr_root, "lmdb", "plain", 8, repeats=2, warmup=0, samples=32)
+    df = res.frame()
+    assert set(df.metric) == {"batch_load_ms", "samples_per_s"}
+    assert len(df) == 4 and (df.value > 0).all()
+    assert set(df["format"]) == {"lmdb"} and set(df["batch_size"]) == {8}
+
+
+def test_cold_mode_records_eviction(sr_root):
+    res = S.measure(sr_root, "npy", "plain", 8, repeats=1, warmup=0, samples=16, mode="cold")
+    df = res.frame()
+    frac = df[df.metric == "resident_fraction_after_evict"].value.iloc[0]
+    assert frac == -1.0 or 0 <= frac <= 1
+
+
+def test_train_mode_runs_a_step(sr_root):
+    ds = S.open_format(sr_root, "npy_mmap")
+    model, opt = S.make_step_model("srcnn", ds.hr_shape, "cpu", f1=3, f2=1, f3=3, n1=4, n2=4)
+    before = [p.detach().clone() for p in model.parameters()]
+    res = S.measure(sr_root, "npy_mmap", "chunk", 8, repeats=1, warmup=0, mode="train", model=model,
+                    optimizer=opt)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert "step_ms" in set(res.frame().metric)
+
+
+def test_ceiling_is_positive(sr_root):
+    df = S.memcpy_ceiling(sr_root, 8, repeats=2, warmup=0).frame()
+    assert set(df.variant) == {"memcpy_ceiling", "memcpy_per_item"} and (df.value > 0).all()
+
+
+# ---------------------------------------------------------------- notebook
+
+@pytest.mark.notebook
+def test_notebook_smoke(tmp_path):
+    import pandas as pd
+    import papermill
+
+    fmts = ["png", "lmdb", "zarr", "zarr_chunk"]
+    papermill.execute_notebook(str(NOTEBOOKS_DIR / "05_storage_formats.ipynb"), str(tmp_path / "out.ipynb"),
+                               parameters={"profile": "smoke", "out_dir": str(tmp_path), "formats": fmts,
+                                           "repeats": 2},
+                               kernel_name="python3")
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["formats"] == fmts and payload["repeats"] == 2
+    assert payload["ceiling_samples_per_s"] > 0 and payload["baseline_samples_per_s"] > 0
+    assert payload["ratio_best_to_baseline"] > 0
+    df = pd.read_csv(tmp_path / "results.csv")
+    read = df[(df["mode"] == "read") & (df.metric == "batch_load_ms") & df.variant.str.contains("/")]
+    assert set(read["format"]) == set(fmts)
+    assert (read.groupby("variant").size() == 2).all()   # one row per repeat per setting
+    assert (df[df.metric == "samples_per_s"].value > 0).all()
+    assert {"zarr_chunk/chunk", "zarr/plain", "lmdb/batched"} <= set(read.variant)
+    assert set(payload["bytes_on_disk"]) == set(fmts)
+    assert (tmp_path / "batch_load_time.png").stat().st_size > 0
