@@ -373,7 +373,8 @@ def plot(tab, ax=None):
         _, ax = plt.subplots(figsize=(8, 4.2))
     tab = tab.copy()
     tab["bad"] = tab["wrong"] + tab["missing"]
-    tab["label"] = tab["reader"] + "\n" + tab["start_method"]
+    tab["label"] = (tab["reader"].str.replace("_", " ", regex=False).str.replace(" ", "\n", n=1, regex=False)
+                    + "\n" + tab["start_method"])
     labels = list(dict.fromkeys(tab["label"]))
     workers = sorted(tab["num_workers"].unique())
     width = 0.8 / max(1, len(workers))
@@ -383,11 +384,11 @@ def plot(tab, ax=None):
         vals = part["bad"].fillna(0).to_numpy()
         ax.bar(x, vals, width, label=f"{w} workers", color=PALETTE[j % len(PALETTE)])
         for xi, (v, raised, exp) in enumerate(zip(vals, part["raised"].fillna(0), part["expected"].fillna(0))):
-            mark = f"{int(v)}/{int(exp)}" + (" ✗raised" if raised else "")
+            mark = f"{int(v)}/{int(exp)}" + (" raised" if raised else "")
             ax.annotate(mark, (x[xi], v), xytext=(0, 2), textcoords="offset points", ha="center",
                         fontsize=6.5, rotation=90, va="bottom")
     ax.set_xticks(np.arange(len(labels)))
-    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_xticklabels(labels, fontsize=7.5)
     ax.set_ylabel("samples not returned right\n(wrong + missing, all epochs)")
     top = max(1.0, float(tab["bad"].max()))
     ax.set_ylim(0, top * 1.6)
