@@ -14,8 +14,9 @@ timed epochs, each wrapped in a :class:`~feedlab.monitor.CpuMonitor` (and a
 :class:`~feedlab.monitor.GpuMonitor` where CUDA exists). Every epoch starts
 its workers afresh (unless ``persistent_workers``), as a training loop does.
 
-Metrics per (setting, repeat): ``samples_per_s``, ``epoch_s`` (wall time of
-the batches run), ``data_wait_fraction``, ``first_batch_s``, the mean seconds
+Metrics per (setting, repeat): ``samples_per_s``, ``steady_samples_per_s``
+(the same after the first batch, i.e. without worker start-up), ``epoch_s``
+(wall time of the batches run), ``data_wait_fraction``, ``first_batch_s``, the mean seconds
 per batch of each phase (``data_wait``, ``h2d``, ``forward``, ``backward``;
 the first batch, which waits for the workers to start, is left out),
 ``cpu_saturation`` and ``process_tree_cpu_percent``, and ``gpu_util`` where
@@ -215,6 +216,9 @@ def run_grid(data_root: str | Path, settings: Sequence[Setting], *, repeats: int
             add = lambda metric, value, unit: res.add(experiment, variant, metric, value, unit, r, **params)  # noqa: E731
             rates.append(et.samples_per_s)
             add("samples_per_s", et.samples_per_s, "samples/s")
+            steady = steady_rate(et)
+            if steady is not None:
+                add("steady_samples_per_s", steady, "samples/s")
             add("epoch_s", et.wall_s, "s")
             add("samples", et.samples, "samples")
             add("batches", et.batches, "batches")
@@ -233,6 +237,16 @@ def run_grid(data_root: str | Path, settings: Sequence[Setting], *, repeats: int
             log(f"{variant} model={s.model}: {np.median(rates):.1f} samples/s (median of {repeats})")
         del loader, model, optimizer
     return res
+
+
+def steady_rate(et) -> float | None:
+    """samples/s after the first batch is in hand: worker start-up (paid once per
+    epoch, and large against a short timed epoch) left out. None with < 2 batches."""
+    if et.batches < 2:
+        return None
+    t = et.wall_s - float(et.phases_s[0].sum())
+    n = et.samples - int(et.batch_sizes[0])
+    return n / t if t > 0 else None
 
 
 SETTING_COLUMNS = tuple(f.name for f in fields(Setting))
@@ -295,5 +309,5 @@ def with_setting(s: Setting, **changes) -> Setting:
 
 
 __all__ = ["Setting", "grid", "run_grid", "make_loader", "make_collate", "applicable", "split_applicable",
-           "default_device", "metric_summary", "phase_table", "plot_phase_bars", "PHASE_LABELS",
+           "default_device", "steady_rate", "metric_summary", "phase_table", "plot_phase_bars", "PHASE_LABELS",
            "SETTING_COLUMNS", "COLLATES", "with_setting", "MODEL_VARIANTS", "resolve_model_name", "build_model"]

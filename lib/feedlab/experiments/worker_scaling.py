@@ -132,17 +132,17 @@ def plot_timeline(ax, items, batches, title: str = "", annotate_max: int = 48) -
 
 def throughput_vs_workers(data_root, max_workers: int, batch_size: int, models: Sequence[str] = ("none", "auto"),
                           repeats: int = 3, max_batches: int | None = None, fmt: str = "png",
-                          device=None, log=None) -> Results:
+                          device=None, warmup: int = 1, log=None) -> Results:
     """samples/s for num_workers = 0, 1, ..., ``max_workers``; one line per model."""
     settings = grid(batch_size=batch_size, num_workers=list(range(0, int(max_workers) + 1)),
                     format=fmt, model=list(models))
     return run_grid(data_root, settings, repeats=repeats, max_batches=max_batches, device=device,
-                    experiment="throughput_vs_workers", log=log)
+                    warmup=warmup, experiment="throughput_vs_workers", log=log)
 
 
 def batch_size_table(data_root, batch_sizes: Sequence[int], worker_counts: Sequence[int], model: str = "auto",
                      repeats: int = 3, max_batches: int | None = None, fmt: str = "png", device=None,
-                     pin_memory: bool | None = None, log=None) -> Results:
+                     pin_memory: bool | None = None, warmup: int = 1, log=None) -> Results:
     """Epoch time, data-wait fraction and utilisation for batch size × workers.
     ``pin_memory`` None: on with CUDA (as in the write-up), off without."""
     from feedlab.experiments.loader_grid import default_device
@@ -152,13 +152,14 @@ def batch_size_table(data_root, batch_sizes: Sequence[int], worker_counts: Seque
     settings = grid(batch_size=list(batch_sizes), num_workers=list(worker_counts), format=fmt,
                     model=model, pin_memory=pin)
     return run_grid(data_root, settings, repeats=repeats, max_batches=max_batches, device=device,
-                    experiment="batch_size_table", log=log)
+                    warmup=warmup, experiment="batch_size_table", log=log)
 
 
-def ms_per_sample(df):
-    """Adds rows ``ms_per_sample`` = 1000 / samples_per_s (per repeat): the epoch
-    time per sample, comparable across batch sizes whatever ``max_batches`` cut."""
-    part = df[df["metric"] == "samples_per_s"].copy()
+def ms_per_sample(df, metric: str = "steady_samples_per_s"):
+    """Rows ``ms_per_sample`` = 1000 / ``metric`` (per repeat): time per sample,
+    comparable across batch sizes whatever ``max_batches`` cut. By default the
+    steady rate (worker start-up left out; it is reported as first_batch_s)."""
+    part = df[df["metric"] == metric].copy()
     part["value"] = 1e3 / part["value"]
     part["metric"] = "ms_per_sample"
     part["unit"] = "ms/sample"

@@ -1,0 +1,69 @@
+"""Notebook 02: the same loader over PNG files, LMDB with lz4, and LMDB raw.
+
+:func:`run_formats` times the grid (format × batch size × workers, one model);
+:func:`storage_table` reads what ``data_prep pack`` recorded for each format
+(bytes on disk, write seconds) and measures the PNG side itself.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from feedlab.experiments.loader_grid import grid, run_grid
+from feedlab.results import Results
+
+FORMATS = ("png", "lmdb", "lmdb_raw")
+
+
+def run_formats(data_root, formats: Sequence[str], batch_sizes: Sequence[int], worker_counts: Sequence[int],
+                model: str = "auto", repeats: int = 3, max_batches: int | None = None, device=None,
+                warmup: int = 1, log=None) -> Results:
+    """Per-phase timing for every format × batch size × worker count (stock collate,
+    as the write-up did; pin_memory on with CUDA, off without)."""
+    from feedlab.experiments.loader_grid import default_device
+
+    device = device if device is not None else default_device()
+    settings = grid(format=list(formats), batch_size=list(batch_sizes), num_workers=list(worker_counts),
+                    model=model, pin_memory=str(device).startswith("cuda"))
+    return run_grid(data_root, settings, repeats=repeats, max_batches=max_batches, device=device,
+                    warmup=warmup, experiment="lmdb_vs_png", log=log)
+
+
+def storage_table(data_root, formats: Sequence[str] = FORMATS):
+    """One row per format: bytes on disk, bytes per sample, build seconds, and the
+    lz4 ratio (raw LMDB bytes / lz4 LMDB bytes) where both exist. PNG's build time
+    is the data set's (crop, resize and encode); packed formats' is the pack
+    write time from the manifest."""
+    import pandas as pd
+
+    from feedlab.formats import bytes_on_disk, read_manifest
+
+    man = read_manifest(data_root)
+    n = int(man.get("count", 0)) or None
+    rows = []
+    for fmt in formats:
+        size = bytes_on_disk(data_root, fmt)
+        if fmt == "png":
+            build = man.get("build_seconds")
+            what = "build_sr: crop + resize + PNG encode"
+        else:
+            build = (man.get("formats", {}).get(fmt) or {}).get("write_seconds")
+            what = "data_prep pack: write"
+        rows.append({"format": fmt, "bytes": size, "MiB": size / 2**20,
+                     "bytes_per_sample": size / n if n else float("nan"),
+                     "build_s": float("nan") if build is None else float(build), "build": what})
+    df = pd.DataFrame(rows)
+    raw = dict(zip(df["format"], df["bytes"]))
+    if raw.get("lmdb") and raw.get("lmdb_raw"):
+        df.attrs["lz4_ratio"] = raw["lmdb_raw"] / raw["lmdb"]
+    if n:
+        lr = man.get("lr_shape", [0])
+        hr = man.get("hr_shape", [0])
+        import numpy as np
+
+        df.attrs["raw_bytes_per_sample"] = int(np.prod(lr) + np.prod(hr))
+    df.attrs["count"] = n
+    return df
+
+
+__all__ = ["FORMATS", "run_formats", "storage_table"]

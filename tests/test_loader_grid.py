@@ -1,0 +1,77 @@
+"""The shared loader grid and the worker-scaling helpers."""
+
+from __future__ import annotations
+
+import pytest
+
+from feedlab.experiments import loader_grid as G
+from feedlab.experiments import worker_scaling as W
+
+
+def test_grid_is_the_product_and_rejects_unknown_names():
+    s = G.grid(batch_size=[8, 16], num_workers=[0, 2], format="png")
+    assert len(s) == 4
+    assert {(x.batch_size, x.num_workers) for x in s} == {(8, 0), (8, 2), (16, 0), (16, 2)}
+    with pytest.raises(TypeError):
+        G.grid(batch_size=[8], workers=[1])
+    with pytest.raises(ValueError):
+        G.grid(batch_size=[])
+
+
+def test_pin_memory_not_applicable_without_cuda():
+    s = G.grid(batch_size=8, pin_memory=[False, True])
+    run, skipped = G.split_applicable(s, "cpu")
+    assert [x.pin_memory for x in run] == [False]
+    assert len(skipped) == 1 and "CUDA" in skipped[0][1]
+    run, skipped = G.split_applicable(s, "cuda")
+    assert len(run) == 2 and not skipped
+    with pytest.raises(ValueError):
+        G.run_grid("/nonexistent", [G.Setting(8, pin_memory=True)], device="cpu")
+
+
+def test_prefetch_needs_workers_and_model_names():
+    assert not G.applicable(G.Setting(8, num_workers=0, prefetch_factor=4), "cpu")[0]
+    assert G.applicable(G.Setting(8, num_workers=1, prefetch_factor=4), "cpu")[0]
+    assert not G.applicable(G.Setting(8, model="vgg"), "cpu")[0]
+    assert G.resolve_model_name("auto", "cpu") == "srcnn_small"
+    assert G.resolve_model_name("auto", "cuda") == "srcnn"
+
+
+@pytest.mark.parametrize("fmt,collate", [("png", "stock"), ("lmdb", "fast")])
+def test_run_grid_rows(sr_root, fmt, collate):
+    settings = G.grid(batch_size=[4, 8], num_workers=[0, 1], format=fmt, collate=collate, model="srcnn_small")
+    res = G.run_grid(sr_root, settings, repeats=2, max_batches=3, warmup=1, device="cpu")
+    df = res.frame()
+    for col in ("batch_size", "num_workers", "pin_memory", "format", "collate", "repeat", "metric", "value", "unit"):
+        assert col in df.columns
+    rates = df[df.metric == "samples_per_s"]
+    assert len(rates) == len(settings) * 2
+    assert (rates["value"] > 0).all()
+    assert set(df[df.metric == "samples"]["value"]) == {12.0, 24.0}  # 3 batches of 4 or 8
+    ph = G.phase_table(df, ["batch_size", "num_workers"])
+    assert len(ph) == 4 and (ph["forward"] > 0).all() and (ph["total"] >= ph["data_wait"]).all()
+    assert (df[df.metric == "data_wait_fraction"]["value"].between(0, 1)).all()
+
+
+def test_steady_rate_leaves_out_the_first_batch():
+    import numpy as np
+
+    from feedlab.timing import EpochTiming
+
+    et = EpochTiming(phases_s=np.array([[1.0, 0, 0, 0], [0.1, 0, 0, 0], [0.1, 0, 0, 0]]),
+                     batch_sizes=np.array([10, 10, 10]), wall_s=1.2, first_batch_s=1.0)
+    assert G.steady_rate(et) == pytest.approx(20 / 0.2)
+    et1 = EpochTiming(phases_s=np.array([[1.0, 0, 0, 0]]), batch_sizes=np.array([10]), wall_s=1.0, first_batch_s=1.0)
+    assert G.steady_rate(et1) is None
+
+
+def test_sleep_timeline_parallel_and_one_batch_serial():
+    items, batches, wall = W.fetch_timeline(12, 0.03, num_workers=3, batch_size=2)
+    assert sorted(items["item"]) == list(range(12))
+    assert set(items["worker"]) == {0, 1, 2}
+    assert W.max_concurrency(items) >= 2
+    assert (items["end"] > items["start"]).all()
+    items1, _, _ = W.fetch_timeline(12, 0.01, num_workers=3, batch_size=12)
+    assert W.max_concurrency(items1) == 1  # one batch = one worker, fetched item after item
+    items0, _, _ = W.fetch_timeline(4, 0.0, num_workers=0, batch_size=2)
+    assert set(items0["worker"]) == {-1}
