@@ -178,7 +178,7 @@ def plot_scaling(axes, s) -> None:
     axes[0].legend()
 
 
-def plot_split(ax, s, batch_size: int) -> None:
+def plot_split(ax, s, batch_size: int, legend: bool = True) -> None:
     """Stacked pieces of the stock path beside the measured whole and the fast variants."""
     from feedlab.plots import PALETTE
 
@@ -203,7 +203,8 @@ def plot_split(ax, s, batch_size: int) -> None:
     ax.set_xticklabels([f"{sz}²" for sz in sizes])
     ax.set_xlabel("image size")
     ax.set_ylabel(f"ms per batch of {batch_size} (median, IQR)")
-    ax.legend(fontsize=7)
+    if legend:
+        ax.legend(fontsize=7)
 
 
 def _med(s, kind, variant, size, bs) -> float:
