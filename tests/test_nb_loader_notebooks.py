@@ -1,0 +1,73 @@
+"""Notebooks 01, 02, 09 and 11 run end to end with the smoke profile and record
+what they were asked for."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from feedlab.paths import NOTEBOOKS_DIR
+
+pytestmark = pytest.mark.notebook
+
+
+def _run(name, tmp_path, **params):
+    papermill = pytest.importorskip("papermill")
+    papermill.execute_notebook(str(NOTEBOOKS_DIR / f"{name}.ipynb"), str(tmp_path / "out.ipynb"),
+                               parameters={"profile": "smoke", "out_dir": str(tmp_path), **params},
+                               kernel_name="python3", progress_bar=False)
+    payload = json.loads((tmp_path / "results.json").read_text())
+    df = pd.read_csv(tmp_path / "results.csv")
+    assert (tmp_path / "fingerprint.json").is_file()
+    return payload, df
+
+
+def test_01_worker_scaling_honours_batch_sizes(tmp_path):
+    payload, df = _run("01_worker_scaling", tmp_path, batch_sizes=[8, 32], worker_counts=[0], max_batches=2)
+    assert payload["batch_sizes"] == [8, 32]
+    table = df[df.experiment == "batch_size_table"]
+    assert sorted(table["batch_size"].unique()) == [8, 32]
+    assert sorted(table["num_workers"].unique()) == [0]
+    rates = table[table.metric == "samples_per_s"]
+    assert len(rates) == 2 * 1  # batch sizes × repeats (smoke: 1)
+    assert (rates["value"] > 0).all()
+    assert set(payload["samples_per_s_loader"]) == {"0", "1"}
+    assert all(v > 0 for v in payload["samples_per_s_with_model"].values())
+    assert set(df[df.experiment == "sleep_timeline"]["num_workers"]) >= {1, 3}
+    for name in ("sleep_timeline", "throughput_vs_workers", "batch_size_epoch"):
+        assert (tmp_path / f"{name}.png").is_file()
+
+
+def test_02_lmdb_vs_png(tmp_path):
+    payload, df = _run("02_lmdb_vs_png", tmp_path)
+    assert payload["formats"] == ["lmdb", "lmdb_raw", "png"]
+    phases = df[df.metric.isin(["data_wait", "h2d", "forward", "backward"])]
+    per_setting = phases.groupby(["format", "batch_size", "num_workers"]).size()
+    assert len(per_setting) == 3 * len(payload["batch_sizes"]) * len(payload["worker_counts"])
+    assert (per_setting == 4).all()  # 4 phases × 1 repeat
+    assert all(v > 0 for v in payload["bytes_on_disk"].values())
+    assert payload["lz4_ratio"] > 0
+    assert (tmp_path / "phases_by_format.png").is_file()
+
+
+def test_09_batch_size_breakdown(tmp_path):
+    payload, df = _run("09_batch_size_breakdown", tmp_path, batch_sizes=[8, 16])
+    assert payload["batch_sizes"] == [8, 16]
+    assert payload["pipelines"] == ["baseline", "fixed"]
+    assert set(zip(df["format"], df["collate"])) == {("png", "stock"), ("lmdb", "fast")}
+    if payload["device"] == "cpu":
+        assert payload["pin_memory_run"] == [False] and payload["pin_memory_not_applicable"]
+    assert all(v > 0 for v in payload["fixed_over_baseline"].values())
+    assert (tmp_path / "phases_by_batch.png").is_file()
+
+
+def test_11_worker_hygiene(tmp_path):
+    payload, df = _run("11_worker_hygiene", tmp_path)
+    sc = payload["scenarios"]
+    assert set(sc) == {"break", "worker_error", "keyboard_interrupt", "held_traceback"}
+    for name, row in sc.items():
+        assert row["workers_started"] == 2 and row["leftover"] == 0, (name, row)
+    assert sc["held_traceback"]["alive_after_del"] == 2
+    assert set(payload["first_batch_s_later_epochs"]) == {"True", "False"}
