@@ -281,8 +281,9 @@ def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples
     def gather():
         for idx in batches:
             k = len(idx)
-            np.take(lr_all, idx, axis=0, out=lr_out[:k])
-            np.take(hr_all, idx, axis=0, out=hr_out[:k])
+            # mode="clip": with the default "raise", numpy buffers ``out`` (an extra copy, ~3x slower)
+            np.take(lr_all, idx, axis=0, out=lr_out[:k], mode="clip")
+            np.take(hr_all, idx, axis=0, out=hr_out[:k], mode="clip")
 
     def per_item():
         for idx in batches:
