@@ -373,8 +373,8 @@ def plot(tab, ax=None):
         _, ax = plt.subplots(figsize=(8, 4.2))
     tab = tab.copy()
     tab["bad"] = tab["wrong"] + tab["missing"]
-    tab["label"] = (tab["reader"].str.replace("_", " ", regex=False).str.replace(" ", "\n", n=1, regex=False)
-                    + "\n" + tab["start_method"])
+    tab["label"] = (tab["reader"].str.replace("per_worker", "per-worker", regex=False)
+                    .str.replace("_", "\n", regex=False) + "\n(" + tab["start_method"] + ")")
     labels = list(dict.fromkeys(tab["label"]))
     workers = sorted(tab["num_workers"].unique())
     width = 0.8 / max(1, len(workers))
