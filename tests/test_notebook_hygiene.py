@@ -24,15 +24,19 @@ def test_notebook_is_clean_and_parameterized(path):
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, f"{path.name}: {len(tagged)} cells tagged 'parameters'"
     params = tagged[0].source
-    for name in ("profile", "data_root", "out_dir"):
-        assert re.search(rf"^{name}\s*=", params, re.M), f"{path.name}: parameter {name} missing"
     code = [c for c in nb.cells if c.cell_type == "code"]
+    reads_data = any("P.data_root" in c.source for c in code)
+    for name in ("profile", "out_dir") + (("data_root",) if reads_data else ()):
+        assert re.search(rf"^{name}\s*=", params, re.M), f"{path.name}: parameter {name} missing"
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), \
         f"{path.name}: stored outputs; commit notebooks clean"
     text = "\n".join(c.source for c in nb.cells)
     assert not re.search(r"['\"](/work/|/tmp/|/root/|/home/)", text), f"{path.name}: machine path"
     assert "record_results" in text, f"{path.name}: no record-results cell"
     assert nb.cells[0].cell_type == "markdown", f"{path.name}: first cell should state the question"
+    assert nb.cells[1] is tagged[0], f"{path.name}: the parameters cell should come first after the title"
+    assert any(c.cell_type == "markdown" and c.source.lstrip().startswith("## Reading") for c in nb.cells), \
+        f"{path.name}: no '## Reading' section"
 
 
 def test_every_notebook_has_a_profile_section():

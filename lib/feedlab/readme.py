@@ -25,6 +25,29 @@ def _title(name: str) -> str:
     return f"{num} · {rest.replace('_', ' ')}"
 
 
+def reading_from_executed(nb_path) -> list[str]:
+    """The printed lines of the code cells under a notebook's "## Reading" heading
+    (computed by the notebook from that run's numbers), up to the record-results cell."""
+    import nbformat
+
+    nb = nbformat.read(nb_path, as_version=4)
+    lines: list[str] = []
+    inside = False
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            if cell.source.lstrip().startswith("## Reading"):
+                inside = True
+            elif inside and cell.source.lstrip().startswith("## "):
+                break
+            continue
+        if not inside or "record_results(" in cell.source:
+            continue
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stdout":
+                lines.extend(x.strip() for x in out.get("text", "").splitlines() if x.strip())
+    return lines
+
+
 def section() -> str:
     parts = []
     fps = set()
@@ -38,6 +61,9 @@ def section() -> str:
             payload = json.loads(res_path.read_text())
             r = payload.get("reading") or []
             reading = [r] if isinstance(r, str) else list(r)
+        executed = nb_dir / f"{nb_dir.name}.executed.ipynb"
+        if not reading and executed.exists():
+            reading = reading_from_executed(executed)
         fp_path = nb_dir / "fingerprint.json"
         if fp_path.exists():
             fps.add(fingerprint_line(json.loads(fp_path.read_text())))
