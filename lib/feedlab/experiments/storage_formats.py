@@ -393,6 +393,16 @@ def summary(res: Results):
     return summarize(df, ["mode", "variant", "format", "loader", "num_workers", "metric"])
 
 
+def _loader_rank(loader: str) -> int:
+    """A fixed order (and so a fixed colour) per loader across every panel."""
+    fixed = {"plain": 0, "dl_w0": 1, "dl_w1": 2, "batched": 3, "chunk": 4}
+    if loader in fixed:
+        return fixed[loader]
+    if loader.startswith("dl_w"):
+        return 3 + int(loader[4:])  # dl_w2 -> 5, dl_w4 -> 7 ...
+    return 9
+
+
 def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", ceiling_ms: float | None = None,
                 title: str = ""):
     """Grouped bars: one group per format, one bar per loader, log scale, IQR error bars."""
@@ -400,7 +410,7 @@ def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", cei
 
     s = summ[(summ["mode"] == mode) & (summ["metric"] == metric) & summ["variant"].str.contains("/")]
     fmts = list(dict.fromkeys(s["format"]))
-    loaders = list(dict.fromkeys(s["loader"]))
+    loaders = sorted(dict.fromkeys(s["loader"]), key=_loader_rank)
     width = 0.85 / max(1, len(loaders))
     for j, lo in enumerate(loaders):
         part = s[s["loader"] == lo].set_index("format")
@@ -412,7 +422,8 @@ def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", cei
                 med.append(row["median"])
                 lo_e.append(row["median"] - row["q25"])
                 hi_e.append(row["q75"] - row["median"])
-        ax.bar(xs, med, width, yerr=[lo_e, hi_e], capsize=1.5, label=lo, color=PALETTE[j % len(PALETTE)],
+        ax.bar(xs, med, width, yerr=[lo_e, hi_e], capsize=1.5, label=lo,
+               color=PALETTE[_loader_rank(lo) % len(PALETTE)],
                error_kw={"elinewidth": 0.8})
     if ceiling_ms is not None:
         ax.axhline(ceiling_ms, color="#333333", linestyle="--", linewidth=1)
