@@ -33,21 +33,15 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 from feedlab.results import Results
 
+from feedlab.timing import torch_threads  # noqa: E402
+
 MiB = float(2 ** 20)
 
 
-class one_torch_thread:
-    """Run the main process with one intra-op thread (restored after): with every
-    core busy in workers, a second OpenMP thread in the main process only waits
-    for a core, and the loop's uint8→float conversion stalls on it."""
-
-    def __enter__(self):
-        self.n = torch.get_num_threads()
-        torch.set_num_threads(1)
-        return self
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.n)
+def one_torch_thread():
+    """One intra-op thread in the main process (restored after): with every core busy
+    in workers, a second OpenMP thread only waits for a core (see timing.main_threads_for)."""
+    return torch_threads(1)
 
 # ---------------------------------------------------------------- 1. worker memory
 

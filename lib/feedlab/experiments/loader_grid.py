@@ -224,6 +224,7 @@ def run_grid(data_root: str | Path, settings: Sequence[Setting], *, repeats: int
             add("batches", et.batches, "batches")
             add("data_wait_fraction", et.data_wait_fraction, "fraction")
             add("first_batch_s", et.first_batch_s, "s")
+            add("main_threads", et.extra.get("main_threads", torch.get_num_threads()), "threads")
             for phase, v in et.phase_means().items():
                 add(phase, v, "s/batch")
             c = cpu.summary()
