@@ -43,3 +43,16 @@ def test_every_notebook_has_a_profile_section():
     table = load_profiles()
     missing = [p.stem for p in NOTEBOOKS if p.stem not in table]
     assert not missing, f"notebooks/profiles.yaml lacks sections for {missing}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_papermill_sees_every_parameter(path):
+    """papermill's parser drops a line it cannot read (e.g. an '=' in a comment):
+    such a parameter could not be overridden from the runner."""
+    import papermill as pm
+
+    nb = nbformat.read(path, as_version=4)
+    src = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", [])).source
+    names = {line.split("=")[0].strip() for line in src.splitlines() if re.match(r"^\w+\s*=", line)}
+    seen = set(pm.inspect_notebook(str(path)))
+    assert names <= seen, f"{path.name}: papermill cannot read {sorted(names - seen)}"
