@@ -184,6 +184,49 @@ def test_group_by_chunk():
     assert spans == [(2, 6, [1, 3]), (17, 32, [2, 4]), (33, 34, [0])]
 
 
+def test_group_by_chunk_single_chunk_fast_path():
+    (lo, hi, pos, rows), = group_by_chunk([21, 17, 30, 16], 16)
+    assert (lo, hi) == (16, 31)
+    assert pos.tolist() == [0, 1, 2, 3] and rows.tolist() == [5, 1, 14, 0]
+
+
+@pytest.mark.parametrize("fmt,opts", [("npy_mmap", {}), ("npy_mmap", {"chunk_len": 16}), ("zarr", {}),
+                                      ("zarr", {"cache_chunk": True})])
+@pytest.mark.parametrize("idx", [
+    [9, 3, 15, 0, 12],                     # one chunk, shuffled (the chunk loader's batches)
+    [33, 2, 31, 5, 17, 47, 16, 2],         # chunks interleaved in the batch, a repeat
+    [40, 41, 42, 43, 1, 0],                # a run of slots per chunk, out of order across chunks
+    [-1, 0, -48, 20],                      # negative indices wrap
+])
+def test_read_batch_into_out_matches_per_sample_reads(sr_root, fmt, opts, idx):
+    ds = F.open_dataset(sr_root, fmt, **opts)
+    out = (np.full((len(idx) + 3, *LR), 7, np.uint8), np.full((len(idx) + 3, *HR), 7, np.uint8))
+    lr_b, hr_b = ds.read_batch(idx, out=out)
+    assert lr_b.shape == (len(idx), *LR) and hr_b.shape == (len(idx), *HR)
+    assert np.shares_memory(lr_b, out[0]) and np.shares_memory(hr_b, out[1])
+    for k, i in enumerate(idx):
+        want_lr, want_hr = ds[i]
+        np.testing.assert_array_equal(lr_b[k], want_lr, err_msg=f"{fmt} lr slot {k} index {i}")
+        np.testing.assert_array_equal(hr_b[k], want_hr, err_msg=f"{fmt} hr slot {k} index {i}")
+    assert (out[0][len(idx):] == 7).all() and (out[1][len(idx):] == 7).all()  # slots past the batch untouched
+    lr_n, hr_n = ds.read_batch(idx)  # without out: fresh arrays, same bytes
+    np.testing.assert_array_equal(lr_n, lr_b)
+    np.testing.assert_array_equal(hr_n, hr_b)
+    # a non-contiguous destination still gets the right bytes
+    lr_s, hr_s = np.zeros((2 * len(idx), *LR), np.uint8)[::2], np.zeros((2 * len(idx), *HR), np.uint8)[::2]
+    ds.read_batch(idx, out=(lr_s, hr_s))
+    np.testing.assert_array_equal(lr_s, lr_b)
+    np.testing.assert_array_equal(hr_s, hr_b)
+
+
+@pytest.mark.parametrize("fmt", ["npy_mmap", "zarr", "lmdb", "lmdb_raw"])
+def test_read_batch_rejects_out_of_range(sr_root, fmt):
+    ds = F.open_dataset(sr_root, fmt)
+    for bad in ([0, SR_COUNT], [-SR_COUNT - 1, 3]):
+        with pytest.raises(IndexError):
+            ds.read_batch(bad)
+
+
 def test_unknown_format_lists_supported(sr_root):
     with pytest.raises(F.UnknownFormatError) as err:
         F.open_dataset(sr_root, "tfrecord")

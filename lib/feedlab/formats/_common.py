@@ -166,6 +166,18 @@ class SRDataset(Dataset):
             raise IndexError(f"{self.fmt}: index {i} out of range for {self._n} samples")
         return i
 
+    def _indices(self, indices) -> np.ndarray:
+        """``indices`` as an intp array, negatives wrapped, bounds checked (vectorised ``_index``)."""
+        idx = np.asarray(indices, dtype=np.intp).reshape(-1)
+        if idx.size:
+            if idx.min() < 0:
+                idx = np.where(idx < 0, idx + self._n, idx)
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < 0 or hi >= self._n:
+                bad = lo if lo < 0 else hi
+                raise IndexError(f"{self.fmt}: index {bad} out of range for {self._n} samples")
+        return idx
+
     def _wrap(self, lr: np.ndarray, hr: np.ndarray):
         if self.as_tensor:
             # torch refuses to share read-only memory silently: copy only then

@@ -14,6 +14,14 @@ def _own(a: np.ndarray) -> np.ndarray:
     return a if (a.flags.owndata and a.flags.writeable) else a.copy()
 
 
+def _take_into(src: np.ndarray, rows: np.ndarray, dst: np.ndarray) -> None:
+    """``dst[:] = src[rows]`` without a temporary (``rows`` already bounds-checked)."""
+    if dst.flags.c_contiguous:
+        np.take(src, rows, axis=0, out=dst, mode="clip")
+    else:
+        dst[...] = src[rows]
+
+
 class ChunkedSRDataset(SRDataset):
     """Subclasses set ``chunk_len`` and implement ``_read_rows(lo, hi)`` (and
     optionally ``_read_one(i)``), each returning arrays ``(lr, hr)``."""
@@ -53,16 +61,18 @@ class ChunkedSRDataset(SRDataset):
         return lr[r].copy(), hr[r].copy()
 
     def read_batch(self, indices: Sequence[int], out=None):
-        """One read per chunk touched (a chunk-aligned batch is a single slice)."""
+        """One read per chunk touched (a chunk-aligned batch is a single slice), gathered
+        straight into the batch: ``np.take(..., out=, mode="clip")`` (indices are checked
+        first; the default ``mode="raise"`` makes numpy buffer ``out``, an extra copy)."""
         lr_b, hr_b = self._batch_out(len(indices), out)
-        idx = [self._index(i) for i in indices]
+        idx = self._indices(indices)
         for lo, hi, pos, rows in group_by_chunk(idx, self.chunk_len):
             lr, hr = self._read_rows(lo, hi)
-            if len(pos) == hi - lo and np.array_equal(pos, np.arange(pos[0], pos[0] + len(pos))) \
-                    and np.array_equal(rows, np.arange(hi - lo)):
-                lr_b[pos[0]:pos[0] + len(pos)] = lr  # in order: one block copy
-                hr_b[pos[0]:pos[0] + len(pos)] = hr
-            else:
+            p0, k = int(pos[0]), len(pos)
+            if int(pos[-1]) - p0 == k - 1:  # pos is sorted (stable grouping): a run of batch slots
+                _take_into(lr, rows, lr_b[p0:p0 + k])
+                _take_into(hr, rows, hr_b[p0:p0 + k])
+            else:  # this chunk's samples are interleaved with another chunk's in the batch
                 lr_b[pos] = lr[rows]
                 hr_b[pos] = hr[rows]
         return lr_b, hr_b

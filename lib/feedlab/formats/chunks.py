@@ -105,6 +105,10 @@ def group_by_chunk(indices, chunk_len: int):
     idx = np.asarray(indices, dtype=np.int64)
     if idx.size == 0:
         return
+    lo, hi = int(idx.min()), int(idx.max()) + 1
+    if lo // chunk_len == (hi - 1) // chunk_len:  # one chunk (a chunk-aligned batch): no sort
+        yield lo, hi, np.arange(idx.size), idx - lo
+        return
     chunk = idx // chunk_len
     order = np.argsort(chunk, kind="stable")
     sorted_chunks = chunk[order]

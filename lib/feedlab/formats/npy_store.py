@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ._common import LazyHandle, SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
-from .chunked import ChunkedSRDataset
+from .chunked import ChunkedSRDataset, _take_into
 
 NPY_DIR = "npy"
 MMAP_DIR = "npy_mmap"
@@ -82,8 +82,10 @@ class _MmapOpener:
 
     def __call__(self):
         d = Path(self.path)
-        return (np.load(d / "lr.npy", mmap_mode="r", allow_pickle=False),
-                np.load(d / "hr.npy", mmap_mode="r", allow_pickle=False))
+        # plain ndarray views of the maps (the view keeps the map open): indexing a
+        # np.memmap subclass pays __array_finalize__ / __array_wrap__ on every result
+        return (np.asarray(np.load(d / "lr.npy", mmap_mode="r", allow_pickle=False)),
+                np.asarray(np.load(d / "hr.npy", mmap_mode="r", allow_pickle=False)))
 
 
 class NpyMmapDataset(ChunkedSRDataset):
@@ -108,6 +110,17 @@ class NpyMmapDataset(ChunkedSRDataset):
     def _read_one(self, i: int):
         lr, hr = self._maps.get()
         return lr[i], hr[i]
+
+    def read_batch(self, indices, out=None):
+        """The whole map is addressable: one gather per side, straight from the mapped
+        pages into the batch slots, in the order given (no chunk grouping needed). The
+        map stays open across batches and epochs (reopened only after a fork)."""
+        lr_b, hr_b = self._batch_out(len(indices), out)
+        idx = self._indices(indices)
+        lr, hr = self._maps.get()
+        _take_into(lr, idx, lr_b)
+        _take_into(hr, idx, hr_b)
+        return lr_b, hr_b
 
 
 def bytes_on_disk(root) -> int:
