@@ -227,6 +227,33 @@ def test_read_batch_rejects_out_of_range(sr_root, fmt):
             ds.read_batch(bad)
 
 
+def test_lmdb_read_batch_fast_path_checks_every_header(tmp_path):
+    samples = _random_samples(12, seed=5)
+    path = lmdb_store.write(tmp_path, samples, compress=False)
+    env = lmdb.open(str(path), map_size=1 << 24)
+    with env.begin(write=True) as txn:  # one value lz4-compressed: the batch must still read it
+        txn.put(lmdb_store.key(4), lmdb_store.encode_value(*samples[4], compress=True))
+    env.close()
+    ds = lmdb_store.LmdbRawDataset(tmp_path)
+    idx = [7, 4, 0, 11, 4, -1]
+    out = (np.zeros((8, *LR), np.uint8), np.zeros((8, *HR), np.uint8))
+    lr_b, hr_b = ds.read_batch(idx, out=out)
+    for k, i in enumerate(idx):
+        np.testing.assert_array_equal(lr_b[k], samples[i][0])
+        np.testing.assert_array_equal(hr_b[k], samples[i][1])
+    ds.close()
+    env = lmdb.open(str(path), map_size=1 << 24)
+    with env.begin(write=True) as txn:  # a bad magic is refused, not copied
+        v = bytearray(txn.get(lmdb_store.key(2)))
+        v[:4] = b"XXXX"
+        txn.put(lmdb_store.key(2), bytes(v))
+    env.close()
+    ds = lmdb_store.LmdbRawDataset(tmp_path)
+    with pytest.raises(lmdb_store.FormatError):
+        ds.read_batch([1, 2, 3], out=out)
+    ds.close()
+
+
 def test_unknown_format_lists_supported(sr_root):
     with pytest.raises(F.UnknownFormatError) as err:
         F.open_dataset(sr_root, "tfrecord")
