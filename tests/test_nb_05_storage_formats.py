@@ -104,6 +104,40 @@ def test_batch_read_loader_reuses_buffers(sr_root):
     assert len(ptrs) == 1
 
 
+def test_batch_read_loader_partial_batch_and_readers_that_ignore_out(sr_root):
+    ds = formats.open_dataset(sr_root, "npy_mmap")
+    n = len(ds)
+    bs = 7 if n % 7 else 5
+    batches = list((lr.clone(), hr.clone()) for lr, hr in BatchReadLoader(ds, bs, shuffle=False))
+    assert [len(b[0]) for b in batches] == [min(bs, n - s) for s in range(0, n, bs)]
+    lr_all, hr_all = ds.read_batch(range(n))
+    np.testing.assert_array_equal(torch.cat([b[0] for b in batches]).numpy(), lr_all)
+    np.testing.assert_array_equal(torch.cat([b[1] for b in batches]).numpy(), hr_all)
+
+    class IgnoresOut:  # returns fresh arrays: the loader must yield those, not its buffers
+        lr_shape, hr_shape = ds.lr_shape, ds.hr_shape
+
+        def __len__(self):
+            return n
+
+        def read_batch(self, idx, out=None):
+            return ds.read_batch(idx)
+
+    got = [(lr.clone(), hr.clone()) for lr, hr in BatchReadLoader(IgnoresOut(), bs, shuffle=False)]
+    np.testing.assert_array_equal(torch.cat([b[0] for b in got]).numpy(), lr_all)
+    np.testing.assert_array_equal(torch.cat([b[1] for b in got]).numpy(), hr_all)
+
+
+def test_measured_loaders_use_the_batched_fast_path(sr_root):
+    from feedlab.formats.npy_store import NpyMmapDataset
+
+    ds = S.open_format(sr_root, "npy_mmap")
+    assert ds.read_batch.__func__ is NpyMmapDataset.read_batch
+    for lo in ("chunk", "batched"):
+        ld = S.make_loader(ds, "npy_mmap", lo, 8)
+        assert isinstance(ld, BatchReadLoader) and ld.dataset is ds
+
+
 # ---------------------------------------------------------------- experiment
 
 def test_per_sample_wrapper_hides_batched_reads(sr_root):

@@ -100,6 +100,7 @@ class BatchReadLoader:
         self.reuse_buffers = bool(reuse_buffers)
         self.epoch = 0
         self._buffers = None
+        self._tensors = None
 
     def _alloc(self, n: int):
         lr = np.empty((n, *self.dataset.lr_shape), np.uint8)
@@ -123,17 +124,28 @@ class BatchReadLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         batches = self._batches()
         self.epoch += 1
+        read_batch = self.dataset.read_batch
         for idx in batches:
             n = len(idx)
             if self.reuse_buffers:
                 if self._buffers is None or len(self._buffers[0]) < n:
                     self._buffers = self._alloc(max(n, self.batch_size))
-                out = self._buffers
+                    # tensors over the buffers made once: a full batch costs no torch call
+                    self._tensors = tuple(torch.from_numpy(b) for b in self._buffers)
+                lr_t, hr_t = self._tensors
+                lr_o, hr_o = self._buffers
+                lr, hr = read_batch(idx, out=self._buffers)
+                if not ((lr is lr_o or lr.base is lr_o) and (hr is hr_o or hr.base is hr_o)):
+                    yield torch.from_numpy(lr), torch.from_numpy(hr)  # a reader that ignored out=
+                elif n == len(lr_t):
+                    yield lr_t, hr_t
+                else:
+                    yield lr_t[:n], hr_t[:n]
             else:
                 out = (np.empty((n, *self.dataset.lr_shape), np.uint8),
                        np.empty((n, *self.dataset.hr_shape), np.uint8))
-            lr, hr = self.dataset.read_batch(idx, out=out)
-            yield torch.from_numpy(lr), torch.from_numpy(hr)
+                lr, hr = read_batch(idx, out=out)
+                yield torch.from_numpy(lr), torch.from_numpy(hr)
 
 
 class ChunkLoader(BatchReadLoader):
