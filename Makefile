@@ -24,8 +24,9 @@ install: $(STAMP) ## create .venv and install feedlab with its dev and fast-path
 data: $(STAMP) ## build the embedded data sets for PROFILE (default quick) and pack every format
 	$(PY) -m feedlab.run --data-only --profile $(PROFILE)
 
-figures: $(STAMP) ## prepare data and run every notebook (PROFILE=quick|full|smoke), writing figures/
+figures: $(STAMP) ## prepare data and run every notebook (PROFILE=quick|full|smoke), writing figures/ and the README's figure section
 	$(PY) -m feedlab.run --profile $(PROFILE)
+	@if [ "$(PROFILE)" != smoke ]; then $(PY) -m feedlab.readme; fi
 
 test: $(STAMP) ## run the test suite, nbval over every notebook with the smoke profile included
 	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests
