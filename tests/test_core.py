@@ -58,7 +58,8 @@ def test_profiles_fill_none_and_keep_overrides(tmp_path, monkeypatch):
     p = profiles.resolve("no_such_notebook", profile="smoke", repeats=None, out_dir=str(tmp_path))
     assert p.profile == "smoke" and p.repeats == 2 and p.out_dir == tmp_path
     assert p.data_root.name == "sr64-smoke" and not p.user_data
-    q = profiles.resolve("no_such_notebook", profile="", repeats=7, data_root=str(tmp_path))
+    q = profiles.resolve("no_such_notebook", profile="", repeats=7, data_root=str(tmp_path),
+                         out_dir=str(tmp_path / "out"))
     assert q.profile == "quick" and q.repeats == 7 and q.data_root == tmp_path and q.user_data
 
 
@@ -145,3 +146,18 @@ def test_runner_selects_and_parses(tmp_path):
         run.select(nbs, ["99"])
     with pytest.raises(SystemExit):
         run.main(["--profile", "smoke", "--no-data", "-p", "batch_sizes", "[8, 32", "--list"])
+
+
+def test_runner_passes_absolute_paths(tmp_path, monkeypatch):
+    """Notebooks execute in notebooks/: a relative path from the command line must not
+    land there."""
+    from feedlab import run
+
+    seen = {}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run, "run_notebook", lambda nb, profile, params, out_root: seen.update(
+        params=params, out_root=out_root) or tmp_path / "x" / "y" / "z.ipynb")
+    assert run.main(["--profile", "smoke", "--no-data", "--only", "01", "--out-root", "rel",
+                     "-p", "data_root", "mine"]) == 0
+    assert seen["out_root"] == tmp_path / "rel"
+    assert seen["params"]["data_root"] == str(tmp_path / "mine")

@@ -114,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         for nb in notebooks:
             print(nb.stem)
         return 0
+    # notebooks run with notebooks/ as their working directory: paths given here are
+    # taken relative to where the command was typed
+    for key in ("data_root", "out_dir", "cls_root"):
+        if isinstance(params.get(key), str) and params[key]:
+            params[key] = str(Path(params[key]).expanduser().resolve())
+    if args.out_root is not None:
+        args.out_root = args.out_root.expanduser().resolve()
     if not args.no_data:
         prepare_data(profile)
     if args.data_only:
