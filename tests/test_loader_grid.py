@@ -62,7 +62,7 @@ def test_steady_rate_leaves_out_the_first_batch():
                      batch_sizes=np.array([10, 10, 10]), wall_s=1.2, first_batch_s=1.0)
     assert G.steady_rate(et) == pytest.approx(20 / 0.2)
     et1 = EpochTiming(phases_s=np.array([[1.0, 0, 0, 0]]), batch_sizes=np.array([10]), wall_s=1.0, first_batch_s=1.0)
-    assert G.steady_rate(et1) is None
+    assert G.steady_rate(et1) == et1.samples_per_s  # too short to skip anything: whole-epoch rate
 
 
 def test_sleep_timeline_parallel_and_one_batch_serial():
@@ -75,3 +75,24 @@ def test_sleep_timeline_parallel_and_one_batch_serial():
     assert W.max_concurrency(items1) == 1  # one batch = one worker, fetched item after item
     items0, _, _ = W.fetch_timeline(4, 0.0, num_workers=0, batch_size=2)
     assert set(items0["worker"]) == {-1}
+
+
+def test_steady_rate_skips_the_prefetch_burst():
+    """Batches prefetched during start-up arrive at no cost; the steady rate must not
+    count them (else 3 workers on 2 cores appear to beat 2 by far)."""
+    import numpy as np
+
+    from feedlab.experiments import loader_grid as G
+    from feedlab.timing import EpochTiming
+
+    # batch 0 waits 1 s (start-up), batches 1-3 were prefetched (no wait), then 0.1 s each
+    waits = [1.0, 0.0, 0.0, 0.0] + [0.1] * 6
+    phases = np.zeros((10, 4))
+    phases[:, 0] = waits
+    et = EpochTiming(phases_s=phases, batch_sizes=np.full(10, 10), wall_s=sum(waits), first_batch_s=1.0)
+    assert abs(G.steady_rate(et, skip=4) - 100.0) < 1e-9          # 60 samples in 0.6 s
+    assert G.steady_rate(et, skip=1) > 140                          # the burst inflates it
+    assert G.prefetch_depth(G.Setting(batch_size=8, num_workers=3)) == 6
+    assert G.prefetch_depth(G.Setting(batch_size=8, num_workers=0)) == 1
+    short = EpochTiming(phases_s=phases[:4], batch_sizes=np.full(4, 10), wall_s=1.0, first_batch_s=1.0)
+    assert G.steady_rate(short, skip=4) == short.samples_per_s    # too short: whole-epoch rate

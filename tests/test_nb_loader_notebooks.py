@@ -25,7 +25,7 @@ def _run(name, tmp_path, **params):
 
 
 def test_01_worker_scaling_honours_batch_sizes(tmp_path):
-    payload, df = _run("01_worker_scaling", tmp_path, batch_sizes=[8, 32], worker_counts=[0], max_batches=2)
+    payload, df = _run("01_worker_scaling", tmp_path, batch_sizes=[8, 32], worker_counts=[0], max_samples=64)
     assert payload["batch_sizes"] == [8, 32]
     table = df[df.experiment == "batch_size_table"]
     assert sorted(table["batch_size"].unique()) == [8, 32]

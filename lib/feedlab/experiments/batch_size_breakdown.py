@@ -29,9 +29,9 @@ def plan(batch_sizes: Sequence[int], worker_counts: Sequence[int], pin_memory: S
     return split_applicable(settings, device if device is not None else default_device())
 
 
-def run(data_root, settings, repeats: int = 3, max_batches: int | None = None, device=None, warmup: int = 1,
+def run(data_root, settings, repeats: int = 3, max_samples: int | None = None, device=None, warmup: int = 1,
         log=None) -> Results:
-    return run_grid(data_root, settings, repeats=repeats, max_batches=max_batches, device=device,
+    return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
                     warmup=warmup, experiment="batch_size_breakdown", log=log)
 
 

@@ -16,7 +16,7 @@ FORMATS = ("png", "lmdb", "lmdb_raw")
 
 
 def run_formats(data_root, formats: Sequence[str], batch_sizes: Sequence[int], worker_counts: Sequence[int],
-                model: str = "auto", repeats: int = 3, max_batches: int | None = None, device=None,
+                model: str = "auto", repeats: int = 3, max_samples: int | None = None, device=None,
                 warmup: int = 1, log=None) -> Results:
     """Per-phase timing for every format × batch size × worker count (stock collate,
     as the write-up did; pin_memory on with CUDA, off without)."""
@@ -25,7 +25,7 @@ def run_formats(data_root, formats: Sequence[str], batch_sizes: Sequence[int], w
     device = device if device is not None else default_device()
     settings = grid(format=list(formats), batch_size=list(batch_sizes), num_workers=list(worker_counts),
                     model=model, pin_memory=str(device).startswith("cuda"))
-    return run_grid(data_root, settings, repeats=repeats, max_batches=max_batches, device=device,
+    return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
                     warmup=warmup, experiment="lmdb_vs_png", log=log)
 
 

@@ -131,17 +131,17 @@ def plot_timeline(ax, items, batches, title: str = "", annotate_max: int = 48) -
 # ------------------------------------------------------------ (b) and (c): loader grid
 
 def throughput_vs_workers(data_root, max_workers: int, batch_size: int, models: Sequence[str] = ("none", "auto"),
-                          repeats: int = 3, max_batches: int | None = None, fmt: str = "png",
+                          repeats: int = 3, max_samples: int | None = None, fmt: str = "png",
                           device=None, warmup: int = 1, log=None) -> Results:
     """samples/s for num_workers = 0, 1, ..., ``max_workers``; one line per model."""
     settings = grid(batch_size=batch_size, num_workers=list(range(0, int(max_workers) + 1)),
                     format=fmt, model=list(models))
-    return run_grid(data_root, settings, repeats=repeats, max_batches=max_batches, device=device,
+    return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
                     warmup=warmup, experiment="throughput_vs_workers", log=log)
 
 
 def batch_size_table(data_root, batch_sizes: Sequence[int], worker_counts: Sequence[int], model: str = "auto",
-                     repeats: int = 3, max_batches: int | None = None, fmt: str = "png", device=None,
+                     repeats: int = 3, max_samples: int | None = None, fmt: str = "png", device=None,
                      pin_memory: bool | None = None, warmup: int = 1, log=None) -> Results:
     """Epoch time, data-wait fraction and utilisation for batch size × workers.
     ``pin_memory`` None: on with CUDA (as in the write-up), off without."""
@@ -151,13 +151,13 @@ def batch_size_table(data_root, batch_sizes: Sequence[int], worker_counts: Seque
     pin = str(device).startswith("cuda") if pin_memory is None else bool(pin_memory)
     settings = grid(batch_size=list(batch_sizes), num_workers=list(worker_counts), format=fmt,
                     model=model, pin_memory=pin)
-    return run_grid(data_root, settings, repeats=repeats, max_batches=max_batches, device=device,
+    return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
                     warmup=warmup, experiment="batch_size_table", log=log)
 
 
 def ms_per_sample(df, metric: str = "steady_samples_per_s"):
     """Rows ``ms_per_sample`` = 1000 / ``metric`` (per repeat): time per sample,
-    comparable across batch sizes whatever ``max_batches`` cut. By default the
+    comparable across batch sizes whatever ``max_samples`` cut. By default the
     steady rate (worker start-up left out; it is reported as first_batch_s)."""
     part = df[df["metric"] == metric].copy()
     part["value"] = 1e3 / part["value"]
