@@ -32,6 +32,12 @@ test: $(STAMP) ## run the test suite, nbval over every notebook with the smoke p
 	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests
 	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
 
+pillow-simd: ## build .venv-simd with Pillow-SIMD (needs root for apt) so notebook 06 compares it with Pillow
+	command -v apt-get >/dev/null && apt-get install -y -q libjpeg62-turbo-dev zlib1g-dev >/dev/null || true
+	@test -x .venv-simd/bin/python || $(PYTHON) -m venv .venv-simd
+	.venv-simd/bin/pip install -q numpy
+	CC="cc -mavx2" .venv-simd/bin/pip install -q --no-binary :all: pillow-simd
+
 lab: $(STAMP) ## start JupyterLab with the feedlab kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
@@ -41,4 +47,4 @@ doctor: $(STAMP) ## ask the bottleneck doctor about the embedded PNG set
 clean-data: ## remove data/ (built sets; rebuilt on demand)
 	rm -rf data
 
-.PHONY: help install data figures test lab doctor clean-data
+.PHONY: help install data figures test lab doctor clean-data pillow-simd

@@ -15,6 +15,9 @@ FIGURES_DIR = REPO_ROOT / "figures"
 PROFILES_FILE = NOTEBOOKS_DIR / "profiles.yaml"
 # smoke runs (tests, nbval) write here, never over the committed figures
 SCRATCH_DIR = Path(os.environ.get("FEEDLAB_SCRATCH", REPO_ROOT / "runs")).resolve()
+# an optional second environment with Pillow-SIMD (`make pillow-simd`): Pillow-SIMD
+# replaces Pillow in place, so it cannot share an environment with it
+PILLOW_SIMD_PYTHON = REPO_ROOT / ".venv-simd" / "bin" / "python"
 DATA_DIR = Path(os.environ.get("FEEDLAB_DATA", REPO_ROOT / "data")).resolve()
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from feedlab.paths import PILLOW_SIMD_PYTHON
 from feedlab.results import Results
 from feedlab.timing import autorange_number, time_callable
 
@@ -52,7 +53,8 @@ TJBENCH_HINT = "apt-get install -y libjpeg-turbo-progs (Debian/Ubuntu) puts tjbe
 WORKER = Path(__file__).with_name("_pil_bench_worker.py")
 PILLOW_SIMD_HINT = ("build Pillow-SIMD in a second venv: apt-get install libjpeg62-turbo-dev zlib1g-dev; "
                     "python -m venv simd && simd/bin/pip install numpy && CC='cc -mavx2' simd/bin/pip install "
-                    "pillow-simd; then pass pillow_simd_python='simd/bin/python'")
+                    "pillow-simd (or `make pillow-simd`, which builds .venv-simd, found automatically); "
+                    "or pass pillow_simd_python='simd/bin/python'")
 
 
 @dataclass
@@ -327,6 +329,8 @@ def pillow_side_by_side(sets: dict[str, ImageSet], pillow_simd_python: str = "",
     res = Results()
     runs = [("this", sys.executable)]
     reason = ""
+    if not pillow_simd_python and PILLOW_SIMD_PYTHON.exists():
+        pillow_simd_python = str(PILLOW_SIMD_PYTHON)  # built by `make pillow-simd`
     if pillow_simd_python:
         if not Path(pillow_simd_python).exists() and not shutil.which(pillow_simd_python):
             reason = f"pillow_simd_python={pillow_simd_python!r} not found. {PILLOW_SIMD_HINT}"
