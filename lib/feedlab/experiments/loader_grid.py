@@ -307,10 +307,17 @@ def phase_table(df, by: Sequence[str]):
 
 
 def plot_phase_bars(ax, table, label: Callable[[object], str], unit_scale: float = 1e3,
-                    unit: str = "ms", legend: bool = True):
+                    unit: str = "ms", legend: bool = True, per_sample: bool = False):
     """Stacked per-phase bars (one per row of :func:`phase_table`), the bar-top
-    error bar spanning the interquartile range of the total over repeats."""
+    error bar spanning the interquartile range of the total over repeats.
+    ``per_sample`` divides by each row's ``batch_size`` so batch sizes compare on one
+    linear axis (a stack on a log axis would misstate the segments' shares)."""
     from feedlab.plots import stacked_bars
+
+    if per_sample:
+        table = table.copy()
+        cols = list(PHASES) + ["total", "total_q25", "total_q75"]
+        table[cols] = table[cols].div(table["batch_size"].astype(float), axis=0)
 
     labels = [label(row) for _, row in table.iterrows()]
     comps = {PHASE_LABELS[p]: table[p].to_numpy() * unit_scale for p in PHASES}
@@ -320,7 +327,7 @@ def plot_phase_bars(ax, table, label: Callable[[object], str], unit_scale: float
     hi = np.clip(table["total_q75"].to_numpy() * unit_scale - tot, 0, None)
     x = stacked_bars(ax, labels, comps, errors=None, colors=colors, legend=legend)
     ax.errorbar(x, tot, yerr=np.vstack([lo, hi]), fmt="none", ecolor="#333333", capsize=2, linewidth=1)
-    ax.set_ylabel(f"{unit} per batch (median; bar: IQR of total)")
+    ax.set_ylabel(f"{unit} per {'sample' if per_sample else 'batch'} (median; bar: IQR of total)")
     return x
 
 
