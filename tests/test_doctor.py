@@ -115,3 +115,23 @@ def test_cli_trace(sr_root, tmp_path):
     assert check_trace(obj) == []
     assert batches_in(obj, "step") == set(range(20))
     assert batches_in(obj, "batch") >= set(range(20))  # workers may have prefetched beyond the 20th
+
+
+def test_transfer_stage_counts_only_with_workers(tmp_path):
+    """The worker → main hand-over is measured, and priced into predictions with workers only."""
+    import torch
+
+    items = [(np.zeros((8, 8, 3), np.uint8), np.zeros((16, 16, 3), np.uint8))] * 32
+
+    def factory(fmt, decode):
+        return Pipeline(fmt="x", decode_name="identity", n=len(items), read=lambda i: items[i],
+                        decode=lambda r: r, nbytes=lambda r: 8 * 8 * 3 + 16 * 16 * 3)
+
+    doc = Doctor(None, fmt="x", batch_size=8, model="none", device="cpu", max_workers=1, repeats=1,
+                 samples=16, cold=False, pipeline_factory=factory).measure(alternatives=False)
+    st = doc.stages[("transfer", "totensor", 8)]
+    assert st.measurable and st.t >= 0
+    c0 = doc.costs(Config(fmt="x", decode="pil", collate="totensor", batch_size=8, num_workers=0))
+    c1 = doc.costs(Config(fmt="x", decode="pil", collate="totensor", batch_size=8, num_workers=1))
+    assert c0["transfer"] == (0.0, 0.0) and c1["transfer"] == (st.t, st.c)
+    assert torch.get_num_threads() >= 1

@@ -49,9 +49,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-BOUND_STAGES = ("read", "decode", "transform", "collate", "h2d", "model")
+BOUND_STAGES = ("read", "decode", "transform", "collate", "transfer", "h2d", "model")
 WORKER_STAGES = ("read", "decode", "transform", "collate")
-MAIN_STAGES = ("h2d", "model")
+MAIN_STAGES = ("transfer", "h2d", "model")  # transfer: worker → main hand-over, only with workers
 COLLATES = ("totensor", "fast")
 VERDICTS = ("data-bound", "compute-bound")
 ARRAY_FORMATS = ("hdf5", "zarr", "npy_mmap")
@@ -160,6 +160,30 @@ class PipelineDataset:
 
     def __getitem__(self, i):
         return self.pipeline.item(int(i))
+
+
+class _FreshSharedBatch:
+    """Hands out a copy of one collated batch per index, allocated in shared memory the
+    way DataLoader's collate does inside a worker: what a worker must pass to the main
+    process, at no other cost. Used to measure the worker → main transfer floor."""
+
+    def __init__(self, batch, n: int):
+        self.batch, self.n = batch, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        import torch
+
+        def fresh(t):
+            if isinstance(t, torch.Tensor):
+                out = torch.empty_like(t, memory_format=torch.preserve_format).share_memory_()
+                return out.copy_(t)
+            return t
+
+        b = self.batch
+        return type(b)(fresh(t) for t in b) if isinstance(b, (list, tuple)) else fresh(b)
 
 
 def _bytes_len(raw) -> int:
@@ -663,6 +687,45 @@ class Doctor:
             self.stages[("h2d_copy", collate, batch_size)] = Stage(
                 "h2d", "copy to GPU, pageable and pinned", measurable=False, note="not measurable: no CUDA")
 
+    def measure_transfer(self, collate: str, batch_size: int, batches: int = 24) -> None:
+        """The worker → main hand-over per sample: a one-worker DataLoader whose items are
+        ready-made batches in shared memory (as collate leaves them in a worker), timed in
+        the main loop, less the in-process copy of the same batch that the collate stage
+        already counts. Applies only when num_workers > 0."""
+        import torch
+        from torch.utils.data import DataLoader
+
+        key = ("transfer", collate, batch_size)
+        batch = self._batches[(collate, batch_size)]
+
+        def copy_only():
+            b = batch
+            for t in (b if isinstance(b, (list, tuple)) else (b,)):
+                if isinstance(t, torch.Tensor):
+                    torch.empty_like(t).copy_(t)
+
+        copy_w, _ = _timed(copy_only, batch_size, self.warmup, self.repeats)
+        loader = DataLoader(_FreshSharedBatch(batch, batches), batch_size=None, num_workers=1,
+                            persistent_workers=True, prefetch_factor=2)
+
+        def epoch():
+            for _ in loader:
+                pass
+
+        try:
+            w, c = _timed(epoch, batches * batch_size, 1, self.repeats)
+        except Exception as exc:  # e.g. no usable shared memory
+            self.stages[key] = Stage("transfer", f"worker → main, {collate} batch", measurable=False,
+                                     note=f"could not measure: {type(exc).__name__}: {exc}")
+            return
+        finally:
+            del loader
+        floor = float(np.median(copy_w))
+        w = [max(0.0, x - floor) for x in w]
+        self.stages[key] = Stage("transfer", f"worker → main, {collate} batch {batch_size}", w, w,
+                                 bytes_per_sample=self.batch_bytes[(collate, batch_size)] / batch_size,
+                                 note="one-worker DataLoader of ready batches, minus an in-process copy")
+
     def measure_model(self, collate: str, batch_size: int) -> None:
         import torch
 
@@ -704,12 +767,16 @@ class Doctor:
             self.log(f"measuring collate {name}")
             self.measure_collate(name, bs)
             self.measure_h2d(name, bs)
+            if self.max_workers > 0:
+                self.measure_transfer(name, bs)
         self.measure_model(collate if collate in self.collate_names() else self.collate_names()[0], bs)
         if alternatives:
             if self.model is not None:
                 for name in self.collate_names():
                     self.measure_collate(name, 2 * bs)
                     self.measure_h2d(name, 2 * bs)
+                    if self.max_workers > 0:
+                        self.measure_transfer(name, 2 * bs)
                 self.measure_model(self.collate_names()[0], 2 * bs)
             kind = self.pipeline(self.fmt, self.decode).kind
             if self.fmt in ("png", "imagefolder", "jpeg"):
@@ -745,6 +812,11 @@ class Doctor:
             if s is None or not s.measurable:
                 return None
             out[stage] = (s.t, s.c)
+        out["transfer"] = (0.0, 0.0)
+        if cfg.num_workers > 0:
+            s = self.stages.get(("transfer", cfg.collate, cfg.batch_size))
+            if s is not None and s.measurable:
+                out["transfer"] = (s.t, s.c)
         return out
 
     def predict(self, cfg: Config) -> dict | None:
@@ -776,7 +848,7 @@ class Doctor:
                 term = f"workers: {min(W, C)} × 1/(read+decode+transform+collate)"
             elif which == "consumer":
                 bound = max(MAIN_STAGES, key=lambda s: wall[s])
-                term = "main process: 1/(h2d+model)"
+                term = "main process: 1/(transfer+h2d+model)"
             else:
                 bound = max(BOUND_STAGES, key=lambda s: cpu[s])
                 term = f"CPU: {C} cores shared by workers and the main process"
