@@ -80,7 +80,14 @@ def section() -> str:
     head = ["Each reading below was computed by its notebook from the numbers of the run that drew "
             "the figures (median and interquartile range over repeats).", ""]
     if fps:
-        head.append("Made on: " + " | ".join(sorted(fps)))
+        # one line per machine and commit; the run's time span instead of each notebook's minute
+        machines: dict[str, list[str]] = {}
+        for line in fps:
+            body, _, when = line.rpartition(" · ")
+            machines.setdefault(body, []).append(when)
+        for body, whens in sorted(machines.items()):
+            span = min(whens) if len(set(whens)) == 1 else f"{min(whens)} – {max(whens)}"
+            head.append(f"Made on: {body} · {span}")
         head.append("")
     return "\n".join(head + parts)
 
