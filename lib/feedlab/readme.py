@@ -18,6 +18,7 @@ from feedlab.fingerprint import fingerprint_line
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
+MAX_LINES = 14
 
 
 def _title(name: str) -> str:
@@ -70,6 +71,11 @@ def section() -> str:
         parts.append(f"### {_title(nb_dir.name)}\n")
         parts.append(f"Notebook: [`notebooks/{nb_dir.name}.ipynb`](notebooks/{nb_dir.name}.ipynb) · "
                      f"results: [`figures/{nb_dir.name}/`](figures/{nb_dir.name}/)\n")
+        if len(reading) > MAX_LINES:  # long per-setting listings: the head and the conclusion
+            head, tail = MAX_LINES - 6, 5
+            cut = len(reading) - head - tail
+            reading = reading[:head] + [f"… {cut} more lines in the executed notebook "
+                                        f"(`figures/{nb_dir.name}/{nb_dir.name}.executed.ipynb`) …"] + reading[-tail:]
         for line in reading:
             parts.append(f"- {line}")
         if reading:
