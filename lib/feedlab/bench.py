@@ -54,7 +54,7 @@ def bench(data: Path, fmt: str, batch_size: int, workers: int, collate_name: str
 
     from feedlab.formats import open_dataset
     from feedlab.monitor import CpuMonitor
-    from feedlab.timing import run_epoch
+    from feedlab.timing import run_epoch, timer_overhead_per_batch
 
     if not Path(data).exists():
         raise SystemExit(f"--data {data}: no such data set; build it with "
@@ -99,6 +99,10 @@ def bench(data: Path, fmt: str, batch_size: int, workers: int, collate_name: str
         "first_batch_s": float(np.median([r.first_batch_s for r in runs])),
         "cpu_saturation": float(np.median(cpu_sat)),
     }
+    overhead = timer_overhead_per_batch(device)
+    batch_s = float(np.median([r.wall_s / max(1, r.batches) for r in runs]))
+    out["timer_overhead_s_per_batch"] = overhead
+    out["timer_overhead_fraction"] = overhead / batch_s if batch_s > 0 else float("nan")
     if tracer is not None:
         from feedlab import trace as trace_mod
 
@@ -147,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {out['samples_per_s']:.0f} samples/s (IQR {out['samples_per_s_q25']:.0f}–"
               f"{out['samples_per_s_q75']:.0f}, {out['epochs']} epochs) · data wait "
               f"{100 * out['data_wait_fraction']:.0f}% of wall · CPU {100 * out['cpu_saturation']:.0f}% busy")
+        print(f"  timer overhead {1e6 * out['timer_overhead_s_per_batch']:.1f} µs per batch "
+              f"({100 * out['timer_overhead_fraction']:.3f}% of the median batch time)")
         if out["pin_memory_requested"] and not out["pin_memory"]:
             print("  pin_memory requested but there is no CUDA device: not applied")
     return 0
