@@ -72,7 +72,8 @@ def _git() -> dict:
                               text=True, timeout=10).stdout.strip()
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        # the run's own outputs (figures/) are tracked: their rewriting is not a dirty source tree
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures"))
         return {"commit": commit or None, "dirty": dirty}
     except Exception:
         return {"commit": None, "dirty": None}
