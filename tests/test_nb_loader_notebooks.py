@@ -13,15 +13,7 @@ from feedlab.paths import NOTEBOOKS_DIR
 pytestmark = pytest.mark.notebook
 
 
-def _run(name, tmp_path, **params):
-    papermill = pytest.importorskip("papermill")
-    papermill.execute_notebook(str(NOTEBOOKS_DIR / f"{name}.ipynb"), str(tmp_path / "out.ipynb"),
-                               parameters={"profile": "smoke", "out_dir": str(tmp_path), **params},
-                               kernel_name="python3", progress_bar=False)
-    payload = json.loads((tmp_path / "results.json").read_text())
-    df = pd.read_csv(tmp_path / "results.csv")
-    assert (tmp_path / "fingerprint.json").is_file()
-    return payload, df
+from nbrun import run_notebook as _run  # noqa: E402
 
 
 def test_01_worker_scaling_honours_batch_sizes(tmp_path):
@@ -37,7 +29,7 @@ def test_01_worker_scaling_honours_batch_sizes(tmp_path):
     assert all(v > 0 for v in payload["samples_per_s_with_model"].values())
     assert set(df[df.experiment == "sleep_timeline"]["num_workers"]) >= {1, 3}
     for name in ("sleep_timeline", "throughput_vs_workers", "batch_size_epoch"):
-        assert (tmp_path / f"{name}.png").is_file()
+        assert (tmp_path / "out" / f"{name}.png").is_file()
 
 
 def test_02_lmdb_vs_png(tmp_path):
@@ -49,7 +41,7 @@ def test_02_lmdb_vs_png(tmp_path):
     assert (per_setting == 4).all()  # 4 phases × 1 repeat
     assert all(v > 0 for v in payload["bytes_on_disk"].values())
     assert payload["lz4_ratio"] > 0
-    assert (tmp_path / "phases_by_format.png").is_file()
+    assert (tmp_path / "out" / "phases_by_format.png").is_file()
 
 
 def test_09_batch_size_breakdown(tmp_path):
@@ -60,7 +52,7 @@ def test_09_batch_size_breakdown(tmp_path):
     if payload["device"] == "cpu":
         assert payload["pin_memory_run"] == [False] and payload["pin_memory_not_applicable"]
     assert all(v > 0 for v in payload["fixed_over_baseline"].values())
-    assert (tmp_path / "phases_by_batch.png").is_file()
+    assert (tmp_path / "out" / "phases_by_batch.png").is_file()
 
 
 def test_11_worker_hygiene(tmp_path):

@@ -167,7 +167,9 @@ def test_prepare_sets_and_decode_rates(tmp_path):
     assert not (df.variant == "pyspng").any() or set(df[df.variant == "pyspng"].kind) == {"png"}
 
 
-def test_pillow_worker_runs_here_and_reports_missing_simd(tmp_path):
+def test_pillow_worker_runs_here_and_reports_missing_simd(tmp_path, monkeypatch):
+    # as on a machine without `make pillow-simd` (its .venv-simd would be found automatically)
+    monkeypatch.setattr(D, "PILLOW_SIMD_PYTHON", tmp_path / "no-venv-simd" / "python")
     sets = _tiny_sets(tmp_path)
     res, why = D.pillow_side_by_side(sets, "", repeats=2, warmup=0, resize_to=16)
     df = res.frame()
@@ -209,17 +211,7 @@ def test_collate_measure_rows_and_speedup():
 
 
 # ---------------------------------------------------------------- notebooks
-def _run(name: str, tmp_path: Path, **params) -> tuple[dict, pd.DataFrame]:
-    import papermill as pm
-
-    out = tmp_path / "out"
-    pm.execute_notebook(str(NOTEBOOKS_DIR / f"{name}.ipynb"), str(tmp_path / "executed.ipynb"),
-                        parameters={"profile": "smoke", "out_dir": str(out), **params},
-                        kernel_name="python3", progress_bar=False)
-    payload = json.loads((out / "results.json").read_text())
-    df = pd.read_csv(out / "results.csv")
-    assert (out / "fingerprint.json").is_file()
-    return payload, df
+from nbrun import run_notebook as _run  # noqa: E402
 
 
 @pytest.mark.notebook

@@ -137,6 +137,27 @@ def iter_checked(samples: Iterable, lr_shape, hr_shape) -> Iterator[tuple[np.nda
         yield lr, hr
 
 
+def write_blocks(samples, lr_shape, hr_shape, block: int, sink, fmt: str) -> None:
+    """Copy ``samples`` into ``(block, ...)`` staging arrays and hand each full block
+    (and the short last one) to ``sink(start, lr_block, hr_block)``: one large write per
+    block instead of one per sample. Raises if ``len(samples)`` lied."""
+    n = len(samples)
+    block_lr = np.empty((block, *lr_shape), np.uint8)
+    block_hr = np.empty((block, *hr_shape), np.uint8)
+    start = k = 0
+    for lr, hr in iter_checked(samples, lr_shape, hr_shape):
+        block_lr[k] = lr
+        block_hr[k] = hr
+        k += 1
+        if k == block:
+            sink(start, block_lr, block_hr)
+            start, k = start + k, 0
+    if k:
+        sink(start, block_lr[:k], block_hr[:k])
+    if start + k != n:
+        raise ValueError(f"{fmt}: len(samples) was {n} but iteration gave {start + k}")
+
+
 class SRDataset(Dataset):
     """Base of the SR readers: ``(lr, hr)`` uint8 HWC per index.
 

@@ -19,7 +19,7 @@ from typing import Sequence
 import h5py
 import numpy as np
 
-from ._common import LazyHandle, SRDataset, atomic_output, first_shapes, iter_checked, tree_bytes
+from ._common import LazyHandle, SRDataset, atomic_output, first_shapes, tree_bytes, write_blocks
 
 FILENAME = "sr.h5"
 WRITE_BLOCK = 512
@@ -44,22 +44,11 @@ def write(root, samples, chunks: int | None = None, compression: str | None = No
                     opts["chunks"] = (min(int(chunks or 1), n), *shape)
                 dsets[name] = f.create_dataset(name, shape=(n, *shape), dtype=np.uint8, **opts)
             f.attrs["count"] = n
-            block_lr = np.empty((WRITE_BLOCK, *lr_shape), np.uint8)
-            block_hr = np.empty((WRITE_BLOCK, *hr_shape), np.uint8)
-            start = k = 0
-            for i, (lr, hr) in enumerate(iter_checked(samples, lr_shape, hr_shape)):
-                block_lr[k] = lr
-                block_hr[k] = hr
-                k += 1
-                if k == WRITE_BLOCK:
-                    dsets["lr"][start:start + k] = block_lr
-                    dsets["hr"][start:start + k] = block_hr
-                    start, k = start + k, 0
-            if k:
-                dsets["lr"][start:start + k] = block_lr[:k]
-                dsets["hr"][start:start + k] = block_hr[:k]
-            if start + k != n:
-                raise ValueError(f"hdf5: len(samples) was {n} but iteration gave {start + k}")
+            def _sink(start, lr_b, hr_b):
+                dsets["lr"][start:start + len(lr_b)] = lr_b
+                dsets["hr"][start:start + len(hr_b)] = hr_b
+
+            write_blocks(samples, lr_shape, hr_shape, WRITE_BLOCK, _sink, "hdf5")
     return final
 
 

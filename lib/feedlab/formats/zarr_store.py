@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from ._common import LazyHandle, atomic_output, first_shapes, iter_checked, tree_bytes
+from ._common import LazyHandle, atomic_output, first_shapes, tree_bytes, write_blocks
 from .chunked import ChunkedSRDataset
 
 DIRNAME = "sr.zarr"
@@ -43,22 +43,11 @@ def write(root, samples, chunk_len: int = DEFAULT_CHUNK, compress: bool = False,
                                      compressors=comp, fill_value=0)
             for name, shape in (("lr", lr_shape), ("hr", hr_shape))
         }
-        block_lr = np.empty((chunk_len, *lr_shape), np.uint8)
-        block_hr = np.empty((chunk_len, *hr_shape), np.uint8)
-        start = k = 0
-        for lr, hr in iter_checked(samples, lr_shape, hr_shape):
-            block_lr[k] = lr
-            block_hr[k] = hr
-            k += 1
-            if k == chunk_len:  # whole, aligned chunks: one write each
-                arrs["lr"][start:start + k] = block_lr
-                arrs["hr"][start:start + k] = block_hr
-                start, k = start + k, 0
-        if k:
-            arrs["lr"][start:start + k] = block_lr[:k]
-            arrs["hr"][start:start + k] = block_hr[:k]
-        if start + k != n:
-            raise ValueError(f"zarr: len(samples) was {n} but iteration gave {start + k}")
+        def _sink(start, lr_b, hr_b):  # whole, aligned chunks: one write each
+            arrs["lr"][start:start + len(lr_b)] = lr_b
+            arrs["hr"][start:start + len(hr_b)] = hr_b
+
+        write_blocks(samples, lr_shape, hr_shape, chunk_len, _sink, "zarr")
     return final
 
 
