@@ -11,9 +11,9 @@ import pytest
 from feedlab import bench
 
 
-@pytest.mark.parametrize("fmt,collate", [("png", "default"), ("lmdb", "fast")])
+@pytest.mark.parametrize("fmt,collate", [("png", "totensor"), ("lmdb", "fast")])
 def test_bench_json_has_the_fields(sr_root, capsys, fmt, collate):
-    assert bench.main(["--data", str(sr_root), "--format", fmt, "--batch-size", "16", "--workers", "0",
+    assert bench.main(["--data", str(sr_root), "--format", fmt, "--batch-size", "16", "--num-workers", "0",
                        "--collate", collate, "--epochs", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("samples_per_s", "batches", "data_wait_s", "batch_size", "num_workers", "format",
@@ -28,7 +28,7 @@ def test_bench_json_has_the_fields(sr_root, capsys, fmt, collate):
 def test_bench_pin_memory_without_cuda_is_reported_not_applied(sr_root, capsys):
     import torch
 
-    bench.main(["--data", str(sr_root), "--format", "npy_mmap", "--batch-size", "8", "--workers", "0",
+    bench.main(["--data", str(sr_root), "--format", "npy_mmap", "--batch-size", "8", "--num-workers", "0",
                 "--pin-memory", "--epochs", "1", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert out["pin_memory_requested"] is True

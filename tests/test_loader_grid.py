@@ -26,18 +26,18 @@ def test_pin_memory_not_applicable_without_cuda():
     run, skipped = G.split_applicable(s, "cuda")
     assert len(run) == 2 and not skipped
     with pytest.raises(ValueError):
-        G.run_grid("/nonexistent", [G.Setting(8, pin_memory=True)], device="cpu")
+        G.run_grid("/nonexistent", [G.PipelineSpec(batch_size=8, pin_memory=True)], device="cpu")
 
 
 def test_prefetch_needs_workers_and_model_names():
-    assert not G.applicable(G.Setting(8, num_workers=0, prefetch_factor=4), "cpu")[0]
-    assert G.applicable(G.Setting(8, num_workers=1, prefetch_factor=4), "cpu")[0]
-    assert not G.applicable(G.Setting(8, model="vgg"), "cpu")[0]
+    assert not G.applicable(G.PipelineSpec(batch_size=8, num_workers=0, prefetch_factor=4), "cpu")[0]
+    assert G.applicable(G.PipelineSpec(batch_size=8, num_workers=1, prefetch_factor=4), "cpu")[0]
+    assert not G.applicable(G.PipelineSpec(batch_size=8, model="vgg"), "cpu")[0]
     assert G.resolve_model_name("auto", "cpu") == "srcnn_small"
     assert G.resolve_model_name("auto", "cuda") == "srcnn"
 
 
-@pytest.mark.parametrize("fmt,collate", [("png", "stock"), ("lmdb", "fast")])
+@pytest.mark.parametrize("fmt,collate", [("png", "totensor"), ("lmdb", "fast")])
 def test_run_grid_rows(sr_root, fmt, collate):
     settings = G.grid(batch_size=[4, 8], num_workers=[0, 1], format=fmt, collate=collate, model="srcnn_small")
     res = G.run_grid(sr_root, settings, repeats=2, max_batches=3, warmup=1, device="cpu")
@@ -92,7 +92,7 @@ def test_steady_rate_skips_the_prefetch_burst():
     et = EpochTiming(phases_s=phases, batch_sizes=np.full(10, 10), wall_s=sum(waits), first_batch_s=1.0)
     assert abs(G.steady_rate(et, skip=4) - 100.0) < 1e-9          # 60 samples in 0.6 s
     assert G.steady_rate(et, skip=1) > 140                          # the burst inflates it
-    assert G.prefetch_depth(G.Setting(batch_size=8, num_workers=3)) == 6
-    assert G.prefetch_depth(G.Setting(batch_size=8, num_workers=0)) == 1
+    assert G.prefetch_depth(G.PipelineSpec(batch_size=8, num_workers=3)) == 6
+    assert G.prefetch_depth(G.PipelineSpec(batch_size=8, num_workers=0)) == 1
     short = EpochTiming(phases_s=phases[:4], batch_sizes=np.full(4, 10), wall_s=1.0, first_batch_s=1.0)
     assert G.steady_rate(short, skip=4) == short.samples_per_s    # too short: whole-epoch rate

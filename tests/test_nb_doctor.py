@@ -1,4 +1,4 @@
-"""10_doctor through papermill (smoke): a bounding stage, advice, and measured steps."""
+"""10_doctor through papermill (smoke): a bounding stage, advice, measured steps, its own error."""
 
 import json
 
@@ -19,11 +19,17 @@ def test_10_doctor_smoke(tmp_path):
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["profile"] == "smoke" and res["batch_size"] == 16
     assert res["bound_stage"] in BOUND_STAGES and res["verdict"] in VERDICTS
-    assert res["start"] == {"fmt": "png", "decode": "pil", "collate": "totensor", "num_workers": 0,
-                            "batch_size": 16, "pin_memory": False}
-    assert len(res["steps"]) >= 1
+    start = res["start"]
+    assert (start["format"], start["decode"], start["collate"], start["num_workers"], start["batch_size"]) == \
+        ("png", "pil", "totensor", 0, 16)
+    assert len(res["steps"]) >= 1 and res["steps"][0]["kept"]
     for s in res["steps"]:
         assert s["measured"] > 0 and s["predicted"] > 0
+    for s in res["steps"][1:]:
+        # a step measured slower than the one before is never kept as a gain
+        assert s["kept"] == (s["measured_gain"] >= 1.0)
+    assert [r["num_workers"] for r in res["end_to_end"]] == [0, 1]
+    assert all("error" in r for r in res["end_to_end"]) and res["max_abs_error"] >= 0
     for a in res["advice"]:
         assert a["expected_gain"] > 1
     df = pd.read_csv(tmp_path / "results.csv")
@@ -31,4 +37,4 @@ def test_10_doctor_smoke(tmp_path):
     assert (meas.value > 0).all()
     assert set(meas.step) == set(range(len(res["steps"])))
     assert (meas.groupby("step").size() == 2).all()  # smoke repeats
-    assert (tmp_path / "advice_steps.png").is_file()
+    assert (tmp_path / "advice_steps.png").is_file() and (tmp_path / "calibration.png").is_file()

@@ -48,7 +48,7 @@ def test_09_batch_size_breakdown(tmp_path):
     payload, df = _run("09_batch_size_breakdown", tmp_path, batch_sizes=[8, 16])
     assert payload["batch_sizes"] == [8, 16]
     assert payload["pipelines"] == ["baseline", "fixed"]
-    assert set(zip(df["format"], df["collate"])) == {("png", "stock"), ("lmdb", "fast")}
+    assert set(zip(df["format"], df["collate"])) == {("png", "totensor"), ("lmdb", "fast")}
     if payload["device"] == "cpu":
         assert payload["pin_memory_run"] == [False] and payload["pin_memory_not_applicable"]
     assert all(v > 0 for v in payload["fixed_over_baseline"].values())

@@ -14,7 +14,7 @@ from typing import Sequence
 from feedlab.experiments.loader_grid import grid, run_grid, split_applicable
 from feedlab.results import Results
 
-PIPELINES = {"baseline": ("png", "stock"), "fixed": ("lmdb", "fast")}
+PIPELINES = {"baseline": ("png", "totensor"), "fixed": ("lmdb", "fast")}
 
 
 def plan(batch_sizes: Sequence[int], worker_counts: Sequence[int], pin_memory: Sequence[bool],

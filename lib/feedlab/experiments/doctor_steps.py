@@ -1,11 +1,12 @@
 """10_doctor: follow the bottleneck doctor's advice from a slow start, one change at a time.
 
-Start from a configuration (by default PNG + PIL + ToTensor collate + 0
-workers), let :class:`feedlab.doctor.Doctor` measure every stage once, then
-repeatedly: predict the ceiling of the current configuration, measure it end
-to end, apply the single change with the largest predicted gain. Each step
-records the predicted and the measured samples/s, so the figure shows how much
-of each promised gain arrived.
+Start from a spec (by default PNG + PIL + ToTensor collate + 0 workers), let
+:class:`feedlab.doctor.Doctor` measure every stage once, then repeatedly: predict
+the current spec's rate, measure it end to end, and try the single change with the
+largest predicted gain. A tried change that measures slower than the spec before it
+(gain below ×1.0) is reported as *measured slower* and undone; the next advice is
+tried instead. Each step records the predicted and the measured samples/s, so the
+figure shows how much of each promised gain arrived.
 """
 
 from __future__ import annotations
@@ -14,65 +15,106 @@ from typing import Callable
 
 import numpy as np
 
-from feedlab.doctor import Config, Doctor
+from feedlab.doctor import Doctor
+from feedlab.doctor.predict import advise, predict
+from feedlab.pipeline import PipelineSpec
 from feedlab.results import Results
 
 EXPERIMENT = "doctor_steps"
 
 
-def follow_advice(doc: Doctor, start: Config, max_steps: int = 4, repeats: int | None = None,
-                  log: Callable[[str], None] | None = None) -> tuple[Results, list[dict]]:
-    """Apply the top advice step by step (each setting changed at most once).
+def _measure(doc: Doctor, spec: PipelineSpec, repeats, res: Results, k: int, label: str, kept: bool) -> dict:
+    pred = predict(doc.table, spec)
+    r = doc.measure_e2e(spec, repeats=repeats)
+    params = dict(step=k, change=label, kept=kept, **spec.as_dict())
+    res.add_samples(EXPERIMENT, label, "samples_per_s", r["steady_runs"], "samples/s", **params)
+    res.add(EXPERIMENT, label, "predicted_samples_per_s", pred["predicted_samples_per_s"], "samples/s", **params)
+    runs = r["steady_runs"]
+    return {"step": k, "label": label, "config": spec.as_dict(), "predicted": pred["predicted_samples_per_s"],
+            "bound_stage": pred["bound_stage"], "verdict": pred["verdict"], "measured": r["steady"],
+            "measured_q25": float(np.percentile(runs, 25)), "measured_q75": float(np.percentile(runs, 75)),
+            "error": pred["predicted_samples_per_s"] / r["steady"] - 1.0 if r["steady"] > 0 else None}
 
-    Returns the tidy results (``samples_per_s`` per repeat and
-    ``predicted_samples_per_s`` per step) and one dict per step."""
+
+def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats: int | None = None,
+                  log: Callable[[str], None] | None = None) -> tuple[Results, list[dict]]:
+    """Try the top advice step by step (each setting tried at most once).
+
+    Returns the tidy results (``samples_per_s`` per repeat and ``predicted_samples_per_s``
+    per step) and one dict per step with ``predicted_gain`` / ``measured_gain`` against
+    the spec kept before it, and ``kept`` (False: measured slower, undone)."""
     log = log or (lambda m: None)
     res = Results()
-    steps: list[dict] = []
-    cfg, changed = start, set()
-    for k in range(max_steps + 1):
-        pred = doc.predict(cfg)
-        log(f"step {k}: {cfg.label()}")
-        rates = doc.measure_e2e(cfg, repeats=repeats)
-        change = steps[-1]["next_change"] if steps else "start"
-        label = f"{k}: {change}"
-        params = dict(step=k, change=change, **cfg.as_dict())
-        res.add_samples(EXPERIMENT, label, "samples_per_s", rates, "samples/s", **params)
-        res.add(EXPERIMENT, label, "predicted_samples_per_s", pred["predicted_samples_per_s"], "samples/s",
-                **params)
-        advice = [a for a in doc.advise(cfg) if a["setting"] not in changed]
-        step = {"step": k, "label": label, "config": cfg.as_dict(), "predicted": pred["predicted_samples_per_s"],
-                "bound_stage": pred["bound_stage"], "verdict": pred["verdict"],
-                "measured": float(np.median(rates)), "measured_q25": float(np.percentile(rates, 25)),
-                "measured_q75": float(np.percentile(rates, 75)), "next_change": None}
-        steps.append(step)
-        if not advice or k == max_steps:
+    spec = start.replace(device=doc.device)
+    steps = [_measure(doc, spec, repeats, res, 0, "0: start", True)]
+    steps[0]["kept"] = True
+    current = steps[0]
+    tried: set[str] = set()
+    for k in range(1, max_steps + 1):
+        measured = {s: r["steady"] for s, r in doc.e2e.items()}
+        advice = [a for a in advise(doc.table, spec, doc.max_workers, measured=measured)
+                  if a["setting"] not in tried]
+        if not advice:
             break
         top = advice[0]
-        step["next_change"] = f"{top['setting']}={top['value']}"
+        tried.add(top["setting"])
+        new = PipelineSpec(**top["config"])
+        label = f"{k}: {top['setting']}={top['value']}"
+        log(f"step {label}")
+        step = _measure(doc, new, repeats, res, k, label, True)
         step["advice"] = top
-        changed.add(top["setting"])
-        cfg = Config(**top["config"])
-    for prev, cur in zip(steps, steps[1:]):
-        promised = cur["predicted"] / prev["predicted"]
-        got = cur["measured"] / prev["measured"]
-        cur["predicted_gain"], cur["measured_gain"] = promised, got
+        step["predicted_gain"] = step["predicted"] / current["predicted"]
+        step["measured_gain"] = step["measured"] / current["measured"]
+        step["kept"] = step["measured_gain"] >= 1.0
+        step["against"] = current["label"]
+        steps.append(step)
+        if step["kept"]:
+            spec, current = new, step
     return res, steps
 
 
 def plot_steps(ax, steps: list[dict]) -> None:
-    """Predicted ceiling vs measured samples/s (median, IQR bars) per step."""
+    """Predicted vs measured samples/s (median, IQR bars) per step; undone steps hatched."""
     from feedlab.plots import PALETTE
 
     x = np.arange(len(steps))
     med = np.array([s["measured"] for s in steps])
     lo = med - np.array([s["measured_q25"] for s in steps])
     hi = np.array([s["measured_q75"] for s in steps]) - med
-    ax.bar(x, med, 0.6, color=PALETTE[0], label="measured (median, IQR bars)")
+    bars = ax.bar(x, med, 0.6, color=PALETTE[0], label="measured (median, IQR bars)")
+    for b, s in zip(bars, steps):
+        if not s.get("kept", True):
+            b.set_hatch("//")
+            b.set_facecolor("#cccccc")
     ax.errorbar(x, med, yerr=np.clip(np.vstack([lo, hi]), 0, None), fmt="none", ecolor="#333333", capsize=3)
     ax.plot(x, [s["predicted"] for s in steps], "D", color=PALETTE[1], markersize=7,
-            label="predicted ceiling from stage costs")
+            label="predicted from stage costs")
     ax.set_xticks(x)
-    ax.set_xticklabels([s["label"].replace(": ", ":\n") for s in steps], fontsize=8)
+    ax.set_xticklabels([s["label"].replace(": ", ":\n") + ("\n(slower: undone)" if not s.get("kept", True) else "")
+                        for s in steps], fontsize=8)
     ax.set_ylabel("samples/s")
     ax.legend(loc="upper left")
+
+
+def plot_calibration(ax, points: list[dict]) -> None:
+    """Predicted against measured samples/s, one point per (step or worker count), with
+    the ±20% band around the diagonal."""
+    from feedlab.plots import PALETTE
+
+    pred = np.array([p["predicted"] for p in points], float)
+    meas = np.array([p["measured"] for p in points], float)
+    lo, hi = 0.8 * min(pred.min(), meas.min()), 1.25 * max(pred.max(), meas.max())
+    line = np.geomspace(lo, hi, 50)
+    ax.plot(line, line, color="#333333", linewidth=1, label="predicted = measured")
+    ax.fill_between(line, line / 1.2, line * 1.2, color="#dddddd", label="±20%")
+    kinds = sorted({p["kind"] for p in points})
+    for j, kind in enumerate(kinds):
+        sel = [i for i, p in enumerate(points) if p["kind"] == kind]
+        ax.scatter(meas[sel], pred[sel], color=PALETTE[j % len(PALETTE)], label=kind, zorder=3)
+        for i in sel:
+            ax.annotate(points[i]["label"], (meas[i], pred[i]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured samples/s (median)")
+    ax.set_ylabel("predicted samples/s")
+    ax.legend(loc="upper left", fontsize=8)

@@ -3,7 +3,7 @@
 One function, :func:`run_grid`, serves every notebook that asks "how fast is
 this loader, alone or feeding a model?" (01, 02, 09, and the doctor):
 
-    settings = grid(batch_size=[8, 32], num_workers=[0, 2], format=["png"], model=["srcnn"])
+    settings = grid(batch_size=[8, 32], num_workers=[0, 2], format=["png"], model=["srcnn"])  # PipelineSpecs
     res = run_grid(data_root, settings, repeats=3, max_batches=20)
     res.frame()  # batch_size, num_workers, pin_memory, format, collate, ..., repeat, metric, value, unit
 
@@ -30,74 +30,29 @@ not run instead of timing a loader that silently ignored the flag.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from feedlab.monitor import CpuMonitor, GpuMonitor
 from feedlab.results import Results, summarize
 from feedlab.timing import PHASES, run_epoch
 
-COLLATES = ("stock", "fast")
-# model names a Setting may carry: feedlab.models names plus lighter variants.
-# "srcnn_small" (16/8 filters instead of 64/32, ~9x fewer FLOPs) stands in on a
-# CPU, where the full SRCNN step takes seconds per batch and leaves no loader
-# question to ask; "auto" is srcnn with CUDA, srcnn_small without.
-MODEL_VARIANTS = {"none": ("none", {}), "srcnn": ("srcnn", {}),
-                  "srcnn_small": ("srcnn", {"n1": 16, "n2": 8}), "resnet": ("resnet", {})}
+from feedlab.pipeline import (COLLATES, MODEL_VARIANTS, PipelineSpec, build_model, default_device, make_loader,
+                              make_training, open_dataset, prefetch_depth, resolve_model_name,
+                              steady_rate)
 
-
-def resolve_model_name(name: str, device=None) -> str:
-    """``"auto"`` → ``"srcnn"`` on CUDA, ``"srcnn_small"`` on a CPU; other names unchanged."""
-    if name == "auto":
-        device = device if device is not None else default_device()
-        return "srcnn" if str(device).startswith("cuda") else "srcnn_small"
-    if name not in MODEL_VARIANTS:
-        raise ValueError(f"model {name!r}: one of auto, {', '.join(MODEL_VARIANTS)}")
-    return name
-
-
-def build_model(name: str):
-    from feedlab.models import make_model
-
-    base, opts = MODEL_VARIANTS[name]
-    return make_model(base, **opts)
 PHASE_LABELS = {"data_wait": "data wait", "h2d": "host→device copy", "forward": "forward",
                 "backward": "backward + step"}
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One DataLoader configuration (names as in ``torch.utils.data.DataLoader``)."""
-
-    batch_size: int
-    num_workers: int = 0
-    pin_memory: bool = False
-    format: str = "png"            # any feedlab.formats SR format
-    collate: str = "stock"         # stock: ToTensor + default_collate; fast: FastCollate (uint8 NCHW)
-    model: str = "none"            # none (loader alone) | srcnn | srcnn_small (see MODEL_VARIANTS)
-    prefetch_factor: int | None = None   # None: DataLoader's default (2) when num_workers > 0
-    persistent_workers: bool = False
-
-    def label(self, *names: str) -> str:
-        names = names or ("format", "collate", "batch_size", "num_workers")
-        short = {"batch_size": "b", "num_workers": "w", "pin_memory": "pin", "prefetch_factor": "pf"}
-        parts = []
-        for n in names:
-            v = getattr(self, n)
-            parts.append(f"{short[n]}{int(v) if not isinstance(v, bool) else ('+' if v else '-')}"
-                         if n in short else str(v))
-        return " ".join(parts)
-
-
-def grid(**axes) -> list[Setting]:
-    """The cartesian product of setting values: ``grid(batch_size=[8, 32], num_workers=[0, 2])``.
+def grid(**axes) -> list[PipelineSpec]:
+    """The cartesian product of spec values: ``grid(batch_size=[8, 32], num_workers=[0, 2])``.
     A scalar counts as a one-value list; unknown names raise."""
-    known = {f.name for f in fields(Setting)}
+    known = {f.name for f in fields(PipelineSpec)}
     unknown = set(axes) - known
     if unknown:
         raise TypeError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -108,27 +63,17 @@ def grid(**axes) -> list[Setting]:
     for n, values in zip(names, lists):
         if len(values) == 0:
             raise ValueError(f"grid(): {n} has no values")
-    return [Setting(**dict(zip(names, combo))) for combo in itertools.product(*lists)]
+    return [PipelineSpec(**dict(zip(names, combo))) for combo in itertools.product(*lists)]
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def applicable(s: PipelineSpec, device) -> tuple[bool, str]:
+    """Whether a spec means what it says on ``device``."""
+    why = s.problems(device)
+    return (not why), "; ".join(why)
 
 
-def applicable(s: Setting, device) -> tuple[bool, str]:
-    """Whether a setting means what it says on ``device``."""
-    if s.pin_memory and not str(device).startswith("cuda"):
-        return False, "pin_memory needs CUDA (DataLoader ignores it without a GPU)"
-    if s.model != "auto" and s.model not in MODEL_VARIANTS:
-        return False, f"unknown model {s.model!r}"
-    if s.collate not in COLLATES:
-        return False, f"unknown collate {s.collate!r}"
-    if s.num_workers == 0 and (s.prefetch_factor is not None or s.persistent_workers):
-        return False, "prefetch_factor / persistent_workers need num_workers > 0"
-    return True, ""
-
-
-def split_applicable(settings: Iterable[Setting], device) -> tuple[list[Setting], list[tuple[Setting, str]]]:
+def split_applicable(settings: Iterable[PipelineSpec], device
+                     ) -> tuple[list[PipelineSpec], list[tuple[PipelineSpec, str]]]:
     """(settings to run, [(setting, why not)])."""
     run, skipped = [], []
     for s in settings:
@@ -140,39 +85,14 @@ def split_applicable(settings: Iterable[Setting], device) -> tuple[list[Setting]
     return run, skipped
 
 
-def make_collate(name: str):
-    from feedlab.collate import FastCollate, totensor_collate
-
-    if name == "stock":
-        return totensor_collate
-    if name == "fast":
-        return FastCollate(memory_format="nchw")
-    raise ValueError(f"collate {name!r}: one of {COLLATES}")
-
-
-def make_loader(dataset, s: Setting, device=None, seed: int = 0) -> DataLoader:
-    """The DataLoader for a setting: shuffled (seeded), the setting's collate, and
-    pinning only where CUDA makes it meaningful."""
-    device = device if device is not None else default_device()
-    kw = {}
-    if s.num_workers > 0:
-        if s.prefetch_factor is not None:
-            kw["prefetch_factor"] = s.prefetch_factor
-        kw["persistent_workers"] = s.persistent_workers
-    return DataLoader(dataset, batch_size=s.batch_size, shuffle=True, num_workers=s.num_workers,
-                      pin_memory=bool(s.pin_memory and str(device).startswith("cuda")),
-                      collate_fn=make_collate(s.collate),
-                      generator=torch.Generator().manual_seed(seed), **kw)
-
-
-def _params(s: Setting, device) -> dict:
+def _params(s: PipelineSpec, device) -> dict:
     d = asdict(s)
     d["prefetch_factor"] = (s.prefetch_factor or 2) if s.num_workers > 0 else 0
     d["device"] = str(device)
     return d
 
 
-def run_grid(data_root: str | Path, settings: Sequence[Setting], *, repeats: int = 3, warmup: int = 1,
+def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats: int = 3, warmup: int = 1,
              warmup_batches: int = 3, max_batches: int | None = None,
              max_samples: int | None = None, device=None,
              experiment: str = "loader_grid", seed: int = 0, monitor_interval: float = 0.05,
@@ -186,9 +106,6 @@ def run_grid(data_root: str | Path, settings: Sequence[Setting], *, repeats: int
     filter them first with :func:`split_applicable`. Returns one
     :class:`~feedlab.results.Results` with a row per (setting, repeat, metric).
     """
-    from feedlab.formats import open_dataset
-    from feedlab.models import make_train_step
-
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
     device = torch.device(device) if device is not None else default_device()
@@ -200,13 +117,14 @@ def run_grid(data_root: str | Path, settings: Sequence[Setting], *, repeats: int
         ok, why = applicable(s, device)
         if not ok:
             raise ValueError(f"{s}: {why}")
-        if s.format not in datasets:
-            datasets[s.format] = open_dataset(data_root, s.format, **(dataset_opts or {}).get(s.format, {}))
-        ds = datasets[s.format]
+        s = replace(s, device=str(device))
+        key = (s.format, s.decode, s.transform)
+        if key not in datasets:
+            datasets[key] = open_dataset(data_root, s, **(dataset_opts or {}).get(s.format, {}))
+        ds = datasets[key]
         torch.manual_seed(seed)
-        model = build_model(s.model)
-        _loss, optimizer = make_train_step(model, device)
-        loader = make_loader(ds, s, device, seed)
+        model, _loss, optimizer = make_training(s.model, device)
+        loader = make_loader(ds, s, seed)
         for _ in range(max(0, warmup)):
             run_epoch(loader, model, device, optimizer=optimizer,
                       max_batches=warmup_batches if max_batches is None else min(warmup_batches, max_batches))
@@ -247,35 +165,7 @@ def run_grid(data_root: str | Path, settings: Sequence[Setting], *, repeats: int
     return res
 
 
-def prefetch_depth(s: Setting) -> int:
-    """Batches a DataLoader can have ready before the loop asks: each worker keeps
-    ``prefetch_factor`` in flight (1 with no workers: the first batch itself)."""
-    if s.num_workers <= 0:
-        return 1
-    return int(s.num_workers) * int(s.prefetch_factor or 2)
-
-
-def steady_rate(et, skip: int = 1) -> float | None:
-    """samples/s once start-up is over: counted after the first ``skip`` batches.
-
-    Worker start-up is paid once per epoch and, against a short timed epoch, swamps the
-    rate; but counting from the *first* batch overstates it, because the batches the
-    workers prefetched while the first was awaited then arrive at no cost (seen here:
-    3 workers on 2 cores "beat" 2 workers by 1.7×). So skip the prefetch depth
-    (:func:`prefetch_depth`). With too few batches for that, the whole-epoch rate (start-up
-    included, an underestimate, never an overestimate) is returned. None with no batch.
-    """
-    if et.batches < 1:
-        return None
-    if et.batches <= skip + 1:
-        return et.samples_per_s
-    done = float(et.phases_s[:skip].sum())
-    t = et.wall_s - done
-    n = et.samples - int(et.batch_sizes[:skip].sum())
-    return n / t if t > 0 else None
-
-
-SETTING_COLUMNS = tuple(f.name for f in fields(Setting))
+SETTING_COLUMNS = tuple(f.name for f in fields(PipelineSpec))
 
 
 def metric_summary(df, metric: str, by: Sequence[str]):
@@ -337,10 +227,7 @@ def _phase_label_colors() -> dict:
     return {PHASE_LABELS[p]: PHASE_COLORS[p] for p in PHASES}
 
 
-def with_setting(s: Setting, **changes) -> Setting:
-    return replace(s, **changes)
-
-
-__all__ = ["Setting", "grid", "run_grid", "make_loader", "make_collate", "applicable", "split_applicable",
-           "default_device", "steady_rate", "prefetch_depth", "metric_summary", "phase_table", "plot_phase_bars", "PHASE_LABELS",
-           "SETTING_COLUMNS", "COLLATES", "with_setting", "MODEL_VARIANTS", "resolve_model_name", "build_model"]
+__all__ = ["PipelineSpec", "grid", "run_grid", "applicable", "split_applicable", "steady_rate", "prefetch_depth",
+           "metric_summary", "phase_table", "plot_phase_bars", "PHASE_LABELS", "SETTING_COLUMNS",
+           # re-exported from feedlab.pipeline for the notebooks that import them from here
+           "default_device", "resolve_model_name", "COLLATES", "MODEL_VARIANTS", "build_model"]

@@ -238,8 +238,57 @@ class SRDataset(Dataset):
         lr_b, hr_b = out
         return lr_b[:n], hr_b[:n]
 
+    # ---- the stage split: what the doctor and the experiments use (public, per store)
+    #: what ``decode_raw`` does, in a word (a decoder name, "lz4", "np.load", "none")
+    decode_name = "none"
+
+    def read_raw(self, i: int):
+        """Sample ``i`` as stored, decoded as little as this store allows (the *read*
+        stage). Stores whose reading and decoding are one call return the arrays."""
+        return self._read(self._index(i))
+
+    def decode_raw(self, raw):
+        """``(lr, hr)`` from what :meth:`read_raw` returned (the *decode* stage)."""
+        return raw
+
+    def store_files(self, indices: Sequence[int]) -> list[Path] | None:
+        """The files holding ``indices`` (to evict them for a cold read); None: unknown."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(root={str(self.root)!r}, n={self._n})"
+
+
+def raw_nbytes(raw) -> int:
+    """Bytes held by what a store's ``read_raw`` returned (bytes, arrays, or tuples of them)."""
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return len(raw)
+    if isinstance(raw, np.ndarray):
+        return int(raw.nbytes)
+    if isinstance(raw, torch.Tensor):
+        return int(raw.numel() * raw.element_size())
+    if isinstance(raw, (tuple, list)):
+        return sum(raw_nbytes(r) for r in raw)
+    return 0
+
+
+def read_files(paths) -> tuple[bytes, ...]:
+    out = []
+    for p in paths:
+        with open(p, "rb") as fh:
+            out.append(fh.read())
+    return tuple(out)
+
+
+def files_in(*paths) -> list[Path]:
+    """Every regular file at or under ``paths`` (a store that is one or a few files)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file():
+            out.append(p)
+        elif p.is_dir():
+            out.extend(q for q in sorted(p.rglob("*")) if q.is_file())
+    return out
 
 
 class LazyHandle:

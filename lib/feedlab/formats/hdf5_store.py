@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 
 from ._common import LazyHandle, SRDataset, atomic_output, first_shapes, tree_bytes, write_blocks
+from ._common import files_in
 
 FILENAME = "sr.h5"
 WRITE_BLOCK = 512
@@ -119,6 +120,9 @@ class Hdf5Dataset(SRDataset):
                 hr_d.read_direct(hr_b, src, np.s_[k:j])
             k = j
         return lr_b, hr_b
+
+    def store_files(self, indices):
+        return files_in(self.path)
 
     def close(self) -> None:
         self._handle.close()

@@ -74,6 +74,22 @@ class ImageFolderDataset(Dataset):
             img = torch.from_numpy(img)
         return img, label
 
+    @property
+    def decode_name(self) -> str:
+        return self.decode if isinstance(self.decode, str) else getattr(self.decode, "__name__", "custom")
+
+    def read_raw(self, i: int):
+        """``(encoded bytes, label)`` of sample ``i``."""
+        path, label = self.samples[i]
+        with open(path, "rb") as fh:
+            return fh.read(), label
+
+    def decode_raw(self, raw):
+        return self._decode(raw[0]), raw[1]
+
+    def store_files(self, indices):
+        return [self.samples[int(i)][0] for i in indices]
+
     def __repr__(self) -> str:
         return f"ImageFolderDataset(root={str(self.root)!r}, n={len(self)}, classes={len(self.classes)})"
 

@@ -46,6 +46,7 @@ import lz4.frame
 import numpy as np
 
 from ._common import FormatError, SRDataset, atomic_output, first_shapes, iter_checked, tree_bytes
+from ._common import files_in
 
 MAGIC = b"FLSR"
 VERSION = 1
@@ -275,6 +276,25 @@ class LmdbDataset(SRDataset):
                 else:
                     self._decode_into(buf, i, lr_b[k], hr_b[k])
         return lr_b, hr_b
+
+    @property
+    def decode_name(self) -> str:
+        return "copy" if self.fmt.endswith("_raw") else "lz4"
+
+    def read_raw(self, i: int) -> bytes:
+        """The stored value of sample ``i`` (header + payload), copied out of the map."""
+        i = self._index(i)
+        with self._environment().begin(buffers=True) as txn:
+            return bytes(self._get(txn, i))
+
+    def decode_raw(self, raw):
+        lr = np.empty(self.lr_shape, np.uint8)
+        hr = np.empty(self.hr_shape, np.uint8)
+        self._decode_into(raw, -1, lr, hr)
+        return lr, hr
+
+    def store_files(self, indices):
+        return files_in(self.path)
 
     def _raw_header(self) -> bytes:
         head = self.__dict__.get("_raw_head")

@@ -10,12 +10,14 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
 from ._common import LazyHandle, SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
 from .chunked import ChunkedSRDataset, _take_into
+from ._common import files_in, read_files
 
 NPY_DIR = "npy"
 MMAP_DIR = "npy_mmap"
@@ -75,6 +77,18 @@ class NpyDataset(SRDataset):
         hr = np.load(self.dir / npy_name("hr", i), allow_pickle=False)
         return lr, hr
 
+    decode_name = "np.load"
+
+    def read_raw(self, i: int):
+        i = self._index(i)
+        return read_files((self.dir / npy_name("lr", i), self.dir / npy_name("hr", i)))
+
+    def decode_raw(self, raw):
+        return (np.load(io.BytesIO(raw[0]), allow_pickle=False), np.load(io.BytesIO(raw[1]), allow_pickle=False))
+
+    def store_files(self, indices):
+        return [self.dir / npy_name(side, int(i)) for i in indices for side in ("lr", "hr")]
+
 
 class _MmapOpener:
     def __init__(self, path: str):
@@ -121,6 +135,9 @@ class NpyMmapDataset(ChunkedSRDataset):
         _take_into(lr, idx, lr_b)
         _take_into(hr, idx, hr_b)
         return lr_b, hr_b
+
+    def store_files(self, indices):
+        return files_in(self.dir)
 
 
 def bytes_on_disk(root) -> int:

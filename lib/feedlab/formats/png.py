@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image
 
 from ._common import SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
+from ._common import read_files
 
 NAME_WIDTH = 6
 PNG_COMPRESS_LEVEL = 6
@@ -112,6 +113,20 @@ class PngDataset(SRDataset):
         with open(self.hr_dir / name, "rb") as fh:
             hr = self._decode(fh.read(), np.empty(self.hr_shape, np.uint8) if shapes else None)
         return lr, hr
+
+    @property
+    def decode_name(self) -> str:
+        return self.decode if isinstance(self.decode, str) else getattr(self.decode, "__name__", "custom")
+
+    def read_raw(self, i: int):
+        name = sample_name(self._index(i))
+        return read_files((self.lr_dir / name, self.hr_dir / name))
+
+    def decode_raw(self, raw):
+        return self._decode(raw[0]), self._decode(raw[1])
+
+    def store_files(self, indices):
+        return [d / sample_name(int(i)) for i in indices for d in (self.lr_dir, self.hr_dir)]
 
     def read_batch(self, indices, out=None):
         """Decode straight into the batch slots (backends that support ``out``)."""

@@ -3,12 +3,14 @@ tensors, loaded with ``torch.load(weights_only=True)`` (no arbitrary unpickling)
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ._common import SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
+from ._common import read_files
 
 DIRNAME = "pt"
 
@@ -54,6 +56,18 @@ class PtDataset(SRDataset):
         if self.as_tensor:
             return lr, hr
         return lr.numpy(), hr.numpy()
+
+    decode_name = "torch.load"
+
+    def read_raw(self, i: int):
+        return read_files((self.dir / pt_name(self._index(i)),))
+
+    def decode_raw(self, raw):
+        d = torch.load(io.BytesIO(raw[0]), weights_only=True, map_location="cpu")
+        return d["lr"].numpy(), d["hr"].numpy()
+
+    def store_files(self, indices):
+        return [self.dir / pt_name(int(i)) for i in indices]
 
 
 def bytes_on_disk(root) -> int:

@@ -22,6 +22,7 @@ import zarr
 
 from ._common import LazyHandle, atomic_output, first_shapes, tree_bytes, write_blocks
 from .chunked import ChunkedSRDataset
+from ._common import files_in
 
 DIRNAME = "sr.zarr"
 DEFAULT_CHUNK = 128
@@ -81,6 +82,9 @@ class ZarrDataset(ChunkedSRDataset):
     def _read_one(self, i: int):
         lr, hr = self._arrays.get()
         return lr[i], hr[i]
+
+    def store_files(self, indices):
+        return files_in(self.path)
 
 
 class ZarrRandomDataset(ZarrDataset):

@@ -1,0 +1,109 @@
+"""The table the doctor measures and predicts from: seconds per sample of each stage.
+
+A :class:`Stage` is one measured cost (wall and process-CPU seconds per sample, one
+value per repeat). A :class:`CostTable` holds them under keys such as
+``("decode", fmt, decode)`` and describes the machine they were measured on
+(:class:`Machine`). It is plain data: ``feedlab.doctor.predict`` reads it without
+running anything, and a test can write one by hand.
+
+Keys (``*`` per sample; ``B`` the batch size; ``T`` torch intra-op threads):
+
+==========================================  ================================================
+``("read", fmt, dec)``                      stored bytes into memory, warm page cache
+``("read_cold", fmt, dec)``                 the same after eviction (reported, not predicted)
+``("decode", fmt, dec)``, ``("transform", fmt, dec)``
+``("collate", name, B)``                    in the main process (``num_workers=0``)
+``("collate_worker", name, B)``             inside a DataLoader worker (batch in shared memory)
+``("handover_worker", name, B)``            a worker's cost to hand a batch over, beyond collate
+``("receive", name, B)``                    the main process's CPU to take a batch from a worker
+``("h2d", name, B, pin, T)``                the loop's copy to the device + uint8→float
+``("model", B, T)``                         forward + backward + optimizer step
+``("startup", W)``                          seconds (not per sample) until W fresh workers
+                                            deliver a first trivial batch
+==========================================  ================================================
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+WORKER_STAGES = ("read", "decode", "transform", "collate", "handover")
+MAIN_STAGES = ("receive", "h2d", "model")
+BOUND_STAGES = ("read", "decode", "transform", "collate", "handover", "receive", "h2d", "model")
+VERDICTS = ("data-bound", "compute-bound")
+
+
+@dataclass
+class Stage:
+    """Measured seconds per sample of one stage variant (one value per repeat)."""
+
+    stage: str
+    variant: str
+    wall: list[float] = field(default_factory=list)   # s per sample
+    cpu: list[float] = field(default_factory=list)    # process CPU s per sample
+    bytes_per_sample: float = 0.0
+    measurable: bool = True
+    note: str = ""
+
+    @property
+    def t(self) -> float:
+        return float(np.median(self.wall)) if self.wall else 0.0
+
+    @property
+    def c(self) -> float:
+        return float(np.median(self.cpu)) if self.cpu else 0.0
+
+    def row(self) -> dict:
+        out = {"stage": self.stage, "variant": self.variant, "measurable": self.measurable, "note": self.note}
+        if not self.measurable or not self.wall:
+            return out
+        q25, med, q75 = np.percentile(self.wall, [25, 50, 75])
+        out.update({"s_per_sample": float(med), "s_per_sample_q25": float(q25), "s_per_sample_q75": float(q75),
+                    "cpu_s_per_sample": self.c, "samples_per_s_per_core": 1.0 / med if med > 0 else math.inf,
+                    "repeats": len(self.wall)})
+        if self.bytes_per_sample:
+            out["bytes_per_s"] = self.bytes_per_sample / med if med > 0 else math.inf
+            out["bytes_per_sample"] = self.bytes_per_sample
+        return out
+
+
+@dataclass
+class Machine:
+    """What the prediction needs to know about the machine.
+
+    ``cores``: cores this process may use; ``effective_cores``: the parallel speed-up
+    a CPU-bound loop in ``cores`` processes measured (below ``cores`` on a machine
+    others are using); ``cuda``: whether the device is a GPU; ``main_threads``:
+    intra-op threads of the training process for each worker count (what
+    ``feedlab.timing.run_epoch`` uses)."""
+
+    cores: int
+    effective_cores: float
+    cuda: bool = False
+    main_threads: dict[int, int] = field(default_factory=dict)
+
+    def threads(self, workers: int) -> int:
+        return int(self.main_threads.get(int(workers), self.main_threads.get(0, 1)))
+
+
+@dataclass
+class CostTable:
+    machine: Machine
+    stages: dict[tuple, Stage] = field(default_factory=dict)
+
+    def get(self, key: tuple) -> Stage | None:
+        s = self.stages.get(key)
+        return s if s is not None and s.measurable else None
+
+    def __setitem__(self, key: tuple, st: Stage) -> None:
+        self.stages[key] = st
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self.stages
+
+    def values_of(self, kind: str, position: int) -> set:
+        """Every value at ``position`` of the keys of stage ``kind`` (e.g. measured batch sizes)."""
+        return {k[position] for k in self.stages if k[0] == kind and len(k) > position}

@@ -1,0 +1,108 @@
+"""A diagnosis: the measured table, the DataLoader measured for 0…N workers, the
+prediction checked against it (the doctor's own error), the verdict and the advice."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+
+from . import predict as PR
+from .measure import Doctor
+
+
+def shm_report(batch_bytes: int, workers: int, prefetch_factor: int = 2, path: str = "/dev/shm") -> dict:
+    """Size and free space of ``/dev/shm`` against what in-flight batches need
+    (``batch_bytes × prefetch_factor × workers``): DataLoader workers hand batches
+    over in shared memory, and a container's small /dev/shm ends in 'Bus error'."""
+    need = int(batch_bytes) * int(prefetch_factor) * int(workers)
+    try:
+        du = shutil.disk_usage(path)
+        total, free = int(du.total), int(du.free)
+    except OSError as exc:
+        return {"path": path, "available": False, "need_bytes": need, "fits": None,
+                "warning": f"cannot read {path}: {exc}"}
+    fits = need <= free
+    warn = "" if fits else (f"{path} has {free / 2**20:.0f} MiB free but {workers} workers × prefetch_factor "
+                            f"{prefetch_factor} × {batch_bytes / 2**20:.1f} MiB batches need {need / 2**20:.0f} MiB: "
+                            "expect 'Bus error' / 'DataLoader worker killed'; enlarge it (docker --shm-size) "
+                            "or lower num_workers, prefetch_factor or batch_size")
+    return {"path": path, "available": True, "total_bytes": total, "free_bytes": free, "need_bytes": need,
+            "batch_bytes": int(batch_bytes), "prefetch_factor": int(prefetch_factor), "workers": int(workers),
+            "fits": fits, "warning": warn}
+
+
+def _stage_rows(doc: Doctor, spec) -> list[dict]:
+    """The table's rows that concern ``spec`` (its format/decode, collate, batch size, threads)."""
+    m = doc.table.machine
+    T = {m.threads(spec.num_workers)}
+    fd = (spec.format, spec.decode_backend)
+    rows = []
+    for key, st in doc.table.stages.items():
+        kind = key[0]
+        if kind in ("read", "read_cold", "decode", "transform") and (key[1], key[2]) != fd:
+            continue
+        if kind in ("collate", "collate_worker", "handover_worker", "receive", "h2d", "h2d_copy") and \
+                (key[1], key[2]) != (spec.collate, spec.batch_size):
+            continue
+        if kind == "h2d" and key[4] not in T:
+            continue
+        if kind == "model" and (key[1] != spec.batch_size or key[2] not in T):
+            continue
+        rows.append(st.row())
+    return rows
+
+
+def measured_rates(doc: Doctor) -> dict:
+    """spec → median steady samples/s, for every spec measured end to end."""
+    return {s: r["steady"] for s, r in doc.e2e.items()}
+
+
+def diagnose(doc: Doctor, spec, e2e: bool = True) -> dict:
+    """The full report for ``spec``: stage table, predicted and measured rates for
+    0…max workers with the prediction's error, verdict, advice (checked against what
+    was measured), the /dev/shm check."""
+    spec = spec.replace(device=doc.device)
+    if e2e:
+        for w in range(0, doc.max_workers + 1):
+            doc.log(f"end to end with {w} workers")
+            doc.measure_e2e(spec.replace(num_workers=w))
+    pred = PR.predict(doc.table, spec)
+    nb = doc.budget.e2e_batches
+    rows = []
+    for w in range(0, doc.max_workers + 1):
+        s = spec.replace(num_workers=w)
+        p = PR.predict(doc.table, s, batches=nb)
+        row = {"num_workers": w, "main_threads": doc.table.machine.threads(w),
+               "predicted_samples_per_s": p["predicted_samples_per_s"] if p else None,
+               "predicted_epoch_samples_per_s": p["predicted_epoch_samples_per_s"] if p else None,
+               "bound_stage": p["bound_stage"] if p else None}
+        if s in doc.e2e:
+            r = doc.e2e[s]
+            q25, q75 = np.percentile(r["steady_runs"], [25, 75])
+            row.update({"samples_per_s": r["steady"], "samples_per_s_q25": float(q25),
+                        "samples_per_s_q75": float(q75), "epoch_samples_per_s": r["epoch"],
+                        "repeats": len(r["steady_runs"])})
+            if p:
+                row["error"] = p["predicted_samples_per_s"] / r["steady"] - 1.0
+                row["epoch_error"] = p["predicted_epoch_samples_per_s"] / r["epoch"] - 1.0
+        rows.append(row)
+    errors = [abs(r["error"]) for r in rows if "error" in r]
+    measured = measured_rates(doc)
+    m = doc.table.machine
+    bb = doc.batch_bytes.get((spec.collate, spec.batch_size), 0)
+    return {
+        "data": str(doc.root) if doc.root else None, "format": spec.format, "device": doc.device,
+        "cuda": doc.cuda, "cores": m.cores, "effective_cores": m.effective_cores, "model": doc.model_name,
+        "batch_size": spec.batch_size, "config": spec.as_dict(), "stages": _stage_rows(doc, spec),
+        "end_to_end": rows, "calibration": {"max_abs_error": max(errors) if errors else None,
+                                            "within_20pct": all(e <= 0.2 for e in errors) if errors else None},
+        "predicted_samples_per_s": pred["predicted_samples_per_s"] if pred else None,
+        "measured_samples_per_s": measured.get(spec),
+        "verdict": pred["verdict"] if pred else None, "bound_stage": pred["bound_stage"] if pred else None,
+        "binding_term": pred["binding_term"] if pred else None,
+        "advice": PR.advise(doc.table, spec, doc.max_workers, measured=measured),
+        "refuted": PR.refuted(doc.table, spec, doc.max_workers, measured=measured),
+        "shm": shm_report(bb, max(spec.num_workers, doc.max_workers)),
+        "notes": list(doc.notes), "repeats": doc.budget.repeats, "warmup": doc.budget.warmup,
+    }

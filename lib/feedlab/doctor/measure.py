@@ -1,0 +1,273 @@
+"""Measuring the stage-cost table (and the DataLoader end to end) for a data set.
+
+Each stage is timed alone, from memory prepared outside the clock, with ``warmup``
+untimed rounds and ``repeats`` timed ones (wall and process-CPU seconds per sample).
+What a worker does is timed inside a real DataLoader worker (one intra-op thread, the
+batch allocated in shared memory, the hand-over of each batch to the main process);
+what the main process does is timed at the threads ``run_epoch`` gives it beside
+``W`` workers. The stores are used only through their public stage split
+(``read_raw`` / ``decode_raw`` / ``store_files``) and the format registry's
+capabilities: no format is named here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from feedlab import pipeline as P
+from feedlab.formats import raw_nbytes
+
+from .costs import CostTable, Machine, Stage
+from .probes import _split_xy, batch_nbytes, measure_machine, probe_worker, startup_s, timed
+from .split import StageSplit, decode_alternatives, open_split
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long the doctor measures: rounds, samples per stage round, batches per end-to-end pass."""
+
+    repeats: int = 3
+    warmup: int = 1
+    samples: int = 64
+    e2e_batches: int = 16
+    cold: bool = True
+
+
+# ---------------------------------------------------------------- the doctor's measurements
+
+
+class Doctor:
+    """Measures a :class:`CostTable` for a data set (or any ``splits`` factory) and the
+    DataLoader end to end; prediction and advice are in ``feedlab.doctor.predict``.
+
+    ``splits(fmt, decode) -> StageSplit`` builds stage splits (default: the registry's
+    stores under ``root``); ``model`` is a name (``feedlab.pipeline.MODEL_VARIANTS``) or
+    a module."""
+
+    def __init__(self, root, spec: P.PipelineSpec, max_workers: int | None = None, budget: Budget = Budget(),
+                 alt_formats: Sequence[str] | None = None, splits: Callable[[str, str], StageSplit] | None = None,
+                 model: Any = None, log: Callable[[str], None] | None = None):
+        from feedlab.monitor import usable_cores
+
+        self.root = Path(root) if root is not None else None
+        self.device = P.resolve_device(spec.device)
+        self.spec = spec.replace(device=self.device)
+        self.cuda = self.device.startswith("cuda")
+        self.max_workers = usable_cores() if max_workers is None else int(max_workers)
+        self.budget = budget
+        self.alt_formats = None if alt_formats is None else list(alt_formats)
+        self._splits = splits or (lambda f, d: open_split(self.root, f, d, spec.transform))
+        self.log = log or (lambda msg: None)
+        given = model if model is not None else spec.model
+        self.model_name = given if isinstance(given, str) else type(given).__name__
+        self.model, self.loss_fn, self.optimizer = P.make_training(given, self.device)
+        self.table = CostTable(Machine(usable_cores(), float(usable_cores()), self.cuda, {0: 1}))
+        self.split_cache: dict[tuple[str, str], StageSplit] = {}
+        self.batch_bytes: dict[tuple[str, int], int] = {}
+        self._batches: dict[tuple[str, int], Any] = {}
+        self._samples: list = []
+        self._samples_of: dict[tuple[str, str], list] = {}
+        self.e2e: dict[P.PipelineSpec, dict] = {}
+        self.notes: list[str] = []
+
+    # --------------------------------------------------------------- pieces
+    def split(self, fmt: str, decode: str) -> StageSplit:
+        if (fmt, decode) not in self.split_cache:
+            self.split_cache[(fmt, decode)] = self._splits(fmt, decode)
+        return self.split_cache[(fmt, decode)]
+
+    def _t(self, fn, per, device=None, setup=None, warmup=None, repeats=None):
+        b = self.budget
+        return timed(fn, per, b.warmup if warmup is None else warmup, repeats or b.repeats, device, setup)
+
+    def _indices(self, n: int) -> list[int]:
+        m = min(self.budget.samples, n)
+        idx = np.random.default_rng(0).choice(n, size=m, replace=False) if m < n else np.arange(n)
+        return np.random.default_rng(1).permutation(idx).tolist()
+
+    # --------------------------------------------------------------- stages
+    def measure_items(self, fmt: str, decode: str, cold: bool = False) -> None:
+        """read (warm; cold when eviction works), decode and transform of one split."""
+        p = self.split(fmt, decode)
+        idx = self._indices(len(p))
+        m = len(idx)
+        raws = [p.read(i) for i in idx]
+        nbytes = float(np.mean([raw_nbytes(r) for r in raws]))
+        w, c = self._t(lambda: [p.read(i) for i in idx], m)
+        self.table[("read", fmt, decode)] = Stage("read", f"{fmt} (warm cache)", w, c, nbytes)
+        if cold:
+            self._measure_cold(p, fmt, decode, idx, nbytes)
+        w, c = self._t(lambda: [p.decode(r) for r in raws], m)
+        self.table[("decode", fmt, decode)] = Stage("decode", f"{fmt}: {p.decode_name}", w, c)
+        samples = [p.decode(r) for r in raws]
+        if p.transform is not None:
+            w, c = self._t(lambda: [p.transform(s) for s in samples], m)
+            self.table[("transform", fmt, decode)] = Stage("transform", type(p.transform).__name__, w, c)
+            samples = [p.transform(s) for s in samples]
+        else:
+            self.table[("transform", fmt, decode)] = Stage("transform", "none", [0.0], [0.0])
+        self._samples_of[(fmt, decode)] = samples
+        self._samples = samples
+
+    def _measure_cold(self, p: StageSplit, fmt, decode, idx, nbytes) -> None:
+        from feedlab.cache import evict
+
+        key = ("read_cold", fmt, decode)
+        files = p.files(idx)
+        if not files:
+            self.table[key] = Stage("read", f"{fmt} (cold cache)", measurable=False,
+                                    note="the store names no files to evict")
+            return
+        rep = evict(files)
+        if not rep.ok:
+            self.table[key] = Stage("read", f"{fmt} (cold cache)", measurable=False,
+                                    note=f"eviction not possible here: {rep.reason or rep.failed[:1]}")
+            return
+        w, c = self._t(lambda: [p.read(i) for i in idx], len(idx), setup=lambda: evict(files, verify=False),
+                       warmup=0)
+        self.table[key] = Stage("read", f"{fmt} (cold cache)", w, c, nbytes,
+                                note=f"evicted with posix_fadvise ({rep.verified})")
+
+    def _items(self, batch_size: int) -> list:
+        s = self._samples
+        return [s[k % len(s)] for k in range(batch_size)]
+
+    def measure_collate(self, name: str, bs: int, workers: bool) -> None:
+        fn = P.make_collate(name)
+        items = self._items(bs)
+        w, c = self._t(lambda: fn(items), bs)
+        self.table[("collate", name, bs)] = Stage("collate", f"{name} (batch {bs})", w, c)
+        batch = fn(items)
+        self._batches[(name, bs)] = batch
+        self.batch_bytes[(name, bs)] = batch_nbytes(batch)
+        if not workers:
+            return
+        try:
+            pr = probe_worker(items, fn, batches=max(4, 4 * self.budget.repeats))
+        except Exception as exc:  # e.g. no usable shared memory
+            self.notes.append(f"worker probe of collate {name}: {type(exc).__name__}: {exc}")
+            return
+        per = lambda xs: [x / bs for x in xs]  # noqa: E731
+        self.table[("collate_worker", name, bs)] = Stage(
+            "collate", f"{name} in a worker (batch {bs})", per(pr["collate_wall"]), per(pr["collate_cpu"]))
+        self.table[("handover_worker", name, bs)] = Stage(
+            "handover", f"worker → main, {name} batch {bs} (worker side)", per(pr["handover_cpu"]),
+            per(pr["handover_cpu"]), bytes_per_sample=self.batch_bytes[(name, bs)] / bs)
+        self.table[("receive", name, bs)] = Stage(
+            "receive", f"worker → main, {name} batch {bs} (main side)", per(pr["receive_cpu"]),
+            per(pr["receive_cpu"]), note="main-process CPU per batch taken from a worker")
+
+    def measure_h2d(self, name: str, bs: int) -> None:
+        """run_epoch's h2d phase at each thread count the main process may use."""
+        import torch
+
+        from feedlab.timing import _to_device_float, torch_threads
+
+        x, y = _split_xy(self._batches[(name, bs)])
+        dev = self.device
+
+        def step(xx, yy):
+            _to_device_float(xx, dev, True)
+            _to_device_float(yy, dev, True)
+
+        for T in sorted(set(self.table.machine.main_threads.values())):
+            for pin in ((False, True) if self.cuda else (False,)):
+                xs = x.pin_memory() if pin else x
+                ys = y.pin_memory() if pin and isinstance(y, torch.Tensor) else y
+                with torch_threads(T):
+                    w, c = self._t(lambda: step(xs, ys), bs, device=dev if self.cuda else None)
+                what = ("pinned" if pin else "pageable") if self.cuda else "uint8→float only (no CUDA)"
+                self.table[("h2d", name, bs, pin, T)] = Stage(
+                    "h2d", f"{what}, {name} batch, {T} thread(s)", w, c,
+                    bytes_per_sample=self.batch_bytes[(name, bs)] / bs)
+        if not self.cuda:
+            self.table[("h2d_copy", name, bs)] = Stage("h2d", "copy to GPU, pageable and pinned",
+                                                       measurable=False, note="not measurable: no CUDA")
+
+    def measure_model(self, name: str, bs: int) -> None:
+        from feedlab.timing import _to_device_float, torch_threads
+
+        threads = sorted(set(self.table.machine.main_threads.values()))
+        if self.model is None:
+            for T in threads:
+                self.table[("model", bs, T)] = Stage("model", "none", [0.0], [0.0], note="model none: no step")
+            return
+        x, y = _split_xy(self._batches[(name, bs)])
+        x, y = _to_device_float(x, self.device, False), _to_device_float(y, self.device, False)
+        for T in threads:
+            with torch_threads(T):
+                w, c = self._t(lambda: P.train_step(self.model, self.optimizer, x, y, self.loss_fn), bs,
+                               device=self.device if self.cuda else None)
+            self.table[("model", bs, T)] = Stage("model", f"{self.model_name} on {self.device} (batch {bs}, "
+                                                 f"{T} thread(s))", w, c)
+
+    def measure(self, alternatives: bool = True) -> "Doctor":
+        """Every stage of the spec's pipeline; with ``alternatives``, the other collates,
+        decode backends, formats present, and (with a model) twice the batch size."""
+        from feedlab import formats
+
+        spec, b = self.spec, self.budget
+        self.log("measuring the machine (cores, threads)")
+        self.table.machine = measure_machine(self.device, self.max_workers)
+        fmt, dec = spec.format, spec.decode_backend
+        self.log(f"measuring {fmt}/{dec} read, decode, transform")
+        self.measure_items(fmt, dec, cold=b.cold)
+        sizes = [spec.batch_size] + ([2 * spec.batch_size] if alternatives and self.model is not None else [])
+        collates = list(P.COLLATES) if alternatives else [spec.collate]
+        for bs in sizes:
+            for name in collates:
+                self.log(f"measuring collate {name}, batch {bs}")
+                self.measure_collate(name, bs, workers=self.max_workers > 0)
+                self.measure_h2d(name, bs)
+            self.measure_model(collates[0], bs)
+        for w in range(1, self.max_workers + 1):
+            self.table[("startup", w)] = Stage("startup", f"{w} fresh worker(s) to a first batch",
+                                               startup_s(w, b.repeats), [0.0], note="seconds, not per sample")
+        if alternatives:
+            fs = formats.FORMATS.get(fmt)
+            for d in decode_alternatives(fs.image_codec if fs else None):
+                if d != dec:
+                    self.log(f"measuring decode backend {d}")
+                    try:
+                        self.measure_items(fmt, d)
+                    except Exception as exc:  # a backend that fails on these files is reported, not fatal
+                        self.notes.append(f"decode backend {d}: {exc}")
+            if self.root is not None and fs is not None:
+                present = formats.present(self.root, fs.kind)
+                wanted = present if self.alt_formats is None else [f for f in self.alt_formats if f in present]
+                for f in wanted:
+                    if f != fmt:
+                        self.log(f"measuring format {f}")
+                        self.measure_items(f, formats.FORMATS[f].default_decode)
+            self._samples = self._samples_of[(fmt, dec)]  # the spec's samples, for later collates
+        return self
+
+    # --------------------------------------------------------------- end to end
+    def loader(self, spec: P.PipelineSpec):
+        return P.make_loader(self.split(spec.format, spec.decode_backend), spec, drop_last=True)
+
+    def measure_e2e(self, spec: P.PipelineSpec, repeats: int | None = None) -> dict:
+        """Samples/s of the DataLoader + step loop, ``e2e_batches`` per pass, fresh workers
+        each pass after one untimed pass: ``steady`` (after the prefetched batches),
+        ``epoch`` (from ``iter()``, start-up included), one value per pass."""
+        from feedlab.timing import run_epoch
+
+        spec = spec.replace(device=self.device)
+        loader = self.loader(spec)
+        nb = max(2, min(self.budget.e2e_batches, len(loader)))
+        for _ in range(self.budget.warmup):
+            run_epoch(loader, self.model, self.device, self.optimizer, max_batches=nb)
+        steady, epoch = [], []
+        for _ in range(repeats or self.budget.repeats):
+            r = run_epoch(loader, self.model, self.device, self.optimizer, max_batches=nb)
+            steady.append(P.steady_rate(r, skip=P.prefetch_depth(spec)) or r.samples_per_s)
+            spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
+            epoch.append(r.samples / (r.wall_s + spawn) if r.wall_s > 0 else 0.0)
+        out = {"steady_runs": steady, "epoch_runs": epoch, "steady": float(np.median(steady)),
+               "epoch": float(np.median(epoch)), "batches": nb}
+        self.e2e[spec] = out
+        return out

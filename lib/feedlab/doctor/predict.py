@@ -1,0 +1,240 @@
+"""From a table of stage costs to a predicted rate, a bounding stage and advice.
+
+Pure functions of a :class:`~feedlab.doctor.costs.CostTable` (measured or written by
+hand) and the :class:`~feedlab.doctor.costs.Machine` in it; nothing here runs a
+loader or times anything.
+
+The model, for a spec with ``W`` workers, batch ``B``, on ``C`` effective cores:
+
+* ``W = 0``: every stage runs in series in the main process, the collate without
+  shared memory, the step with the main process's default threads:
+  ``rate = 1 / (read + decode + transform + collate + h2d + model)``.
+* ``W > 0``: three ceilings, the smallest wins and names the bound:
+  *workers* ``W / t_w`` with ``t_w = read + decode + transform + collate_in_worker +
+  handover`` (a worker is single-threaded; the batch is built in shared memory and
+  handed over), *main process* ``1 / t_m`` with ``t_m = receive + h2d + model`` (at
+  the threads ``run_epoch`` gives it beside ``W`` workers), and *CPU*
+  ``C / (cpu_w + cpu_m)`` — workers and the main process share the cores, so when
+  ``W + 1`` exceed them every process slows in proportion (processor sharing).
+* Start-up: the first batch arrives after ``startup(W) + B · t_w``; an epoch of ``N``
+  batches takes ``startup(W) + N · B / rate + B · t_m`` (workers run from the start,
+  prefetching while the first batch is awaited).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from .costs import BOUND_STAGES, MAIN_STAGES, WORKER_STAGES, CostTable
+
+MIN_GAIN = 1.05
+
+
+def _decode(spec) -> str:
+    return spec.decode_backend
+
+
+def _first(table: CostTable, *keys):
+    for k in keys:
+        s = table.get(k)
+        if s is not None:
+            return s
+    return None
+
+
+def _nearest_threads(table: CostTable, prefix: tuple, threads: int):
+    """The stage measured at ``threads`` intra-op threads, else at the nearest count."""
+    cands = [k for k in table.stages if k[:len(prefix)] == prefix and len(k) == len(prefix) + 1
+             and table.get(k) is not None]
+    if not cands:
+        return None
+    best = min(cands, key=lambda k: (abs(int(k[-1]) - threads), k[-1]))
+    return table.get(best)
+
+
+def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
+    """(wall, cpu) seconds per sample of every stage of ``spec``; None if one is unmeasured."""
+    m = table.machine
+    W, B, c = int(spec.num_workers), int(spec.batch_size), spec.collate
+    fmt, dec = spec.format, _decode(spec)
+    pin = bool(spec.pin_memory and m.cuda)
+    T = m.threads(W)
+    out: dict[str, tuple[float, float]] = {}
+    for stage in ("read", "decode", "transform"):
+        s = table.get((stage, fmt, dec))
+        if s is None:
+            return None
+        out[stage] = (s.t, s.c)
+    if W == 0:
+        s = table.get(("collate", c, B))
+    else:
+        s = _first(table, ("collate_worker", c, B), ("collate", c, B))
+    if s is None:
+        return None
+    out["collate"] = (s.t, s.c)
+    zero = (0.0, 0.0)
+    hw = table.get(("handover_worker", c, B)) if W else None
+    rc = table.get(("receive", c, B)) if W else None
+    out["handover"] = (hw.t, hw.c) if hw else zero
+    out["receive"] = (rc.t, rc.c) if rc else zero
+    h = _nearest_threads(table, ("h2d", c, B, pin), T)
+    mo = _nearest_threads(table, ("model", B), T)
+    if h is None or mo is None:
+        return None
+    out["h2d"] = (h.t, h.c)
+    out["model"] = (mo.t, mo.c)
+    return out
+
+
+def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
+    """Predicted steady samples/s of ``spec``, the stage that bounds it, and (with
+    ``batches``) the first-batch time and the rate over an epoch of that many batches."""
+    cs = costs(table, spec)
+    if cs is None:
+        return None
+    m = table.machine
+    W, B = int(spec.num_workers), int(spec.batch_size)
+    wall = {k: v[0] for k, v in cs.items()}
+    cpu = {k: v[1] for k, v in cs.items()}
+    t_w = sum(wall[s] for s in WORKER_STAGES)
+    t_m = sum(wall[s] for s in MAIN_STAGES)
+    if W == 0:
+        t = t_w + t_m
+        rate = 1.0 / t if t > 0 else math.inf
+        bound = max(BOUND_STAGES, key=lambda s: wall[s])
+        term = "serial (num_workers=0: every stage in the main process)"
+        terms = {"serial": rate}
+    else:
+        C = max(1e-9, float(m.effective_cores))
+        c_all = sum(cpu[s] for s in WORKER_STAGES) + sum(cpu[s] for s in MAIN_STAGES)
+        terms = {"workers": W / t_w if t_w > 0 else math.inf,
+                 "main process": 1.0 / t_m if t_m > 0 else math.inf,
+                 "CPU": C / c_all if c_all > 0 else math.inf}
+        which = min(terms, key=terms.get)
+        rate = terms[which]
+        if which == "workers":
+            bound = max(WORKER_STAGES, key=lambda s: wall[s])
+            term = f"workers: {W} × 1/(read+decode+transform+collate+handover)"
+        elif which == "main process":
+            bound = max(MAIN_STAGES, key=lambda s: wall[s])
+            term = f"main process: 1/(receive+h2d+model) at {m.threads(W)} thread(s)"
+        else:
+            bound = max(BOUND_STAGES, key=lambda s: cpu[s])
+            term = f"CPU: {C:.2f} effective cores shared by {W} workers and the main process"
+    out: dict[str, Any] = {
+        "config": spec.as_dict(), "predicted_samples_per_s": rate, "bound_stage": bound,
+        "verdict": "compute-bound" if bound == "model" else "data-bound", "binding_term": term,
+        "ceilings": terms, "costs": cs, "main_threads": m.threads(W),
+    }
+    if batches:
+        st = table.get(("startup", W))
+        startup = st.t if (st is not None and W > 0) else 0.0
+        if W == 0:
+            first = B * (t_w + t_m)
+            total = batches * B / rate if rate > 0 else math.inf
+        else:
+            first = startup + B * t_w
+            total = startup + batches * B / rate + B * t_m
+        out["predicted_first_batch_s"] = first
+        out["predicted_epoch_samples_per_s"] = batches * B / total if total > 0 else math.inf
+    return out
+
+
+def candidates(table: CostTable, spec, max_workers: int) -> list[tuple[str, Any, Any]]:
+    """Every single-setting change the table can price: (setting, value, new spec)."""
+    out: list[tuple[str, Any, Any]] = []
+    for w in range(0, int(max_workers) + 1):
+        if w != spec.num_workers:
+            out.append(("num_workers", w, spec.replace(num_workers=w)))
+    for c in sorted(table.values_of("collate", 1) - {spec.collate}):
+        out.append(("collate", c, spec.replace(collate=c)))
+    dec = _decode(spec)
+    item = {(k[1], k[2]) for k in table.stages if k[0] == "read" and table.get(k) is not None}
+    for d in sorted({d for f, d in item if f == spec.format} - {dec}):
+        out.append(("decode", d, spec.replace(decode=d)))
+    for f, d in sorted((f, d) for f, d in item if f != spec.format):
+        out.append(("format", f, spec.replace(format=f, decode=d)))
+    for bs in sorted(table.values_of("model", 1) - {spec.batch_size}):
+        out.append(("batch_size", bs, spec.replace(batch_size=bs)))
+    if table.machine.cuda:
+        out.append(("pin_memory", not spec.pin_memory, spec.replace(pin_memory=not spec.pin_memory)))
+    return out
+
+
+def advise(table: CostTable, spec, max_workers: int, min_gain: float = MIN_GAIN,
+           measured: Mapping | None = None) -> list[dict]:
+    """Single-setting changes predicted to raise the rate by ``min_gain`` or more, best
+    first. ``measured`` (spec → measured samples/s) checks the advice: a change whose
+    measured gain is below ×1.0 is kept out of the advice (it is listed by
+    :func:`refuted`)."""
+    return [a for a in _priced(table, spec, max_workers, min_gain, measured) if not a.get("measured_slower")]
+
+
+def refuted(table: CostTable, spec, max_workers: int, min_gain: float = MIN_GAIN,
+            measured: Mapping | None = None) -> list[dict]:
+    """Changes predicted to gain but measured slower in the same run."""
+    return [a for a in _priced(table, spec, max_workers, min_gain, measured) if a.get("measured_slower")]
+
+
+def _priced(table, spec, max_workers, min_gain, measured) -> list[dict]:
+    base = predict(table, spec)
+    if base is None or base["predicted_samples_per_s"] <= 0:
+        return []
+    out = []
+    for setting, value, new in candidates(table, spec, max_workers):
+        p = predict(table, new)
+        if p is None:
+            continue
+        gain = p["predicted_samples_per_s"] / base["predicted_samples_per_s"]
+        if gain < min_gain:
+            continue
+        a = {"setting": setting, "value": value, "config": new.as_dict(),
+             "predicted_samples_per_s": p["predicted_samples_per_s"], "expected_gain": gain,
+             "bound_stage_after": p["bound_stage"], "why": why(table, setting, spec, new, base)}
+        if measured and spec in measured and new in measured and measured[spec] > 0:
+            a["measured_gain"] = measured[new] / measured[spec]
+            a["measured_slower"] = a["measured_gain"] < 1.0
+        out.append(a)
+    out.sort(key=lambda a: -a["expected_gain"])
+    return out
+
+
+def why(table: CostTable, setting: str, old, new, base: dict) -> str:
+    co, cn = costs(table, old), costs(table, new)
+    us = lambda x: f"{x * 1e6:.0f} µs"  # noqa: E731
+    if setting == "num_workers":
+        return (f"{base['bound_stage']} bounds it; {new.num_workers} workers on "
+                f"{table.machine.effective_cores:.1f} effective cores build batches in parallel")
+    if setting == "collate":
+        return f"collate {us(co['collate'][0])} → {us(cn['collate'][0])} per sample"
+    if setting == "decode":
+        return f"decode {us(co['decode'][0])} → {us(cn['decode'][0])} per sample"
+    if setting == "format":
+        o = co["read"][0] + co["decode"][0]
+        n = cn["read"][0] + cn["decode"][0]
+        return f"read+decode {us(o)} → {us(n)} per sample"
+    if setting == "batch_size":
+        return f"model {us(co['model'][0])} → {us(cn['model'][0])} per sample"
+    if setting == "pin_memory":
+        return f"h2d {us(co['h2d'][0])} → {us(cn['h2d'][0])} per sample"
+    return ""
+
+
+def calibration(table: CostTable, spec, measured: Mapping[int, dict], batches: int | None = None) -> list[dict]:
+    """Predicted against measured for each worker count: ``measured[w]`` holds
+    ``steady`` (and optionally ``epoch``) samples/s; error = predicted / measured - 1."""
+    rows = []
+    for w in sorted(measured):
+        p = predict(table, spec.replace(num_workers=w), batches=batches)
+        meas = measured[w]
+        row = {"num_workers": w, "predicted_samples_per_s": p["predicted_samples_per_s"] if p else None,
+               "samples_per_s": meas.get("steady")}
+        if p and meas.get("steady"):
+            row["error"] = p["predicted_samples_per_s"] / meas["steady"] - 1.0
+        if p and meas.get("epoch") and batches:
+            row["predicted_epoch_samples_per_s"] = p["predicted_epoch_samples_per_s"]
+            row["epoch_samples_per_s"] = meas["epoch"]
+            row["epoch_error"] = p["predicted_epoch_samples_per_s"] / meas["epoch"] - 1.0
+        rows.append(row)
+    return rows

@@ -1,0 +1,160 @@
+"""Small measurements the doctor builds its cost table from: a timed call, the machine's
+effective cores, what a DataLoader worker and the main process spend per batch, worker
+start-up."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import numpy as np
+
+from .costs import Machine
+
+
+def timed(fn: Callable[[], Any], per: int, warmup: int, repeats: int, device=None,
+          setup: Callable[[], Any] | None = None) -> tuple[list[float], list[float]]:
+    """(wall, cpu) seconds per unit (``per`` units per call) for each timed call."""
+    from feedlab.timing import time_callable
+
+    cpu: list[float] = []
+
+    def call():
+        c0 = time.process_time()
+        fn()
+        cpu.append(time.process_time() - c0)
+
+    wall = time_callable(call, warmup=warmup, repeats=repeats, device=device, setup=setup)
+    cpu = cpu[len(cpu) - repeats:]
+    return [w / per for w in wall], [c / per for c in cpu]
+
+
+def _spin(n: int) -> None:
+    x = 0
+    for i in range(n):
+        x += i
+
+
+def _spin_many(k: int, n: int) -> float:
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_spin, args=(n,)) for _ in range(k)]
+    t0 = time.perf_counter()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return time.perf_counter() - t0
+
+
+def effective_cores(cores: int, n: int = 1_500_000, repeats: int = 3) -> float:
+    """Parallel speed-up of ``cores`` processes each running the same CPU-bound loop,
+    against one: ``cores`` on an idle machine, less where others hold the cores."""
+    if cores <= 1:
+        return 1.0
+    one = float(np.median([_spin_many(1, n) for _ in range(repeats)]))
+    many = float(np.median([_spin_many(cores, n) for _ in range(repeats)]))
+    return max(1.0, min(float(cores), cores * one / many)) if many > 0 else float(cores)
+
+
+def measure_machine(device: str, max_workers: int, cores: int | None = None) -> Machine:
+    import torch
+
+    from feedlab.monitor import usable_cores
+    from feedlab.timing import main_threads_for
+
+    cores = usable_cores() if cores is None else int(cores)
+    threads = {}
+    for w in range(0, max_workers + 1):
+        t = main_threads_for(SimpleNamespace(num_workers=w), device)
+        threads[w] = int(t if t is not None else torch.get_num_threads())
+    return Machine(cores, effective_cores(cores), str(device).startswith("cuda"), threads)
+
+
+# ---------------------------------------------------------------- inside a worker
+
+
+class _CollateProbe:
+    """Items collated inside a worker, each batch returned with its worker-side clocks."""
+
+    def __init__(self, items, collate, batches: int):
+        self.items, self.collate, self.n = items, collate, batches
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k):
+        c0, t0 = time.process_time(), time.perf_counter()
+        batch = self.collate(self.items)
+        t1, c1 = time.perf_counter(), time.process_time()
+        return batch, np.array([t0, t1, c0, c1])
+
+
+def probe_worker(items, collate, batches: int = 16) -> dict[str, list[float]]:
+    """Collate ``items`` in a one-worker DataLoader, ``batches`` times: per batch, the
+    collate in the worker (wall, cpu), the worker's CPU per batch beyond the collate
+    (the hand-over: sending a shared-memory batch), and the main process's CPU to
+    receive it (process time of the loop, which otherwise only waits)."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(_CollateProbe(items, collate, batches), batch_size=None, num_workers=1,
+                        prefetch_factor=2)
+    stamps = []
+    it = iter(loader)
+    first = next(it)
+    stamps.append(first[1])
+    del first
+    c0, t0 = time.process_time(), time.perf_counter()
+    for _batch, st in it:
+        stamps.append(st)
+        del _batch
+    main_cpu, main_wall = time.process_time() - c0, time.perf_counter() - t0
+    del it, loader
+    s = np.array(stamps)
+    collate_wall = (s[1:, 1] - s[1:, 0]).tolist()
+    collate_cpu = (s[1:, 3] - s[1:, 2]).tolist()
+    cycle_cpu = np.diff(s[:, 2])          # CPU between the starts of consecutive batches
+    hand = np.clip(cycle_cpu - (s[:-1, 3] - s[:-1, 2]), 0, None).tolist()
+    n = max(1, len(s) - 1)
+    return {"collate_wall": collate_wall, "collate_cpu": collate_cpu, "handover_cpu": hand,
+            "receive_cpu": [main_cpu / n], "receive_wall": [main_wall / n]}
+
+
+class _Tiny:
+    def __len__(self) -> int:
+        return 1 << 20
+
+    def __getitem__(self, i):
+        return i
+
+
+def startup_s(workers: int, repeats: int = 3) -> list[float]:
+    """Seconds from ``iter(loader)`` to a first trivial batch with ``workers`` fresh workers."""
+    from torch.utils.data import DataLoader
+
+    out = []
+    for _ in range(repeats):
+        loader = DataLoader(_Tiny(), batch_size=1, num_workers=workers)
+        t0 = time.perf_counter()
+        it = iter(loader)
+        next(it)
+        out.append(time.perf_counter() - t0)
+        del it, loader
+    return out
+
+
+def _split_xy(batch):
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        return batch[0], batch[1]
+    return batch, None
+
+
+def batch_nbytes(batch) -> int:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size()
+    if isinstance(batch, (list, tuple)):
+        return sum(batch_nbytes(b) for b in batch)
+    return 0

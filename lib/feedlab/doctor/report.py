@@ -1,0 +1,93 @@
+"""The doctor's report as text (and the JSON encoder for ``--json``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from feedlab.pipeline import PipelineSpec
+
+VERDICTS = ("data-bound", "compute-bound")
+
+
+def fmt_rate(x) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    return f"{x:,.0f}"
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{100 * x:+.0f}%"
+
+
+def json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return str(o)
+
+
+def _stage_lines(report: dict) -> list[str]:
+    lines = [f"{'stage':<10} {'variant':<44} {'µs/sample':>20} {'per core/s':>11}"]
+    for r in report["stages"]:
+        if not r["measurable"]:
+            lines.append(f"{r['stage']:<10} {r['variant'][:44]:<44} {r['note']}")
+            continue
+        spread = (f"{r['s_per_sample'] * 1e6:.1f} ({r['s_per_sample_q25'] * 1e6:.1f}–"
+                  f"{r['s_per_sample_q75'] * 1e6:.1f})")
+        extra = f"  {r['bytes_per_s'] / 1e6:,.0f} MB/s" if r.get("bytes_per_s") else ""
+        extra += f"  [{r['note']}]" if r.get("note") else ""
+        lines.append(f"{r['stage']:<10} {r['variant'][:44]:<44} {spread:>20} "
+                     f"{fmt_rate(r['samples_per_s_per_core']):>11}{extra}")
+    return lines
+
+
+def render(report: dict) -> str:
+    spec = PipelineSpec(**report["config"])
+    lines = [f"feedlab doctor · {report['data']} · {spec.label()}",
+             f"model {report['model']} on {report['device']} · {report['cores']} cores "
+             f"({report['effective_cores']:.2f} effective now) · median of {report['repeats']} repeats after "
+             f"{report['warmup']} warm-up (IQR in brackets)", ""]
+    lines += _stage_lines(report)
+    lines += ["", f"{'workers':>7} {'threads':>7} {'predicted/s':>12} {'measured/s (IQR)':>26} {'error':>7} "
+                  f"{'epoch pred/meas':>18}"]
+    for r in report["end_to_end"]:
+        meas = (f"{r['samples_per_s']:,.0f} ({r['samples_per_s_q25']:,.0f}–{r['samples_per_s_q75']:,.0f})"
+                if "samples_per_s" in r else "not run")
+        ep = (f"{fmt_rate(r['predicted_epoch_samples_per_s'])}/{fmt_rate(r.get('epoch_samples_per_s'))}"
+              if "epoch_samples_per_s" in r else "")
+        lines.append(f"{r['num_workers']:>7} {r['main_threads']:>7} {fmt_rate(r['predicted_samples_per_s']):>12} "
+                     f"{meas:>26} {_pct(r.get('error')):>7} {ep:>18}")
+    cal = report["calibration"]
+    if cal["max_abs_error"] is not None:
+        lines.append(f"calibration: largest error {100 * cal['max_abs_error']:.0f}% "
+                     f"({'within' if cal['within_20pct'] else 'OUTSIDE'} the ±20% target) over the worker counts run")
+    lines += ["", f"verdict: {report['verdict']}, bounded by {report['bound_stage']} "
+                  f"({report['binding_term']}); predicted {fmt_rate(report['predicted_samples_per_s'])} samples/s, "
+                  f"measured {fmt_rate(report['measured_samples_per_s'])}"]
+    if report["advice"]:
+        lines.append("advice (each alone, predicted from the measured stage costs; measured where this run ran it):")
+        for a in report["advice"]:
+            meas = f", measured ×{a['measured_gain']:.2f}" if "measured_gain" in a else ""
+            lines.append(f"  set {a['setting']} = {a['value']}: {fmt_rate(a['predicted_samples_per_s'])} samples/s "
+                         f"(×{a['expected_gain']:.2f} predicted{meas}); {a['why']}")
+    else:
+        lines.append("advice: no single setting change is predicted to gain 5% or more")
+    for a in report.get("refuted", []):
+        lines.append(f"  not advised: {a['setting']} = {a['value']} was predicted ×{a['expected_gain']:.2f} but "
+                     f"measured slower in this run (×{a['measured_gain']:.2f})")
+    shm = report["shm"]
+    if shm.get("available"):
+        lines.append(f"/dev/shm: {shm['total_bytes'] / 2**20:,.0f} MiB, {shm['free_bytes'] / 2**20:,.0f} MiB free; "
+                     f"in-flight batches need {shm['need_bytes'] / 2**20:,.1f} MiB"
+                     + (f"\nWARNING: {shm['warning']}" if shm["warning"] else " (fits)"))
+    else:
+        lines.append(f"/dev/shm: {shm['warning']}")
+    if not report["cuda"]:
+        lines.append("no CUDA here: the copy to a GPU (pageable vs pinned) is not measurable; "
+                     "h2d is only the uint8→float conversion")
+    for n in report["notes"]:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)

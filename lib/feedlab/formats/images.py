@@ -1,0 +1,89 @@
+"""Any folder of images, as it is: ``root/**/*.{jpg,jpeg,png,...}``, no labels.
+
+The doctor (and :func:`feedlab.pipeline.open_dataset`) accept such a folder directly, so
+a user's own photos can be diagnosed without converting them. Each sample is one HWC
+uint8 image; sizes may differ, so batching needs the ``center_crop`` transform.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from .png import resolve_decoder
+
+IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def scan_images(root) -> list[Path]:
+    """Image files under ``root`` at any depth, sorted; hidden folders skipped."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"images: no folder {root}")
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        out.extend(Path(dirpath) / f for f in sorted(filenames) if Path(f).suffix.lower() in IMAGE_EXTS)
+    return out
+
+
+class ImagesDataset(Dataset):
+    fmt = "images"
+
+    def __init__(self, root, decode: str | Callable = "pil", as_tensor: bool = False):
+        self.root = Path(root)
+        self.decode = decode
+        self._decode = resolve_decoder(decode)
+        self.as_tensor = bool(as_tensor)
+        self.paths = scan_images(self.root)
+        if not self.paths:
+            raise FileNotFoundError(f"images: no image files ({', '.join(IMAGE_EXTS)}) under {self.root}")
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_decode"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._decode = resolve_decoder(self.decode)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @property
+    def decode_name(self) -> str:
+        return self.decode if isinstance(self.decode, str) else getattr(self.decode, "__name__", "custom")
+
+    def read_raw(self, i: int) -> bytes:
+        with open(self.paths[i], "rb") as fh:
+            return fh.read()
+
+    def decode_raw(self, raw) -> np.ndarray:
+        try:
+            return self._decode(raw)
+        except Exception as exc:
+            raise ValueError(f"images: cannot decode a file under {self.root} ({exc}); "
+                             "remove it or convert it to JPEG/PNG") from None
+
+    def store_files(self, indices):
+        return [self.paths[int(i)] for i in indices]
+
+    def __getitem__(self, i):
+        img = self.decode_raw(self.read_raw(i))
+        if self.as_tensor:
+            import torch
+
+            return torch.from_numpy(np.ascontiguousarray(img).copy())
+        return img
+
+    def __repr__(self) -> str:
+        return f"ImagesDataset(root={str(self.root)!r}, n={len(self)})"
+
+
+def bytes_on_disk(root) -> int:
+    return sum(os.stat(p).st_size for p in scan_images(root))

@@ -1,0 +1,415 @@
+"""One vocabulary for an input pipeline, and the one way to build it.
+
+A :class:`PipelineSpec` names every choice of an input pipeline with the words the
+CLI flags (``--format``, ``--num-workers`` ...), the notebooks' parameters, the
+doctor, bench and the experiments all use:
+
+============================  ====================================================
+``format``                    a registered storage format (``feedlab.formats.FORMATS``)
+``decode``                    image decode backend for formats that hold encoded
+                              images (``pil``, ``pyspng``, ``simplejpeg`` ...);
+                              ``"auto"``: the format's default
+``transform``                 per-sample transform: ``none``, ``flip`` (random
+                              horizontal flip of a pair), ``center_crop``
+                              (to ``crop``²), ``default`` (flip for pairs, crop else)
+``collate``                   a name in :data:`COLLATES`
+``batch_size``, ``num_workers``, ``pin_memory``, ``prefetch_factor``,
+``persistent_workers``        as in ``torch.utils.data.DataLoader``
+``device``                    ``auto`` (CUDA when present), ``cpu``, ``cuda`` ...
+``model``                     a name in :data:`MODEL_VARIANTS` or ``auto``
+============================  ====================================================
+
+Builders: :func:`make_collate` (the collate registry), :func:`open_dataset` (format +
+decode + transform), :func:`make_loader` (the one DataLoader builder),
+:func:`make_training` (model, loss and the one optimizer: Adam, lr 1e-3, from
+``feedlab.models.make_train_step``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+# ---------------------------------------------------------------- collate registry
+
+COLLATES: dict[str, tuple[Callable[[], Callable], str]] = {}
+
+
+def register_collate(name: str, factory: Callable[[], Callable], doc: str) -> None:
+    COLLATES[name] = (factory, doc)
+
+
+def _totensor():
+    from feedlab.collate import totensor_collate
+
+    return totensor_collate
+
+
+def _fast(memory_format: str):
+    def factory():
+        from feedlab.collate import FastCollate
+
+        return FastCollate(memory_format=memory_format)
+    return factory
+
+
+register_collate("totensor", _totensor, "ToTensor per image + default_collate (float CHW)")
+register_collate("fast", _fast("nchw"), "FastCollate: uint8 NCHW, one copy per image")
+register_collate("fast_cl", _fast("channels_last"), "FastCollate: uint8 channels-last, a memcpy per image")
+
+
+def make_collate(name: str):
+    try:
+        return COLLATES[name][0]()
+    except KeyError:
+        raise ValueError(f"collate {name!r}: one of {', '.join(COLLATES)}") from None
+
+
+# ---------------------------------------------------------------- transforms
+
+TRANSFORMS = ("none", "default", "flip", "center_crop")
+
+
+def center_crop_resize(img: np.ndarray, size: int) -> np.ndarray:
+    """The largest centered square of ``img``, resized to ``size``² (bilinear)."""
+    from PIL import Image
+
+    h, w = img.shape[:2]
+    s = min(h, w)
+    top, left = (h - s) // 2, (w - s) // 2
+    sq = img[top:top + s, left:left + s]
+    if s != size:
+        sq = np.array(Image.fromarray(np.ascontiguousarray(sq)).resize((size, size), Image.BILINEAR))
+    return np.ascontiguousarray(sq)
+
+
+class PairFlip:
+    """Random horizontal flip of an (lr, hr) pair, as contiguous copies."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, sample):
+        lr, hr = sample
+        if self.rng.random() < 0.5:
+            return np.ascontiguousarray(lr[:, ::-1]), np.ascontiguousarray(hr[:, ::-1])
+        return np.array(lr, copy=True), np.array(hr, copy=True)
+
+
+class CenterCrop:
+    """Center crop + resize to ``size``² of an image, or of the image of an (image, label) pair."""
+
+    def __init__(self, size: int = 96):
+        self.size = int(size)
+
+    def __call__(self, sample):
+        if isinstance(sample, np.ndarray):
+            return center_crop_resize(sample, self.size)
+        img, label = sample
+        return center_crop_resize(img, self.size), label
+
+
+def make_transform(name: str, kind: str, crop: int = 96, seed: int = 0):
+    """The transform ``name`` for a format of ``kind`` (``sr``, ``cls``, ``img``); None for none."""
+    if name == "default":
+        name = "flip" if kind == "sr" else "center_crop"
+    if name == "none":
+        return None
+    if name == "flip":
+        if kind != "sr":
+            raise ValueError(f"transform flip needs (lr, hr) pairs; this format holds {kind!r} samples")
+        return PairFlip(seed)
+    if name == "center_crop":
+        return CenterCrop(crop)
+    raise ValueError(f"transform {name!r}: one of {', '.join(TRANSFORMS)}")
+
+
+class Transformed:
+    """A map-style dataset with a per-sample transform after its reads (pickles to workers)."""
+
+    def __init__(self, dataset, transform):
+        self.dataset, self.transform = dataset, transform
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        return self.transform(self.dataset[i])
+
+
+# ---------------------------------------------------------------- models
+
+# model names a spec may carry: feedlab.models names plus lighter variants.
+# "srcnn_small" (16/8 filters instead of 64/32, ~9x fewer FLOPs) stands in on a
+# CPU, where the full SRCNN step takes seconds per batch and leaves no loader
+# question to ask; "auto" is srcnn with CUDA, srcnn_small without.
+MODEL_VARIANTS = {"none": ("none", {}), "srcnn": ("srcnn", {}),
+                  "srcnn_small": ("srcnn", {"n1": 16, "n2": 8}), "resnet": ("resnet", {})}
+
+
+def default_device():
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_device(device) -> str:
+    if device in (None, "", "auto"):
+        return str(default_device())
+    return str(device)
+
+
+def resolve_model_name(name: str, device=None) -> str:
+    """``"auto"`` → ``"srcnn"`` on CUDA, ``"srcnn_small"`` on a CPU; other names unchanged."""
+    if name == "auto":
+        device = device if device is not None else default_device()
+        return "srcnn" if str(device).startswith("cuda") else "srcnn_small"
+    if name not in MODEL_VARIANTS:
+        raise ValueError(f"model {name!r}: one of auto, {', '.join(MODEL_VARIANTS)}")
+    return name
+
+
+def build_model(name: str):
+    from feedlab.models import make_model
+
+    base, opts = MODEL_VARIANTS[resolve_model_name(name)]
+    return make_model(base, **opts)
+
+
+def make_training(model, device):
+    """``(model, loss_fn, optimizer)`` on ``device``: the one training step's pieces.
+    ``model`` is a name (see :data:`MODEL_VARIANTS`) or a module; ``"none"`` → Nones.
+    The optimizer is ``feedlab.models.make_train_step``'s (Adam, lr 1e-3) when the
+    model has trainable parameters."""
+    from feedlab.models import make_train_step
+
+    if isinstance(model, str):
+        model = build_model(resolve_model_name(model, device))
+    if model is None:
+        return None, None, None
+    own_loss = getattr(model, "loss_fn", None)  # else train_step picks one from the batch
+    if not any(p.requires_grad for p in model.parameters()):
+        model.to(device)
+        return model, own_loss, None
+    _loss, optimizer = make_train_step(model, device)
+    return model, own_loss, optimizer
+
+
+def train_step(model, optimizer, x, y, loss_fn=None):
+    """The one training step: forward, loss, backward, optimizer step; returns the loss.
+
+    Loss: ``loss_fn`` when given; else MSE when the output has the target's shape (an
+    SR pair; SRCNN upsamples to the target's size), cross-entropy for integer labels,
+    and the output's mean when there is no target (images without labels)."""
+    import torch
+    import torch.nn.functional as F
+
+    from feedlab.models import SRCNN
+
+    if isinstance(model, SRCNN) and y is not None and y.dim() == 4:
+        out = model(x, size=tuple(y.shape[-2:]))
+    else:
+        out = model(x)
+    if loss_fn is not None and y is not None:
+        loss = loss_fn(out, y)
+    elif y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):
+        loss = F.mse_loss(out, y)
+    elif y is not None and y.dtype in (torch.int64, torch.int32):
+        loss = F.cross_entropy(out, y.long())
+    else:
+        loss = out.float().mean()
+    if optimizer is not None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return loss
+
+
+# ---------------------------------------------------------------- the spec
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """One input pipeline, named with the vocabulary of the module doc."""
+
+    format: str = "png"
+    decode: str = "auto"
+    transform: str = "none"
+    collate: str = "totensor"
+    batch_size: int = 64
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: int | None = None     # None: DataLoader's default (2) with workers
+    persistent_workers: bool = False
+    device: str = "auto"
+    model: str = "none"
+
+    def replace(self, **kw) -> "PipelineSpec":
+        return dataclasses.replace(self, **kw)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def decode_backend(self) -> str:
+        """``decode`` with ``auto`` resolved to the format's default."""
+        if self.decode != "auto":
+            return self.decode
+        from feedlab.formats import get_format
+
+        return get_format(self.format).default_decode
+
+    def label(self, *names: str) -> str:
+        """Short label: ``label()`` → ``png/pil totensor b64 w0``; ``label("num_workers")`` → ``w0``."""
+        short = {"batch_size": "b", "num_workers": "w", "pin_memory": "pin", "prefetch_factor": "pf"}
+        if not names:
+            fmt = self.format if self.decode_backend in ("none", "") else f"{self.format}/{self.decode_backend}"
+            rest = [self.collate, f"b{self.batch_size}", f"w{self.num_workers}"]
+            if self.pin_memory:
+                rest.append("pin+")
+            return " ".join([fmt, *rest])
+        parts = []
+        for n in names:
+            v = getattr(self, n)
+            if n in short:
+                parts.append(f"{short[n]}{('+' if v else '-') if isinstance(v, bool) else int(v or 0)}")
+            else:
+                parts.append(str(v))
+        return " ".join(parts)
+
+    def problems(self, device=None) -> list[str]:
+        """Why this spec would not mean what it says on ``device`` (empty: fine)."""
+        from feedlab.formats import FORMATS
+
+        dev = resolve_device(device if device is not None else self.device)
+        out = []
+        if self.format not in FORMATS:
+            out.append(f"unknown format {self.format!r} (one of {', '.join(FORMATS)})")
+        if self.collate not in COLLATES:
+            out.append(f"unknown collate {self.collate!r} (one of {', '.join(COLLATES)})")
+        if self.model != "auto" and self.model not in MODEL_VARIANTS:
+            out.append(f"unknown model {self.model!r}")
+        if self.transform not in TRANSFORMS:
+            out.append(f"unknown transform {self.transform!r}")
+        if self.batch_size < 1 or self.num_workers < 0:
+            out.append("batch_size must be >= 1 and num_workers >= 0")
+        if self.pin_memory and not dev.startswith("cuda"):
+            out.append("pin_memory needs CUDA (DataLoader ignores it without a GPU)")
+        if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
+            out.append("prefetch_factor / persistent_workers need num_workers > 0")
+        return out
+
+
+SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(PipelineSpec))
+
+
+def open_dataset(root, spec: PipelineSpec, crop: int = 96, seed: int = 0, **opts):
+    """The dataset ``spec`` reads: its format under ``root``, its decode backend (formats
+    holding encoded images), its transform."""
+    from feedlab import formats
+
+    fs = formats.get_format(spec.format)
+    if fs.image_codec is not None:
+        opts.setdefault("decode", spec.decode_backend)
+    ds = formats.open_dataset(root, spec.format, **opts)
+    tf = make_transform(spec.transform, fs.kind, crop, seed)
+    return Transformed(ds, tf) if tf is not None else ds
+
+
+def make_loader(dataset, spec: PipelineSpec, seed: int = 0, shuffle: bool = True, drop_last: bool = False,
+                collate_fn: Callable | None = None, **overrides):
+    """The DataLoader for ``spec`` over ``dataset``: seeded shuffle, the spec's collate
+    (or ``collate_fn``), pinning only where CUDA makes it meaningful. ``overrides`` go
+    to the DataLoader as they are (e.g. ``sampler``)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    kw: dict[str, Any] = {}
+    if spec.num_workers > 0:
+        kw["prefetch_factor"] = spec.prefetch_factor or 2
+        kw["persistent_workers"] = bool(spec.persistent_workers)
+    if shuffle and "sampler" not in overrides and "batch_sampler" not in overrides:
+        kw["shuffle"] = True
+        kw["generator"] = torch.Generator().manual_seed(seed)
+    kw.update(overrides)
+    pin = bool(spec.pin_memory and resolve_device(spec.device).startswith("cuda") and torch.cuda.is_available())
+    return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.num_workers, pin_memory=pin,
+                      collate_fn=collate_fn or make_collate(spec.collate), drop_last=drop_last, **kw)
+
+
+def prefetch_depth(spec: PipelineSpec) -> int:
+    """Batches a DataLoader can have ready before the loop asks: each worker keeps
+    ``prefetch_factor`` in flight (1 with no workers: the first batch itself)."""
+    if spec.num_workers <= 0:
+        return 1
+    return int(spec.num_workers) * int(spec.prefetch_factor or 2)
+
+
+def steady_rate(et, skip: int = 1) -> float | None:
+    """samples/s of a timed epoch (``feedlab.timing.EpochTiming``) once start-up is
+    over: counted after the first ``skip`` batches.
+
+    Worker start-up is paid once per epoch and, against a short timed epoch, swamps the
+    rate; but counting from the *first* batch overstates it, because the batches the
+    workers prefetched while the first was awaited then arrive at no cost. So skip the
+    prefetch depth (:func:`prefetch_depth`). With too few batches for that, the
+    whole-epoch rate (an underestimate, never an overestimate) is returned. None with no batch.
+    """
+    if et.batches < 1:
+        return None
+    if et.batches <= skip + 1:
+        return et.samples_per_s
+    done = float(et.phases_s[:skip].sum())
+    t = et.wall_s - done
+    n = et.samples - int(et.batch_sizes[:skip].sum())
+    return n / t if t > 0 else None
+
+
+# ---------------------------------------------------------------- command line
+
+
+def add_arguments(ap: argparse.ArgumentParser, defaults: PipelineSpec | None = None,
+                  skip: tuple[str, ...] = ()) -> None:
+    """``--format``, ``--decode``, ... one flag per spec field (``skip`` leaves some out)."""
+    from feedlab.formats import FORMATS
+
+    d = defaults or PipelineSpec()
+    helps = {
+        "format": ("storage format", dict(choices=sorted(FORMATS))),
+        "decode": ("image decode backend (auto: the format's default)", {}),
+        "transform": ("per-sample transform", dict(choices=list(TRANSFORMS))),
+        "collate": ("; ".join(f"{k}: {v[1]}" for k, v in COLLATES.items()), dict(choices=list(COLLATES))),
+        "batch_size": ("DataLoader batch_size", dict(type=int)),
+        "num_workers": ("DataLoader num_workers", dict(type=int)),
+        "prefetch_factor": ("DataLoader prefetch_factor (workers only)", dict(type=int)),
+        "device": ("cpu, cuda or auto", {}),
+        "model": ("the step fed by the loader", dict(choices=["auto", *MODEL_VARIANTS])),
+    }
+    for name in SPEC_FIELDS:
+        if name in skip:
+            continue
+        flag = "--" + name.replace("_", "-")
+        default = getattr(d, name)
+        if name in ("pin_memory", "persistent_workers"):
+            ap.add_argument(flag, action="store_true", default=default, help=f"DataLoader {name}")
+            continue
+        text, kw = helps[name]
+        ap.add_argument(flag, default=default, help=f"{text} (default: {default})", **kw)
+
+
+def spec_from_args(args: argparse.Namespace, base: PipelineSpec | None = None) -> PipelineSpec:
+    base = base or PipelineSpec()
+    kw = {n: getattr(args, n) for n in SPEC_FIELDS if hasattr(args, n)}
+    return base.replace(**kw)
+
+
+__all__ = ["PipelineSpec", "SPEC_FIELDS", "COLLATES", "register_collate", "make_collate", "TRANSFORMS",
+           "make_transform", "PairFlip", "CenterCrop", "center_crop_resize", "Transformed", "MODEL_VARIANTS",
+           "default_device", "resolve_device", "resolve_model_name", "build_model", "make_training", "train_step",
+           "prefetch_depth", "steady_rate",
+           "open_dataset", "make_loader", "add_arguments", "spec_from_args"]

@@ -1,0 +1,36 @@
+"""The doctor on a user's own DataLoader: `diagnose_loader` and `--loader/--step`."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from feedlab.doctor import diagnose_loader, render_user
+
+from user_loader import make_loader, train_step
+
+
+def test_diagnose_loader_names_the_slow_fetch():
+    rep = diagnose_loader(make_loader(1), step=train_step, batches=6, repeats=1, device="cpu", max_workers=1)
+    stages = {r["stage"]: r for r in rep["stages"] if r.get("measurable")}
+    assert stages["fetch"]["s_per_sample"] > 1.5e-3       # the 2 ms sleep, timed inside the dataset
+    assert {"collate", "handover", "receive", "h2d", "model"} <= set(stages)
+    assert rep["bound_stage"] == "read"                    # the fetch is filed under read
+    row = [r for r in rep["end_to_end"] if r["num_workers"] == 1][0]
+    assert row["samples_per_s"] > 0 and "error" in row
+    assert "your DataLoader" in render_user(rep)
+
+
+def test_cli_loader_and_step():
+    root = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "feedlab.doctor", "--loader", "user_loader:make_loader",
+                        "--step", "user_loader:train_step", "--batches", "4", "--repeats", "1", "--json",
+                        "--device", "cpu"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    assert rep["batch_size"] == 8 and rep["measured_samples_per_s"] > 0
+    bad = subprocess.run([sys.executable, "-m", "feedlab.doctor", "--loader", "no_such_mod:f"],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr and "no_such_mod" in bad.stderr
