@@ -74,19 +74,44 @@ class Stage:
 class Machine:
     """What the prediction needs to know about the machine.
 
-    ``cores``: cores this process may use; ``effective_cores``: the parallel speed-up
-    a CPU-bound loop in ``cores`` processes measured (below ``cores`` on a machine
-    others are using); ``cuda``: whether the device is a GPU; ``main_threads``:
-    intra-op threads of the training process for each worker count (what
-    ``feedlab.timing.run_epoch`` uses)."""
+    ``cores``: cores this process may use. ``capacity``: CPU-seconds per second that
+    ``k`` busy processes of this session obtained together, measured for each ``k``
+    (``min(k, cores)`` on an idle machine; less where others hold the cores, and flat
+    when the session is capped, e.g. by a cgroup). ``effective_cores``: the capacity at
+    ``k = cores``. ``cuda``: whether the device is a GPU; ``main_threads``: intra-op
+    threads of the training process for each worker count (``run_epoch``'s choice).
+    ``stage_speed``: the speed of one process while the stages were timed; a table
+    measured on a busy machine is predicted for the machine as it is when the
+    prediction is checked (``capacity`` measured again then)."""
 
     cores: int
     effective_cores: float
     cuda: bool = False
     main_threads: dict[int, int] = field(default_factory=dict)
+    capacity: dict[int, float] = field(default_factory=dict)
+    stage_speed: float | None = None   # one process's speed while the stages were measured
+
+    def measured_at(self) -> float:
+        """The speed the table's stages were measured at (default: one process's speed now)."""
+        return float(self.stage_speed) if self.stage_speed else self.speed(1)
 
     def threads(self, workers: int) -> int:
         return int(self.main_threads.get(int(workers), self.main_threads.get(0, 1)))
+
+    def cap(self, k: float) -> float:
+        """CPU-seconds per second available to ``k`` busy processes (interpolated)."""
+        if not self.capacity:
+            return min(float(k), float(self.effective_cores))
+        ks = sorted(self.capacity)
+        if k <= ks[0]:
+            return self.capacity[ks[0]] * k / ks[0]
+        if k >= ks[-1]:
+            return self.capacity[ks[-1]]
+        return float(np.interp(k, ks, [self.capacity[x] for x in ks]))
+
+    def speed(self, k: float) -> float:
+        """Speed of each of ``k`` busy processes, as a fraction of one free core."""
+        return min(1.0, self.cap(k) / k) if k > 0 else 1.0
 
 
 @dataclass

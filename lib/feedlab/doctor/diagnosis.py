@@ -64,16 +64,17 @@ def diagnose(doc: Doctor, spec, e2e: bool = True) -> dict:
     was measured), the /dev/shm check."""
     spec = spec.replace(device=doc.device)
     if e2e:
-        for w in range(0, doc.max_workers + 1):
-            doc.log(f"end to end with {w} workers")
-            doc.measure_e2e(spec.replace(num_workers=w))
+        doc.log(f"end to end with 0…{doc.max_workers} workers, taking turns")
+        doc.measure_rounds([spec.replace(num_workers=w) for w in range(0, doc.max_workers + 1)])
     pred = PR.predict(doc.table, spec)
     nb = doc.budget.e2e_batches
     rows = []
     for w in range(0, doc.max_workers + 1):
         s = spec.replace(num_workers=w)
-        p = PR.predict(doc.table, s, batches=nb)
+        table = doc.table_now(s)
+        p = PR.predict(table, s, batches=nb)
         row = {"num_workers": w, "main_threads": doc.table.machine.threads(w),
+               "capacity_now": table.machine.cap(w + 1),
                "predicted_samples_per_s": p["predicted_samples_per_s"] if p else None,
                "predicted_epoch_samples_per_s": p["predicted_epoch_samples_per_s"] if p else None,
                "bound_stage": p["bound_stage"] if p else None}
@@ -93,7 +94,8 @@ def diagnose(doc: Doctor, spec, e2e: bool = True) -> dict:
     bb = doc.batch_bytes.get((spec.collate, spec.batch_size), 0)
     return {
         "data": str(doc.root) if doc.root else None, "format": spec.format, "device": doc.device,
-        "cuda": doc.cuda, "cores": m.cores, "effective_cores": m.effective_cores, "model": doc.model_name,
+        "cuda": doc.cuda, "cores": m.cores, "effective_cores": m.effective_cores,
+        "capacity": {str(k): v for k, v in m.capacity.items()}, "speed_one": m.speed(1), "model": doc.model_name,
         "batch_size": spec.batch_size, "config": spec.as_dict(), "stages": _stage_rows(doc, spec),
         "end_to_end": rows, "calibration": {"max_abs_error": max(errors) if errors else None,
                                             "within_20pct": all(e <= 0.2 for e in errors) if errors else None},

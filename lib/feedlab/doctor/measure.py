@@ -22,7 +22,7 @@ from feedlab import pipeline as P
 from feedlab.formats import raw_nbytes
 
 from .costs import CostTable, Machine, Stage
-from .probes import _split_xy, batch_nbytes, measure_machine, probe_worker, startup_s, timed
+from .probes import _split_xy, batch_nbytes, cpu_capacity, measure_machine, probe_worker, startup_s, timed
 from .split import StageSplit, decode_alternatives, open_split
 
 
@@ -211,8 +211,9 @@ class Doctor:
         from feedlab import formats
 
         spec, b = self.spec, self.budget
-        self.log("measuring the machine (cores, threads)")
+        self.log("measuring the machine (cores, threads, CPU capacity)")
         self.table.machine = measure_machine(self.device, self.max_workers)
+        speed_before = self.table.machine.speed(1)
         fmt, dec = spec.format, spec.decode_backend
         self.log(f"measuring {fmt}/{dec} read, decode, transform")
         self.measure_items(fmt, dec, cold=b.cold)
@@ -244,30 +245,55 @@ class Doctor:
                         self.log(f"measuring format {f}")
                         self.measure_items(f, formats.FORMATS[f].default_decode)
             self._samples = self._samples_of[(fmt, dec)]  # the spec's samples, for later collates
+        after = cpu_capacity([1])
+        self.table.machine.stage_speed = (speed_before + min(1.0, after[1])) / 2
         return self
+
+    def table_now(self, spec: P.PipelineSpec) -> CostTable:
+        """The measured stages on the machine as it was while ``spec`` ran end to end: the
+        CPU capacity sampled between its passes (others' load changes by the minute)."""
+        m = self.table.machine
+        cap = dict(m.capacity)
+        r = self.e2e.get(spec.replace(device=self.device))
+        if r and r.get("capacity"):
+            for k in r["capacity"][0]:
+                cap[k] = float(np.median([c[k] for c in r["capacity"]]))
+        now = Machine(m.cores, cap.get(m.cores, m.effective_cores), m.cuda, m.main_threads, cap, m.measured_at())
+        return CostTable(now, self.table.stages)
 
     # --------------------------------------------------------------- end to end
     def loader(self, spec: P.PipelineSpec):
         return P.make_loader(self.split(spec.format, spec.decode_backend), spec, drop_last=True)
 
     def measure_e2e(self, spec: P.PipelineSpec, repeats: int | None = None) -> dict:
-        """Samples/s of the DataLoader + step loop, ``e2e_batches`` per pass, fresh workers
-        each pass after one untimed pass: ``steady`` (after the prefetched batches),
-        ``epoch`` (from ``iter()``, start-up included), one value per pass."""
+        """One spec end to end: see :meth:`measure_rounds`."""
+        return self.measure_rounds([spec], repeats)[spec.replace(device=self.device)]
+
+    def measure_rounds(self, specs, repeats: int | None = None) -> dict:
+        """Samples/s of the DataLoader + step loop for each spec, ``e2e_batches`` per pass,
+        fresh workers each pass, after one untimed pass each. The specs take turns, pass
+        by pass (so a change in the machine's load falls on all of them alike), and the CPU
+        capacity for ``W + 1`` processes is sampled before each pass. Per spec: ``steady``
+        (after the prefetched batches), ``epoch`` (from ``iter()``, start-up included)."""
         from feedlab.timing import run_epoch
 
-        spec = spec.replace(device=self.device)
-        loader = self.loader(spec)
-        nb = max(2, min(self.budget.e2e_batches, len(loader)))
-        for _ in range(self.budget.warmup):
-            run_epoch(loader, self.model, self.device, self.optimizer, max_batches=nb)
-        steady, epoch = [], []
+        specs = [s.replace(device=self.device) for s in specs]
+        loaders = {s: self.loader(s) for s in specs}
+        nbs = {s: max(2, min(self.budget.e2e_batches, len(loaders[s]))) for s in specs}
+        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": []} for s in specs}
+        for s in specs:
+            for _ in range(self.budget.warmup):
+                run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s])
         for _ in range(repeats or self.budget.repeats):
-            r = run_epoch(loader, self.model, self.device, self.optimizer, max_batches=nb)
-            steady.append(P.steady_rate(r, skip=P.prefetch_depth(spec)) or r.samples_per_s)
-            spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
-            epoch.append(r.samples / (r.wall_s + spawn) if r.wall_s > 0 else 0.0)
-        out = {"steady_runs": steady, "epoch_runs": epoch, "steady": float(np.median(steady)),
-               "epoch": float(np.median(epoch)), "batches": nb}
-        self.e2e[spec] = out
-        return out
+            for s in specs:
+                runs[s]["capacity"].append(cpu_capacity(range(1, s.num_workers + 2), seconds=0.1, repeats=1))
+                r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s])
+                runs[s]["steady_runs"].append(P.steady_rate(r, skip=P.prefetch_depth(s)) or r.samples_per_s)
+                spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
+                runs[s]["epoch_runs"].append(r.samples / (r.wall_s + spawn) if r.wall_s > 0 else 0.0)
+        for s in specs:
+            out = runs[s]
+            out.update(steady=float(np.median(out["steady_runs"])), epoch=float(np.median(out["epoch_runs"])),
+                       batches=nbs[s])
+            self.e2e[s] = out
+        return {s: runs[s] for s in specs}

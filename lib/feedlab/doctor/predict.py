@@ -14,8 +14,11 @@ The model, for a spec with ``W`` workers, batch ``B``, on ``C`` effective cores:
   handover`` (a worker is single-threaded; the batch is built in shared memory and
   handed over), *main process* ``1 / t_m`` with ``t_m = receive + h2d + model`` (at
   the threads ``run_epoch`` gives it beside ``W`` workers), and *CPU*
-  ``C / (cpu_w + cpu_m)`` — workers and the main process share the cores, so when
-  ``W + 1`` exceed them every process slows in proportion (processor sharing).
+  ``cap(W + 1) / (cpu_w + cpu_m)``: workers and the main process share what the
+  machine gives ``W + 1`` busy processes (``Machine.cap``, measured: ``min(W + 1, C)``
+  on an idle machine, less on a shared one). Each stage's busy part runs at the speed
+  ``W`` busy processes get (``Machine.speed``) instead of the speed it was measured
+  at; its waiting part (I/O) does not scale.
 * Start-up: the first batch arrives after ``startup(W) + B · t_w``; an epoch of ``N``
   batches takes ``startup(W) + N · B / rate + B · t_m`` (workers run from the start,
   prefetching while the first batch is awaited).
@@ -87,6 +90,13 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
     return out
 
 
+def _scaled(wall: float, cpu: float, s1: float, s: float) -> float:
+    """A stage's wall time at process speed ``s``, measured at speed ``s1``: its waiting
+    part (I/O: wall beyond what its CPU time takes at ``s1``) does not scale."""
+    io = max(0.0, wall - cpu / s1) if s1 > 0 else 0.0
+    return io + (wall - io) * (s1 / s if s > 0 else math.inf)
+
+
 def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
     """Predicted steady samples/s of ``spec``, the stage that bounds it, and (with
     ``batches``) the first-batch time and the rate over an epoch of that many batches."""
@@ -97,31 +107,37 @@ def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
     W, B = int(spec.num_workers), int(spec.batch_size)
     wall = {k: v[0] for k, v in cs.items()}
     cpu = {k: v[1] for k, v in cs.items()}
-    t_w = sum(wall[s] for s in WORKER_STAGES)
-    t_m = sum(wall[s] for s in MAIN_STAGES)
+    s1 = m.measured_at()   # the speed the stages were measured at (one busy process)
     if W == 0:
+        eff = {s: _scaled(wall[s], cpu[s], s1, m.speed(1)) for s in wall}
+        t_w = sum(eff[s] for s in WORKER_STAGES)
+        t_m = sum(eff[s] for s in MAIN_STAGES)
         t = t_w + t_m
         rate = 1.0 / t if t > 0 else math.inf
-        bound = max(BOUND_STAGES, key=lambda s: wall[s])
+        bound = max(BOUND_STAGES, key=lambda s: eff[s])
         term = "serial (num_workers=0: every stage in the main process)"
         terms = {"serial": rate}
     else:
-        C = max(1e-9, float(m.effective_cores))
+        # W workers busy, each at the speed W busy processes get; the main process beside them
+        sw, sm = m.speed(W), m.speed(W + 1)
+        eff = {s: _scaled(wall[s], cpu[s], s1, sw if s in WORKER_STAGES else sm) for s in wall}
+        t_w = sum(eff[s] for s in WORKER_STAGES)
+        t_m = sum(eff[s] for s in MAIN_STAGES)
         c_all = sum(cpu[s] for s in WORKER_STAGES) + sum(cpu[s] for s in MAIN_STAGES)
         terms = {"workers": W / t_w if t_w > 0 else math.inf,
                  "main process": 1.0 / t_m if t_m > 0 else math.inf,
-                 "CPU": C / c_all if c_all > 0 else math.inf}
+                 "CPU": m.cap(W + 1) / c_all if c_all > 0 else math.inf}
         which = min(terms, key=terms.get)
         rate = terms[which]
         if which == "workers":
-            bound = max(WORKER_STAGES, key=lambda s: wall[s])
-            term = f"workers: {W} × 1/(read+decode+transform+collate+handover)"
+            bound = max(WORKER_STAGES, key=lambda s: eff[s])
+            term = f"workers: {W} × 1/(read+decode+transform+collate+handover) at speed {sw:.2f}"
         elif which == "main process":
-            bound = max(MAIN_STAGES, key=lambda s: wall[s])
+            bound = max(MAIN_STAGES, key=lambda s: eff[s])
             term = f"main process: 1/(receive+h2d+model) at {m.threads(W)} thread(s)"
         else:
             bound = max(BOUND_STAGES, key=lambda s: cpu[s])
-            term = f"CPU: {C:.2f} effective cores shared by {W} workers and the main process"
+            term = f"CPU: {m.cap(W + 1):.2f} CPU-s/s for {W} workers and the main process"
     out: dict[str, Any] = {
         "config": spec.as_dict(), "predicted_samples_per_s": rate, "bound_stage": bound,
         "verdict": "compute-bound" if bound == "model" else "data-bound", "binding_term": term,

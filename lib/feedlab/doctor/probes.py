@@ -31,31 +31,34 @@ def timed(fn: Callable[[], Any], per: int, warmup: int, repeats: int, device=Non
     return [w / per for w in wall], [c / per for c in cpu]
 
 
-def _spin(n: int) -> None:
+def _spin_for(seconds: float, out) -> None:
+    t_end = time.perf_counter() + seconds
+    c0 = time.process_time()
     x = 0
-    for i in range(n):
-        x += i
+    while time.perf_counter() < t_end:
+        for i in range(2000):
+            x += i
+    out.put(time.process_time() - c0)
 
 
-def _spin_many(k: int, n: int) -> float:
+def cpu_capacity(ks, seconds: float = 0.25, repeats: int = 2) -> dict[int, float]:
+    """CPU-seconds per second that ``k`` processes spinning together obtain, for each
+    ``k`` in ``ks`` (median of ``repeats``): ``min(k, cores)`` on an idle machine."""
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_spin, args=(n,)) for _ in range(k)]
-    t0 = time.perf_counter()
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    return time.perf_counter() - t0
-
-
-def effective_cores(cores: int, n: int = 1_500_000, repeats: int = 3) -> float:
-    """Parallel speed-up of ``cores`` processes each running the same CPU-bound loop,
-    against one: ``cores`` on an idle machine, less where others hold the cores."""
-    if cores <= 1:
-        return 1.0
-    one = float(np.median([_spin_many(1, n) for _ in range(repeats)]))
-    many = float(np.median([_spin_many(cores, n) for _ in range(repeats)]))
-    return max(1.0, min(float(cores), cores * one / many)) if many > 0 else float(cores)
+    out = {}
+    for k in sorted(set(int(k) for k in ks)):
+        vals = []
+        for _ in range(repeats):
+            q = ctx.Queue()
+            procs = [ctx.Process(target=_spin_for, args=(seconds, q)) for _ in range(k)]
+            for p in procs:
+                p.start()
+            used = sum(q.get() for _ in procs)
+            for p in procs:
+                p.join()
+            vals.append(used / seconds)
+        out[k] = float(np.median(vals))
+    return out
 
 
 def measure_machine(device: str, max_workers: int, cores: int | None = None) -> Machine:
@@ -69,7 +72,8 @@ def measure_machine(device: str, max_workers: int, cores: int | None = None) -> 
     for w in range(0, max_workers + 1):
         t = main_threads_for(SimpleNamespace(num_workers=w), device)
         threads[w] = int(t if t is not None else torch.get_num_threads())
-    return Machine(cores, effective_cores(cores), str(device).startswith("cuda"), threads)
+    cap = cpu_capacity(list(range(1, max_workers + 2)) + [cores])
+    return Machine(cores, cap.get(cores, max(cap.values())), str(device).startswith("cuda"), threads, cap)
 
 
 # ---------------------------------------------------------------- inside a worker

@@ -48,7 +48,8 @@ def render(report: dict) -> str:
     spec = PipelineSpec(**report["config"])
     lines = [f"feedlab doctor · {report['data']} · {spec.label()}",
              f"model {report['model']} on {report['device']} · {report['cores']} cores "
-             f"({report['effective_cores']:.2f} effective now) · median of {report['repeats']} repeats after "
+             f"({report['effective_cores']:.2f} CPU-s/s available to {report['cores']} busy processes now; "
+             f"one process runs at {report['speed_one']:.2f} of a core) · median of {report['repeats']} repeats after "
              f"{report['warmup']} warm-up (IQR in brackets)", ""]
     lines += _stage_lines(report)
     lines += ["", f"{'workers':>7} {'threads':>7} {'predicted/s':>12} {'measured/s (IQR)':>26} {'error':>7} "

@@ -23,9 +23,8 @@ from feedlab.results import Results
 EXPERIMENT = "doctor_steps"
 
 
-def _measure(doc: Doctor, spec: PipelineSpec, repeats, res: Results, k: int, label: str, kept: bool) -> dict:
-    pred = predict(doc.table, spec)
-    r = doc.measure_e2e(spec, repeats=repeats)
+def _record(doc: Doctor, spec: PipelineSpec, r: dict, res: Results, k: int, label: str, kept: bool) -> dict:
+    pred = predict(doc.table_now(spec), spec)   # the stages, on the machine as it was during the run
     params = dict(step=k, change=label, kept=kept, **spec.as_dict())
     res.add_samples(EXPERIMENT, label, "samples_per_s", r["steady_runs"], "samples/s", **params)
     res.add(EXPERIMENT, label, "predicted_samples_per_s", pred["predicted_samples_per_s"], "samples/s", **params)
@@ -42,11 +41,13 @@ def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats:
 
     Returns the tidy results (``samples_per_s`` per repeat and ``predicted_samples_per_s``
     per step) and one dict per step with ``predicted_gain`` / ``measured_gain`` against
-    the spec kept before it, and ``kept`` (False: measured slower, undone)."""
+    the spec kept before it (measured again, taking turns with it), and ``kept`` (False:
+    measured slower, undone)."""
     log = log or (lambda m: None)
     res = Results()
     spec = start.replace(device=doc.device)
-    steps = [_measure(doc, spec, repeats, res, 0, "0: start", True)]
+    r0 = doc.measure_e2e(spec, repeats=repeats)
+    steps = [_record(doc, spec, r0, res, 0, "0: start", True)]
     steps[0]["kept"] = True
     current = steps[0]
     tried: set[str] = set()
@@ -61,10 +62,14 @@ def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats:
         new = PipelineSpec(**top["config"])
         label = f"{k}: {top['setting']}={top['value']}"
         log(f"step {label}")
-        step = _measure(doc, new, repeats, res, k, label, True)
+        # the new spec and the one it changes take turns, so both see the same machine
+        both = doc.measure_rounds([spec, new], repeats=repeats)
+        rb = both[spec.replace(device=doc.device)]
+        step = _record(doc, new, both[new.replace(device=doc.device)], res, k, label, True)
         step["advice"] = top
-        step["predicted_gain"] = step["predicted"] / current["predicted"]
-        step["measured_gain"] = step["measured"] / current["measured"]
+        before = predict(doc.table_now(spec), spec)["predicted_samples_per_s"]
+        step["predicted_gain"] = step["predicted"] / before
+        step["measured_gain"] = step["measured"] / rb["steady"]
         step["kept"] = step["measured_gain"] >= 1.0
         step["against"] = current["label"]
         steps.append(step)
