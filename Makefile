@@ -33,9 +33,10 @@ figures: $(STAMP) ## prepare data and run every notebook (PROFILE=quick|full|smo
 	$(PY) -m feedlab.run --profile $(PROFILE)
 	@if [ "$(PROFILE)" != smoke ]; then $(PY) -m feedlab.readme; fi
 
-test: $(STAMP) ## run the test suite, nbval over every notebook with the smoke profile included
-	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests
-	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
+test: $(STAMP) ## lint (ruff), the unit tests, then every notebook once through papermill (smoke profile)
+	$(PY) -m ruff check lib data_prep tests
+	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests/unit
+	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests/notebooks
 
 lock: $(STAMP) ## rewrite constraints.txt from .venv (after a deliberate upgrade; commit it with the figures it made)
 	@{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^-e\|^pip==\|^setuptools==\|^wheel==\|^feedlab'; } > constraints.txt.new && mv constraints.txt.new constraints.txt

@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from feedlab.formats import png as png_fmt
-from feedlab.formats._common import replace_path, write_json_atomic, MANIFEST, _remove
+from feedlab.formats._common import MANIFEST, _remove, replace_path, write_json_atomic
 
 from .errors import DataPrepError
 from .images import builtin_photo_paths, find_images, load_photos

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import importlib
 import importlib.metadata
+import io
 from dataclasses import dataclass
 from typing import Callable, Iterator
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 import re
 import sys
-
-from feedlab.fingerprint import fingerprint_line
 from pathlib import Path
 
+from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 

@@ -106,7 +106,6 @@ def print_plan(rows, profile: str, cores: int) -> None:
 def prepare_data(profile: str, log=print) -> None:
     """Build the embedded data sets the notebooks read, for this profile, if missing."""
     import data_prep
-
     from feedlab.paths import default_cls_root, default_sr_root
 
     values = profile_values("defaults", profile)

@@ -12,10 +12,10 @@
 
 from __future__ import annotations
 
+from . import predict  # the module: predict.predict(table, spec), predict.advise(...)
 from .costs import BOUND_STAGES, MAIN_STAGES, VERDICTS, WORKER_STAGES, CostTable, Machine, Stage
 from .diagnosis import diagnose, shm_report
 from .measure import Budget, Doctor
-from . import predict  # the module: predict.predict(table, spec), predict.advise(...)
 from .predict import MIN_GAIN, advise, refuted
 from .report import render
 from .split import StageSplit, open_split

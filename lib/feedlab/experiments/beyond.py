@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import tarfile
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from feedlab.results import Results
-
 from feedlab.timing import torch_threads  # noqa: E402
 
 MiB = float(2 ** 20)
@@ -237,9 +234,6 @@ def uses_getitems() -> bool:
 
 def batched_fetch(root, formats: Sequence[str], batch_size: int, num_workers: Sequence[int], repeats: int,
                   warmup: int = 1, max_batches: int | None = None) -> Results:
-    from feedlab.collate import FastCollate
-    from feedlab.formats import open_dataset
-    from feedlab.timing import run_epoch
 
     res = Results()
     with one_torch_thread():

@@ -38,12 +38,21 @@ import numpy as np
 import torch
 
 from feedlab.monitor import CpuMonitor, GpuMonitor
+from feedlab.pipeline import (
+    COLLATES,
+    MODEL_VARIANTS,
+    PipelineSpec,
+    build_model,
+    default_device,
+    make_loader,
+    make_training,
+    open_dataset,
+    prefetch_depth,
+    resolve_model_name,
+    steady_rate,
+)
 from feedlab.results import Results, summarize
 from feedlab.timing import PHASES, run_epoch
-
-from feedlab.pipeline import (COLLATES, MODEL_VARIANTS, PipelineSpec, build_model, default_device, make_loader,
-                              make_training, open_dataset, prefetch_depth, resolve_model_name,
-                              steady_rate)
 
 PHASE_LABELS = {"data_wait": "data wait", "h2d": "host→device copy", "forward": "forward",
                 "backward": "backward + step"}

@@ -19,8 +19,7 @@ from typing import Sequence
 import h5py
 import numpy as np
 
-from ._common import LazyHandle, SRDataset, atomic_output, first_shapes, tree_bytes, write_blocks
-from ._common import files_in
+from ._common import LazyHandle, SRDataset, atomic_output, files_in, first_shapes, tree_bytes, write_blocks
 
 FILENAME = "sr.h5"
 WRITE_BLOCK = 512

@@ -36,7 +36,6 @@ the destination array (plus lz4 decompression for ``lmdb``).
 from __future__ import annotations
 
 import os
-import os
 import struct
 from pathlib import Path
 from typing import Sequence
@@ -45,8 +44,7 @@ import lmdb
 import lz4.frame
 import numpy as np
 
-from ._common import FormatError, SRDataset, atomic_output, first_shapes, iter_checked, tree_bytes
-from ._common import files_in
+from ._common import FormatError, SRDataset, atomic_output, files_in, first_shapes, iter_checked, tree_bytes
 
 MAGIC = b"FLSR"
 VERSION = 1

@@ -15,9 +15,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import LazyHandle, SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
+from ._common import (
+    LazyHandle,
+    SRDataset,
+    atomic_output,
+    count_from_manifest_or_files,
+    files_in,
+    first_shapes,
+    iter_checked,
+    read_files,
+    tree_bytes,
+)
 from .chunked import ChunkedSRDataset, _take_into
-from ._common import files_in, read_files
 
 NPY_DIR = "npy"
 MMAP_DIR = "npy_mmap"

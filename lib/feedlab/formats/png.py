@@ -12,13 +12,20 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 import numpy as np
 from PIL import Image
 
-from ._common import SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
-from ._common import read_files
+from ._common import (
+    SRDataset,
+    atomic_output,
+    count_from_manifest_or_files,
+    first_shapes,
+    iter_checked,
+    read_files,
+    tree_bytes,
+)
 
 NAME_WIDTH = 6
 PNG_COMPRESS_LEVEL = 6
@@ -49,22 +56,9 @@ def resolve_decoder(decode: str | Callable[[bytes], np.ndarray]) -> Callable:
             return _f(data)
 
         return call
-    try:
-        from feedlab import decode as _dec  # written by another module; optional here
-    except ImportError:
-        _dec = None
-    if _dec is not None and hasattr(_dec, "decoder"):
-        return _dec.decoder(str(decode))
-    if _dec is not None and hasattr(_dec, "decode"):
-        backend = str(decode)
+    from feedlab import decode as _dec
 
-        def fn(data: bytes, out=None, _d=_dec.decode, _b=backend) -> np.ndarray:
-            return _d(data, _b, out) if out is not None else _d(data, _b)
-
-        return fn
-    if decode == "pil":
-        return _pil_decode
-    raise ValueError(f"decode backend {decode!r} needs feedlab.decode; without it only 'pil' or a callable")
+    return _dec.decoder(str(decode))
 
 
 def encode_png(arr: np.ndarray) -> bytes:

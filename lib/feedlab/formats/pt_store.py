@@ -6,11 +6,17 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from ._common import SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
-from ._common import read_files
+from ._common import (
+    SRDataset,
+    atomic_output,
+    count_from_manifest_or_files,
+    first_shapes,
+    iter_checked,
+    read_files,
+    tree_bytes,
+)
 
 DIRNAME = "pt"
 

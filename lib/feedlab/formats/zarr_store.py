@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import zarr
 
-from ._common import LazyHandle, atomic_output, first_shapes, tree_bytes, write_blocks
+from ._common import LazyHandle, atomic_output, files_in, first_shapes, tree_bytes, write_blocks
 from .chunked import ChunkedSRDataset
-from ._common import files_in
 
 DIRNAME = "sr.zarr"
 DEFAULT_CHUNK = 128

@@ -97,9 +97,9 @@ def test_advice_checked_against_measurement():
 def test_predict_imports_no_measurement():
     """predict (and the table module it reads) import nothing that measures."""
     import ast
+    from pathlib import Path
 
     import feedlab.doctor as pkg
-    from pathlib import Path
 
     here = Path(pkg.__file__).parent
     for name in ("predict.py", "costs.py"):

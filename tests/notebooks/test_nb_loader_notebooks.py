@@ -3,12 +3,7 @@ what they were asked for."""
 
 from __future__ import annotations
 
-import json
-
-import pandas as pd
 import pytest
-
-from feedlab.paths import NOTEBOOKS_DIR
 
 pytestmark = pytest.mark.notebook
 

@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from feedlab.doctor import diagnose_loader, render_user
-
 from user_loader import make_loader, train_step
+
+from feedlab.doctor import diagnose_loader, render_user
 
 
 def test_diagnose_loader_names_the_slow_fetch():

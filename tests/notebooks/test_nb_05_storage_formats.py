@@ -14,7 +14,6 @@ from feedlab.experiments import storage_formats as S
 from feedlab.loaders import BatchReadLoader, ChunkLoader, index_batches, plain_loop
 from feedlab.paths import NOTEBOOKS_DIR
 
-
 # ---------------------------------------------------------------- cache
 
 def test_evict_drops_pages_and_says_so(tmp_path):

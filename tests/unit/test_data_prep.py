@@ -20,7 +20,7 @@ from data_prep.__main__ import main
 from data_prep.images import load_rgb8, to_rgb8
 from feedlab import formats as F
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUIET = dict(log=lambda _m: None)
 
 

@@ -3,9 +3,6 @@ modules' behaviour, and each notebook run end to end with the smoke profile."""
 
 from __future__ import annotations
 
-import io
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -18,7 +15,6 @@ from feedlab.experiments import decode_backends as D
 from feedlab.experiments import pinned_memory_by_input_size as PM
 from feedlab.experiments import print_overhead as PO
 from feedlab.experiments import totensor_vs_fast_collate as TC
-from feedlab.paths import NOTEBOOKS_DIR
 
 CUDA = torch.cuda.is_available()
 

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import lmdb
 import numpy as np
 import pytest
 import torch
+from conftest import SR_COUNT, SR_PATCH, SR_SCALE
 from torch.utils.data import DataLoader
 
 from feedlab import formats as F
 from feedlab.formats import lmdb_store
 from feedlab.formats.chunks import ChunkBatchSampler, ChunkSampler, group_by_chunk
-
-from conftest import SR_COUNT, SR_PATCH, SR_SCALE
 
 HR = (SR_PATCH, SR_PATCH, 3)
 LR = (SR_PATCH // SR_SCALE, SR_PATCH // SR_SCALE, 3)
