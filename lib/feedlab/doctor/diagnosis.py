@@ -58,10 +58,17 @@ def measured_rates(doc: Doctor) -> dict:
     return {s: r["steady"] for s, r in doc.e2e.items()}
 
 
-def diagnose(doc: Doctor, spec, e2e: bool = True) -> dict:
+def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dict:
     """The full report for ``spec``: stage table, predicted and measured rates for
     0…max workers with the prediction's error, verdict, advice (checked against what
-    was measured), the /dev/shm check."""
+    was measured), the /dev/shm check.
+
+    ``diagnose(loader, step=train_step)`` with your own ``DataLoader`` instead of a
+    :class:`Doctor` diagnoses that loader (:func:`feedlab.doctor.user.diagnose_loader`)."""
+    if not isinstance(doc, Doctor):
+        from .user import diagnose_loader
+
+        return diagnose_loader(doc, step=step, **loader_kw)
     spec = spec.replace(device=doc.device)
     if e2e:
         doc.log(f"end to end with 0…{doc.max_workers} workers, taking turns")
