@@ -18,6 +18,7 @@ import sys
 from feedlab.fingerprint import fingerprint_line
 from pathlib import Path
 
+from feedlab.claims import ledger as claims_ledger
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 
@@ -134,6 +135,7 @@ def update_readme(path=REPO_ROOT / "README.md") -> bool:
     if START not in text or END not in text:
         raise SystemExit(f"{path}: markers {START} / {END} missing")
     new = text.split(START)[0] + START + "\n" + section() + "\n" + END + text.split(END, 1)[1]
+    new = claims_ledger.update_readme_block(new)  # the verdict counts; docs/CLAIMS.md by write_claims()
     changed = new != text
     path.write_text(new)
     return changed
@@ -141,4 +143,5 @@ def update_readme(path=REPO_ROOT / "README.md") -> bool:
 
 if __name__ == "__main__":
     print("README updated" if update_readme() else "README unchanged")
+    print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
     sys.exit(0)
