@@ -336,6 +336,21 @@ def disk_table(root, fmts: Iterable[str]):
     return pd.DataFrame(rows)
 
 
+def bytes_per_sample(root, bytes_on_disk: dict) -> dict:
+    """The set's raw bytes per sample (LR + HR, H·W·C each, from its manifest) and the
+    memory-mapped array store's measured bytes per sample: with their ratio, the
+    arithmetic of a data set's size in RAM can be checked against a real store."""
+    import numpy as np
+
+    man = formats.read_manifest(root)
+    n = int(man.get("count") or 0)
+    lr, hr = man.get("lr_shape"), man.get("hr_shape")
+    if not n or not lr or not hr or "npy_mmap" not in bytes_on_disk:
+        return {}
+    return {"dataset_count": n, "raw_bytes_per_sample": int(np.prod(lr) + np.prod(hr)),
+            "bytes_per_sample_npy_mmap": bytes_on_disk["npy_mmap"] / n}
+
+
 def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] = (2,), batch_size: int = 128,
         repeats: int = 3, warmup: int = 1, samples: int | None = None, with_model: bool = False,
         model_name: str = "srcnn", model_kw: dict | None = None, cold: bool = False, device=None,
