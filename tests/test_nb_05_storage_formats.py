@@ -166,7 +166,8 @@ def test_cold_mode_records_eviction(sr_root):
     res = S.measure(sr_root, "npy", "plain", 8, repeats=1, warmup=0, samples=16, mode="cold")
     df = res.frame()
     frac = df[df.metric == "resident_fraction_after_evict"].value.iloc[0]
-    assert frac == -1.0 or 0 <= frac <= 1
+    # -1: mincore unavailable here; otherwise the eviction must have dropped (nearly) every page
+    assert frac == -1.0 or 0 <= frac <= 0.1, frac
 
 
 def test_train_mode_runs_a_step(sr_root):
