@@ -56,3 +56,11 @@ def test_papermill_sees_every_parameter(path):
     names = {line.split("=")[0].strip() for line in src.splitlines() if re.match(r"^\w+\s*=", line)}
     seen = set(pm.inspect_notebook(str(path)))
     assert names <= seen, f"{path.name}: papermill cannot read {sorted(names - seen)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_pack_hints_use_the_real_flag(path):
+    """A hint telling users to run `data_prep pack` must use the flag pack takes (--to)."""
+    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
+    for hint in re.findall(r"data_prep pack [^`\"]*", text):
+        assert "--formats" not in hint, f"{path.name}: {hint!r}: pack takes --to"

@@ -72,8 +72,9 @@ def _git() -> dict:
                               text=True, timeout=10).stdout.strip()
     try:
         commit = git("rev-parse", "HEAD")
-        # the run's own outputs (figures/) are tracked: their rewriting is not a dirty source tree
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures"))
+        # the run's own outputs (figures/) are tracked: their rewriting is not a dirty source tree;
+        # an untracked source file (not ignored) is: the code that ran is not the commit's
+        dirty = bool(git("status", "--porcelain", "--untracked-files=all", "--", ".", ":(exclude)figures"))
         return {"commit": commit or None, "dirty": dirty}
     except Exception:
         return {"commit": None, "dirty": None}
@@ -130,11 +131,22 @@ def _static_fingerprint() -> dict:
     }
 
 
+def _process_start_utc() -> str:
+    """When this process (a notebook's kernel, the runner) started: the start of the run."""
+    try:
+        import psutil
+        t = psutil.Process().create_time()
+    except Exception:
+        return ""
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def machine_fingerprint() -> dict:
     """Everything needed to say where and with what a number was measured."""
     fp = dict(_static_fingerprint())
     fp["pythonunbuffered"] = os.environ.get("PYTHONUNBUFFERED", "")
     fp["time_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    fp["started_utc"] = _process_start_utc()
     fp["argv0"] = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
     return fp
 

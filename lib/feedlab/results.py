@@ -92,6 +92,12 @@ def summarize(df, by: list[str] | tuple[str, ...], value: str = "value"):
     return out.reset_index()
 
 
+def median(values: Iterable[float]) -> float:
+    """The median (mean of the two middle values for an even count); the one median
+    every reading uses, instead of ``sorted(x)[n // 2]`` (the upper middle)."""
+    return median_iqr(values)[0]
+
+
 def median_iqr(values: Iterable[float]) -> tuple[float, float, float]:
     """(median, q25, q75) of a list of numbers."""
     import numpy as np

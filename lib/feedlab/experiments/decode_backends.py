@@ -429,3 +429,17 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def accimage_png(png_path) -> str:
+    """What accimage does with a PNG file: 'ok', the error it raises, or '' when
+    accimage is not installed (write-up 003 says it reads JPEG only)."""
+    try:
+        import accimage
+    except ImportError:
+        return ""
+    try:
+        accimage.Image(str(png_path))
+        return "ok"
+    except Exception as e:  # accimage raises IOError-like errors for what it cannot decode
+        return f"refused: {type(e).__name__}: {e}"

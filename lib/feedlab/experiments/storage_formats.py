@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from feedlab import cache, formats
+from feedlab.formats._common import LazyHandle
 from feedlab.loaders import BatchReadLoader, ChunkLoader, index_batches, plain_loop
 from feedlab.results import Results
 from feedlab.timing import PhaseTimer, run_epoch, time_callable
@@ -219,6 +220,12 @@ def _close(ds) -> None:
     close = getattr(base, "close", None)
     if close is not None:
         close()
+    # readers whose close() leaves a lazily opened map (npy_mmap) still hold its pages:
+    # drop every per-process handle, so that an eviction can take them
+    for handle in list(vars(base).values()):
+        if isinstance(handle, LazyHandle):
+            handle.close()
+    gc.collect()
 
 
 def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: int = 1,
@@ -230,21 +237,30 @@ def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: 
     params = dict(format=fmt, loader=loader, num_workers=num_workers_of(loader), batch_size=batch_size,
                   mode=mode, samples=samples or 0)
     variant = variant or f"{fmt}/{loader}"
-    ds = open_format(root, fmt, samples) if collate_fn is None else Head(
-        formats.open_dataset(root, store_of(fmt)), samples)
-    ld = make_loader(ds, fmt, loader, batch_size, collate_fn=collate_fn)
+    def open_all():
+        d = open_format(root, fmt, samples) if collate_fn is None else Head(
+            formats.open_dataset(root, store_of(fmt)), samples)
+        return d, make_loader(d, fmt, loader, batch_size, collate_fn=collate_fn)
+
+    ds, ld = open_all()
     files = store_files(root, fmt) if mode == "cold" else []
     try:
         for _ in range(max(0, warmup)):
             read_epoch(ld) if mode != "train" else run_epoch(ld, model, device, optimizer)
         for r in range(repeats):
             if mode == "cold":
+                # a page mapped by a live reader (npy_mmap, lmdb) cannot be evicted: close the
+                # dataset and its workers, evict, check with mincore, then open afresh, so
+                # that every cold repeat reads after its own eviction
+                _shutdown(ld)
+                _close(ds)
                 rep = cache.evict(files)
                 res.add(EXPERIMENT, variant, "resident_fraction_after_evict",
                         rep.resident_fraction_after if rep.resident_fraction_after is not None else -1.0,
                         "fraction", repeat=r, **params)
                 if not rep.supported:
                     raise RuntimeError(rep.summary())
+                ds, ld = open_all()
             if mode == "train":
                 et = run_epoch(ld, model, device, optimizer)
                 wait, n, nb = et.data_wait_s, et.samples, et.batches
@@ -334,6 +350,21 @@ def disk_table(root, fmts: Iterable[str]):
         rows.append({"format": fmt, "store": store, "bytes": int(size),
                      "write_s": float("nan") if write_s is None else float(write_s), "write_note": note})
     return pd.DataFrame(rows)
+
+
+def bytes_per_sample(root, bytes_on_disk: dict) -> dict:
+    """The set's raw bytes per sample (LR + HR, H·W·C each, from its manifest) and the
+    memory-mapped array store's measured bytes per sample: with their ratio, the
+    arithmetic of a data set's size in RAM can be checked against a real store."""
+    import numpy as np
+
+    man = formats.read_manifest(root)
+    n = int(man.get("count") or 0)
+    lr, hr = man.get("lr_shape"), man.get("hr_shape")
+    if not n or not lr or not hr or "npy_mmap" not in bytes_on_disk:
+        return {}
+    return {"dataset_count": n, "raw_bytes_per_sample": int(np.prod(lr) + np.prod(hr)),
+            "bytes_per_sample_npy_mmap": bytes_on_disk["npy_mmap"] / n}
 
 
 def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] = (2,), batch_size: int = 128,
