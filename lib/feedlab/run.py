@@ -2,11 +2,14 @@
 
     python -m feedlab.run [--profile quick|full|smoke] [--only NAME ...]
                           [-p KEY VALUE ...] [--out-root DIR] [--data-only]
+                          [--dry-run [--cores N]]
 
 Values after ``-p`` are parsed as YAML (``-p batch_sizes "[8, 32]"`` is a list).
 Each executed notebook is kept beside its figures (``figures/<name>/<name>.executed.ipynb``)
 as the record of the run. The data the notebooks need is built first if missing.
-Exits non-zero naming the notebook and the cell that failed.
+Exits non-zero naming the notebook and the cell that failed. ``--dry-run`` prints,
+per notebook, the parameters it would run with once the profile is resolved for this
+machine (``--cores N`` pretends N usable cores), and runs nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +43,64 @@ def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
             raise SystemExit(f"--only {want!r}: no such notebook; choose from: {names}")
         chosen.extend(h for h in hits if h not in chosen)
     return chosen
+
+
+def notebook_parameters(nb: Path) -> dict:
+    """``{name: default}`` of the cell tagged ``parameters`` (literal defaults; others as text)."""
+    import ast
+
+    import nbformat
+
+    book = nbformat.read(nb, as_version=4)
+    cells = [c for c in book.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells:
+        return {}
+    out = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                out[node.targets[0].id] = ast.unparse(node.value)
+    return out
+
+
+def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, dict | str]]:
+    """What each notebook would run with: ``(name, resolved parameters)`` or ``(name, error)``."""
+    from feedlab.profiles import resolve
+
+    out = []
+    for nb in notebooks:
+        names = notebook_parameters(nb)
+        given = {k: v for k, v in names.items() if k != "profile"}
+        given.update({k: v for k, v in params.items() if k in names})
+        given = {k: (None if v == "" and k not in ("data_root", "out_dir", "cls_root") else v)
+                 for k, v in given.items()}
+        try:
+            P = resolve(nb.stem, profile, _create_out_dir=False, **given)
+        except (KeyError, ValueError) as exc:
+            out.append((nb.stem, f"cannot resolve: {exc}"))
+            continue
+        values = {k: v for k, v in vars(P).items() if k in names or k in ("cores",)}
+        ignored = sorted(k for k in params if k not in names)
+        if ignored:
+            values["(not a parameter here)"] = ", ".join(ignored)
+        out.append((nb.stem, values))
+    return out
+
+
+def print_plan(rows, profile: str, cores: int) -> None:
+    from feedlab.machines import machine_key
+
+    print(f"plan: profile {profile}, {cores} usable cores, results under figures/<notebook>/"
+          f"{machine_key()}/ (nothing is run)")
+    for name, values in rows:
+        print(f"\n{name}")
+        if isinstance(values, str):
+            print(f"  {values}")
+            continue
+        for k, v in values.items():
+            print(f"  {k:<24} {v}")
 
 
 def prepare_data(profile: str, log=print) -> None:
@@ -106,7 +167,17 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-data", action="store_true", help="do not build data first")
     ap.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
     ap.add_argument("--list", action="store_true", help="list the notebooks and exit")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print each notebook's resolved parameters and run nothing")
+    ap.add_argument("--cores", type=int, metavar="N",
+                    help="with --dry-run: resolve worker counts for N usable cores instead of this machine's")
     args = ap.parse_args(argv)
+    if args.cores is not None:
+        if not args.dry_run:
+            ap.error("--cores only applies with --dry-run (a real run uses the cores it has)")
+        if args.cores < 1:
+            ap.error(f"--cores {args.cores}: must be at least 1")
+        os.environ["FEEDLAB_CORES"] = str(args.cores)
 
     try:
         profile = choose_profile(args.profile)
@@ -123,6 +194,11 @@ def _main(argv: list[str] | None = None) -> int:
     if args.list:
         for nb in notebooks:
             print(nb.stem)
+        return 0
+    if args.dry_run:
+        from feedlab.machines import usable_cores
+
+        print_plan(plan(notebooks, profile, params), profile, usable_cores())
         return 0
     # notebooks run with notebooks/ as their working directory: paths given here are
     # taken relative to where the command was typed
