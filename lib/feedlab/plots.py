@@ -68,10 +68,15 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
     paths = []
     for ext in formats:
         path = out / f"{name}.{ext}"
-        tmp = out / f".{name}.tmp.{ext}"
+        # unique per process and call: concurrent saves into one folder never share a temp file
+        tmp = out / f".{name}.tmp-{os.getpid()}-{os.urandom(3).hex()}.{ext}"
         meta = {"Software": "feedlab"} if ext == "png" else {"Date": None, "Creator": "feedlab"}
-        fig.savefig(tmp, bbox_inches="tight", metadata=meta, format=ext)
-        os.replace(tmp, path)
+        try:
+            fig.savefig(tmp, bbox_inches="tight", metadata=meta, format=ext)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         paths.append(path)
     return paths
 

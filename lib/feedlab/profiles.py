@@ -80,4 +80,25 @@ def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **gi
     out["profile"] = profile
     out["notebook"] = notebook
     out["user_data"] = bool(data_root)
+    check_values(notebook, out)
     return SimpleNamespace(**out)
+
+
+# parameters that count something: sizes and counts >= 1, worker counts >= 0
+_AT_LEAST = {"batch_sizes": 1, "batch_size": 1, "input_sizes": 1, "repeats": 1, "epochs": 1,
+             "prefetch_factors": 1, "max_batches": 1, "dataset_count": 1, "worker_counts": 0, "num_workers": 0}
+
+
+def check_values(notebook: str, values: dict) -> None:
+    """Raise ``ValueError`` naming a counting parameter that is empty, not an integer or too small
+    (``input_sizes=[0]`` would otherwise run and report empty figures as "ok")."""
+    for key, low in _AT_LEAST.items():
+        v = values.get(key)
+        if v is None:
+            continue
+        items = v if isinstance(v, (list, tuple)) else [v]
+        if isinstance(v, (list, tuple)) and not items:
+            raise ValueError(f"{notebook}: {key} is empty; give at least one value >= {low}")
+        for x in items:
+            if isinstance(x, bool) or not isinstance(x, int) or x < low:
+                raise ValueError(f"{notebook}: {key}={v!r}: each value must be an integer >= {low}")

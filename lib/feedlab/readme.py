@@ -148,7 +148,19 @@ def update_readme(path=REPO_ROOT / "README.md") -> bool:
     return changed
 
 
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from feedlab.errors import cli_errors
+
+    ap = argparse.ArgumentParser(prog="python -m feedlab.readme", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.parse_args(argv)  # --help prints and exits before anything is read or written
+    with cli_errors("python -m feedlab.readme"):
+        print("README updated" if update_readme() else "README unchanged")
+        print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
+    return 0
+
+
 if __name__ == "__main__":
-    print("README updated" if update_readme() else "README unchanged")
-    print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
-    sys.exit(0)
+    sys.exit(main())

@@ -147,6 +147,13 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from feedlab.errors import cli_errors
+
+    with cli_errors("python -m feedlab.run"):
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedlab.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="", help=f"one of {', '.join(PROFILES)} "
@@ -172,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--cores {args.cores}: must be at least 1")
         os.environ["FEEDLAB_CORES"] = str(args.cores)
 
-    profile = choose_profile(args.profile)
+    try:
+        profile = choose_profile(args.profile)
+    except ValueError as exc:
+        ap.error(str(exc))
     os.environ["FEEDLAB_PROFILE"] = profile
     params = {}
     for key, value in args.param:
@@ -197,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             params[key] = str(Path(params[key]).expanduser().resolve())
     if args.out_root is not None:
         args.out_root = args.out_root.expanduser().resolve()
+    from feedlab.nbparams import route_params
+
+    try:
+        per_notebook = route_params(params, notebooks)  # only declared parameters reach a notebook
+    except ValueError as exc:
+        ap.error(str(exc))
     if not args.no_data:
         prepare_data(profile)
     if args.data_only:
@@ -210,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(notebooks)}] {nb.stem} (profile {profile}) ...", flush=True)
         t0 = time.perf_counter()
         try:
-            executed = run_notebook(nb, profile, params, args.out_root)
+            executed = run_notebook(nb, profile, per_notebook[nb], args.out_root)
         except Exception as exc:  # papermill raises PapermillExecutionError with the cell
             msg = f"{nb.name} failed in {_failed_cell(exc)}"
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
