@@ -11,6 +11,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from .errors import DataPrepError
+from .progress import track
 
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm", ".pgm", ".pnm"}
 
@@ -154,7 +155,7 @@ def load_photos(named_paths: list[tuple[str, Path]], *, min_side: int, skip_bad:
     with ``skip_bad``), ones smaller than ``min_side`` on a side are skipped and counted."""
     photos: list[Photo] = []
     report = LoadReport()
-    for name, path in named_paths:
+    for name, path in track(named_paths, len(named_paths), "load photos", unit="photo"):
         try:
             rgb, mode = load_rgb8(path)
         except DataPrepError as exc:

@@ -14,6 +14,7 @@ from feedlab import formats as F
 from feedlab.formats._common import MANIFEST, read_manifest, write_json_atomic
 
 from .errors import DataPrepError, VerifyError
+from .progress import Tracked, track
 
 IN_MEMORY_LIMIT = 2 << 30  # decode the PNGs once into RAM below this size
 
@@ -64,7 +65,7 @@ class _Reference(Sequence):
             self.lr = np.empty((n, *man["lr_shape"]), np.uint8)
             self.hr = np.empty((n, *man["hr_shape"]), np.uint8)
             digest = hashlib.sha256()
-            for i in range(n):
+            for i in track(range(n), n, f"decode {root.name} PNGs"):
                 lr, hr = self.ds[i]
                 if lr.shape != self.lr.shape[1:] or hr.shape != self.hr.shape[1:]:
                     raise DataPrepError(f"png: sample {i} has shapes {lr.shape}, {hr.shape}, "
@@ -112,7 +113,7 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
         spec = F.get_format(fmt)
         opts = _opts_for(spec.writer, writer_opts)
         t0 = time.perf_counter()
-        F.write(fmt, root, ref, **opts)
+        F.write(fmt, root, Tracked(ref, f"pack {fmt}"), **opts)
         dt = time.perf_counter() - t0
         size = spec.bytes_on_disk(root)
         man = read_manifest(root)  # re-read: another packer may have recorded a format meanwhile
@@ -149,7 +150,7 @@ def verify(root, formats: str | Iterable[str] | None = None, *, log: Callable[[s
             continue
         bad: list[str] = []
         nbad = 0
-        for i in range(len(ref)):
+        for i in track(range(len(ref)), len(ref), f"verify {fmt}"):
             want_lr, want_hr = ref[i]
             try:
                 lr, hr = ds[i]
