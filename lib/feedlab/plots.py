@@ -61,6 +61,10 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
     machine fingerprint footer. Returns the written paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if fingerprint is None:
+        from feedlab.monitor import check_busy
+
+        check_busy(f"the measurement drawn in {name}")  # warns in one line on a loaded machine
     fp = fingerprint or machine_fingerprint()
     fig.text(0.005, 0.002, fingerprint_line(fp), fontsize=6.5, color="#666666",
              ha="left", va="bottom")

@@ -118,4 +118,15 @@ def resolve(notebook: str, profile: str = "", **given: Any) -> SimpleNamespace:
     out["profile"] = profile
     out["notebook"] = notebook
     out["user_data"] = bool(data_root)
+    _start_load_watch()
     return SimpleNamespace(**out)
+
+
+def _start_load_watch() -> None:
+    """A notebook's measurements start here: the busy-machine windows start afresh."""
+    try:
+        from feedlab.monitor import start_run
+
+        start_run()
+    except Exception:
+        pass
