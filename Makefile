@@ -16,7 +16,6 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install -q -e '.[dev,fast]'
-	$(PY) -m ipykernel install --sys-prefix --name feedlab --display-name "feedlab (venv)" >/dev/null
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install feedlab with its dev and fast-path extras
@@ -38,8 +37,11 @@ pillow-simd: ## build .venv-simd with Pillow-SIMD (needs root for apt) so notebo
 	.venv-simd/bin/pip install -q numpy
 	CC="cc -mavx2" .venv-simd/bin/pip install -q --no-binary :all: pillow-simd
 
-lab: $(STAMP) ## start JupyterLab with the feedlab kernel
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+# Lab opens at the repository root: notebooks/ to run, figures/<notebook>/ for the executed
+# notebooks with their results. Its "Python 3" kernel is this venv's Python, the one the
+# runner uses. Containers and cloud GPU images run as root, which Lab refuses without a flag.
+lab: $(STAMP) ## start JupyterLab at the repository root (notebooks/ to run, figures/ for results)
+	$(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 doctor: $(STAMP) ## ask the bottleneck doctor about the embedded PNG set
 	$(PY) -m feedlab.doctor --data data/sr64 --format png
