@@ -2,7 +2,8 @@
 
 :func:`save_figure` writes PNG and SVG into a notebook's figure directory with a
 fingerprint footer and fixed metadata, so re-saving the same figure gives the
-same bytes.
+same bytes, after :mod:`feedlab.figcheck` has checked it (a legend where several
+series are drawn and off the data, nothing outside the canvas).
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
     fig.text(0.005, 0.002, fingerprint_line(fp), fontsize=6.5, color="#666666",
              ha="left", va="bottom")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
+    from feedlab.figcheck import enforce
+
+    enforce(fig, name)  # legend where needed and off the data, nothing outside the canvas
     paths = []
     for ext in formats:
         path = out / f"{name}.{ext}"
@@ -130,3 +134,15 @@ def mark_cores(ax, cores: int | None = None, axis: str = "x") -> None:
     line(cores, color="#888888", linestyle="--", linewidth=1)
     ax.annotate(f"{cores} cores", xy=(cores, 1), xycoords=("data", "axes fraction"),
                 xytext=(3, -12), textcoords="offset points", fontsize=8, color="#555555")
+
+
+def legend_outside(ax, where: str = "right", **kw):
+    """A legend beside the axes (``right``) or above it (``top``), never over the data."""
+    if where == "top":
+        handles, _labels = ax.get_legend_handles_labels()
+        opts = dict(loc="lower left", bbox_to_anchor=(0, 1.02, 1, 0.2), mode="expand",
+                    ncols=min(len(handles), kw.pop("ncols", 4)), borderaxespad=0)
+    else:
+        opts = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    opts.update(kw)
+    return ax.legend(**opts)
