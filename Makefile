@@ -29,7 +29,7 @@ figures: $(STAMP) ## prepare data and run every notebook (PROFILE=quick|full|smo
 
 test: $(STAMP) ## run the test suite, nbval over every notebook with the smoke profile included
 	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests
-	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
+	FEEDLAB_PROFILE=smoke FEEDLAB_STRICT_FIGURES=1 $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
 
 pillow-simd: ## build .venv-simd with Pillow-SIMD (needs root for apt) so notebook 06 compares it with Pillow
 	command -v apt-get >/dev/null && apt-get install -y -q libjpeg62-turbo-dev zlib1g-dev >/dev/null || true

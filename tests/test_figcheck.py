@@ -82,3 +82,23 @@ def test_save_figure_raises_in_strict_mode(tmp_path, monkeypatch):
     plots.save_figure(fig, tmp_path, "bad", fingerprint=FP)  # warns, still saves
     assert (tmp_path / "bad.png").exists()
     plt.close(fig)
+
+
+def test_single_y_tick_fails_and_readable_log_axis_fixes_it():
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [7.0, 14.0, 11.0], label="copy")
+    ax.set_yscale("log")
+    ax.minorticks_off()
+    assert any("labelled tick(s) on the y axis" in p for p in check_figure(fig))
+    plots.readable_log_axis(ax, "y")
+    assert not any("tick" in p for p in check_figure(fig))
+    plt.close(fig)
+
+
+def test_underscore_labels_give_no_legend_and_fail():
+    fig, ax = plt.subplots()
+    ax.bar([0], [1], label="__getitems__", color="#1b6ca8")
+    ax.bar([1], [2], label="__getitem__", color="#e07a1f")
+    ax.legend()  # matplotlib drops labels starting with "_": an empty legend
+    assert any("no legend" in p for p in check_figure(fig))
+    plt.close(fig)

@@ -119,14 +119,19 @@ def check_figure(fig) -> list[str]:
     problems: list[str] = []
     canvas = fig.bbox.expanded(1.0, 1.0).padded(TOLERANCE_PX)
     fig_legends = [leg for leg in fig.legends if leg.get_visible()]
+    # a legend on one panel may serve its neighbours when they draw the same series
+    legend_labels = {t.get_text() for a in fig.axes if a.get_legend() is not None
+                     for t in a.get_legend().get_texts()}
     for ax in fig.axes:
         if not ax.get_visible() or not ax.axison and not ax.lines and not ax.patches:
             continue
         name = _name(ax)
         _h, labels = ax.get_legend_handles_labels()
         legend = ax.get_legend()
+        if legend is not None and not legend.get_texts():
+            legend = None  # ax.legend() with no labelled artist (a label starting with "_")
         n_series = len(set(labels))
-        if legend is None and not fig_legends:
+        if legend is None and not fig_legends and not (labels and set(labels) <= legend_labels):
             if n_series >= 2:
                 problems.append(f"{name}: {n_series} labelled series but no legend")
             elif _bar_colours(ax) >= 2 and n_series == 0:
@@ -137,6 +142,13 @@ def check_figure(fig) -> list[str]:
             if hits:
                 problems.append(f"{name}: the legend covers data ({', '.join(sorted(set(hits))[:3])}); "
                                 f"place it outside the axes")
+        if (ax.lines or ax.patches or ax.collections) and ax.axison and ax.yaxis.get_visible():
+            lo, hi = sorted(ax.get_ylim())
+            shown = [t for t in ax.yaxis.get_ticklabels(which="both")
+                     if t.get_visible() and t.get_text().strip() and lo <= t.get_position()[1] <= hi]
+            if len(shown) < 2:
+                problems.append(f"{name}: {len(shown)} labelled tick(s) on the y axis; a reader needs two "
+                                f"to read a value")
         for text in ax.texts:
             if not text.get_visible() or not text.get_text().strip():
                 continue

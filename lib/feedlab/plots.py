@@ -146,3 +146,30 @@ def legend_outside(ax, where: str = "right", **kw):
         opts = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     opts.update(kw)
     return ax.legend(**opts)
+
+
+def readable_log_axis(ax, axis: str = "y") -> None:
+    """A log axis labelled in plain numbers (0.06, not 6×10⁻²) with several labelled
+    ticks even over a narrow range: 1-2-5 steps over a decade or more, every integer
+    multiple below that, evenly spaced ticks below 3×. Call it after plotting."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
+    ratio = hi / lo if lo > 0 else float("inf")
+    if ratio >= 10:
+        locator = LogLocator(base=10, subs=(1.0, 2.0, 5.0))
+    elif ratio >= 3:
+        locator = LogLocator(base=10, subs=tuple(float(k) for k in range(1, 10)))
+    else:
+        locator = MaxNLocator(nbins=4)
+    target.set_major_locator(locator)
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
+def integer_axis(ax, axis: str = "x") -> None:
+    """Ticks at whole numbers only (epochs, batches, workers)."""
+    from matplotlib.ticker import MaxNLocator
+
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(MaxNLocator(integer=True))

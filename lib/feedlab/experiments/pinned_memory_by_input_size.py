@@ -293,7 +293,7 @@ LABELS = {"host_memcpy": "host memcpy (pageable → pageable)", "pageable": "H2D
 
 def plot_bandwidth(ax, df, link: dict | None = None) -> None:
     """GB/s per copy vs transfer size (log–log), one line per variant, IQR bars."""
-    from feedlab.plots import errorbar_series
+    from feedlab.plots import errorbar_series, legend_outside, readable_log_axis
     from feedlab.results import summarize
 
     d = df[(df["metric"] == "gb_per_s") & df["variant"].isin(["host_memcpy", "pageable", "pinned"])]
@@ -313,9 +313,10 @@ def plot_bandwidth(ax, df, link: dict | None = None) -> None:
     ax.set_xticks(ticks)
     ax.set_xticklabels([human_bytes(t) for t in ticks], rotation=30)
     ax.minorticks_off()
+    readable_log_axis(ax, "y")
     ax.set_xlabel("bytes per copy")
     ax.set_ylabel("GB/s (median, IQR over repeats)")
-    ax.legend()
+    legend_outside(ax, "right")
 
 
 def plot_batch_costs(ax, df, batch_size: int) -> None:
