@@ -1,6 +1,7 @@
 """Checks a figure must pass before it is saved (``feedlab.plots.save_figure`` runs them).
 
-- several labelled series (or bars in several colours) on an axes need a legend;
+- several labelled series (or bars in several colours) on an axes need a legend (or, for
+  colours, a title that says what they mean: "coloured by batch");
 - a legend must not cover data (lines, markers, error bars, bars) of its axes;
 - a text placed on an axes (a label on a reference line, say) must not be crossed by a line;
 - no text, legend or axes may lie outside the canvas.
@@ -112,6 +113,25 @@ def _bar_colours(ax) -> int:
     return len(colours)
 
 
+def _all_texts(fig) -> list[str]:
+    texts = [t.get_text() for t in fig.texts]
+    if getattr(fig, "_suptitle", None) is not None:
+        texts.append(fig._suptitle.get_text())
+    for ax in fig.axes:
+        texts += [ax.get_title(loc=loc) for loc in ("left", "center", "right")]
+        texts += [ax.get_xlabel(), ax.get_ylabel()]
+    return texts
+
+
+def _y_labels(ax) -> int:
+    """Labelled y ticks inside the view (a shared axis may show them on a sibling only)."""
+    if not ax.yaxis.get_visible():
+        return 0
+    lo, hi = sorted(ax.get_ylim())
+    return sum(1 for t in ax.yaxis.get_ticklabels(which="both")
+               if t.get_visible() and t.get_text().strip() and lo <= t.get_position()[1] <= hi)
+
+
 def check_figure(fig) -> list[str]:
     """Problems of ``fig`` as one line each; an empty list when it reads at a glance."""
     fig.canvas.draw()
@@ -120,6 +140,8 @@ def check_figure(fig) -> list[str]:
     canvas = fig.bbox.expanded(1.0, 1.0).padded(TOLERANCE_PX)
     fig_legends = [leg for leg in fig.legends if leg.get_visible()]
     # a legend on one panel may serve its neighbours when they draw the same series
+    # a figure may state its colour key in words instead ("coloured by batch")
+    says_colours = any(w in t.lower() for t in _all_texts(fig) for w in ("colour", "color"))
     legend_labels = {t.get_text() for a in fig.axes if a.get_legend() is not None
                      for t in a.get_legend().get_texts()}
     for ax in fig.axes:
@@ -134,7 +156,7 @@ def check_figure(fig) -> list[str]:
         if legend is None and not fig_legends and not (labels and set(labels) <= legend_labels):
             if n_series >= 2:
                 problems.append(f"{name}: {n_series} labelled series but no legend")
-            elif _bar_colours(ax) >= 2 and n_series == 0:
+            elif _bar_colours(ax) >= 2 and n_series == 0 and not says_colours:
                 problems.append(f"{name}: bars in {_bar_colours(ax)} colours but no legend says what they mean")
         if legend is not None and legend.get_visible():
             box = _shrunk(legend.get_window_extent(renderer))
@@ -142,13 +164,10 @@ def check_figure(fig) -> list[str]:
             if hits:
                 problems.append(f"{name}: the legend covers data ({', '.join(sorted(set(hits))[:3])}); "
                                 f"place it outside the axes")
-        if (ax.lines or ax.patches or ax.collections) and ax.axison and ax.yaxis.get_visible():
-            lo, hi = sorted(ax.get_ylim())
-            shown = [t for t in ax.yaxis.get_ticklabels(which="both")
-                     if t.get_visible() and t.get_text().strip() and lo <= t.get_position()[1] <= hi]
-            if len(shown) < 2:
-                problems.append(f"{name}: {len(shown)} labelled tick(s) on the y axis; a reader needs two "
-                                f"to read a value")
+        if (ax.lines or ax.patches or ax.collections) and ax.axison and _y_labels(ax) < 2 and \
+                not any(_y_labels(sib) >= 2 for sib in ax.get_shared_y_axes().get_siblings(ax) if sib is not ax):
+            problems.append(f"{name}: {_y_labels(ax)} labelled tick(s) on the y axis; a reader needs two "
+                            f"to read a value")
         for text in ax.texts:
             if not text.get_visible() or not text.get_text().strip():
                 continue
