@@ -320,8 +320,9 @@ def plot_bandwidth(ax, df, link: dict | None = None) -> None:
 
 
 def plot_batch_costs(ax, df, batch_size: int) -> None:
-    """ms per batch vs input size at one batch size: collate, and with CUDA pin + copies."""
-    from feedlab.plots import errorbar_series
+    """ms per batch vs input size at one batch size: collate, and with CUDA pin + copies.
+    No legend here: the caller puts one beside the last panel."""
+    from feedlab.plots import errorbar_series, readable_log_axis
     from feedlab.results import summarize
 
     d = df[(df["metric"] == "ms_per_batch") & (df["batch_size"] == batch_size)]
@@ -337,10 +338,10 @@ def plot_batch_costs(ax, df, batch_size: int) -> None:
     ax.set_xticks(sizes)
     ax.set_xticklabels([str(int(x)) for x in sizes])
     ax.minorticks_off()
-    ax.set_xlabel("input size (square side, 3 channels, x and y per sample)")
+    readable_log_axis(ax, "y")
+    ax.set_xlabel("input size (side, px)")
     ax.set_ylabel("ms per batch (median, IQR)")
     ax.set_title(f"batch {batch_size}")
-    ax.legend()
 
 
 def plot_steps(axes, df) -> None:
