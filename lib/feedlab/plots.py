@@ -68,7 +68,7 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
         check_busy(f"the measurement drawn in {name}")  # warns in one line on a loaded machine
     fp = fingerprint or machine_fingerprint()
     fig.text(0.005, 0.002, fingerprint_line(fp), fontsize=6.5, color="#666666",
-             ha="left", va="bottom")
+             ha="left", va="bottom", wrap=True)  # a narrow figure wraps it instead of cutting it
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     from feedlab.figcheck import enforce
 
