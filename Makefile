@@ -1,6 +1,12 @@
 # feedlab: `make help` lists the targets.
 SHELL := /bin/bash
-PYTHON ?= python3.11
+# the first of these that is Python 3.11-3.13 (set PYTHON=... to choose)
+PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
+	  command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null \
+	  && { echo $$p; break; }; done)
+# the exact versions that made the committed figures; CONSTRAINTS= installs the newest the ranges allow
+CONSTRAINTS ?= constraints.txt
+PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PROFILE ?= quick
@@ -11,11 +17,10 @@ STAMP := $(VENV)/.feedlab-installed
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+$(STAMP): pyproject.toml constraints.txt
+	@test -n "$(PYTHON)" || { echo "need Python 3.11, 3.12 or 3.13 on PATH (or set PYTHON=...)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e '.[dev,fast]'
+	$(PY) -m pip install -q $(PIP_C) -e '.[dev,fast]'
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install feedlab with its dev and fast-path extras
@@ -30,6 +35,9 @@ figures: $(STAMP) ## prepare data and run every notebook (PROFILE=quick|full|smo
 test: $(STAMP) ## run the test suite, nbval over every notebook with the smoke profile included
 	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests
 	FEEDLAB_PROFILE=smoke FEEDLAB_STRICT_FIGURES=1 $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
+
+lock: $(STAMP) ## rewrite constraints.txt from .venv (after a deliberate upgrade; commit it with the figures it made)
+	@{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^-e\|^pip==\|^setuptools==\|^wheel==\|^feedlab'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 pillow-simd: ## build .venv-simd with Pillow-SIMD (needs root for apt) so notebook 06 compares it with Pillow
 	command -v apt-get >/dev/null && apt-get install -y -q libjpeg62-turbo-dev zlib1g-dev >/dev/null || true
@@ -49,4 +57,4 @@ doctor: $(STAMP) ## ask the bottleneck doctor about the embedded PNG set
 clean-data: ## remove data/ (built sets; rebuilt on demand)
 	rm -rf data
 
-.PHONY: help install data figures test lab doctor clean-data pillow-simd
+.PHONY: help install data figures test lab doctor clean-data pillow-simd lock

@@ -32,18 +32,25 @@ def default_cls_root(profile: str = "quick") -> Path:
     return DATA_DIR / ("cls-smoke" if profile == "smoke" else "cls")
 
 
-def figure_dir(notebook_name: str, out_dir: str | os.PathLike = "", profile: str = "quick") -> Path:
-    """Where a notebook writes its results and figures; created if missing.
+def figure_dir(notebook_name: str, out_dir: str | os.PathLike = "", profile: str = "quick",
+               create: bool = True) -> Path:
+    """Where a notebook writes its results and figures; created if missing (unless ``create``
+    is False).
 
-    ``out_dir`` overrides the default ``figures/<notebook_name>`` (tests point
-    it at a temporary directory). The ``smoke`` profile writes under ``runs/smoke/``
-    so that a test run never replaces the committed figures.
+    By default ``figures/<notebook_name>/<machine_key>/`` (``cpu-2c``, ``h100-16c``: see
+    :mod:`feedlab.machines`), so a run on another machine lands beside ours instead of
+    over it. ``out_dir`` overrides it (tests point it at a temporary directory). The
+    ``smoke`` profile writes under ``runs/smoke/`` so that a test run never replaces the
+    committed figures.
     """
     if str(out_dir):
         path = Path(out_dir)
     elif profile == "smoke":
         path = SCRATCH_DIR / "smoke" / notebook_name
     else:
-        path = FIGURES_DIR / notebook_name
-    path.mkdir(parents=True, exist_ok=True)
+        from feedlab.machines import machine_key
+
+        path = FIGURES_DIR / notebook_name / machine_key()
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from feedlab.machines import WORKER_KEYS, expand_workers, usable_cores
 from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir
 
 PROFILES = ("smoke", "quick", "full")
@@ -92,8 +93,13 @@ def parse_given(notebook: str, given: dict[str, Any], values: dict[str, Any]) ->
     return {k: _parse_one(notebook, k, v, values.get(k)) for k, v in given.items()}
 
 
-def resolve(notebook: str, profile: str = "", **given: Any) -> SimpleNamespace:
+def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **given: Any) -> SimpleNamespace:
     """Fill every parameter left at ``None`` from the profile.
+
+    Worker counts (:data:`feedlab.machines.WORKER_KEYS`) may be written against the
+    core count in the profile or given that way (``"cores // 2"``): they are resolved
+    for the cores of this machine (:func:`feedlab.machines.usable_cores`), recorded as
+    ``cores``.
 
     Returns a namespace with all parameters, plus ``profile``, ``data_root``
     (a Path; the embedded set of this profile when left empty), ``out_dir``
@@ -109,12 +115,17 @@ def resolve(notebook: str, profile: str = "", **given: Any) -> SimpleNamespace:
                        f"in {PROFILES_FILE.name} (profile {profile!r}); pass it explicitly")
     out = dict(values)
     out.update({k: v for k, v in given.items() if v is not None})
+    cores = usable_cores()
+    for key in WORKER_KEYS:
+        if key in out:
+            out[key] = expand_workers(out[key], cores, key)
+    out["cores"] = cores
     patch = int(out.get("patch", 64))
     data_root = given.get("data_root") or ""
     out["data_root"] = Path(data_root).expanduser() if data_root else default_sr_root(profile, patch)
     cls_root = given.get("cls_root") or ""
     out["cls_root"] = Path(cls_root).expanduser() if cls_root else default_cls_root(profile)
-    out["out_dir"] = figure_dir(notebook, given.get("out_dir") or "", profile)
+    out["out_dir"] = figure_dir(notebook, given.get("out_dir") or "", profile, create=_create_out_dir)
     out["profile"] = profile
     out["notebook"] = notebook
     out["user_data"] = bool(data_root)

@@ -2,9 +2,10 @@
 
     python -m feedlab.readme
 
-For every ``figures/<notebook>/`` it lists the PNG figures and the notebook's
-computed reading (``results.json`` → ``reading``: written by the notebook from
-that run's numbers), with the fingerprint of the machine that made them. The
+For every ``figures/<notebook>/<machine>/`` it lists the notebook's computed reading
+(``results.json`` → ``reading``: written by the notebook from that run's numbers)
+with the fingerprint of the machine that made them, and the PNG figures in a table
+with one column per machine, so that a GPU box's run sits beside a laptop's. The
 section sits between ``<!-- figures:start -->`` and ``<!-- figures:end -->``.
 """
 
@@ -15,6 +16,9 @@ import re
 import sys
 
 from feedlab.fingerprint import fingerprint_line
+from pathlib import Path
+
+from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
@@ -49,52 +53,79 @@ def reading_from_executed(nb_path) -> list[str]:
     return lines
 
 
-def section() -> str:
-    parts = []
-    fps = set()
-    for nb_dir in sorted(p for p in FIGURES_DIR.iterdir() if p.is_dir() and re.match(r"\d\d_", p.name)):
-        pngs = sorted(nb_dir.glob("*.png"))
-        res_path = nb_dir / "results.json"
-        if not pngs and not res_path.exists():
-            continue
-        reading = []
-        if res_path.exists():
-            payload = json.loads(res_path.read_text())
-            r = payload.get("reading") or []
-            reading = [r] if isinstance(r, str) else list(r)
-        executed = nb_dir / f"{nb_dir.name}.executed.ipynb"
-        if not reading and executed.exists():
-            reading = reading_from_executed(executed)
-        fp_path = nb_dir / "fingerprint.json"
-        if fp_path.exists():
-            fps.add(fingerprint_line(json.loads(fp_path.read_text())))
-        parts.append(f"### {_title(nb_dir.name)}\n")
-        parts.append(f"Notebook: [`notebooks/{nb_dir.name}.ipynb`](notebooks/{nb_dir.name}.ipynb) · "
-                     f"results: [`figures/{nb_dir.name}/`](figures/{nb_dir.name}/)\n")
-        if len(reading) > MAX_LINES:  # long per-setting listings: the head and the conclusion
-            head, tail = MAX_LINES - 6, 5
-            cut = len(reading) - head - tail
-            reading = reading[:head] + [f"… {cut} more lines in the executed notebook "
-                                        f"(`figures/{nb_dir.name}/{nb_dir.name}.executed.ipynb`) …"] + reading[-tail:]
-        for line in reading:
-            parts.append(f"- {line}")
+def _reading(folder: Path, notebook: str) -> list[str]:
+    res_path = folder / "results.json"
+    reading: list[str] = []
+    if res_path.exists():
+        r = json.loads(res_path.read_text()).get("reading") or []
+        reading = [r] if isinstance(r, str) else list(r)
+    executed = folder / f"{notebook}.executed.ipynb"
+    if not reading and executed.exists():
+        reading = reading_from_executed(executed)
+    if len(reading) > MAX_LINES:  # long per-setting listings: the head and the conclusion
+        head, tail = MAX_LINES - 6, 5
+        cut = len(reading) - head - tail
+        rel = executed.relative_to(REPO_ROOT).as_posix()
+        reading = reading[:head] + [f"… {cut} more lines in the executed notebook (`{rel}`) …"] + reading[-tail:]
+    return reading
+
+
+def _notebook_block(nb_dir: Path, machines: dict[str, Path], fps: dict[str, dict]) -> list[str]:
+    name = nb_dir.name
+    parts = [f"### {_title(name)}\n",
+             f"Notebook: [`notebooks/{name}.ipynb`](notebooks/{name}.ipynb) · results: "
+             + " · ".join(f"[`{key}`]({folder.relative_to(REPO_ROOT).as_posix()}/)"
+                          for key, folder in machines.items()) + "\n"]
+    for key, folder in machines.items():
+        reading = _reading(folder, name)
+        fp_line = fingerprint_line(fps[key]) if fps.get(key) else "no fingerprint"
+        parts.append(f"**{key}** ({fp_line})\n")
+        parts.extend(f"- {line}" for line in reading)
         if reading:
             parts.append("")
-        for png in pngs:
-            rel = png.relative_to(REPO_ROOT).as_posix()
-            parts.append(f"![{png.stem.replace('_', ' ')}]({rel})\n")
+    # the figures, one row per figure, one column per machine
+    figures = sorted({png.name for folder in machines.values() for png in folder.glob("*.png")})
+    if figures:
+        keys = list(machines)
+        parts.append("| figure | " + " | ".join(keys) + " |")
+        parts.append("|---|" + "---|" * len(keys))
+        for fig in figures:
+            cells = []
+            for key in keys:
+                png = machines[key] / fig
+                cells.append(f"![{key}: {Path(fig).stem.replace('_', ' ')}]({png.relative_to(REPO_ROOT).as_posix()})"
+                             if png.exists() else "not measured on this machine")
+            parts.append(f"| {Path(fig).stem.replace('_', ' ')} | " + " | ".join(cells) + " |")
+        parts.append("")
+    return parts
+
+
+def section(figures_dir: Path = FIGURES_DIR) -> str:
+    """The README's figures section: per notebook, every committed machine side by side."""
+    parts: list[str] = []
+    all_fps: dict[str, list[dict]] = {}
+    for nb_dir in sorted(p for p in figures_dir.iterdir() if p.is_dir() and re.match(r"\d\d_", p.name)):
+        machines = machine_dirs(nb_dir.name, figures_dir)
+        if not machines:
+            continue
+        fps = {}
+        for key, folder in machines.items():
+            fp_path = folder / "fingerprint.json"
+            if fp_path.exists():
+                fps[key] = json.loads(fp_path.read_text())
+                all_fps.setdefault(key, []).append(fps[key])
+        parts.extend(_notebook_block(nb_dir, machines, fps))
     head = ["Each reading below was computed by its notebook from the numbers of the run that drew "
-            "the figures (median and interquartile range over repeats).", ""]
-    if fps:
-        # one line per machine and commit; the run's time span instead of each notebook's minute
-        machines: dict[str, list[str]] = {}
-        for line in fps:
-            body, _, when = line.rpartition(" · ")
-            machines.setdefault(body, []).append(when)
-        for body, whens in sorted(machines.items()):
-            span = min(whens) if len(set(whens)) == 1 else f"{min(whens)} – {max(whens)}"
-            head.append(f"Made on: {body} · {span}")
-        head.append("")
+            "the figures (median and interquartile range over repeats). Results are kept per machine "
+            "(`figures/<notebook>/<machine>/`); a run on your own machine lands beside these.", ""]
+    for key, fps in sorted(all_fps.items(), key=lambda kv: (not kv[0].startswith("cpu"), kv[0])):
+        # one line per machine: its fingerprint and the time span of its runs
+        lines = [fingerprint_line(fp) for fp in fps]
+        bodies = sorted({line.rpartition(" · ")[0] for line in lines})
+        whens = sorted(line.rpartition(" · ")[2] for line in lines)
+        span = whens[0] if whens[0] == whens[-1] else f"{whens[0]} – {whens[-1]}"
+        head.append(f"- **{key}**: {'; '.join(bodies)} · {span}")
+    head.append("")
     return "\n".join(head + parts)
 
 

@@ -2,6 +2,7 @@
 
     python -m feedlab.run [--profile quick|full|smoke] [--only NAME ...]
                           [-p KEY VALUE ...] [--out-root DIR] [--data-only]
+                          [--dry-run [--cores N]]
 
 Values after ``-p`` are parsed as YAML (``-p batch_sizes "[8, 32]"`` is a list).
 A ``-p`` key reaches only the notebooks that declare it; the runner says which do
@@ -9,7 +10,9 @@ not (``-p data_root DIR``: the notebooks that measure built-in data, and why).
 Each notebook shows a per-cell progress bar while it runs.
 Each executed notebook is kept beside its figures (``figures/<name>/<name>.executed.ipynb``)
 as the record of the run. The data the notebooks need is built first if missing.
-Exits non-zero naming the notebook and the cell that failed.
+Exits non-zero naming the notebook and the cell that failed. ``--dry-run`` prints,
+per notebook, the parameters it would run with once the profile is resolved for this
+machine (``--cores N`` pretends N usable cores), and runs nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +48,69 @@ def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
     return chosen
 
 
+def notebook_parameters(nb: Path) -> dict:
+    """``{name: default}`` of the cell tagged ``parameters`` (literal defaults; others as text)."""
+    import ast
+
+    import nbformat
+
+    book = nbformat.read(nb, as_version=4)
+    cells = [c for c in book.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells:
+        return {}
+    out = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target = node.targets[0]
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
+            target = node.target  # typed: batch_sizes: list[int] = None
+        else:
+            continue
+        try:
+            out[target.id] = ast.literal_eval(node.value)
+        except ValueError:
+            out[target.id] = ast.unparse(node.value)
+    return out
+
+
+def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, dict | str]]:
+    """What each notebook would run with: ``(name, resolved parameters)`` or ``(name, error)``."""
+    from feedlab.profiles import resolve
+
+    out = []
+    for nb in notebooks:
+        names = notebook_parameters(nb)
+        given = {k: v for k, v in names.items() if k != "profile"}
+        given.update({k: v for k, v in params.items() if k in names})
+        given = {k: (None if v == "" and k not in ("data_root", "out_dir", "cls_root") else v)
+                 for k, v in given.items()}
+        try:
+            P = resolve(nb.stem, profile, _create_out_dir=False, **given)
+        except (KeyError, ValueError) as exc:
+            out.append((nb.stem, f"cannot resolve: {exc}"))
+            continue
+        values = {k: v for k, v in vars(P).items() if k in names or k in ("cores",)}
+        ignored = sorted(k for k in params if k not in names)
+        if ignored:
+            values["(not a parameter here)"] = ", ".join(ignored)
+        out.append((nb.stem, values))
+    return out
+
+
+def print_plan(rows, profile: str, cores: int) -> None:
+    from feedlab.machines import machine_key
+
+    print(f"plan: profile {profile}, {cores} usable cores, results under figures/<notebook>/"
+          f"{machine_key()}/ (nothing is run)")
+    for name, values in rows:
+        print(f"\n{name}")
+        if isinstance(values, str):
+            print(f"  {values}")
+            continue
+        for k, v in values.items():
+            print(f"  {k:<24} {v}")
+
+
 def prepare_data(profile: str, log=print) -> None:
     """Build the embedded data sets the notebooks read, for this profile, if missing."""
     import data_prep
@@ -70,13 +136,6 @@ def _failed_cell(exc) -> str:
     evalue = getattr(exc, "evalue", str(exc))
     where = f"cell [{cell}]" if cell is not None else "a cell"
     return f"{where}: {ename}: {str(evalue).splitlines()[0] if evalue else ''}"
-
-
-def notebook_parameters(nb: Path) -> set[str]:
-    """The names in a notebook's ``parameters`` cell (as papermill reads them)."""
-    import papermill as pm
-
-    return set(pm.inspect_notebook(str(nb)))
 
 
 def builtin_data_reason(nb: Path) -> str:
@@ -156,7 +215,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-data", action="store_true", help="do not build data first")
     ap.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
     ap.add_argument("--list", action="store_true", help="list the notebooks and exit")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print each notebook's resolved parameters and run nothing")
+    ap.add_argument("--cores", type=int, metavar="N",
+                    help="with --dry-run: resolve worker counts for N usable cores instead of this machine's")
     args = ap.parse_args(argv)
+    if args.cores is not None:
+        if not args.dry_run:
+            ap.error("--cores only applies with --dry-run (a real run uses the cores it has)")
+        if args.cores < 1:
+            ap.error(f"--cores {args.cores}: must be at least 1")
+        os.environ["FEEDLAB_CORES"] = str(args.cores)
 
     profile = choose_profile(args.profile)
     os.environ["FEEDLAB_PROFILE"] = profile
@@ -170,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for nb in notebooks:
             print(nb.stem)
+        return 0
+    if args.dry_run:
+        from feedlab.machines import usable_cores
+
+        print_plan(plan(notebooks, profile, params), profile, usable_cores())
         return 0
     # notebooks run with notebooks/ as their working directory: paths given here are
     # taken relative to where the command was typed

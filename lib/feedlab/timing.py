@@ -69,10 +69,32 @@ def main_threads_for(loader, device) -> int | None:
 
 
 def _sync(device) -> None:
+    """Wait for the device's queued work (a no-op off CUDA). Every clock read that
+    brackets device work goes through here, so a test can stand in a fake device."""
     if device is not None and str(device).startswith("cuda"):
         import torch
 
         torch.cuda.synchronize(device)
+
+
+def close_iterator(loader, it, final: bool = False) -> None:
+    """Stop the workers of a DataLoader iterator that was left before its end.
+
+    A loader with ``persistent_workers=True`` keeps its iterator and calls ``_reset``
+    on it at the next ``iter(loader)``, which drains what the workers prefetched and
+    resumes them: shutting that iterator down by hand closes its queues, and the next
+    epoch then fails with ``ValueError: Queue ... is closed``. So only iterators that
+    the loader will not reuse are shut down here (promptly, instead of at garbage
+    collection); persistent ones are left to the loader, unless ``final`` says the loader
+    itself is done with (then its workers are stopped and the loader forgets the iterator).
+    """
+    if it is None or not hasattr(it, "_shutdown_workers"):
+        return
+    if getattr(loader, "persistent_workers", False) and getattr(loader, "_iterator", None) is it:
+        if not final:
+            return
+        loader._iterator = None
+    it._shutdown_workers()
 
 
 def time_callable(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, number: int = 1,
@@ -104,17 +126,28 @@ def time_callable(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, numb
     return out
 
 
-def autorange_number(fn: Callable[[], Any], min_time_s: float = 0.05, max_number: int = 100_000) -> int:
-    """How many calls make one round last at least ``min_time_s`` (like timeit.autorange)."""
+def autorange_number(fn: Callable[[], Any], min_time_s: float = 0.05, max_number: int = 100_000,
+                     device=None) -> int:
+    """How many calls make one round last at least ``min_time_s`` (like timeit.autorange),
+    never more than ``max_number``.
+
+    With a CUDA ``device`` each trial is synchronised before and after: an asynchronous
+    call (a ``non_blocking`` copy, a kernel launch) returns once it is queued, so an
+    unsynchronised trial would time the queuing alone, double the count until the
+    device's queue filled, and the timed rounds would then run thousands of real calls.
+    """
+    if max_number < 1:
+        raise ValueError("max_number must be >= 1")
     number = 1
-    while number < max_number:
+    while True:
+        _sync(device)
         t0 = perf_counter()
         for _ in range(number):
             fn()
-        if perf_counter() - t0 >= min_time_s:
-            break
-        number *= 2
-    return number
+        _sync(device)
+        if perf_counter() - t0 >= min_time_s or number >= max_number:
+            return number
+        number = min(number * 2, max_number)
 
 
 class PhaseTimer:
@@ -350,8 +383,8 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
         i += 1
     _sync(device)
     end = perf_counter()
-    if hasattr(it, "_shutdown_workers") and max_batches is not None:
-        it._shutdown_workers()
+    if max_batches is not None:
+        close_iterator(loader, it)
     phases = timer.finish()
     wall = end - t_start if t_start is not None else 0.0
     return EpochTiming(phases_s=phases, batch_sizes=np.asarray(sizes, dtype=np.int64),

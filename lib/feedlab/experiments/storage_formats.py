@@ -190,8 +190,14 @@ class NHWCSR(torch.nn.Module):
 
 
 def make_step_model(name: str, hr_shape, device, **kw):
+    """The model stepped per batch. ``"auto"``: SRCNN as published with CUDA; on a CPU,
+    SRCNN shaped by ``kw`` (the profile's lighter filters), as in every notebook."""
     from feedlab.models import make_model
 
+    if name == "auto":
+        name = "srcnn"
+        if str(device).startswith("cuda"):
+            kw = {}
     model = make_model(name, **kw)
     if model is None:
         return None, None

@@ -1,0 +1,173 @@
+"""Which machine a run is on, and what its size implies.
+
+* :func:`machine_key` — a short name for the machine that made a result, derived
+  from its fingerprint (``cpu-2c``, ``h100-16c``, ``2xa100-64c``). Results are
+  written under ``figures/<notebook>/<machine_key>/`` so that runs on different
+  machines sit side by side instead of replacing each other. ``$FEEDLAB_MACHINE``
+  overrides it.
+* :func:`usable_cores` — the cores this process may run on (its affinity), or the
+  count ``$FEEDLAB_CORES`` pretends (``python -m feedlab.run --dry-run --cores 16``
+  shows the plan for a 16-core machine).
+* :func:`expand_workers` — worker counts in ``notebooks/profiles.yaml`` may be
+  written against the core count (``cores``, ``cores // 2``, ``min(cores, 4)``,
+  ``cores + 2``) so that one profile sizes itself to a 2-core laptop and to a
+  16-core GPU box alike.
+* :func:`machine_dirs` — the machines whose results a notebook has committed.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from pathlib import Path
+
+from feedlab.paths import FIGURES_DIR
+
+#: parameters whose values are worker counts (one int, or a list of ints)
+WORKER_KEYS = ("worker_counts", "max_workers", "num_workers", "fetch_workers", "timeline_workers")
+
+_DROP = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "instinct", "graphics", "pcie", "sxm",
+         "sxm4", "sxm5", "nvl"}
+
+
+def usable_cores() -> int:
+    """Cores available to this process, or ``$FEEDLAB_CORES`` when set (a pretend count)."""
+    pretend = os.environ.get("FEEDLAB_CORES", "").strip()
+    if pretend:
+        try:
+            n = int(pretend)
+        except ValueError:
+            raise ValueError(f"FEEDLAB_CORES={pretend!r}: must be a whole number of cores") from None
+        if n < 1:
+            raise ValueError(f"FEEDLAB_CORES={pretend!r}: must be at least 1")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def gpu_short_name(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100'; 'NVIDIA GeForce RTX 4090' -> 'rtx4090'."""
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", name) if w and w.lower() not in _DROP]
+    words = [w for w in words if not re.fullmatch(r"\d+(gb|g)", w, re.I)]
+    if not words:
+        return "gpu"
+    first = words[0].lower()
+    if first.isalpha() and len(words) > 1:  # "RTX 4090", "A 100"
+        first += words[1].lower()
+    return first
+
+
+def machine_key(fp: dict | None = None) -> str:
+    """A short, stable name for the machine of a fingerprint (this machine when None)."""
+    override = os.environ.get("FEEDLAB_MACHINE", "").strip()
+    if override:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", override):
+            raise ValueError(f"FEEDLAB_MACHINE={override!r}: use letters, digits, '.', '_' or '-'")
+        return override
+    if fp is None:
+        from feedlab.fingerprint import machine_fingerprint
+
+        fp = machine_fingerprint()
+    cores = fp.get("cpu_usable") or fp.get("cpu_logical") or 0
+    gpus = [g.get("name", "") for g in fp.get("gpus") or []]
+    if not gpus:
+        return f"cpu-{cores}c"
+    short = gpu_short_name(gpus[0])
+    count = f"{len(gpus)}x" if len(gpus) > 1 else ""
+    return f"{count}{short}-{cores}c"
+
+
+# --------------------------------------------------------------------------
+# worker counts written against the core count
+# --------------------------------------------------------------------------
+
+_ALLOWED = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Call, ast.Load,
+            ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.USub)
+
+
+def _eval_count(text: str, cores: int, key: str) -> int:
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"{key}: cannot read {text!r} as a worker count "
+                         "(use a number or an expression of `cores`, e.g. 'cores // 2')") from None
+    for node in ast.walk(tree):
+        ok = isinstance(node, _ALLOWED)
+        if isinstance(node, ast.Name):
+            ok = node.id in ("cores", "min", "max")
+        if isinstance(node, ast.Call):
+            ok = isinstance(node.func, ast.Name) and node.func.id in ("min", "max") and not node.keywords
+        if isinstance(node, ast.Constant):
+            ok = isinstance(node.value, int) and not isinstance(node.value, bool)
+        if not ok:
+            raise ValueError(f"{key}: {text!r} may use only whole numbers, `cores`, + - * //, "
+                             "min() and max()")
+    value = eval(compile(tree, "<workers>", "eval"), {"__builtins__": {}},  # noqa: S307 - checked above
+                 {"cores": cores, "min": min, "max": max})
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key}: {text!r} gives {value!r} with {cores} cores; a worker count "
+                         "is a whole number >= 0")
+    return value
+
+
+def expand_workers(value, cores: int, key: str = "workers"):
+    """Resolve a worker-count setting against ``cores``.
+
+    An int stays; a string is an expression of ``cores``; a list resolves each entry,
+    then drops repeats and sorts (``[0, 2, 'cores // 2', 'cores']`` is ``[0, 2]`` on 2
+    cores and ``[0, 2, 8, 16]`` on 16). ``None`` stays ``None``.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{key}: {value} workers; a worker count is a whole number >= 0")
+        return value
+    if isinstance(value, str):
+        return _eval_count(value, cores, key)
+    if isinstance(value, (list, tuple)):
+        return sorted({expand_workers(v, cores, key) for v in value})
+    raise ValueError(f"{key}: {value!r} is not a worker count or a list of them")
+
+
+def worker_ladder(top: int) -> list[int]:
+    """Worker counts worth measuring from 0 to ``top``: every count up to 4, then steps
+    of about ×1.5 (6, 8, 12, 16, 24, ...), and ``top`` itself."""
+    top = int(top)
+    out = [w for w in range(0, min(top, 4) + 1)]
+    w = 4
+    while True:
+        nxt = w * 3 // 2 if (w & (w - 1)) == 0 else w * 4 // 3  # 4→6→8→12→16→24→32
+        if nxt >= top:
+            break
+        out.append(nxt)
+        w = nxt
+    if top not in out:
+        out.append(top)
+    return out
+
+
+# --------------------------------------------------------------------------
+# committed results, per machine
+# --------------------------------------------------------------------------
+
+def machine_dirs(notebook: str, figures_dir: Path | None = None) -> dict[str, Path]:
+    """``{machine_key: folder}`` for every machine with results of ``notebook`` (CPU first)."""
+    base = Path(figures_dir or FIGURES_DIR) / notebook
+    if not base.is_dir():
+        return {}
+    found = {p.name: p for p in base.iterdir()
+             if p.is_dir() and ((p / "results.json").exists() or (p / "fingerprint.json").exists())}
+    return dict(sorted(found.items(), key=lambda kv: (not kv[0].startswith("cpu"), kv[0])))
+
+
+def machine_fingerprints(notebook: str, figures_dir: Path | None = None) -> dict[str, dict]:
+    out = {}
+    for key, path in machine_dirs(notebook, figures_dir).items():
+        fp = path / "fingerprint.json"
+        out[key] = json.loads(fp.read_text()) if fp.exists() else {}
+    return out

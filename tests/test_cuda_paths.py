@@ -1,0 +1,120 @@
+"""The CUDA-only branches, exercised on the CPU.
+
+CI has no GPU, so each branch that only runs with CUDA gets a test of its control
+flow here: with a fake asynchronous device and a fake clock where timing is the
+point, or by asking the CUDA path to run on the CPU where the loop is the point.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from feedlab import timing
+
+
+class _Squares(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.full((3, 4, 4), i % 256, dtype=torch.uint8), torch.tensor(i)
+
+
+def test_run_epoch_max_batches_on_a_persistent_loader_many_times():
+    """03's crash: shutting down a persistent loader's iterator by hand closed the queues
+    that the loader reuses at the next iter() (ValueError: Queue ... is closed)."""
+    loader = DataLoader(_Squares(), batch_size=4, num_workers=2, persistent_workers=True)
+    seen = []
+    for _ in range(4):
+        et = timing.run_epoch(loader, None, "cpu", max_batches=3)
+        seen.append(et.batches)
+    assert seen == [3, 3, 3, 3]
+    full = timing.run_epoch(loader, None, "cpu")  # an epoch to the end still works after
+    assert full.samples == 64
+    timing.close_iterator(loader, loader._iterator, final=True)
+    assert loader._iterator is None
+
+
+def test_close_iterator_stops_a_non_persistent_iterator():
+    loader = DataLoader(_Squares(), batch_size=4, num_workers=2)
+    it = iter(loader)
+    next(it)
+    timing.close_iterator(loader, it)
+    assert it._shutdown and not any(w.is_alive() for w in it._workers)
+
+
+class _FakeDevice:
+    """An asynchronous device: a call queues ``cost`` seconds of work and returns at once;
+    the clock moves only when work is waited for (synchronise) or done on the host."""
+
+    def __init__(self, cost: float, queue_cost: float = 1e-6):
+        self.now = 0.0
+        self.pending = 0.0
+        self.cost = cost
+        self.queue_cost = queue_cost
+        self.calls = 0
+
+    def clock(self):
+        return self.now
+
+    def call(self):
+        self.calls += 1
+        self.pending += self.cost
+        self.now += self.queue_cost
+
+    def sync(self, device):
+        if device is not None and str(device).startswith("cuda"):
+            self.now += self.pending
+            self.pending = 0.0
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    dev = _FakeDevice(cost=0.010)
+    monkeypatch.setattr(timing, "perf_counter", dev.clock)
+    monkeypatch.setattr(timing, "_sync", dev.sync)
+    return dev
+
+
+def test_autorange_waits_for_asynchronous_work(fake_device):
+    # 10 ms of device work per call: 8 calls pass 50 ms. Unsynchronised, only the
+    # 1 µs of queuing was timed and the count ran up to the cap.
+    n = timing.autorange_number(fake_device.call, min_time_s=0.05, max_number=100_000, device="cuda")
+    assert n == 8
+    assert fake_device.calls == 1 + 2 + 4 + 8
+
+
+def test_time_callable_synchronises_each_round(fake_device):
+    secs = timing.time_callable(fake_device.call, warmup=1, repeats=3, number=4, device="cuda")
+    assert secs == pytest.approx([0.010 + 1e-6] * 3)
+
+
+def test_autorange_honours_its_cap():
+    # a call costing nothing would double forever: the cap is the count, not the next power of 2
+    assert timing.autorange_number(lambda: None, min_time_s=60.0, max_number=10_000) == 10_000
+    assert timing.autorange_number(lambda: None, min_time_s=60.0, max_number=1) == 1
+    with pytest.raises(ValueError):
+        timing.autorange_number(lambda: None, max_number=0)
+
+
+def test_pinned_rounds_pass_the_device_to_autorange(fake_device):
+    from feedlab.experiments import pinned_memory_by_input_size as pm
+
+    secs = pm._rounds(fake_device.call, repeats=2, warmup=0, device="cuda", min_round_s=0.02)
+    assert len(secs) == 2 and secs[0] == pytest.approx(0.010 + 1e-6)
+
+
+def test_loader_steps_loop_runs_on_cpu_when_asked():
+    from feedlab.experiments.pinned_memory_by_input_size import loader_steps
+
+    res, why = loader_steps([8], [4], num_workers=2, batches=3, repeats=2, device="cpu",
+                            model="srcnn", allow_cpu=True)
+    assert why == ""
+    df = res.frame()
+    assert set(df["variant"]) == {"pageable", "pinned"}
+    assert len(df[df.metric == "step_ms"]) == 2 * 2
+    assert (df[df.metric == "samples_per_s"]["value"] > 0).all()
+    res, why = loader_steps([8], [4], device="cpu")
+    assert len(res) == 0 and "no CUDA" in why
