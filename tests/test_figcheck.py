@@ -102,3 +102,11 @@ def test_underscore_labels_give_no_legend_and_fail():
     ax.legend()  # matplotlib drops labels starting with "_": an empty legend
     assert any("no legend" in p for p in check_figure(fig))
     plt.close(fig)
+
+
+def test_one_named_category_on_y_is_not_a_missing_scale():
+    fig, ax = plt.subplots()
+    ax.barh([0], [5.0])
+    ax.set_yticks([0], ["pil"])
+    assert check_figure(fig) == []
+    plt.close(fig)

@@ -125,8 +125,12 @@ def _all_texts(fig) -> list[str]:
 
 def _y_labels(ax) -> int:
     """Labelled y ticks inside the view (a shared axis may show them on a sibling only)."""
+    from matplotlib.ticker import FixedFormatter
+
     if not ax.yaxis.get_visible():
         return 0
+    if isinstance(ax.yaxis.get_major_formatter(), FixedFormatter):
+        return 2  # named categories (horizontal bars, timeline lanes), not a value scale
     lo, hi = sorted(ax.get_ylim())
     return sum(1 for t in ax.yaxis.get_ticklabels(which="both")
                if t.get_visible() and t.get_text().strip() and lo <= t.get_position()[1] <= hi)
