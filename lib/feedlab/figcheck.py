@@ -125,15 +125,28 @@ def _all_texts(fig) -> list[str]:
 
 def _y_labels(ax) -> int:
     """Labelled y ticks inside the view (a shared axis may show them on a sibling only)."""
-    from matplotlib.ticker import FixedFormatter
-
     if not ax.yaxis.get_visible():
         return 0
-    if isinstance(ax.yaxis.get_major_formatter(), FixedFormatter):
-        return 2  # named categories (horizontal bars, timeline lanes), not a value scale
     lo, hi = sorted(ax.get_ylim())
-    return sum(1 for t in ax.yaxis.get_ticklabels(which="both")
-               if t.get_visible() and t.get_text().strip() and lo <= t.get_position()[1] <= hi)
+    shown = [t.get_text().strip() for t in ax.yaxis.get_ticklabels(which="both")
+             if t.get_visible() and t.get_text().strip() and lo <= t.get_position()[1] <= hi]
+    if any(not _numeric(t) for t in shown):
+        return 2  # named categories (horizontal bars, timeline lanes), not a value scale
+    return len(shown)
+
+
+def _numeric(label: str) -> bool:
+    """A value tick label: ``0.05``, ``1,000``, ``−2``, or mathtext ``$\\mathdefault{10^{-1}}$``."""
+    import re
+
+    text = label.replace("\u2212", "-").replace(",", "")
+    if re.fullmatch(r"\$?(\\mathdefault\{)?-?\d+(\^\{-?\d+\})?\}?\$?", text):
+        return True
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def check_figure(fig) -> list[str]:
