@@ -110,3 +110,12 @@ def test_one_named_category_on_y_is_not_a_missing_scale():
     ax.set_yticks([0], ["pil"])
     assert check_figure(fig) == []
     plt.close(fig)
+
+
+def test_save_figure_wraps_a_long_suptitle(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEEDLAB_STRICT_FIGURES", "1")
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([1, 2], [1, 2])
+    fig.suptitle("Per batch of (x, y) uint8 pairs, square, 3 channels: collate only (no GPU: pinning and copies not measured)")
+    plots.save_figure(fig, tmp_path, "narrow", fingerprint=FP)  # would lie outside the canvas unwrapped
+    plt.close(fig)

@@ -69,6 +69,8 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
     fp = fingerprint or machine_fingerprint()
     fig.text(0.005, 0.002, fingerprint_line(fp), fontsize=6.5, color="#666666",
              ha="left", va="bottom", wrap=True)  # a narrow figure wraps it instead of cutting it
+    if getattr(fig, "_suptitle", None) is not None:
+        fig._suptitle.set_wrap(True)  # a long title on a narrow figure wraps instead of leaving it
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     from feedlab.figcheck import enforce
 
