@@ -22,6 +22,7 @@ from PIL import Image
 from feedlab.formats._common import MANIFEST, _remove, sweep_orphans, tmp_sibling, write_json_atomic
 
 from .errors import DataPrepError
+from .progress import track
 from .images import builtin_photo_paths, find_images, load_photos
 from .outdir import check_out, install
 
@@ -124,7 +125,7 @@ def build_cls(out, classes: int | None = 4, per_class: int = 128, *, min_size: i
         tmp.mkdir()
         for cname, photos in loaded.items():
             (tmp / cname).mkdir(parents=True)
-            for j in range(per_class):
+            for j in track(range(per_class), per_class, f"build {out.name}/{cname}", unit="image"):
                 ph = photos[int(rng.integers(0, len(photos)))]
                 data = render(ph.rgb, rng, min_size, max_size, quality)
                 digest.update(data)

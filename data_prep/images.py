@@ -11,6 +11,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from .errors import DataPrepError
+from .progress import track
 
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm", ".pgm", ".pnm"}
 
@@ -155,7 +156,7 @@ def load_photos(named_paths: list[tuple[str, Path]], *, min_side: int, skip_bad:
     photos: list[Photo] = []
     report = LoadReport()
     errors: list[str] = []
-    for name, path in named_paths:
+    for name, path in track(named_paths, len(named_paths), "load photos", unit="photo"):
         try:
             rgb, mode = load_rgb8(path)
         except DataPrepError as exc:

@@ -16,6 +16,7 @@ from feedlab.formats._common import (CHECKSUMS, MANIFEST, checksum_rows, read_ma
                                      tmp_sibling, write_json_atomic)
 
 from .errors import DataPrepError, VerifyError
+from .progress import Tracked, track
 
 IN_MEMORY_LIMIT = 2 << 30  # decode the PNGs once into RAM below this size
 
@@ -66,7 +67,7 @@ class _Reference(Sequence):
             self.lr = np.empty((n, *man["lr_shape"]), np.uint8)
             self.hr = np.empty((n, *man["hr_shape"]), np.uint8)
             digest = hashlib.sha256()
-            for i in range(n):
+            for i in track(range(n), n, f"decode {root.name} PNGs"):
                 lr, hr = self._png(i)
                 if lr.shape != self.lr.shape[1:] or hr.shape != self.hr.shape[1:]:
                     raise DataPrepError(f"png: sample {i} has shapes {lr.shape}, {hr.shape}, "
@@ -137,7 +138,7 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
         opts = _opts_for(spec.writer, writer_opts)
         t0 = time.perf_counter()
         try:
-            F.write(fmt, root, ref, **opts)
+            F.write(fmt, root, Tracked(ref, f"pack {fmt}"), **opts)
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in str(exc.strerror) else ""
             raise DataPrepError(f"{fmt}: cannot write under {root}: {exc.strerror or exc}{where}; "
@@ -200,7 +201,7 @@ def verify(root, formats: str | Iterable[str] | None = None, *, log: Callable[[s
             continue
         bad: list[str] = []
         nbad = 0
-        for i in range(len(ref)):
+        for i in track(range(len(ref)), len(ref), f"verify {fmt}"):
             want_lr, want_hr = ref[i]
             try:
                 lr, hr = ds[i]

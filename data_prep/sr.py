@@ -25,6 +25,7 @@ from feedlab.formats._common import (CHECKSUMS, MANIFEST, _remove, checksum_rows
 from .errors import DataPrepError
 from .images import builtin_photo_paths, find_images, load_photos
 from .outdir import check_out, install
+from .progress import track
 
 MANIFEST_VERSION = 1
 CHECKSUMS_ENTRY = {"file": CHECKSUMS, "algorithm": "crc32c",
@@ -100,7 +101,7 @@ def build_sr(out, patch: int = 64, scale: int = 2, count: int = 4096, *, source=
     try:
         (tmp / "hr").mkdir(parents=True)
         (tmp / "lr").mkdir()
-        for i in range(count):
+        for i in track(range(count), count, f"build {out.name}", unit="pair"):
             ph = photos[which[i]]
             h, w = ph.rgb.shape[:2]
             y = int(fy[i] * (h - patch + 1))

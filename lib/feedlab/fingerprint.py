@@ -148,7 +148,28 @@ def machine_fingerprint() -> dict:
     fp["time_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     fp["started_utc"] = _process_start_utc()
     fp["argv0"] = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    fp["other_load"] = _other_load()
     return fp
+
+
+def _other_load() -> dict:
+    """CPU used by other processes while this run measured (see feedlab.monitor)."""
+    try:
+        from feedlab.monitor import load_record
+
+        return load_record()
+    except Exception as exc:  # never lose a result over the load record
+        return {"available": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def busy_flag(fp: dict) -> str:
+    """' · BUSY: …' for a footer when other processes loaded the machine, else ''."""
+    load = fp.get("other_load") or {}
+    if not load.get("busy"):
+        return ""
+    worst = load.get("busiest_window") or load.get("whole_run") or {}
+    frac = max((load.get("whole_run") or {}).get("other_fraction", 0), worst.get("other_fraction", 0))
+    return f" · BUSY: other processes used {frac:.0%} of the cores"
 
 
 def fingerprint_line(fp: dict | None = None) -> str:
@@ -161,4 +182,4 @@ def fingerprint_line(fp: dict | None = None) -> str:
     dirty = "+dirty" if (fp.get("git") or {}).get("dirty") else ""
     return (f"{fp.get('cpu_model', '?')} · {fp.get('cpu_usable', '?')} cores · {mem_s} · {gpu} · "
             f"py {fp.get('python')} · torch {fp.get('torch')} · {commit[:8]}{dirty} · "
-            f"{fp.get('time_utc', '')[:16]}Z")
+            f"{fp.get('time_utc', '')[:16]}Z{busy_flag(fp)}")

@@ -431,19 +431,32 @@ def summary(res: Results):
 
 
 def _loader_rank(loader: str) -> int:
-    """A fixed order (and so a fixed colour) per loader across every panel."""
-    fixed = {"plain": 0, "dl_w0": 1, "dl_w1": 2, "batched": 3, "chunk": 4}
+    """A fixed order (and so a fixed colour) per loader across every panel: the
+    single-process loops first, then the DataLoader by worker count."""
+    fixed = {"plain": 0, "batched": 1, "chunk": 2}
     if loader in fixed:
         return fixed[loader]
     if loader.startswith("dl_w"):
-        return 3 + int(loader[4:])  # dl_w2 -> 5, dl_w4 -> 7 ...
+        return 3 + int(loader[4:])  # dl_w0 -> 3, dl_w1 -> 4, dl_w2 -> 5 ...
     return 9
+
+
+def loader_label(loader: str) -> str:
+    """What a loader name means, for a legend."""
+    fixed = {"plain": "one process, a sample at a time", "batched": "one process, a batch per read",
+             "chunk": "one process, chunk-aligned reads"}
+    if loader in fixed:
+        return fixed[loader]
+    if loader.startswith("dl_w"):
+        n = int(loader[4:])
+        return f"DataLoader, {n} worker{'s' if n != 1 else ''}"
+    return loader
 
 
 def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", ceiling_ms: float | None = None,
                 title: str = ""):
     """Grouped bars: one group per format, one bar per loader, log scale, IQR error bars."""
-    from feedlab.plots import PALETTE
+    from feedlab.plots import PALETTE, legend_outside, readable_log_axis
 
     s = summ[(summ["mode"] == mode) & (summ["metric"] == metric) & summ["variant"].str.contains("/")]
     fmts = list(dict.fromkeys(s["format"]))
@@ -459,18 +472,20 @@ def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", cei
                 med.append(row["median"])
                 lo_e.append(row["median"] - row["q25"])
                 hi_e.append(row["q75"] - row["median"])
-        ax.bar(xs, med, width, yerr=[lo_e, hi_e], capsize=1.5, label=lo,
+        ax.bar(xs, med, width, yerr=[lo_e, hi_e], capsize=1.5, label=loader_label(lo),
                color=PALETTE[_loader_rank(lo) % len(PALETTE)],
                error_kw={"elinewidth": 0.8})
     if ceiling_ms is not None:
         ax.axhline(ceiling_ms, color="#333333", linestyle="--", linewidth=1)
-        ax.annotate(f"memcpy into batch slots: {ceiling_ms:.3g} ms", xy=(0, ceiling_ms),
-                    xycoords=("axes fraction", "data"), xytext=(3, 3), textcoords="offset points",
-                    fontsize=7.5, color="#333333")
+        ax.annotate(f"memcpy into batch slots: {ceiling_ms:.3g} ms", xy=(1, ceiling_ms),
+                    xycoords=("axes fraction", "data"), xytext=(-3, 4), textcoords="offset points",
+                    ha="right", va="bottom", fontsize=7.5, color="#333333",
+                    bbox={"boxstyle": "square,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85})
     ax.set_yscale("log")
+    readable_log_axis(ax, "y")
     ax.set_xticks(np.arange(len(fmts)))
     ax.set_xticklabels(fmts, rotation=20)
     ax.set_ylabel("ms per batch (median, IQR bars)")
     ax.set_title(title)
-    ax.legend(ncol=min(6, len(loaders)), fontsize=7.5, loc="upper right")
+    legend_outside(ax, "right", fontsize=7.5, title="loader")
     return ax
