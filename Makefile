@@ -21,7 +21,6 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need Python 3.11, 3.12 or 3.13 on PATH (or set PYTHON=...)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(PIP_C) -e '.[dev,fast]'
-	$(PY) -m ipykernel install --sys-prefix --name feedlab --display-name "feedlab (venv)" >/dev/null
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install feedlab with its dev and fast-path extras
@@ -36,7 +35,7 @@ figures: $(STAMP) ## prepare data and run every notebook (PROFILE=quick|full|smo
 test: $(STAMP) ## lint (ruff), the unit tests, then every notebook once through papermill (smoke profile)
 	$(PY) -m ruff check lib data_prep tests
 	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests/unit
-	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests/notebooks
+	FEEDLAB_PROFILE=smoke FEEDLAB_STRICT_FIGURES=1 $(PY) -m pytest -q tests/notebooks
 
 lock: $(STAMP) ## rewrite constraints.txt from .venv (after a deliberate upgrade; commit it with the figures it made)
 	@{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^-e\|^pip==\|^setuptools==\|^wheel==\|^feedlab'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
@@ -47,8 +46,11 @@ pillow-simd: ## build .venv-simd with Pillow-SIMD (needs root for apt) so notebo
 	.venv-simd/bin/pip install -q numpy
 	CC="cc -mavx2" .venv-simd/bin/pip install -q --no-binary :all: pillow-simd
 
-lab: $(STAMP) ## start JupyterLab with the feedlab kernel
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+# Lab opens at the repository root: notebooks/ to run, figures/<notebook>/ for the executed
+# notebooks with their results. Its "Python 3" kernel is this venv's Python, the one the
+# runner uses. Containers and cloud GPU images run as root, which Lab refuses without a flag.
+lab: $(STAMP) ## start JupyterLab at the repository root (notebooks/ to run, figures/ for results)
+	$(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 doctor: $(STAMP) ## ask the bottleneck doctor about the embedded PNG set
 	$(PY) -m feedlab.doctor --data data/sr64 --format png

@@ -12,7 +12,6 @@ range of samples/s over the timed epochs, the data-wait time and the parameters.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from feedlab import pipeline as P
 
 
 def bench(data: Path, spec: P.PipelineSpec, epochs: int = 3, warmup: int = 1, max_batches: int | None = None,
-          trace: Path | None = None) -> dict:
+          trace: Path | None = None, verify: bool = True) -> dict:
     import torch
 
     from feedlab.monitor import CpuMonitor
@@ -33,7 +32,12 @@ def bench(data: Path, spec: P.PipelineSpec, epochs: int = 3, warmup: int = 1, ma
                          f"`python -m data_prep sr --out {data}` then `python -m data_prep pack {data} --to all`")
     device = P.resolve_device(spec.device)
     spec = spec.replace(device=device)
-    dataset = P.open_dataset(data, spec)
+    try:
+        dataset = P.open_dataset(data, spec)
+    except FileNotFoundError as exc:
+        raise SystemExit(f"python -m feedlab.bench: error: {exc}; pack it with "
+                         f"`python -m data_prep pack {data} --to {spec.format}`") from None
+    getattr(dataset, "dataset", dataset).verify = bool(verify)   # per-sample checksums (on by default)
     loader = P.make_loader(dataset, spec)
     model, _loss, optimizer = P.make_training(spec.model, device)
     for _ in range(warmup):
@@ -48,7 +52,7 @@ def bench(data: Path, spec: P.PipelineSpec, epochs: int = 3, warmup: int = 1, ma
     pinned = bool(spec.pin_memory and torch.cuda.is_available() and device.startswith("cuda"))
     out = {
         "data": str(data), **spec.as_dict(), "pin_memory": pinned, "pin_memory_requested": bool(spec.pin_memory),
-        "epochs": epochs, "warmup_epochs": warmup,
+        "epochs": epochs, "warmup_epochs": warmup, "verify": bool(verify),
         "samples_per_s": float(med), "samples_per_s_q25": float(q25), "samples_per_s_q75": float(q75),
         "samples_per_s_runs": [float(x) for x in rates],
         "batches": int(runs[-1].batches), "samples": int(runs[-1].samples),
@@ -70,6 +74,13 @@ def bench(data: Path, spec: P.PipelineSpec, epochs: int = 3, warmup: int = 1, ma
 
 
 def main(argv: list[str] | None = None) -> int:
+    from feedlab.errors import cli_errors
+
+    with cli_errors("python -m feedlab.bench"):
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedlab.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=None, help="a data set built by data_prep "
@@ -79,19 +90,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=1, help="untimed warm-up epochs")
     ap.add_argument("--max-batches", type=int, default=None, help="cap batches per epoch")
     ap.add_argument("--trace", type=Path, default=None, help="write a Chrome trace JSON of a 20-batch run")
+    ap.add_argument("--no-verify", action="store_true", help="skip the per-sample checksum check on read "
+                    "(on by default; see the checksum cost in notes)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     spec = P.spec_from_args(args)
     why = [w for w in spec.problems() if "pin_memory" not in w]  # pinning without CUDA is reported, not refused
     if why or args.epochs < 1:
         ap.error("; ".join(why) or "--epochs must be >= 1")
+    if (args.max_batches is not None and args.max_batches < 1) or args.warmup < 0:
+        ap.error("--max-batches must be >= 1 (or left out), --warmup >= 0")
     if args.data is None:
         from feedlab.paths import default_sr_root
 
         args.data = default_sr_root("quick")
-    out = bench(args.data, spec, args.epochs, args.warmup, args.max_batches, args.trace)
+    out = bench(args.data, spec, args.epochs, args.warmup, args.max_batches, args.trace, verify=not args.no_verify)
     if args.json:
-        print(json.dumps(out))
+        from feedlab.errors import strict_json
+
+        print(strict_json(out))
         return 0
     print(f"{out['format']} · batch {out['batch_size']} · {out['num_workers']} workers · "
           f"{out['collate']} collate · model {out['model']} on {out['device']}")

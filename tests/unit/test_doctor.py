@@ -141,11 +141,14 @@ class SlowModel(torch.nn.Module):
 
 
 def run_doctor(store, model=None, workers=1):
+    threads_before = torch.get_num_threads()
     doc = Doctor(None, SPEC.replace(device="cpu", num_workers=workers), max_workers=workers,
                  budget=Budget(repeats=2, samples=16, e2e_batches=3, cold=False),
                  splits=lambda f, d: StageSplit(store), model=model)
     doc.measure(alternatives=False)
-    return doc, doctor.diagnose(doc, SPEC.replace(num_workers=workers))
+    rep = doctor.diagnose(doc, SPEC.replace(num_workers=workers))
+    assert torch.get_num_threads() == threads_before  # measuring at other thread counts restores the main's
+    return doc, rep
 
 
 def test_slow_decode_is_named():

@@ -18,7 +18,6 @@ it (and optionally a training step ``step(batch)``), stages measured by wrapping
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -74,11 +73,20 @@ def _user_loader(args) -> int:
     step = _load_callable(args.step, "--step") if args.step else None
     rep = diagnose_loader(loader, step=step, batches=args.batches, repeats=args.repeats,
                           device=P.resolve_device(args.device))
-    print(json.dumps(rep, default=json_default) if args.json else render_user(rep))
+    from feedlab.errors import strict_json
+
+    print(strict_json(rep, default=json_default) if args.json else render_user(rep))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    from feedlab.errors import cli_errors
+
+    with cli_errors("python -m feedlab.doctor"):
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     from feedlab import formats
 
     from .diagnosis import diagnose
@@ -88,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.batch_size < 1 or args.repeats < 1 or (args.max_workers is not None and args.max_workers < 0):
         ap.error("--batch-size and --repeats must be >= 1, --max-workers >= 0")
+    if args.samples < 1 or args.batches < 1 or (args.num_workers is not None and args.num_workers < 0):
+        ap.error("--samples and --batches must be >= 1, --num-workers >= 0")
     if args.loader:
         return _user_loader(args)
     if args.data is None:
@@ -118,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                   workers=spec.num_workers, collate=P.make_collate(spec.collate), max_batches=20,
                   model=doc.model, device=doc.device, optimizer=doc.optimizer, pin_memory=spec.pin_memory and doc.cuda)
     if args.json:
-        print(json.dumps(report, default=json_default))
+        from feedlab.errors import strict_json
+
+        print(strict_json(report, default=json_default))  # no bare Infinity/NaN: null
     else:
         print(render(report))
         if args.trace is not None:
