@@ -85,7 +85,10 @@ def _main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=None, help="a data set built by data_prep "
                     "(default: the embedded data/sr64)")
-    P.add_arguments(ap, P.PipelineSpec(batch_size=128, num_workers=2))
+    from feedlab.formats import sr_formats
+
+    P.add_arguments(ap, P.PipelineSpec(batch_size=128, num_workers=2), formats=sr_formats())
+    ap.add_argument("--workers", dest="num_workers", type=int, help=argparse.SUPPRESS)  # the flag's old name
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs (after one warm-up)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed warm-up epochs")
     ap.add_argument("--max-batches", type=int, default=None, help="cap batches per epoch")

@@ -373,13 +373,14 @@ def steady_rate(et, skip: int = 1) -> float | None:
 
 
 def add_arguments(ap: argparse.ArgumentParser, defaults: PipelineSpec | None = None,
-                  skip: tuple[str, ...] = ()) -> None:
-    """``--format``, ``--decode``, ... one flag per spec field (``skip`` leaves some out)."""
+                  skip: tuple[str, ...] = (), formats=None) -> None:
+    """``--format``, ``--decode``, ... one flag per spec field (``skip`` leaves some out;
+    ``formats``: the formats ``--format`` accepts, default every registered one)."""
     from feedlab.formats import FORMATS
 
     d = defaults or PipelineSpec()
     helps = {
-        "format": ("storage format", dict(choices=sorted(FORMATS))),
+        "format": ("storage format", dict(choices=sorted(formats or FORMATS))),
         "decode": ("image decode backend (auto: the format's default)", {}),
         "transform": ("per-sample transform", dict(choices=list(TRANSFORMS))),
         "collate": ("; ".join(f"{k}: {v[1]}" for k, v in COLLATES.items()), dict(choices=list(COLLATES))),
