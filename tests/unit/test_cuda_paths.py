@@ -217,7 +217,7 @@ def test_batch_size_table_pins_with_cuda_only(monkeypatch):
     """09 turns pin_memory on with CUDA (as the write-up did) and off without; the grid
     refuses pin_memory on a CPU (DataLoader would ignore it and the label would lie)."""
     from feedlab.experiments import worker_scaling
-    from feedlab.experiments.loader_grid import Setting, applicable
+    from feedlab.experiments.loader_grid import PipelineSpec, applicable
 
     seen = {}
 
@@ -229,5 +229,5 @@ def test_batch_size_table_pins_with_cuda_only(monkeypatch):
     worker_scaling.batch_size_table("root", [8, 16], [2], device="cuda")
     worker_scaling.batch_size_table("root", [8, 16], [2], device="cpu")
     assert seen == {"cuda": {True}, "cpu": {False}}
-    ok, why = applicable(Setting(batch_size=4, num_workers=2, pin_memory=True), "cpu")
+    ok, why = applicable(PipelineSpec(batch_size=4, num_workers=2, pin_memory=True), "cpu")
     assert not ok and "CUDA" in why
