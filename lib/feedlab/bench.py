@@ -133,9 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", help="cpu, cuda or auto")
     ap.add_argument("--trace", type=Path, default=None, help="write a Chrome trace JSON of a 20-batch run")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    from feedlab.peers.cli import add_arguments as add_peer_arguments
+
+    add_peer_arguments(ap)
     args = ap.parse_args(argv)
     if args.batch_size < 1 or args.workers < 0 or args.epochs < 1:
         ap.error("--batch-size and --epochs must be >= 1, --workers >= 0")
+    if args.peer:
+        from feedlab.peers.cli import main_peer
+
+        return main_peer(args)
     if args.data is None:
         from feedlab.paths import default_sr_root
 

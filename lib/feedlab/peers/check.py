@@ -21,7 +21,9 @@ import numpy as np
 
 from .base import Source, Spec
 
-CLS_TOLERANCE = 12.0  # mean |difference| in grey levels (0..255) allowed against the reference
+CLS_TOLERANCE = 20.0  # mean |difference| in grey levels (0..255) allowed against the reference
+# (reduced-scale DCT decoding + a resize differs from Pillow's antialiased resize by up to ~16 levels on
+# 32-64 px images; a different image by more, and it is also caught by the nearest-reference test)
 
 
 def to_nhwc_uint8(x) -> np.ndarray:
@@ -62,6 +64,13 @@ def reference_image(source: Source, i: int, size: int) -> np.ndarray:
         return np.asarray(im.convert("RGB").resize((size, size), Image.BILINEAR))
 
 
+def _thumb(img: np.ndarray) -> np.ndarray:
+    """An 8x8 block-mean thumbnail (float32) of an HWC image."""
+    h, w = img.shape[0] // 8 * 8, img.shape[1] // 8 * 8
+    a = img[:h, :w].astype(np.float32)
+    return a.reshape(8, h // 8, 8, w // 8, -1).mean(axis=(1, 3))
+
+
 def _summary(expected: int, got: Counter, want: Counter) -> dict:
     missing = sum((want - got).values())
     unexpected = sum((got - want).values())
@@ -87,6 +96,11 @@ def verify_sr(batches, source: Source) -> dict:
 def verify_cls(batches, source: Source, size: int, pixels: bool = True, tolerance: float = CLS_TOLERANCE) -> dict:
     """One un-augmented epoch: ids once each, labels right, pixels near the reference."""
     ids_seen: Counter = Counter()
+    thumbs = None
+    if pixels:  # 8x8 thumbnails of every reference: is each image nearest to its own?
+        refs = [reference_image(source, i, size) for i in range(source.n)]
+        thumbs = np.stack([_thumb(r) for r in refs])
+    not_nearest = 0
     bad_label = 0
     worst = 0.0
     mads = []
@@ -103,18 +117,20 @@ def verify_cls(batches, source: Source, size: int, pixels: bool = True, toleranc
                 if imgs[k].shape != (size, size, 3):
                     mads.append(float("inf"))
                     continue
-                ref = reference_image(source, i, size)
+                ref = refs[i]
                 mads.append(float(np.abs(imgs[k].astype(np.int16) - ref.astype(np.int16)).mean()))
+                d = np.abs(thumbs - _thumb(imgs[k])).mean(axis=(1, 2, 3))
+                not_nearest += int(d[i] > d.min())
     want = Counter(range(source.n))
     out = _summary(source.n, ids_seen, want)
     worst = max(mads) if mads else float("nan")
     out.update({"wrong_label": int(bad_label), "pixels_checked": bool(pixels), "tolerance": tolerance,
                 "max_mean_abs_diff": worst, "median_mean_abs_diff": float(np.median(mads)) if mads else float("nan"),
-                "over_tolerance": int(sum(m > tolerance for m in mads))})
+                "over_tolerance": int(sum(m > tolerance for m in mads)), "not_nearest": not_nearest})
     out["ok"] = (out["missing"] == 0 and out["unexpected"] == 0 and out["returned"] == source.n
-                 and bad_label == 0 and out["over_tolerance"] == 0)
+                 and bad_label == 0 and out["over_tolerance"] == 0 and not_nearest == 0)
     out["method"] = ("un-augmented decode + resize vs Pillow reference (mean |diff| <= "
-                     f"{tolerance:g}), ids once each, labels" if pixels else "ids once each, labels (pixels not comparable)")
+                     f"{tolerance:g}, and nearest to its own reference), ids once each, labels" if pixels else "ids once each, labels (pixels not comparable)")
     return out
 
 

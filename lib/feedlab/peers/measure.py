@@ -185,3 +185,21 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
         res.extend(r)
         info["runs"].append(status)
     return res, info
+
+
+def run_all(names, sources: dict, work_root, batch_size: int, worker_counts, size: int = 64, warmup: int = 1,
+            repeats: int = 3, cold: bool = False, device="cpu", seed: int = 0, log=print) -> tuple[Results, list]:
+    """Every contender on every source (``{kind: Source}``); rows and one info dict per (kind, contender)."""
+    res, infos = Results(), []
+    for kind, source in sources.items():
+        for name in names:
+            t0 = time.perf_counter()
+            r, info = run_peer(name, source, work_root, batch_size, worker_counts, size, warmup, repeats, cold,
+                               device, seed)
+            res.extend(r)
+            infos.append(info)
+            if log is not None:
+                state = ("unavailable: " + info["reason"]) if not info["available"] else (
+                    info["reason"] or "ok")
+                log(f"{kind:4s} {name:18s} {time.perf_counter() - t0:6.1f} s  {state[:160]}")
+    return res, infos
