@@ -148,9 +148,9 @@ def test_ratio_and_readings_are_computed_from_the_table():
     r = ratios(tab)["sr"]
     assert r["ratio"] == pytest.approx(2.0) and r["verdict"].startswith("met")
     lose = _tab(500.0, 1000.0)
-    rl = ratios(lose)["sr"]
-    assert rl["ratio"] == pytest.approx(0.5) and rl["verdict"] == "not met"
-    text = " ".join(readings(rl, lose))
+    rat = ratios(lose)
+    assert rat["sr"]["ratio"] == pytest.approx(0.5) and rat["sr"]["verdict"] == "not met"
+    text = " ".join(readings(rat, lose))
     assert "less CPU per sample" in text and "FFCV" in text and "no wheel" in text
     close = ratios(_tab(1000.0, 1020.0))["sr"]
     assert close["verdict"].startswith("within")
