@@ -99,8 +99,8 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
             lines.append(f"{kind}: no ratio ({r['why_missing']} has no checked, timed run).")
             continue
         fb, p = r["feedlab"], r["best_peer"]
-        s = (f"{kind}: feedlab best ({fb['num_workers']} workers) {_f(fb['samples_per_s'])} samples/s "
-             f"(IQR {_f(fb['q25'])}–{_f(fb['q75'])}) vs the best peer, {p['label']} ({p['num_workers']} workers) "
+        s = (f"{kind}: feedlab best ({int(fb['num_workers'])} workers) {_f(fb['samples_per_s'])} samples/s "
+             f"(IQR {_f(fb['q25'])}–{_f(fb['q75'])}) vs the best peer, {p['label']} ({int(p['num_workers'])} workers) "
              f"{_f(p['samples_per_s'])} (IQR {_f(p['q25'])}–{_f(p['q75'])}): ratio {r['ratio']:.2f} "
              f"(from the IQRs {r['ratio_low']:.2f}–{r['ratio_high']:.2f}); target >= 1.0: {r['verdict']}.")
         if r["ratio"] < 1.0:
