@@ -21,7 +21,6 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need Python 3.11, 3.12 or 3.13 on PATH (or set PYTHON=...)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(PIP_C) -e '.[dev,fast]'
-	$(PY) -m ipykernel install --sys-prefix --name feedlab --display-name "feedlab (venv)" >/dev/null
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install feedlab with its dev and fast-path extras
@@ -35,7 +34,7 @@ figures: $(STAMP) ## prepare data and run every notebook (PROFILE=quick|full|smo
 
 test: $(STAMP) ## run the test suite, nbval over every notebook with the smoke profile included
 	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests
-	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
+	FEEDLAB_PROFILE=smoke FEEDLAB_STRICT_FIGURES=1 $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
 
 lock: $(STAMP) ## rewrite constraints.txt from .venv (after a deliberate upgrade; commit it with the figures it made)
 	@{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^-e\|^pip==\|^setuptools==\|^wheel==\|^feedlab'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
@@ -46,8 +45,11 @@ pillow-simd: ## build .venv-simd with Pillow-SIMD (needs root for apt) so notebo
 	.venv-simd/bin/pip install -q numpy
 	CC="cc -mavx2" .venv-simd/bin/pip install -q --no-binary :all: pillow-simd
 
-lab: $(STAMP) ## start JupyterLab with the feedlab kernel
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+# Lab opens at the repository root: notebooks/ to run, figures/<notebook>/ for the executed
+# notebooks with their results. Its "Python 3" kernel is this venv's Python, the one the
+# runner uses. Containers and cloud GPU images run as root, which Lab refuses without a flag.
+lab: $(STAMP) ## start JupyterLab at the repository root (notebooks/ to run, figures/ for results)
+	$(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 doctor: $(STAMP) ## ask the bottleneck doctor about the embedded PNG set
 	$(PY) -m feedlab.doctor --data data/sr64 --format png

@@ -23,10 +23,10 @@ from feedlab.formats._common import read_manifest
 
 from .classify import build_cls, cls_params
 from .errors import DataPrepError, VerifyError
-from .pack import pack, parse_formats, verify
+from .pack import add_checksums, pack, parse_formats, verify
 from .sr import build_sr, sr_params
 
-__all__ = ["ensure_sr", "ensure_cls", "build_sr", "build_cls", "pack", "verify", "parse_formats",
+__all__ = ["ensure_sr", "ensure_cls", "build_sr", "build_cls", "pack", "verify", "parse_formats", "add_checksums",
            "DataPrepError", "VerifyError"]
 
 
@@ -71,20 +71,33 @@ def ensure_sr(root: str | os.PathLike | None = None, patch: int = 64, scale: int
     root = Path(root) if root is not None else _default_root("sr", patch)
     log = log or _quiet
     wanted = parse_formats(formats if formats else [], default_all=False)
-    with _build_lock(root):
+    want = sr_params(patch, scale, count, seed, source, flip)
+
+    def todo() -> tuple[bool, list[str]]:
         man = read_manifest(root)
-        want = sr_params(patch, scale, count, seed, source, flip)
-        if any(man.get(k) != v for k, v in want.items()) or not _sr_complete(root, man):
-            build_sr(root, patch, scale, count, source=source, seed=seed, flip=flip, log=log)
-            man = read_manifest(root)
+        rebuild = any(man.get(k) != v for k, v in want.items()) or not _sr_complete(root, man)
+        if rebuild:
+            return True, wanted
         from feedlab.formats import FORMATS
+        from feedlab.formats._common import CHECKSUMS
 
         have = man.get("formats", {})
         missing = [f for f in wanted
                    if f not in have or have[f].get("content_sha256") != man.get("content_sha256")
                    or FORMATS[f].bytes_on_disk(root) == 0]
+        if not (root / CHECKSUMS).is_file():
+            missing = missing or ["checksums"]
+        return False, missing
+
+    rebuild, missing = todo()
+    if not rebuild and not missing:
+        return root  # complete: no lock, nothing written (a set can be shared read-only)
+    with _build_lock(root):
+        rebuild, missing = todo()  # another process may have built it meanwhile
+        if rebuild:
+            build_sr(root, patch, scale, count, source=source, seed=seed, flip=flip, log=log)
         if missing:
-            pack(root, missing, log=log)
+            pack(root, [f for f in missing if f != "checksums"], log=log)
     return root
 
 
@@ -94,12 +107,18 @@ def ensure_cls(root: str | os.PathLike | None = None, classes: int | None = 4, p
     """Make sure ``root`` holds the ImageFolder set with these parameters; returns ``root``."""
     root = Path(root) if root is not None else _default_root("cls")
     log = log or _quiet
-    with _build_lock(root):
+    want = cls_params(classes, per_class, min_size, max_size, seed, source, quality)
+
+    def needed() -> bool:
         man = read_manifest(root)
-        want = cls_params(classes, per_class, min_size, max_size, seed, source, quality)
         complete = bool(man.get("classes")) and all(
             (root / c / f"{per_class - 1:06d}.jpg").is_file() for c in man.get("classes", []))
-        if any(man.get(k) != v for k, v in want.items()) or not complete:
+        return any(man.get(k) != v for k, v in want.items()) or not complete
+
+    if not needed():
+        return root  # complete: no lock taken
+    with _build_lock(root):
+        if needed():
             build_cls(root, classes, per_class, min_size=min_size, max_size=max_size, seed=seed,
                       source=source, quality=quality, log=log)
     return root

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
 import time
 
@@ -33,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--seed", type=int, default=0)
     sr.add_argument("--flip", action="store_true", help="mirror half of the patches at random")
     sr.add_argument("--skip-bad", action="store_true", help="skip unreadable images (counted) instead of failing")
+    sr.add_argument("--force", action="store_true", help="--out may be a folder that is not an SR set: the "
+                    "set is added beside its files (none of them is removed)")
     sr.add_argument("--pack", default=None, metavar="FORMATS",
                     help=f"then pack these formats (comma list or 'all': {', '.join(PACKABLE)})")
 
@@ -46,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--quality", type=int, default=90)
     cl.add_argument("--seed", type=int, default=0)
     cl.add_argument("--skip-bad", action="store_true")
+    cl.add_argument("--force", action="store_true", help="--out may be a folder that is not a classification "
+                    "set: the set is added beside its files (none of them is removed)")
 
     pk = sub.add_parser("pack", help="write storage formats beside the PNGs of an SR set")
     pk.add_argument("root")
@@ -58,23 +64,42 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like SIGINT so every temporary is removed on the way out."""
+
+
+def _on_sigterm(_signum, _frame):
+    raise _Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from feedlab.errors import FormatError, one_line
+
     from . import build_cls, build_sr, pack, verify
 
+    if args.cmd == "pack" and args.chunk_len is not None and args.chunk_len < 1:
+        print(f"data_prep pack: error: --chunk-len must be >= 1, got {args.chunk_len}", file=sys.stderr)
+        return 2
+    old_term = None
+    try:
+        old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        pass
     t0 = time.perf_counter()
     try:
         if args.cmd == "sr":
             out = args.out or _default_data(f"sr{args.patch}")
             build_sr(out, args.patch, args.scale, args.count, source=args.source, seed=args.seed,
-                     flip=args.flip, skip_bad=args.skip_bad)
+                     flip=args.flip, skip_bad=args.skip_bad, force=args.force)
             if args.pack:
                 pack(out, args.pack)
         elif args.cmd == "classify":
             out = args.out or _default_data("cls")
             classes = args.classes if args.classes is not None else (4 if args.source is None else None)
             build_cls(out, classes, args.per_class, min_size=args.min_size, max_size=args.max_size,
-                      seed=args.seed, source=args.source, quality=args.quality, skip_bad=args.skip_bad)
+                      seed=args.seed, source=args.source, quality=args.quality, skip_bad=args.skip_bad,
+                      force=args.force)
         elif args.cmd == "pack":
             pack(args.root, args.to, chunk_len=args.chunk_len)
         elif args.cmd == "verify":
@@ -82,9 +107,18 @@ def main(argv: list[str] | None = None) -> int:
     except DataPrepError as exc:
         print(f"data_prep {args.cmd}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except (OSError, FormatError, json.JSONDecodeError) as exc:
+        print(f"data_prep {args.cmd}: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except _Terminated:
+        print(f"data_prep {args.cmd}: terminated (no partial output left)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"data_prep {args.cmd}: interrupted (no partial output left)", file=sys.stderr)
         return 130
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
     print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -20,10 +19,12 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
-from feedlab.formats._common import MANIFEST, _remove, replace_path, write_json_atomic
+from feedlab.formats._common import MANIFEST, _remove, sweep_orphans, tmp_sibling, write_json_atomic
 
 from .errors import DataPrepError
+from .progress import track
 from .images import builtin_photo_paths, find_images, load_photos
+from .outdir import check_out, install
 
 MIN_SOURCE_SIDE = 32
 
@@ -85,9 +86,10 @@ def render(photo: np.ndarray, rng: np.random.Generator, min_size: int, max_size:
 
 
 def build_cls(out, classes: int | None = 4, per_class: int = 128, *, min_size: int = 160, max_size: int = 512,
-              seed: int = 0, source=None, quality: int = 90, skip_bad: bool = False,
+              seed: int = 0, source=None, quality: int = 90, skip_bad: bool = False, force: bool = False,
               log: Callable[[str], None] = print) -> Path:
-    """Build the ImageFolder at ``out`` atomically (``out.tmp-XXXX`` then rename)."""
+    """Build the ImageFolder at ``out`` atomically (``out.tmp-<pid>-XXXXXX``, then put in
+    place). ``out`` must be missing, empty or a classification set, unless ``force``."""
     if per_class < 1:
         raise DataPrepError(f"--per-class must be >= 1, got {per_class}")
     if not 8 <= min_size <= max_size:
@@ -96,6 +98,10 @@ def build_cls(out, classes: int | None = 4, per_class: int = 128, *, min_size: i
         raise DataPrepError(f"--quality must be in 1..100, got {quality}")
     t0 = time.perf_counter()
     out = Path(out)
+    mode = check_out(out, "cls", force)
+    if out.parent.is_dir():
+        for p in sweep_orphans(out.parent):
+            log(f"removed {p.name}, left by a killed run")
     table = class_sources(source, classes)
     loaded: dict[str, list] = {}
     skipped = {"unreadable": [], "too_small": []}
@@ -111,7 +117,7 @@ def build_cls(out, classes: int | None = 4, per_class: int = 128, *, min_size: i
         raise DataPrepError("no usable source images for any class")
 
     rng = np.random.default_rng(seed)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
+    tmp = tmp_sibling(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     total_bytes = 0
@@ -119,7 +125,7 @@ def build_cls(out, classes: int | None = 4, per_class: int = 128, *, min_size: i
         tmp.mkdir()
         for cname, photos in loaded.items():
             (tmp / cname).mkdir(parents=True)
-            for j in range(per_class):
+            for j in track(range(per_class), per_class, f"build {out.name}/{cname}", unit="image"):
                 ph = photos[int(rng.integers(0, len(photos)))]
                 data = render(ph.rgb, rng, min_size, max_size, quality)
                 digest.update(data)
@@ -137,7 +143,7 @@ def build_cls(out, classes: int | None = 4, per_class: int = 128, *, min_size: i
             "build_seconds": round(time.perf_counter() - t0, 3),
         }
         write_json_atomic(tmp / MANIFEST, manifest)
-        replace_path(tmp, out)
+        install(tmp, out, "cls", mode)
     except BaseException:
         _remove(tmp)
         raise

@@ -11,6 +11,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from .errors import DataPrepError
+from .progress import track
 
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm", ".pgm", ".pnm"}
 
@@ -154,12 +155,12 @@ def load_photos(named_paths: list[tuple[str, Path]], *, min_side: int, skip_bad:
     with ``skip_bad``), ones smaller than ``min_side`` on a side are skipped and counted."""
     photos: list[Photo] = []
     report = LoadReport()
-    for name, path in named_paths:
+    errors: list[str] = []
+    for name, path in track(named_paths, len(named_paths), "load photos", unit="photo"):
         try:
             rgb, mode = load_rgb8(path)
         except DataPrepError as exc:
-            if not skip_bad:
-                raise DataPrepError(f"{exc} (use --skip-bad to skip unreadable images)") from None
+            errors.append(str(exc).removeprefix("cannot read image "))
             report.unreadable.append(str(path))
             continue
         if rgb.shape[0] < min_side or rgb.shape[1] < min_side:
@@ -168,6 +169,9 @@ def load_photos(named_paths: list[tuple[str, Path]], *, min_side: int, skip_bad:
         if mode != "RGB":
             report.converted[mode] = report.converted.get(mode, 0) + 1
         photos.append(Photo(name, Path(path), rgb))
+    if errors and not skip_bad:  # every bad file in one run, not one per run
+        raise DataPrepError(f"{len(errors)} unreadable image(s): " + "; ".join(errors)
+                            + " (fix or remove them, or use --skip-bad to skip them)")
     if report.unreadable:
         log(f"skipped {len(report.unreadable)} unreadable image(s): " + ", ".join(report.unreadable))
     if report.too_small:

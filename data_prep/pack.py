@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -11,9 +12,11 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from feedlab import formats as F
-from feedlab.formats._common import MANIFEST, read_manifest, write_json_atomic
+from feedlab.formats._common import (CHECKSUMS, MANIFEST, checksum_rows, read_manifest, sweep_orphans,
+                                     tmp_sibling, write_json_atomic)
 
 from .errors import DataPrepError, VerifyError
+from .progress import Tracked, track
 
 IN_MEMORY_LIMIT = 2 << 30  # decode the PNGs once into RAM below this size
 
@@ -64,8 +67,8 @@ class _Reference(Sequence):
             self.lr = np.empty((n, *man["lr_shape"]), np.uint8)
             self.hr = np.empty((n, *man["hr_shape"]), np.uint8)
             digest = hashlib.sha256()
-            for i in range(n):
-                lr, hr = self.ds[i]
+            for i in track(range(n), n, f"decode {root.name} PNGs"):
+                lr, hr = self._png(i)
                 if lr.shape != self.lr.shape[1:] or hr.shape != self.hr.shape[1:]:
                     raise DataPrepError(f"png: sample {i} has shapes {lr.shape}, {hr.shape}, "
                                         f"manifest says {man['lr_shape']}, {man['hr_shape']}")
@@ -76,6 +79,22 @@ class _Reference(Sequence):
             if man.get("content_sha256") and digest.hexdigest() != man["content_sha256"]:
                 raise VerifyError(f"png: the PNGs under {root} no longer match the manifest's content_sha256")
 
+    def _png(self, i: int):
+        try:
+            return self.ds._read(i)
+        except Exception as exc:
+            raise DataPrepError(f"png: sample {i} ({self.ds._sample_path(i)}) cannot be decoded "
+                                f"({type(exc).__name__}: {exc}): rebuild the set with `python -m data_prep sr`") from None
+
+    def checksums(self) -> np.ndarray:
+        """The (N, 2) uint32 crc32c table of the reference samples."""
+        table = np.empty((len(self), 2), np.uint32)
+        for i in range(len(self)):
+            lr, hr = self[i]
+            table[i, 0] = checksum_rows(np.asarray(lr)[None])[0]
+            table[i, 1] = checksum_rows(np.asarray(hr)[None])[0]
+        return table
+
     def __len__(self) -> int:
         return len(self.ds)
 
@@ -84,7 +103,7 @@ class _Reference(Sequence):
             return [self[j] for j in range(*i.indices(len(self)))]
         if self.cached:
             return self.lr[i], self.hr[i]
-        return self.ds[i]
+        return self._png(i)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -105,14 +124,25 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
     root = Path(root)
     fmts = parse_formats(formats)
     man = sr_manifest(root)
-    if not fmts:
+    if writer_opts.get("chunk_len") is not None and int(writer_opts["chunk_len"]) < 1:
+        raise DataPrepError(f"--chunk-len must be >= 1, got {writer_opts['chunk_len']}")
+    if not fmts and (root / CHECKSUMS).is_file():
         return man
+    for p in sweep_orphans(root):
+        log(f"removed {p.name}, left by a killed run")
     ref = _Reference(root, man)
+    if not (root / CHECKSUMS).is_file():  # a set built before checksums: add them
+        man = add_checksums(root, ref, log=log)
     for fmt in fmts:
         spec = F.get_format(fmt)
         opts = _opts_for(spec.writer, writer_opts)
         t0 = time.perf_counter()
-        F.write(fmt, root, ref, **opts)
+        try:
+            F.write(fmt, root, Tracked(ref, f"pack {fmt}"), **opts)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in str(exc.strerror) else ""
+            raise DataPrepError(f"{fmt}: cannot write under {root}: {exc.strerror or exc}{where}; "
+                                "nothing half-written was left") from None
         dt = time.perf_counter() - t0
         size = spec.bytes_on_disk(root)
         man = read_manifest(root)  # re-read: another packer may have recorded a format meanwhile
@@ -122,6 +152,28 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
         }
         write_json_atomic(root / MANIFEST, man)
         log(f"packed {fmt:9s} {size / 2**20:8.1f} MiB in {dt:6.2f} s")
+    return man
+
+
+def add_checksums(root, ref: "_Reference | None" = None, *, log: Callable[[str], None] = print) -> dict:
+    """Write the per-sample crc32c table of a set built before checksums existed."""
+    from .sr import CHECKSUMS_ENTRY
+
+    root = Path(root)
+    man = sr_manifest(root)
+    ref = ref if ref is not None else _Reference(root, man)
+    table = ref.checksums()
+    tmp = tmp_sibling(root / CHECKSUMS)
+    try:
+        with open(tmp, "wb") as fh:
+            np.save(fh, table, allow_pickle=False)
+        os.replace(tmp, root / CHECKSUMS)
+    finally:
+        tmp.unlink(missing_ok=True)
+    man = read_manifest(root)
+    man["checksums"] = CHECKSUMS_ENTRY
+    write_json_atomic(root / MANIFEST, man)
+    log(f"wrote per-sample checksums ({CHECKSUMS}) for {len(table)} samples")
     return man
 
 
@@ -149,7 +201,7 @@ def verify(root, formats: str | Iterable[str] | None = None, *, log: Callable[[s
             continue
         bad: list[str] = []
         nbad = 0
-        for i in range(len(ref)):
+        for i in track(range(len(ref)), len(ref), f"verify {fmt}"):
             want_lr, want_hr = ref[i]
             try:
                 lr, hr = ds[i]

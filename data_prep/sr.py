@@ -11,7 +11,6 @@ and zlib are part of the recipe).
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -20,12 +19,17 @@ import numpy as np
 from PIL import Image
 
 from feedlab.formats import png as png_fmt
-from feedlab.formats._common import replace_path, write_json_atomic, MANIFEST, _remove
+from feedlab.formats._common import (CHECKSUMS, MANIFEST, _remove, checksum_rows, sweep_orphans, tmp_sibling,
+                                     write_json_atomic)
 
 from .errors import DataPrepError
 from .images import builtin_photo_paths, find_images, load_photos
+from .outdir import check_out, install
+from .progress import track
 
 MANIFEST_VERSION = 1
+CHECKSUMS_ENTRY = {"file": CHECKSUMS, "algorithm": "crc32c",
+                   "layout": "(count, 2) uint32: crc32c of lr.tobytes(), of hr.tobytes() (uint8 HWC, C order)"}
 
 
 def sr_params(patch: int, scale: int, count: int, seed: int, source, flip: bool) -> dict:
@@ -66,12 +70,19 @@ def make_pair(photo: np.ndarray, y: int, x: int, patch: int, scale: int, flip: b
 
 
 def build_sr(out, patch: int = 64, scale: int = 2, count: int = 4096, *, source=None, seed: int = 0,
-             flip: bool = False, skip_bad: bool = False, log: Callable[[str], None] = print) -> Path:
-    """Build an SR set at ``out`` (replacing any there), atomically: everything is
-    written into ``out.tmp-XXXX`` (manifest last) and renamed onto ``out``."""
+             flip: bool = False, skip_bad: bool = False, force: bool = False,
+             log: Callable[[str], None] = print) -> Path:
+    """Build an SR set at ``out``, atomically: everything is written into
+    ``out.tmp-<pid>-XXXXXX`` (manifest last) and then put at ``out``. ``out`` must be
+    missing, empty or an SR set (replaced); any other folder is refused unless
+    ``force`` (then the set is added beside its files; see :mod:`data_prep.outdir`)."""
     _check_args(patch, scale, count)
     t0 = time.perf_counter()
     out = Path(out)
+    mode = check_out(out, "sr", force)
+    if out.parent.is_dir():
+        for p in sweep_orphans(out.parent):
+            log(f"removed {p.name}, left by a killed run")
     photos, report = load_photos(source_paths(source), min_side=patch, skip_bad=skip_bad, log=log)
     if not photos:
         raise DataPrepError(f"no usable source images (all unreadable or smaller than {patch}x{patch})")
@@ -83,13 +94,14 @@ def build_sr(out, patch: int = 64, scale: int = 2, count: int = 4096, *, source=
     flips = rng.random(count) < 0.5 if flip else np.zeros(count, bool)
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
+    tmp = tmp_sibling(out)
     digest = hashlib.sha256()
     used = np.zeros(len(photos), np.int64)
+    crc = np.zeros((count, 2), np.uint32)
     try:
         (tmp / "hr").mkdir(parents=True)
         (tmp / "lr").mkdir()
-        for i in range(count):
+        for i in track(range(count), count, f"build {out.name}", unit="pair"):
             ph = photos[which[i]]
             h, w = ph.rgb.shape[:2]
             y = int(fy[i] * (h - patch + 1))
@@ -97,11 +109,14 @@ def build_sr(out, patch: int = 64, scale: int = 2, count: int = 4096, *, source=
             lr, hr = make_pair(ph.rgb, y, x, patch, scale, bool(flips[i]))
             digest.update(lr.tobytes())
             digest.update(hr.tobytes())
+            crc[i, 0] = checksum_rows(lr[None])[0]
+            crc[i, 1] = checksum_rows(hr[None])[0]
             name = png_fmt.sample_name(i)
             (tmp / "hr" / name).write_bytes(png_fmt.encode_png(hr))
             (tmp / "lr" / name).write_bytes(png_fmt.encode_png(lr))
             used[which[i]] += 1
         small = patch // scale
+        np.save(tmp / CHECKSUMS, crc, allow_pickle=False)
         manifest = {
             **sr_params(patch, scale, count, seed, source, flip),
             "version": MANIFEST_VERSION,
@@ -118,9 +133,10 @@ def build_sr(out, patch: int = 64, scale: int = 2, count: int = 4096, *, source=
             "png_bytes": png_fmt.bytes_on_disk(tmp),
             "build_seconds": round(time.perf_counter() - t0, 3),
             "formats": {},
+            "checksums": CHECKSUMS_ENTRY,
         }
         write_json_atomic(tmp / MANIFEST, manifest)
-        replace_path(tmp, out)
+        install(tmp, out, "sr", mode)
     except BaseException:
         _remove(tmp)
         raise

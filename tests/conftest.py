@@ -3,6 +3,7 @@ and a tiny ImageFolder, each built once per test session in a temp dir."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,10 @@ _REPO = Path(__file__).resolve().parents[1]
 for _p in (_REPO / "lib", _REPO):  # work without `pip install -e .`
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
+
+# a figure defect (no legend for several series, a legend over the data, ...) fails the
+# test that draws it; notebooks executed by the tests inherit this
+os.environ.setdefault("FEEDLAB_STRICT_FIGURES", "1")
 
 SR_COUNT = 48
 SR_PATCH = 32

@@ -50,9 +50,16 @@ def test_shards_hold_every_sample_once(sr_root, tmp_path):
     assert len(seen) == 48
 
 
-def test_skewed_dataset_slows_only_its_worker():
-    ds = B.SkewedSleep(8, 0.0, slow_worker=0, slow_factor=3.0)
-    assert ds[0].dtype == torch.uint8  # main process: no worker, no slowdown
+def test_skewed_dataset_slows_only_its_worker(monkeypatch):
+    from types import SimpleNamespace
+
+    slept = []
+    monkeypatch.setattr(B.time, "sleep", slept.append)
+    ds = B.SkewedSleep(8, 0.5, slow_worker=0, slow_factor=3.0)
+    for info in (None, SimpleNamespace(id=0), SimpleNamespace(id=1)):
+        monkeypatch.setattr(B, "get_worker_info", lambda info=info: info)
+        ds[0]
+    assert slept == [0.5, 1.5, 0.5]  # main process and worker 1 at item_s; worker 0 at 3×
 
 
 @pytest.mark.notebook

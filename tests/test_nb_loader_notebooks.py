@@ -62,4 +62,7 @@ def test_11_worker_hygiene(tmp_path):
     for name, row in sc.items():
         assert row["workers_started"] == 2 and row["leftover"] == 0, (name, row)
     assert sc["held_traceback"]["alive_after_del"] == 2
+    ec = payload["error_cleanup"]
+    assert set(ec) == {"plain", "feedlab", "fix"}
+    assert ec["feedlab"]["terminated"] == 0 and ec["fix"]["terminated"] == 0
     assert set(payload["first_batch_s_later_epochs"]) == {"True", "False"}

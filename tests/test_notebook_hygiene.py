@@ -27,7 +27,7 @@ def test_notebook_is_clean_and_parameterized(path):
     code = [c for c in nb.cells if c.cell_type == "code"]
     reads_data = any("P.data_root" in c.source for c in code)
     for name in ("profile", "out_dir") + (("data_root",) if reads_data else ()):
-        assert re.search(rf"^{name}\s*=", params, re.M), f"{path.name}: parameter {name} missing"
+        assert re.search(rf"^{name}\s*(:[^=]*)?=", params, re.M), f"{path.name}: parameter {name} missing"
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), \
         f"{path.name}: stored outputs; commit notebooks clean"
     text = "\n".join(c.source for c in nb.cells)
@@ -53,6 +53,24 @@ def test_papermill_sees_every_parameter(path):
 
     nb = nbformat.read(path, as_version=4)
     src = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", [])).source
-    names = {line.split("=")[0].strip() for line in src.splitlines() if re.match(r"^\w+\s*=", line)}
+    names = {line.split("=")[0].split(":")[0].strip() for line in src.splitlines() if re.match(r"^\w+\s*(:[^=]*)?=", line)}
     seen = set(pm.inspect_notebook(str(path)))
     assert names <= seen, f"{path.name}: papermill cannot read {sorted(names - seen)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_pack_hints_use_the_real_flag(path):
+    """A hint telling users to run `data_prep pack` must use the flag pack takes (--to)."""
+    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
+    for hint in re.findall(r"data_prep pack [^`\"]*", text):
+        assert "--formats" not in hint, f"{path.name}: {hint!r}: pack takes --to"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_papermill_shows_a_type_for_every_parameter(path):
+    """`papermill --help-notebook` prints 'Unknown type' for a parameter without an annotation."""
+    import papermill as pm
+
+    untyped = [name for name, p in pm.inspect_notebook(str(path)).items()
+               if p["inferred_type_name"] in ("None", "", None)]
+    assert not untyped, f"{path.name}: give {untyped} a type annotation (name: int = None)"

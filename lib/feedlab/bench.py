@@ -49,7 +49,8 @@ def make_loader(dataset, batch_size: int, workers: int, collate_name: str, pin_m
 
 def bench(data: Path, fmt: str, batch_size: int, workers: int, collate_name: str = "default",
           pin_memory: bool = False, epochs: int = 3, warmup: int = 1, model_name: str = "none",
-          device: str = "auto", max_batches: int | None = None, trace: Path | None = None) -> dict:
+          device: str = "auto", max_batches: int | None = None, trace: Path | None = None,
+          verify: bool = True) -> dict:
     import torch
 
     from feedlab.formats import open_dataset
@@ -61,7 +62,12 @@ def bench(data: Path, fmt: str, batch_size: int, workers: int, collate_name: str
                          f"`python -m data_prep sr --out {data}` then `python -m data_prep pack {data} --to all`")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dataset = open_dataset(data, fmt)
+    try:
+        dataset = open_dataset(data, fmt)
+    except FileNotFoundError as exc:
+        raise SystemExit(f"python -m feedlab.bench: error: {exc}; pack it with "
+                         f"`python -m data_prep pack {data} --to {fmt}`") from None
+    dataset.verify = bool(verify)
     loader = make_loader(dataset, batch_size, workers, collate_name, pin_memory)
     model = optimizer = None
     if model_name != "none":
@@ -90,7 +96,7 @@ def bench(data: Path, fmt: str, batch_size: int, workers: int, collate_name: str
         "data": str(data), "format": fmt, "batch_size": batch_size, "num_workers": workers,
         "collate": collate_name, "pin_memory": bool(pin_memory and torch.cuda.is_available()),
         "pin_memory_requested": bool(pin_memory), "model": model_name, "device": device,
-        "epochs": epochs, "warmup_epochs": warmup,
+        "epochs": epochs, "warmup_epochs": warmup, "verify": bool(verify),
         "samples_per_s": float(med), "samples_per_s_q25": float(q25), "samples_per_s_q75": float(q75),
         "samples_per_s_runs": [float(x) for x in rates],
         "batches": int(runs[-1].batches), "samples": int(runs[-1].samples),
@@ -114,13 +120,20 @@ def bench(data: Path, fmt: str, batch_size: int, workers: int, collate_name: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from feedlab.formats import FORMATS
+    from feedlab.errors import cli_errors
+
+    with cli_errors("python -m feedlab.bench"):
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
+    from feedlab.formats import SR_FORMATS
 
     ap = argparse.ArgumentParser(prog="python -m feedlab.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=None, help="a data set built by data_prep "
                     "(default: the embedded data/sr64)")
-    ap.add_argument("--format", default="png", choices=sorted(FORMATS), help="storage format")
+    ap.add_argument("--format", default="png", choices=sorted(SR_FORMATS), help="storage format")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--workers", type=int, default=2, help="DataLoader num_workers")
     ap.add_argument("--collate", default="default", choices=["default", "fast", "fast_cl"],
@@ -132,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="none", choices=["none", "srcnn", "resnet"])
     ap.add_argument("--device", default="auto", help="cpu, cuda or auto")
     ap.add_argument("--trace", type=Path, default=None, help="write a Chrome trace JSON of a 20-batch run")
+    ap.add_argument("--no-verify", action="store_true", help="skip the per-sample checksum check on read "
+                    "(on by default; see the checksum cost in notes)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     from feedlab.peers.cli import add_arguments as add_peer_arguments
 
@@ -139,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.batch_size < 1 or args.workers < 0 or args.epochs < 1:
         ap.error("--batch-size and --epochs must be >= 1, --workers >= 0")
+    if (args.max_batches is not None and args.max_batches < 1) or args.warmup < 0:
+        ap.error("--max-batches must be >= 1 (or left out), --warmup >= 0")
     if args.peer:
         from feedlab.peers.cli import main_peer
 
@@ -149,9 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         args.data = default_sr_root("quick")
     out = bench(args.data, args.format, args.batch_size, args.workers, args.collate,
                 args.pin_memory, args.epochs, args.warmup, args.model, args.device,
-                args.max_batches, args.trace)
+                args.max_batches, args.trace, verify=not args.no_verify)
     if args.json:
-        print(json.dumps(out))
+        from feedlab.errors import strict_json
+
+        print(strict_json(out))
     else:
         print(f"{out['format']} · batch {out['batch_size']} · {out['num_workers']} workers · "
               f"{out['collate']} collate · model {out['model']} on {out['device']}")

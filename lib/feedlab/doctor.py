@@ -1060,6 +1060,13 @@ def render(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from feedlab.errors import cli_errors
+
+    with cli_errors("python -m feedlab.doctor"):
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     from feedlab.formats import FORMATS
 
     ap = argparse.ArgumentParser(prog="python -m feedlab.doctor", description=__doc__,
@@ -1085,6 +1092,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.batch_size < 1 or args.repeats < 1 or (args.workers is not None and args.workers < 0):
         ap.error("--batch-size and --repeats must be >= 1, --workers >= 0")
+    if args.samples < 1 or args.batches < 1 or (args.num_workers is not None and args.num_workers < 0):
+        ap.error("--samples and --batches must be >= 1, --num-workers >= 0")
     if args.data is None:
         from feedlab.paths import default_sr_root
 
@@ -1108,7 +1117,9 @@ def main(argv: list[str] | None = None) -> int:
                   max_batches=20, model=doc.model, device=doc.device, optimizer=doc.optimizer,
                   pin_memory=cfg.pin_memory and doc.cuda)
     if args.json:
-        print(json.dumps(report, default=_json_default))
+        from feedlab.errors import strict_json
+
+        print(strict_json(report, default=_json_default))  # no bare Infinity/NaN: null
     else:
         print(render(report))
         if args.trace is not None:

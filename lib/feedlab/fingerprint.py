@@ -72,8 +72,9 @@ def _git() -> dict:
                               text=True, timeout=10).stdout.strip()
     try:
         commit = git("rev-parse", "HEAD")
-        # the run's own outputs (figures/) are tracked: their rewriting is not a dirty source tree
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures"))
+        # the run's own outputs (figures/) are tracked: their rewriting is not a dirty source tree;
+        # an untracked source file (not ignored) is: the code that ran is not the commit's
+        dirty = bool(git("status", "--porcelain", "--untracked-files=all", "--", ".", ":(exclude)figures"))
         return {"commit": commit or None, "dirty": dirty}
     except Exception:
         return {"commit": None, "dirty": None}
@@ -130,13 +131,45 @@ def _static_fingerprint() -> dict:
     }
 
 
+def _process_start_utc() -> str:
+    """When this process (a notebook's kernel, the runner) started: the start of the run."""
+    try:
+        import psutil
+        t = psutil.Process().create_time()
+    except Exception:
+        return ""
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def machine_fingerprint() -> dict:
     """Everything needed to say where and with what a number was measured."""
     fp = dict(_static_fingerprint())
     fp["pythonunbuffered"] = os.environ.get("PYTHONUNBUFFERED", "")
     fp["time_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    fp["started_utc"] = _process_start_utc()
     fp["argv0"] = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    fp["other_load"] = _other_load()
     return fp
+
+
+def _other_load() -> dict:
+    """CPU used by other processes while this run measured (see feedlab.monitor)."""
+    try:
+        from feedlab.monitor import load_record
+
+        return load_record()
+    except Exception as exc:  # never lose a result over the load record
+        return {"available": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def busy_flag(fp: dict) -> str:
+    """' · BUSY: …' for a footer when other processes loaded the machine, else ''."""
+    load = fp.get("other_load") or {}
+    if not load.get("busy"):
+        return ""
+    worst = load.get("busiest_window") or load.get("whole_run") or {}
+    frac = max((load.get("whole_run") or {}).get("other_fraction", 0), worst.get("other_fraction", 0))
+    return f" · BUSY: other processes used {frac:.0%} of the cores"
 
 
 def fingerprint_line(fp: dict | None = None) -> str:
@@ -149,4 +182,4 @@ def fingerprint_line(fp: dict | None = None) -> str:
     dirty = "+dirty" if (fp.get("git") or {}).get("dirty") else ""
     return (f"{fp.get('cpu_model', '?')} · {fp.get('cpu_usable', '?')} cores · {mem_s} · {gpu} · "
             f"py {fp.get('python')} · torch {fp.get('torch')} · {commit[:8]}{dirty} · "
-            f"{fp.get('time_utc', '')[:16]}Z")
+            f"{fp.get('time_utc', '')[:16]}Z{busy_flag(fp)}")

@@ -165,3 +165,126 @@ class GpuMonitor(_Sampler):
         a = np.asarray(self.samples, dtype=float)
         return {"gpu_util_mean": float(a[:, 1].mean()), "gpu_util_max": float(a[:, 1].max()),
                 "gpu_available": True, "n_samples": len(a)}
+
+
+# ---- a busy machine: CPU used by other processes while we measure ---------------------
+
+BUSY_THRESHOLD = float(os.environ.get("FEEDLAB_BUSY_THRESHOLD", "0.25"))  # of the usable cores
+
+
+def _usable_cpus() -> list[int] | None:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
+
+
+def _busy_seconds() -> tuple[float, float]:
+    """(busy, steal) CPU seconds summed over this process's usable CPUs, since boot."""
+    import psutil
+
+    per_cpu = psutil.cpu_times(percpu=True)
+    cpus = _usable_cpus()
+    chosen = [per_cpu[i] for i in cpus if i < len(per_cpu)] if cpus else per_cpu
+    busy = steal = 0.0
+    for t in chosen:
+        # guest time is already inside user on Linux; idle and iowait are not busy
+        busy += t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+        steal += getattr(t, "steal", 0.0)
+    return busy, steal
+
+
+def _own_tree_seconds() -> float:
+    """CPU seconds of this process and its descendants, live and reaped."""
+    import psutil
+
+    me = psutil.Process()
+    try:
+        procs = [me, *me.children(recursive=True)]
+    except psutil.Error:
+        procs = [me]
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    return total
+
+
+class LoadWindow:
+    """CPU used by *other* processes (not this one, not its workers) on the usable cores,
+    from creation to :meth:`summary`: the whole machine's busy time from ``/proc/stat``
+    minus this process tree's. No sampling thread, so nothing is added to what is timed."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._t0 = time.monotonic()
+        try:
+            self._busy0, self._steal0 = _busy_seconds()
+            self._own0 = _own_tree_seconds()
+            self.available = True
+        except Exception:  # no psutil, no /proc: say so rather than guess
+            self.available = False
+
+    def summary(self, threshold: float = BUSY_THRESHOLD) -> dict:
+        cores = usable_cores()
+        wall = time.monotonic() - self._t0
+        if not self.available or wall <= 0:
+            return {"available": False, "window_s": round(wall, 3), "usable_cores": cores}
+        busy, steal = _busy_seconds()
+        own = _own_tree_seconds()
+        other = max(0.0, (busy - self._busy0) - (own - self._own0)) / wall
+        steal_cores = max(0.0, steal - self._steal0) / wall
+        fraction = (other + steal_cores) / cores
+        return {"available": True, "window_s": round(wall, 3), "usable_cores": cores,
+                "other_cpu_cores": round(other, 3), "steal_cores": round(steal_cores, 3),
+                "other_fraction": round(fraction, 3), "threshold_fraction": threshold,
+                "busy": fraction > threshold}
+
+
+_RUN = LoadWindow()      # since the notebook (or process) started measuring
+_LAST = LoadWindow()     # since the previous check_busy()
+_WINDOWS: list[dict] = []
+
+
+def start_run() -> None:
+    """Start the run's load windows afresh (``feedlab.profiles.resolve`` calls it)."""
+    _RUN.reset()
+    _LAST.reset()
+    _WINDOWS.clear()
+
+
+def busy_message(s: dict, what: str = "") -> str:
+    where = f" during {what}" if what else ""
+    steal = f" + {s['steal_cores']:.2f} stolen by the hypervisor" if s.get("steal_cores") else ""
+    return (f"warning: the machine was busy{where}: other processes used {s['other_cpu_cores']:.2f}"
+            f"{steal} of {s['usable_cores']} usable cores ({s['other_fraction']:.0%} > "
+            f"{s['threshold_fraction']:.0%}); readings may be slowed and ratios distorted: "
+            f"re-run on an idle machine")
+
+
+def check_busy(what: str = "", log=print, threshold: float = BUSY_THRESHOLD) -> dict:
+    """Load by other processes since the previous call (one measurement); warns in one line
+    when it exceeds ``threshold`` of the usable cores. The window is kept for the fingerprint."""
+    s = _LAST.summary(threshold)
+    s["what"] = what
+    _LAST.reset()
+    if s.get("available"):
+        _WINDOWS.append(s)
+        if s["busy"] and log is not None:
+            log(busy_message(s, what))
+    return s
+
+
+def load_record(threshold: float = BUSY_THRESHOLD) -> dict:
+    """For the fingerprint: the load by other processes over the whole run and in its
+    busiest checked window (each measurement ends with :func:`check_busy`)."""
+    run = _RUN.summary(threshold)
+    windows = [w for w in _WINDOWS if w.get("available")]
+    busiest = max(windows, key=lambda w: w["other_fraction"]) if windows else None
+    return {"whole_run": run, "busiest_window": busiest, "windows_checked": len(windows),
+            "busy": bool(run.get("busy") or (busiest and busiest["busy"]))}

@@ -2,7 +2,8 @@
 
 :func:`save_figure` writes PNG and SVG into a notebook's figure directory with a
 fingerprint footer and fixed metadata, so re-saving the same figure gives the
-same bytes.
+same bytes, after :mod:`feedlab.figcheck` has checked it (a legend where several
+series are drawn and off the data, nothing outside the canvas).
 """
 
 from __future__ import annotations
@@ -61,17 +62,31 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
     machine fingerprint footer. Returns the written paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if fingerprint is None:
+        from feedlab.monitor import check_busy
+
+        check_busy(f"the measurement drawn in {name}")  # warns in one line on a loaded machine
     fp = fingerprint or machine_fingerprint()
     fig.text(0.005, 0.002, fingerprint_line(fp), fontsize=6.5, color="#666666",
-             ha="left", va="bottom")
+             ha="left", va="bottom", wrap=True)  # a narrow figure wraps it instead of cutting it
+    if getattr(fig, "_suptitle", None) is not None:
+        fig._suptitle.set_wrap(True)  # a long title on a narrow figure wraps instead of leaving it
     fig.tight_layout(rect=(0, 0.03, 1, 1))
+    from feedlab.figcheck import enforce
+
+    enforce(fig, name)  # legend where needed and off the data, nothing outside the canvas
     paths = []
     for ext in formats:
         path = out / f"{name}.{ext}"
-        tmp = out / f".{name}.tmp.{ext}"
+        # unique per process and call: concurrent saves into one folder never share a temp file
+        tmp = out / f".{name}.tmp-{os.getpid()}-{os.urandom(3).hex()}.{ext}"
         meta = {"Software": "feedlab"} if ext == "png" else {"Date": None, "Creator": "feedlab"}
-        fig.savefig(tmp, bbox_inches="tight", metadata=meta, format=ext)
-        os.replace(tmp, path)
+        try:
+            fig.savefig(tmp, bbox_inches="tight", metadata=meta, format=ext)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         paths.append(path)
     return paths
 
@@ -126,3 +141,42 @@ def mark_cores(ax, cores: int | None = None, axis: str = "x") -> None:
     line(cores, color="#888888", linestyle="--", linewidth=1)
     ax.annotate(f"{cores} cores", xy=(cores, 1), xycoords=("data", "axes fraction"),
                 xytext=(3, -12), textcoords="offset points", fontsize=8, color="#555555")
+
+
+def legend_outside(ax, where: str = "right", **kw):
+    """A legend beside the axes (``right``) or above it (``top``), never over the data."""
+    if where == "top":
+        handles, _labels = ax.get_legend_handles_labels()
+        opts = dict(loc="lower left", bbox_to_anchor=(0, 1.02, 1, 0.2), mode="expand",
+                    ncols=min(len(handles), kw.pop("ncols", 4)), borderaxespad=0)
+    else:
+        opts = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    opts.update(kw)
+    return ax.legend(**opts)
+
+
+def readable_log_axis(ax, axis: str = "y") -> None:
+    """A log axis labelled in plain numbers (0.06, not 6×10⁻²) with several labelled
+    ticks even over a narrow range: 1-2-5 steps over a decade or more, every integer
+    multiple below that, evenly spaced ticks below 3×. Call it after plotting."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
+    ratio = hi / lo if lo > 0 else float("inf")
+    if ratio >= 10:
+        locator = LogLocator(base=10, subs=(1.0, 2.0, 5.0))
+    elif ratio >= 3:
+        locator = LogLocator(base=10, subs=tuple(float(k) for k in range(1, 10)))
+    else:
+        locator = MaxNLocator(nbins=4)
+    target.set_major_locator(locator)
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
+def integer_axis(ax, axis: str = "x") -> None:
+    """Ticks at whole numbers only (epochs, batches, workers)."""
+    from matplotlib.ticker import MaxNLocator
+
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(MaxNLocator(integer=True))

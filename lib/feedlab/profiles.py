@@ -5,6 +5,11 @@ A notebook's parameters cell holds ``profile = ""`` and its own names set to
 which fills every ``None`` from ``notebooks/profiles.yaml``: the ``defaults``
 section, then the notebook's own section, for the chosen profile. An empty
 ``profile`` means ``$FEEDLAB_PROFILE`` (nbval and the tests set it) or ``quick``.
+
+``papermill -p batch_sizes "[8, 32]"`` hands the notebook a string: a string given
+where the profile holds a list or a mapping (or one written as ``[...]``/``{...}``)
+is parsed as YAML here (:func:`parse_given`), and one that does not parse stops
+the notebook with a one-line :class:`ParameterError` naming the parameter.
 """
 
 from __future__ import annotations
@@ -45,6 +50,49 @@ def profile_values(notebook: str, profile: str, path: str | os.PathLike = PROFIL
     return values
 
 
+class ParameterError(ValueError):
+    """A notebook parameter that cannot be used as given (one line, names the parameter)."""
+
+
+def _parse_one(notebook: str, name: str, value: Any, expected: Any) -> Any:
+    if not isinstance(value, str):
+        if isinstance(expected, (list, tuple)) and isinstance(value, (int, float)):
+            return [value]  # papermill -p worker_counts 2 gives an int: a list of one
+        return value
+    text = value.strip()
+    wants_collection = isinstance(expected, (list, tuple, dict))
+    looks_like_one = text[:1] in ("[", "{")
+    if not (wants_collection or looks_like_one):
+        return value
+    try:
+        parsed = yaml.safe_load(text) if text else None
+    except yaml.YAMLError as exc:
+        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ParameterError(f"{notebook}: parameter {name}={value!r} is not valid YAML ({line}); "
+                             f"write it like {_example(expected)}") from None
+    if wants_collection and parsed is not None and \
+            isinstance(expected, dict) != isinstance(parsed, dict):
+        raise ParameterError(f"{notebook}: parameter {name}={value!r} should be "
+                             f"{'a mapping' if isinstance(expected, dict) else 'a list'}, "
+                             f"like {_example(expected)}")
+    if isinstance(expected, (list, tuple)) and parsed is not None and not isinstance(parsed, list):
+        parsed = [parsed]  # -p batch_sizes 8 means [8]
+    return parsed
+
+
+def _example(expected: Any) -> str:
+    if isinstance(expected, (list, tuple, dict)):
+        return yaml.safe_dump(expected if not isinstance(expected, tuple) else list(expected),
+                              default_flow_style=True, width=10**6).strip()
+    return "[1, 2] or {key: value}"
+
+
+def parse_given(notebook: str, given: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Parse parameters passed as strings where ``values`` (the profile) holds a list or
+    mapping, or that are written as a YAML list/mapping. Other values pass unchanged."""
+    return {k: _parse_one(notebook, k, v, values.get(k)) for k, v in given.items()}
+
+
 def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **given: Any) -> SimpleNamespace:
     """Fill every parameter left at ``None`` from the profile.
 
@@ -59,6 +107,7 @@ def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **gi
     """
     profile = choose_profile(profile)
     values = profile_values(notebook, profile)
+    given = parse_given(notebook, given, values)
     unknown_none = [k for k, v in given.items() if v is None and k not in values
                     and k not in ("data_root", "out_dir", "cls_root")]
     if unknown_none:
@@ -80,4 +129,36 @@ def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **gi
     out["profile"] = profile
     out["notebook"] = notebook
     out["user_data"] = bool(data_root)
+    check_values(notebook, out)
+    _start_load_watch()
     return SimpleNamespace(**out)
+
+
+# parameters that count something: sizes and counts >= 1, worker counts >= 0
+_AT_LEAST = {"batch_sizes": 1, "batch_size": 1, "input_sizes": 1, "repeats": 1, "epochs": 1,
+             "prefetch_factors": 1, "max_batches": 1, "dataset_count": 1, "worker_counts": 0, "num_workers": 0}
+
+
+def check_values(notebook: str, values: dict) -> None:
+    """Raise ``ValueError`` naming a counting parameter that is empty, not an integer or too small
+    (``input_sizes=[0]`` would otherwise run and report empty figures as "ok")."""
+    for key, low in _AT_LEAST.items():
+        v = values.get(key)
+        if v is None:
+            continue
+        items = v if isinstance(v, (list, tuple)) else [v]
+        if isinstance(v, (list, tuple)) and not items:
+            raise ValueError(f"{notebook}: {key} is empty; give at least one value >= {low}")
+        for x in items:
+            if isinstance(x, bool) or not isinstance(x, int) or x < low:
+                raise ValueError(f"{notebook}: {key}={v!r}: each value must be an integer >= {low}")
+
+
+def _start_load_watch() -> None:
+    """A notebook's measurements start here: the busy-machine windows start afresh."""
+    try:
+        from feedlab.monitor import start_run
+
+        start_run()
+    except Exception:
+        pass

@@ -18,6 +18,7 @@ import sys
 from feedlab.fingerprint import fingerprint_line
 from pathlib import Path
 
+from feedlab.claims import ledger as claims_ledger
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 
@@ -100,6 +101,12 @@ def _notebook_block(nb_dir: Path, machines: dict[str, Path], fps: dict[str, dict
     return parts
 
 
+def _run_start(fp: dict) -> str:
+    """A run's start as fingerprint_line prints times ('2026-11-22T14:22Z'); '' if unknown."""
+    t = fp.get("started_utc") or ""
+    return f"{t[:16]}Z" if t else ""
+
+
 def section(figures_dir: Path = FIGURES_DIR) -> str:
     """The README's figures section: per notebook, every committed machine side by side."""
     parts: list[str] = []
@@ -123,7 +130,8 @@ def section(figures_dir: Path = FIGURES_DIR) -> str:
         lines = [fingerprint_line(fp) for fp in fps]
         bodies = sorted({line.rpartition(" · ")[0] for line in lines})
         whens = sorted(line.rpartition(" · ")[2] for line in lines)
-        span = whens[0] if whens[0] == whens[-1] else f"{whens[0]} – {whens[-1]}"
+        starts = sorted(_run_start(fp) for fp in fps if _run_start(fp)) or whens
+        span = whens[-1] if starts[0] == whens[-1] else f"{starts[0]} – {whens[-1]}"
         head.append(f"- **{key}**: {'; '.join(bodies)} · {span}")
     head.append("")
     return "\n".join(head + parts)
@@ -134,11 +142,25 @@ def update_readme(path=REPO_ROOT / "README.md") -> bool:
     if START not in text or END not in text:
         raise SystemExit(f"{path}: markers {START} / {END} missing")
     new = text.split(START)[0] + START + "\n" + section() + "\n" + END + text.split(END, 1)[1]
+    new = claims_ledger.update_readme_block(new)  # the verdict counts; docs/CLAIMS.md by write_claims()
     changed = new != text
     path.write_text(new)
     return changed
 
 
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from feedlab.errors import cli_errors
+
+    ap = argparse.ArgumentParser(prog="python -m feedlab.readme", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.parse_args(argv)  # --help prints and exits before anything is read or written
+    with cli_errors("python -m feedlab.readme"):
+        print("README updated" if update_readme() else "README unchanged")
+        print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
+    return 0
+
+
 if __name__ == "__main__":
-    print("README updated" if update_readme() else "README unchanged")
-    sys.exit(0)
+    sys.exit(main())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -22,14 +21,17 @@ TAIL_COLUMNS = ("repeat", "metric", "value", "unit")
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
+    """Write beside ``path`` under a unique temporary name, then rename over it. The file
+    gets the usual permissions (0666 less the umask; ``mkstemp`` would make it 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -90,6 +92,12 @@ def summarize(df, by: list[str] | tuple[str, ...], value: str = "value"):
     out = g.agg(median="median", q25=lambda s: s.quantile(0.25),
                 q75=lambda s: s.quantile(0.75), min="min", max="max", n="count")
     return out.reset_index()
+
+
+def median(values: Iterable[float]) -> float:
+    """The median (mean of the two middle values for an even count); the one median
+    every reading uses, instead of ``sorted(x)[n // 2]`` (the upper middle)."""
+    return median_iqr(values)[0]
 
 
 def median_iqr(values: Iterable[float]) -> tuple[float, float, float]:

@@ -5,6 +5,9 @@
                           [--dry-run [--cores N]]
 
 Values after ``-p`` are parsed as YAML (``-p batch_sizes "[8, 32]"`` is a list).
+A ``-p`` key reaches only the notebooks that declare it; the runner says which do
+not (``-p data_root DIR``: the notebooks that measure built-in data, and why).
+Each notebook shows a per-cell progress bar while it runs.
 Each executed notebook is kept beside its figures (``figures/<name>/<name>.executed.ipynb``)
 as the record of the run. The data the notebooks need is built first if missing.
 Exits non-zero naming the notebook and the cell that failed. ``--dry-run`` prints,
@@ -58,10 +61,15 @@ def notebook_parameters(nb: Path) -> dict:
     out = {}
     for node in ast.parse(cells[0].source).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                out[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                out[node.targets[0].id] = ast.unparse(node.value)
+            target = node.targets[0]
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
+            target = node.target  # typed: batch_sizes: list[int] = None
+        else:
+            continue
+        try:
+            out[target.id] = ast.literal_eval(node.value)
+        except ValueError:
+            out[target.id] = ast.unparse(node.value)
     return out
 
 
@@ -130,6 +138,52 @@ def _failed_cell(exc) -> str:
     return f"{where}: {ename}: {str(evalue).splitlines()[0] if evalue else ''}"
 
 
+def builtin_data_reason(nb: Path) -> str:
+    """Why a notebook measures built-in data instead of ``data_root`` (its metadata says)."""
+    import json
+
+    meta = json.loads(nb.read_text(encoding="utf-8")).get("metadata", {})
+    return (meta.get("feedlab") or {}).get("builtin_data") or "it has no data_root parameter"
+
+
+def plan_parameters(notebooks: list[Path], params: dict, log=print) -> dict[Path, dict]:
+    """The ``-p`` values each notebook declares; says once which keys some notebooks do not
+    take (for ``data_root``: that they measure built-in data, and why). A key that no
+    selected notebook takes is an error."""
+    declared = {nb: notebook_parameters(nb) for nb in notebooks}
+    for key in params:
+        if notebooks and not any(key in names for names in declared.values()):
+            raise SystemExit(f"-p {key}: no selected notebook has a parameter {key!r} "
+                             f"(papermill --help-notebook NOTEBOOK lists them)")
+        skipped = [nb for nb in notebooks if key not in declared[nb]]
+        if not skipped:
+            continue
+        if key == "data_root":
+            for nb in skipped:
+                log(f"{nb.stem}: measures built-in data, not data_root: {builtin_data_reason(nb)}")
+        else:
+            log(f"-p {key}: not a parameter of {', '.join(nb.stem for nb in skipped)} (not passed there)")
+    return {nb: {k: v for k, v in params.items() if k in declared[nb]} for nb in notebooks}
+
+
+def kernel_options() -> dict:
+    """papermill keyword arguments for the kernel: IPC sockets instead of TCP, so the
+    kernel has nothing to warn about ("running over TCP without encryption") and its
+    channels are not open to other users of the machine."""
+    if os.name != "posix":
+        return {}
+    from traitlets.config import Config
+
+    cfg = Config()
+    cfg.KernelManager.transport = "ipc"
+    return {"config": cfg}
+
+
+def progress_options(name: str) -> dict:
+    """papermill's per-cell bar, labelled with the notebook."""
+    return {"desc": f"    {name}", "unit": "cell", "leave": False, "mininterval": 0.5}
+
+
 def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
                  kernel: str = "python3") -> Path:
     import papermill as pm
@@ -142,11 +196,19 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
     if out_root:
         parameters["out_dir"] = str(out_dir)
     pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
-                        cwd=str(NOTEBOOKS_DIR), progress_bar=False, log_output=False)
+                        cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name), log_output=False,
+                        **kernel_options())
     return executed
 
 
 def main(argv: list[str] | None = None) -> int:
+    from feedlab.errors import cli_errors
+
+    with cli_errors("python -m feedlab.run"):
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedlab.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="", help=f"one of {', '.join(PROFILES)} "
@@ -172,7 +234,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--cores {args.cores}: must be at least 1")
         os.environ["FEEDLAB_CORES"] = str(args.cores)
 
-    profile = choose_profile(args.profile)
+    try:
+        profile = choose_profile(args.profile)
+    except ValueError as exc:
+        ap.error(str(exc))
     os.environ["FEEDLAB_PROFILE"] = profile
     params = {}
     for key, value in args.param:
@@ -197,8 +262,15 @@ def main(argv: list[str] | None = None) -> int:
             params[key] = str(Path(params[key]).expanduser().resolve())
     if args.out_root is not None:
         args.out_root = args.out_root.expanduser().resolve()
-    if not args.no_data:
-        prepare_data(profile)
+    from feedlab.nbparams import route_params
+
+    try:
+        route_params(params, notebooks)  # a key must be a parameter some selected notebook declares
+    except ValueError as exc:
+        ap.error(str(exc))
+    params_for = plan_parameters(notebooks, params) if not args.data_only else {}
+    if not args.no_data and not params.get("data_root"):
+        prepare_data(profile)  # with data_root, notebooks build only the built-in data they use
     if args.data_only:
         return 0
     if not notebooks:
@@ -210,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(notebooks)}] {nb.stem} (profile {profile}) ...", flush=True)
         t0 = time.perf_counter()
         try:
-            executed = run_notebook(nb, profile, params, args.out_root)
+            executed = run_notebook(nb, profile, params_for[nb], args.out_root)
         except Exception as exc:  # papermill raises PapermillExecutionError with the cell
             msg = f"{nb.name} failed in {_failed_cell(exc)}"
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)

@@ -346,41 +346,46 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
     first_batch_s = float("nan")
     t_start = None
     i = 0
-    while max_batches is None or i < max_batches:
-        timer.start_batch()
-        try:
-            batch = next(it)
-        except StopIteration:
-            break
-        timer.mark("data_wait")
-        if t_start is None:
-            t_start = float(timer._host[timer.n, 0])
-            first_batch_s = perf_counter() - t_iter
-        x, y = _split_batch(batch)
-        sizes.append(len(x))
-        x = _to_device_float(x, device, non_blocking)
-        y = _to_device_float(y, device, non_blocking)
-        timer.mark("h2d")
-        if model is not None:
-            out = model(x)
-            if user_loss is not None:
-                loss = user_loss(out, y)
-            elif y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):
-                loss = torch.nn.functional.mse_loss(out, y)
-            elif y is not None and y.dtype in (torch.int64, torch.int32):
-                loss = torch.nn.functional.cross_entropy(out, y.to(device).long())
-            else:
-                loss = out.float().mean()
-            timer.mark("forward")
-            if optimizer is not None:
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                timer.mark("backward")
-        if on_batch is not None:
-            on_batch(i, batch)
-        timer.end_batch()
-        i += 1
+    try:  # an error mid-epoch (a worker raised, an interrupt): stop the workers now, not
+        # after torch's 5 s join timeouts once a reference cycle is collected
+        while max_batches is None or i < max_batches:
+            timer.start_batch()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            timer.mark("data_wait")
+            if t_start is None:
+                t_start = float(timer._host[timer.n, 0])
+                first_batch_s = perf_counter() - t_iter
+            x, y = _split_batch(batch)
+            sizes.append(len(x))
+            x = _to_device_float(x, device, non_blocking)
+            y = _to_device_float(y, device, non_blocking)
+            timer.mark("h2d")
+            if model is not None:
+                out = model(x)
+                if user_loss is not None:
+                    loss = user_loss(out, y)
+                elif y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):
+                    loss = torch.nn.functional.mse_loss(out, y)
+                elif y is not None and y.dtype in (torch.int64, torch.int32):
+                    loss = torch.nn.functional.cross_entropy(out, y.to(device).long())
+                else:
+                    loss = out.float().mean()
+                timer.mark("forward")
+                if optimizer is not None:
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    timer.mark("backward")
+            if on_batch is not None:
+                on_batch(i, batch)
+            timer.end_batch()
+            i += 1
+    except BaseException:
+        close_iterator(loader, it, final=True)
+        raise
     _sync(device)
     end = perf_counter()
     if max_batches is not None:

@@ -367,40 +367,35 @@ def rate(s, op: str, image_set: str, variant: str) -> float:
     return float(m["median"].iloc[0]) if len(m) else float("nan")
 
 
-def plot_rates(ax, s, op: str, image_sets, availability, kinds=None, unavailable_label: bool = True) -> None:
-    """Horizontal bars: img/s per backend (median, IQR) for each image set; backends that
-    are not installed appear as an empty, labelled slot ("unavailable")."""
-    from feedlab.plots import PALETTE
+def plot_rates(ax, s, op: str, image_sets, availability=None, kinds=None, unavailable_label: bool = True) -> None:
+    """Horizontal bars: img/s per backend (median, IQR) for each image set, coloured by
+    image set with a legend. Only what was measured is drawn: what could not be measured
+    is listed by :func:`availability_table` (``availability`` and ``unavailable_label``
+    are accepted for older callers and ignored)."""
+    from matplotlib.patches import Patch
+
+    from feedlab.plots import PALETTE, legend_outside
 
     rows = []
     for name in image_sets:
         part = s[(s["op"] == op) & (s["image_set"] == name)]
-        if part.empty:
-            continue
-        kind = part["kind"].iloc[0]
-        measured = set(part["variant"])
         for b in CPU_BACKENDS + ("cuda",):
-            av = [a for a in availability if a["backend"] == b and a["kind"] == kind]
-            if b in measured:
+            if b in set(part["variant"]):
                 r = part[part["variant"] == b].iloc[0]
-                rows.append((name, b, r["median"], r["q25"], r["q75"], ""))
-            elif av and not av[0]["available"] and unavailable_label and b != "cuda" or (
-                    b == "cuda" and av and not av[0]["available"] and op == "decode" and kind == "jpeg"):
-                rows.append((name, b, np.nan, np.nan, np.nan, "unavailable"))
+                rows.append((name, b, r["median"], r["q25"], r["q75"]))
     y = np.arange(len(rows))[::-1]
     sets_order = list(dict.fromkeys(r[0] for r in rows))
     colors = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(sets_order)}
-    top = np.nanmax([r[2] for r in rows]) if rows and np.isfinite([r[2] for r in rows]).any() else 1.0
-    for yi, (name, b, med, lo, hi, note) in zip(y, rows):
-        if note:
-            ax.barh(yi, top * 0.02, color="none", edgecolor="#999999", hatch="///")
-            ax.text(top * 0.03, yi, "unavailable (see table)", va="center", fontsize=7, color="#777777")
-        else:
-            ax.barh(yi, med, color=colors[name], xerr=[[max(0, med - lo)], [max(0, hi - med)]], capsize=2)
-            ax.text(med, yi, f" {med:,.0f}", va="center", fontsize=7)
+    for yi, (name, b, med, lo, hi) in zip(y, rows):
+        ax.barh(yi, med, color=colors[name], xerr=[[max(0, med - lo)], [max(0, hi - med)]], capsize=2)
+        ax.text(max(med, hi), yi, f"  {med:,.0f}", va="center", fontsize=7)
     ax.set_yticks(y)
-    ax.set_yticklabels([f"{b}  [{n}]" for n, b, *_ in rows], fontsize=7.5)
+    ax.set_yticklabels([b for _n, b, *_ in rows], fontsize=7.5)
     ax.set_xlabel("images/s, one core (median, IQR over repeats)")
+    if rows:
+        ax.set_xlim(0, max(max(r[2], r[4]) for r in rows) * 1.18)  # room for the numbers
+        legend_outside(ax, "right", fontsize=7.5, title="image set",
+                       handles=[Patch(color=colors[n], label=n) for n in sets_order])
 
 
 def main(argv=None) -> int:
@@ -429,3 +424,17 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def accimage_png(png_path) -> str:
+    """What accimage does with a PNG file: 'ok', the error it raises, or '' when
+    accimage is not installed (write-up 003 says it reads JPEG only)."""
+    try:
+        import accimage
+    except ImportError:
+        return ""
+    try:
+        accimage.Image(str(png_path))
+        return "ok"
+    except Exception as e:  # accimage raises IOError-like errors for what it cannot decode
+        return f"refused: {type(e).__name__}: {e}"

@@ -364,33 +364,42 @@ def tally(checks: list[dict]):
 
 
 def plot(tab, ax=None):
-    """Bars: samples not returned right (wrong + missing) per reader, workers and start method."""
+    """Bars: samples returned wrong (or missing) *without an error*, per reader, workers and
+    start method: the silent corruption. A setting that raised an error is a loud failure
+    and is drawn as a mark, not as a bar of bad samples."""
     import matplotlib.pyplot as plt
 
-    from feedlab.plots import PALETTE
+    from feedlab.plots import PALETTE, legend_outside
 
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4.2))
     tab = tab.copy()
-    tab["bad"] = tab["wrong"] + tab["missing"]
+    raised_any = tab["raised"].fillna(0) > 0
+    # missing samples of a run that raised are the error's doing, not silent corruption
+    tab["silent"] = tab["wrong"] + tab["missing"].where(~raised_any, 0)
     tab["label"] = (tab["reader"].str.replace("per_worker", "per-worker", regex=False)
                     .str.replace("_", "\n", regex=False) + "\n(" + tab["start_method"] + ")")
     labels = list(dict.fromkeys(tab["label"]))
     workers = sorted(tab["num_workers"].unique())
     width = 0.8 / max(1, len(workers))
+    top = max(1.0, float(tab["silent"].max()))
+    raised_label = "raised an error (a loud failure)"
     for j, w in enumerate(workers):
         part = tab[tab["num_workers"] == w].set_index("label").reindex(labels)
         x = np.arange(len(labels)) + (j - (len(workers) - 1) / 2) * width
-        vals = part["bad"].fillna(0).to_numpy()
-        ax.bar(x, vals, width, label=f"{w} workers", color=PALETTE[j % len(PALETTE)])
-        for xi, (v, raised, exp) in enumerate(zip(vals, part["raised"].fillna(0), part["expected"].fillna(0))):
-            mark = f"{int(v)}/{int(exp)}" + (" raised" if raised else "")
-            ax.annotate(mark, (x[xi], v), xytext=(0, 2), textcoords="offset points", ha="center",
-                        fontsize=6.5, rotation=90, va="bottom")
+        vals = part["silent"].fillna(0).to_numpy()
+        raised = part["raised"].fillna(0).to_numpy() > 0
+        ax.bar(x, vals, width, label=f"{w} workers: wrong without an error", color=PALETTE[j % len(PALETTE)])
+        if raised.any():
+            ax.scatter(x[raised], vals[raised] + top * 0.04, marker="X", s=36, color="#333333", zorder=3,
+                       label=raised_label)
+            raised_label = None  # one legend entry
+        for xi, (v, exp, r) in enumerate(zip(vals, part["expected"].fillna(0), raised)):
+            ax.annotate(f"{int(v)}/{int(exp)}", (x[xi], v + (top * 0.08 if r else 0)), xytext=(0, 2),
+                        textcoords="offset points", ha="center", fontsize=6.5, rotation=90, va="bottom")
     ax.set_xticks(np.arange(len(labels)))
     ax.set_xticklabels(labels, fontsize=7.5)
-    ax.set_ylabel("samples not returned right\n(wrong + missing, all epochs)")
-    top = max(1.0, float(tab["bad"].max()))
+    ax.set_ylabel("samples returned wrong or missing\nwithout an error (all epochs)")
     ax.set_ylim(0, top * 1.6)
-    ax.legend(loc="upper right")
+    legend_outside(ax, "right", fontsize=7.5)
     return ax

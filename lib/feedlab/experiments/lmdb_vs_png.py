@@ -66,4 +66,31 @@ def storage_table(data_root, formats: Sequence[str] = FORMATS):
     return df
 
 
-__all__ = ["FORMATS", "run_formats", "storage_table"]
+def map_size_growth(data_root, samples: int = 256, start_bytes: int = 64 * 1024) -> dict:
+    """Write the first ``samples`` pairs of ``data_root`` into a scratch LMDB whose map
+    starts at ``start_bytes`` (far too small), through feedlab's writer, and report what
+    happened: ``data_bytes`` (the environment's size on disk), the least number of
+    doublings that size implies, or the ``error`` if the write failed. Write-up 000
+    says the map size must be guessed before writing; this shows whether it must."""
+    import math
+    import tempfile
+    from pathlib import Path
+
+    import lmdb
+
+    from feedlab.formats import lmdb_store, open_dataset
+
+    ds = open_dataset(data_root, "png")
+    n = min(int(samples), len(ds))
+    with tempfile.TemporaryDirectory(prefix="feedlab-mapsize-") as tmp:
+        try:
+            path = lmdb_store.write(tmp, [ds[i] for i in range(n)], compress=False,
+                                    map_size=start_bytes, name="lmdb_grow")
+        except lmdb.Error as e:  # the write-up's case: a map too small to hold the data
+            return {"samples": n, "start_bytes": start_bytes, "error": f"{type(e).__name__}: {e}"}
+        data = sum(f.stat().st_size for f in Path(path).iterdir() if f.name == "data.mdb")
+    return {"samples": n, "start_bytes": start_bytes, "data_bytes": data, "error": "",
+            "doublings": max(0, math.ceil(math.log2(data / start_bytes))) if data else 0}
+
+
+__all__ = ["FORMATS", "map_size_growth", "run_formats", "storage_table"]

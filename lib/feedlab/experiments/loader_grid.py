@@ -320,7 +320,9 @@ def plot_phase_bars(ax, table, label: Callable[[object], str], unit_scale: float
         table[cols] = table[cols].div(table["batch_size"].astype(float), axis=0)
 
     labels = [label(row) for _, row in table.iterrows()]
-    comps = {PHASE_LABELS[p]: table[p].to_numpy() * unit_scale for p in PHASES}
+    # a phase that is zero in every bar (the host→device copy on a CPU run) is left out
+    comps = {PHASE_LABELS[p]: table[p].to_numpy() * unit_scale for p in PHASES
+             if np.nan_to_num(table[p].to_numpy(dtype=float)).any()}
     colors = _phase_label_colors()
     tot = table["total"].to_numpy() * unit_scale
     lo = np.clip(tot - table["total_q25"].to_numpy() * unit_scale, 0, None)

@@ -317,7 +317,7 @@ LABELS = {"host_memcpy": "host memcpy (pageable → pageable)", "pageable": "H2D
 
 def plot_bandwidth(ax, df, link: dict | None = None) -> None:
     """GB/s per copy vs transfer size (log–log), one line per variant, IQR bars."""
-    from feedlab.plots import errorbar_series
+    from feedlab.plots import errorbar_series, legend_outside, readable_log_axis
     from feedlab.results import summarize
 
     d = df[(df["metric"] == "gb_per_s") & df["variant"].isin(["host_memcpy", "pageable", "pinned"])]
@@ -337,14 +337,16 @@ def plot_bandwidth(ax, df, link: dict | None = None) -> None:
     ax.set_xticks(ticks)
     ax.set_xticklabels([human_bytes(t) for t in ticks], rotation=30)
     ax.minorticks_off()
+    readable_log_axis(ax, "y")
     ax.set_xlabel("bytes per copy")
     ax.set_ylabel("GB/s (median, IQR over repeats)")
-    ax.legend()
+    legend_outside(ax, "right")
 
 
 def plot_batch_costs(ax, df, batch_size: int) -> None:
-    """ms per batch vs input size at one batch size: collate, and with CUDA pin + copies."""
-    from feedlab.plots import errorbar_series
+    """ms per batch vs input size at one batch size: collate, and with CUDA pin + copies.
+    No legend here: the caller puts one beside the last panel."""
+    from feedlab.plots import errorbar_series, readable_log_axis
     from feedlab.results import summarize
 
     d = df[(df["metric"] == "ms_per_batch") & (df["batch_size"] == batch_size)]
@@ -360,10 +362,10 @@ def plot_batch_costs(ax, df, batch_size: int) -> None:
     ax.set_xticks(sizes)
     ax.set_xticklabels([str(int(x)) for x in sizes])
     ax.minorticks_off()
-    ax.set_xlabel("input size (square side, 3 channels, x and y per sample)")
+    readable_log_axis(ax, "y")
+    ax.set_xlabel("input size (side, px)")
     ax.set_ylabel("ms per batch (median, IQR)")
     ax.set_title(f"batch {batch_size}")
-    ax.legend()
 
 
 def plot_steps(axes, df) -> None:

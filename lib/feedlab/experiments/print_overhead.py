@@ -392,7 +392,7 @@ def plot(summary, ax_ms, ax_factor=None):
     """Grouped bars: ms per batch per mode (IQR error bars), one colour per sink."""
     import numpy as np
 
-    from feedlab.plots import PALETTE
+    from feedlab.plots import PALETTE, legend_outside
 
     labels = list(dict.fromkeys(summary["sink_label"]))
     modes = [m for m in MODES if m in set(summary["variant"])]
@@ -406,12 +406,14 @@ def plot(summary, ax_ms, ax_factor=None):
                   capsize=2, label=lab, color=PALETTE[j % len(PALETTE)])
         if ax_factor is not None:
             ax_factor.bar(x + (j - (len(labels) - 1) / 2) * width, part["factor_vs_none"].to_numpy(dtype=float),
-                          width, color=PALETTE[j % len(PALETTE)])
+                          width, color=PALETTE[j % len(PALETTE)], label=lab)
     for ax in [a for a in (ax_ms, ax_factor) if a is not None]:
         ax.set_xticks(x)
         ax.set_xticklabels(modes)
     ax_ms.set_ylabel("ms per batch (median, IQR over repeats)")
-    ax_ms.legend(fontsize=7.5)
+    # one legend beside the right-hand panel serves both (same colours), off the bars
+    legend_outside(ax_factor if ax_factor is not None else ax_ms, "right", fontsize=7.5,
+                   handles=ax_ms.get_legend_handles_labels()[0], title="output goes to")
     if ax_factor is not None:
         ax_factor.axhline(1.0, color="#888888", linewidth=1, linestyle="--")
         ax_factor.set_ylabel("× the loop with no output")

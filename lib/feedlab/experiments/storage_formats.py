@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from feedlab import cache, formats
+from feedlab.formats._common import LazyHandle
 from feedlab.loaders import BatchReadLoader, ChunkLoader, index_batches, plain_loop
 from feedlab.results import Results
 from feedlab.timing import PhaseTimer, run_epoch, time_callable
@@ -219,6 +220,12 @@ def _close(ds) -> None:
     close = getattr(base, "close", None)
     if close is not None:
         close()
+    # readers whose close() leaves a lazily opened map (npy_mmap) still hold its pages:
+    # drop every per-process handle, so that an eviction can take them
+    for handle in list(vars(base).values()):
+        if isinstance(handle, LazyHandle):
+            handle.close()
+    gc.collect()
 
 
 def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: int = 1,
@@ -230,21 +237,30 @@ def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: 
     params = dict(format=fmt, loader=loader, num_workers=num_workers_of(loader), batch_size=batch_size,
                   mode=mode, samples=samples or 0)
     variant = variant or f"{fmt}/{loader}"
-    ds = open_format(root, fmt, samples) if collate_fn is None else Head(
-        formats.open_dataset(root, store_of(fmt)), samples)
-    ld = make_loader(ds, fmt, loader, batch_size, collate_fn=collate_fn)
+    def open_all():
+        d = open_format(root, fmt, samples) if collate_fn is None else Head(
+            formats.open_dataset(root, store_of(fmt)), samples)
+        return d, make_loader(d, fmt, loader, batch_size, collate_fn=collate_fn)
+
+    ds, ld = open_all()
     files = store_files(root, fmt) if mode == "cold" else []
     try:
         for _ in range(max(0, warmup)):
             read_epoch(ld) if mode != "train" else run_epoch(ld, model, device, optimizer)
         for r in range(repeats):
             if mode == "cold":
+                # a page mapped by a live reader (npy_mmap, lmdb) cannot be evicted: close the
+                # dataset and its workers, evict, check with mincore, then open afresh, so
+                # that every cold repeat reads after its own eviction
+                _shutdown(ld)
+                _close(ds)
                 rep = cache.evict(files)
                 res.add(EXPERIMENT, variant, "resident_fraction_after_evict",
                         rep.resident_fraction_after if rep.resident_fraction_after is not None else -1.0,
                         "fraction", repeat=r, **params)
                 if not rep.supported:
                     raise RuntimeError(rep.summary())
+                ds, ld = open_all()
             if mode == "train":
                 et = run_epoch(ld, model, device, optimizer)
                 wait, n, nb = et.data_wait_s, et.samples, et.batches
@@ -336,6 +352,21 @@ def disk_table(root, fmts: Iterable[str]):
     return pd.DataFrame(rows)
 
 
+def bytes_per_sample(root, bytes_on_disk: dict) -> dict:
+    """The set's raw bytes per sample (LR + HR, H·W·C each, from its manifest) and the
+    memory-mapped array store's measured bytes per sample: with their ratio, the
+    arithmetic of a data set's size in RAM can be checked against a real store."""
+    import numpy as np
+
+    man = formats.read_manifest(root)
+    n = int(man.get("count") or 0)
+    lr, hr = man.get("lr_shape"), man.get("hr_shape")
+    if not n or not lr or not hr or "npy_mmap" not in bytes_on_disk:
+        return {}
+    return {"dataset_count": n, "raw_bytes_per_sample": int(np.prod(lr) + np.prod(hr)),
+            "bytes_per_sample_npy_mmap": bytes_on_disk["npy_mmap"] / n}
+
+
 def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] = (2,), batch_size: int = 128,
         repeats: int = 3, warmup: int = 1, samples: int | None = None, with_model: bool = False,
         model_name: str = "srcnn", model_kw: dict | None = None, cold: bool = False, device=None,
@@ -400,19 +431,32 @@ def summary(res: Results):
 
 
 def _loader_rank(loader: str) -> int:
-    """A fixed order (and so a fixed colour) per loader across every panel."""
-    fixed = {"plain": 0, "dl_w0": 1, "dl_w1": 2, "batched": 3, "chunk": 4}
+    """A fixed order (and so a fixed colour) per loader across every panel: the
+    single-process loops first, then the DataLoader by worker count."""
+    fixed = {"plain": 0, "batched": 1, "chunk": 2}
     if loader in fixed:
         return fixed[loader]
     if loader.startswith("dl_w"):
-        return 3 + int(loader[4:])  # dl_w2 -> 5, dl_w4 -> 7 ...
+        return 3 + int(loader[4:])  # dl_w0 -> 3, dl_w1 -> 4, dl_w2 -> 5 ...
     return 9
+
+
+def loader_label(loader: str) -> str:
+    """What a loader name means, for a legend."""
+    fixed = {"plain": "one process, a sample at a time", "batched": "one process, a batch per read",
+             "chunk": "one process, chunk-aligned reads"}
+    if loader in fixed:
+        return fixed[loader]
+    if loader.startswith("dl_w"):
+        n = int(loader[4:])
+        return f"DataLoader, {n} worker{'s' if n != 1 else ''}"
+    return loader
 
 
 def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", ceiling_ms: float | None = None,
                 title: str = ""):
     """Grouped bars: one group per format, one bar per loader, log scale, IQR error bars."""
-    from feedlab.plots import PALETTE
+    from feedlab.plots import PALETTE, legend_outside, readable_log_axis
 
     s = summ[(summ["mode"] == mode) & (summ["metric"] == metric) & summ["variant"].str.contains("/")]
     fmts = list(dict.fromkeys(s["format"]))
@@ -428,18 +472,20 @@ def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", cei
                 med.append(row["median"])
                 lo_e.append(row["median"] - row["q25"])
                 hi_e.append(row["q75"] - row["median"])
-        ax.bar(xs, med, width, yerr=[lo_e, hi_e], capsize=1.5, label=lo,
+        ax.bar(xs, med, width, yerr=[lo_e, hi_e], capsize=1.5, label=loader_label(lo),
                color=PALETTE[_loader_rank(lo) % len(PALETTE)],
                error_kw={"elinewidth": 0.8})
     if ceiling_ms is not None:
         ax.axhline(ceiling_ms, color="#333333", linestyle="--", linewidth=1)
-        ax.annotate(f"memcpy into batch slots: {ceiling_ms:.3g} ms", xy=(0, ceiling_ms),
-                    xycoords=("axes fraction", "data"), xytext=(3, 3), textcoords="offset points",
-                    fontsize=7.5, color="#333333")
+        ax.annotate(f"memcpy into batch slots: {ceiling_ms:.3g} ms", xy=(1, ceiling_ms),
+                    xycoords=("axes fraction", "data"), xytext=(-3, 4), textcoords="offset points",
+                    ha="right", va="bottom", fontsize=7.5, color="#333333",
+                    bbox={"boxstyle": "square,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85})
     ax.set_yscale("log")
+    readable_log_axis(ax, "y")
     ax.set_xticks(np.arange(len(fmts)))
     ax.set_xticklabels(fmts, rotation=20)
     ax.set_ylabel("ms per batch (median, IQR bars)")
     ax.set_title(title)
-    ax.legend(ncol=min(6, len(loaders)), fontsize=7.5, loc="upper right")
+    legend_outside(ax, "right", fontsize=7.5, title="loader")
     return ax

@@ -160,7 +160,7 @@ def summary(df):
 
 def plot_scaling(axes, s) -> None:
     """One axis per image size: ms per batch vs batch size, one line per variant (IQR bars)."""
-    from feedlab.plots import errorbar_series
+    from feedlab.plots import errorbar_series, legend_outside
 
     sizes = sorted(s["image_size"].unique())
     for ax, size in zip(axes, sizes):
@@ -175,7 +175,7 @@ def plot_scaling(axes, s) -> None:
         ax.set_title(f"{size}×{size}×3 uint8 images")
         ax.set_xlabel("batch size")
     axes[0].set_ylabel("ms per batch (median, IQR)")
-    axes[0].legend()
+    legend_outside(axes[len(sizes) - 1], "right", fontsize=8)  # beside the last panel, off the lines
 
 
 def plot_split(ax, s, batch_size: int, legend: bool = True) -> None:

@@ -26,6 +26,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -128,12 +129,15 @@ class HygieneOutcome:
     leftover: list[int] = field(default_factory=list)  # still alive after release + bounded wait
     cleanup_s: float = 0.0          # release → last worker gone
     batches_seen: int = 0
-    exitcodes: list = field(default_factory=list)  # 0 = exited; -15 = terminated by SIGTERM after the join timed out
+    exitcodes: list = field(default_factory=list)  # exit codes as the parent saw them
+    terminate_calls: int = 0        # workers torch terminated after a 5 s join timed out
 
     @property
     def terminated(self) -> int:
-        """Workers that did not exit on their own (negative exit code: killed by a signal)."""
-        return sum(1 for c in self.exitcodes if c is not None and c < 0)
+        """Workers that did not exit on their own: ``Process.terminate()`` was called on them
+        after their join timed out. Their exit code cannot show it: torch installs a SIGTERM
+        handler in each worker that exits with 0."""
+        return self.terminate_calls
 
     @property
     def clean(self) -> bool:
@@ -145,6 +149,94 @@ class HygieneOutcome:
         d["clean"] = self.clean
         d["terminated"] = self.terminated
         return d
+
+
+@contextmanager
+def count_terminations():
+    """Within the block, count ``Process.terminate()`` calls (``terms[0]``): DataLoader
+    calls it on a worker whose join timed out (5 s). A worker's exit code cannot tell:
+    torch's SIGTERM handler inside the worker exits with 0."""
+    import multiprocessing.process as mpp
+
+    terms = [0]
+    original = mpp.BaseProcess.terminate
+
+    def counting(self):
+        terms[0] += 1
+        return original(self)
+
+    mpp.BaseProcess.terminate = counting
+    try:
+        yield terms
+    finally:
+        mpp.BaseProcess.terminate = original
+
+
+ERROR_LOOPS = ("plain", "feedlab", "fix")
+
+
+def _plain_loop(loader) -> None:
+    for _ in loader:  # the exception leaves with this frame, and the iterator, in a cycle
+        pass
+
+
+def _fixed_loop(loader) -> None:
+    """The documented fix for a hand-written loop: shut the iterator down on error."""
+    from feedlab.timing import close_iterator
+
+    it = iter(loader)
+    try:
+        for _ in it:
+            pass
+    except BaseException:
+        close_iterator(loader, it, final=True)
+        raise
+
+
+def error_cleanup(loop: str, num_workers: int = 2, batch_size: int = 4, fail_at: int = 8,
+                  timeout_s: float = 30.0) -> dict:
+    """A worker raises; the loop ``loop`` (``plain``: ``for batch in loader`` in a function;
+    ``feedlab``: :func:`feedlab.timing.run_epoch`; ``fix``: the plain loop with the iterator
+    shut down on error) lets the exception out. Then ``gc.collect()``, as happens sooner or
+    later: seconds until every worker is gone, and how many had to be terminated after a
+    join timeout. In the plain loop the re-raised exception holds the iterator in a reference
+    cycle; the collector closes the queues' feeder threads (weakref callbacks) before the
+    iterator's ``__del__`` sends the workers their stop signal, so each join times out."""
+    from feedlab.timing import run_epoch
+
+    runner = {"plain": _plain_loop, "feedlab": lambda ld: run_epoch(ld, None, "cpu"),
+              "fix": _fixed_loop}[loop]
+    before = child_pids()
+    loader = DataLoader(FailingDataset(CountingDataset(max(64, 2 * fail_at), 0.001), fail_at),
+                        batch_size=batch_size, num_workers=num_workers)
+    raised = ""
+    with count_terminations() as terms:
+        try:
+            runner(loader)
+        except WorkerFailure as exc:
+            raised = type(exc).__name__
+        workers = sorted(child_pids() - before)
+        t0 = time.perf_counter()
+        gc.collect()
+        leftover, _ = wait_gone(workers, timeout_s=timeout_s)
+        cleanup_s = time.perf_counter() - t0
+    del loader
+    return {"loop": loop, "raised": raised, "workers_alive_at_error": len(workers), "cleanup_s": cleanup_s,
+            "terminated": terms[0], "leftover": len(leftover)}
+
+
+def error_cleanup_table(num_workers: int = 2, repeats: int = 3, loops=ERROR_LOOPS) -> Results:
+    """:func:`error_cleanup` ``repeats`` times per loop; rows cleanup_s and terminated."""
+    res = Results()
+    for loop in loops:
+        for r in range(repeats):
+            o = error_cleanup(loop, num_workers=num_workers)
+            res.add("error_cleanup", loop, "cleanup_s", o["cleanup_s"], "s", r, loop=loop, num_workers=num_workers)
+            res.add("error_cleanup", loop, "terminated", o["terminated"], "processes", r, loop=loop,
+                    num_workers=num_workers)
+            res.add("error_cleanup", loop, "leftover", o["leftover"], "processes", r, loop=loop,
+                    num_workers=num_workers)
+    return res
 
 
 class _SigintAsKeyboardInterrupt:
@@ -200,36 +292,38 @@ def run_scenario(scenario: str, dataset: Dataset, num_workers: int = 2, batch_si
     raised = ""
     seen = [0]
     held = None
-    with _SigintAsKeyboardInterrupt() as sig:
-        how = interrupt if sig.usable else "raise"
-        try:
-            if scenario == "break":
-                _drive(it, stop_after, None, seen)
-            elif scenario == "worker_error":
-                _drive(it, 10 ** 9, None, seen)
-            else:
-                _drive(it, stop_after, lambda: _interrupt(how), seen)
-        except (KeyboardInterrupt, WorkerFailure) as exc:
-            raised = type(exc).__name__
-            if scenario == "held_traceback":
-                held = exc.__traceback__  # what IPython's sys.last_traceback does
-    alive_after_stop = len(live_pids(pids))
-    t_release = time.perf_counter()
-    del it
-    gc.collect()
-    alive_after_del = len(live_pids(pids))
-    if held is not None:
-        # the traceback's frames still reference the iterator, so its workers live on
-        del held
+    with count_terminations() as terms:
+        with _SigintAsKeyboardInterrupt() as sig:
+            how = interrupt if sig.usable else "raise"
+            try:
+                if scenario == "break":
+                    _drive(it, stop_after, None, seen)
+                elif scenario == "worker_error":
+                    _drive(it, 10 ** 9, None, seen)
+                else:
+                    _drive(it, stop_after, lambda: _interrupt(how), seen)
+            except (KeyboardInterrupt, WorkerFailure) as exc:
+                raised = type(exc).__name__
+                if scenario == "held_traceback":
+                    held = exc.__traceback__  # what IPython's sys.last_traceback does
+        alive_after_stop = len(live_pids(pids))
+        t_release = time.perf_counter()
+        del it
         gc.collect()
-    leftover, _ = wait_gone(pids, timeout_s=timeout_s)
-    cleanup_s = time.perf_counter() - t_release
+        alive_after_del = len(live_pids(pids))
+        if held is not None:
+            # the traceback's frames still reference the iterator, so its workers live on
+            del held
+            gc.collect()
+        leftover, _ = wait_gone(pids, timeout_s=timeout_s)
+        cleanup_s = time.perf_counter() - t_release
     exitcodes = [p.exitcode for p in procs]
     del loader, procs
     return HygieneOutcome(scenario=scenario, num_workers=num_workers, workers_started=len(pids),
                           raised=raised, alive_after_stop=alive_after_stop,
                           alive_after_del=alive_after_del, leftover=leftover,
-                          cleanup_s=cleanup_s, batches_seen=seen[0], exitcodes=exitcodes)
+                          cleanup_s=cleanup_s, batches_seen=seen[0], exitcodes=exitcodes,
+                          terminate_calls=terms[0])
 
 
 def hygiene_table(dataset_factory: Callable[[], Dataset], num_workers: int = 2, repeats: int = 3,
@@ -303,4 +397,5 @@ def interrupt_methods_available() -> dict[str, bool]:
 __all__ = ["SCENARIOS", "FailingDataset", "CountingDataset", "HygieneOutcome", "run_scenario",
            "hygiene_table", "epoch_first_batch_latency", "persistent_workers_table", "live_pids",
            "child_pids", "iterator_worker_pids", "wait_gone", "WorkerFailure",
-           "interrupt_methods_available"]
+           "interrupt_methods_available", "count_terminations", "error_cleanup", "error_cleanup_table",
+           "ERROR_LOOPS"]

@@ -102,6 +102,9 @@ def timeline_runs(cases: Sequence[tuple[int, int]], n_items: int, sleep_s: float
     return res, frames
 
 
+TIMELINE_KEY = "bars: items (numbered), coloured by batch · ▼: the batch reaches the main loop"
+
+
 def plot_timeline(ax, items, batches, title: str = "", annotate_max: int = 48) -> None:
     """Gantt chart: one lane per worker (``main`` for num_workers=0), one bar per
     item, coloured by batch; triangles mark when each batch reached the main loop."""
@@ -117,8 +120,8 @@ def plot_timeline(ax, items, batches, title: str = "", annotate_max: int = 48) -
             ax.text(r["start"] + (r["end"] - r["start"]) / 2, y, str(int(r["item"])), ha="center",
                     va="center", fontsize=6, color="white")
     top = len(workers) - 0.35
-    ax.plot(batches["arrival"], [top] * len(batches), "v", color="#333333", markersize=5,
-            label="batch reaches the main loop")
+    ax.plot(batches["arrival"], [top] * len(batches), "v", color="#333333", markersize=5)
+    # the key (bars = items coloured by batch, ▼ = arrival) is stated by TIMELINE_KEY, not a legend
     ax.set_yticks(range(len(workers)))
     ax.set_yticklabels(["main" if w < 0 else f"worker {w}" for w in workers])
     ax.set_ylim(-0.6, len(workers) - 0.1)

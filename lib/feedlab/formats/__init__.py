@@ -82,8 +82,13 @@ def get_format(fmt: str) -> FormatSpec:
 def open_dataset(root, fmt: str, **opts):
     """The Dataset for ``fmt`` under ``root``; ``opts`` go to its constructor
     (``as_tensor``, ``decode`` for png/jpeg, ``open_in_parent`` for hdf5,
-    ``cache_chunk`` for zarr, ``chunk_len`` for npy_mmap)."""
-    return get_format(fmt).dataset(Path(root), **opts)
+    ``cache_chunk`` for zarr, ``chunk_len`` for npy_mmap); ``verify=False`` skips the
+    per-sample checksum check on read."""
+    verify = opts.pop("verify", None)
+    ds = get_format(fmt).dataset(Path(root), **opts)
+    if verify is not None and hasattr(ds, "verify"):
+        ds.verify = bool(verify)  # checksums on read (default on; off for benchmarks)
+    return ds
 
 
 def write(fmt: str, root, samples, **opts) -> Path:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
-import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -21,34 +22,106 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from feedlab.errors import FormatError  # noqa: F401  (re-exported: formats raise it)
+
 MANIFEST = "manifest.json"
 
 
-class FormatError(RuntimeError):
-    """A packed store is missing, malformed or does not match its header."""
+CHECKSUMS = "crc32c.npy"   # (N, 2) uint32: crc32c of lr bytes, of hr bytes, per sample
 
 
 def read_manifest(root: str | os.PathLike) -> dict:
-    """The manifest of a data set, or ``{}`` when it has none."""
+    """The manifest of a data set, or ``{}`` when it has none. A manifest that is not
+    valid JSON raises :class:`FormatError` naming the file."""
     path = Path(root) / MANIFEST
     if not path.is_file():
         return {}
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            man = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FormatError(f"{path} is not valid JSON ({exc}): rebuild the set with "
+                          "`python -m data_prep sr --out ...` (or restore the file)") from None
+    if not isinstance(man, dict):
+        raise FormatError(f"{path} holds {type(man).__name__}, not a manifest object: rebuild the set")
+    return man
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it where /proc allows."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def tmp_sibling(final: Path, kind: str = "tmp") -> Path:
+    """``<final>.tmp-<pid>-<6 hex>``: the only names :func:`sweep_orphans` removes."""
+    return final.with_name(f"{final.name}.{kind}-{os.getpid()}-{os.urandom(3).hex()}")
 
 
 def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
-    """Write JSON to a temporary file beside ``path``, then rename it over."""
+    """Write JSON to a temporary file beside ``path``, then rename it over. The file
+    gets the usual permissions (0666 less the umask), so others can read a shared set."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".tmp-", dir=path.parent)
+    tmp = tmp_sibling(path)
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=2, sort_keys=True)
             fh.write("\n")
         os.replace(tmp, path)
     except BaseException:
-        _remove(Path(tmp))
+        _remove(tmp)
         raise
+
+
+_ORPHAN = re.compile(r"^.+\.(?:tmp|old)-(?P<pid>\d+)-[0-9a-f]{6}$")
+ORPHAN_MIN_AGE_S = 600.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(parent: str | os.PathLike, min_age_s: float = ORPHAN_MIN_AGE_S) -> list[Path]:
+    """Remove the temporaries a killed writer left in ``parent``: only entries named
+    ``<name>.tmp-<pid>-<6 hex>`` or ``<name>.old-<pid>-<6 hex>`` (what feedlab writes),
+    whose process is gone and that were last changed ``min_age_s`` ago or more.
+    Returns what was removed."""
+    parent = Path(parent)
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    now = time.time()
+    for e in entries:
+        m = _ORPHAN.match(e.name)
+        if m is None:
+            continue
+        pid = int(m.group("pid"))
+        try:
+            age = now - e.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        if pid == os.getpid() or _pid_alive(pid) or age < min_age_s:
+            continue
+        _remove(Path(e.path))
+        removed.append(Path(e.path))
+    return removed
 
 
 def _remove(path: Path) -> None:
@@ -65,7 +138,7 @@ def replace_path(tmp: Path, final: Path) -> None:
     ``final`` is first renamed aside, then removed once the new one is in place.
     """
     if final.exists() or final.is_symlink():
-        old = final.with_name(f"{final.name}.old-{os.getpid()}-{os.urandom(3).hex()}")
+        old = tmp_sibling(final, "old")
         os.replace(final, old)
         os.replace(tmp, final)
         _remove(old)
@@ -82,8 +155,8 @@ def atomic_output(final: str | os.PathLike, is_dir: bool) -> Iterator[Path]:
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tag = f".tmp-{os.getpid()}-{os.urandom(3).hex()}"
-    tmp = final.with_name(final.name + tag)
+    sweep_orphans(final.parent)
+    tmp = tmp_sibling(final)
     if is_dir:
         tmp.mkdir()
     try:
@@ -124,9 +197,17 @@ def first_shapes(samples: Sequence) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return lr.shape, hr.shape
 
 
-def iter_checked(samples: Iterable, lr_shape, hr_shape) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Iterate samples as contiguous uint8 arrays, insisting on one shape."""
+def iter_checked(samples: Iterable, lr_shape, hr_shape, n: int | None = None,
+                 fmt: str = "write") -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Iterate samples as contiguous uint8 arrays, insisting on one shape. With ``n``
+    (default ``len(samples)`` when it has one), more than ``n`` samples or fewer raise:
+    an endless iterator cannot fill the disk."""
+    if n is None and hasattr(samples, "__len__"):
+        n = len(samples)
+    i = -1
     for i, (lr, hr) in enumerate(samples):
+        if n is not None and i >= n:
+            raise ValueError(f"{fmt}: len(samples) was {n} but iteration gave more")
         lr = np.ascontiguousarray(lr)
         hr = np.ascontiguousarray(hr)
         if lr.shape != tuple(lr_shape) or hr.shape != tuple(hr_shape) or lr.dtype != np.uint8 or hr.dtype != np.uint8:
@@ -135,6 +216,8 @@ def iter_checked(samples: Iterable, lr_shape, hr_shape) -> Iterator[tuple[np.nda
                 f"expected uint8 {tuple(lr_shape)} and {tuple(hr_shape)}"
             )
         yield lr, hr
+    if n is not None and i + 1 != n:
+        raise ValueError(f"{fmt}: len(samples) was {n} but iteration gave {i + 1}")
 
 
 def write_blocks(samples, lr_shape, hr_shape, block: int, sink, fmt: str) -> None:
@@ -145,7 +228,7 @@ def write_blocks(samples, lr_shape, hr_shape, block: int, sink, fmt: str) -> Non
     block_lr = np.empty((block, *lr_shape), np.uint8)
     block_hr = np.empty((block, *hr_shape), np.uint8)
     start = k = 0
-    for lr, hr in iter_checked(samples, lr_shape, hr_shape):
+    for lr, hr in iter_checked(samples, lr_shape, hr_shape, n, fmt):
         block_lr[k] = lr
         block_hr[k] = hr
         k += 1
@@ -158,6 +241,24 @@ def write_blocks(samples, lr_shape, hr_shape, block: int, sink, fmt: str) -> Non
         raise ValueError(f"{fmt}: len(samples) was {n} but iteration gave {start + k}")
 
 
+def _crc32c():
+    import google_crc32c  # a dependency of zarr; SSE4.2 / ARMv8 CRC instructions
+
+    return google_crc32c.value
+
+
+def checksum_rows(batch: np.ndarray) -> np.ndarray:
+    """crc32c of each sample of a (N, ...) uint8 batch, as uint32 (N,)."""
+    value = _crc32c()
+    batch = np.ascontiguousarray(batch)
+    return np.fromiter((value(row) for row in batch.reshape(len(batch), -1)), np.uint32, len(batch))
+
+
+def verify_default() -> bool:
+    """Checksums are verified on read unless ``FEEDLAB_VERIFY=0``."""
+    return os.environ.get("FEEDLAB_VERIFY", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 class SRDataset(Dataset):
     """Base of the SR readers: ``(lr, hr)`` uint8 HWC per index.
 
@@ -165,6 +266,13 @@ class SRDataset(Dataset):
     ``read_batch`` with a faster path. ``__getitems__`` (used by DataLoader
     for batched fetching since torch 2.1) returns a list of samples so the
     default collate still works.
+
+    Every read is checked against the set's per-sample crc32c table
+    (``crc32c.npy`` beside ``manifest.json``, written by ``data_prep``) when it
+    exists and ``verify`` is true (default; ``FEEDLAB_VERIFY=0`` or
+    ``open_dataset(..., verify=False)`` turn it off for benchmarks): a flipped byte
+    raises :class:`feedlab.errors.ChecksumError` naming the sample. A read that
+    fails raises :class:`feedlab.errors.SampleError` naming the index and path.
     """
 
     fmt = "?"
@@ -175,10 +283,84 @@ class SRDataset(Dataset):
         self.root = Path(root)
         self.as_tensor = bool(as_tensor)
         self._n = 0
+        self.verify = verify_default()
+        self._crc_table = None  # loaded on first verified read (False: none on disk)
 
     def __len__(self) -> int:
         return self._n
 
+    # -- naming and checking -------------------------------------------------------
+    def _sample_path(self, i: int) -> str:
+        """Where sample ``i`` lives (a file, or a store and key), for error messages."""
+        for attr in ("path", "dir"):
+            p = self.__dict__.get(attr)
+            if p is not None:
+                return str(p)
+        return str(self.root)
+
+    def _checksums(self):
+        table = self.__dict__.get("_crc_table")
+        if table is None:
+            path = self.root / CHECKSUMS
+            table = False
+            if path.is_file():
+                table = np.load(path, allow_pickle=False)
+                if table.shape != (self._n, 2) or table.dtype != np.uint32:
+                    raise FormatError(f"{path}: checksum table {table.shape} {table.dtype}, expected "
+                                      f"({self._n}, 2) uint32: rebuild the set or delete that file")
+            self._crc_table = table
+        return None if table is False else table
+
+    def _verify_batch(self, idx, lr_b: np.ndarray, hr_b: np.ndarray) -> None:
+        if not self.__dict__.get("verify", True):
+            return
+        table = self._checksums()
+        if table is None or len(lr_b) == 0:
+            return
+        want = table[np.asarray(idx, dtype=np.intp)]
+        bad = (checksum_rows(lr_b) != want[:, 0]) | (checksum_rows(hr_b) != want[:, 1])
+        if bad.any():
+            from feedlab.errors import ChecksumError
+
+            k = int(np.flatnonzero(bad)[0])
+            i = int(np.asarray(idx).reshape(-1)[k])
+            raise ChecksumError(
+                f"{self.fmt}: sample {i} ({self._sample_path(i)}) does not match its checksum "
+                f"({int(bad.sum())} of {len(bad)} in this batch): the store is corrupt or stale; "
+                f"`python -m data_prep verify {self.root}` lists every bad sample, "
+                f"`python -m data_prep pack {self.root} --to {self.fmt}` rewrites it")
+
+    def _read_error(self, i: int, exc: BaseException):
+        from feedlab.errors import SampleError, sample_error
+
+        if isinstance(exc, (SampleError, IndexError, MemoryError)):
+            return exc
+        return sample_error(self.fmt, i, self._sample_path(i), exc)
+
+    def _raise_batch_error(self, idx, exc: BaseException):
+        """A batched read failed: find the sample that fails alone and name it."""
+        from feedlab.errors import SampleError
+
+        if isinstance(exc, (SampleError, IndexError, MemoryError)):
+            raise exc
+        for i in np.asarray(idx).reshape(-1).tolist():
+            try:
+                self._read(int(i))
+            except Exception as one:
+                raise self._read_error(int(i), one) from one
+        first = int(np.asarray(idx).reshape(-1)[0]) if len(idx) else -1
+        raise self._read_error(first, exc) from exc
+
+    def _checked_read(self, i: int):
+        try:
+            lr, hr = self._read(i)
+        except Exception as exc:
+            raise self._read_error(i, exc) from exc
+        if self.__dict__.get("verify", True) and self._checksums() is not None:
+            self._verify_batch([i], np.asarray(lr)[None], np.asarray(hr)[None])
+        return lr, hr
+
+    # -- indexing -----------------------------------------------------------------
     def _index(self, i: int) -> int:
         i = int(i)
         if i < 0:
@@ -213,10 +395,10 @@ class SRDataset(Dataset):
         raise NotImplementedError
 
     def __getitem__(self, i):
-        return self._wrap(*self._read(self._index(i)))
+        return self._wrap(*self._checked_read(self._index(i)))
 
     def __getitems__(self, indices: Sequence[int]) -> list:
-        return [self._wrap(*self._read(self._index(i))) for i in indices]
+        return [self._wrap(*self._checked_read(self._index(i))) for i in indices]
 
     def read_batch(self, indices: Sequence[int], out: tuple[np.ndarray, np.ndarray] | None = None):
         """Read ``indices`` into preallocated NHWC uint8 batch arrays.
@@ -227,7 +409,7 @@ class SRDataset(Dataset):
         """
         lr_b, hr_b = self._batch_out(len(indices), out)
         for k, i in enumerate(indices):
-            lr, hr = self._read(self._index(i))
+            lr, hr = self._checked_read(self._index(i))
             lr_b[k] = lr
             hr_b[k] = hr
         return lr_b, hr_b

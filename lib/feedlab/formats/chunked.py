@@ -66,15 +66,19 @@ class ChunkedSRDataset(SRDataset):
         first; the default ``mode="raise"`` makes numpy buffer ``out``, an extra copy)."""
         lr_b, hr_b = self._batch_out(len(indices), out)
         idx = self._indices(indices)
-        for lo, hi, pos, rows in group_by_chunk(idx, self.chunk_len):
-            lr, hr = self._read_rows(lo, hi)
-            p0, k = int(pos[0]), len(pos)
-            if int(pos[-1]) - p0 == k - 1:  # pos is sorted (stable grouping): a run of batch slots
-                _take_into(lr, rows, lr_b[p0:p0 + k])
-                _take_into(hr, rows, hr_b[p0:p0 + k])
-            else:  # this chunk's samples are interleaved with another chunk's in the batch
-                lr_b[pos] = lr[rows]
-                hr_b[pos] = hr[rows]
+        try:
+            for lo, hi, pos, rows in group_by_chunk(idx, self.chunk_len):
+                lr, hr = self._read_rows(lo, hi)
+                p0, k = int(pos[0]), len(pos)
+                if int(pos[-1]) - p0 == k - 1:  # pos is sorted (stable grouping): a run of batch slots
+                    _take_into(lr, rows, lr_b[p0:p0 + k])
+                    _take_into(hr, rows, hr_b[p0:p0 + k])
+                else:  # this chunk's samples are interleaved with another chunk's in the batch
+                    lr_b[pos] = lr[rows]
+                    hr_b[pos] = hr[rows]
+        except Exception as exc:
+            self._raise_batch_error(idx, exc)
+        self._verify_batch(idx, lr_b, hr_b)
         return lr_b, hr_b
 
     def __getitems__(self, indices: Sequence[int]) -> list:

@@ -102,22 +102,26 @@ class Hdf5Dataset(SRDataset):
     def read_batch(self, indices: Sequence[int], out=None):
         """One read per run of consecutive indices (a contiguous block is one call)."""
         lr_b, hr_b = self._batch_out(len(indices), out)
-        f = self._file()
-        lr_d, hr_d = f.lr, f.hr
         idx = [self._index(i) for i in indices]
-        k = 0
-        while k < len(idx):
-            j = k + 1
-            while j < len(idx) and idx[j] == idx[j - 1] + 1:
-                j += 1
-            if j - k == 1:
-                lr_b[k] = lr_d[idx[k]]
-                hr_b[k] = hr_d[idx[k]]
-            else:
-                src = np.s_[idx[k]:idx[k] + (j - k)]
-                lr_d.read_direct(lr_b, src, np.s_[k:j])
-                hr_d.read_direct(hr_b, src, np.s_[k:j])
-            k = j
+        try:
+            f = self._file()
+            lr_d, hr_d = f.lr, f.hr
+            k = 0
+            while k < len(idx):
+                j = k + 1
+                while j < len(idx) and idx[j] == idx[j - 1] + 1:
+                    j += 1
+                if j - k == 1:
+                    lr_b[k] = lr_d[idx[k]]
+                    hr_b[k] = hr_d[idx[k]]
+                else:
+                    src = np.s_[idx[k]:idx[k] + (j - k)]
+                    lr_d.read_direct(lr_b, src, np.s_[k:j])
+                    hr_d.read_direct(hr_b, src, np.s_[k:j])
+                k = j
+        except Exception as exc:
+            self._raise_batch_error(idx, exc)
+        self._verify_batch(idx, lr_b, hr_b)
         return lr_b, hr_b
 
     def close(self) -> None:

@@ -36,7 +36,6 @@ the destination array (plus lz4 decompression for ``lmdb``).
 from __future__ import annotations
 
 import os
-import os
 import struct
 from pathlib import Path
 from typing import Sequence
@@ -70,7 +69,7 @@ def encode_value(lr: np.ndarray, hr: np.ndarray, compress: bool) -> bytes:
     head = HEADER.pack(MAGIC, VERSION, DTYPE_UINT8, COMP_LZ4 if compress else COMP_RAW, 0,
                        *lr.shape, *hr.shape, len(payload))
     if compress:
-        payload = lz4.frame.compress(payload, store_size=True)
+        payload = lz4.frame.compress(payload, store_size=True, content_checksum=True)
     return head + payload
 
 
@@ -108,7 +107,7 @@ def write(root, samples, compress: bool = True, map_size: int = INITIAL_MAP_SIZE
         try:
             items: list[tuple[bytes, bytes]] = []
             n = 0
-            for i, (lr, hr) in enumerate(iter_checked(samples, lr_shape, hr_shape)):
+            for i, (lr, hr) in enumerate(iter_checked(samples, lr_shape, hr_shape, len(samples), "lmdb")):
                 items.append((key(i), encode_value(lr, hr, compress)))
                 n = i + 1
                 if len(items) >= txn_samples:
@@ -127,8 +126,23 @@ def write_raw(root, samples, **opts) -> Path:
 
 
 def _open_env(path: str) -> lmdb.Environment:
-    return lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False,
-                     subdir=True, max_readers=2048)
+    """Open read-only, after checking that ``data.mdb`` holds every page the environment's
+    own meta page counts: reading a page past the end of a truncated file through the
+    memory map kills the process with SIGBUS, so a short file is a named error instead."""
+    data = os.path.join(path, "data.mdb")
+    try:
+        size = os.stat(data).st_size
+        env = lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False,
+                        subdir=True, max_readers=2048)
+    except lmdb.Error as exc:
+        raise FormatError(f"lmdb: cannot open {path} ({type(exc).__name__}: {exc}); "
+                          "repack it with `python -m data_prep pack <set> --to lmdb,lmdb_raw`") from None
+    need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    if size < need:
+        env.close()
+        raise FormatError(f"lmdb: {data} is truncated ({size} bytes, its pages need {need}); "
+                          "repack it with `python -m data_prep pack <set> --to lmdb,lmdb_raw`")
+    return env
 
 
 # One read-only env per path per process, shared by every dataset on that path.
@@ -237,17 +251,13 @@ class LmdbDataset(SRDataset):
             self._decode_into(self._get(txn, i), i, lr, hr)
         return lr, hr
 
+    def _sample_path(self, i: int) -> str:
+        return f"{self.path}, key {i}"
+
     def __getitems__(self, indices: Sequence[int]) -> list:
         """All of a batch in one read transaction."""
-        out = []
-        with self._environment().begin(buffers=True) as txn:
-            for i in indices:
-                i = self._index(i)
-                lr = np.empty(self.lr_shape, np.uint8)
-                hr = np.empty(self.hr_shape, np.uint8)
-                self._decode_into(self._get(txn, i), i, lr, hr)
-                out.append(self._wrap(lr, hr))
-        return out
+        lr_b, hr_b = self.read_batch(indices)
+        return [self._wrap(lr_b[k], hr_b[k]) for k in range(len(lr_b))]
 
     def read_batch(self, indices: Sequence[int], out=None):
         """One read transaction; each value is copied from the mapped page straight into
@@ -263,17 +273,22 @@ class LmdbDataset(SRDataset):
             ls, hs = self._lr_size, self._hr_size
             raw_head = self._raw_header()
             end = HEADER_SIZE + ls + hs
-        with self._environment().begin(buffers=True) as txn:
-            get = txn.get
-            for k, i in enumerate(idx):
-                buf = get(i.to_bytes(8, "big"))
-                if buf is None:
-                    raise FormatError(f"{self.fmt}: key for sample {i} is missing")
-                if fast and len(buf) == end and buf[:HEADER_SIZE] == raw_head:
-                    lr_mv[k * ls:(k + 1) * ls] = buf[HEADER_SIZE:HEADER_SIZE + ls]
-                    hr_mv[k * hs:(k + 1) * hs] = buf[HEADER_SIZE + ls:end]
-                else:
-                    self._decode_into(buf, i, lr_b[k], hr_b[k])
+        i = idx[0] if idx else -1
+        try:
+            with self._environment().begin(buffers=True) as txn:
+                get = txn.get
+                for k, i in enumerate(idx):
+                    buf = get(i.to_bytes(8, "big"))
+                    if buf is None:
+                        raise FormatError(f"{self.fmt}: key for sample {i} is missing")
+                    if fast and len(buf) == end and buf[:HEADER_SIZE] == raw_head:
+                        lr_mv[k * ls:(k + 1) * ls] = buf[HEADER_SIZE:HEADER_SIZE + ls]
+                        hr_mv[k * hs:(k + 1) * hs] = buf[HEADER_SIZE + ls:end]
+                    else:
+                        self._decode_into(buf, i, lr_b[k], hr_b[k])
+        except Exception as exc:
+            raise self._read_error(i, exc) from exc
+        self._verify_batch(idx, lr_b, hr_b)
         return lr_b, hr_b
 
     def _raw_header(self) -> bytes:

@@ -10,11 +10,14 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import numpy as np
 
-from ._common import LazyHandle, SRDataset, atomic_output, count_from_manifest_or_files, first_shapes, iter_checked, tree_bytes
+from ._common import (LazyHandle, SRDataset, atomic_output, count_from_manifest_or_files, first_shapes,
+                      iter_checked, tree_bytes, write_blocks)
 from .chunked import ChunkedSRDataset, _take_into
 
 NPY_DIR = "npy"
@@ -36,24 +39,45 @@ def write(root, samples, **_opts) -> Path:
     return final
 
 
-def write_mmap(root, samples, **_opts) -> Path:
+def _reserve(fh, nbytes: int, path: Path) -> None:
+    """Reserve ``nbytes`` on disk up front where the file system can, so a full disk is
+    an error now, not a SIGBUS later (writes through a sparse map of a full disk fault)."""
+    try:
+        os.posix_fallocate(fh.fileno(), 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise OSError(exc.errno, f"npy_mmap: cannot reserve {nbytes / 2**20:.1f} MiB for {path.name} "
+                          f"({os.strerror(exc.errno)}): free space or pack the set elsewhere", str(path)) from None
+        # EOPNOTSUPP / EINVAL: no fallocate on this file system; plain writes still fail cleanly
+    except AttributeError:  # pragma: no cover - no posix_fallocate on this platform
+        pass
+
+
+def write_mmap(root, samples, block: int = 256, **_opts) -> Path:
+    """Write ``lr.npy`` and ``hr.npy`` (N,H,W,3) with plain writes, one block of samples at
+    a time, into space reserved first: a full disk raises ``OSError`` (the temporary folder
+    is removed), never a SIGBUS."""
     root = Path(root)
     final = root / MMAP_DIR
     lr_shape, hr_shape = first_shapes(samples)
     n = len(samples)
     with atomic_output(final, is_dir=True) as tmp:
-        lr_m = np.lib.format.open_memmap(tmp / "lr.npy", mode="w+", dtype=np.uint8, shape=(n, *lr_shape))
-        hr_m = np.lib.format.open_memmap(tmp / "hr.npy", mode="w+", dtype=np.uint8, shape=(n, *hr_shape))
-        count = 0
-        for i, (lr, hr) in enumerate(iter_checked(samples, lr_shape, hr_shape)):
-            lr_m[i] = lr
-            hr_m[i] = hr
-            count = i + 1
-        if count != n:
-            raise ValueError(f"npy_mmap: len(samples) was {n} but iteration gave {count}")
-        lr_m.flush()
-        hr_m.flush()
-        del lr_m, hr_m
+        with open(tmp / "lr.npy", "wb") as f_lr, open(tmp / "hr.npy", "wb") as f_hr:
+            for fh, shape in ((f_lr, lr_shape), (f_hr, hr_shape)):
+                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False,
+                          "shape": (n, *shape)}
+                np.lib.format.write_array_header_1_0(fh, header)
+                _reserve(fh, fh.tell() + n * int(np.prod(shape)), Path(fh.name))
+
+            def _sink(_start, lr_b, hr_b):
+                f_lr.write(memoryview(np.ascontiguousarray(lr_b)).cast("B"))
+                f_hr.write(memoryview(np.ascontiguousarray(hr_b)).cast("B"))
+
+            write_blocks(samples, lr_shape, hr_shape, block, _sink, "npy_mmap")
+            f_lr.flush()
+            f_hr.flush()
+            os.fsync(f_lr.fileno())
+            os.fsync(f_hr.fileno())
     return final
 
 
@@ -69,6 +93,9 @@ class NpyDataset(SRDataset):
         if self._n:
             lr, hr = self._read(0)
             self.lr_shape, self.hr_shape = lr.shape, hr.shape
+
+    def _sample_path(self, i: int) -> str:
+        return str(self.dir / npy_name("{lr,hr}", i))
 
     def _read(self, i: int):
         lr = np.load(self.dir / npy_name("lr", i), allow_pickle=False)
@@ -117,9 +144,13 @@ class NpyMmapDataset(ChunkedSRDataset):
         map stays open across batches and epochs (reopened only after a fork)."""
         lr_b, hr_b = self._batch_out(len(indices), out)
         idx = self._indices(indices)
-        lr, hr = self._maps.get()
-        _take_into(lr, idx, lr_b)
-        _take_into(hr, idx, hr_b)
+        try:
+            lr, hr = self._maps.get()
+            _take_into(lr, idx, lr_b)
+            _take_into(hr, idx, hr_b)
+        except Exception as exc:
+            self._raise_batch_error(idx, exc)
+        self._verify_batch(idx, lr_b, hr_b)
         return lr_b, hr_b
 
 

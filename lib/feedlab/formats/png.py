@@ -92,7 +92,7 @@ class PngDataset(SRDataset):
         self._n = count_from_manifest_or_files(self.root, self.hr_dir, "*.png")
         self.lr_shape = self.hr_shape = None
         if self._n:
-            lr, hr = self._read(0)
+            lr, hr = self._checked_read(0)
             self.lr_shape, self.hr_shape = lr.shape, hr.shape
 
     def __getstate__(self):
@@ -116,17 +116,26 @@ class PngDataset(SRDataset):
     def read_batch(self, indices, out=None):
         """Decode straight into the batch slots (backends that support ``out``)."""
         lr_b, hr_b = self._batch_out(len(indices), out)
-        for k, i in enumerate(indices):
-            name = sample_name(self._index(i))
-            with open(self.lr_dir / name, "rb") as fh:
-                r = self._decode(fh.read(), lr_b[k])
-            if r is not lr_b[k]:
-                lr_b[k] = r
-            with open(self.hr_dir / name, "rb") as fh:
-                r = self._decode(fh.read(), hr_b[k])
-            if r is not hr_b[k]:
-                hr_b[k] = r
+        idx = [self._index(i) for i in indices]
+        for k, i in enumerate(idx):
+            name = sample_name(i)
+            try:
+                with open(self.lr_dir / name, "rb") as fh:
+                    r = self._decode(fh.read(), lr_b[k])
+                if r is not lr_b[k]:
+                    lr_b[k] = r
+                with open(self.hr_dir / name, "rb") as fh:
+                    r = self._decode(fh.read(), hr_b[k])
+                if r is not hr_b[k]:
+                    hr_b[k] = r
+            except Exception as exc:
+                raise self._read_error(i, exc) from exc
+        self._verify_batch(idx, lr_b, hr_b)
         return lr_b, hr_b
+
+    def _sample_path(self, i: int) -> str:
+        name = sample_name(i)
+        return f"{self.lr_dir / name} / {self.hr_dir / name}"
 
 
 def write(root, samples, **_opts) -> Path:

@@ -49,11 +49,8 @@ class PtDataset(SRDataset):
         lr, hr = self._load(i)
         return lr.numpy(), hr.numpy()
 
-    def __getitem__(self, i):
-        lr, hr = self._load(self._index(i))
-        if self.as_tensor:
-            return lr, hr
-        return lr.numpy(), hr.numpy()
+    def _sample_path(self, i: int) -> str:
+        return str(self.dir / pt_name(i))
 
 
 def bytes_on_disk(root) -> int:

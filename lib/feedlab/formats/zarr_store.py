@@ -15,6 +15,7 @@ Arrays are (N,H,W,3) uint8, chunked along the sample axis only
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,9 @@ def write(root, samples, chunk_len: int = DEFAULT_CHUNK, compress: bool = False,
     final = root / DIRNAME
     lr_shape, hr_shape = first_shapes(samples)
     n = len(samples)
-    chunk_len = max(1, min(int(chunk_len), n))
+    if int(chunk_len) < 1:
+        raise ValueError(f"zarr: chunk_len must be >= 1, got {chunk_len}")
+    chunk_len = min(int(chunk_len), n)
     with atomic_output(final, is_dir=True) as tmp:
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
         group.attrs["count"] = n
@@ -40,7 +43,8 @@ def write(root, samples, chunk_len: int = DEFAULT_CHUNK, compress: bool = False,
         comp = "auto" if compress else None
         arrs = {
             name: group.create_array(name, shape=(n, *shape), chunks=(chunk_len, *shape), dtype="uint8",
-                                     compressors=comp, fill_value=0)
+                                     compressors=comp, fill_value=0,
+                                     config={"write_empty_chunks": True})  # every chunk on disk
             for name, shape in (("lr", lr_shape), ("hr", hr_shape))
         }
         def _sink(start, lr_b, hr_b):  # whole, aligned chunks: one write each
@@ -74,11 +78,36 @@ class ZarrDataset(ChunkedSRDataset):
         self.lr_shape, self.hr_shape = tuple(lr.shape[1:]), tuple(hr.shape[1:])
         self.chunk_len = int(hr.chunks[0])
 
+    def _chunk_file(self, name: str, c: int) -> Path:
+        arr = self._arrays.get()[0 if name == "lr" else 1]
+        return self.path / name / arr.metadata.encode_chunk_key((c, 0, 0, 0))
+
+    def _check_chunks(self, lo: int, hi: int) -> None:
+        """zarr reads an absent chunk as ``fill_value`` (zeros): every chunk of this store
+        was written, so an absent one is an error naming it."""
+        for c in range(lo // self.chunk_len, (hi - 1) // self.chunk_len + 1):
+            for name in ("lr", "hr"):
+                f = self._chunk_file(name, c)
+                if not os.path.exists(f):
+                    from feedlab.errors import SampleError
+
+                    first, last = c * self.chunk_len, min((c + 1) * self.chunk_len, self._n) - 1
+                    raise SampleError(f"zarr: chunk {c} of {name} (samples {first}–{last}) is missing: {f}; "
+                                      f"repack with `python -m data_prep pack {self.root} --to zarr`")
+
+    def _sample_path(self, i: int) -> str:
+        try:
+            return str(self._chunk_file("hr", i // self.chunk_len))
+        except Exception:
+            return str(self.path)
+
     def _read_rows(self, lo: int, hi: int):
+        self._check_chunks(lo, hi)
         lr, hr = self._arrays.get()
         return lr[lo:hi], hr[lo:hi]
 
     def _read_one(self, i: int):
+        self._check_chunks(i, i + 1)
         lr, hr = self._arrays.get()
         return lr[i], hr[i]
 

@@ -1,0 +1,195 @@
+"""The claim registry's building blocks: a claim, a run's results, a verdict.
+
+A :class:`Claim` names what a write-up said (in our words, with its number), the
+notebook whose results test it, the tolerance that counts as reproduced, what the
+test needs (``gpu``, ``cores>=N``), and a function of a :class:`Run` (that
+notebook's ``results.json`` payload, ``results.csv`` and ``fingerprint.json``)
+returning an :class:`Outcome`. :func:`judge` turns the two into a
+:class:`Verdict`; nothing here holds a verdict written in advance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+REPRODUCED = "reproduced"
+PARTLY = "partly"
+NOT_REPRODUCED = "not reproduced"
+NOT_TESTABLE = "not testable here"
+STATUSES = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_TESTABLE)
+
+
+class NoData(Exception):
+    """The run lacks a number the claim's test needs (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    ours: str
+    note: str = ""
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown verdict {self.status!r}; one of {STATUSES}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    writeup: str               # "000" … "004", the key of docs/WRITEUPS.md
+    text: str                  # the claim in our words
+    theirs: str                # their number (or words, where they gave none)
+    notebook: str              # e.g. "01_worker_scaling"
+    tolerance: str             # what counts as reproduced / partly
+    test: Callable[["Run"], Outcome] = field(repr=False, compare=False)
+    needs: tuple[str, ...] = ()  # "gpu", "cores>=N"; empty: any machine
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str
+    status: str
+    ours: str
+    theirs: str
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "ours": self.ours, "theirs": self.theirs, "note": self.note}
+
+
+class Run:
+    """One notebook run's results: the payload (in memory or ``results.json``), the
+    tidy table ``results.csv`` and ``fingerprint.json`` of ``out_dir``."""
+
+    def __init__(self, payload: dict | None = None, out_dir: str | Path | None = None,
+                 fingerprint: dict | None = None, frame=None):
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        if payload is None and self.out_dir is not None and (self.out_dir / "results.json").is_file():
+            payload = json.loads((self.out_dir / "results.json").read_text())
+        self.payload = payload or {}
+        if fingerprint is None and self.out_dir is not None and (self.out_dir / "fingerprint.json").is_file():
+            fingerprint = json.loads((self.out_dir / "fingerprint.json").read_text())
+        self.fingerprint = fingerprint
+        self._frame = frame
+
+    # -- the payload
+    def get(self, *keys: Any) -> Any:
+        """``payload[k0][k1]…``; :class:`NoData` naming the path when absent or null."""
+        cur: Any = self.payload
+        for i, k in enumerate(keys):
+            if isinstance(cur, dict) and k in cur:
+                cur = cur[k]
+            elif isinstance(cur, dict) and str(k) in cur:
+                cur = cur[str(k)]
+            else:
+                raise NoData(f"results.json has no {'/'.join(map(str, keys[:i + 1]))}")
+        if cur is None or (isinstance(cur, float) and math.isnan(cur)):
+            raise NoData(f"results.json: {'/'.join(map(str, keys))} was not measured")
+        return cur
+
+    # -- the tidy table
+    @property
+    def frame(self):
+        if self._frame is None:
+            path = self.out_dir / "results.csv" if self.out_dir is not None else None
+            if path is None or not path.is_file():
+                raise NoData("no results.csv beside the results")
+            import pandas as pd
+            self._frame = pd.read_csv(path)
+        return self._frame
+
+    def rows(self, **where):
+        """Rows of results.csv matching every ``column=value`` (NoData if none)."""
+        df = self.frame
+        for k, v in where.items():
+            if k not in df.columns:
+                raise NoData(f"results.csv has no column {k!r}")
+            df = df[df[k] == v]
+        if df.empty:
+            raise NoData("results.csv has no rows with " + ", ".join(f"{k}={v}" for k, v in where.items()))
+        return df
+
+    def median(self, by: list[str], **where):
+        """Median value per group of ``by`` over repeats, as a pandas Series."""
+        return self.rows(**where).groupby(by)["value"].median()
+
+    # -- the machine
+    @property
+    def cores(self) -> int | None:
+        fp = self.fingerprint or {}
+        return fp.get("cpu_usable") or fp.get("cpu_logical")
+
+    @property
+    def has_gpu(self) -> bool | None:
+        if self.fingerprint is None:
+            return None
+        return bool(self.fingerprint.get("cuda_available")) and bool(self.fingerprint.get("gpus"))
+
+
+def unmet_need(needs: tuple[str, ...], run: Run) -> str:
+    """Why this machine cannot test the claim ('' when it can), from the fingerprint."""
+    if not needs:
+        return ""
+    fp = run.fingerprint
+    if fp is None:
+        return "no fingerprint.json beside the results, so the machine is unknown"
+    for need in needs:
+        if need == "gpu" and not run.has_gpu:
+            return "needs a CUDA GPU; this machine has none (fingerprint: cuda_available false)"
+        if need.startswith("cores>="):
+            n = int(need.split(">=", 1)[1])
+            have = run.cores
+            if have is None or have < n:
+                return f"needs at least {n} usable cores; this machine has {have}"
+    return ""
+
+
+def judge(claim: Claim, run: Run) -> Verdict:
+    """The claim's verdict on this run: its needs first, then its test."""
+    why = unmet_need(claim.needs, run)
+    if why:
+        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs, why)
+    try:
+        out = claim.test(run)
+    except NoData as e:
+        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
+                       f"not measured in this run: {e} (re-run {claim.notebook})")
+    return Verdict(claim.id, out.status, out.ours, claim.theirs, out.note)
+
+
+# ---------------------------------------------------------------- helpers for tests
+
+
+def graded(value: float, reproduced: Callable[[float], bool], partly: Callable[[float], bool]) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        raise NoData("the compared number is missing")
+    if reproduced(value):
+        return REPRODUCED
+    if partly(value):
+        return PARTLY
+    return NOT_REPRODUCED
+
+
+def at_least(value: float, full: float, part: float) -> str:
+    """reproduced at ``value >= full``, partly at ``value >= part``."""
+    return graded(value, lambda v: v >= full, lambda v: v >= part)
+
+
+def at_most(value: float, full: float, part: float) -> str:
+    """reproduced at ``value <= full``, partly at ``value <= part``."""
+    return graded(value, lambda v: v <= full, lambda v: v <= part)
+
+
+def loglog_slope(xs, ys) -> float:
+    """Least-squares slope of log(y) on log(x): 1 = proportional, 0 = flat."""
+    import numpy as np
+
+    x, y = np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float))
+    if len(x) < 2 or np.ptp(x) == 0:
+        raise NoData("fewer than two sizes to fit a slope")
+    return float(np.polyfit(x, y, 1)[0])

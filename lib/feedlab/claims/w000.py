@@ -1,0 +1,229 @@
+"""Write-up 000: SRCNN on DIV2K PNG patch pairs ("I got stuck in the i/o bottleneck")."""
+
+from __future__ import annotations
+
+import statistics
+
+from feedlab.claims.core import (NOT_REPRODUCED, NOT_TESTABLE, PARTLY, REPRODUCED, Claim, NoData, Outcome,
+                                 at_least, at_most, loglog_slope)
+
+NB01, NB02, NB03, NB08, NB09 = ("01_worker_scaling", "02_lmdb_vs_png", "03_pinned_memory_by_input_size",
+                                "08_hdf5_concurrency", "09_batch_size_breakdown")
+
+
+def _keyed(d: dict, prefix: str) -> dict[tuple, float]:
+    """{'w2_b8': x} → {(2, 8): x} for keys starting with ``prefix``."""
+    out = {}
+    for k, v in d.items():
+        if not k.startswith(prefix):
+            continue
+        parts = dict((p[0], p[1:]) for p in k[len(prefix):].split("_") if p)
+        out[(int(parts.get("w", 0)), int(parts.get("b", 0)))] = float(v)
+    if not out:
+        raise NoData(f"no '{prefix}…' entries")
+    return out
+
+
+def epoch_vs_batch(run) -> Outcome:
+    ms = run.get("ms_per_sample")
+    pins = sorted({int(k.split("_pin")[1][0]) for k in ms if k.startswith("baseline_")})
+    pin = pins[-1]
+    base = {}
+    for k, v in ms.items():
+        if k.startswith("baseline_") and f"_pin{pin}_" in k:
+            w = int(k.split("_w")[1].split("_")[0])
+            b = int(k.rsplit("_b", 1)[1])
+            base[(w, b)] = v
+    w = max(w for w, _ in base)
+    sizes = sorted(b for ww, b in base if ww == w)
+    r = base[(w, sizes[0])] / base[(w, sizes[-1])]
+    return Outcome(at_least(r, 5.3 / 2, 1.25), f"{r:.2f}× time per sample, batch {sizes[0]} over {sizes[-1]} "
+                   f"({w} workers, PNG baseline)")
+
+
+def _gpu_util(run, table: str):
+    s = run.median(["num_workers", "batch_size"], experiment=table, metric="gpu_util")
+    return s
+
+
+def gpu_util_small(run) -> Outcome:
+    s = _gpu_util(run, "batch_size_table")
+    w = max(s.index.get_level_values(0))
+    b = min(s.index.get_level_values(1))
+    u = float(s.loc[(w, b)])
+    return Outcome(at_most(u, 50, 65), f"{u:.0f}% at batch {b}, {w} workers")
+
+
+def gpu_util_rise(run) -> Outcome:
+    s = _gpu_util(run, "batch_size_table")
+    w = max(s.index.get_level_values(0))
+    sizes = sorted(set(s.index.get_level_values(1)))
+    lo, hi = float(s.loc[(w, sizes[0])]), float(s.loc[(w, sizes[-1])])
+    return Outcome(at_least(hi - lo, 25, 5), f"{lo:.0f}% → {hi:.0f}% from batch {sizes[0]} to {sizes[-1]}")
+
+
+def _phase_slope(run, phase: str) -> tuple[float, int, list[int]]:
+    s = run.median(["num_workers", "batch_size"], experiment="batch_size_table", metric=phase)
+    w = max(s.index.get_level_values(0))
+    part = s.xs(w, level=0)
+    return loglog_slope(part.index, part.values), w, sorted(part.index)
+
+
+def forward_flat(run) -> Outcome:
+    k, w, sizes = _phase_slope(run, "forward")
+    return Outcome(at_most(k, 0.3, 0.6), f"forward time ∝ batch^{k:.2f} over batch {sizes[0]}–{sizes[-1]}")
+
+
+def backward_linear(run) -> Outcome:
+    k, w, sizes = _phase_slope(run, "backward")
+    status = REPRODUCED if 0.7 <= k <= 1.3 else PARTLY if 0.4 <= k <= 1.6 else NOT_REPRODUCED
+    return Outcome(status, f"backward time ∝ batch^{k:.2f} over batch {sizes[0]}–{sizes[-1]}")
+
+
+def loading_nonlinear(run) -> Outcome:
+    s = run.median(["batch_size"], experiment="lmdb_vs_png", format="png", num_workers=0, metric="data_wait")
+    k = loglog_slope(s.index, s.values)
+    b0, b1 = min(s.index), max(s.index)
+    per0, per1 = 1e3 * s.loc[b0] / b0, 1e3 * s.loc[b1] / b1
+    return Outcome(at_most(k, 0.85, 0.95),
+                   f"PNG load time per batch ∝ batch^{k:.2f} (0 workers); {per0:.3f} → {per1:.3f} ms per sample "
+                   f"from batch {b0} to {b1}",
+                   "1 = proportional: no saving per sample from a larger batch")
+
+
+def wait_share_falls(run) -> Outcome:
+    f = _keyed(run.get("data_wait_fraction"), "")
+    falls, parts = [], []
+    for w in sorted({w for w, _ in f}):
+        sizes = sorted(b for ww, b in f if ww == w)
+        a, z = f[(w, sizes[0])], f[(w, sizes[-1])]
+        falls.append(z <= 0.8 * a)
+        parts.append(f"{w} workers {100 * a:.0f}% → {100 * z:.0f}%")
+    status = REPRODUCED if all(falls) else PARTLY if any(falls) else NOT_REPRODUCED
+    return Outcome(status, "share of time waiting for data, smallest → largest batch: " + "; ".join(parts))
+
+
+def fewer_workers_small_batch(run) -> Outcome:
+    ms = _keyed(run.get("ms_per_sample"), "")
+    workers = sorted({w for w, _ in ms})
+    if len(workers) < 2:
+        raise NoData("one worker count only")
+    lo_w, hi_w = workers[0], workers[-1]
+    sizes = sorted({b for _, b in ms})
+    small = ms[(lo_w, sizes[0])] / ms[(hi_w, sizes[0])]
+    large = ms[(lo_w, sizes[-1])] / ms[(hi_w, sizes[-1])]
+    status = (REPRODUCED if small <= 1.05 and large > 1.05 else PARTLY if small <= 1.05 else NOT_REPRODUCED)
+    return Outcome(status, f"{lo_w} vs {hi_w} workers, time per sample: {small:.2f}× at batch {sizes[0]}, "
+                   f"{large:.2f}× at batch {sizes[-1]}", "≤ 1 means the fewer workers were no slower")
+
+
+def cpu_saturated(run) -> Outcome:
+    s = run.median(["num_workers"], experiment="throughput_vs_workers", model="none", metric="cpu_saturation")
+    w = int(s.idxmax())
+    return Outcome(at_least(float(s.max()), 0.9, 0.7),
+                   f"CPU saturation up to {s.max():.2f} of all cores (PNG loader alone, {w} workers)")
+
+
+def _step_ratio(run, size_pick) -> tuple[float, int]:
+    steps = run.get("step_ms")
+    sizes = sorted({int(k.split("/")[0]) for k in steps})
+    size = size_pick(sizes)
+    r = statistics.median(v["pageable_ms"] / v["pinned_ms"] for k, v in steps.items()
+                          if int(k.split("/")[0]) == size)
+    return r, size
+
+
+def paged_wins_small(run) -> Outcome:
+    r, size = _step_ratio(run, min)
+    return Outcome(at_most(r, 0.97, 1.03), f"pinned steps {r:.2f}× as fast as pageable at input {size} "
+                   "(median over batch sizes)")
+
+
+def pinned_wins_large(run) -> Outcome:
+    r, size = _step_ratio(run, lambda s: 64 if 64 in s else max(s))
+    return Outcome(at_least(r, 1.03, 0.97), f"pinned steps {r:.2f}× as fast as pageable at input {size} "
+                   "(median over batch sizes)")
+
+
+def lmdb_modest(run) -> Outcome:
+    rs = [v for k, v in run.get("throughput_ratio_vs_png").items() if k.startswith("lmdb_w")]
+    if not rs:
+        raise NoData("no lmdb ratios")
+    m = statistics.median(rs)
+    status = REPRODUCED if 1.0 < m <= 1.5 else PARTLY if m > 1.5 else NOT_REPRODUCED
+    return Outcome(status, f"LMDB (lz4) throughput {m:.2f}× PNG, median of {len(rs)} settings "
+                   f"({min(rs):.2f}–{max(rs):.2f}×)")
+
+
+def _parent_fork(run, reader_prefix: str):
+    st = run.get("settings")
+    rows = {k: v for k, v in st.items() if k.startswith(reader_prefix + "/fork/")}
+    if not rows:
+        raise NoData(f"no {reader_prefix} runs under fork")
+    return rows
+
+
+def hdf5_parallel(run) -> Outcome:
+    rows = {**_parent_fork(run, "hdf5_parent"), **_parent_fork(run, "hdf5_chunked_parent")}
+    bad = sum(v["wrong"] + v["missing"] for v in rows.values())
+    total = sum(v["expected"] for v in rows.values())
+    v = run.payload.get("versions", {})
+    return Outcome(REPRODUCED if bad else NOT_REPRODUCED,
+                   f"{bad} of {total} samples wrong or missing over {len(rows)} forked multi-worker settings "
+                   f"(h5py {v.get('h5py', '?')}, HDF5 {v.get('hdf5', '?')})")
+
+
+def lmdb_map_size(run) -> Outcome:
+    g = run.get("lmdb_map_growth")
+    if g.get("error"):
+        return Outcome(REPRODUCED, f"writing from a {g['start_bytes'] / 2**10:.0f} KiB map failed: {g['error']}")
+    grown = g["data_bytes"] > g["start_bytes"]
+    return Outcome(NOT_REPRODUCED if grown else NOT_TESTABLE,
+                   f"{g['samples']} samples written from a {g['start_bytes'] / 2**10:.0f} KiB map into "
+                   f"{g['data_bytes'] / 2**20:.1f} MiB: the map grew at least {g['doublings']} times, no size guessed",
+                   "py-lmdb's Environment.set_mapsize grows a map; the writer doubles it on MapFullError")
+
+
+CLAIMS = (
+    Claim("000-epoch-vs-batch", "000", "An epoch takes 5.3× longer at batch 8 than at batch 128 (same data).",
+          "16 / 8 / 6 / 4 / 3 min at batch 8 / 16 / 32 / 64 / 128 (16/3 = 5.3×)", NB09,
+          "reproduced ≥ 2.65× (within a factor 2), partly ≥ 1.25×", epoch_vs_batch, ("gpu",)),
+    Claim("000-gpu-util-small-batch", "000", "GPU utilisation is low at batch 8.", "33% at batch 8", NB01,
+          "reproduced ≤ 50%, partly ≤ 65%", gpu_util_small, ("gpu",)),
+    Claim("000-gpu-util-rises", "000", "GPU utilisation rises steeply from batch 8 to 128.", "33% → 84%", NB01,
+          "reproduced: a rise ≥ 25 points (half theirs), partly ≥ 5", gpu_util_rise, ("gpu",)),
+    Claim("000-loading-nonlinear", "000", "Data-loading time per batch grows less than in proportion to the "
+          "batch size, so larger batches load more cheaply per sample.", "'non-linear' growth (from plots)",
+          NB02, "log-log slope of PNG load time per batch: reproduced ≤ 0.85, partly ≤ 0.95", loading_nonlinear),
+    Claim("000-wait-share-falls", "000", "A smaller share of each step waits for data at larger batches.",
+          "data share shrinks with batch size (plots)", NB01,
+          "reproduced: the share falls by ≥ 20% at every worker count; partly at some", wait_share_falls),
+    Claim("000-forward-flat", "000", "Forward time per batch hardly changes with batch size.",
+          "forward 'changes little' (plots)", NB01, "log-log slope reproduced ≤ 0.3, partly ≤ 0.6",
+          forward_flat, ("gpu",)),
+    Claim("000-backward-linear", "000", "Backward time per batch grows linearly with batch size.",
+          "backward 'grows linearly' (plots)", NB01, "log-log slope reproduced in 0.7–1.3, partly 0.4–1.6",
+          backward_linear, ("gpu",)),
+    Claim("000-fewer-workers-small-batch", "000", "Small batches need fewer workers; more workers pay at large "
+          "batches.", "'use less workers with smaller batches' (8 vs 16 workers, plots)", NB01,
+          "reproduced: fewer workers no slower (≤ 1.05×) at the smallest batch and slower at the largest; "
+          "partly: no slower at both", fewer_workers_small_batch),
+    Claim("000-cpu-saturated", "000", "Reading PNG files keeps every CPU core busy.", "all CPUs at 100%", NB01,
+          "reproduced ≥ 0.9 of all cores, partly ≥ 0.7", cpu_saturated),
+    Claim("000-paged-wins-small-input", "000", "At input 16, pageable memory beats pinned memory.",
+          "paged 'much better' at small batches, slightly at 128 (input 16)", NB03,
+          "pinned/pageable step speed: reproduced ≤ 0.97, partly ≤ 1.03", paged_wins_small, ("gpu",)),
+    Claim("000-pinned-wins-64", "000", "At input 64, pinned memory beats pageable memory.",
+          "pinned's benefit 'shows up' at input 64", NB03,
+          "pinned/pageable step speed: reproduced ≥ 1.03, partly ≥ 0.97", pinned_wins_large, ("gpu",)),
+    Claim("000-lmdb-modest", "000", "LMDB (lz4 values) loads faster than PNG files, but only a little.",
+          "'better, but not so much better'", NB02,
+          "median throughput ratio: reproduced in (1.0, 1.5], partly > 1.5", lmdb_modest),
+    Claim("000-hdf5-parallel", "000", "HDF5 is unreliable with the DataLoader's parallel readers.",
+          "'vulnerable with parallel reading'", NB08,
+          "reproduced if any forked multi-worker read of a parent-opened file returns a wrong or missing sample",
+          hdf5_parallel),
+    Claim("000-lmdb-map-size", "000", "LMDB's map_size must be guessed before writing; it cannot grow.",
+          "'no resize method was found'", NB02,
+          "reproduced if writing from a small map fails; not reproduced if the writer grows it", lmdb_map_size),
+)

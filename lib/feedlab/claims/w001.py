@@ -1,0 +1,117 @@
+"""Write-up 001: "Bottlenecks in Pytorch training" (ToTensor, GIL, io wait, pinned memory, workers)."""
+
+from __future__ import annotations
+
+from feedlab.claims.core import (NOT_REPRODUCED, NOT_TESTABLE, PARTLY, REPRODUCED, Claim, NoData, Outcome,
+                                 at_least, at_most)
+
+NB01, NB03, NB05, NB07, NB11 = ("01_worker_scaling", "03_pinned_memory_by_input_size", "05_storage_formats",
+                                "07_totensor_vs_fast_collate", "11_worker_hygiene")
+
+
+def _pieces(run):
+    """Per (image_size, batch_size): the stock path's pieces, timed alone (ms)."""
+    s = run.median(["image_size", "batch_size", "variant"], kind="piece", metric="ms_per_batch")
+    return s.unstack("variant")
+
+
+def transpose_share(run) -> Outcome:
+    p = _pieces(run)
+    share = (p["transpose"] / p.sum(axis=1))
+    lo, hi = share.idxmin(), share.idxmax()
+    return Outcome(at_least(float(share.median()), 0.65, 0.4),
+                   f"transpose {100 * share.median():.0f}% of the stock path (median of {len(share)} image × batch "
+                   f"sizes; {100 * share.min():.0f}% at {lo[0]}² × {lo[1]}, {100 * share.max():.0f}% at "
+                   f"{hi[0]}² × {hi[1]})")
+
+
+def transpose_largest(run) -> Outcome:
+    p = _pieces(run)
+    top = p.idxmax(axis=1)
+    n_t = int((top == "transpose").sum())
+    other = top[top != "transpose"]
+    status = REPRODUCED if n_t == len(top) else PARTLY if 2 * n_t >= len(top) else NOT_REPRODUCED
+    where = ", ".join(f"{s}²×{b}: {v}" for (s, b), v in list(other.items())[:4])
+    return Outcome(status, f"transpose is the largest piece at {n_t} of {len(top)} image × batch sizes"
+                   + (f"; elsewhere e.g. {where}" if where else ""))
+
+
+def fast_collate(run) -> Outcome:
+    s = run.median(["image_size", "batch_size", "variant"], kind="collate", metric="ms_per_batch").unstack("variant")
+    r = s["totensor"] / s["fast_nchw"]
+    status = REPRODUCED if r.min() >= 1.5 else PARTLY if r.median() > 1.0 else NOT_REPRODUCED
+    return Outcome(status, f"uint8 fast collate {r.median():.1f}× faster than ToTensor + default_collate "
+                   f"(median; {r.min():.1f}–{r.max():.1f}× over {len(r)} image × batch sizes)")
+
+
+def too_many_workers(run) -> Outcome:
+    s = {int(k): float(v) for k, v in run.get("samples_per_s_loader").items()}
+    cores = run.cores
+    if cores is None:
+        raise NoData("no core count in the fingerprint")
+    within = {w: v for w, v in s.items() if w <= cores}
+    beyond = {w: v for w, v in s.items() if w > cores}
+    if not beyond:
+        return Outcome(NOT_TESTABLE, f"no worker count above this machine's {cores} cores was run "
+                       f"(max {max(s)})")
+    r = max(beyond.values()) / max(within.values())
+    return Outcome(at_most(r, 0.95, 1.05),
+                   f"best rate with more workers than the {cores} cores = {r:.2f}× the best within them "
+                   "(PNG loader alone)", "throughput measured; context switches themselves not counted")
+
+
+def _sps(run, key):
+    return float(run.get("samples_per_s", key, "median"))
+
+
+def chunks_warm(run) -> Outcome:
+    warm = _sps(run, "read/zarr_chunk/chunk") / _sps(run, "read/zarr/plain")
+    try:
+        cold = _sps(run, "cold/zarr_chunk/chunk") / _sps(run, "cold/zarr/plain")
+    except NoData:
+        cold = float("nan")
+    status = (REPRODUCED if warm < 1.2 else PARTLY if cold == cold and warm < cold / 2 else NOT_REPRODUCED)
+    return Outcome(status, f"Zarr read in chunk order over random ids, one process: {warm:.0f}× with a warm page "
+                   f"cache" + (f", {cold:.0f}× cold" if cold == cold else ""))
+
+
+def daemon_workers(run) -> Outcome:
+    sc = run.get("scenarios")
+    left = {k: v["leftover"] for k, v in sc.items() if v.get("leftover", 0) > 0}
+    outlive = {k: v["alive_after_del"] for k, v in sc.items() if v.get("alive_after_del", 0) > 0}
+    status = REPRODUCED if left else PARTLY if outlive else NOT_REPRODUCED
+    return Outcome(status, f"{len(left)} of {len(sc)} ways of stopping a loop left workers behind after a bounded "
+                   f"wait; workers outlived `del` in: {', '.join(outlive) or 'none'}")
+
+
+def pinned_faster_copy(run) -> Outcome:
+    r = float(run.get("h2d_pinned_gbps")) / float(run.get("h2d_pageable_gbps"))
+    return Outcome(at_least(r, 1.2, 1.0), f"pinned host→device copy {r:.2f}× pageable (largest transfer)")
+
+
+CLAIMS = (
+    Claim("001-transpose-80", "001", "ToTensor's HWC→CHW transpose (+ contiguous) takes most of the loading time.",
+          "'this transpose takes 80% of the loading time/CPU'", NB07,
+          "transpose share of the stock path, median over the grid: reproduced ≥ 65%, partly ≥ 40%",
+          transpose_share),
+    Claim("001-transpose-largest", "001", "The transpose is the single costliest piece of the stock path.",
+          "transpose = 80%, hence the largest", NB07,
+          "reproduced at every image × batch size, partly at half of them or more", transpose_largest),
+    Claim("001-fast-collate", "001", "A numpy uint8 collate (Apex's fast_collate) avoids the cost.",
+          "fast_collate 'bypasses this problem' (no number)", NB07,
+          "reproduced if ≥ 1.5× faster at every grid point, partly if faster at the median", fast_collate),
+    Claim("001-too-many-workers", "001", "Too many workers cost context switches and lose throughput.",
+          "'excessive workers … too frequent context switch' (no number)", NB01,
+          "best rate above the core count ÷ best at or below it: reproduced ≤ 0.95, partly ≤ 1.05",
+          too_many_workers),
+    Claim("001-chunks-warm-cache", "001", "Chunked storage stops paying once the page cache holds the data.",
+          "chunks are 'useless' with a page cache, maybe useful at first load", NB05,
+          "chunk-order over random-id gain, warm: reproduced < 1.2×, partly < half the cold gain",
+          chunks_warm),
+    Claim("001-daemon-workers", "001", "Daemonic workers are cleaned up only on a graceful exit; otherwise "
+          "they linger.", "'this is where all the <defunct> generated' (unsure)", NB11,
+          "reproduced if a stop leaves workers after a bounded wait; partly if they outlive `del`", daemon_workers),
+    Claim("001-pinned-dma", "001", "Pinned host memory makes host→GPU copies faster (DMA).",
+          "pinned memory allows DMA (no number)", NB03, "pinned ÷ pageable bandwidth: reproduced ≥ 1.2, partly ≥ 1.0",
+          pinned_faster_copy, ("gpu",)),
+)

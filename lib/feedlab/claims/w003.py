@@ -1,0 +1,98 @@
+"""Write-up 003: "Speed up data loading while training the model with a large dataset"."""
+
+from __future__ import annotations
+
+import statistics
+
+from feedlab.claims.core import (NOT_REPRODUCED, NOT_TESTABLE, PARTLY, REPRODUCED, Claim, NoData, Outcome,
+                                 at_least)
+
+NB05, NB06, NB09 = "05_storage_formats", "06_decode_backends", "09_batch_size_breakdown"
+IMAGENET_IMAGES, SIDE, CHANNELS = 1_280_000, 224, 3
+
+
+def pin_faster(run) -> Outcome:
+    ms = run.get("ms_per_sample")
+    pairs = []
+    for k, v in ms.items():
+        if k.startswith("baseline_") and "_pin0_" in k and k.replace("_pin0_", "_pin1_") in ms:
+            pairs.append(v / ms[k.replace("_pin0_", "_pin1_")])
+    if not pairs:
+        raise NoData("no pin_memory=True run beside pin_memory=False")
+    r = statistics.median(pairs)
+    return Outcome(at_least(r, 1.03, 0.97), f"pin_memory=True {r:.2f}× as fast per sample (median over "
+                   f"{len(pairs)} batch sizes, PNG baseline)")
+
+
+def _unavailable(run, backend):
+    reason = (run.payload.get("unavailable_reasons") or {}).get(backend)
+    return Outcome(NOT_TESTABLE, "—", f"{backend}: {reason}") if reason else None
+
+
+def accimage_fast(run) -> Outcome:
+    skip = _unavailable(run, "accimage")
+    if skip:
+        return skip
+    r = float(run.get("accimage_over_pillow_loader"))
+    return Outcome(at_least(r, 1.5, 1.1), f"accimage {r:.2f}× Pillow through torchvision's default_loader")
+
+
+def simd_fast(run) -> Outcome:
+    dec = float(run.get("pillow_simd_over_pillow_decode"))
+    try:
+        s = run.median(["variant"], op="worker_resize", image_set="jpeg_native", metric="img_per_s")
+        res = float(s["pillow-simd"] / s["pil"])
+    except (NoData, KeyError):
+        res = float("nan")
+    status = (REPRODUCED if dec >= 1.5 else PARTLY if dec >= 1.1 or res >= 1.5 else NOT_REPRODUCED)
+    return Outcome(status, f"Pillow-SIMD decode {dec:.2f}× Pillow" + (f", resize {res:.2f}×" if res == res else ""))
+
+
+def accimage_like_simd(run) -> Outcome:
+    skip = _unavailable(run, "accimage")
+    if skip:
+        return skip
+    a = float(run.get("accimage_over_pillow_loader"))
+    s = float(run.get("pillow_simd_over_pillow_decode"))
+    r = a / s
+    status = REPRODUCED if 0.8 <= r <= 1.25 else PARTLY if 0.5 <= r <= 2 else NOT_REPRODUCED
+    return Outcome(status, f"accimage {a:.2f}× and Pillow-SIMD {s:.2f}× Pillow (ratio {r:.2f})")
+
+
+def accimage_jpeg_only(run) -> Outcome:
+    skip = _unavailable(run, "accimage")
+    if skip:
+        return skip
+    r = run.get("accimage_png")
+    ok = r == "ok"
+    return Outcome(NOT_REPRODUCED if ok else REPRODUCED, f"accimage on a PNG: {r}")
+
+
+def imagenet_bytes(run) -> Outcome:
+    per = float(run.get("bytes_per_sample_npy_mmap"))
+    raw = float(run.get("raw_bytes_per_sample"))
+    overhead = per / raw
+    total = IMAGENET_IMAGES * SIDE * SIDE * CHANNELS * overhead
+    rel = abs(total / 192e9 - 1)
+    status = REPRODUCED if rel <= 0.05 else PARTLY if rel <= 0.25 else NOT_REPRODUCED
+    return Outcome(status, f"our uint8 array store takes {overhead:.4f}× H·W·C bytes per image; "
+                   f"1.28 M × 224² × 3 × that = {total / 1e9:.1f} GB", "arithmetic, checked against a measured store")
+
+
+CLAIMS = (
+    Claim("003-pin-memory-faster", "003", "pin_memory=True trains faster than pin_memory=False.",
+          "pin_memory=True > pin_memory=False (impression, no number)", NB09,
+          "per-sample speed ratio: reproduced ≥ 1.03, partly ≥ 0.97", pin_faster, ("gpu",)),
+    Claim("003-accimage-fast", "003", "accimage decodes much faster than Pillow.", "accimage >> Pillow", NB06,
+          "reproduced ≥ 1.5×, partly ≥ 1.1×", accimage_fast),
+    Claim("003-pillow-simd-fast", "003", "Pillow-SIMD is much faster than Pillow.", "Pillow-SIMD >> Pillow",
+          NB06, "decode: reproduced ≥ 1.5×; partly ≥ 1.1× or resize ≥ 1.5×", simd_fast),
+    Claim("003-accimage-like-simd", "003", "accimage and Pillow-SIMD are about as fast.",
+          "accimage ≈ Pillow-SIMD", NB06, "ratio of their gains over Pillow: reproduced 0.8–1.25, partly 0.5–2",
+          accimage_like_simd),
+    Claim("003-accimage-jpeg-only", "003", "accimage reads JPEG only, not PNG.", "'only supports JPEG'", NB06,
+          "reproduced if accimage refuses a PNG", accimage_jpeg_only),
+    Claim("003-imagenet-192gb", "003", "ImageNet's 1.28 M training images as 224×224×3 bytes need ~192 GB.",
+          "1,280,000 × 224 × 224 × 3 B ≈ 192 GB", NB05,
+          "within 5% reproduced, 25% partly", imagenet_bytes),
+)

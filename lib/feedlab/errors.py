@@ -1,0 +1,116 @@
+"""Errors that name the thing, and the one-line report every command line prints.
+
+* :class:`SampleError` — a sample could not be read or decoded: carries the format,
+  the index and the path, so a DataLoader worker's re-raised traceback still says
+  which file to look at.
+* :class:`ChecksumError` — a sample read back differs from the checksum written
+  with it (a flipped byte, a stale or truncated store).
+* :func:`cli_errors` — wraps a command's ``main``: the failures a user can fix
+  (missing or unreadable files, permissions, malformed JSON, corrupt data, bad
+  values) become ``prog: error: <one line>`` and exit status 2 instead of a
+  traceback. Programming errors still raise.
+* :func:`strict_json` — JSON without ``NaN``/``Infinity`` (they become ``null``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+
+class FormatError(RuntimeError):
+    """A packed store is missing, malformed or does not match its header."""
+
+
+class SampleError(FormatError):
+    """Reading or decoding one sample failed (the message names index and path)."""
+
+
+class ChecksumError(SampleError):
+    """A sample's bytes do not match the checksum stored with the data set."""
+
+
+def sample_error(fmt: str, index: int, path, exc: BaseException | str) -> SampleError:
+    why = exc if isinstance(exc, str) else f"{type(exc).__name__}: {_first_line(str(exc))}"
+    return SampleError(f"{fmt}: sample {index} ({path}) cannot be read: {why}")
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line. For an exception a DataLoader re-raised
+    from a worker (``Caught X in DataLoader worker process N. Original Traceback
+    ...``), the original exception's last line, with the worker named."""
+    text = str(exc)
+    if "Original Traceback" in text:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        head = lines[0].rstrip(".") if lines else ""
+        last = lines[-1] if lines else ""
+        where = head.split(" in ", 1)[1] if " in " in head else "a worker"
+        return f"{last} (in {where})"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
+        text = f"{text}: {exc.filename}"
+    return _first_line(text)
+
+
+# What a user can fix: files, permissions, JSON, data, values given on the command line.
+USER_ERRORS: tuple[type[BaseException], ...] = (OSError, json.JSONDecodeError, FormatError)
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    extra: list[type[BaseException]] = []
+    try:
+        import lmdb
+
+        extra.append(lmdb.Error)
+    except ImportError:  # pragma: no cover
+        pass
+    return USER_ERRORS + tuple(extra)
+
+
+@contextmanager
+def cli_errors(prog: str, hint: str = "") -> Iterator[None]:
+    """``with cli_errors("python -m feedlab.bench"): ...`` turns a user-fixable failure
+    into one line on stderr and ``SystemExit(2)``."""
+    try:
+        yield
+    except _user_error_types() as exc:
+        msg = one_line(exc)
+        print(f"{prog}: error: {msg}{' (' + hint + ')' if hint else ''}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    try:
+        import numpy as np
+
+        if isinstance(obj, np.generic):
+            return _finite(obj.item())
+        if isinstance(obj, np.ndarray):
+            return _finite(obj.tolist())
+    except ImportError:  # pragma: no cover
+        pass
+    return obj
+
+
+def strict_json(obj: Any, **kw) -> str:
+    """``json.dumps`` that never writes ``NaN`` or ``Infinity``: non-finite floats
+    become ``null`` (an unmeasurable value), so any JSON parser reads the result."""
+    return json.dumps(_finite(obj), allow_nan=False, **kw)

@@ -1,0 +1,45 @@
+"""The parameters a notebook accepts: the names assigned in its cell tagged ``parameters``.
+
+``feedlab.run -p KEY VALUE`` passes ``KEY`` only to the notebooks that declare it,
+and refuses a key no selected notebook declares (naming the ones they do), so a
+``-p`` key can never be code injected into a notebook.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from pathlib import Path
+
+
+def notebook_parameters(path: str | os.PathLike) -> list[str]:
+    """Names assigned at top level in the notebook's ``parameters`` cell, in order."""
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
+            src = cell.get("source", "")
+            src = "".join(src) if isinstance(src, list) else src
+            names: list[str] = []
+            for node in ast.parse(src).body:
+                targets = node.targets if isinstance(node, ast.Assign) else (
+                    [node.target] if isinstance(node, ast.AnnAssign) else [])
+                for t in targets:
+                    if isinstance(t, ast.Name) and t.id not in names:
+                        names.append(t.id)
+            return names
+    return []
+
+
+def route_params(params: dict, notebooks: list[Path]) -> dict[Path, dict]:
+    """``{notebook: the params it declares}``. Raises ``ValueError`` naming a key that is
+    not an identifier, or that none of ``notebooks`` declares, with the allowed names."""
+    declared = {nb: notebook_parameters(nb) for nb in notebooks}
+    allowed = sorted({n for names in declared.values() for n in names})
+    for key in params:
+        if not str(key).isidentifier():
+            raise ValueError(f"-p {key!r}: not a parameter name; allowed: {', '.join(allowed)}")
+        if key not in allowed:
+            which = ", ".join(nb.stem for nb in notebooks) if len(notebooks) <= 3 else f"{len(notebooks)} notebooks"
+            raise ValueError(f"-p {key}: not a parameter of {which}; allowed: {', '.join(allowed)}")
+    return {nb: {k: v for k, v in params.items() if k in declared[nb] or k == "profile"} for nb in notebooks}

@@ -1,0 +1,68 @@
+"""A busy machine is flagged: CPU used by other processes is recorded and warned about."""
+
+from __future__ import annotations
+
+import pytest
+
+from feedlab import monitor
+from feedlab.fingerprint import fingerprint_line
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 100.0
+        self.busy = 0.0   # CPU seconds on the usable cores, everyone
+        self.own = 0.0    # CPU seconds of this process tree
+
+    def advance(self, wall, busy, own):
+        self.t += wall
+        self.busy += busy
+        self.own += own
+
+
+@pytest.fixture()
+def clock(monkeypatch):
+    c = FakeClock()
+    monkeypatch.setattr(monitor.time, "monotonic", lambda: c.t)
+    monkeypatch.setattr(monitor, "_busy_seconds", lambda: (c.busy, 0.0))
+    monkeypatch.setattr(monitor, "_own_tree_seconds", lambda: c.own)
+    monkeypatch.setattr(monitor, "usable_cores", lambda: 2)
+    monitor.start_run()
+    return c
+
+
+def test_own_work_is_not_load(clock):
+    clock.advance(10, busy=20, own=20)  # we (and our workers) kept both cores busy
+    lines = []
+    s = monitor.check_busy("a", log=lines.append)
+    assert s["other_cpu_cores"] == 0 and not s["busy"] and not lines
+
+
+def test_other_processes_over_threshold_warn_in_one_line_and_reach_the_fingerprint(clock):
+    clock.advance(10, busy=5, own=5)
+    monitor.check_busy("quiet", log=lambda _m: None)
+    clock.advance(10, busy=19, own=10)  # others used 0.9 cores of 2
+    lines = []
+    s = monitor.check_busy("the batch-size grid", log=lines.append)
+    assert s["other_cpu_cores"] == pytest.approx(0.9) and s["busy"]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert "the batch-size grid" in lines[0] and "0.90 of 2 usable cores (45%" in lines[0]
+    rec = monitor.load_record()
+    assert rec["busy"] and rec["busiest_window"]["what"] == "the batch-size grid"
+    assert rec["whole_run"]["other_cpu_cores"] == pytest.approx(0.45)
+    fp = {"cpu_model": "x", "other_load": rec}
+    assert "BUSY: other processes used 45% of the cores" in fingerprint_line(fp)
+
+
+def test_below_threshold_is_quiet(clock):
+    clock.advance(10, busy=12, own=10)  # 0.2 cores of 2 = 10%
+    lines = []
+    assert not monitor.check_busy("x", log=lines.append)["busy"] and not lines
+    assert "BUSY" not in fingerprint_line({"other_load": monitor.load_record()})
+
+
+def test_real_counters_give_a_record():
+    monitor.start_run()
+    sum(i * i for i in range(200000))
+    s = monitor.check_busy("real", log=lambda _m: None)
+    assert s["available"] and s["other_cpu_cores"] >= 0 and s["window_s"] > 0

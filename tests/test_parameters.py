@@ -1,0 +1,105 @@
+"""List and mapping parameters survive papermill's -p (strings) and -y (YAML), in every notebook.
+
+papermill's ``-p`` hands a notebook ``"[8, 32]"`` as a string; ``feedlab.profiles.resolve``
+parses it. Each notebook is parameterized by papermill itself (``prepare_only``), then its
+parameters cell, papermill's injected cell and the cell that calls ``resolve`` are run here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+import yaml
+
+from feedlab.profiles import ParameterError, profile_values, resolve
+from feedlab.run import list_notebooks
+
+NOTEBOOKS = list_notebooks()
+
+
+def _list_params(path) -> dict[str, object]:
+    """Collection-typed parameters of a notebook -> a smoke-profile value for each."""
+    import papermill as pm
+
+    name = path.stem
+    values = profile_values(name, "smoke")
+    out = {}
+    for pname, p in pm.inspect_notebook(str(path)).items():
+        if p["inferred_type_name"].startswith(("list", "dict")):
+            value = values.get(pname)
+            if value is None:
+                value = profile_values(name, "quick").get(pname) or ["png"]
+            out[pname] = value
+    return out
+
+
+def _resolved(executed_path) -> object:
+    """Run the parameters cell, the injected cell and the resolve cell; return ``P``."""
+    nb = nbformat.read(executed_path, as_version=4)
+    tags = [c.metadata.get("tags", []) for c in nb.cells]
+    start = next(i for i, t in enumerate(tags) if "parameters" in t)
+    ns: dict = {"display": lambda *a, **k: None}
+    for cell in nb.cells[start:]:
+        if cell.cell_type != "code":
+            continue
+        exec(compile(cell.source, str(executed_path), "exec"), ns)  # noqa: S102 - our own notebook
+        if "P" in ns and "resolve(" in cell.source:
+            return ns["P"]
+    raise AssertionError(f"{executed_path}: no cell calls resolve()")
+
+
+def _flow(value) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_list_parameters_from_p_strings_and_y_yaml(path, tmp_path):
+    import papermill as pm
+    from papermill.cli import _resolve_type
+
+    params = _list_params(path)
+    if not params:
+        pytest.skip(f"{path.stem} has no list parameters")
+    names = sorted(params)
+    as_p = {k: _resolve_type(_flow(params[k])) for k in names[::2]}   # what `-p k "[..]"` gives
+    as_y = yaml.safe_load(yaml.safe_dump({k: params[k] for k in names[1::2]}))  # what `-y` gives
+    assert all(isinstance(v, str) for v in as_p.values())
+    out = tmp_path / "prepared.ipynb"
+    pm.execute_notebook(str(path), str(out), parameters={"profile": "smoke", "out_dir": str(tmp_path / "o"),
+                                                         **as_p, **as_y},
+                        prepare_only=True, progress_bar=False)
+    P = _resolved(out)
+    want = resolve(path.stem, "smoke", _create_out_dir=False, **params)  # worker counts expand for this machine
+    for k in names:
+        assert getattr(P, k) == getattr(want, k), f"{path.stem}: {k} came back as {getattr(P, k)!r}"
+        assert isinstance(getattr(P, k), (list, dict)), f"{path.stem}: {k} is {getattr(P, k)!r}"
+
+
+def test_unparsable_list_names_the_parameter():
+    with pytest.raises(ParameterError, match=r"parameter input_sizes='\[24, 48'") as err:
+        resolve("03_pinned_memory_by_input_size", "smoke", input_sizes="[24, 48")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ParameterError, match="should be a list"):
+        resolve("03_pinned_memory_by_input_size", "smoke", input_sizes="{a: 1}")
+
+
+def test_scalars_where_lists_expected_become_lists_and_strings_stay_strings():
+    P = resolve("03_pinned_memory_by_input_size", "smoke", batch_sizes=8, transfer_sizes="4KB",
+                input_sizes="[24, 48]")
+    assert P.batch_sizes == [8] and P.transfer_sizes == ["4KB"] and P.input_sizes == [24, 48]
+    assert resolve("01_worker_scaling", "smoke", model="srcnn").model == "srcnn"
+    assert resolve("10_doctor", "quick", alt_formats="[lmdb, npy]").alt_formats == ["lmdb", "npy"]
+
+
+def test_papermill_cli_p_list(tmp_path):
+    """The command from the issue, through papermill's own command line (prepare only)."""
+    nb = next(p for p in NOTEBOOKS if p.stem.startswith("03_"))
+    out = tmp_path / "out.ipynb"
+    subprocess.run([sys.executable, "-m", "papermill", str(nb), str(out), "--prepare-only",
+                    "-p", "profile", "smoke", "-p", "input_sizes", "[24, 48]",
+                    "-y", "batch_sizes: [8, 16]"], check=True, capture_output=True)
+    P = _resolved(out)
+    assert P.input_sizes == [24, 48] and P.batch_sizes == [8, 16]

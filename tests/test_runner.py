@@ -1,0 +1,53 @@
+"""The runner passes each -p key only to the notebooks that take it, says which measure
+built-in data and why, and starts kernels that have no transport warning to print."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from feedlab import run
+
+NOTEBOOKS = {p.stem[:2]: p for p in run.list_notebooks()}
+
+
+def test_data_root_declined_by_builtin_data_notebooks_with_the_reason():
+    lines: list[str] = []
+    chosen = [NOTEBOOKS[k] for k in ("02", "03", "04", "07")]
+    plan = run.plan_parameters(chosen, {"data_root": "/d", "repeats": 2}, log=lines.append)
+    assert plan[NOTEBOOKS["02"]] == {"data_root": "/d", "repeats": 2}
+    for k in ("03", "04", "07"):
+        assert plan[NOTEBOOKS[k]] == {"repeats": 2}
+        line = next(x for x in lines if x.startswith(NOTEBOOKS[k].stem))
+        assert "measures built-in data" in line and "no data_root parameter" not in line
+    assert len(lines) == 3
+
+
+def test_every_notebook_takes_data_root_or_says_why_not():
+    for nb in NOTEBOOKS.values():
+        if "data_root" not in run.notebook_parameters(nb):
+            assert run.builtin_data_reason(nb) != "it has no data_root parameter", \
+                f"{nb.name}: no data_root and no metadata.feedlab.builtin_data saying why"
+
+
+def test_key_no_notebook_takes_is_an_error_and_partial_keys_are_named():
+    with pytest.raises(SystemExit, match="no selected notebook has a parameter 'batchsizes'"):
+        run.plan_parameters([NOTEBOOKS["01"]], {"batchsizes": [8]}, log=lambda _m: None)
+    lines: list[str] = []
+    run.plan_parameters([NOTEBOOKS["01"], NOTEBOOKS["04"]], {"batch_sizes": [8]}, log=lines.append)
+    assert lines == [f"-p batch_sizes: not a parameter of {NOTEBOOKS['04'].stem} (not passed there)"]
+
+
+def test_kernel_keeps_real_warnings_and_has_no_tcp_warning(tmp_path, capfd):
+    import papermill as pm
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import warnings\nwarnings.warn('a real warning')\nprint('ran')")]
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    src, out = tmp_path / "a.ipynb", tmp_path / "b.ipynb"
+    nbformat.write(nb, src)
+    pm.execute_notebook(str(src), str(out), kernel_name="python3", progress_bar=False, **run.kernel_options())
+    outputs = nbformat.read(out, as_version=4).cells[0].outputs
+    assert any("a real warning" in o.get("text", "") for o in outputs)
+    assert any("ran" in o.get("text", "") for o in outputs)
+    assert "without encryption" not in capfd.readouterr().err
