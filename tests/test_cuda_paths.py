@@ -118,3 +118,116 @@ def test_loader_steps_loop_runs_on_cpu_when_asked():
     assert (df[df.metric == "samples_per_s"]["value"] > 0).all()
     res, why = loader_steps([8], [4], device="cpu")
     assert len(res) == 0 and "no CUDA" in why
+
+
+# ---- the other CUDA-only branches: nvJPEG (06), GPU monitor (01, 09), pin_memory (09),
+# ---- CUDA-event phase timing (every loop on a GPU)
+
+def test_nvjpeg_measurement_flow_without_a_gpu(monkeypatch):
+    """06's nvJPEG path: the batching, the synchronised timing and the rows, with the
+    decoder run on the CPU in place of the GPU."""
+    import numpy as np
+
+    from feedlab import decode
+    from feedlab.experiments import decode_backends as db
+
+    class _Info:
+        available, reason = True, ""
+
+    monkeypatch.setattr(decode, "available_backends", lambda: {"cuda": _Info()})
+    real = decode.decode_cuda_batch
+    calls = []
+
+    def on_cpu(datas, device="cuda"):
+        calls.append(len(datas))
+        return real(datas, device="cpu")  # torchvision's decode_jpeg, on the CPU
+
+    monkeypatch.setattr(decode, "decode_cuda_batch", on_cpu)
+    jpeg = db._encode(np.zeros((16, 16, 3), np.uint8), "jpeg")
+    st = db.ImageSet("jpeg_16", "jpeg", [jpeg] * 10, 16, 256.0)
+    res, why = db.measure_cuda(st, repeats=2, warmup=0, batch=4, device="cpu")
+    assert why == ""
+    df = res.frame()
+    assert set(df["variant"]) == {"cuda"} and set(df["op"]) == {"decode_batch"} and (df["value"] > 0).all()
+    assert calls[:3] == [4, 4, 2]  # batches of 4, the remainder last
+
+
+def test_gpu_monitor_reads_nvml_or_nvidia_smi(monkeypatch):
+    import subprocess
+
+    from feedlab import monitor
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "utilization", lambda device=None: 42)
+    m = monitor.GpuMonitor(interval=0.01)
+    assert m.available and m._how == "nvml"
+    with m:
+        import time
+        time.sleep(0.05)
+    s = m.summary()
+    assert s["gpu_available"] and s["gpu_util_mean"] == 42.0
+
+    def no_nvml(device=None):
+        raise RuntimeError("pynvml missing")
+
+    class _Out:
+        stdout = "73\n"
+
+    monkeypatch.setattr(torch.cuda, "utilization", no_nvml)
+    monkeypatch.setattr(monitor.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(monitor.subprocess, "run", lambda *a, **k: _Out())
+    m = monitor.GpuMonitor(interval=0.01)
+    assert m._how == "smi" and m._sample()[1] == 73.0
+    monkeypatch.setattr(monitor.shutil, "which", lambda name: None)
+    m = monitor.GpuMonitor()
+    assert not m.available and "nvidia-smi" in m.reason
+    assert subprocess  # the real module is untouched outside this test
+
+
+def test_phase_timer_cuda_events_control_flow(monkeypatch):
+    """On CUDA the device phases come from events read once at finish(): fake events
+    with known times stand in for the GPU."""
+    clock = iter(range(1000))
+
+    class _Event:
+        def __init__(self):
+            self.t = None
+
+        def record(self):
+            self.t = next(clock)
+
+        def elapsed_time(self, other):  # milliseconds, as torch's
+            return float(other.t - self.t) * 1000.0
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    timer = timing.PhaseTimer("cuda:0", capacity=1)
+    timer._Event = _Event
+    for _ in range(3):  # grows past capacity
+        timer.start_batch()
+        for phase in timing.PHASES:
+            timer.mark(phase)
+        timer.end_batch()
+    out = timer.finish()
+    assert out.shape == (3, 4)
+    # data_wait from the host clock; h2d, forward, backward one fake second each
+    assert (out[:, 1:] == 1.0).all()
+
+
+def test_batch_size_table_pins_with_cuda_only(monkeypatch):
+    """09 turns pin_memory on with CUDA (as the write-up did) and off without; the grid
+    refuses pin_memory on a CPU (DataLoader would ignore it and the label would lie)."""
+    from feedlab.experiments import worker_scaling
+    from feedlab.experiments.loader_grid import Setting, applicable
+
+    seen = {}
+
+    def capture(root, settings, **kw):
+        seen[kw["device"]] = {s.pin_memory for s in settings}
+        return None
+
+    monkeypatch.setattr(worker_scaling, "run_grid", capture)
+    worker_scaling.batch_size_table("root", [8, 16], [2], device="cuda")
+    worker_scaling.batch_size_table("root", [8, 16], [2], device="cpu")
+    assert seen == {"cuda": {True}, "cpu": {False}}
+    ok, why = applicable(Setting(batch_size=4, num_workers=2, pin_memory=True), "cpu")
+    assert not ok and "CUDA" in why

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,10 +213,16 @@ def test_notebook_smoke(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["npy_mmap", "lmdb_raw"])
-def test_cold_mode_evicts_mapped_formats_before_every_repeat(sr_root, fmt):
+def test_cold_mode_evicts_mapped_formats_before_every_repeat(sr_root, fmt, tmp_path):
     """A reader holding a mapping keeps its pages resident: each cold repeat must close it,
-    evict, and reopen, so every repeat (not only the first) starts from a cold cache."""
+    evict, and reopen, so every repeat (not only the first) starts from a cold cache.
+    On a private copy: a page mapped by any other reader (another test's open store on the
+    shared set) cannot be evicted, whatever this code does."""
+    import shutil
+
     from feedlab.cache import resident_pages
+
+    sr_root = Path(shutil.copytree(sr_root, tmp_path / "sr"))
 
     if resident_pages([next(p for p in S.store_files(sr_root, fmt))]) is None:
         pytest.skip("mincore unavailable here")

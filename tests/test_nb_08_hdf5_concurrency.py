@@ -100,7 +100,8 @@ def test_naive_lmdb_reopen_fails_after_parent_use(sr_root):
     c, = H.check_loader(ds, ref, num_workers=2, start_method="fork", epochs=1, batch_size=8)
     if c.all_right:
         pytest.skip("this py-lmdb allows a second open of one env per process")
-    assert "already open" in c.error
+    # py-lmdb refuses a second open of one env in a process; feedlab names the store and sample
+    assert "already open" in c.error or ("cannot open" in c.error and "lmdb" in c.error), c.error
 
 
 @pytest.mark.notebook
