@@ -96,6 +96,9 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-verify", action="store_true", help="skip the per-sample checksum check on read "
                     "(on by default; see the checksum cost in notes)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    from feedlab.peers.cli import add_arguments as add_peer_arguments
+
+    add_peer_arguments(ap)
     args = ap.parse_args(argv)
     spec = P.spec_from_args(args)
     why = [w for w in spec.problems() if "pin_memory" not in w]  # pinning without CUDA is reported, not refused
@@ -103,6 +106,11 @@ def _main(argv: list[str] | None = None) -> int:
         ap.error("; ".join(why) or "--epochs must be >= 1")
     if (args.max_batches is not None and args.max_batches < 1) or args.warmup < 0:
         ap.error("--max-batches must be >= 1 (or left out), --warmup >= 0")
+    if args.peer:
+        from feedlab.peers.cli import main_peer
+
+        args.workers = args.num_workers  # the peers' command line says workers
+        return main_peer(args)
     if args.data is None:
         from feedlab.paths import default_sr_root
 

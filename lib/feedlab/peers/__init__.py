@@ -1,0 +1,77 @@
+"""The contenders of notebook 13: feedlab's best pipeline against the loaders people pick instead.
+
+>>> from feedlab import peers
+>>> peers.names()                      # every contender, in table order
+>>> peers.availability()               # {name: (available, reason)}; a missing one says why
+>>> p = peers.get("webdataset")
+>>> conv = p.convert(source, work)     # Conversion(seconds, bytes on disk)
+>>> for batch in p.loader(source, work, Spec("sr", batch_size=64, workers=2)): ...
+
+One module per contender (``torch_stock``, ``feedlab_best``, ``webdataset_peer``,
+``litdata_peer``, ``mosaic_streaming``, ``torchdata_nodes``, ``hf_datasets``,
+``ffcv_peer``, ``dali``), each used as its own documentation recommends (its
+docstring says how). None is imported until used, so a missing package costs
+nothing but a row marked *unavailable* with the import error and the install line.
+"""
+
+from __future__ import annotations
+
+from .base import KINDS, Conversion, Peer, Source, Spec
+
+BASELINE = "torch_stock"
+FEEDLAB = "feedlab_best"
+
+
+PEERS: dict[str, Peer] = {p.name: p for p in [
+    Peer("torch_stock", "DataLoader, stock", "torch_stock", ("torch", "torchvision"), "pip install torch torchvision",
+         parallelism="DataLoader num_workers (processes)", shuffle="global permutation per epoch (RandomSampler)",
+         recipe="PNG pairs / ImageFolder + ToTensor + default_collate"),
+    Peer("feedlab_best", "feedlab best", "feedlab_best", ("feedlab.loaders",), "pip install -e .[fast]",
+         parallelism="0: one process; W: DataLoader workers reading whole batches",
+         shuffle="global permutation per epoch",
+         recipe="npy_mmap read_batch into reused buffers; JPEG: simplejpeg reduced-scale decode of the crop"),
+    Peer("webdataset", "WebDataset", "webdataset_peer", ("webdataset",), "pip install webdataset",
+         parallelism="WebLoader num_workers (processes, whole shards each)",
+         shuffle="shard order shuffled + 1000-sample buffer", recipe="ShardWriter tar shards, .decode().batched()"),
+    Peer("litdata", "LitData", "litdata_peer", ("litdata",), "pip install litdata",
+         parallelism="StreamingDataLoader num_workers (processes)",
+         shuffle="chunk order shuffled, samples shuffled within chunks", recipe="optimize() chunks, StreamingDataset"),
+    Peer("mosaic_streaming", "MosaicML streaming", "mosaic_streaming", ("streaming",),
+         "pip install mosaicml-streaming (pins numpy<2.2 and transformers<5, i.e. huggingface-hub<1.0)",
+         parallelism="DataLoader num_workers (processes)", shuffle="py1e shuffle over shards (its default)",
+         recipe="MDSWriter shards, StreamingDataset"),
+    Peer("torchdata_nodes", "torchdata.nodes", "torchdata_nodes", ("torchdata.nodes",), "pip install torchdata",
+         parallelism="ParallelMapper num_workers (threads)", shuffle="global permutation per epoch (RandomSampler)",
+         recipe="SamplerWrapper -> ParallelMapper -> Batcher -> collate -> Prefetcher"),
+    Peer("hf_datasets", "HF datasets", "hf_datasets", ("datasets",), "pip install datasets",
+         parallelism="DataLoader num_workers (processes)", shuffle="global permutation per epoch (RandomSampler)",
+         recipe="Arrow save_to_disk, with_format('torch') / with_transform, DataLoader"),
+    Peer("ffcv", "FFCV", "ffcv_peer", ("ffcv",),
+         "pip install ffcv (source build: needs OpenCV's and libjpeg-turbo's pkg-config files; "
+         "its README uses a conda environment)",
+         parallelism="Loader num_workers (threads, >= 1)", shuffle="OrderOption.RANDOM (global permutation)",
+         recipe=".beton, JIT pipelines"),
+    Peer("dali", "NVIDIA DALI (CPU)", "dali", ("nvidia.dali",), "pip install nvidia-dali-cuda130 (or -cuda120)",
+         parallelism="pipeline num_threads (>= 1)", shuffle="global permutation per epoch (shuffle_after_epoch)",
+         recipe="readers.numpy / readers.file + decoders.image_random_crop, device_id=None"),
+]}
+
+
+def names() -> list[str]:
+    return list(PEERS)
+
+
+def get(name: str) -> Peer:
+    try:
+        return PEERS[name]
+    except KeyError:
+        raise KeyError(f"unknown contender {name!r}; one of: {', '.join(PEERS)}") from None
+
+
+def availability(selected=None) -> dict[str, tuple[bool, str]]:
+    """``{name: (available, reason)}``; the reason names the failing import and the install line."""
+    return {n: get(n).check() for n in (selected or PEERS)}
+
+
+__all__ = ["BASELINE", "FEEDLAB", "KINDS", "PEERS", "Conversion", "Peer", "Source", "Spec", "availability",
+           "get", "names"]

@@ -1,0 +1,85 @@
+"""Small helpers the contender modules share (datasets over the source, batch wrappers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .base import Source
+
+
+class SRPairs:
+    """A sized sequence of ``(lr, hr)`` over the source arrays (what the writers take)."""
+
+    def __init__(self, source: Source):
+        self.lr, self.hr = source.lr, source.hr
+
+    def __len__(self) -> int:
+        return len(self.lr)
+
+    def __getitem__(self, i):
+        if not 0 <= i < len(self.lr):
+            raise IndexError(i)
+        return self.lr[i], self.hr[i]
+
+
+class ImageFolderIds(Dataset):
+    """``(transform(PIL image), label, index)`` over the source JPEG paths (torchvision's
+    ImageFolder plus the index, so a check can count identities)."""
+
+    def __init__(self, source: Source, transform):
+        self.paths = [str(p) for p in source.paths]
+        self.labels = source.labels.tolist()
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        with Image.open(self.paths[i]) as im:
+            img = self.transform(im.convert("RGB"))
+        return img, self.labels[i], i
+
+
+def generator(seed: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def png_bytes(source: Source) -> int:
+    root = Path(source.root)
+    return sum((root / side / f"{i:06d}.png").stat().st_size for side in ("lr", "hr") for i in range(source.n))
+
+
+def label_of(source: Source, ids) -> np.ndarray:
+    return source.labels[np.asarray(ids, dtype=np.int64)]
+
+
+class MapBatches:
+    """Re-iterable: ``fn(batch)`` over each batch of ``inner`` (a dict batch -> the tuple form)."""
+
+    def __init__(self, inner, fn):
+        self.inner, self.fn = inner, fn
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self):
+        fn = self.fn
+        for b in self.inner:
+            yield fn(b)
+
+
+def usable_cores() -> int:
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
