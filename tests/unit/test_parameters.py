@@ -32,7 +32,8 @@ def _list_params(path) -> dict[str, object]:
             value = values.get(pname)
             if value is None:
                 value = profile_values(name, "quick").get(pname) or ["png"]
-            out[pname] = value
+            if isinstance(value, (list, dict)):  # a list parameter may also take a word ("all")
+                out[pname] = value
     return out
 
 
