@@ -80,7 +80,7 @@ def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats:
 
 def plot_steps(ax, steps: list[dict]) -> None:
     """Predicted vs measured samples/s (median, IQR bars) per step; undone steps hatched."""
-    from feedlab.plots import PALETTE
+    from feedlab.plots import PALETTE, legend_outside
 
     x = np.arange(len(steps))
     med = np.array([s["measured"] for s in steps])
@@ -98,13 +98,13 @@ def plot_steps(ax, steps: list[dict]) -> None:
     ax.set_xticklabels([s["label"].replace(": ", ":\n") + ("\n(slower: undone)" if not s.get("kept", True) else "")
                         for s in steps], fontsize=8)
     ax.set_ylabel("samples/s")
-    ax.legend(loc="upper left")
+    legend_outside(ax, "top")
 
 
 def plot_calibration(ax, points: list[dict]) -> None:
-    """Predicted against measured samples/s, one point per (step or worker count), with
-    the ±20% band around the diagonal."""
-    from feedlab.plots import PALETTE
+    """Predicted against measured samples/s, one point per (worker count or step), with
+    the ±20% band around the diagonal; each point's label is in the legend."""
+    from feedlab.plots import PALETTE, legend_outside
 
     pred = np.array([p["predicted"] for p in points], float)
     meas = np.array([p["measured"] for p in points], float)
@@ -112,14 +112,14 @@ def plot_calibration(ax, points: list[dict]) -> None:
     line = np.geomspace(lo, hi, 50)
     ax.plot(line, line, color="#333333", linewidth=1, label="predicted = measured")
     ax.fill_between(line, line / 1.2, line * 1.2, color="#dddddd", label="±20%")
-    kinds = sorted({p["kind"] for p in points})
-    for j, kind in enumerate(kinds):
-        sel = [i for i, p in enumerate(points) if p["kind"] == kind]
-        ax.scatter(meas[sel], pred[sel], color=PALETTE[j % len(PALETTE)], label=kind, zorder=3)
-        for i in sel:
-            ax.annotate(points[i]["label"], (meas[i], pred[i]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    markers = "osD^v<>ph*"
+    kinds = list(dict.fromkeys(p["kind"] for p in points))
+    for i, p in enumerate(points):
+        j = kinds.index(p["kind"])
+        ax.scatter([meas[i]], [pred[i]], color=PALETTE[j % len(PALETTE)], marker=markers[i % len(markers)],
+                   zorder=3, label=f"{p['kind']}: {p['label']}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("measured samples/s (median)")
     ax.set_ylabel("predicted samples/s")
-    ax.legend(loc="upper left", fontsize=8)
+    legend_outside(ax, fontsize=8)
