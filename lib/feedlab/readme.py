@@ -20,6 +20,7 @@ from feedlab.claims import ledger as claims_ledger
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
+from feedlab.summary import summary_markdown
 
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 MAX_LINES = 14
@@ -133,6 +134,9 @@ def section(figures_dir: Path = FIGURES_DIR) -> str:
         span = whens[-1] if starts[0] == whens[-1] else f"{starts[0]} – {whens[-1]}"
         head.append(f"- **{key}**: {'; '.join(bodies)} · {span}")
     head.append("")
+    summary = summary_markdown(figures_dir)
+    if summary:
+        head = [summary, ""] + head
     return "\n".join(head + parts)
 
 
