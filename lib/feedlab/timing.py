@@ -308,6 +308,26 @@ def _to_device_float(t, device, non_blocking: bool):
     return t
 
 
+def _takes_size(model) -> bool:
+    import inspect
+
+    try:
+        return "size" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def _forward(model, x, y):
+    """The model's output for ``x``. A super-resolution model that takes ``size`` (SRCNN)
+    is asked for the target's size, so a set of any scale (``data_prep sr --scale 3``) is
+    trained on its real MSE, as :func:`feedlab.pipeline.train_step` does, not on a
+    fallback loss over an output of the wrong size."""
+    if (y is not None and getattr(x, "dim", None) and x.dim() == 4 and getattr(y, "dim", None) and y.dim() == 4
+            and x.shape[-2:] != y.shape[-2:] and _takes_size(model)):
+        return model(x, size=tuple(y.shape[-2:]))
+    return model(x)
+
+
 def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
               loss_fn: Callable | None = None, max_batches: int | None = None,
               non_blocking: bool = True, timer: PhaseTimer | None = None,
@@ -364,7 +384,7 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
             y = _to_device_float(y, device, non_blocking)
             timer.mark("h2d")
             if model is not None:
-                out = model(x)
+                out = _forward(model, x, y)
                 if user_loss is not None:
                     loss = user_loss(out, y)
                 elif y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):

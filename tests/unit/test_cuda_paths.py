@@ -231,3 +231,19 @@ def test_batch_size_table_pins_with_cuda_only(monkeypatch):
     assert seen == {"cuda": {True}, "cpu": {False}}
     ok, why = applicable(PipelineSpec(batch_size=4, num_workers=2, pin_memory=True), "cpu")
     assert not ok and "CUDA" in why
+
+
+def test_run_epoch_trains_sr_sets_of_any_scale_on_mse(monkeypatch):
+    """A scale-4 pair through run_epoch with SRCNN: the output is asked at the target's size
+    and the loss is the MSE against it (not a fallback mean over a wrong-sized output)."""
+    from feedlab.models import make_model
+
+    calls = []
+    real = torch.nn.functional.mse_loss
+    monkeypatch.setattr(torch.nn.functional, "mse_loss", lambda a, b: calls.append(a.shape == b.shape) or real(a, b))
+    x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+    y = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    net = make_model("srcnn", scale=2)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    et = timing.run_epoch([(x, y)] * 3, net, "cpu", opt)
+    assert et.batches == 3 and calls == [True, True, True]
