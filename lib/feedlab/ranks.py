@@ -162,6 +162,8 @@ def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int 
     """Launch ``ranks`` ranks on this host; returns :func:`summarize_ranks` of their rows."""
     if ranks < 1:
         raise ValueError(f"ranks {ranks}: need >= 1")
+    if not Path(data).exists():
+        raise FileNotFoundError(f"{data}: no such data set; build it with `python -m data_prep sr --out {data}`")
     device = P.resolve_device(spec.device)
     with tempfile.TemporaryDirectory(prefix="feedlab-ranks-") as tmp:
         out = Path(tmp) / "ranks.json"
@@ -177,7 +179,7 @@ def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int 
         if r.returncode != 0 or not out.is_file():
             lines = (r.stderr + r.stdout).splitlines()
             why = [x for x in lines if x.startswith("[rank") and "Error" in x] or lines[-3:]
-            raise RuntimeError(f"{ranks} ranks via torch.distributed.run failed (exit {r.returncode}): "
+            raise ChildProcessError(f"{ranks} ranks via torch.distributed.run failed (exit {r.returncode}): "
                                + why[0].strip())
         rows = json.loads(out.read_text())
     res = summarize_ranks(rows)
@@ -209,6 +211,21 @@ def summarize_ranks(rows: list[dict]) -> dict:
             "aggregate_q75": float(q75), "aggregate_runs": [float(a) for a in agg], "slowest_rank_per_epoch": slowest,
             "data_wait_fraction": float(np.median([p["data_wait_fraction"] for p in per_rank])),
             "reshuffle_s": float(np.median([r["reshuffle_s"] for r in rows])), "rows": rows}
+
+
+def render(out: dict) -> str:
+    """The human-readable lines of :func:`launch`'s result."""
+    lines = [f"{out['ranks']} ranks ({out['backend']}, {'all-reduce every step' if out['sync'] else 'no step sync'}) · "
+             f"{out['format']} · batch {out['batch_size']} · {out['num_workers']} workers per rank · {out['device']}",
+             f"  aggregate {out['aggregate_samples_per_s']:.0f} samples/s (IQR {out['aggregate_q25']:.0f}–"
+             f"{out['aggregate_q75']:.0f}, all samples ÷ the slowest rank's wall, "
+             f"{len(out['aggregate_runs'])} epochs) · slowest rank per epoch {out['slowest_rank_per_epoch']}"]
+    for p in out["per_rank"]:
+        lines.append(f"  rank {p['rank']} on cores {p['cores']}: {p['samples_per_s']:.0f} samples/s, data wait "
+                     f"{100 * p['data_wait_fraction']:.0f}% of wall, set_epoch + reshuffle "
+                     f"{1e3 * p['reshuffle_s']:.2f} ms")
+    lines.append(f"  launcher start-up and teardown included in {out['launch_s']:.1f} s total")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -142,3 +142,26 @@ def test_two_real_gloo_ranks_split_the_epoch(sr_root):
     assert [r["indices"] for r in rows if r["epoch"] == 0] != [r["indices"] for r in rows if r["epoch"] == 1]
     assert len(out["per_rank"]) == 2 and out["aggregate_samples_per_s"] > 0
     assert out["slowest_rank_per_epoch"] and set(out["slowest_rank_per_epoch"]) <= {0, 1}
+
+
+def test_bench_ranks_prints_per_rank_and_aggregate(sr_root, capsys):
+    import json
+
+    from feedlab import bench
+
+    assert bench.main(["--data", str(sr_root), "--format", "npy", "--batch-size", "8", "--num-workers", "0",
+                       "--device", "cpu", "--ranks", "2", "--epochs", "1", "--warmup", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ranks"] == 2 and out["format"] == "npy" and [p["rank"] for p in out["per_rank"]] == [0, 1]
+    assert sum(p["samples"] for p in out["per_rank"]) == 48
+    assert all(0 <= p["data_wait_fraction"] <= 1 and p["reshuffle_s"] >= 0 for p in out["per_rank"])
+    assert "slowest rank" in ranks.render(out)
+
+
+def test_bench_ranks_missing_data_is_one_line(tmp_path, capsys):
+    from feedlab import bench
+
+    with pytest.raises(SystemExit):
+        bench.main(["--data", str(tmp_path / "nope"), "--ranks", "2"])
+    err = capsys.readouterr().err
+    assert str(tmp_path / "nope") in err and "Traceback" not in err
