@@ -165,3 +165,45 @@ def test_bench_ranks_missing_data_is_one_line(tmp_path, capsys):
         bench.main(["--data", str(tmp_path / "nope"), "--ranks", "2"])
     err = capsys.readouterr().err
     assert str(tmp_path / "nope") in err and "Traceback" not in err
+
+
+def test_ray_missing_is_reported_with_the_reason(monkeypatch):
+    import sys
+
+    from feedlab import remote_decode
+
+    monkeypatch.setitem(sys.modules, "ray", None)           # import ray now fails as if not installed
+    ok, why = remote_decode.available()
+    assert not ok and why.startswith("unavailable:") and "pip install" in why
+    res, info = remote_decode.compare("/nonexistent", P.PipelineSpec(), 1, 1, 0, log=lambda _m: None)
+    assert len(res) == 0 and info["available"] is False
+    assert remote_decode.readings(res.frame(), info) == [f"Ray Data part: {why}"]
+
+
+def test_grid_settings_leave_out_what_cannot_run_and_say_why():
+    from feedlab.experiments.ranks_grid import settings
+
+    run, skipped = settings([1, 2, 4], [0, 2], cores=2)
+    assert run == [(1, 0), (1, 2), (2, 0), (2, 2)]
+    assert {(r, w) for r, w, _ in skipped} == {(4, 0), (4, 2)} and all("4 ranks > 2 cores" in s for *_, s in skipped)
+    run, skipped = settings([1, 2], [0], cores=16, device="cuda", gpus=1)
+    assert run == [(1, 0)] and skipped[0][2] == "2 ranks > 1 GPUs"
+
+
+def test_grid_readings_are_computed_from_the_rows():
+    import pandas as pd
+
+    rows = [dict(metric="aggregate_samples_per_s", ranks=r, workers_per_rank=w, rank="all", repeat=k, value=v)
+            for r, w, v in [(1, 0, 100.0), (1, 1, 150.0), (2, 0, 180.0), (2, 1, 170.0)] for k in range(2)]
+    rows += [dict(metric="wall_s", ranks=2, workers_per_rank=0, rank=rk, repeat=0, value=v)
+             for rk, v in [(0, 1.0), (1, 1.5)]]
+    lines = ranks_grid_readings(pd.DataFrame(rows))
+    assert "1 rank(s): best at 1 workers per rank, 150 samples/s" in lines[0]
+    assert "Best on this budget: 2 rank(s) × 0 workers, 180 samples/s." in lines
+    assert any("x1.50" in x for x in lines)
+
+
+def ranks_grid_readings(df):
+    from feedlab.experiments.ranks_grid import readings
+
+    return readings(df)
