@@ -144,18 +144,32 @@ def test_two_real_gloo_ranks_split_the_epoch(sr_root):
     assert out["slowest_rank_per_epoch"] and set(out["slowest_rank_per_epoch"]) <= {0, 1}
 
 
-def test_bench_ranks_prints_per_rank_and_aggregate(sr_root, capsys):
+def test_bench_ranks_hands_the_flags_to_launch_and_prints_its_summary(sr_root, capsys, monkeypatch):
+    """The bench hook without a second real launch: ``launch`` gets the flags; rows are summarised."""
     import json
 
     from feedlab import bench
 
+    rows = [{"rank": r, "epoch": e, "cores": [r], "samples": 24, "wall_s": w, "samples_per_s": 24 / w,
+             "data_wait_fraction": 0.5, "first_batch_s": 0.01, "reshuffle_s": 1e-4, "indices": None}
+            for e, walls in enumerate([(0.1, 0.2), (0.3, 0.1)]) for r, w in enumerate(walls)]
+    got = {}
+
+    def fake_launch(n, data, spec, epochs, warmup, max_batches=None):
+        got.update(n=n, data=data, spec=spec, epochs=epochs, warmup=warmup)
+        return {**ranks.summarize_ranks(rows), "ranks": n, "backend": "gloo", "launch_s": 1.0, "sync": True,
+                **spec.as_dict()}
+
+    monkeypatch.setattr(ranks, "launch", fake_launch)
     assert bench.main(["--data", str(sr_root), "--format", "npy", "--batch-size", "8", "--num-workers", "0",
-                       "--device", "cpu", "--ranks", "2", "--epochs", "1", "--warmup", "0", "--json"]) == 0
+                       "--device", "cpu", "--ranks", "2", "--epochs", "2", "--warmup", "0", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["ranks"] == 2 and out["format"] == "npy" and [p["rank"] for p in out["per_rank"]] == [0, 1]
-    assert sum(p["samples"] for p in out["per_rank"]) == 48
-    assert all(0 <= p["data_wait_fraction"] <= 1 and p["reshuffle_s"] >= 0 for p in out["per_rank"])
-    assert "slowest rank" in ranks.render(out)
+    assert got["n"] == 2 and got["spec"].format == "npy" and got["epochs"] == 2 and got["warmup"] == 0
+    assert out["slowest_rank_per_epoch"] == [1, 0]                   # the rank with the longest wall
+    assert out["aggregate_runs"] == pytest.approx([48 / 0.2, 48 / 0.3])  # all samples ÷ the slowest wall
+    assert [p["rank"] for p in out["per_rank"]] == [0, 1]
+    text = ranks.render(out)
+    assert "slowest rank per epoch [1, 0]" in text and "rank 1 on cores [1]" in text
 
 
 def test_bench_ranks_missing_data_is_one_line(tmp_path, capsys):
