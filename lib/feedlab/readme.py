@@ -20,6 +20,7 @@ from feedlab.claims import ledger as claims_ledger
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
+from feedlab.summary import summary_markdown
 
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 MAX_LINES = 14
@@ -133,7 +134,48 @@ def section(figures_dir: Path = FIGURES_DIR) -> str:
         span = whens[-1] if starts[0] == whens[-1] else f"{starts[0]} – {whens[-1]}"
         head.append(f"- **{key}**: {'; '.join(bodies)} · {span}")
     head.append("")
+    summary = summary_markdown(figures_dir)
+    if summary:
+        head = [summary, ""] + head
     return "\n".join(head + parts)
+
+
+DOCTOR_START, DOCTOR_END = "<!-- doctor:start -->", "<!-- doctor:end -->"
+
+
+def doctor_output(executed) -> str:
+    """What the doctor printed in an executed 10_doctor notebook (the cell that renders its report)."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "render(" in cell.source:
+            text = "".join(o.get("text", "") for o in cell.get("outputs", [])
+                           if o.get("output_type") == "stream" and o.get("name") == "stdout").rstrip()
+            # the data path as the repository names it, not as the machine that ran it did
+            return re.sub(r"(?<![\w.])/\S*?/(data/[^\s/]+)", r"\1", text)
+    return ""
+
+
+def doctor_block(figures_dir: Path = FIGURES_DIR) -> str:
+    """The doctor's real output on the embedded set, per committed machine."""
+    parts = []
+    for key, folder in machine_dirs("10_doctor", figures_dir).items():
+        executed = folder / "10_doctor.executed.ipynb"
+        text = doctor_output(executed) if executed.exists() else ""
+        if not text:
+            continue
+        fp = folder / "fingerprint.json"
+        line = fingerprint_line(json.loads(fp.read_text())) if fp.exists() else key
+        parts += [f"**{key}** ({line}), from [the executed notebook]"
+                  f"({executed.relative_to(REPO_ROOT).as_posix()}):", "", "```text", text, "```", ""]
+    return "\n".join(parts)
+
+
+def _replace_between(text: str, start: str, end: str, body: str) -> str:
+    if start not in text or end not in text:
+        return text
+    return text.split(start)[0] + start + "\n" + body + "\n" + end + text.split(end, 1)[1]
 
 
 def update_readme(path=REPO_ROOT / "README.md") -> bool:
@@ -141,6 +183,7 @@ def update_readme(path=REPO_ROOT / "README.md") -> bool:
     if START not in text or END not in text:
         raise SystemExit(f"{path}: markers {START} / {END} missing")
     new = text.split(START)[0] + START + "\n" + section() + "\n" + END + text.split(END, 1)[1]
+    new = _replace_between(new, DOCTOR_START, DOCTOR_END, doctor_block())
     new = claims_ledger.update_readme_block(new)  # the verdict counts; docs/CLAIMS.md by write_claims()
     changed = new != text
     path.write_text(new)

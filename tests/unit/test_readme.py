@@ -33,3 +33,26 @@ def test_update_readme_rewrites_between_markers_only(tmp_path, monkeypatch):
     assert readme.update_readme(path) is True
     assert path.read_text() == f"intro\n{readme.START}\nNEW SECTION\n{readme.END}\noutro\n"
     assert readme.update_readme(path) is False  # a second run changes nothing
+
+
+def test_doctor_block_quotes_the_executed_notebook_without_machine_paths(tmp_path, monkeypatch):
+    import nbformat
+
+    from feedlab import readme
+
+    monkeypatch.setattr(readme, "REPO_ROOT", tmp_path)
+    folder = tmp_path / "figures" / "10_doctor" / "h100-16c"
+    folder.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("print(render(report))")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                           text="feedlab doctor · /root/repo/data/sr64 · png/pil\nverdict: data-bound\n")]
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"), cell]
+    nbformat.write(nb, folder / "10_doctor.executed.ipynb")
+    (folder / "fingerprint.json").write_text('{"cpu_usable": 16, "gpus": [{"name": "NVIDIA H100"}]}')
+    block = readme.doctor_block(tmp_path / "figures")
+    assert "**h100-16c**" in block and "verdict: data-bound" in block
+    assert "· data/sr64 ·" in block and "/root/" not in block
+    text = "a\n<!-- doctor:start -->\nold\n<!-- doctor:end -->\nb"
+    assert readme._replace_between(text, readme.DOCTOR_START, readme.DOCTOR_END, "new") == \
+        "a\n<!-- doctor:start -->\nnew\n<!-- doctor:end -->\nb"

@@ -1,0 +1,176 @@
+""""What starves a GPU, and what fixed it here": the biggest measured effects per machine.
+
+Each notebook's record-results payload (``figures/<notebook>/<machine>/results.json``)
+holds its headline numbers. :data:`EFFECTS` reads one effect from a payload: a factor
+(how many times faster the change made the thing it changed) and a sentence saying
+what was changed and what was measured. :func:`top_effects` ranks them per machine;
+:func:`summary_markdown` is the block at the top of the README's figures section.
+Nothing here is typed in: a payload without the numbers gives no effect.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from feedlab.paths import FIGURES_DIR
+
+
+@dataclass(frozen=True)
+class Effect:
+    notebook: str
+    factor: float       # > 1: the change made it faster by this factor
+    text: str           # what changed, and what was measured
+    scope: str = "stage"  # "training": samples/s of whole training steps; "stage": one stage alone
+
+
+def _num(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v and v not in (float("inf"), float("-inf")) and v > 0 else None
+
+
+def _workers(p: dict) -> Effect | None:
+    rates = {int(k): _num(v) for k, v in (p.get("samples_per_s_with_model") or {}).items()}
+    rates = {k: v for k, v in rates.items() if v}
+    if 0 not in rates or len(rates) < 2:
+        return None
+    best = max(rates, key=rates.get)
+    model = p.get("model", "the model")
+    return Effect("01_worker_scaling", rates[best] / rates[0],
+                  f"`num_workers={best}` instead of 0, PNG pairs feeding {model} "
+                  f"({rates[0]:,.0f} → {rates[best]:,.0f} samples/s)", "training")
+
+
+def _lmdb(p: dict) -> Effect | None:
+    ratios = [_num(v) for k, v in (p.get("throughput_ratio_vs_png") or {}).items() if k.startswith("lmdb_w")]
+    ratios = [r for r in ratios if r]
+    if not ratios:
+        return None
+    return Effect("02_lmdb_vs_png", statistics.median(ratios),
+                  f"LMDB (lz4) instead of PNG files, median over {len(ratios)} batch × worker settings "
+                  f"(range {min(ratios):.2f}–{max(ratios):.2f}×)", "training")
+
+
+def _pinned(p: dict) -> Effect | None:
+    pinned, pageable = _num(p.get("h2d_pinned_gbps")), _num(p.get("h2d_pageable_gbps"))
+    if not (pinned and pageable):
+        return None
+    return Effect("03_pinned_memory_by_input_size", pinned / pageable,
+                  f"pinned instead of pageable host memory for the largest host→GPU copy "
+                  f"({pageable:.1f} → {pinned:.1f} GB/s)")
+
+
+def _formats(p: dict) -> Effect | None:
+    ratio = _num(p.get("ratio_best_to_baseline"))
+    if not ratio:
+        return None
+    return Effect("05_storage_formats", ratio,
+                  f"`{p.get('best_read', 'the best loader')}` instead of PNG + PIL + ToTensor + "
+                  f"default_collate, reading alone (no model step)")
+
+
+def _out_of_band(p: dict) -> Effect | None:
+    gains = {k: _num(v) for k, v in (p.get("out_of_band_gain") or {}).items()}
+    gains = {k: v for k, v in gains.items() if v}
+    if not gains:
+        return None
+    best = max(gains, key=gains.get)
+    return Effect("06_decode_backends", gains[best],
+                  f"decoding and resizing once ahead of training instead of every epoch ({best})")
+
+
+def _collate(p: dict) -> Effect | None:
+    s = _num((p.get("speedup") or {}).get("fast_channels_last"))
+    if not s:
+        return None
+    return Effect("07_totensor_vs_fast_collate", s,
+                  f"a uint8 channels-last collate instead of ToTensor + default_collate "
+                  f"({p.get('reference', '')}, collate alone)")
+
+
+def _batch(p: dict) -> Effect | None:
+    fixed = {k: _num(v) for k, v in (p.get("fixed_over_baseline") or {}).items() if k.endswith("_b128")}
+    fixed = {k: v for k, v in fixed.items() if v}
+    if not fixed:
+        return None
+    best = max(fixed, key=fixed.get)
+    return Effect("09_batch_size_breakdown", fixed[best],
+                  f"the fixed pipeline (LMDB + uint8 fast collate) instead of the PNG + ToTensor baseline at batch 128, "
+                  f"training ({best.replace('_', ' ')})", "training")
+
+
+def _doctor(p: dict) -> Effect | None:
+    gain = _num(p.get("measured_gain_total"))
+    if not gain:
+        return None
+    pred = _num(p.get("predicted_gain_total"))
+    promised = f"; it promised ×{pred:.1f}" if pred else ""
+    return Effect("10_doctor", gain, f"the doctor's advice applied step by step, measured end to end{promised}",
+                  "training")
+
+
+def _persistent(p: dict) -> Effect | None:
+    fb = p.get("first_batch_s") or {}
+    off = [_num(v) for k, v in fb.items() if k.startswith("persistent_workers=False/") and not k.endswith("epoch0")]
+    on = [_num(v) for k, v in fb.items() if k.startswith("persistent_workers=True/") and not k.endswith("epoch0")]
+    off, on = [v for v in off if v], [v for v in on if v]
+    if not (off and on):
+        return None
+    a, b = statistics.median(off), statistics.median(on)
+    return Effect("12_beyond", a / b, f"`persistent_workers=True`: first batch of later epochs "
+                                      f"({a * 1e3:.0f} → {b * 1e3:.0f} ms)")
+
+
+EFFECTS: dict[str, Callable[[dict], Effect | None]] = {
+    "01_worker_scaling": _workers, "02_lmdb_vs_png": _lmdb, "03_pinned_memory_by_input_size": _pinned,
+    "05_storage_formats": _formats, "06_decode_backends": _out_of_band, "07_totensor_vs_fast_collate": _collate,
+    "09_batch_size_breakdown": _batch, "10_doctor": _doctor, "12_beyond": _persistent,
+}
+
+
+def machine_effects(figures_dir: Path | None = None) -> dict[str, list[Effect]]:
+    """``{machine: [Effect, ...]}`` for every committed machine, largest factor first."""
+    base = Path(figures_dir or FIGURES_DIR)
+    out: dict[str, list[Effect]] = {}
+    for notebook, extract in EFFECTS.items():
+        nb_dir = base / notebook
+        if not nb_dir.is_dir():
+            continue
+        for machine_dir in sorted(p for p in nb_dir.iterdir() if (p / "results.json").is_file()):
+            try:
+                payload = json.loads((machine_dir / "results.json").read_text())
+                effect = extract(payload)
+            except (ValueError, TypeError, AttributeError):
+                effect = None
+            if effect is not None:
+                out.setdefault(machine_dir.name, []).append(effect)
+    for effects in out.values():
+        effects.sort(key=lambda e: e.factor, reverse=True)
+    return dict(sorted(out.items(), key=lambda kv: (not kv[0].startswith("cpu"), kv[0])))
+
+
+def summary_markdown(figures_dir: Path | None = None, top: int = 3) -> str:
+    """Per machine: the ``top`` largest effects on whole training steps, then on one stage alone."""
+    effects = machine_effects(figures_dir)
+    if not effects:
+        return ""
+    lines = ["### What starves a GPU, and what fixed it here", "",
+             f"The {top} largest effects each machine measured, from the committed results (medians over "
+             "repeats; each notebook's section below has the spread and the setting). *Training*: samples/s "
+             "of whole training steps, the number a starving GPU feels. *One stage*: that stage timed alone, "
+             "an upper bound on what it can give a pipeline it does not bound.", ""]
+    for machine, found in effects.items():
+        lines.append(f"**{machine}**")
+        lines.append("")
+        for scope, title in (("training", "training"), ("stage", "one stage")):
+            for e in [e for e in found if e.scope == scope][:top]:
+                lines.append(f"- {title}: ×{e.factor:.1f} — {e.text} "
+                             f"([{e.notebook[:2]}](notebooks/{e.notebook}.ipynb))")
+        lines.append("")
+    return "\n".join(lines)
