@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -75,6 +76,20 @@ def _sync(device) -> None:
         import torch
 
         torch.cuda.synchronize(device)
+
+
+@contextmanager
+def owned_iterator(loader):
+    """``with owned_iterator(loader) as it:`` — an iterator over ``loader`` whose workers are
+    stopped at once if the block raises. Left to itself, torch's re-raised worker error keeps
+    the iterator alive in a reference cycle and each worker is joined only after a timeout
+    (seconds per worker); every loop feedlab owns goes through here or :func:`run_epoch`."""
+    it = iter(loader)
+    try:
+        yield it
+    except BaseException:
+        close_iterator(loader, it, final=True)
+        raise
 
 
 def close_iterator(loader, it, final: bool = False) -> None:

@@ -247,3 +247,25 @@ def test_run_epoch_trains_sr_sets_of_any_scale_on_mse(monkeypatch):
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     et = timing.run_epoch([(x, y)] * 3, net, "cpu", opt)
     assert et.batches == 3 and calls == [True, True, True]
+
+
+class _Fails(Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if i == 5:
+            raise ValueError("sample 5 is bad")
+        return torch.zeros(2), torch.tensor(i)
+
+
+def test_loops_feedlab_owns_stop_their_workers_when_a_worker_raises():
+    """After a worker's error the loop's workers are gone at once (no join timeouts later)."""
+    import multiprocessing as mp
+
+    from feedlab.experiments.storage_formats import read_epoch
+
+    loader = DataLoader(_Fails(), batch_size=2, num_workers=2)
+    with pytest.raises(ValueError, match="sample 5"):
+        read_epoch(loader)
+    assert not [p for p in mp.active_children() if p.is_alive()]
