@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     pk.add_argument("root")
     pk.add_argument("--to", default="all", help=f"comma list or 'all' ({', '.join(PACKABLE)})")
     pk.add_argument("--chunk-len", type=int, default=None, help="zarr: samples per chunk (default 128)")
+    pk.add_argument("--engine", choices=["local", "ray"], default="local",
+                    help="decode the PNGs here (local) or in parallel on a local Ray (needs the ray extra)")
 
     vf = sub.add_parser("verify", help="check every packed sample bit-exact against the PNGs")
     vf.add_argument("root")
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                       seed=args.seed, source=args.source, quality=args.quality, skip_bad=args.skip_bad,
                       force=args.force)
         elif args.cmd == "pack":
-            pack(args.root, args.to, chunk_len=args.chunk_len)
+            pack(args.root, args.to, chunk_len=args.chunk_len, engine=args.engine)
         elif args.cmd == "verify":
             verify(args.root, args.formats)
     except DataPrepError as exc:

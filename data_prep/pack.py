@@ -62,7 +62,7 @@ def sr_manifest(root) -> dict:
 class _Reference(Sequence):
     """The PNG samples as a sized sequence, decoded once into RAM when small enough."""
 
-    def __init__(self, root: Path, man: dict):
+    def __init__(self, root: Path, man: dict, engine: str = "local"):
         self.ds = F.PngDataset(root)
         n = len(self.ds)
         if n != man["count"]:
@@ -74,7 +74,15 @@ class _Reference(Sequence):
             self.lr = np.empty((n, *man["lr_shape"]), np.uint8)
             self.hr = np.empty((n, *man["hr_shape"]), np.uint8)
             digest = hashlib.sha256()
+            if engine == "ray":
+                from .ray_engine import decode_all
+
+                self.lr[:], self.hr[:] = decode_all(root, n, man["lr_shape"], man["hr_shape"])
             for i in track(range(n), n, f"decode {root.name} PNGs"):
+                if engine == "ray":
+                    digest.update(self.lr[i].tobytes())
+                    digest.update(self.hr[i].tobytes())
+                    continue
                 lr, hr = self._png(i)
                 if lr.shape != self.lr.shape[1:] or hr.shape != self.hr.shape[1:]:
                     raise DataPrepError(f"png: sample {i} has shapes {lr.shape}, {hr.shape}, "
@@ -125,9 +133,13 @@ def _opts_for(writer, opts: dict) -> dict:
 
 
 def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[str], None] = print,
-         **writer_opts) -> dict:
+         engine: str = "local", **writer_opts) -> dict:
     """Write each format under ``root`` and record it in ``manifest.json``
-    (path, bytes on disk, write seconds). Returns the updated manifest."""
+    (path, bytes on disk, write seconds). Returns the updated manifest.
+    ``engine="ray"`` decodes the PNGs in parallel on a local Ray (``data_prep.ray_engine``) when the
+    set fits in RAM (``IN_MEMORY_LIMIT``); a larger set is decoded here, sample by sample, as before."""
+    if engine not in ("local", "ray"):
+        raise DataPrepError(f"--engine {engine!r}: one of local, ray")
     root = Path(root)
     fmts = parse_formats(formats)
     man = sr_manifest(root)
@@ -137,7 +149,7 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
         return man
     for p in sweep_orphans(root):
         log(f"removed {p.name}, left by a killed run")
-    ref = _Reference(root, man)
+    ref = _Reference(root, man, engine)
     if not (root / CHECKSUMS).is_file():  # a set built before checksums: add them
         man = add_checksums(root, ref, log=log)
     for fmt in fmts:

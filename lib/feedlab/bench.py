@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
+    from feedlab.errors import strict_json
+
     ap = argparse.ArgumentParser(prog="python -m feedlab.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=None, help="a data set built by data_prep "
@@ -96,6 +98,8 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-verify", action="store_true", help="skip the per-sample checksum check on read "
                     "(on by default; see the checksum cost in notes)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--ranks", type=int, default=None, help="launch R ranks with torch.distributed.run, each "
+                    "with its own loader and share of the cores (feedlab.ranks)")
     from feedlab.peers.cli import add_arguments as add_peer_arguments
 
     add_peer_arguments(ap)
@@ -104,6 +108,8 @@ def _main(argv: list[str] | None = None) -> int:
     why = [w for w in spec.problems() if "pin_memory" not in w]  # pinning without CUDA is reported, not refused
     if why or args.epochs < 1:
         ap.error("; ".join(why) or "--epochs must be >= 1")
+    if args.ranks is not None and args.ranks < 1:
+        ap.error("--ranks must be >= 1")
     if (args.max_batches is not None and args.max_batches < 1) or args.warmup < 0:
         ap.error("--max-batches must be >= 1 (or left out), --warmup >= 0")
     if args.peer:
@@ -115,10 +121,14 @@ def _main(argv: list[str] | None = None) -> int:
         from feedlab.paths import default_sr_root
 
         args.data = default_sr_root("quick")
+    if args.ranks is not None:
+        from feedlab.ranks import launch, render
+
+        out = launch(args.ranks, args.data, spec, args.epochs, args.warmup, max_batches=args.max_batches)
+        print(strict_json(out) if args.json else render(out))
+        return 0
     out = bench(args.data, spec, args.epochs, args.warmup, args.max_batches, args.trace, verify=not args.no_verify)
     if args.json:
-        from feedlab.errors import strict_json
-
         print(strict_json(out))
         return 0
     print(f"{out['format']} · batch {out['batch_size']} · {out['num_workers']} workers · "

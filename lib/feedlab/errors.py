@@ -73,7 +73,9 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
         extra.append(lmdb.Error)
     except ImportError:  # pragma: no cover
         pass
-    return USER_ERRORS + tuple(extra)
+    # ValueError: a bad value given on the command line or in the environment (a worker
+    # count, a device, a size) is raised as ValueError by the code that checks it
+    return USER_ERRORS + (ValueError,) + tuple(extra)
 
 
 @contextmanager

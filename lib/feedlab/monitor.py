@@ -22,10 +22,10 @@ import numpy as np
 
 
 def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    """The cores this process may use (one definition: :func:`feedlab.machines.usable_cores`)."""
+    from feedlab.machines import usable_cores as cores
+
+    return cores()
 
 
 class _Sampler:

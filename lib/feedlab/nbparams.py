@@ -13,22 +13,31 @@ import os
 from pathlib import Path
 
 
-def notebook_parameters(path: str | os.PathLike) -> list[str]:
-    """Names assigned at top level in the notebook's ``parameters`` cell, in order."""
+def notebook_parameters(path: str | os.PathLike) -> dict:
+    """``{name: default}`` for the names assigned at top level in the notebook's ``parameters``
+    cell, in order (``x = 1`` and ``x: int = None``); a default that is not a literal is kept
+    as its source text."""
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
             src = cell.get("source", "")
             src = "".join(src) if isinstance(src, list) else src
-            names: list[str] = []
+            out: dict = {}
             for node in ast.parse(src).body:
-                targets = node.targets if isinstance(node, ast.Assign) else (
-                    [node.target] if isinstance(node, ast.AnnAssign) else [])
+                if isinstance(node, ast.Assign):
+                    targets, value = node.targets, node.value
+                elif isinstance(node, ast.AnnAssign):
+                    targets, value = [node.target], node.value
+                else:
+                    continue
                 for t in targets:
-                    if isinstance(t, ast.Name) and t.id not in names:
-                        names.append(t.id)
-            return names
-    return []
+                    if isinstance(t, ast.Name) and t.id not in out:
+                        try:
+                            out[t.id] = ast.literal_eval(value) if value is not None else None
+                        except ValueError:
+                            out[t.id] = ast.unparse(value)
+            return out
+    return {}
 
 
 def route_params(params: dict, notebooks: list[Path]) -> dict[Path, dict]:

@@ -283,6 +283,8 @@ class PipelineSpec:
 
     def problems(self, device=None) -> list[str]:
         """Why this spec would not mean what it says on ``device`` (empty: fine)."""
+        import torch
+
         from feedlab.formats import FORMATS
 
         dev = resolve_device(device if device is not None else self.device)
@@ -297,6 +299,8 @@ class PipelineSpec:
             out.append(f"unknown transform {self.transform!r}")
         if self.batch_size < 1 or self.num_workers < 0:
             out.append("batch_size must be >= 1 and num_workers >= 0")
+        if dev.startswith("cuda") and not torch.cuda.is_available():
+            out.append(f"device {dev!r}: this machine has no CUDA device (use --device cpu or auto)")
         if self.pin_memory and not dev.startswith("cuda"):
             out.append("pin_memory needs CUDA (DataLoader ignores it without a GPU)")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):

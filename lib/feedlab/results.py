@@ -127,6 +127,10 @@ def record_results(payload: dict, out_dir: str | os.PathLike | None = None) -> d
     ``out_dir``, writes ``results.json`` there for the tests and the runner.
     """
     text = json.dumps(payload, indent=2, default=_json_default, sort_keys=True)
+    # a committed record names files relative to the repository, not this machine's checkout
+    from feedlab.paths import REPO_ROOT
+
+    text = text.replace(str(REPO_ROOT) + "/", "")
     if out_dir is not None:
         _atomic_write_text(Path(out_dir) / "results.json", text)
     try:

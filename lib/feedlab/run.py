@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from feedlab.nbparams import notebook_parameters
 from feedlab.paths import NOTEBOOKS_DIR, figure_dir
 from feedlab.profiles import PROFILES, choose_profile, profile_values
 
@@ -46,31 +47,6 @@ def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
             raise SystemExit(f"--only {want!r}: no such notebook; choose from: {names}")
         chosen.extend(h for h in hits if h not in chosen)
     return chosen
-
-
-def notebook_parameters(nb: Path) -> dict:
-    """``{name: default}`` of the cell tagged ``parameters`` (literal defaults; others as text)."""
-    import ast
-
-    import nbformat
-
-    book = nbformat.read(nb, as_version=4)
-    cells = [c for c in book.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if not cells:
-        return {}
-    out = {}
-    for node in ast.parse(cells[0].source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            target = node.targets[0]
-        elif isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
-            target = node.target  # typed: batch_sizes: list[int] = None
-        else:
-            continue
-        try:
-            out[target.id] = ast.literal_eval(node.value)
-        except ValueError:
-            out[target.id] = ast.unparse(node.value)
-    return out
 
 
 def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, dict | str]]:
@@ -197,7 +173,21 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
     pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
                         cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name), log_output=False,
                         **kernel_options())
+    scrub_paths(executed)
     return executed
+
+
+def scrub_paths(path: Path) -> None:
+    """The executed notebook is a record kept in the repository: name files relative to the
+    repository root, not where this machine keeps its checkout (papermill's metadata and
+    printed paths would carry it). Rewritten atomically."""
+    from feedlab.paths import REPO_ROOT
+    from feedlab.results import _atomic_write_text
+
+    text = path.read_text(encoding="utf-8")
+    clean = text.replace(str(REPO_ROOT) + "/", "").replace(str(REPO_ROOT), ".")
+    if clean != text:
+        _atomic_write_text(path, clean)
 
 
 def main(argv: list[str] | None = None) -> int:

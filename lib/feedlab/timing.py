@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -75,6 +76,20 @@ def _sync(device) -> None:
         import torch
 
         torch.cuda.synchronize(device)
+
+
+@contextmanager
+def owned_iterator(loader):
+    """``with owned_iterator(loader) as it:`` — an iterator over ``loader`` whose workers are
+    stopped at once if the block raises. Left to itself, torch's re-raised worker error keeps
+    the iterator alive in a reference cycle and each worker is joined only after a timeout
+    (seconds per worker); every loop feedlab owns goes through here or :func:`run_epoch`."""
+    it = iter(loader)
+    try:
+        yield it
+    except BaseException:
+        close_iterator(loader, it, final=True)
+        raise
 
 
 def close_iterator(loader, it, final: bool = False) -> None:
@@ -308,6 +323,26 @@ def _to_device_float(t, device, non_blocking: bool):
     return t
 
 
+def _takes_size(model) -> bool:
+    import inspect
+
+    try:
+        return "size" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def _forward(model, x, y):
+    """The model's output for ``x``. A super-resolution model that takes ``size`` (SRCNN)
+    is asked for the target's size, so a set of any scale (``data_prep sr --scale 3``) is
+    trained on its real MSE, as :func:`feedlab.pipeline.train_step` does, not on a
+    fallback loss over an output of the wrong size."""
+    if (y is not None and getattr(x, "dim", None) and x.dim() == 4 and getattr(y, "dim", None) and y.dim() == 4
+            and x.shape[-2:] != y.shape[-2:] and _takes_size(model)):
+        return model(x, size=tuple(y.shape[-2:]))
+    return model(x)
+
+
 def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
               loss_fn: Callable | None = None, max_batches: int | None = None,
               non_blocking: bool = True, timer: PhaseTimer | None = None,
@@ -364,7 +399,7 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
             y = _to_device_float(y, device, non_blocking)
             timer.mark("h2d")
             if model is not None:
-                out = model(x)
+                out = _forward(model, x, y)
                 if user_loss is not None:
                     loss = user_loss(out, y)
                 elif y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):

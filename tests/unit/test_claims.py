@@ -221,3 +221,21 @@ def test_bytes_per_sample_checks_the_192gb_arithmetic(sr_root):
     assert b["raw_bytes_per_sample"] == 16 * 16 * 3 + 32 * 32 * 3
     assert 1.0 <= b["bytes_per_sample_npy_mmap"] / b["raw_bytes_per_sample"] < 1.05
     assert verdict("003-imagenet-192gb", b, CPU).status == C.REPRODUCED
+
+
+def test_peer_ratio_rows_from_notebook_13_results(tmp_path):
+    import json
+
+    from feedlab.claims import ledger
+
+    d = tmp_path / "13_peer_loaders" / "cpu-2c"
+    d.mkdir(parents=True)
+    (d / "fingerprint.json").write_text("{}")
+    (d / "results.json").write_text(json.dumps({"ratios": {
+        "sr": {"ratio": 1.5, "ratio_low": 1.2, "ratio_high": 1.9, "verdict": "met (>= 1.0)",
+               "best_peer": {"label": "LitData"}},
+        "jpeg": {"ratio": None, "why_missing": "no peer passed"}}}))
+    rows = ledger.peer_ratio_rows(tmp_path)
+    assert "| cpu-2c | sr | ×1.50 (1.20–1.90) | LitData | met (>= 1.0) |" in rows
+    assert any("jpeg | n/a (no peer passed)" in r for r in rows)
+    assert ledger.peer_ratio_rows(tmp_path / "nothing") == []

@@ -231,3 +231,41 @@ def test_batch_size_table_pins_with_cuda_only(monkeypatch):
     assert seen == {"cuda": {True}, "cpu": {False}}
     ok, why = applicable(PipelineSpec(batch_size=4, num_workers=2, pin_memory=True), "cpu")
     assert not ok and "CUDA" in why
+
+
+def test_run_epoch_trains_sr_sets_of_any_scale_on_mse(monkeypatch):
+    """A scale-4 pair through run_epoch with SRCNN: the output is asked at the target's size
+    and the loss is the MSE against it (not a fallback mean over a wrong-sized output)."""
+    from feedlab.models import make_model
+
+    calls = []
+    real = torch.nn.functional.mse_loss
+    monkeypatch.setattr(torch.nn.functional, "mse_loss", lambda a, b: calls.append(a.shape == b.shape) or real(a, b))
+    x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+    y = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    net = make_model("srcnn", scale=2)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    et = timing.run_epoch([(x, y)] * 3, net, "cpu", opt)
+    assert et.batches == 3 and calls == [True, True, True]
+
+
+class _Fails(Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if i == 5:
+            raise ValueError("sample 5 is bad")
+        return torch.zeros(2), torch.tensor(i)
+
+
+def test_loops_feedlab_owns_stop_their_workers_when_a_worker_raises():
+    """After a worker's error the loop's workers are gone at once (no join timeouts later)."""
+    import multiprocessing as mp
+
+    from feedlab.experiments.storage_formats import read_epoch
+
+    loader = DataLoader(_Fails(), batch_size=2, num_workers=2)
+    with pytest.raises(ValueError, match="sample 5"):
+        read_epoch(loader)
+    assert not [p for p in mp.active_children() if p.is_alive()]

@@ -34,3 +34,23 @@ def test_cli_loader_and_step():
     bad = subprocess.run([sys.executable, "-m", "feedlab.doctor", "--loader", "no_such_mod:f"],
                          capture_output=True, text=True, env=env)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "no_such_mod" in bad.stderr
+
+
+def test_user_loader_rate_counts_the_wait_of_every_counted_batch(monkeypatch):
+    """The steady rate: samples of batches skip.. over the time from asking for batch skip,
+    and a measurement even when skip is as large as the batches asked for."""
+    import itertools
+
+    from feedlab.doctor import user
+
+    ticks = itertools.count()
+    monkeypatch.setattr(user.time, "perf_counter", lambda: float(next(ticks)))
+    import torch
+
+    loader = [(torch.zeros(4, 1), torch.zeros(4)) for _ in range(10)]  # batches of 4
+    out = user._run(loader, None, "cpu", batches=6, skip=2)
+    # every clock read is one "second": t0=0, first batch 1, before batch 2: 2, end: 3;
+    # batches 2..5 (16 samples) in the 1 s from asking for batch 2 to the end
+    assert out["steady"] == 16.0 and out["first_batch_s"] == 1.0
+    out = user._run(loader, None, "cpu", batches=4, skip=16)  # skip capped at batches // 2
+    assert out["steady"] == out["steady"] and out["steady"] > 0

@@ -116,3 +116,25 @@ def test_readme_puts_machines_side_by_side(tmp_path, monkeypatch):
     assert "NVIDIA H100 80GB HBM3" in text and "- **h100-16c**" in text
     block02 = text[text.index("### 02"):]
     assert "| figure | cpu-2c |" in block02 and "h100" not in block02
+
+
+def test_bad_values_on_the_command_line_are_one_line(capsys, monkeypatch):
+    from feedlab.errors import cli_errors
+
+    monkeypatch.setenv("FEEDLAB_CORES", "abc")
+    with pytest.raises(SystemExit) as exit_:
+        with cli_errors("python -m feedlab.run"):
+            machines.usable_cores()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "FEEDLAB_CORES='abc'" in err
+
+
+def test_a_cuda_spec_on_a_machine_without_cuda_is_refused(monkeypatch):
+    import torch
+
+    from feedlab.pipeline import PipelineSpec
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert any("no CUDA device" in p for p in PipelineSpec(device="cuda").problems())
+    assert not any("CUDA device" in p for p in PipelineSpec(device="cpu").problems())

@@ -51,3 +51,20 @@ def test_kernel_keeps_real_warnings_and_has_no_tcp_warning(tmp_path, capfd):
     assert any("a real warning" in o.get("text", "") for o in outputs)
     assert any("ran" in o.get("text", "") for o in outputs)
     assert "without encryption" not in capfd.readouterr().err
+
+
+def test_executed_records_name_files_relative_to_the_repository(tmp_path):
+    import json
+
+    from feedlab import run
+    from feedlab.paths import REPO_ROOT
+    from feedlab.results import record_results
+
+    nb = tmp_path / "x.executed.ipynb"
+    nb.write_text(json.dumps({"metadata": {"papermill": {"input_path": f"{REPO_ROOT}/notebooks/x.ipynb"}},
+                              "cells": [{"outputs": [{"text": f"data: {REPO_ROOT}/data/sr64\n"}]}]}))
+    run.scrub_paths(nb)
+    text = nb.read_text()
+    assert str(REPO_ROOT) not in text and '"notebooks/x.ipynb"' in text and "data: data/sr64" in text
+    record_results({"root": f"{REPO_ROOT}/data/sr64"}, tmp_path)
+    assert json.loads((tmp_path / "results.json").read_text())["root"] == "data/sr64"

@@ -105,6 +105,10 @@ def claims_markdown(figures_dir: Path = FIGURES_DIR) -> str:
     if not machines:
         out += ["No committed results yet: run `make figures`.", ""]
     out += _count_table(machines, n) + [""]
+    peers = peer_ratio_rows(figures_dir)
+    if peers:
+        out += ["## feedlab against the loaders people pick instead", "",
+                *[x.replace("(notebooks/", "(../notebooks/") for x in peers]]
     for w, title in WRITEUPS.items():
         cs = [c for c in CLAIMS if c.writeup == w]
         out += [f"## {w} · {title}", "",
@@ -119,12 +123,43 @@ def claims_markdown(figures_dir: Path = FIGURES_DIR) -> str:
     return "\n".join(out)
 
 
+def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
+    """feedlab's own target beside the write-ups' claims: its recommended pipeline ÷ the best
+    peer loader per data set (notebook 13), per committed machine, with the run's spread."""
+    import json
+
+    from feedlab.machines import machine_dirs
+
+    rows = []
+    for machine, folder in machine_dirs("13_peer_loaders", figures_dir).items():
+        try:
+            ratios = json.loads((folder / "results.json").read_text()).get("ratios") or {}
+        except (OSError, ValueError):
+            continue
+        for kind, r in sorted(ratios.items()):
+            if not isinstance(r, dict) or r.get("ratio") is None:
+                why = r.get("why_missing", "not measured") if isinstance(r, dict) else "not measured"
+                rows.append(f"| {machine} | {kind} | n/a ({why}) | | |")
+                continue
+            peer = r.get("best_peer") or {}
+            rows.append(f"| {machine} | {kind} | ×{r['ratio']:.2f} ({r.get('ratio_low', float('nan')):.2f}–"
+                        f"{r.get('ratio_high', float('nan')):.2f}) | {peer.get('label') or peer.get('contender', '?')}"
+                        f" | {r.get('verdict', '')} |")
+    if not rows:
+        return []
+    return ["feedlab's recommended pipeline ÷ the best peer loader on the same data and machine "
+            "([notebook 13](notebooks/13_peer_loaders.ipynb); target ≥ 1.0; the range is the ratio of the "
+            "interquartile bounds):", "",
+            "| machine | data set | feedlab ÷ best peer | best peer | target |", "|---|---|---|---|---|", *rows, ""]
+
+
 def readme_block(figures_dir: Path = FIGURES_DIR) -> str:
     machines, verdicts = table(figures_dir)
     n = counts(machines, verdicts)
     lines = [f"[`docs/CLAIMS.md`](docs/CLAIMS.md) answers each of the {len(CLAIMS)} claims of the write-ups "
              "with a verdict computed from the committed results, one column per machine. Counts:", ""]
-    return "\n".join(lines + _count_table(machines, n)) + "\n"
+    peers = peer_ratio_rows(figures_dir)
+    return "\n".join(lines + _count_table(machines, n) + ([""] + peers if peers else [])) + "\n"
 
 
 def write_claims(path: Path = CLAIMS_MD, figures_dir: Path = FIGURES_DIR) -> bool:

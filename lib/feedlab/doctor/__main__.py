@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--batches", type=int, default=16, help="batches per end-to-end repeat")
     ap.add_argument("--no-cold", action="store_true", help="skip the cold-cache read")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--ranks", type=int, default=None, help="also advise workers per rank for R ranks sharing "
+                    "this machine's cores (predicted from the measured stage costs)")
     ap.add_argument("--trace", type=Path, default=None, help="write a Chrome trace JSON of a 20-batch run")
     ap.add_argument("--loader", default=None, help="pkg.mod:function returning your DataLoader (diagnose it)")
     ap.add_argument("--step", default=None, help="pkg.mod:function(batch) running your training step")
@@ -96,6 +98,8 @@ def _main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.batch_size < 1 or args.repeats < 1 or (args.max_workers is not None and args.max_workers < 0):
         ap.error("--batch-size and --repeats must be >= 1, --max-workers >= 0")
+    if args.ranks is not None and args.ranks < 1:
+        ap.error("--ranks must be >= 1")
     if args.samples < 1 or args.batches < 1 or (args.num_workers is not None and args.num_workers < 0):
         ap.error("--samples and --batches must be >= 1, --num-workers >= 0")
     if args.loader:
@@ -121,6 +125,10 @@ def _main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"doctor: {args.data} as {fmt}: {exc}") from None
     report = diagnose(doc, spec)
+    if args.ranks is not None:
+        from .ranks import advise_ranks
+
+        report["ranks_advice"] = advise_ranks(doc.table, spec, args.ranks)
     if args.trace is not None:
         from feedlab.trace import trace_run
 
@@ -133,6 +141,10 @@ def _main(argv: list[str] | None = None) -> int:
         print(strict_json(report, default=json_default))  # no bare Infinity/NaN: null
     else:
         print(render(report))
+        if "ranks_advice" in report:
+            from .ranks import render_ranks
+
+            print("\n".join(render_ranks(report["ranks_advice"])))
         if args.trace is not None:
             print(f"trace: {report['trace']} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0

@@ -114,25 +114,35 @@ def _per_sample(recs) -> tuple[list[float], list[float]]:
 
 
 def _run(loader, step, device, batches: int, skip: int) -> dict:
-    """Samples/s of ``batches`` batches, after the first ``skip`` (start-up, prefetch)."""
+    """Samples/s of ``batches`` batches, after the first ``skip`` (start-up, prefetch).
+
+    The clock starts before batch ``skip`` is asked for, so its wait is counted with its
+    samples; ``skip`` is at most half the batches, so a loader with many workers still
+    gets a measurement; with CUDA the device is synchronised before each clock read.
+    """
+    from feedlab.timing import _sync
+
+    skip = min(int(skip), max(0, batches // 2))
     t_start, n_after, t_after, it = None, 0, None, iter(loader)
     t0 = time.perf_counter()
     for k in range(batches):
+        if k == skip:
+            _sync(device)
+            t_after = time.perf_counter()
         try:
             batch = next(it)
         except StopIteration:
             break
-        if k == skip:
-            t_after = time.perf_counter()
         if k >= skip:
             n_after += _batch_len(batch)
         t_start = t_start or time.perf_counter()
         batch = _to_device(batch, device)
         if step is not None:
             step(batch)
+    _sync(device)
     end = time.perf_counter()
     del it
-    rate = n_after / (end - t_after) if t_after is not None and end > t_after else float("nan")
+    rate = n_after / (end - t_after) if t_after is not None and end > t_after and n_after else float("nan")
     return {"steady": rate, "first_batch_s": (t_start or end) - t0}
 
 

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from feedlab.results import Results
-from feedlab.timing import torch_threads  # noqa: E402
+from feedlab.timing import owned_iterator, torch_threads  # noqa: E402
 
 MiB = float(2 ** 20)
 
@@ -103,22 +103,22 @@ def worker_memory(n_items: int, num_workers: int = 2, batch_size: int = 1000, sa
         me = psutil.Process()
         nb = len(loader)
         every = max(1, nb // samples)
-        it = iter(loader)
-        for k in range(nb):
-            next(it)
-            if k % every == 0 or k == nb - 1:
-                progress = (k + 1) / nb
-                procs = [("main", me)] + [(f"worker {j}", w) for j, w in enumerate(
-                    sorted(me.children(), key=lambda p: p.pid)[:num_workers])]
-                for role, p in procs:
-                    try:
-                        m = _mem(p)
-                    except psutil.Error:
-                        continue
-                    for metric, v in m.items():
-                        res.add("worker_memory", variant, metric, v / MiB, "MiB", role=role,
-                                progress=round(progress, 4), batch=k, n_items=n_items, num_workers=num_workers)
-        del it, loader
+        with owned_iterator(loader) as it:
+            for k in range(nb):
+                next(it)
+                if k % every == 0 or k == nb - 1:
+                    progress = (k + 1) / nb
+                    procs = [("main", me)] + [(f"worker {j}", w) for j, w in enumerate(
+                        sorted(me.children(), key=lambda p: p.pid)[:num_workers])]
+                    for role, p in procs:
+                        try:
+                            m = _mem(p)
+                        except psutil.Error:
+                            continue
+                        for metric, v in m.items():
+                            res.add("worker_memory", variant, metric, v / MiB, "MiB", role=role,
+                                    progress=round(progress, 4), batch=k, n_items=n_items, num_workers=num_workers)
+        del loader
     return res
 
 

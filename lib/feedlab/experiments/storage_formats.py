@@ -34,7 +34,7 @@ from feedlab import cache, formats
 from feedlab.formats._common import LazyHandle
 from feedlab.loaders import BatchReadLoader, ChunkLoader, index_batches, plain_loop
 from feedlab.results import Results
-from feedlab.timing import PhaseTimer, run_epoch, time_callable
+from feedlab.timing import PhaseTimer, owned_iterator, run_epoch, time_callable
 
 EXPERIMENT = "storage_formats"
 FORMAT_NAMES = ("png", "hdf5", "zarr", "zarr_chunk", "npy", "npy_mmap", "pt", "lmdb", "lmdb_raw")
@@ -161,16 +161,16 @@ def read_epoch(loader) -> tuple[float, int, int]:
     """One pass, nothing else: (seconds blocked in next(), samples, batches)."""
     timer = PhaseTimer("cpu")
     n = 0
-    it = iter(loader)
-    while True:
-        timer.start_batch()
-        try:
-            batch = next(it)
-        except StopIteration:
-            break
-        timer.mark("data_wait")
-        n += len(batch[0])
-        timer.end_batch()
+    with owned_iterator(loader) as it:
+        while True:
+            timer.start_batch()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            timer.mark("data_wait")
+            n += len(batch[0])
+            timer.end_batch()
     phases = timer.finish()
     return float(phases[:, 0].sum()), n, int(len(phases))
 

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from feedlab.experiments.loader_grid import grid, run_grid
 from feedlab.results import Results
+from feedlab.timing import owned_iterator
 
 # ------------------------------------------------------------------ (a) timeline
 
@@ -63,12 +64,12 @@ def fetch_timeline(n_items: int, sleep_s: float, num_workers: int, batch_size: i
         loader = DataLoader(SleepDataset(n_items, sleep_s), batch_size=batch_size, shuffle=True,
                             num_workers=num_workers, generator=torch.Generator().manual_seed(seed))
         t0 = time.perf_counter()
-        it = iter(loader)
-    rows, arrivals = [], []
-    for b, batch in enumerate(it):
-        arrivals.append((b, time.perf_counter() - t0, len(batch)))
-        for r in batch.numpy():
-            rows.append((int(r[0]), int(r[1]), int(r[2]), r[3] - t0, r[4] - t0, b))
+        rows, arrivals = [], []
+        with owned_iterator(loader) as it:
+            for b, batch in enumerate(it):
+                arrivals.append((b, time.perf_counter() - t0, len(batch)))
+                for r in batch.numpy():
+                    rows.append((int(r[0]), int(r[1]), int(r[2]), r[3] - t0, r[4] - t0, b))
     wall = time.perf_counter() - t0
     items = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS) + ["batch"])
     batches = pd.DataFrame(arrivals, columns=["batch", "arrival", "size"])

@@ -77,9 +77,6 @@ class MapBatches:
 
 
 def usable_cores() -> int:
-    import os
+    from feedlab.machines import usable_cores as cores
 
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return cores()

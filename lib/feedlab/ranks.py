@@ -1,0 +1,232 @@
+"""One loader per rank: ``DistributedSampler`` over any registered format, and R ranks
+launched with the standard launcher (``torch.distributed.run``) to time them.
+
+Building (no process group needed: ``rank`` / ``world_size`` are arguments, so tests
+simulate ranks in one process):
+
+* :func:`rank_sampler` — the rank's sampler. ``even=True`` is torch's
+  ``DistributedSampler``: every rank gets the same number of samples (what DDP needs,
+  or the ranks' collectives fall out of step); with ``drop_last=False`` it pads by
+  repeating the first ``world_size * ceil(n / world_size) - n`` samples of the epoch's
+  order, with ``drop_last=True`` it leaves the last ``n % world_size`` out.
+  ``even=False`` (:class:`ExactSampler`) splits the same order without padding or
+  dropping: every sample exactly once, ranks differ by at most one sample.
+* :func:`make_rank_loader` — ``pipeline.make_loader`` with that sampler (the one
+  loader builder); :func:`expected_counts` — how often each sample is seen in an epoch.
+
+Launching: :func:`launch` runs ``python -m torch.distributed.run --standalone
+--nproc-per-node R -m feedlab.ranks ...`` (gloo on CPU, nccl on CUDA). Each rank pins
+itself to its share of the cores (:func:`core_shares`; its workers inherit it), builds
+its own loader, and times ``epochs`` epochs after ``warmup`` (``timing.run_epoch``); with
+``sync`` an all-reduce after every batch stands for DDP's gradient all-reduce, so the
+slowest rank sets everyone's step. Rank 0 gathers the ranks' rows into one JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from time import perf_counter
+
+import numpy as np
+from torch.utils.data.distributed import DistributedSampler
+
+from feedlab import pipeline as P
+
+
+class ExactSampler(DistributedSampler):
+    """``DistributedSampler``'s order (same seed, same ``set_epoch``), split without
+    padding or dropping: rank ``r`` gets positions ``r, r + W, ...`` of the epoch's order."""
+
+    def __iter__(self):
+        import torch
+
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(len(self.dataset), generator=g).tolist()
+        else:
+            order = list(range(len(self.dataset)))
+        return iter(order[self.rank::self.num_replicas])
+
+    def __len__(self) -> int:
+        n = len(self.dataset)
+        return n // self.num_replicas + (1 if self.rank < n % self.num_replicas else 0)
+
+
+def rank_sampler(dataset, rank: int, world_size: int, seed: int = 0, shuffle: bool = True,
+                 drop_last: bool = False, even: bool = True) -> DistributedSampler:
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} of world_size {world_size}: need 0 <= rank < world_size")
+    cls = DistributedSampler if even else ExactSampler
+    return cls(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
+
+
+def make_rank_loader(dataset, spec: P.PipelineSpec, rank: int, world_size: int, seed: int = 0,
+                     drop_last: bool = False, even: bool = True, **overrides):
+    """``(loader, sampler)`` for one rank; call ``sampler.set_epoch(e)`` before each epoch.
+    ``drop_last`` is the sampler's (see the module doc); the loader keeps partial batches."""
+    sampler = rank_sampler(dataset, rank, world_size, seed, drop_last=drop_last, even=even)
+    return P.make_loader(dataset, spec, seed=seed, shuffle=False, sampler=sampler, **overrides), sampler
+
+
+def expected_counts(n: int, world_size: int, drop_last: bool, even: bool = True) -> tuple[int, int, int]:
+    """``(seen_once, seen_twice, never)``: how many of ``n`` samples one epoch over all
+    ranks reads once, twice (padding) and not at all (dropped)."""
+    if not even:
+        return n, 0, 0
+    if drop_last:
+        per = n // world_size
+        return per * world_size, 0, n - per * world_size
+    pad = world_size * math.ceil(n / world_size) - n
+    return n - pad, pad, 0
+
+
+def reshuffle_s(sampler, epoch: int) -> float:
+    """Seconds for ``set_epoch`` plus drawing the epoch's order (the reshuffle each epoch pays)."""
+    t = perf_counter()
+    sampler.set_epoch(epoch)
+    _ = list(iter(sampler))
+    return perf_counter() - t
+
+
+def core_shares(ranks: int, cores: list[int] | None = None) -> list[list[int]]:
+    """Disjoint slices of the usable cores, one per rank (round-robin when ranks > cores)."""
+    cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    if ranks <= len(cores):
+        return [[int(c) for c in a] for a in np.array_split(np.array(cores), ranks)]
+    return [[cores[r % len(cores)]] for r in range(ranks)]
+
+
+# ---------------------------------------------------------------- one rank (inside the launcher)
+
+
+def _rank_main(cfg: dict) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from feedlab.timing import run_epoch
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    cuda = cfg["device"].startswith("cuda") and torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    share = core_shares(world, cfg.get("cores"))[local]
+    os.sched_setaffinity(0, share)                       # its workers inherit the share
+    torch.set_num_threads(max(1, len(share) - cfg["spec"]["num_workers"]) if not cuda else len(share))
+    device = f"cuda:{local}" if cuda else "cpu"
+    spec = P.PipelineSpec(**{**cfg["spec"], "device": device})
+    ds = P.open_dataset(cfg["data"], spec)
+    getattr(ds, "dataset", ds).verify = False
+    loader, sampler = make_rank_loader(ds, spec, rank, world, seed=cfg["seed"], even=True)
+    model, _loss, opt = P.make_training(spec.model, device)
+    flag = torch.zeros(1, device=device)
+
+    def step_sync(_i, _batch):
+        dist.all_reduce(flag)
+
+    rows = []
+    for e in range(cfg["warmup"] + cfg["epochs"]):
+        shuffle_s = reshuffle_s(sampler, e)
+        dist.barrier()
+        et = run_epoch(loader, model, device, opt, max_batches=cfg.get("max_batches"),
+                       on_batch=step_sync if cfg["sync"] else None, main_threads=None)
+        dist.barrier()
+        if e >= cfg["warmup"]:
+            rows.append({"rank": rank, "epoch": e, "cores": share, "samples": et.samples, "wall_s": et.wall_s,
+                         "samples_per_s": et.samples_per_s, "data_wait_fraction": et.data_wait_fraction,
+                         "first_batch_s": et.first_batch_s, "reshuffle_s": shuffle_s,
+                         "indices": list(iter(sampler)) if cfg.get("record_indices") else None})
+    gathered = [None] * world
+    dist.all_gather_object(gathered, rows)
+    if rank == 0:
+        tmp = Path(cfg["out"]).with_suffix(".part")
+        tmp.write_text(json.dumps([r for g in gathered for r in g]))
+        tmp.replace(cfg["out"])
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- the launcher side
+
+
+def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int = 1, seed: int = 0,
+           max_batches: int | None = None, sync: bool = True, record_indices: bool = False,
+           cores: list[int] | None = None, timeout_s: float = 600) -> dict:
+    """Launch ``ranks`` ranks on this host; returns :func:`summarize_ranks` of their rows."""
+    if ranks < 1:
+        raise ValueError(f"ranks {ranks}: need >= 1")
+    if not Path(data).exists():
+        raise FileNotFoundError(f"{data}: no such data set; build it with `python -m data_prep sr --out {data}`")
+    device = P.resolve_device(spec.device)
+    with tempfile.TemporaryDirectory(prefix="feedlab-ranks-") as tmp:
+        out = Path(tmp) / "ranks.json"
+        cfg = {"data": str(data), "spec": {**spec.as_dict(), "device": device}, "epochs": epochs,
+               "warmup": warmup, "seed": seed, "max_batches": max_batches, "sync": sync, "device": device,
+               "record_indices": record_indices, "cores": cores, "out": str(out)}
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+               "-m", "feedlab.ranks", json.dumps(cfg)]
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        t = perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        launch_s = perf_counter() - t
+        if r.returncode != 0 or not out.is_file():
+            lines = (r.stderr + r.stdout).splitlines()
+            why = [x for x in lines if x.startswith("[rank") and "Error" in x] or lines[-3:]
+            raise ChildProcessError(f"{ranks} ranks via torch.distributed.run failed (exit {r.returncode}): "
+                               + why[0].strip())
+        rows = json.loads(out.read_text())
+    res = summarize_ranks(rows)
+    res.update({"ranks": ranks, "backend": "nccl" if device.startswith("cuda") else "gloo",
+                "launch_s": launch_s, "sync": sync, **{k: v for k, v in spec.as_dict().items()}, "device": device})
+    return res
+
+
+def summarize_ranks(rows: list[dict]) -> dict:
+    """Per-rank medians over epochs; per epoch the aggregate (all samples ÷ the slowest rank's
+    wall) and the slowest rank; medians and IQR of the aggregate over epochs."""
+    by_rank: dict[int, list[dict]] = {}
+    for r in rows:
+        by_rank.setdefault(r["rank"], []).append(r)
+    per_rank = [{"rank": k, "cores": v[0]["cores"],
+                 "samples_per_s": float(np.median([x["samples_per_s"] for x in v])),
+                 "data_wait_fraction": float(np.median([x["data_wait_fraction"] for x in v])),
+                 "wall_s": float(np.median([x["wall_s"] for x in v])),
+                 "reshuffle_s": float(np.median([x["reshuffle_s"] for x in v])),
+                 "samples": int(v[0]["samples"])} for k, v in sorted(by_rank.items())]
+    agg, slowest = [], []
+    for e in sorted({r["epoch"] for r in rows}):
+        ep = [r for r in rows if r["epoch"] == e]
+        wall = max(r["wall_s"] for r in ep)
+        agg.append(sum(r["samples"] for r in ep) / wall if wall > 0 else float("nan"))
+        slowest.append(max(ep, key=lambda r: r["wall_s"])["rank"])
+    q25, med, q75 = np.percentile(agg, [25, 50, 75])
+    return {"per_rank": per_rank, "aggregate_samples_per_s": float(med), "aggregate_q25": float(q25),
+            "aggregate_q75": float(q75), "aggregate_runs": [float(a) for a in agg], "slowest_rank_per_epoch": slowest,
+            "data_wait_fraction": float(np.median([p["data_wait_fraction"] for p in per_rank])),
+            "reshuffle_s": float(np.median([r["reshuffle_s"] for r in rows])), "rows": rows}
+
+
+def render(out: dict) -> str:
+    """The human-readable lines of :func:`launch`'s result."""
+    lines = [f"{out['ranks']} ranks ({out['backend']}, {'all-reduce every step' if out['sync'] else 'no step sync'}) · "
+             f"{out['format']} · batch {out['batch_size']} · {out['num_workers']} workers per rank · {out['device']}",
+             f"  aggregate {out['aggregate_samples_per_s']:.0f} samples/s (IQR {out['aggregate_q25']:.0f}–"
+             f"{out['aggregate_q75']:.0f}, all samples ÷ the slowest rank's wall, "
+             f"{len(out['aggregate_runs'])} epochs) · slowest rank per epoch {out['slowest_rank_per_epoch']}"]
+    for p in out["per_rank"]:
+        lines.append(f"  rank {p['rank']} on cores {p['cores']}: {p['samples_per_s']:.0f} samples/s, data wait "
+                     f"{100 * p['data_wait_fraction']:.0f}% of wall, set_epoch + reshuffle "
+                     f"{1e3 * p['reshuffle_s']:.2f} ms")
+    lines.append(f"  launcher start-up and teardown included in {out['launch_s']:.1f} s total")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    _rank_main(json.loads(sys.argv[1]))

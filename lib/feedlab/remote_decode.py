@@ -1,0 +1,179 @@
+"""Decode elsewhere: the same decode + augment as a Ray Data dataset, fed to the training
+loop with ``iter_torch_batches``, against the DataLoader doing it in its workers.
+
+Ray is an optional extra (``pip install -e .[ray]``); without it :func:`available`
+says why and :func:`compare` returns no rows and that reason, so everything else runs.
+
+The Ray side: a local Ray started here (``ray.init(num_cpus=...)``, no cluster needed);
+each epoch's order is a seeded permutation of the sample ids (``ray.data.from_items``),
+``map_batches`` runs :func:`decode_augment` (the dataset ``pipeline.open_dataset`` opens
+for the spec: the format's decode and the spec's transform) as Ray tasks of one CPU each
+(as many at once as ``ray.init``'s ``num_cpus``), and ``iter_torch_batches`` hands ``(lr, hr)`` uint8 NCHW batches to
+``timing.run_epoch``, exactly as the DataLoader's ``fast`` collate does. What moving the
+work costs: Ray's start-up, serialising the decoded batches into the object store and
+back, its scheduling; what it can buy: decode on cores (or, on a cluster, machines) that
+are not the trainer's.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+import numpy as np
+
+from feedlab import pipeline as P
+from feedlab.results import Results
+
+EXP = "remote_decode"
+
+
+def available() -> tuple[bool, str]:
+    """``(True, "")`` when Ray Data imports, else ``(False, reason and the install line)``."""
+    try:
+        import ray  # noqa: F401
+        import ray.data  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure is "unavailable", with its reason
+        return False, f"unavailable: {type(exc).__name__}: {exc} (pip install -e '.[ray]')"
+    return True, ""
+
+
+_OPEN: dict = {}
+
+
+def decode_augment(batch: dict, root: str, spec: dict, seed: int) -> dict:
+    """``map_batches`` function (a Ray task): ids → decoded, augmented pairs. Each Ray worker
+    process opens the dataset once and keeps it (workers are reused across tasks and epochs)."""
+    key = (root, tuple(sorted(spec.items())), seed)
+    if key not in _OPEN:
+        ds = P.open_dataset(root, P.PipelineSpec(**spec), seed=seed)
+        getattr(ds, "dataset", ds).verify = False
+        _OPEN[key] = ds
+    ds = _OPEN[key]
+    pairs = [ds[int(i)] for i in batch["id"]]
+    return {"id": np.asarray(batch["id"]), "lr": np.stack([np.asarray(p[0]) for p in pairs]),
+            "hr": np.stack([np.asarray(p[1]) for p in pairs])}
+
+
+def _nchw(a):
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():  # Ray's arrays are read-only; the permuted copy is what we keep
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.ascontiguousarray(a)).permute(0, 3, 1, 2).contiguous()
+
+
+def _collate():
+    """``iter_torch_batches``' collate: ``(lr, hr)`` uint8 NCHW, as the ``fast`` collate gives."""
+    from ray.data.collate_fn import NumpyBatchCollateFn
+
+    class ToPair(NumpyBatchCollateFn):
+        def __call__(self, batch: dict):
+            return _nchw(batch["lr"]), _nchw(batch["hr"])
+
+    return ToPair()
+
+
+def ray_epoch(root, spec: P.PipelineSpec, n: int, seed: int, epoch: int, with_ids: bool = False):
+    """The epoch's iterable of ``(lr, hr)`` batches (``(ids, lr, hr)`` with ``with_ids``)."""
+    import ray.data
+
+    order = np.random.default_rng(seed + epoch).permutation(n)
+    ds = ray.data.from_items([{"id": int(i)} for i in order])
+    ds = ds.map_batches(decode_augment, fn_kwargs={"root": str(root), "spec": spec.as_dict(), "seed": seed},
+                        batch_size=spec.batch_size, batch_format="numpy", num_cpus=1)
+    if with_ids:
+        return ds.iter_batches(batch_size=spec.batch_size, batch_format="numpy")
+    return ds.iter_torch_batches(batch_size=spec.batch_size, collate_fn=_collate(), prefetch_batches=2)
+
+
+def start(num_cpus: int) -> tuple[bool, float]:
+    """Start a local Ray with ``num_cpus``; ``(started_here, seconds)``."""
+    import ray
+    from ray.data import DataContext
+
+    if ray.is_initialized():
+        return False, 0.0
+    t = perf_counter()
+    ray.init(num_cpus=int(num_cpus), include_dashboard=False, log_to_driver=False, configure_logging=False)
+    DataContext.get_current().enable_progress_bars = False
+    return True, perf_counter() - t
+
+
+def check_once(root, spec: P.PipelineSpec, n: int, seed: int = 0) -> dict:
+    """One Ray epoch with ids: is every sample there exactly once?"""
+    ids = np.concatenate([b["id"] for b in ray_epoch(root, spec, n, seed, 0, with_ids=True)])
+    counts = np.bincount(ids, minlength=n)
+    return {"samples": int(len(ids)), "missing": int((counts == 0).sum()), "repeated": int((counts > 1).sum()),
+            "ok": bool(len(ids) == n and (counts == 1).all())}
+
+
+def compare(root, spec: P.PipelineSpec, num_cpus: int, epochs: int, warmup: int, seed: int = 0,
+            log=print) -> tuple[Results, dict]:
+    """Ray Data on ``num_cpus`` CPUs vs the DataLoader with as many workers, same
+    spec (decode, transform, ``fast`` collate, model). Rows per timed epoch: samples/s and
+    data-wait share; the info dict has Ray's start-up, the exactly-once check, or why not."""
+    from feedlab.timing import run_epoch
+
+    ok, why = available()
+    info = {"available": ok, "reason": why, "num_cpus": int(num_cpus)}
+    res = Results()
+    if not ok:
+        log(why)
+        return res, info
+    import ray
+
+    spec = spec.replace(collate="fast", num_workers=int(num_cpus), persistent_workers=True,
+                        device=P.resolve_device(spec.device))
+    ds = P.open_dataset(root, spec, seed=seed)
+    getattr(ds, "dataset", ds).verify = False
+    n = len(ds)
+    model, _loss, opt = P.make_training(spec.model, spec.device)
+    common = dict(format=spec.format, transform=spec.transform, batch_size=spec.batch_size, parallel=int(num_cpus),
+                  model=spec.model, device=spec.device, samples_in_set=n)
+    loader = P.make_loader(ds, spec, seed=seed)
+    for e in range(warmup + epochs):
+        et = run_epoch(loader, model, spec.device, opt)
+        if e >= warmup:
+            _rows(res, "DataLoader", et, e - warmup, common)
+    del loader
+    started, init_s = start(num_cpus)
+    info["ray_init_s"] = init_s
+    try:
+        info["check"] = check_once(root, spec, n, seed)
+        for e in range(warmup + epochs):
+            t = perf_counter()
+            et = run_epoch(ray_epoch(root, spec, n, seed, e), model, spec.device, opt)
+            if e >= warmup:
+                _rows(res, "Ray Data", et, e - warmup, common)
+                res.add(EXP, "Ray Data", "epoch_with_setup_s", perf_counter() - t, "s", repeat=e - warmup, **common)
+    finally:
+        if started:
+            ray.shutdown()
+    return res, info
+
+
+def _rows(res: Results, variant: str, et, k: int, common: dict) -> None:
+    res.add(EXP, variant, "samples_per_s", et.samples_per_s, "samples/s", repeat=k, **common)
+    res.add(EXP, variant, "data_wait_fraction", et.data_wait_fraction, "fraction", repeat=k, **common)
+    res.add(EXP, variant, "first_batch_s", et.first_batch_s, "s", repeat=k, **common)
+
+
+def readings(df, info: dict) -> list[str]:
+    """Lines computed from the rows (or the reason nothing ran)."""
+    if not info.get("available"):
+        return [f"Ray Data part: {info.get('reason')}"]
+    sps = df[df.metric == "samples_per_s"].groupby("variant").value.median()
+    wait = df[df.metric == "data_wait_fraction"].groupby("variant").value.median()
+    chk = info.get("check", {})
+    out = [f"Ray Data check: {chk.get('samples')} samples in one epoch, {chk.get('missing')} missing, "
+           f"{chk.get('repeated')} repeated ({'every sample once' if chk.get('ok') else 'NOT exactly once'}).",
+           f"Ray start-up (ray.init): {info.get('ray_init_s', float('nan')):.1f} s, paid once."]
+    if {"DataLoader", "Ray Data"} <= set(sps.index):
+        r = sps["Ray Data"] / sps["DataLoader"]
+        out.append(f"{info['num_cpus']} decode processes each: DataLoader {sps['DataLoader']:,.0f} samples/s "
+                   f"(data wait {100 * wait['DataLoader']:.0f}%), Ray Data {sps['Ray Data']:,.0f} samples/s "
+                   f"(data wait {100 * wait['Ray Data']:.0f}%): Ray ÷ DataLoader x{r:.2f} "
+                   f"(both on this host's cores).")
+    return out

@@ -1,0 +1,30 @@
+"""14_ranks_and_remote_decode through papermill (smoke): 2 ranks on gloo, and the Ray Data part
+(measured where ray is installed, reported unavailable with its reason otherwise)."""
+
+import pytest
+
+from nbrun import run_notebook
+
+pytestmark = pytest.mark.notebook
+
+
+def test_ranks_notebook_smoke(tmp_path):
+    from feedlab.remote_decode import available
+
+    payload, df = run_notebook("14_ranks_and_remote_decode", tmp_path)
+    assert payload["rank_counts"] == [2] and payload["notebook"] == "14_ranks_and_remote_decode"
+    ran = [s for s in payload["settings"] if s["ran"]]
+    assert [(s["ranks"], s["workers_per_rank"]) for s in ran] == [(2, 0)]
+    rows = df[(df.experiment == "ranks_workers") & (df.metric == "samples_per_s")]
+    assert sorted(rows["rank"].astype(str).unique()) == ["0", "1"] and (rows.value > 0).all()
+    assert payload["aggregate_samples_per_s"]["R2 w0"] > 0
+    assert (tmp_path / "out" / "ranks_workers.png").is_file()
+    ok, why = available()
+    rd = payload["remote_decode"]
+    assert rd["available"] is ok
+    if ok:
+        assert rd["check"]["ok"] is True
+        assert set(payload["remote_samples_per_s"]) == {"DataLoader", "Ray Data"}
+    else:
+        assert rd["reason"].startswith("unavailable:") and not payload["remote_samples_per_s"]
+    assert any("Ray Data" in line for line in payload["readings"])
