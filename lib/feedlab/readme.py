@@ -126,13 +126,17 @@ def section(figures_dir: Path = FIGURES_DIR) -> str:
             "the figures (median and interquartile range over repeats). Results are kept per machine "
             "(`figures/<notebook>/<machine>/`); a run on your own machine lands beside these.", ""]
     for key, fps in sorted(all_fps.items(), key=lambda kv: (not kv[0].startswith("cpu"), kv[0])):
-        # one line per machine: its fingerprint and the time span of its runs
-        lines = [fingerprint_line(fp) for fp in fps]
-        bodies = sorted({line.rpartition(" · ")[0] for line in lines})
-        whens = sorted(line.rpartition(" · ")[2] for line in lines)
+        # one line per machine: what it is, the commits its results came from, the span of its
+        # runs, and how many of them the busy-machine check flagged
+        lines = [fingerprint_line(fp).split(" · ") for fp in fps]
+        bodies = sorted({" · ".join(parts[:6]) for parts in lines})
+        commits = sorted({parts[6] for parts in lines if len(parts) > 6})
+        whens = sorted(parts[7] for parts in lines if len(parts) > 7)
         starts = sorted(_run_start(fp) for fp in fps if _run_start(fp)) or whens
-        span = whens[-1] if starts[0] == whens[-1] else f"{starts[0]} – {whens[-1]}"
-        head.append(f"- **{key}**: {'; '.join(bodies)} · {span}")
+        span = (whens[-1] if starts[0] == whens[-1] else f"{starts[0]} – {whens[-1]}") if whens else ""
+        busy = sum(any(x.startswith("BUSY") for x in parts) for parts in lines)
+        flag = f" · busy-machine check flagged {busy} of {len(lines)} notebook runs" if busy else ""
+        head.append(f"- **{key}**: {'; '.join(bodies)} · commits {', '.join(commits)} · {span}{flag}")
     head.append("")
     summary = summary_markdown(figures_dir)
     if summary:
