@@ -157,9 +157,12 @@ def default_device():
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def resolve_device(device) -> str:
+def resolve_device(device, check: bool = True) -> str:
+    """'auto'/empty: CUDA if present, else CPU; a missing CUDA is a ValueError unless not ``check``."""
     if device in (None, "", "auto"):
         return str(default_device())
+    if check and str(device).startswith("cuda") and str(default_device()) == "cpu":
+        raise ValueError(f"device {device!r}: this machine has no CUDA device (use cpu or auto)")
     return str(device)
 
 
@@ -283,11 +286,9 @@ class PipelineSpec:
 
     def problems(self, device=None) -> list[str]:
         """Why this spec would not mean what it says on ``device`` (empty: fine)."""
-        import torch
-
         from feedlab.formats import FORMATS
 
-        dev = resolve_device(device if device is not None else self.device)
+        dev = resolve_device(device if device is not None else self.device, check=False)
         out = []
         if self.format not in FORMATS:
             out.append(f"unknown format {self.format!r} (one of {', '.join(FORMATS)})")
@@ -299,8 +300,6 @@ class PipelineSpec:
             out.append(f"unknown transform {self.transform!r}")
         if self.batch_size < 1 or self.num_workers < 0:
             out.append("batch_size must be >= 1 and num_workers >= 0")
-        if dev.startswith("cuda") and not torch.cuda.is_available():
-            out.append(f"device {dev!r}: this machine has no CUDA device (use --device cpu or auto)")
         if self.pin_memory and not dev.startswith("cuda"):
             out.append("pin_memory needs CUDA (DataLoader ignores it without a GPU)")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
