@@ -1,4 +1,4 @@
-"""Shared pieces of the storage formats: the Dataset base, atomic writes, sizes.
+"""Shared pieces of the storage formats: the manifest, sample checks, checksums, the Dataset base.
 
 Every SR dataset returns ``(lr, hr)`` as uint8 HWC numpy arrays (or torch
 uint8 HWC tensors with ``as_tensor=True``, via ``torch.from_numpy``: no copy).
@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
-import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -23,6 +19,17 @@ import torch
 from torch.utils.data import Dataset
 
 from feedlab.errors import FormatError  # noqa: F401  (re-exported: formats raise it)
+from feedlab.formats._io import (  # noqa: F401  (re-exported: writers and data_prep use them here)
+    ORPHAN_MIN_AGE_S,
+    _remove,
+    atomic_output,
+    current_umask,
+    replace_path,
+    sweep_orphans,
+    tmp_sibling,
+    tree_bytes,
+    write_json_atomic,
+)
 
 MANIFEST = "manifest.json"
 
@@ -45,140 +52,6 @@ def read_manifest(root: str | os.PathLike) -> dict:
     if not isinstance(man, dict):
         raise FormatError(f"{path} holds {type(man).__name__}, not a manifest object: rebuild the set")
     return man
-
-
-def current_umask() -> int:
-    """This process's umask, read without changing it where /proc allows."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def tmp_sibling(final: Path, kind: str = "tmp") -> Path:
-    """``<final>.tmp-<pid>-<6 hex>``: the only names :func:`sweep_orphans` removes."""
-    return final.with_name(f"{final.name}.{kind}-{os.getpid()}-{os.urandom(3).hex()}")
-
-
-def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
-    """Write JSON to a temporary file beside ``path``, then rename it over. The file
-    gets the usual permissions (0666 less the umask), so others can read a shared set."""
-    path = Path(path)
-    tmp = tmp_sibling(path)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-_ORPHAN = re.compile(r"^.+\.(?:tmp|old)-(?P<pid>\d+)-[0-9a-f]{6}$")
-ORPHAN_MIN_AGE_S = 600.0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def sweep_orphans(parent: str | os.PathLike, min_age_s: float = ORPHAN_MIN_AGE_S) -> list[Path]:
-    """Remove the temporaries a killed writer left in ``parent``: only entries named
-    ``<name>.tmp-<pid>-<6 hex>`` or ``<name>.old-<pid>-<6 hex>`` (what feedlab writes),
-    whose process is gone and that were last changed ``min_age_s`` ago or more.
-    Returns what was removed."""
-    parent = Path(parent)
-    removed: list[Path] = []
-    try:
-        entries = list(os.scandir(parent))
-    except OSError:
-        return removed
-    now = time.time()
-    for e in entries:
-        m = _ORPHAN.match(e.name)
-        if m is None:
-            continue
-        pid = int(m.group("pid"))
-        try:
-            age = now - e.stat(follow_symlinks=False).st_mtime
-        except OSError:
-            continue
-        if pid == os.getpid() or _pid_alive(pid) or age < min_age_s:
-            continue
-        _remove(Path(e.path))
-        removed.append(Path(e.path))
-    return removed
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
-def replace_path(tmp: Path, final: Path) -> None:
-    """Move a finished ``tmp`` file or directory onto ``final``.
-
-    A directory cannot be ``os.replace``d onto a non-empty one, so an existing
-    ``final`` is first renamed aside, then removed once the new one is in place.
-    """
-    if final.exists() or final.is_symlink():
-        old = tmp_sibling(final, "old")
-        os.replace(final, old)
-        os.replace(tmp, final)
-        _remove(old)
-    else:
-        os.replace(tmp, final)
-
-
-@contextmanager
-def atomic_output(final: str | os.PathLike, is_dir: bool) -> Iterator[Path]:
-    """Yield a temporary path beside ``final``; rename it onto ``final`` on success.
-
-    On any exception (including KeyboardInterrupt) the temporary is removed, so
-    an interrupted writer leaves either the old output or nothing.
-    """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    sweep_orphans(final.parent)
-    tmp = tmp_sibling(final)
-    if is_dir:
-        tmp.mkdir()
-    try:
-        yield tmp
-        replace_path(tmp, final)
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-def tree_bytes(path: str | os.PathLike) -> int:
-    """Apparent size in bytes of a file, or of every file under a directory."""
-    path = Path(path)
-    if not path.exists():
-        return 0
-    if path.is_file():
-        return path.stat().st_size
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            total += os.stat(os.path.join(dirpath, name)).st_size
-    return total
 
 
 def check_sample(lr: np.ndarray, hr: np.ndarray) -> None:
