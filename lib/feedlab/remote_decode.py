@@ -40,18 +40,42 @@ def available() -> tuple[bool, str]:
 _OPEN: dict = {}
 
 
-def decode_augment(batch: dict, root: str, spec: dict, seed: int) -> dict:
+class Heavier:
+    """``dataset`` with every sample read, decoded and transformed ``work`` times (the last one
+    kept): more decode work per sample, the same wherever it runs (pickles to DataLoader workers)."""
+
+    def __init__(self, dataset, work: int = 1):
+        self.dataset, self.work = dataset, max(1, int(work))
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        for _ in range(self.work):
+            sample = self.dataset[i]
+        return sample
+
+
+def decode_augment(batch: dict, root: str, spec: dict, seed: int, work: int = 1, where: bool = False) -> dict:
     """``map_batches`` function (a Ray task): ids → decoded, augmented pairs. Each Ray worker
-    process opens the dataset once and keeps it (workers are reused across tasks and epochs)."""
+    process opens the dataset once and keeps it (workers are reused across tasks and epochs).
+    ``work`` > 1 reads, decodes and transforms each sample that many times (a heavier decode,
+    the same in every arrangement: :class:`Heavier`); ``where`` adds a
+    ``node`` column, the Ray node id that ran the task."""
     key = (root, tuple(sorted(spec.items())), seed)
     if key not in _OPEN:
         ds = P.open_dataset(root, P.PipelineSpec(**spec), seed=seed)
         getattr(ds, "dataset", ds).verify = False
         _OPEN[key] = ds
-    ds = _OPEN[key]
+    ds = Heavier(_OPEN[key], work)
     pairs = [ds[int(i)] for i in batch["id"]]
-    return {"id": np.asarray(batch["id"]), "lr": np.stack([np.asarray(p[0]) for p in pairs]),
-            "hr": np.stack([np.asarray(p[1]) for p in pairs])}
+    out = {"id": np.asarray(batch["id"]), "lr": np.stack([np.asarray(p[0]) for p in pairs]),
+           "hr": np.stack([np.asarray(p[1]) for p in pairs])}
+    if where:
+        import ray
+
+        out["node"] = np.array([ray.get_runtime_context().get_node_id().encode()] * len(pairs))
+    return out
 
 
 def _nchw(a):

@@ -1,0 +1,306 @@
+"""Notebook 14, part 3: when does decoding on other nodes pay? Measured on a Ray test cluster.
+
+The trainer's own cores are made the bound: this process (and its DataLoader workers) is
+pinned to ``trainer`` cores (``ray_cluster.pinned``); the decode nodes of the test cluster
+(``ray_cluster.TestCluster``) run on the other cores. For each pipeline (a format, and a
+decode made ``work`` times heavier, ``"png*3"``) three arrangements feed the same loop
+(``timing.run_epoch``, same model):
+
+- ``DataLoader (trainer cores)``: k workers, forked from the pinned trainer, so on its cores;
+- ``Ray remote (N nodes)``: Ray Data ``map_batches`` on the decode nodes, ``iter_torch_batches`` here;
+- ``Ray local (trainer cores)``: the same Ray Data tasks on the head node, the trainer's cores.
+
+Besides samples/s per epoch, measured from the same run: the decode cost per sample on one
+trainer core (:func:`decode_cost`), the step alone (batches already in memory), and the
+trainer process's CPU per sample in each arrangement (``time.process_time``: every thread of
+this process, Ray's receiving and deserialising included). :func:`crossover` turns those into
+the predicted speedup; :func:`verdict` judges the measured one with a stated tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from time import perf_counter, process_time
+
+import numpy as np
+
+from feedlab import pipeline as P
+from feedlab import ray_cluster as RC
+from feedlab import remote_decode as RD
+from feedlab.results import Results, median_iqr
+
+EXP = "remote_pays"
+DL, REMOTE, LOCAL = "DataLoader (trainer cores)", "Ray remote (decode nodes)", "Ray local (trainer cores)"
+ARRANGEMENTS = (DL, REMOTE, LOCAL)
+TOLERANCE = 0.10  # the smallest difference called a difference; the runs' own spread widens it
+
+
+def parse_pipeline(text: str) -> tuple[str, int]:
+    """``"png*3"`` → ``("png", 3)``: the format, and how many times each sample is decoded."""
+    fmt, _, work = str(text).partition("*")
+    try:
+        k = int(work or 1)
+    except ValueError:
+        k = 0
+    if not fmt or k < 1:
+        raise ValueError(f"pays_pipelines entry {text!r}: write a format, optionally *k for k-fold decode "
+                         f"work (png, png*3, npy)")
+    return fmt.strip(), k
+
+
+# ---------------------------------------------------------------- the arithmetic (pure)
+def crossover(decode_s: float, step_s: float, dl_consume_s: float, ray_consume_s: float,
+              trainer_cores: int, remote_cpus: int) -> dict:
+    """Predicted rates from per-sample costs (seconds of one core per sample).
+
+    Local (DataLoader on the trainer's cores): every sample costs the trainer's cores its
+    decode, the hand-over to the main process and the step: ``T / (d + c_dl + s)``.
+    Remote: the trainer pays only the Ray hand-over and the step, ``T / (c_ray + s)``, and
+    can go no faster than the decode nodes supply, ``R / d``. Remote decode pays when the
+    decode it takes off each trainer core exceeds what receiving a Ray batch costs
+    (``d / T > c_ray``) AND the nodes' capacity ``R / d`` exceeds the rate the trainer
+    reaches on its own (else the trainer waits for them); beyond the step rate ``1 / s``
+    more capacity buys nothing."""
+    T, R = max(1, int(trainer_cores)), max(1, int(remote_cpus))
+    d, s = max(decode_s, 0.0), max(step_s, 0.0)
+    c_dl, c_ray = max(dl_consume_s, 0.0), max(ray_consume_s, 0.0)
+    local = T / (d + c_dl + s) if d + c_dl + s > 0 else math.inf
+    trainer_side = T / (c_ray + s) if c_ray + s > 0 else math.inf
+    capacity = R / d if d > 0 else math.inf
+    remote = min(trainer_side, capacity)
+    return {"local_rate": local, "remote_rate": remote, "trainer_side_rate": trainer_side,
+            "remote_capacity": capacity, "step_rate": 1 / s if s > 0 else math.inf,
+            "decode_per_trainer_core_s": d / T, "ray_consume_s": c_ray,
+            "saves_trainer": d / T > c_ray, "capacity_exceeds": capacity > local,
+            "predicted_speedup": remote / local if local > 0 and math.isfinite(local) else float("nan")}
+
+
+def tolerance(a, b, floor: float = TOLERANCE) -> float:
+    """The relative difference below which two arrangements tie: ``floor``, or the larger
+    relative interquartile range of the two sets of epochs when that is wider."""
+    spreads = []
+    for v in (a, b):
+        v = [x for x in v if math.isfinite(x)]
+        if len(v) >= 2:
+            med, q25, q75 = median_iqr(v)
+            if med > 0:
+                spreads.append((q75 - q25) / med)
+    return max([floor, *spreads])
+
+
+def verdict(ratio: float, tol: float = TOLERANCE) -> tuple[str, str]:
+    """``(word, line)`` for remote ÷ local samples/s: pays, does not pay, or tie within ``tol``."""
+    if not (ratio > 0 and math.isfinite(ratio)):
+        return "none", "no verdict (an arrangement did not run)"
+    if ratio > 1 + tol:
+        return "pays", f"pays: x{ratio:.2f} faster (tolerance ±{100 * tol:.0f}%)"
+    if ratio < 1 - tol:
+        return "does not pay", f"does not pay: x{ratio:.2f} (tolerance ±{100 * tol:.0f}%)"
+    return "tie", f"tie: x{ratio:.2f}, within ±{100 * tol:.0f}%"
+
+
+# ---------------------------------------------------------------- measuring
+def decode_cost(ds, ids, repeats: int = 3) -> float:
+    """Seconds per sample to read + decode + transform on one core (this process, pinned)."""
+    times = []
+    for _ in range(max(1, repeats)):
+        t = perf_counter()
+        for i in ids:
+            ds[int(i)]
+        times.append((perf_counter() - t) / max(1, len(ids)))
+    return float(np.median(times))
+
+
+def _in_memory_batches(ds, ids, batch_size: int):
+    import torch
+
+    out = []
+    for k in range(0, len(ids), batch_size):
+        pairs = [ds[int(i)] for i in ids[k:k + batch_size]]
+        out.append(tuple(RD._nchw(np.stack([np.asarray(p[j]) for p in pairs])) for j in (0, 1)))
+    return [(torch.as_tensor(a), torch.as_tensor(b)) for a, b in out]
+
+
+def _timed(make_iter, model, device, opt, threads):
+    from feedlab.timing import run_epoch
+
+    c0 = process_time()
+    et = run_epoch(make_iter(), model, device, opt, main_threads=threads)
+    return et, process_time() - c0
+
+
+def measure_pipeline(cl: RC.TestCluster, root, spec: P.PipelineSpec, work: int, epochs: int, warmup: int,
+                     seed: int = 0, max_samples: int = 0, log=print) -> tuple[Results, dict]:
+    """The three arrangements, the decode cost and the step alone for one pipeline."""
+    T, R = len(cl.trainer_cores), cl.remote_cpus
+    base = P.open_dataset(root, spec, seed=seed)
+    getattr(base, "dataset", base).verify = False
+    n = len(base) if not max_samples else min(len(base), int(max_samples))
+    ds = RD.Heavier(base if n == len(base) else _Subset(base, n), work)
+    model, _loss, opt = P.make_training(spec.model, spec.device)
+    name = spec.format + (f"*{work}" if work > 1 else "")
+    common = dict(pipeline=name, format=spec.format, work=int(work), transform=spec.transform,
+                  batch_size=spec.batch_size, model=spec.model, device=spec.device, samples_in_set=n,
+                  trainer_cores=T, remote_cpus=R, nodes=len(cl.node_cores))
+    res, info = Results(), {"pipeline": name, "checks": {}}
+    probe = np.arange(min(n, 4 * spec.batch_size))
+    with RC.pinned(cl.trainer_cores[:1]):
+        decode_s = decode_cost(ds, probe)
+        batches = _in_memory_batches(ds, probe, spec.batch_size)
+    res.add(EXP, "costs", "decode_s_per_sample", decode_s, "s", **common)
+    step = []
+    for e in range(warmup + epochs):
+        with RC.pinned(cl.trainer_cores):
+            et, cpu = _timed(lambda: batches, model, spec.device, opt, T)
+        if e >= warmup:
+            step.append(cpu / et.samples)
+    res.add_samples(EXP, "costs", "step_cpu_s_per_sample", step, "s", **common)
+    k = T
+    s = spec.replace(collate="fast", num_workers=k, persistent_workers=True)
+    cpu_per = {}
+    with RC.pinned(cl.trainer_cores):  # the workers fork here and keep these cores
+        loader = P.make_loader(ds, s, seed=seed)
+        for e in range(warmup + epochs):
+            et, cpu = _timed(lambda: loader, model, spec.device, opt, "auto")
+            if e >= warmup:
+                _rows(res, DL, et, cpu, e - warmup, common)
+                cpu_per.setdefault(DL, []).append(cpu / et.samples)
+        del loader
+    for label, where in ((REMOTE, "remote"), (LOCAL, "local")):
+        for e in range(warmup + epochs):
+            rec = RC.Recorder()
+            order = np.random.default_rng(seed + e).permutation(n)
+            with RC.pinned(cl.trainer_cores), RC.quiet_ray_data():
+                et, cpu = _timed(lambda: RC.epoch(root, spec, order, seed, work, where, rec), model, spec.device,
+                                 opt, T)
+            chk = rec.check(n, cl.head_id, where)
+            info["checks"].setdefault(label, []).append(chk)
+            if e >= warmup:
+                _rows(res, label, et, cpu, e - warmup, common)
+                res.add(EXP, label, "bytes_per_sample", rec.nbytes / max(1, et.samples), "B", repeat=e - warmup,
+                        **common)
+                cpu_per.setdefault(label, []).append(cpu / et.samples)
+        log(f"{name}: {label} done")
+    st = float(np.median(step))
+    pred = crossover(decode_s, st, float(np.median(cpu_per[DL])) - st, float(np.median(cpu_per[REMOTE])) - st, T, R)
+    info.update(decode_s=decode_s, step_s=st, prediction=pred)
+    return res, info
+
+
+class _Subset:
+    def __init__(self, ds, n):
+        self.ds, self.n = ds, int(n)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.ds[i]
+
+
+def _rows(res: Results, variant: str, et, cpu: float, k: int, common: dict) -> None:
+    res.add(EXP, variant, "samples_per_s", et.samples_per_s, "samples/s", repeat=k, **common)
+    res.add(EXP, variant, "data_wait_fraction", et.data_wait_fraction, "fraction", repeat=k, **common)
+    res.add(EXP, variant, "wait_s_per_batch", et.data_wait_s / max(1, et.batches), "s", repeat=k, **common)
+    res.add(EXP, variant, "trainer_cpu_s_per_sample", cpu / max(1, et.samples), "s", repeat=k, **common)
+
+
+def run(root, spec: P.PipelineSpec, pipelines, cores, trainer_cores: int, nodes: int, node_cpus: int,
+        epochs: int, warmup: int, seed: int = 0, max_samples: int = 0, log=print) -> tuple[Results, dict]:
+    """Start the test cluster, measure every pipeline, always shut it down. Without Ray (or
+    with too few cores) no rows and the reason, in one line."""
+    ok, why = RD.available()
+    info = {"available": ok, "reason": why, "pipelines": {}}
+    res = Results()
+    if not ok:
+        log(why)
+        return res, info
+    try:
+        trainer, others = RC.split_cores(cores, trainer_cores)
+        slices = RC.node_slices(others, nodes)
+        todo = [parse_pipeline(p) for p in pipelines]
+    except ValueError as exc:
+        info.update(available=False, reason=f"not run: {exc}")
+        log(info["reason"])
+        return res, info
+    spec = spec.replace(device=P.resolve_device(spec.device))
+    info.update(trainer_cores=trainer, node_cores=slices, nodes_share_cores=len(others) < nodes)
+    with RC.TestCluster(trainer, slices, node_cpus) as cl:
+        info.update(start_s=cl.start_s, nodes=cl.nodes, head_id=cl.head_id, node_cpus=cl.node_cpus)
+        log(f"test cluster: head on cores {trainer}, {nodes} decode node(s) on {slices}, started in {cl.start_s:.1f} s")
+        for fmt, work in todo:
+            r, i = measure_pipeline(cl, root, spec.replace(format=fmt), work, epochs, warmup, seed, max_samples, log)
+            res.extend(r)
+            info["pipelines"][i["pipeline"]] = i
+    return res, info
+
+
+# ---------------------------------------------------------------- reading the run
+def judge(df, info: dict) -> list[dict]:
+    """Per pipeline: measured remote ÷ DataLoader (and ÷ Ray local) with its tolerance and
+    verdict, beside the prediction from the measured costs."""
+    out = []
+    sps = df[df.metric == "samples_per_s"]
+    for name, pi in info.get("pipelines", {}).items():
+        g = sps[sps.pipeline == name]
+        vals = {a: g[g.variant == a].value.tolist() for a in ARRANGEMENTS}
+        med = {a: (median_iqr(v)[0] if v else float("nan")) for a, v in vals.items()}
+        tol = tolerance(vals[REMOTE], vals[DL])
+        ratio = med[REMOTE] / med[DL] if med[DL] > 0 else float("nan")
+        word, line = verdict(ratio, tol)
+        pred = pi["prediction"]
+        pword, _ = verdict(pred["predicted_speedup"], tol)
+        checks = [c for cs in pi["checks"].values() for c in cs]
+        out.append({"pipeline": name, "medians": med, "ratio": ratio, "tolerance": tol, "verdict": word,
+                    "line": line, "predicted": pword, "prediction": pred,
+                    "ratio_vs_ray_local": med[REMOTE] / med[LOCAL] if med[LOCAL] > 0 else float("nan"),
+                    "checks_ok": bool(checks) and all(c["ok"] for c in checks)})
+    return out
+
+
+def readings(df, info: dict) -> list[str]:
+    """Lines computed from the rows (or why nothing ran)."""
+    if not info.get("available"):
+        return [f"Remote decode on a test cluster: {info.get('reason')}"]
+    roles = {v["role"]: v["worker_cores"] for v in info.get("nodes", {}).values()}
+    out = [f"Test cluster: {', '.join(f'{r} on cores {c}' for r, c in sorted(roles.items()))}; started in "
+           f"{info.get('start_s', float('nan')):.1f} s. The 'nodes' share one host's memory bus and page cache; "
+           f"batches cross between object stores over loopback: real network transfer is NOT measured."]
+    if info.get("nodes_share_cores"):
+        out.append("More decode nodes than free cores: the nodes share those cores.")
+    by = df.groupby(["pipeline", "variant", "metric"]).value.median()
+    for j in judge(df, info):
+        p, pr = j["pipeline"], j["prediction"]
+        m = j["medians"]
+        out.append(f"{p}: {DL} {m[DL]:,.0f}, {REMOTE} {m[REMOTE]:,.0f}, {LOCAL} {m[LOCAL]:,.0f} samples/s (medians). "
+                   f"Remote decode {j['line']}; the costs predicted {j['predicted']} (x{pr['predicted_speedup']:.2f}).")
+        out.append(f"  {p}: decode {1e3 * pr['decode_per_trainer_core_s']:.3f} ms per sample per trainer core vs Ray "
+                   f"hand-over {1e3 * pr['ray_consume_s']:.3f} ms per sample on the trainer "
+                   f"({'saves' if pr['saves_trainer'] else 'does not save'} trainer time); decode nodes' capacity "
+                   f"{pr['remote_capacity']:,.0f} vs trainer alone {pr['local_rate']:,.0f} samples/s "
+                   f"({'exceeds' if pr['capacity_exceeds'] else 'below'}); "
+                   f"{by.get((p, REMOTE, 'bytes_per_sample'), float('nan')):,.0f} B per sample moved, "
+                   f"{1e3 * by.get((p, REMOTE, 'wait_s_per_batch'), float('nan')):.1f} ms per batch waiting in "
+                   f"iter_torch_batches.")
+        bad = [f"{a}: {c}" for a, cs in info["pipelines"][p]["checks"].items() for c in cs if not c["ok"]]
+        out.append(f"  {p}: every Ray epoch had every sample once and decode where it was sent."
+                   if not bad else f"  {p}: CHECK FAILED: {bad[0]}")
+    return out
+
+
+def plot(df, info: dict, ax_row):
+    """Samples/s per arrangement (median, IQR) for each pipeline, one panel each, the verdict in the title."""
+    judged = {j["pipeline"]: j for j in judge(df, info)}
+    sps = df[df.metric == "samples_per_s"]
+    for ax, (name, j) in zip(ax_row, judged.items()):
+        g = sps[sps.pipeline == name]
+        meds, lo, hi = [], [], []
+        for a in ARRANGEMENTS:
+            med, q25, q75 = median_iqr(g[g.variant == a].value)
+            meds.append(med), lo.append(med - q25), hi.append(q75 - med)
+        ax.bar(range(3), meds, yerr=[lo, hi], color="#4C72B0", capsize=4)
+        ax.set_xticks(range(3), [a.replace(" (", "\n(") for a in ARRANGEMENTS], fontsize=8)
+        ax.set_ylabel("samples/s (median, IQR over epochs)")
+        ax.set_title(f"{name}: remote {j['line']}", fontsize=9)
