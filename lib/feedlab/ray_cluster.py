@@ -63,7 +63,7 @@ def node_slices(cores, nodes: int) -> list[list[int]]:
     if nodes < 1:
         raise ValueError(f"ray_nodes={nodes}: at least one decode node")
     if len(cores) >= nodes:
-        return [list(a) for a in np.array_split(cores, nodes)]
+        return [[int(c) for c in a] for a in np.array_split(cores, nodes)]
     return [list(cores) for _ in range(nodes)]
 
 

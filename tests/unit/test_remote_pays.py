@@ -1,0 +1,214 @@
+"""Remote decode on a Ray test cluster (``feedlab.ray_cluster``) and when it pays
+(``feedlab.experiments.remote_pays``): the arithmetic on synthetic rows, the pinning, the
+cluster's control flow, placement off the head and exactly-once on a tiny set. No timing
+is asserted."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import pytest
+
+from feedlab import pipeline as P
+from feedlab import ray_cluster as RC
+from feedlab.experiments import remote_pays as RP
+from feedlab.results import Results
+
+
+# ---------------------------------------------------------------- the arithmetic
+def test_crossover_pays_when_decode_is_heavy_and_the_nodes_have_capacity():
+    # 1 trainer core, 3 remote cores; decode 4 ms, Ray hand-over 0.5 ms, step 0.1 ms
+    c = RP.crossover(decode_s=4e-3, step_s=1e-4, dl_consume_s=1e-4, ray_consume_s=5e-4, trainer_cores=1,
+                     remote_cpus=3)
+    assert c["saves_trainer"] and c["capacity_exceeds"]
+    assert c["local_rate"] == pytest.approx(1 / 4.2e-3)
+    assert c["remote_rate"] == pytest.approx(3 / 4e-3)            # the nodes bound it, not the trainer
+    assert c["predicted_speedup"] == pytest.approx((3 / 4e-3) / (1 / 4.2e-3))
+
+
+def test_crossover_does_not_pay_when_the_hand_over_costs_more_than_the_decode():
+    c = RP.crossover(decode_s=2e-4, step_s=1e-5, dl_consume_s=5e-5, ray_consume_s=1e-3, trainer_cores=1,
+                     remote_cpus=8)
+    assert not c["saves_trainer"] and c["predicted_speedup"] < 1
+    assert c["remote_rate"] == pytest.approx(1 / 1.01e-3)         # the trainer's receiving bounds it
+
+
+def test_crossover_does_not_pay_when_the_nodes_are_slower_than_the_trainer_alone():
+    # decode leaves the trainer, but one slow node decodes less than the trainer's 4 cores did
+    c = RP.crossover(decode_s=4e-3, step_s=0.0, dl_consume_s=0.0, ray_consume_s=1e-4, trainer_cores=4,
+                     remote_cpus=1)
+    assert c["saves_trainer"] and not c["capacity_exceeds"]
+    assert c["predicted_speedup"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("ratio, tol, word", [(1.6, 0.1, "pays"), (0.4, 0.1, "does not pay"), (1.05, 0.1, "tie"),
+                                              (0.95, 0.1, "tie"), (1.15, 0.2, "tie"), (1.25, 0.2, "pays"),
+                                              (float("nan"), 0.1, "none"), (0.0, 0.1, "none")])
+def test_verdict_words_and_tolerance(ratio, tol, word):
+    w, line = RP.verdict(ratio, tol)
+    assert w == word
+    if word in ("pays", "does not pay"):
+        assert line.startswith(f"{word}: x{ratio:.2f}") and f"±{100 * tol:.0f}%" in line
+    if word == "tie":
+        assert f"within ±{100 * tol:.0f}%" in line
+
+
+def test_tolerance_is_the_floor_or_the_wider_spread():
+    assert RP.tolerance([100, 100, 100], [50, 50, 50]) == RP.TOLERANCE
+    t = RP.tolerance([80, 100, 120], [100, 100, 100])              # IQR 90..110 of median 100
+    assert t == pytest.approx(0.2)
+    assert RP.tolerance([100], [float("nan")]) == RP.TOLERANCE   # one epoch: no spread to widen it
+
+
+def _synthetic(rates: dict[str, list[float]], pipeline="png*3"):
+    res = Results()
+    for variant, vals in rates.items():
+        res.add_samples(RP.EXP, variant, "samples_per_s", vals, "samples/s", pipeline=pipeline)
+    pred = RP.crossover(4e-3, 1e-4, 1e-4, 5e-4, 1, 3)
+    ok = {"ok": True}
+    info = {"available": True, "pipelines": {pipeline: {"prediction": pred, "checks": {RP.REMOTE: [ok]}}},
+            "nodes": {}}
+    return res.frame(), info
+
+
+@pytest.mark.parametrize("remote, word", [([160, 160, 160], "pays"), ([40, 40, 40], "does not pay"),
+                                          ([104, 104, 104], "tie")])
+def test_judge_on_synthetic_rows(remote, word):
+    df, info = _synthetic({RP.DL: [100, 100, 100], RP.REMOTE: remote, RP.LOCAL: [90, 90, 90]})
+    (j,) = RP.judge(df, info)
+    assert j["verdict"] == word and j["ratio"] == pytest.approx(remote[0] / 100)
+    assert j["predicted"] == "pays" and j["checks_ok"]
+    lines = RP.readings(df.assign(variant=df.variant), info)
+    assert any(line.startswith("png*3:") and word in line for line in lines)
+    assert any("network transfer is NOT measured" in line for line in lines)
+
+
+def test_judge_widens_the_tolerance_by_the_spread():
+    # remote 15 % faster but its epochs spread ±25 %: a tie, not "pays"
+    df, info = _synthetic({RP.DL: [100, 100, 100], RP.REMOTE: [90, 115, 140], RP.LOCAL: [90, 90, 90]})
+    (j,) = RP.judge(df, info)
+    assert j["verdict"] == "tie" and j["tolerance"] > RP.TOLERANCE
+
+
+@pytest.mark.parametrize("text, out", [("png", ("png", 1)), ("png*3", ("png", 3)), ("npy", ("npy", 1))])
+def test_parse_pipeline(text, out):
+    assert RP.parse_pipeline(text) == out
+
+
+@pytest.mark.parametrize("bad", ["png*0", "png*x", "*2", ""])
+def test_parse_pipeline_refuses_in_one_line(bad):
+    with pytest.raises(ValueError, match="pays_pipelines entry"):
+        RP.parse_pipeline(bad)
+
+
+# ---------------------------------------------------------------- cores
+def test_split_cores_and_node_slices():
+    assert RC.split_cores([0, 1], 0) == ([0], [1])
+    assert RC.split_cores(range(16), 0) == ([0, 1, 2, 3], list(range(4, 16)))
+    assert RC.split_cores([3, 1, 2, 0], 2) == ([0, 1], [2, 3])
+    assert RC.node_slices([4, 5, 6, 7, 8], 2) == [[4, 5, 6], [7, 8]]
+    assert RC.node_slices([1], 2) == [[1], [1]]                    # fewer cores than nodes: they share
+    with pytest.raises(ValueError, match="trainer_cores=2: the trainer needs 1..1 of the 2"):
+        RC.split_cores([0, 1], 2)
+    with pytest.raises(ValueError, match="at least one decode node"):
+        RC.node_slices([1], 0)
+
+
+def test_pinned_restores_the_affinity_also_after_an_error():
+    before = os.sched_getaffinity(0)
+    one = min(before)
+    with RC.pinned([one]):
+        assert os.sched_getaffinity(0) == {one}
+    assert os.sched_getaffinity(0) == before
+    with pytest.raises(RuntimeError, match="boom"):
+        with RC.pinned([one]):
+            raise RuntimeError("boom")
+    assert os.sched_getaffinity(0) == before
+
+
+def test_a_failed_start_shuts_down_what_it_started(monkeypatch):
+    pytest.importorskip("ray.data")
+    import ray
+    import ray.cluster_utils
+
+    calls = []
+
+    class FakeCluster:
+        address = "fake:0"
+
+        def __init__(self, **kw):
+            calls.append(("head", sorted(os.sched_getaffinity(0))))
+
+        def add_node(self, **kw):
+            calls.append(("node", sorted(os.sched_getaffinity(0))))
+
+        def wait_for_nodes(self):
+            pass
+
+        def shutdown(self):
+            calls.append(("shutdown", None))
+
+    def refuse(**kw):
+        raise ConnectionError("refused")
+
+    monkeypatch.setattr(ray.cluster_utils, "Cluster", FakeCluster)
+    monkeypatch.setattr(ray, "init", refuse)
+    before = os.sched_getaffinity(0)
+    cores = sorted(before)
+    cl = RC.TestCluster(cores[:1], [cores[-1:]], 1)
+    with pytest.raises(ConnectionError):
+        with cl:
+            pass
+    assert calls == [("head", cores[:1]), ("node", cores[-1:]), ("shutdown", None)]  # each on its own cores
+    assert cl.cluster is None and os.sched_getaffinity(0) == before
+
+
+def test_without_ray_one_line_and_no_rows(monkeypatch, sr_root):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    said = []
+    res, info = RP.run(sr_root, P.PipelineSpec(format="png"), ["png"], [0, 1], 0, 1, 0, 1, 0, log=said.append)
+    assert len(res) == 0 and not info["available"] and info["reason"].startswith("unavailable:")
+    assert said == [info["reason"]] and "\n" not in said[0]
+    assert RP.readings(res.frame(), info) == [f"Remote decode on a test cluster: {info['reason']}"]
+
+
+def test_too_few_cores_is_one_line_not_a_cluster(sr_root):
+    pytest.importorskip("ray.data")
+    said = []
+    res, info = RP.run(sr_root, P.PipelineSpec(format="png"), ["png"], [0], 0, 1, 0, 1, 0, log=said.append)
+    assert len(res) == 0 and info["reason"].startswith("not run: trainer_cores=0") and len(said) == 1
+
+
+# ---------------------------------------------------------------- the real cluster, tiny
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores: one for the trainer, one for a node")
+def test_cluster_run_places_decode_off_the_head_and_sees_every_sample_once(sr_root):
+    pytest.importorskip("ray.data")
+    import ray
+
+    before = os.sched_getaffinity(0)
+    spec = P.PipelineSpec(format="png", transform="flip", collate="fast", batch_size=16, model="none", device="cpu")
+    res, info = RP.run(sr_root, spec, ["png*2"], sorted(before), 1, 2, 1, epochs=1, warmup=0,
+                       log=lambda _m: None)
+    assert not ray.is_initialized() and os.sched_getaffinity(0) == before        # shut down, affinity back
+    assert info["available"] and set(info["pipelines"]) == {"png*2"}
+    head = info["head_id"]
+    roles = {nid: v["role"] for nid, v in info["nodes"].items()}
+    assert roles[head] == "head (trainer)" and sorted(roles.values()) == ["decode node 1", "decode node 2",
+                                                                         "head (trainer)"]
+    trainer, others = RC.split_cores(sorted(before), 1)
+    for nid, v in info["nodes"].items():                  # each node's Ray workers run on its own cores
+        assert v["worker_cores"] == (trainer if nid == head else others)
+    for name, pi in info["pipelines"].items():
+        remote, local = pi["checks"][RP.REMOTE][0], pi["checks"][RP.LOCAL][0]
+        for chk in (remote, local):
+            assert chk["samples"] == 48 and chk["missing"] == 0 and chk["repeated"] == 0 and chk["ok"]
+        assert head not in remote["nodes_used"] and set(remote["nodes_used"]) <= set(info["nodes"])
+        assert local["nodes_used"] == [head]
+    df = res.frame()
+    sps = df[df.metric == "samples_per_s"]
+    assert sorted(sps.variant.unique()) == sorted(RP.ARRANGEMENTS) and (sps.value > 0).all()
+    assert (df[df.metric == "bytes_per_sample"].value > 0).all()
+    assert {j["verdict"] for j in RP.judge(df, info)} <= {"pays", "does not pay", "tie"}
+    assert not math.isnan(info["pipelines"]["png*2"]["prediction"]["predicted_speedup"])
