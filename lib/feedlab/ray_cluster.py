@@ -117,12 +117,14 @@ class TestCluster:
 
     def _probe(self) -> dict[str, dict]:
         """One task per node, pinned there by node affinity: which cores its Ray workers run on.
-        (It also starts a Ray worker on every node before anything is timed.)"""
+        (It also starts a Ray worker on every node, with feedlab imported, before anything is timed.)"""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         @ray.remote(num_cpus=0)
         def where():
+            import feedlab.remote_decode  # noqa: F401 - the decode tasks' imports, paid here and not in an epoch
+
             return ray.get_runtime_context().get_node_id(), sorted(os.sched_getaffinity(0))
 
         alive = [n for n in ray.nodes() if n.get("Alive")]

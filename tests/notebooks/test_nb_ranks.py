@@ -1,6 +1,8 @@
 """14_ranks_and_remote_decode through papermill (smoke): 2 ranks on gloo, and the Ray Data part
 (measured where ray is installed, reported unavailable with its reason otherwise)."""
 
+import os
+
 import pytest
 
 from nbrun import run_notebook
@@ -28,3 +30,14 @@ def test_ranks_notebook_smoke(tmp_path):
     else:
         assert rd["reason"].startswith("unavailable:") and not payload["remote_samples_per_s"]
     assert any("Ray Data" in line for line in payload["readings"])
+    # part 3: the Ray test cluster (smoke: one decode node, one small pipeline)
+    rp = payload["remote_pays"]
+    if ok and len(os.sched_getaffinity(0)) >= 2:
+        assert rp["available"] is True and set(rp["pipelines"]) == {"png"}
+        assert rp["pipelines"]["png"]["checks_ok"] is True          # every sample once, decoded off the head
+        assert rp["pipelines"]["png"]["verdict"] in {"pays", "does not pay", "tie"}
+        assert sorted(v["role"] for v in rp["nodes"].values()) == ["decode node 1", "head (trainer)"]
+        assert (tmp_path / "out" / "remote_pays.png").is_file()
+        assert any(line.startswith("png: ") and "Remote decode" in line for line in payload["readings"])
+    else:
+        assert rp["available"] is False and rp["reason"].startswith(("unavailable:", "not run:"))

@@ -278,10 +278,11 @@ def readings(df, info: dict) -> list[str]:
         out.append(f"{p}: {DL} {m[DL]:,.0f}, {REMOTE} {m[REMOTE]:,.0f}, {LOCAL} {m[LOCAL]:,.0f} samples/s (medians). "
                    f"Remote decode {j['line']}; the costs predicted {j['predicted']} (x{pr['predicted_speedup']:.2f}).")
         out.append(f"  {p}: decode {1e3 * pr['decode_per_trainer_core_s']:.3f} ms per sample per trainer core vs Ray "
-                   f"hand-over {1e3 * pr['ray_consume_s']:.3f} ms per sample on the trainer "
+                   f"hand-over {1e3 * pr['ray_consume_s']:.3f} ms per sample on the trainer (its CPU over the epoch ÷ "
+                   f"samples, Ray's per-epoch start included) "
                    f"({'saves' if pr['saves_trainer'] else 'does not save'} trainer time); decode nodes' capacity "
                    f"{pr['remote_capacity']:,.0f} vs trainer alone {pr['local_rate']:,.0f} samples/s "
-                   f"({'exceeds' if pr['capacity_exceeds'] else 'below'}); "
+                   f"({'exceeds' if pr['capacity_exceeds'] else 'below'}; the step alone {pr['step_rate']:,.0f}); "
                    f"{by.get((p, REMOTE, 'bytes_per_sample'), float('nan')):,.0f} B per sample moved, "
                    f"{1e3 * by.get((p, REMOTE, 'wait_s_per_batch'), float('nan')):.1f} ms per batch waiting in "
                    f"iter_torch_batches.")
