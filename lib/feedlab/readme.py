@@ -2,7 +2,9 @@
 
     python -m feedlab.readme
 
-For every ``figures/<notebook>/<machine>/`` it lists the notebook's computed reading
+It first redraws the comparison figures (:mod:`feedlab.compare`: every committed
+machine in one figure per notebook question, shown above the table). For every
+``figures/<notebook>/<machine>/`` it lists the notebook's computed reading
 (``results.json`` → ``reading``: written by the notebook from that run's numbers)
 with the fingerprint of the machine that made them, and the PNG figures in a table
 with one column per machine, so that a GPU box's run sits beside a laptop's. The
@@ -16,6 +18,7 @@ import re
 import sys
 from pathlib import Path
 
+from feedlab import compare
 from feedlab.claims import ledger as claims_ledger
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
@@ -77,6 +80,8 @@ def _notebook_block(nb_dir: Path, machines: dict[str, Path], fps: dict[str, dict
              f"Notebook: [`notebooks/{name}.ipynb`](notebooks/{name}.ipynb) · results: "
              + " · ".join(f"[`{key}`]({folder.relative_to(REPO_ROOT).as_posix()}/)"
                           for key, folder in machines.items()) + "\n"]
+    for png in compare.figures_for(name, nb_dir.parent):  # every machine in one figure, above the table
+        parts.append(f"![{name}: machines compared]({png.relative_to(REPO_ROOT).as_posix()})\n")
     for key, folder in machines.items():
         reading = _reading(folder, name)
         fp_line = fingerprint_line(fps[key]) if fps.get(key) else "no fingerprint"
@@ -203,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.parse_args(argv)  # --help prints and exits before anything is read or written
     with cli_errors("python -m feedlab.readme"):
+        compare.write_all()  # figures/<notebook>/machines_*: every committed machine in one figure
         print("README updated" if update_readme() else "README unchanged")
         print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
     return 0
