@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from feedlab import compare
+from feedlab import compare, gpu_readings
 from feedlab.claims import ledger as claims_ledger
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
@@ -129,7 +129,9 @@ def section(figures_dir: Path = FIGURES_DIR) -> str:
         parts.extend(_notebook_block(nb_dir, machines, fps))
     head = ["Each reading below was computed by its notebook from the numbers of the run that drew "
             "the figures (median and interquartile range over repeats). Results are kept per machine "
-            "(`figures/<notebook>/<machine>/`); a run on your own machine lands beside these.", ""]
+            "(`figures/<notebook>/<machine>/`); a run on your own machine lands beside these, and where "
+            "two or more machines ran a notebook, its first figure draws them all. The GPU questions, judged per machine: "
+            "[docs/GPU_READINGS.md](docs/GPU_READINGS.md).", ""]
     for key, fps in sorted(all_fps.items(), key=lambda kv: (not kv[0].startswith("cpu"), kv[0])):
         # one line per machine: what it is, the commits its results came from, the span of its
         # runs, and how many of them the busy-machine check flagged
@@ -211,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         compare.write_all()  # figures/<notebook>/machines_*: every committed machine in one figure
         print("README updated" if update_readme() else "README unchanged")
         print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
+        print("docs/GPU_READINGS.md updated" if gpu_readings.write() else "docs/GPU_READINGS.md unchanged")
     return 0
 
 
