@@ -96,7 +96,7 @@ VIEWS: tuple[View, ...] = (
          "samples_per_s", "format", where={"num_workers": 0}, series=("fetch",), baseline_series="__getitem__",
          logy=True),
     View("13_peer_loaders", "peers", "Loaders on the SR set, warm cache", "peers", "samples_per_s", "variant",
-         where={"kind": "sr", "cache": "warm"}, series=("num_workers",), label=lambda k: f"{k[0]:g} workers",
+         where={"kind": "sr", "cache": "warm"}, series=("num_workers",), label=lambda k: f"{k[0]} workers",
          baseline_x="torch_stock", logy=True),
     View("14_ranks_and_remote_decode", "ranks", "Aggregate samples/s by ranks × workers", "ranks_workers",
          "aggregate_samples_per_s", "variant", logy=True),
@@ -193,11 +193,16 @@ def machine_data(view: View, figures_dir: Path = FIGURES_DIR) -> dict[str, dict]
         csv = folder / "results.csv"
         if not csv.is_file():
             continue
-        pts = points(view, pd.read_csv(csv))
+        fp_path = folder / "fingerprint.json"
+        try:
+            pts = points(view, pd.read_csv(csv))
+            fp = json.loads(fp_path.read_text()) if fp_path.is_file() else None
+        except (ValueError, OSError, UnicodeDecodeError) as e:  # pandas' ParserError and JSON's are ValueErrors
+            print(f"warning: {folder}: left out of the comparison ({type(e).__name__}: {str(e)[:120]}); "
+                  "re-run that notebook there or remove the folder", file=sys.stderr)
+            continue
         if not pts:
             continue
-        fp_path = folder / "fingerprint.json"
-        fp = json.loads(fp_path.read_text()) if fp_path.is_file() else None
         entry = {"fingerprint": fingerprint_line(fp) if fp else "no fingerprint", "series": pts}
         ref = _reference(view, folder)
         if ref:

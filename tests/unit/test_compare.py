@@ -121,3 +121,13 @@ def test_every_registered_view_names_a_notebook_and_files_stay_unique():
 def test_committed_comparison_figures_are_current():
     """figures/<notebook>/machines_* is what `python -m feedlab.readme` draws from the committed results."""
     assert compare.problems() == []
+
+
+def test_an_unreadable_machine_is_left_out_in_one_line(figs, capsys):
+    _machine(figs, "cpu-2c", CPU_FP, {0: 100.0, 1: 150.0})
+    _machine(figs, "h100-16c", GPU_FP, {0: 900.0, 1: 1000.0})
+    bad = _machine(figs, "laptop-8c", CPU_FP, {0: 1.0})
+    (bad / "fingerprint.json").write_text("{not json")
+    assert list(compare.machine_data(VIEW, figs)) == ["cpu-2c", "h100-16c"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "laptop-8c" in err[0] and "re-run" in err[0]
