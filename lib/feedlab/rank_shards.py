@@ -165,8 +165,10 @@ def chunk_len_of(dataset) -> int | None:
 
 def choose_split(dataset, fmt: str, world_size: int, split: str = "auto", even: bool = True) -> tuple[str, str]:
     """``(split, why)``: ``"chunks"`` where the format's registry entry says ``chunked`` and the
-    set has at least one chunk per rank (or ``even=False``), else ``"samples"``. ``split``
-    forces one: ``"chunks"`` on a store without chunks is an error naming the format."""
+    set has at least one chunk per rank, else ``"samples"``. ``split`` forces one:
+    ``"chunks"`` on a store without chunks (or, with ``even``, with fewer chunks than ranks)
+    is an error naming the format; with ``even=False`` a forced chunk split may leave a
+    rank empty."""
     from feedlab.formats import get_format
 
     if split not in SPLITS:
@@ -182,7 +184,7 @@ def choose_split(dataset, fmt: str, world_size: int, split: str = "auto", even: 
             raise ValueError(f"split='chunks': {why}; use split='samples'")
         return "samples", why
     nc = -(-len(dataset) // clen)
-    if even and nc < world_size:
+    if nc < world_size and (even or split == "auto"):
         if split == "chunks":
             raise ValueError(f"split='chunks': {len(dataset)} samples in {nc} chunk(s) of {clen} for "
                              f"{world_size} ranks; use split='samples' or a smaller chunk_len")

@@ -77,7 +77,7 @@ def make_rank_loader(dataset, spec: P.PipelineSpec, rank: int, world_size: int, 
     ``drop_last`` is the sampler's (see the module doc); the loader keeps partial batches.
     ``split``: ``auto`` (whole chunks for a chunked format with a chunk per rank, see
     ``rank_shards.choose_split``), ``chunks`` or ``samples``; ``sampler.split`` says which."""
-    from feedlab.rank_shards import ChunkShardSampler, chunk_len_of, choose_split
+    from feedlab.rank_shards import ChunkShardSampler, choose_split, chunk_len_of
 
     how, why = choose_split(dataset, spec.format, world_size, split, even)
     if how == "chunks":

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 from torch.utils.data.distributed import DistributedSampler
 
-from feedlab import formats
+from feedlab import formats, ranks
 from feedlab import pipeline as P
-from feedlab import ranks
 from feedlab.rank_shards import ChunkShardSampler, choose_split, shard_expected_counts, shard_sizes
 
 
