@@ -17,7 +17,8 @@ and ``requested_bytes_total`` (Σ over ranks of samples read × store bytes per 
 ``resident_bytes_before`` / ``_after_cold`` / ``_after_warm`` (``None`` without
 ``mincore``), ``eviction`` (the :class:`cache.EvictionReport` as a dict), ``per_rank``
 (samples, cold and warm wall and samples/s, Rss / Pss of the process and of the store's
-maps in bytes, ``None`` where ``/proc`` lacks them), ``map_rss_sum`` / ``map_pss_sum``.
+maps in bytes, ``None`` where ``/proc`` lacks them; ``warm_read_cold_by_others``: the share of
+its warm-epoch samples another rank read in the cold epoch), ``map_rss_sum`` / ``map_pss_sum``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def _rank(rank, world, data, spec, seed, split, share, files, barrier, queue, ti
         row = {"rank": rank, "split": sampler.split, "cores": list(share or [])}
         for e, name in ((0, "cold"), (1, "warm")):
             sampler.set_epoch(e)
+            row[f"{name}_indices"] = list(iter(sampler))
             barrier.wait(timeout)                              # start together
             t, k = perf_counter(), 0
             for lr, _hr in loader:
@@ -169,6 +171,12 @@ def page_cache_share(data, spec: P.PipelineSpec, ranks: int, seed: int = 0, spli
     for r in rows:
         r["requested_bytes_cold"] = r["cold_samples"] * per_sample
         r["requested_bytes_warm"] = r["warm_samples"] * per_sample
+    for r in rows:                                             # how much of the warm epoch others read cold
+        others = {i for o in rows if o is not r for i in o["cold_indices"]}
+        warm = r["warm_indices"]
+        r["warm_read_cold_by_others"] = sum(i in others for i in warm) / len(warm) if warm else 0.0
+    for r in rows:
+        del r["cold_indices"], r["warm_indices"]
 
     def _sum(k):
         vals = [r[k] for r in rows]
@@ -210,14 +218,16 @@ def readings(out: dict, tol: float = 0.10) -> list[str]:
     pr = out["per_rank"]
     cold = [r["cold_samples_per_s"] for r in pr]
     warm = [r["warm_samples_per_s"] for r in pr]
-    lines.append("  per rank cold → warm samples/s: " + ", ".join(f"rank {r['rank']} {c:,.0f} → {w:,.0f}"
-                                                               for r, c, w in zip(pr, cold, warm))
-                 + " (one epoch each, no spread; the warm epoch is the next epoch's order, largely pages other ranks brought in)")
+    lines.append("  per rank cold → warm samples/s: " + ", ".join(
+        f"rank {r['rank']} {c:,.0f} → {w:,.0f} ({100 * r['warm_read_cold_by_others']:.0f}% of its warm samples "
+        "read cold by another rank)" for r, c, w in zip(pr, cold, warm)) + "; one epoch each, no spread.")
     if out["mmap"] and out["map_rss_sum"] is not None and out["map_pss_sum"]:
         rss, pss = out["map_rss_sum"], out["map_pss_sum"]
         held = res is not None and pss <= res * (1 + tol)
-        lines.append(f"  store maps: Σ Rss {rss / mib:.1f} MiB vs Σ Pss {pss / mib:.1f} MiB over the ranks (×{rss / pss:.2f}: "
-                     f"pages mapped by several ranks count once in Σ Pss); Σ Pss "
-                     + ("≤ resident bytes (+" + f"{100 * tol:.0f}% tolerance): shared, not copied."
-                        if held else "above the resident bytes + tolerance: not shown to be shared."))
+        shared = rss > pss * (1 + tol)
+        verdict = ("pages mapped by several ranks, held once: shared, not copied" if held and shared else
+                   "no page mapped by two ranks in this run (each read its own part again): nothing shared to show"
+                   if held else "Σ Pss above the resident bytes: not shown to be shared")
+        lines.append(f"  store maps: Σ Rss {rss / mib:.1f} MiB vs Σ Pss {pss / mib:.1f} MiB over the ranks (×{rss / pss:.2f}; "
+                     f"resident {(res or 0) / mib:.1f} MiB; tolerance {100 * tol:.0f}%): {verdict}.")
     return lines

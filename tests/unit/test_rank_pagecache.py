@@ -18,7 +18,7 @@ FIELDS = {"ranks", "format", "split", "samples", "files", "file_bytes", "mmap", 
           "resident_bytes_after_warm", "eviction", "evicted", "map_rss_sum", "map_pss_sum", "per_rank"}
 RANK_FIELDS = {"rank", "split", "cores", "cold_s", "warm_s", "cold_samples", "warm_samples", "cold_samples_per_s",
                "warm_samples_per_s", "rss", "pss", "map_rss", "map_pss", "map_shared_clean",
-               "requested_bytes_cold", "requested_bytes_warm"}
+               "requested_bytes_cold", "requested_bytes_warm", "warm_read_cold_by_others"}
 
 
 def _needs_mincore(root):
@@ -40,6 +40,7 @@ def test_fields_and_bounds(sr_root, fmt, split):
     assert out["samples"] == n
     assert sum(r["cold_samples"] for r in out["per_rank"]) == n      # exactly once per epoch over the ranks
     assert sum(r["warm_samples"] for r in out["per_rank"]) == n
+    assert all(0 <= r["warm_read_cold_by_others"] <= 1 for r in out["per_rank"])
     assert out["requested_bytes_cold"] == pytest.approx(out["file_bytes"])
     assert out["requested_bytes_total"] == pytest.approx(2 * out["file_bytes"])
     for k in ("resident_bytes_before", "resident_bytes_after_cold", "resident_bytes_after_warm"):
@@ -76,3 +77,21 @@ def test_smaps_parsing_counts_only_the_named_files(tmp_path):
         pytest.skip("no /proc/self/smaps")
     assert 2 * mmap.PAGESIZE <= use["Rss"] <= 3 * mmap.PAGESIZE and use["Pss"] <= use["Rss"]
     assert other == dict.fromkeys(("Rss", "Pss", "Shared_Clean", "Private_Clean"), 0)
+
+
+def _synthetic(rss, pss, resident, evicted=True):
+    rank = {"rank": 0, "cold_samples_per_s": 10.0, "warm_samples_per_s": 20.0, "warm_read_cold_by_others": 0.5}
+    return {"ranks": 2, "format": "npy_mmap", "split": "chunks", "file_bytes": 2 ** 20, "files": 2, "mmap": True,
+            "requested_bytes_total": 2 ** 21, "resident_bytes_before": 0, "resident_bytes_after_cold": resident,
+            "resident_bytes_after_warm": resident, "evicted": evicted, "map_rss_sum": rss, "map_pss_sum": pss,
+            "per_rank": [rank, {**rank, "rank": 1}]}
+
+
+def test_readings_verdicts_follow_the_numbers():
+    mib = 2 ** 20
+    assert "shared, not copied" in PC.readings(_synthetic(2 * mib, mib, mib))[-1]
+    assert "nothing shared to show" in PC.readings(_synthetic(mib, mib, mib))[-1]          # Rss = Pss: no sharing
+    assert "not shown to be shared" in PC.readings(_synthetic(3 * mib, 1.5 * mib, mib))[-1]  # Pss above resident
+    lines = PC.readings(_synthetic(2 * mib, mib, mib, evicted=False))
+    assert any("NOT evicted" in x for x in lines) and "50% of its warm samples" in lines[2]
+    assert "no mincore" in PC.readings({**_synthetic(2 * mib, mib, None), "resident_bytes_after_warm": None})[1]
