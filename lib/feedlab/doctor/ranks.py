@@ -55,7 +55,7 @@ def render_ranks(adv: dict) -> list[str]:
     return lines
 
 
-def calibrate(advices: list[dict], measured: dict, tol: float = 0.25) -> dict:
+def calibrate(advices: list[dict], measured: dict, tol: float = 0.20) -> dict:
     """The doctor's advice against a measured grid.
 
     ``advices``: :func:`advise_ranks` results (one per rank count); ``measured``:

@@ -159,7 +159,7 @@ def measured_aggregates(df) -> dict:
     return out
 
 
-def doctor_check(data, spec: P.PipelineSpec, rank_counts, worker_counts, cores: list[int], df, tol: float = 0.25,
+def doctor_check(data, spec: P.PipelineSpec, rank_counts, worker_counts, cores: list[int], df, tol: float = 0.20,
                  repeats: int = 2, samples: int = 32, log=print) -> dict:
     """The doctor's stage table measured here (one process, warm cache), its ``--ranks`` advice
     for each rank count of the grid, and ``doctor.ranks.calibrate`` against the grid's
