@@ -11,8 +11,12 @@ simulate ranks in one process):
   order, with ``drop_last=True`` it leaves the last ``n % world_size`` out.
   ``even=False`` (:class:`ExactSampler`) splits the same order without padding or
   dropping: every sample exactly once, ranks differ by at most one sample.
-* :func:`make_rank_loader` — ``pipeline.make_loader`` with that sampler (the one
+* :func:`make_rank_loader` — ``pipeline.make_loader`` with the rank's sampler (the one
   loader builder); :func:`expected_counts` — how often each sample is seen in an epoch.
+  Where the format's registry entry says ``chunked`` (never by its name), the split is
+  the format's own: whole chunks per rank (``feedlab.rank_shards.ChunkShardSampler``,
+  same ``even`` / ``drop_last`` meaning, accounting in ``shard_expected_counts``);
+  ``split="samples"`` forces the per-sample sampler.
 
 Launching: :func:`launch` runs ``python -m torch.distributed.run --standalone
 --nproc-per-node R -m feedlab.ranks ...`` (gloo on CPU, nccl on CUDA). Each rank pins
@@ -68,10 +72,20 @@ def rank_sampler(dataset, rank: int, world_size: int, seed: int = 0, shuffle: bo
 
 
 def make_rank_loader(dataset, spec: P.PipelineSpec, rank: int, world_size: int, seed: int = 0,
-                     drop_last: bool = False, even: bool = True, **overrides):
+                     drop_last: bool = False, even: bool = True, split: str = "auto", **overrides):
     """``(loader, sampler)`` for one rank; call ``sampler.set_epoch(e)`` before each epoch.
-    ``drop_last`` is the sampler's (see the module doc); the loader keeps partial batches."""
-    sampler = rank_sampler(dataset, rank, world_size, seed, drop_last=drop_last, even=even)
+    ``drop_last`` is the sampler's (see the module doc); the loader keeps partial batches.
+    ``split``: ``auto`` (whole chunks for a chunked format with a chunk per rank, see
+    ``rank_shards.choose_split``), ``chunks`` or ``samples``; ``sampler.split`` says which."""
+    from feedlab.rank_shards import ChunkShardSampler, choose_split, chunk_len_of
+
+    how, why = choose_split(dataset, spec.format, world_size, split, even)
+    if how == "chunks":
+        sampler = ChunkShardSampler(len(dataset), chunk_len_of(dataset), rank, world_size, seed,
+                                    drop_last=drop_last, even=even)
+    else:
+        sampler = rank_sampler(dataset, rank, world_size, seed, drop_last=drop_last, even=even)
+    sampler.split, sampler.split_reason = how, why
     return P.make_loader(dataset, spec, seed=seed, shuffle=False, sampler=sampler, **overrides), sampler
 
 
@@ -125,7 +139,8 @@ def _rank_main(cfg: dict) -> None:
     spec = P.PipelineSpec(**{**cfg["spec"], "device": device})
     ds = P.open_dataset(cfg["data"], spec)
     getattr(ds, "dataset", ds).verify = False
-    loader, sampler = make_rank_loader(ds, spec, rank, world, seed=cfg["seed"], even=True)
+    loader, sampler = make_rank_loader(ds, spec, rank, world, seed=cfg["seed"], even=True,
+                                       split=cfg.get("split", "auto"))
     model, _loss, opt = P.make_training(spec.model, device)
     flag = torch.zeros(1, device=device)
 
@@ -140,7 +155,8 @@ def _rank_main(cfg: dict) -> None:
                        on_batch=step_sync if cfg["sync"] else None, main_threads=None)
         dist.barrier()
         if e >= cfg["warmup"]:
-            rows.append({"rank": rank, "epoch": e, "cores": share, "samples": et.samples, "wall_s": et.wall_s,
+            rows.append({"rank": rank, "epoch": e, "cores": share, "split": sampler.split,
+                         "samples": et.samples, "wall_s": et.wall_s,
                          "samples_per_s": et.samples_per_s, "data_wait_fraction": et.data_wait_fraction,
                          "first_batch_s": et.first_batch_s, "reshuffle_s": shuffle_s,
                          "indices": list(iter(sampler)) if cfg.get("record_indices") else None})
@@ -158,8 +174,9 @@ def _rank_main(cfg: dict) -> None:
 
 def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int = 1, seed: int = 0,
            max_batches: int | None = None, sync: bool = True, record_indices: bool = False,
-           cores: list[int] | None = None, timeout_s: float = 600) -> dict:
-    """Launch ``ranks`` ranks on this host; returns :func:`summarize_ranks` of their rows."""
+           cores: list[int] | None = None, timeout_s: float = 600, split: str = "auto") -> dict:
+    """Launch ``ranks`` ranks on this host; returns :func:`summarize_ranks` of their rows.
+    ``split`` as in :func:`make_rank_loader` (``out["split"]`` says which the ranks used)."""
     if ranks < 1:
         raise ValueError(f"ranks {ranks}: need >= 1")
     if not Path(data).exists():
@@ -169,7 +186,7 @@ def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int 
         out = Path(tmp) / "ranks.json"
         cfg = {"data": str(data), "spec": {**spec.as_dict(), "device": device}, "epochs": epochs,
                "warmup": warmup, "seed": seed, "max_batches": max_batches, "sync": sync, "device": device,
-               "record_indices": record_indices, "cores": cores, "out": str(out)}
+               "record_indices": record_indices, "cores": cores, "out": str(out), "split": split}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
                "-m", "feedlab.ranks", json.dumps(cfg)]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -184,7 +201,7 @@ def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int 
         rows = json.loads(out.read_text())
     res = summarize_ranks(rows)
     res.update({"ranks": ranks, "backend": "nccl" if device.startswith("cuda") else "gloo",
-                "launch_s": launch_s, "sync": sync, **{k: v for k, v in spec.as_dict().items()}, "device": device})
+                "launch_s": launch_s, "sync": sync, "split": rows[0].get("split", "samples") if rows else split, **{k: v for k, v in spec.as_dict().items()}, "device": device})
     return res
 
 
@@ -216,7 +233,8 @@ def summarize_ranks(rows: list[dict]) -> dict:
 def render(out: dict) -> str:
     """The human-readable lines of :func:`launch`'s result."""
     lines = [f"{out['ranks']} ranks ({out['backend']}, {'all-reduce every step' if out['sync'] else 'no step sync'}) · "
-             f"{out['format']} · batch {out['batch_size']} · {out['num_workers']} workers per rank · {out['device']}",
+             f"{out['format']} · batch {out['batch_size']} · {out['num_workers']} workers per rank · {out['device']}"
+             f" · split by {out.get('split', 'samples')}",
              f"  aggregate {out['aggregate_samples_per_s']:.0f} samples/s (IQR {out['aggregate_q25']:.0f}–"
              f"{out['aggregate_q75']:.0f}, all samples ÷ the slowest rank's wall, "
              f"{len(out['aggregate_runs'])} epochs) · slowest rank per epoch {out['slowest_rank_per_epoch']}"]

@@ -21,6 +21,16 @@ def test_ranks_notebook_smoke(tmp_path):
     assert sorted(rows["rank"].astype(str).unique()) == ["0", "1"] and (rows.value > 0).all()
     assert payload["aggregate_samples_per_s"]["R2 w0"] > 0
     assert (tmp_path / "out" / "ranks_workers.png").is_file()
+    dc = payload["doctor_check"]                                     # the doctor's advice beside the grid
+    assert dc["tolerance"] > 0 and [(r["ranks"], r["workers_per_rank"]) for r in dc["rows"]] == [(2, 0)]
+    assert dc["advised"] is not None and tuple(dc["best"]) == (2, 0)
+    assert any(line.startswith("Doctor's advice") and "tolerance" in line for line in payload["readings"])
+    pcs = payload["page_cache"]                                      # shared page cache: chunks and samples
+    assert [p.get("split") for p in pcs] == ["chunks", "samples"] and all("error" not in p for p in pcs)
+    for p in pcs:
+        assert p["requested_bytes_total"] == pytest.approx(2 * p["file_bytes"])
+        assert p["resident_bytes_after_warm"] is None or p["resident_bytes_after_warm"] <= p["file_bytes"]
+    assert any(line.startswith("Page cache, 2 ranks") for line in payload["readings"])
     ok, why = available()
     rd = payload["remote_decode"]
     assert rd["available"] is ok

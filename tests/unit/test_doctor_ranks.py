@@ -34,3 +34,72 @@ def test_ranks_split_the_cores_and_the_cpu():
 def test_bad_rank_count_is_named():
     with pytest.raises(ValueError, match="--ranks 0"):
         advise_ranks(table(), SPEC, 0)
+
+
+def _adv(ranks, preds):
+    rows = [{"workers_per_rank": w, "rank_samples_per_s": p / ranks, "aggregate_samples_per_s": p,
+             "bound_stage": "decode", "binding_term": "x"} for w, p in enumerate(preds)]
+    return {"ranks": ranks, "cores_per_rank": 4, "rows": rows,
+            "best": max(rows, key=lambda r: r["rank_samples_per_s"]), "note": "predicted"}
+
+
+def _m(v):
+    return {"median": v, "q25": v * 0.9, "q75": v * 1.1}
+
+
+def test_calibrate_names_slower_settings_and_judges_the_advice():
+    from feedlab.doctor.ranks import calibrate
+
+    advices = [_adv(1, [100, 180, 200]), _adv(2, [150, 300, 320])]        # advice: 2 ranks × 2 workers
+    measured = {(1, 0): _m(95), (1, 2): _m(150), (2, 0): _m(140), (2, 2): _m(310), (2, 1): _m(200), (4, 0): _m(9)}
+    out = calibrate(advices, measured, tol=0.25)
+    assert out["advised"] == (2, 2) and out["best"] == (2, 2) and out["holds"] is True
+    status = {(r["ranks"], r["workers_per_rank"]): r["status"] for r in out["rows"]}
+    assert status == {(1, 0): "as predicted", (1, 2): "as predicted", (2, 0): "as predicted",
+                      (2, 1): "slower than predicted", (2, 2): "as predicted"}     # (4, 0): not priced, left out
+    text = "\n".join(out["lines"])
+    assert "tolerance 25%" in text and "holds." in text
+    assert "2 rank(s) × 1 workers: slower than predicted — measured 200 vs predicted 300" in text
+    assert "4 of 5 measured settings within 25%" in text
+
+
+def test_calibrate_advice_that_loses_to_the_measured_best_does_not_hold():
+    from feedlab.doctor.ranks import calibrate
+
+    out = calibrate([_adv(1, [100, 400])], {(1, 0): _m(200), (1, 1): _m(120)}, tol=0.2)
+    assert out["advised"] == (1, 1) and out["best"] == (1, 0) and out["holds"] is False
+    assert "does not hold." in out["lines"][0]
+    assert any("faster than predicted" in x for x in out["lines"]) and any("slower than predicted" in x for x in out["lines"])
+
+
+def test_calibrate_unmeasured_advice_or_empty_grid_says_so():
+    from feedlab.doctor.ranks import calibrate
+
+    out = calibrate([_adv(2, [100, 300])], {(2, 0): _m(90)})
+    assert out["holds"] is None and "not measured here" in out["lines"][0]
+    out = calibrate([_adv(2, [100, 300])], {})
+    assert out["advised"] is None and "nothing to compare" in out["lines"][0]
+
+
+def test_ranks_report_says_prediction_and_points_to_the_measurement():
+    adv = advise_ranks(table(cores=4, eff=4.0), SPEC, 2)
+    text = "\n".join(render_ranks(adv))
+    assert "predicted, not measured" in text and "python -m feedlab.bench --ranks 2" in text and "notebook 14" in text
+
+
+def test_grid_aggregates_feed_the_calibration():
+    import pandas as pd
+
+    from feedlab.experiments.ranks_grid import measured_aggregates, page_cache_format
+
+    rows = [dict(metric="aggregate_samples_per_s", ranks=2, workers_per_rank=1, rank="all", repeat=k, value=v)
+            for k, v in enumerate([100.0, 200.0, 300.0])]
+    rows.append(dict(metric="wall_s", ranks=2, workers_per_rank=1, rank=0, repeat=0, value=5.0))
+    m = measured_aggregates(pd.DataFrame(rows))
+    assert m == {(2, 1): {"median": 200.0, "q25": 150.0, "q75": 250.0}}
+    assert measured_aggregates(pd.DataFrame()) == {}
+    from feedlab.formats import FORMATS
+
+    f = page_cache_format()
+    assert FORMATS[f].chunked and FORMATS[f].mmap                       # chosen by capability
+    assert page_cache_format(present=[]) is None

@@ -130,15 +130,19 @@ def test_core_shares_are_disjoint_and_cover():
 
 
 def test_two_real_gloo_ranks_split_the_epoch(sr_root):
-    spec = P.PipelineSpec(format="npy_mmap", batch_size=8, num_workers=0, device="cpu")
+    """zarr in chunks of 16 (the fixture's): the launched ranks split by whole chunks (the format's own
+    split), 3 chunks over 2 ranks: 32 + 16 samples, the short rank padded from its own chunk."""
+    spec = P.PipelineSpec(format="zarr", batch_size=8, num_workers=0, device="cpu")
     out = ranks.launch(2, sr_root, spec, epochs=2, warmup=0, seed=5, record_indices=True, timeout_s=120)
-    assert out["backend"] == "gloo" and out["ranks"] == 2
+    assert out["backend"] == "gloo" and out["ranks"] == 2 and out["split"] == "chunks"
     rows = out["rows"]
     assert {(r["rank"], r["epoch"]) for r in rows} == {(0, 0), (1, 0), (0, 1), (1, 1)}
     for e in (0, 1):
-        idx = [i for r in rows if r["epoch"] == e for i in r["indices"]]
-        assert sorted(idx) == list(range(48))                  # 48 over 2 ranks: each index once
-        assert all(r["samples"] == 24 for r in rows if r["epoch"] == e)
+        per = [set(r["indices"]) for r in rows if r["epoch"] == e]
+        assert set.union(*per) == set(range(48))              # every index read
+        chunks = [{i // 16 for i in p} for p in per]
+        assert not chunks[0] & chunks[1]                       # no chunk read by both ranks
+        assert all(r["samples"] == 32 for r in rows if r["epoch"] == e)   # even: padded to the larger rank
     assert [r["indices"] for r in rows if r["epoch"] == 0] != [r["indices"] for r in rows if r["epoch"] == 1]
     assert len(out["per_rank"]) == 2 and out["aggregate_samples_per_s"] > 0
     assert out["slowest_rank_per_epoch"] and set(out["slowest_rank_per_epoch"]) <= {0, 1}

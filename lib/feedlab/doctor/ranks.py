@@ -5,7 +5,9 @@ each). A rank is priced as a machine of its own: ``share`` cores, and for ``k`` 
 processes of its own the CPU that ``R`` such ranks obtain together divided among them
 (the machine's measured capacity at ``R * min(k, share)`` processes, ÷ R). The stage
 costs are the table's (measured in one process); ``predict.predict`` does the rest.
-A prediction, not a measurement: ``python -m feedlab.bench --ranks R`` measures it.
+A prediction, not a measurement: ``python -m feedlab.bench --ranks R`` measures it, and
+notebook 14 measures the grid beside the advice; :func:`calibrate` turns the two into a
+verdict (predicted vs measured aggregate, each setting slower than predicted named).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def advise_ranks(table: CostTable, spec, ranks: int) -> dict:
                          "bound_stage": p["bound_stage"], "binding_term": p["binding_term"]})
     best = max(rows, key=lambda r: r["rank_samples_per_s"]) if rows else None
     return {"ranks": ranks, "cores_per_rank": m.cores, "rows": rows, "best": best,
-            "note": f"predicted, not measured: python -m feedlab.bench --ranks {ranks} --num-workers W measures it"}
+            "note": f"predicted, not measured: `python -m feedlab.bench --ranks {ranks} --num-workers W` measures "
+                    "it; notebook 14 checks this advice against its measured grid"}
 
 
 def render_ranks(adv: dict) -> list[str]:
@@ -50,3 +53,58 @@ def render_ranks(adv: dict) -> list[str]:
         lines.append(f"  advice: {b['workers_per_rank']} workers per rank "
                      f"(predicted {b['aggregate_samples_per_s']:,.0f} samples/s over {adv['ranks']} ranks)")
     return lines
+
+
+def calibrate(advices: list[dict], measured: dict, tol: float = 0.20) -> dict:
+    """The doctor's advice against a measured grid.
+
+    ``advices``: :func:`advise_ranks` results (one per rank count); ``measured``:
+    ``{(ranks, workers_per_rank): {"median", "q25", "q75"}}`` of the aggregate samples/s.
+    Each measured setting the doctor priced gets ``ratio`` = measured ÷ predicted and a
+    status: ``slower than predicted`` below ``1 - tol``, ``faster than predicted`` above
+    ``1 + tol``, else ``as predicted``. The advice (the rank count and workers with the
+    highest predicted aggregate) holds when its measured aggregate is at least ``1 - tol``
+    of the measured best setting. Returns ``rows``, ``advised``, ``best``, ``holds``
+    (None when the advised setting was not measured) and the ``lines`` to print."""
+    rows = []
+    for adv in advices:
+        for r in adv["rows"]:
+            key = (adv["ranks"], r["workers_per_rank"])
+            m = measured.get(key)
+            if m is None:
+                continue
+            ratio = m["median"] / r["aggregate_samples_per_s"] if r["aggregate_samples_per_s"] > 0 else float("nan")
+            status = ("slower than predicted" if ratio < 1 - tol else "faster than predicted" if ratio > 1 + tol
+                      else "as predicted")
+            rows.append({"ranks": key[0], "workers_per_rank": key[1], "predicted": r["aggregate_samples_per_s"],
+                         "measured": m["median"], "q25": m.get("q25"), "q75": m.get("q75"), "ratio": ratio,
+                         "status": status})
+    bests = [(a["ranks"], a["best"]) for a in advices if a.get("best")]
+    out = {"rows": rows, "tolerance": tol, "advised": None, "best": None, "holds": None, "lines": []}
+    lines = out["lines"]
+    if not bests or not measured:
+        lines.append("Doctor's advice vs measured: nothing to compare (no advice or no measured setting).")
+        return out
+    R, b = max(bests, key=lambda x: x[1]["aggregate_samples_per_s"])
+    out["advised"] = (R, b["workers_per_rank"])
+    best = max(measured, key=lambda k: measured[k]["median"])
+    out["best"] = best
+    mb = measured[best]["median"]
+    head = (f"Doctor's advice {R} rank(s) × {b['workers_per_rank']} workers (predicted "
+            f"{b['aggregate_samples_per_s']:,.0f} samples/s) vs the measured best {best[0]} rank(s) × {best[1]} "
+            f"workers ({mb:,.0f} samples/s), tolerance {100 * tol:.0f}%: ")
+    ma = measured.get(out["advised"])
+    if ma is None:
+        lines.append(head + "the advised setting was not measured here (add it to rank_counts / worker_counts).")
+    else:
+        out["holds"] = bool(ma["median"] >= (1 - tol) * mb)
+        lines.append(head + f"the advice measured {ma['median']:,.0f} samples/s ({100 * ma['median'] / mb:.0f}% of "
+                     f"the best, ×{ma['median'] / b['aggregate_samples_per_s']:.2f} of its prediction): "
+                     + ("holds." if out["holds"] else "does not hold."))
+    for r in rows:
+        if r["status"] != "as predicted":
+            lines.append(f"  {r['ranks']} rank(s) × {r['workers_per_rank']} workers: {r['status']} — measured "
+                         f"{r['measured']:,.0f} vs predicted {r['predicted']:,.0f} samples/s (×{r['ratio']:.2f}).")
+    n_ok = sum(r["status"] == "as predicted" for r in rows)
+    lines.append(f"  {n_ok} of {len(rows)} measured settings within {100 * tol:.0f}% of the doctor's prediction.")
+    return out

@@ -96,3 +96,85 @@ def readings(df) -> list[str]:
     if len(rs):
         out.append(f"set_epoch + drawing the order: median {1e3 * rs.median():.3f} ms per rank per epoch.")
     return out
+
+
+# ---------------------------------------------------------------- shared page cache between ranks
+
+EXP_CACHE = "ranks_page_cache"
+
+
+def page_cache_format(present=None) -> str | None:
+    """The store the page-cache part reads: the first registered SR format that is both
+    ``chunked`` and ``mmap`` (chosen by capability), else None."""
+    from feedlab.formats import FORMATS
+
+    for name, fs in FORMATS.items():
+        if fs.kind == "sr" and fs.chunked and fs.mmap and (present is None or name in present):
+            return name
+    return None
+
+
+def run_page_cache(data, spec: P.PipelineSpec, ranks: int, cores: list[int], seed: int = 0,
+                   splits=("chunks", "samples"), log=print) -> tuple[Results, list[dict]]:
+    """``rank_pagecache.page_cache_share`` for each split (cache evicted first every time).
+    Rows: per rank the cold and warm samples/s and the Rss / Pss of the store's maps; per run
+    the resident bytes and the bytes requested. Returns ``(results, outs)``."""
+    from feedlab.rank_pagecache import page_cache_share
+
+    res, outs = Results(), []
+    for split in splits:
+        try:
+            out = page_cache_share(data, spec, ranks, seed=seed, split=split, cores=cores)
+        except (ChildProcessError, OSError, ValueError) as exc:
+            log(f"page cache, split by {split}: failed: {exc}")
+            outs.append({"split": split, "error": str(exc)})
+            continue
+        common = dict(ranks=ranks, split=out["split"], format=out["format"], file_bytes=out["file_bytes"],
+                      evicted=out["evicted"])
+        var = f"R{ranks} {out['split']}"
+        for m in ("requested_bytes_total", "resident_bytes_after_cold", "resident_bytes_after_warm",
+                  "map_rss_sum", "map_pss_sum"):
+            if out[m] is not None:
+                res.add(EXP_CACHE, var, m, out[m], "bytes", rank="all", **common)
+        for r in out["per_rank"]:
+            for m, unit in (("cold_samples_per_s", "samples/s"), ("warm_samples_per_s", "samples/s"),
+                            ("map_rss", "bytes"), ("map_pss", "bytes"), ("rss", "bytes"), ("pss", "bytes")):
+                if r.get(m) is not None:
+                    res.add(EXP_CACHE, var, m, r[m], unit, rank=r["rank"], **common)
+        outs.append(out)
+    return res, outs
+
+
+# ---------------------------------------------------------------- the doctor's advice, checked
+
+
+def measured_aggregates(df) -> dict:
+    """``{(ranks, workers_per_rank): {median, q25, q75}}`` of the grid's aggregate samples/s."""
+    agg = df[df.metric == "aggregate_samples_per_s"] if len(df) else df
+    out = {}
+    if len(agg):
+        for (r, w), g in agg.groupby(["ranks", "workers_per_rank"]):
+            q25, med, q75 = g.value.quantile([0.25, 0.5, 0.75])
+            out[(int(r), int(w))] = {"median": float(med), "q25": float(q25), "q75": float(q75)}
+    return out
+
+
+def doctor_check(data, spec: P.PipelineSpec, rank_counts, worker_counts, cores: list[int], df, tol: float = 0.20,
+                 repeats: int = 2, samples: int = 32, log=print) -> dict:
+    """The doctor's stage table measured here (one process, warm cache), its ``--ranks`` advice
+    for each rank count of the grid, and ``doctor.ranks.calibrate`` against the grid's
+    measured aggregates (``df``: the grid's rows) with tolerance ``tol``."""
+    from feedlab.doctor.measure import Budget, Doctor
+    from feedlab.doctor.ranks import advise_ranks, calibrate
+
+    budget = Budget(repeats=repeats, warmup=1, samples=samples, e2e_batches=4, cold=False)
+    doc = Doctor(data, spec, max_workers=max([int(w) for w in worker_counts] + [0]), budget=budget,
+                 log=lambda m: None)
+    doc.measure(alternatives=False)
+    advices = [advise_ranks(doc.table, spec, int(r)) for r in sorted(set(int(x) for x in rank_counts))
+               if int(r) <= doc.table.machine.cores]
+    out = calibrate(advices, measured_aggregates(df), tol)
+    out["advices"] = advices
+    for line in out["lines"]:
+        log(line)
+    return out
