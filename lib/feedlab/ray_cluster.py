@@ -50,6 +50,8 @@ def split_cores(cores, trainer_cores: int = 0) -> tuple[list[int], list[int]]:
     at least one: the GPU box with too few cores). One line when nothing is left for the decode nodes."""
     cores = sorted(int(c) for c in cores)
     k = int(trainer_cores) or max(1, len(cores) // 4)
+    if len(cores) < 2:
+        raise ValueError(f"a trainer and a decode node need 2 usable cores; this process has {len(cores)}")
     if not 1 <= k < len(cores):
         raise ValueError(f"trainer_cores={trainer_cores}: the trainer needs 1..{len(cores) - 1} of the "
                          f"{len(cores)} usable cores so the decode nodes get the rest")

@@ -178,7 +178,29 @@ def test_too_few_cores_is_one_line_not_a_cluster(sr_root):
     pytest.importorskip("ray.data")
     said = []
     res, info = RP.run(sr_root, P.PipelineSpec(format="png"), ["png"], [0], 0, 1, 0, 1, 0, log=said.append)
-    assert len(res) == 0 and info["reason"].startswith("not run: trainer_cores=0") and len(said) == 1
+    assert len(res) == 0 and len(said) == 1
+    assert info["reason"] == "not run: a trainer and a decode node need 2 usable cores; this process has 1"
+
+
+def test_a_cluster_that_does_not_start_is_one_line(monkeypatch, sr_root):
+    pytest.importorskip("ray.data")
+    import ray
+    import ray.cluster_utils
+
+    class Stuck:
+        def __init__(self, **kw):
+            raise Exception("The current node timed out during startup.\nThis could happen because ...")
+
+    monkeypatch.setattr(ray.cluster_utils, "Cluster", Stuck)
+    before, said = os.sched_getaffinity(0), []
+    if len(before) < 2:
+        pytest.skip("needs 2 cores")
+    res, info = RP.run(sr_root, P.PipelineSpec(format="png"), ["png"], sorted(before), 0, 1, 0, 1, 0,
+                       log=said.append)
+    assert len(res) == 0 and not info["available"] and not ray.is_initialized()
+    assert info["reason"] == ("not run: the Ray test cluster did not start: Exception: The current node timed out "
+                              "during startup.")
+    assert said == [info["reason"]] and os.sched_getaffinity(0) == before
 
 
 # ---------------------------------------------------------------- the real cluster, tiny

@@ -228,13 +228,24 @@ def run(root, spec: P.PipelineSpec, pipelines, cores, trainer_cores: int, nodes:
         return res, info
     spec = spec.replace(device=P.resolve_device(spec.device))
     info.update(trainer_cores=trainer, node_cores=slices, nodes_share_cores=len(others) < nodes)
-    with RC.TestCluster(trainer, slices, node_cpus) as cl:
+    cl = RC.TestCluster(trainer, slices, node_cpus)
+    try:
+        cl.start()  # shuts down what it started when it fails
+    except Exception as exc:  # noqa: BLE001 - a cluster that does not come up (a loaded host) is one line
+        first = (str(exc).strip().splitlines() or [""])[0]
+        info.update(available=False, reason=f"not run: the Ray test cluster did not start: {type(exc).__name__}: "
+                                            f"{first}")
+        log(info["reason"])
+        return res, info
+    try:
         info.update(start_s=cl.start_s, nodes=cl.nodes, head_id=cl.head_id, node_cpus=cl.node_cpus)
         log(f"test cluster: head on cores {trainer}, {nodes} decode node(s) on {slices}, started in {cl.start_s:.1f} s")
         for fmt, work in todo:
             r, i = measure_pipeline(cl, root, spec.replace(format=fmt), work, epochs, warmup, seed, max_samples, log)
             res.extend(r)
             info["pipelines"][i["pipeline"]] = i
+    finally:
+        cl.shutdown()
     return res, info
 
 
