@@ -132,7 +132,8 @@ def _timed(make_iter, model, device, opt, threads):
 def measure_pipeline(cl: RC.TestCluster, root, spec: P.PipelineSpec, work: int, epochs: int, warmup: int,
                      seed: int = 0, max_samples: int = 0, log=print) -> tuple[Results, dict]:
     """The three arrangements, the decode cost and the step alone for one pipeline."""
-    T, R = len(cl.trainer_cores), cl.remote_cpus
+    # decode capacity: the Ray CPUs of the nodes, but no more than the distinct cores they run on
+    T, R = len(cl.trainer_cores), min(cl.remote_cpus, len({c for s in cl.node_cores for c in s}))
     base = P.open_dataset(root, spec, seed=seed)
     getattr(base, "dataset", base).verify = False
     n = len(base) if not max_samples else min(len(base), int(max_samples))
@@ -282,6 +283,11 @@ def readings(df, info: dict) -> list[str]:
            f"batches cross between object stores over loopback: real network transfer is NOT measured."]
     if info.get("nodes_share_cores"):
         out.append("More decode nodes than free cores: the nodes share those cores.")
+    remote = len({c for s in info.get("node_cores", []) for c in s})
+    if 0 < remote <= len(info.get("trainer_cores", [])):
+        out.append(f"The decode nodes have {remote} core(s), the trainer {len(info['trainer_cores'])}: moving decode "
+                   f"can at best about tie here (it adds no cores the trainer lacked, only hand-over work); where it "
+                   f"pays needs a machine with more cores than the trainer keeps.")
     by = df.groupby(["pipeline", "variant", "metric"]).value.median()
     for j in judge(df, info):
         p, pr = j["pipeline"], j["prediction"]
