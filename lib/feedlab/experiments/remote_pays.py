@@ -286,8 +286,8 @@ def readings(df, info: dict) -> list[str]:
     remote = len({c for s in info.get("node_cores", []) for c in s})
     if 0 < remote <= len(info.get("trainer_cores", [])):
         out.append(f"The decode nodes have {remote} core(s), the trainer {len(info['trainer_cores'])}: moving decode "
-                   f"can at best about tie here (it adds no cores the trainer lacked, only hand-over work); where it "
-                   f"pays needs a machine with more cores than the trainer keeps.")
+                   f"adds no cores here, so the most it can gain is the nodes' capacity over the trainer's own rate "
+                   f"(per pipeline below); a large gain needs more cores on the nodes than the trainer keeps.")
     by = df.groupby(["pipeline", "variant", "metric"]).value.median()
     for j in judge(df, info):
         p, pr = j["pipeline"], j["prediction"]
