@@ -234,3 +234,22 @@ def test_cluster_run_places_decode_off_the_head_and_sees_every_sample_once(sr_ro
     assert (df[df.metric == "bytes_per_sample"].value > 0).all()
     assert {j["verdict"] for j in RP.judge(df, info)} <= {"pays", "does not pay", "tie"}
     assert not math.isnan(info["pipelines"]["png*2"]["prediction"]["predicted_speedup"])
+
+
+@pytest.mark.parametrize("remote", [[160, 170, 150], [1, 1.2, 0.9]])
+def test_plot_draws_three_arrangements_and_passes_the_figure_checks(remote, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from feedlab.figcheck import check_figure
+
+    df, info = _synthetic({RP.DL: [100, 110, 90], RP.REMOTE: remote, RP.LOCAL: [80, 90, 85]})
+    fig, axes = plt.subplots(1, 1, squeeze=False)
+    RP.plot(df, info, axes[0])
+    ax = axes[0][0]
+    assert len(ax.patches) == 3 and [t.get_text() for t in ax.get_xticklabels()][1].startswith("Ray remote")
+    assert ax.get_yscale() == ("log" if remote[0] < 5 else "linear")   # a 100x gap goes on a log axis
+    assert "predicted" in ax.get_title() and check_figure(fig) == []
+    plt.close(fig)

@@ -326,5 +326,10 @@ def plot(df, info: dict, ax_row):
         ax.bar(range(3), meds, yerr=[lo, hi], color="#4C72B0", capsize=4)
         ax.set_xticks(range(3), [a.replace(" (", "\n(") for a in ARRANGEMENTS], fontsize=8)
         ax.set_ylabel("samples/s (median, IQR over epochs)")
+        if min(meds) > 0 and max(meds) / min(meds) > 20:  # a tall bar would flatten the others
+            from feedlab.plots import readable_log_axis
+
+            ax.set_yscale("log")
+            readable_log_axis(ax)
         ax.set_title(f"{name}: remote {j['line']}\npredicted from the per-sample costs: "
                      f"x{j['prediction']['predicted_speedup']:.2f}", fontsize=9)
