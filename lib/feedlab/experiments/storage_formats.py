@@ -18,6 +18,12 @@ on every batch, so workers can prefetch while it runs), ``cold`` (the files are
 evicted from the page cache before every epoch, see :mod:`feedlab.cache`).
 References: the memcpy-into-batch-slot ceiling on the same samples in RAM, and
 the write-ups' baseline (PNG + PIL + ToTensor + default_collate).
+
+Every row is read speed alone: the stores are opened with ``verify=False`` (no
+per-sample crc32c check, which feedlab's readers do by default), so formats are
+compared with each other and with the ceiling on what they read, not on a check
+the ceiling does not do. ``verify=True`` measures the readers as a training run
+that keeps the check would use them.
 """
 
 from __future__ import annotations
@@ -91,12 +97,14 @@ def store_files(root, fmt: str) -> list[Path]:
     return cache.files_under(*(root / p for p in STORE_PATHS[store_of(fmt)]))
 
 
-def open_format(root, fmt: str, samples: int | None = None):
+def open_format(root, fmt: str, samples: int | None = None, verify: bool = False):
+    """The store ``fmt`` reads, its first ``samples``; ``verify``: the per-sample checksum
+    check on read (off: read speed alone)."""
     store = store_of(fmt)
     if fmt == "zarr":
-        ds = PerSample(formats.open_dataset(root, "zarr", cache_chunk=False))
+        ds = PerSample(formats.open_dataset(root, "zarr", cache_chunk=False, verify=verify))
         return Head(ds, samples)
-    return Head(formats.open_dataset(root, store), samples)
+    return Head(formats.open_dataset(root, store, verify=verify), samples)
 
 
 def loaders_for(fmt: str, worker_counts: Sequence[int]) -> list[str]:
@@ -231,15 +239,15 @@ def _close(ds) -> None:
 def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: int = 1,
             samples: int | None = None, mode: str = "read", model=None, optimizer=None,
             device="cpu", res: Results | None = None, collate_fn=None,
-            variant: str | None = None) -> Results:
+            variant: str | None = None, verify: bool = False) -> Results:
     """Time one (format, loader) in ``mode`` (read | train | cold); rows go to ``res``."""
     res = res if res is not None else Results()
     params = dict(format=fmt, loader=loader, num_workers=num_workers_of(loader), batch_size=batch_size,
                   mode=mode, samples=samples or 0)
     variant = variant or f"{fmt}/{loader}"
     def open_all():
-        d = open_format(root, fmt, samples) if collate_fn is None else Head(
-            formats.open_dataset(root, store_of(fmt)), samples)
+        d = open_format(root, fmt, samples, verify) if collate_fn is None else Head(
+            formats.open_dataset(root, store_of(fmt), verify=verify), samples)
         return d, make_loader(d, fmt, loader, batch_size, collate_fn=collate_fn)
 
     ds, ld = open_all()
@@ -324,12 +332,13 @@ def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples
 
 
 def baseline(root, repeats: int, warmup: int = 1, samples: int | None = None, batch_size: int = 128,
-             num_workers: int = 2, res: Results | None = None) -> Results:
-    """The write-ups' starting point: PNG decoded by PIL, ToTensor per image, default_collate."""
+             num_workers: int = 2, res: Results | None = None, verify: bool = False) -> Results:
+    """The write-ups' starting point: PNG decoded by PIL, ToTensor per image, default_collate
+    (no checksum check by default: the write-ups had none)."""
     from feedlab.collate import totensor_collate
 
     return measure(root, "png", f"dl_w{num_workers}", batch_size, repeats, warmup, samples, "read",
-                   res=res, collate_fn=totensor_collate, variant="baseline_png_pil_totensor")
+                   res=res, collate_fn=totensor_collate, variant="baseline_png_pil_totensor", verify=verify)
 
 
 def disk_table(root, fmts: Iterable[str]):
@@ -370,11 +379,13 @@ def bytes_per_sample(root, bytes_on_disk: dict) -> dict:
 def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] = (2,), batch_size: int = 128,
         repeats: int = 3, warmup: int = 1, samples: int | None = None, with_model: bool = False,
         model_name: str = "srcnn", model_kw: dict | None = None, cold: bool = False, device=None,
-        loaders: Sequence[str] | None = None, log: Callable[[str], None] | None = print) -> Results:
+        loaders: Sequence[str] | None = None, log: Callable[[str], None] | None = print,
+        verify: bool = False) -> Results:
     """The grid: read-alone for every (format, loader), then the references, then
     (optionally) with a training step and cold-cache epochs. ``loaders`` limits the
     loader kinds (names as in :func:`loaders_for`, ``dl_wN`` for "DataLoader with the
-    largest worker count"); None means all."""
+    largest worker count"); None means all. ``verify``: the per-sample checksum check on
+    every timed read (off by default: read speed alone)."""
     def keep(lo: str) -> bool:
         if loaders is None:
             return True
@@ -384,11 +395,11 @@ def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] =
     res = Results()
     for fmt in fmts:
         for loader in filter(keep, loaders_for(fmt, worker_counts)):
-            measure(root, fmt, loader, batch_size, repeats, warmup, samples, "read", res=res)
+            measure(root, fmt, loader, batch_size, repeats, warmup, samples, "read", res=res, verify=verify)
             if log:
                 _log_last(res, log)
     memcpy_ceiling(root, batch_size, repeats, warmup, samples, res=res)
-    baseline(root, repeats, warmup, samples, batch_size=128, num_workers=2, res=res)
+    baseline(root, repeats, warmup, samples, batch_size=128, num_workers=2, res=res, verify=verify)
     if log:
         _log_last(res, log)
     if with_model:
@@ -401,13 +412,13 @@ def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] =
                 torch.manual_seed(0)
                 model, opt = make_step_model(model_name, hr_shape, device, **(model_kw or {}))
                 measure(root, fmt, loader, batch_size, repeats, warmup, samples, "train", model, opt,
-                        device, res=res)
+                        device, res=res, verify=verify)
                 if log:
                     _log_last(res, log)
     if cold:
         for fmt in fmts:
             loader = "chunk" if fmt == "zarr_chunk" else "plain"
-            measure(root, fmt, loader, batch_size, repeats, 0, samples, "cold", res=res)
+            measure(root, fmt, loader, batch_size, repeats, 0, samples, "cold", res=res, verify=verify)
             if log:
                 _log_last(res, log)
     return res
