@@ -134,10 +134,16 @@ def expand_workers(value, cores: int, key: str = "workers"):
     raise ValueError(f"{key}: {value!r} is not a worker count or a list of them")
 
 
-def worker_ladder(top: int) -> list[int]:
+def worker_ladder(top: int, also=()) -> list[int]:
     """Worker counts worth measuring from 0 to ``top``: every count up to 4, then steps
-    of about ×1.5 (6, 8, 12, 16, 24, ...), and ``top`` itself."""
+    of about ×1.5 (6, 8, 12, 16, 24, ...), ``top`` itself, and the counts in ``also``
+    that lie in 0..``top`` (those a claim is stated at, e.g. 7 or ``cores - 1``)."""
     top = int(top)
+    extra = sorted({int(w) for w in also if 0 <= int(w) <= top})
+    return sorted(set(_ladder(top)) | set(extra))
+
+
+def _ladder(top: int) -> list[int]:
     out = [w for w in range(0, min(top, 4) + 1)]
     w = 4
     while True:

@@ -57,21 +57,26 @@ use_style()
 
 
 def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | None = None,
-                formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+                formats: Sequence[str] = ("png", "svg"), footer: Sequence[str] | None = None) -> list[Path]:
     """Save ``fig`` as ``<out_dir>/<name>.png`` and ``.svg`` with a one-line
-    machine fingerprint footer. Returns the written paths."""
+    machine fingerprint footer (``footer``: one line per machine instead, for a
+    figure that draws several). Returns the written paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if fingerprint is None:
-        from feedlab.monitor import check_busy
+    if footer:
+        lines = list(footer)
+    else:
+        if fingerprint is None:
+            from feedlab.monitor import check_busy
 
-        check_busy(f"the measurement drawn in {name}")  # warns in one line on a loaded machine
-    fp = fingerprint or machine_fingerprint()
-    fig.text(0.005, 0.002, fingerprint_line(fp), fontsize=6.5, color="#666666",
+            check_busy(f"the measurement drawn in {name}")  # warns in one line on a loaded machine
+        lines = [fingerprint_line(fingerprint or machine_fingerprint())]
+    fig.text(0.005, 0.002, "\n".join(lines), fontsize=6.5, color="#666666",
              ha="left", va="bottom", wrap=True)  # a narrow figure wraps it instead of cutting it
     if getattr(fig, "_suptitle", None) is not None:
         fig._suptitle.set_wrap(True)  # a long title on a narrow figure wraps instead of leaving it
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    bottom = 0.03 * len(lines)  # room for every footer line (one line: as always)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     from feedlab.figcheck import enforce
 
     enforce(fig, name)  # legend where needed and off the data, nothing outside the canvas

@@ -2,7 +2,9 @@
 
     python -m feedlab.readme
 
-For every ``figures/<notebook>/<machine>/`` it lists the notebook's computed reading
+It first redraws the comparison figures (:mod:`feedlab.compare`: every committed
+machine in one figure per notebook question, shown above the table). For every
+``figures/<notebook>/<machine>/`` it lists the notebook's computed reading
 (``results.json`` → ``reading``: written by the notebook from that run's numbers)
 with the fingerprint of the machine that made them, and the PNG figures in a table
 with one column per machine, so that a GPU box's run sits beside a laptop's. The
@@ -16,6 +18,7 @@ import re
 import sys
 from pathlib import Path
 
+from feedlab import compare, gpu_readings
 from feedlab.claims import ledger as claims_ledger
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
@@ -77,6 +80,8 @@ def _notebook_block(nb_dir: Path, machines: dict[str, Path], fps: dict[str, dict
              f"Notebook: [`notebooks/{name}.ipynb`](notebooks/{name}.ipynb) · results: "
              + " · ".join(f"[`{key}`]({folder.relative_to(REPO_ROOT).as_posix()}/)"
                           for key, folder in machines.items()) + "\n"]
+    for png in compare.figures_for(name, nb_dir.parent):  # every machine in one figure, above the table
+        parts.append(f"![{name}: machines compared]({png.relative_to(REPO_ROOT).as_posix()})\n")
     for key, folder in machines.items():
         reading = _reading(folder, name)
         fp_line = fingerprint_line(fps[key]) if fps.get(key) else "no fingerprint"
@@ -124,7 +129,9 @@ def section(figures_dir: Path = FIGURES_DIR) -> str:
         parts.extend(_notebook_block(nb_dir, machines, fps))
     head = ["Each reading below was computed by its notebook from the numbers of the run that drew "
             "the figures (median and interquartile range over repeats). Results are kept per machine "
-            "(`figures/<notebook>/<machine>/`); a run on your own machine lands beside these.", ""]
+            "(`figures/<notebook>/<machine>/`); a run on your own machine lands beside these, and where "
+            "two or more machines ran a notebook, its first figure draws them all. The GPU questions, judged per machine: "
+            "[docs/GPU_READINGS.md](docs/GPU_READINGS.md).", ""]
     for key, fps in sorted(all_fps.items(), key=lambda kv: (not kv[0].startswith("cpu"), kv[0])):
         # one line per machine: what it is, the commits its results came from, the span of its
         # runs, and how many of them the busy-machine check flagged
@@ -203,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.parse_args(argv)  # --help prints and exits before anything is read or written
     with cli_errors("python -m feedlab.readme"):
+        compare.write_all()  # figures/<notebook>/machines_*: every committed machine in one figure
         print("README updated" if update_readme() else "README unchanged")
         print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
+        print("docs/GPU_READINGS.md updated" if gpu_readings.write() else "docs/GPU_READINGS.md unchanged")
     return 0
 
 

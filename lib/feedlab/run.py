@@ -2,7 +2,7 @@
 
     python -m feedlab.run [--profile quick|full|smoke] [--only NAME ...]
                           [-p KEY VALUE ...] [--out-root DIR] [--data-only]
-                          [--dry-run [--cores N]]
+                          [--dry-run [--cores N]] [--tar FILE]
 
 Values after ``-p`` are parsed as YAML (``-p batch_sizes "[8, 32]"`` is a list).
 A ``-p`` key reaches only the notebooks that declare it; the runner says which do
@@ -12,7 +12,10 @@ Each executed notebook is kept beside its figures (``figures/<name>/<name>.execu
 as the record of the run. The data the notebooks need is built first if missing.
 Exits non-zero naming the notebook and the cell that failed. ``--dry-run`` prints,
 per notebook, the parameters it would run with once the profile is resolved for this
-machine (``--cores N`` pretends N usable cores), and runs nothing.
+machine (``--cores N`` pretends N usable cores), and runs nothing. ``--tar FILE``
+rewrites FILE (``.tar`` or ``.tar.gz``) after each notebook, ok or failed, with this
+machine's results (``figures/*/<machine_key>/``): on a borrowed machine whose tree is
+replaced between commands, that one file carries the results home (docs/GPU_RUN.md).
 """
 
 from __future__ import annotations
@@ -28,6 +31,30 @@ import yaml
 from feedlab.nbparams import notebook_parameters
 from feedlab.paths import NOTEBOOKS_DIR, figure_dir
 from feedlab.profiles import PROFILES, choose_profile, profile_values
+
+
+def tar_results(dest: Path, root: Path | None = None, key: str | None = None) -> int:
+    """Write ``dest``, a tar of ``root/*/<key>/`` (this machine's results), whole or not at all;
+    names in it start at ``root``'s parent (``figures/01_x/h100-16c/...``). Returns the folders."""
+    import tarfile
+
+    from feedlab.machines import machine_key
+    from feedlab.paths import FIGURES_DIR
+
+    root = Path(root or FIGURES_DIR)
+    key = key or machine_key()
+    folders = sorted(p for p in root.glob(f"*/{key}") if p.is_dir())
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    try:
+        with tarfile.open(tmp, "w:gz" if dest.name.endswith(".gz") else "w") as tf:
+            for folder in folders:
+                tf.add(folder, arcname=folder.relative_to(root.parent).as_posix())
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return len(folders)
 
 
 def list_notebooks() -> list[Path]:
@@ -215,6 +242,8 @@ def _main(argv: list[str] | None = None) -> int:
                     help="print each notebook's resolved parameters and run nothing")
     ap.add_argument("--cores", type=int, metavar="N",
                     help="with --dry-run: resolve worker counts for N usable cores instead of this machine's")
+    ap.add_argument("--tar", type=Path, metavar="FILE",
+                    help="after each notebook, write FILE: a tar of this machine's results (figures/*/<machine>/)")
     args = ap.parse_args(argv)
     if args.cores is not None:
         if not args.dry_run:
@@ -276,9 +305,13 @@ def _main(argv: list[str] | None = None) -> int:
             msg = f"{nb.name} failed in {_failed_cell(exc)}"
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
             failures.append(msg)
+            if args.tar:
+                tar_results(args.tar, args.out_root)
             if not args.keep_going:
                 break
             continue
+        if args.tar:
+            tar_results(args.tar, args.out_root)
         print(f"    ok in {time.perf_counter() - t0:.1f} s -> {executed.relative_to(executed.parents[2]) if len(executed.parents) > 2 else executed}",
               flush=True)
     total = time.perf_counter() - t_all

@@ -43,6 +43,9 @@ def test_worker_ladder():
     assert machines.worker_ladder(4) == [0, 1, 2, 3, 4]
     assert machines.worker_ladder(18) == [0, 1, 2, 3, 4, 6, 8, 12, 16, 18]
     assert machines.worker_ladder(0) == [0]
+    # the counts a claim is stated at join the ladder, inside 0..top only
+    assert machines.worker_ladder(18, also=(7, 15)) == [0, 1, 2, 3, 4, 6, 7, 8, 12, 15, 16, 18]
+    assert machines.worker_ladder(4, also=(7, 1)) == [0, 1, 2, 3, 4]
 
 
 def test_usable_cores_can_be_pretended(monkeypatch):

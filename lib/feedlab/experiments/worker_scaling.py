@@ -139,10 +139,12 @@ def throughput_vs_workers(data_root, max_workers: int, batch_size: int, models: 
                           device=None, warmup: int = 1, log=None) -> Results:
     """samples/s for num_workers along :func:`feedlab.machines.worker_ladder` up to
     ``max_workers`` (0, 1, 2, 3, 4, 6, 8, 12, ...: every count on a small machine, about
-    ×1.5 steps on a large one); one line per model."""
-    from feedlab.machines import worker_ladder
+    ×1.5 steps on a large one), plus the counts write-up 002's claims are stated at
+    (7 workers, and one less than the usable cores); one line per model."""
+    from feedlab.machines import usable_cores, worker_ladder
 
-    settings = grid(batch_size=batch_size, num_workers=worker_ladder(max_workers),
+    ladder = worker_ladder(max_workers, also=(7, usable_cores() - 1))
+    settings = grid(batch_size=batch_size, num_workers=ladder,
                     format=fmt, model=list(models))
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
                     warmup=warmup, experiment="throughput_vs_workers", log=log)

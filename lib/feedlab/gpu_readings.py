@@ -1,0 +1,259 @@
+"""The GPU readings of issue #11, each computed from one machine's committed results.
+
+Seven questions a GPU run answers, each with its tolerance stated, judged per machine
+from ``figures/<notebook>/<machine>/`` (``results.json``, ``results.csv``,
+``fingerprint.json``) by the functions below; ``docs/GPU_READINGS.md`` is generated
+from them by ``python -m feedlab.readme`` (a test compares). Where a write-up claim
+already judges the question (:mod:`feedlab.claims`), the reading reuses its verdict
+instead of computing it twice. A reading is ``supported``, ``partly``, ``not
+supported`` or ``not measured`` (with the reason: no CUDA, a number the run lacks).
+
+Nothing here holds a result: the PCIe ceiling, for one, is computed from the link
+generation and width that the run read from ``nvidia-smi`` (NVML); a run that could
+not read them gets "not measured", never an assumed link.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from feedlab import claims as C
+from feedlab.claims.core import NoData, Run
+from feedlab.paths import FIGURES_DIR, REPO_ROOT
+
+SUPPORTED, PARTLY, NOT_SUPPORTED, NOT_MEASURED = "supported", "partly", "not supported", "not measured"
+_FROM_CLAIM = {C.REPRODUCED: SUPPORTED, C.PARTLY: PARTLY, C.NOT_REPRODUCED: NOT_SUPPORTED,
+               C.NOT_TESTABLE: NOT_MEASURED}
+READINGS_MD = REPO_ROOT / "docs" / "GPU_READINGS.md"
+TIE = 0.03  # pinned and pageable within ±3% of each other: neither wins (the claims' 0.97 / 1.03)
+
+
+@dataclass(frozen=True)
+class Reading:
+    status: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    notebook: str
+    question: str
+    tolerance: str
+    test: Callable[[Run], Reading]
+
+
+def _claim(claim_id: str, run: Run) -> Reading:
+    v = C.judge(C.BY_ID[claim_id], run)
+    return Reading(_FROM_CLAIM[v.status], f"{v.ours} (claim `{claim_id}`)" if v.ours != "—" else v.note)
+
+
+def _graded(value: float, full: float, part: float) -> str:
+    return SUPPORTED if value >= full else PARTLY if value >= part else NOT_SUPPORTED
+
+
+# ---------------------------------------------------------------- the readings
+def epoch_vs_batch(run: Run) -> Reading:
+    return _claim("000-epoch-vs-batch", run)
+
+
+def gpu_util_by_batch(run: Run) -> Reading:
+    s = run.median(["num_workers", "batch_size"], experiment="batch_size_table", metric="gpu_util")
+    w = max(s.index.get_level_values(0))
+    series = ", ".join(f"b{int(b)} {float(u):.0f}%" for b, u in s.xs(w, level=0).items())
+    rise = _claim("000-gpu-util-rises", run)
+    return Reading(rise.status, f"NVML utilisation at {w} workers: {series}; {rise.text}")
+
+
+def step_ratios(step_ms: dict) -> dict[int, float]:
+    """Input size → median over batch sizes of pageable ÷ pinned step time (> 1: pinned faster)."""
+    per: dict[int, list[float]] = {}
+    for key, v in step_ms.items():
+        size = int(str(key).split("/")[0])
+        if v.get("pinned_ms") and v.get("pageable_ms"):
+            per.setdefault(size, []).append(float(v["pageable_ms"]) / float(v["pinned_ms"]))
+    if not per:
+        raise NoData("results.json: step_ms has no pinned and pageable step times")
+    return {s: statistics.median(r) for s, r in sorted(per.items())}
+
+
+def crossover(ratios: dict[int, float]) -> int | None:
+    """The smallest input size from which pinned memory wins (by more than the tie band) at
+    every larger size measured; None when it does not win at the largest."""
+    sizes = sorted(ratios)
+    found = None
+    for s in reversed(sizes):
+        if ratios[s] > 1 + TIE:
+            found = s
+        else:
+            break
+    return found
+
+
+def pinned_by_input_size(run: Run) -> Reading:
+    r = step_ratios(run.get("step_ms"))
+    cross = crossover(r)
+    listing = ", ".join(f"{s}: {x:.2f}×" for s, x in r.items())
+    small = min(r)
+    if cross is None:
+        return Reading(NOT_SUPPORTED, f"pinned never wins from some size on (pinned step speed ÷ pageable by input "
+                       f"size: {listing})")
+    if cross == small:
+        return Reading(NOT_SUPPORTED, f"no crossover: pinned wins already at input {small} ({listing})")
+    pageable_wins_small = r[small] < 1 - TIE
+    return Reading(SUPPORTED if pageable_wins_small else PARTLY,
+                   f"crossover at input {cross}: pinned wins from there on; at input {small} "
+                   f"{'pageable wins' if pageable_wins_small else 'a tie'} ({listing})")
+
+
+def pcie_ceiling(link: dict) -> tuple[float, str]:
+    """The payload ceiling of the link the run read (gen and width from nvidia-smi / NVML)."""
+    from feedlab.experiments.pinned_memory_by_input_size import pcie_theoretical_gbps
+
+    gen = (link or {}).get("gen_max") or (link or {}).get("gen_current")
+    width = (link or {}).get("width_max") or (link or {}).get("width_current")
+    if not gen or not width:
+        raise NoData("the run could not read the PCIe link generation and width (nvidia-smi); "
+                     "no ceiling is assumed")
+    try:
+        return pcie_theoretical_gbps(int(gen), int(width)), f"Gen{gen} x{width}"
+    except ValueError as e:
+        raise NoData(f"PCIe link read as Gen{gen} x{width}: {e}") from None
+
+
+def h2d_over_pcie(run: Run) -> Reading:
+    pinned = float(run.get("h2d_pinned_gbps"))
+    ceiling, basis = pcie_ceiling(run.payload.get("pcie") or {})
+    pageable = run.payload.get("h2d_pageable_gbps")
+    frac = pinned / ceiling
+    extra = f"; pageable {float(pageable) / ceiling:.2f} of it" if pageable else ""
+    return Reading(_graded(frac, 0.75, 0.5), f"pinned {pinned:.1f} GB/s = {frac:.2f} of the {basis} ceiling "
+                   f"({ceiling:.1f} GB/s, from the link read on that machine){extra}")
+
+
+def workers_all_cores(run: Run) -> Reading:
+    s = {int(k): float(v) for k, v in run.get("samples_per_s_with_model").items()}
+    cores = run.cores or 0
+    within = {w: v for w, v in s.items() if 1 <= w <= cores}
+    if 1 not in s or len(within) < 2:
+        raise NoData(f"needs rates from 1 worker up to the {cores} cores; measured {sorted(s)}")
+    best = max(within, key=within.get)
+    gain = within[best] / s[1]
+    claim = _claim("002-workers-2.7x", run)
+    over = max(s) > cores and max(s, key=s.get) not in within
+    return Reading(_graded(gain, 2.0, 1.3), f"{gain:.2f}× samples/s with the model, 1 → {best} workers (best of "
+                   f"{sorted(within)} on {cores} cores{'; more workers than cores did better' if over else ''}); "
+                   f"002's 1 → 7: {claim.status}")
+
+
+def nvjpeg_vs_cpu(run: Run) -> Reading:
+    df = run.frame
+    if "op" not in df.columns or "image_set" not in df.columns:
+        raise NoData("results.csv has no op / image_set columns")
+    gpu = df[(df.variant == "cuda") & (df.op == "decode_batch") & (df.metric == "img_per_s")]
+    if gpu.empty:
+        raise NoData("no nvJPEG (cuda decode_batch) rows")
+    image_set = sorted(gpu.image_set.unique())[-1]
+    g = float(gpu[gpu.image_set == image_set].value.median())
+    cpu = df[(df.op == "decode") & (df.image_set == image_set) & (df.metric == "img_per_s") & (df.variant != "cuda")]
+    if cpu.empty:
+        raise NoData(f"no CPU decode rows for {image_set}")
+    med = cpu.groupby("variant").value.median()
+    best, rate = str(med.idxmax()), float(med.max())
+    cores = run.cores or 1
+    ideal = rate * cores
+    return Reading(SUPPORTED if g >= ideal else PARTLY if g >= rate else NOT_SUPPORTED,
+                   f"{image_set}: nvJPEG {g:,.0f} img/s (the whole GPU) = {g / rate:.1f}× {best} on one core "
+                   f"({rate:,.0f} img/s) and {g / ideal:.2f}× {best} on all {cores} cores if it scaled perfectly "
+                   f"({ideal:,.0f} img/s, an upper bound, not measured)")
+
+
+def doctor_on_gpu(run: Run) -> Reading:
+    measured, predicted = float(run.get("measured_gain_total")), float(run.get("predicted_gain_total"))
+    steps = run.payload.get("steps") or []
+    per = "; ".join(f"{s.get('label', '?')}: predicted ×{s['predicted_gain']:.2f}, measured ×{s['measured_gain']:.2f}"
+                    for s in steps[1:] if s.get("predicted_gain") and s.get("measured_gain"))
+    share = measured / predicted if predicted > 0 else float("nan")
+    status = SUPPORTED if 0.8 <= share <= 1.25 else PARTLY if measured > 1.05 else NOT_SUPPORTED
+    return Reading(status, f"verdict {run.get('verdict')} (bound by {run.payload.get('bound_stage', '?')}); "
+                   f"measured ×{measured:.2f} against ×{predicted:.2f} predicted ({100 * share:.0f}% delivered)"
+                   + (f" — {per}" if per else ""))
+
+
+QUESTIONS: tuple[Question, ...] = (
+    Question("epoch-vs-batch", "09_batch_size_breakdown", "Epoch time vs batch size with SRCNN on the GPU (000: 5.3×)",
+             "claim 000-epoch-vs-batch: supported ≥ 2.65×, partly ≥ 1.25×", epoch_vs_batch),
+    Question("gpu-util-by-batch", "01_worker_scaling", "GPU utilisation by batch size, via NVML (000: 33% → 84%)",
+             "claim 000-gpu-util-rises: supported if it rises ≥ 25 points, partly ≥ 5", gpu_util_by_batch),
+    Question("pinned-crossover", "03_pinned_memory_by_input_size",
+             "Pinned vs pageable step time by input size, and where pinned starts to win (000, 003)",
+             f"supported: pageable wins at the smallest input and pinned from a larger one on; partly: a tie "
+             f"then pinned; ties within ±{TIE:.0%}", pinned_by_input_size),
+    Question("h2d-over-pcie", "03_pinned_memory_by_input_size",
+             "Pinned host→device bandwidth as a fraction of the PCIe link",
+             "supported ≥ 0.75 of the link's payload ceiling, partly ≥ 0.5 (link from nvidia-smi)", h2d_over_pcie),
+    Question("workers-all-cores", "01_worker_scaling", "Worker scaling on all the machine's cores (002: 1 → 7 ≈ 2.7×)",
+             "1 worker → the best count within the cores: supported ≥ 2.0×, partly ≥ 1.3×", workers_all_cores),
+    Question("nvjpeg-vs-cpu", "06_decode_backends", "nvJPEG against the best CPU decoder, per image",
+             "supported: the GPU beats the best CPU decoder on every core (ideal scaling); partly: on one core",
+             nvjpeg_vs_cpu),
+    Question("doctor-on-gpu", "10_doctor", "The doctor's verdict on the GPU machine: predicted vs measured gain",
+             "supported: 80–125% of the predicted gain delivered; partly: the advice raised throughput (> ×1.05)",
+             doctor_on_gpu),
+)
+
+
+def judge(q: Question, run: Run) -> Reading:
+    if run.fingerprint is None:
+        return Reading(NOT_MEASURED, "no fingerprint.json beside the results, so the machine is unknown")
+    if not run.has_gpu:
+        return Reading(NOT_MEASURED, "no CUDA GPU on this machine")
+    try:
+        return q.test(run)
+    except NoData as e:
+        return Reading(NOT_MEASURED, f"{e} (re-run {q.notebook})")
+
+
+def table(figures_dir: Path = FIGURES_DIR) -> tuple[list[str], dict[str, dict[str, Reading]]]:
+    """GPU machines with results, and ``{question id: {machine: reading}}``."""
+    from feedlab.machines import machine_dirs
+
+    runs = {nb: machine_dirs(nb, figures_dir) for nb in {q.notebook for q in QUESTIONS}}
+    machines = sorted({m for r in runs.values() for m in r if not m.startswith("cpu")})
+    out: dict[str, dict[str, Reading]] = {}
+    for q in QUESTIONS:
+        out[q.id] = {}
+        for m in machines:
+            folder = runs[q.notebook].get(m)
+            out[q.id][m] = (judge(q, Run(out_dir=folder)) if folder is not None
+                            else Reading(NOT_MEASURED, f"{q.notebook} has no results from {m} (run it there)"))
+    return machines, out
+
+
+def markdown(figures_dir: Path = FIGURES_DIR) -> str:
+    machines, t = table(figures_dir)
+    lines = ["# GPU readings", "",
+             "Generated by `python -m feedlab.readme` from the committed results (`feedlab.gpu_readings`); "
+             "do not edit. Each reading is computed from that machine's run, with the tolerance stated; "
+             "a CPU-only machine has none.", ""]
+    if not machines:
+        return "\n".join(lines + ["No GPU machine has committed results yet (see docs/GPU_RUN.md)."])
+    lines += ["| question | notebook | tolerance | " + " | ".join(machines) + " |",
+              "|---|---|---|" + "---|" * len(machines)]
+    for q in QUESTIONS:
+        cells = [f"**{r.status}**: {r.text}".replace("|", "/") for r in (t[q.id][m] for m in machines)]
+        lines.append(f"| {q.question} | [{q.notebook[:2]}](../notebooks/{q.notebook}.ipynb) | {q.tolerance} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write(path: Path = READINGS_MD) -> bool:
+    """Regenerate docs/GPU_READINGS.md; True when it changed."""
+    new = markdown() + "\n"
+    old = path.read_text() if path.is_file() else ""
+    if new != old:
+        path.write_text(new)
+    return new != old

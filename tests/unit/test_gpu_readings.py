@@ -1,0 +1,183 @@
+"""feedlab.gpu_readings on synthetic GPU-shaped results (the rows and payloads the CUDA branches write).
+
+Every number here is made up in the test to drive a verdict; nothing is committed as a result.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from feedlab import gpu_readings as G
+from feedlab.claims.core import Run
+
+GPU = {"cuda_available": True, "gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cpu_usable": 16, "cpu_logical": 16,
+       "cpu_model": "Test Xeon", "memory_bytes": 2 ** 37, "python": "3.12", "torch": "2.11",
+       "git": {"commit": "abcdef123456"}, "time_utc": "2026-01-01T10:00"}
+CPU = {**GPU, "cuda_available": False, "gpus": [], "cpu_usable": 2, "cpu_logical": 2}
+LINK = {"gen_current": 5, "width_current": 16, "gen_max": 5, "width_max": 16}
+
+
+def run(payload=None, frame=None, fp=GPU):
+    return Run(payload or {}, fingerprint=fp, frame=frame)
+
+
+def read(qid, payload=None, frame=None, fp=GPU):
+    return G.judge(next(q for q in G.QUESTIONS if q.id == qid), run(payload, frame, fp))
+
+
+# ---------------------------------------------------------------- 09: epoch time vs batch size
+def _ms(b8, b128):
+    return {"ms_per_sample": {f"baseline_w16_pin1_b{b}": v for b, v in ((8, b8), (32, 0.3), (128, b128))}}
+
+
+@pytest.mark.parametrize("b8,expect", [(1.6, G.SUPPORTED), (0.5, G.PARTLY), (0.3, G.NOT_SUPPORTED)])
+def test_epoch_vs_batch_follows_the_claim(b8, expect):
+    r = read("epoch-vs-batch", _ms(b8, 0.3))
+    assert r.status == expect and "000-epoch-vs-batch" in r.text
+
+
+# ---------------------------------------------------------------- 01: NVML utilisation by batch size
+def _util_frame(utils, workers=16):
+    return pd.DataFrame([{"experiment": "batch_size_table", "num_workers": workers, "batch_size": b, "repeat": r,
+                          "metric": "gpu_util", "value": u, "unit": "%", "device": "cuda"}
+                         for b, u in utils.items() for r in range(3)])
+
+
+def test_gpu_util_by_batch_lists_the_series_and_judges_the_rise():
+    r = read("gpu-util-by-batch", frame=_util_frame({8: 33.0, 32: 60.0, 128: 84.0}))
+    assert r.status == G.SUPPORTED and "b8 33%" in r.text and "b128 84%" in r.text
+    assert read("gpu-util-by-batch", frame=_util_frame({8: 11.0, 128: 6.0})).status == G.NOT_SUPPORTED
+
+
+def test_no_nvml_rows_is_not_measured():
+    frame = _util_frame({8: 1.0}).assign(metric="epoch_s")
+    r = read("gpu-util-by-batch", frame=frame)
+    assert r.status == G.NOT_MEASURED and "re-run 01_worker_scaling" in r.text
+
+
+# ---------------------------------------------------------------- 03: pinned vs pageable, the crossover
+def _steps(ratio_by_size):
+    return {"step_ms": {f"{s}/{b}": {"pageable_ms": ratio, "pinned_ms": 1.0}
+                        for s, ratio in ratio_by_size.items() for b in (8, 128)}}
+
+
+def test_crossover_is_the_size_from_which_pinned_always_wins():
+    assert G.crossover({16: 0.9, 32: 1.0, 64: 1.1, 128: 1.2}) == 64
+    assert G.crossover({16: 1.2, 32: 0.9, 64: 1.1}) == 64  # a loss above 16 moves it up
+    assert G.crossover({16: 1.2, 64: 1.01}) is None  # a tie at the largest: pinned does not win there
+
+
+@pytest.mark.parametrize("ratios,expect,words", [
+    ({16: 0.9, 32: 1.0, 64: 1.1, 128: 1.2}, G.SUPPORTED, "crossover at input 64"),
+    ({16: 1.0, 64: 1.1}, G.PARTLY, "a tie"),
+    ({16: 1.21, 64: 1.05}, G.NOT_SUPPORTED, "pinned wins already at input 16"),
+    ({16: 0.9, 64: 0.95}, G.NOT_SUPPORTED, "never wins"),
+])
+def test_pinned_by_input_size(ratios, expect, words):
+    r = read("pinned-crossover", _steps(ratios))
+    assert r.status == expect and words in r.text
+
+
+# ---------------------------------------------------------------- 03: H2D against the PCIe link
+@pytest.mark.parametrize("gbps,expect", [(55.0, G.SUPPORTED), (40.0, G.PARTLY), (10.0, G.NOT_SUPPORTED)])
+def test_h2d_fraction_of_the_link_read_on_the_machine(gbps, expect):
+    r = read("h2d-over-pcie", {"h2d_pinned_gbps": gbps, "h2d_pageable_gbps": 9.0, "pcie": LINK})
+    assert r.status == expect and "Gen5 x16" in r.text and f"{gbps / 63.008:.2f}" in r.text
+
+
+def test_the_ceiling_follows_the_link_not_a_constant():
+    gen4 = {"gen_current": 4, "width_current": 8, "gen_max": None, "width_max": None}
+    r = read("h2d-over-pcie", {"h2d_pinned_gbps": 12.0, "pcie": gen4})
+    assert "Gen4 x8" in r.text and "15.8 GB/s" in r.text and r.status == G.SUPPORTED
+
+
+@pytest.mark.parametrize("link", [{}, {"gen_current": None, "width_current": None}])
+def test_no_link_read_means_no_ceiling_and_says_so(link):
+    r = read("h2d-over-pcie", {"h2d_pinned_gbps": 50.0, "pcie": link})
+    assert r.status == G.NOT_MEASURED and "no ceiling is assumed" in r.text
+
+
+# ---------------------------------------------------------------- 01: worker scaling on 16 cores
+def test_workers_on_all_cores_uses_counts_within_the_cores():
+    rates = {"0": 1200.0, "1": 1900.0, "2": 3200.0, "6": 7200.0, "8": 6800.0, "16": 4700.0, "18": 9000.0}
+    r = read("workers-all-cores", {"samples_per_s_with_model": rates})
+    assert r.status == G.SUPPORTED and "1 → 6 workers" in r.text and "more workers than cores" in r.text
+    assert "002's 1 → 7: not measured" in r.text
+    slow = read("workers-all-cores", {"samples_per_s_with_model": {"1": 100.0, "4": 150.0}})
+    assert slow.status == G.PARTLY
+    assert read("workers-all-cores", {"samples_per_s_with_model": {"0": 1.0, "4": 2.0}}).status == G.NOT_MEASURED
+
+
+# ---------------------------------------------------------------- 06: nvJPEG vs the best CPU decoder
+def _decode_frame(gpu_rate):
+    rows = [{"variant": v, "op": "decode", "image_set": "jpeg_256", "metric": "img_per_s", "value": x}
+            for v, x in (("pil", 1800.0), ("simplejpeg", 3000.0), ("torchvision", 2900.0))]
+    rows += [{"variant": "simplejpeg", "op": "decode", "image_set": "jpeg_96", "metric": "img_per_s", "value": 9e4}]
+    if gpu_rate:
+        rows += [{"variant": "cuda", "op": "decode_batch", "image_set": "jpeg_256", "metric": "img_per_s",
+                  "value": gpu_rate * f} for f in (0.98, 1.0, 1.02)]
+    return pd.DataFrame(rows).assign(experiment="decode_backends", unit="img/s")
+
+
+@pytest.mark.parametrize("gpu,expect", [(60000.0, G.SUPPORTED), (25000.0, G.PARTLY), (2000.0, G.NOT_SUPPORTED)])
+def test_nvjpeg_against_the_best_cpu_decoder_of_the_same_images(gpu, expect):
+    r = read("nvjpeg-vs-cpu", frame=_decode_frame(gpu))
+    assert r.status == expect and "simplejpeg on one core (3,000 img/s)" in r.text
+    assert "upper bound, not measured" in r.text
+
+
+def test_no_nvjpeg_rows_is_not_measured():
+    assert read("nvjpeg-vs-cpu", frame=_decode_frame(None)).status == G.NOT_MEASURED
+
+
+# ---------------------------------------------------------------- 10: the doctor on the GPU machine
+def _doctor(measured, predicted):
+    return {"measured_gain_total": measured, "predicted_gain_total": predicted, "verdict": "data-bound",
+            "bound_stage": "decode",
+            "steps": [{"label": "0: start"}, {"label": "1: num_workers=10", "predicted_gain": predicted,
+                                              "measured_gain": measured}]}
+
+
+@pytest.mark.parametrize("measured,expect", [(9.0, G.SUPPORTED), (5.0, G.PARTLY), (0.95, G.NOT_SUPPORTED)])
+def test_doctor_predicted_vs_measured(measured, expect):
+    r = read("doctor-on-gpu", _doctor(measured, 10.0))
+    assert r.status == expect and "×10.00 predicted" in r.text and "1: num_workers=10" in r.text
+
+
+# ---------------------------------------------------------------- the machine and the table
+def test_every_reading_is_not_measured_on_a_cpu_machine():
+    for q in G.QUESTIONS:
+        r = G.judge(q, run({"h2d_pinned_gbps": 50.0, "pcie": LINK}, fp=CPU))
+        assert r.status == G.NOT_MEASURED and "no CUDA" in r.text
+
+
+def _write(figs, nb, key, fp, payload, frame=None):
+    d = figs / nb / key
+    d.mkdir(parents=True)
+    (d / "fingerprint.json").write_text(json.dumps(fp))
+    (d / "results.json").write_text(json.dumps(payload))
+    if frame is not None:
+        frame.to_csv(d / "results.csv", index=False)
+
+
+def test_table_has_a_column_per_gpu_machine_only(tmp_path):
+    _write(tmp_path, "03_pinned_memory_by_input_size", "cpu-2c", CPU, {"host_memcpy_gbps": 8.0})
+    _write(tmp_path, "03_pinned_memory_by_input_size", "h100-16c", GPU,
+           {"h2d_pinned_gbps": 55.0, "pcie": LINK, **_steps({16: 0.9, 64: 1.1})})
+    _write(tmp_path, "06_decode_backends", "h100-16c", GPU, {}, _decode_frame(25000.0))
+    machines, t = G.table(tmp_path)
+    assert machines == ["h100-16c"]
+    assert t["h2d-over-pcie"]["h100-16c"].status == G.SUPPORTED
+    assert t["pinned-crossover"]["h100-16c"].status == G.SUPPORTED
+    assert t["nvjpeg-vs-cpu"]["h100-16c"].status == G.PARTLY
+    assert "10_doctor has no results from h100-16c" in t["doctor-on-gpu"]["h100-16c"].text
+    md = G.markdown(tmp_path)
+    assert "| question | notebook | tolerance | h100-16c |" in md and md.count("\n| ") == 1 + len(G.QUESTIONS)
+
+
+def test_committed_gpu_readings_md_is_current():
+    assert G.READINGS_MD.read_text() == G.markdown() + "\n", \
+        "docs/GPU_READINGS.md is stale: run `python -m feedlab.readme`"
