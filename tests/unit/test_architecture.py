@@ -98,6 +98,20 @@ def test_no_module_over_about_400_lines_in_the_doctor_and_pipeline():
         assert n <= 420, f"{p.relative_to(REPO)} has {n} lines"
 
 
+# modules still over the cap, each with the most lines it may have until it is split (shrink only)
+OVER_THE_CAP = {"experiments/print_overhead.py": 455}
+
+
+def test_no_module_in_lib_over_about_450_lines():
+    over = []
+    for p in sorted(LIB.rglob("*.py")):
+        rel = str(p.relative_to(LIB))
+        n = len(p.read_text().splitlines())
+        if n > OVER_THE_CAP.get(rel, 450):
+            over.append(f"{rel}: {n} lines")
+    assert not over, "split along a concern, re-exporting (as formats._io, decode_support): " + "; ".join(over)
+
+
 def test_nothing_outside_formats_names_a_private_store_member():
     bad = re.compile(r"\._read\(|_env_for|\._decode_into|\._environment\(")
     for p in LIB.rglob("*.py"):
