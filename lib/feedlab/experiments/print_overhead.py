@@ -69,9 +69,12 @@ class LoopConfig:
 
 
 def make_step(batch_size: int = 32, input_size: int = 16, hidden: int = 256, device="cpu", seed: int = 0):
-    """A training step on one resident batch: MLP forward, cross-entropy, backward, SGD."""
+    """A training step on one resident batch: MLP forward, cross-entropy (integer labels),
+    backward, SGD; the step is :func:`feedlab.models.train_step`, as everywhere else."""
     import torch
     from torch import nn
+
+    from feedlab.models import train_step
 
     torch.manual_seed(seed)
     feats = 3 * input_size * input_size
@@ -79,14 +82,9 @@ def make_step(batch_size: int = 32, input_size: int = 16, hidden: int = 256, dev
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.rand(batch_size, 3, input_size, input_size, device=device)
     y = torch.randint(0, 10, (batch_size,), device=device)
-    loss_fn = nn.functional.cross_entropy
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
+        return train_step(model, opt, x, y)
 
     return step
 
