@@ -9,13 +9,19 @@
 * ``make_model('none' | 'srcnn' | 'resnet')``: ``'none'`` returns ``None``,
   meaning "load only"; every helper below accepts it and does nothing.
 
-A training step is split so a timer can put each phase on its own clock:
-``loss = forward(model, x, y)`` then ``backward_step(loss, optimizer)``;
-``train_step`` does both.
+The one training step of feedlab lives here (``timing.run_epoch``, ``pipeline.train_step``
+and the doctor all call it). It is split so a timer can put each phase on its own clock:
+``loss = forward(model, x, y)`` then ``backward_step(loss, optimizer)``; ``train_step``
+does both. The loss choice is :func:`step_loss`'s: the given ``loss_fn``; else MSE when
+the output has the target's shape (an SR pair: a model whose ``forward`` takes ``size``,
+as SRCNN's does, is asked for the target's size, so a set of any scale trains on its MSE),
+cross-entropy for integer labels, and the output's mean when there is no usable target.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Callable
 
 import torch
@@ -31,6 +37,7 @@ __all__ = [
     "forward",
     "make_model",
     "make_train_step",
+    "step_loss",
     "train_step",
 ]
 
@@ -59,7 +66,8 @@ class SRCNN(nn.Module):
 
     def forward(self, x: torch.Tensor, size: tuple[int, int] | None = None) -> torch.Tensor:
         if size is not None:
-            x = F.interpolate(x, size=size, mode="bicubic", align_corners=False)
+            if tuple(x.shape[-2:]) != tuple(size):  # already at the size asked: nothing to resize
+                x = F.interpolate(x, size=size, mode="bicubic", align_corners=False)
         elif self.scale != 1:
             x = F.interpolate(x, scale_factor=self.scale, mode="bicubic", align_corners=False)
         x = F.relu(self.conv1(x), inplace=True)
@@ -132,10 +140,11 @@ def make_model(name: str, **kw) -> nn.Module | None:
 
 
 def default_loss(model: nn.Module | None) -> nn.Module | None:
-    """The model's own criterion: MSE for SRCNN, cross-entropy for SmallResNet."""
+    """The model's own criterion: MSE for SRCNN, cross-entropy for SmallResNet; ``None`` for a
+    model without one (then :func:`step_loss` chooses from the batch)."""
     if model is None:
         return None
-    return getattr(model, "loss_fn", None) or nn.MSELoss()
+    return getattr(model, "loss_fn", None)
 
 
 def make_train_step(model: nn.Module | None, device="cpu", lr: float = 1e-3):
@@ -151,21 +160,46 @@ def make_train_step(model: nn.Module | None, device="cpu", lr: float = 1e-3):
     return default_loss(model), optimizer
 
 
-def forward(model: nn.Module | None, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module | None = None):
-    """The forward phase: ``loss_fn(model(x), y)``; ``None`` for the ``'none'`` model.
+@functools.lru_cache(maxsize=64)
+def _takes_size(cls: type) -> bool:
+    try:
+        return "size" in inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
 
-    For SRCNN, ``x`` is the LR batch and ``y`` the HR batch (the model
-    upsamples ``x`` to ``y``'s size). Returns the loss tensor without
-    reading it back, so no device synchronisation happens here.
+
+def _is_image_batch(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() == 4
+
+
+def step_loss(out: torch.Tensor, y: torch.Tensor | None, loss_fn: Callable | None = None) -> torch.Tensor:
+    """The loss of one step: ``loss_fn(out, y)`` when given; else MSE when ``out`` has the
+    target's shape, cross-entropy for integer labels, and ``out``'s mean when there is no
+    target (images without labels) or none that fits."""
+    if y is not None and loss_fn is not None:
+        return loss_fn(out, y)
+    if y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):
+        return F.mse_loss(out, y)
+    if y is not None and y.dtype in (torch.int64, torch.int32):
+        return F.cross_entropy(out, y.long())
+    return out.float().mean()
+
+
+def forward(model: nn.Module | None, x: torch.Tensor, y: torch.Tensor | None, loss_fn: Callable | None = None):
+    """The forward phase: the model's output for ``x`` and its :func:`step_loss`;
+    ``None`` for the ``'none'`` model.
+
+    With an image target (4-D ``y``), a model whose ``forward`` takes ``size`` (SRCNN)
+    is asked for ``y``'s spatial size, whatever the set's scale. Returns the loss tensor
+    without reading it back, so no device synchronisation happens here.
     """
     if model is None:
         return None
-    loss_fn = loss_fn or default_loss(model)
-    if isinstance(model, SRCNN):
-        pred = model(x, size=tuple(y.shape[-2:]))
+    if _is_image_batch(x) and _is_image_batch(y) and _takes_size(type(model)):
+        out = model(x, size=tuple(y.shape[-2:]))
     else:
-        pred = model(x)
-    return loss_fn(pred, y)
+        out = model(x)
+    return step_loss(out, y, loss_fn)
 
 
 def backward_step(loss: torch.Tensor | None, optimizer: torch.optim.Optimizer | None) -> None:

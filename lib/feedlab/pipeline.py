@@ -194,7 +194,7 @@ def make_training(model, device):
         model = build_model(resolve_model_name(model, device))
     if model is None:
         return None, None, None
-    own_loss = getattr(model, "loss_fn", None)  # else train_step picks one from the batch
+    own_loss = getattr(model, "loss_fn", None)  # else models.step_loss picks one from the batch
     if not any(p.requires_grad for p in model.parameters()):
         model.to(device)
         return model, own_loss, None
@@ -203,33 +203,11 @@ def make_training(model, device):
 
 
 def train_step(model, optimizer, x, y, loss_fn=None):
-    """The one training step: forward, loss, backward, optimizer step; returns the loss.
+    """The one training step, :func:`feedlab.models.train_step`: forward, loss (the choice is
+    :func:`feedlab.models.step_loss`'s), backward, optimizer step; returns the detached loss."""
+    from feedlab.models import train_step as step
 
-    Loss: ``loss_fn`` when given; else MSE when the output has the target's shape (an
-    SR pair; SRCNN upsamples to the target's size), cross-entropy for integer labels,
-    and the output's mean when there is no target (images without labels)."""
-    import torch
-    import torch.nn.functional as F
-
-    from feedlab.models import SRCNN
-
-    if isinstance(model, SRCNN) and y is not None and y.dim() == 4:
-        out = model(x, size=tuple(y.shape[-2:]))
-    else:
-        out = model(x)
-    if loss_fn is not None and y is not None:
-        loss = loss_fn(out, y)
-    elif y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):
-        loss = F.mse_loss(out, y)
-    elif y is not None and y.dtype in (torch.int64, torch.int32):
-        loss = F.cross_entropy(out, y.long())
-    else:
-        loss = out.float().mean()
-    if optimizer is not None:
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    return loss
+    return step(model, optimizer, x, y, loss_fn)
 
 
 # ---------------------------------------------------------------- the spec

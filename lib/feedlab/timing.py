@@ -323,26 +323,6 @@ def _to_device_float(t, device, non_blocking: bool):
     return t
 
 
-def _takes_size(model) -> bool:
-    import inspect
-
-    try:
-        return "size" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError, AttributeError):
-        return False
-
-
-def _forward(model, x, y):
-    """The model's output for ``x``. A super-resolution model that takes ``size`` (SRCNN)
-    is asked for the target's size, so a set of any scale (``data_prep sr --scale 3``) is
-    trained on its real MSE, as :func:`feedlab.pipeline.train_step` does, not on a
-    fallback loss over an output of the wrong size."""
-    if (y is not None and getattr(x, "dim", None) and x.dim() == 4 and getattr(y, "dim", None) and y.dim() == 4
-            and x.shape[-2:] != y.shape[-2:] and _takes_size(model)):
-        return model(x, size=tuple(y.shape[-2:]))
-    return model(x)
-
-
 def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
               loss_fn: Callable | None = None, max_batches: int | None = None,
               non_blocking: bool = True, timer: PhaseTimer | None = None,
@@ -352,8 +332,9 @@ def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
 
     Each batch is ``(inputs, targets)`` (or a single tensor). The inputs/targets
     go to ``device`` (uint8 tensors become float in [0, 1] there). With a ``model``,
-    a forward pass (and, with an ``optimizer``, backward + step) follows, so the
-    loader's prefetching overlaps real compute. ``on_batch(i, batch)`` is called
+    the one training step follows (:func:`feedlab.models.forward`, and with an
+    ``optimizer`` :func:`feedlab.models.backward_step`; the loss is chosen as
+    :func:`feedlab.models.step_loss` says), so the loader's prefetching overlaps real compute. ``on_batch(i, batch)`` is called
     after the step (used e.g. to print, to measure what printing costs).
     ``main_threads``: intra-op torch threads in this process for the epoch; ``"auto"``
     applies :func:`main_threads_for` (fewer threads beside CPU workers), ``None``
@@ -371,9 +352,8 @@ def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
 
 def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_blocking, timer,
                on_batch) -> EpochTiming:
-    import torch
+    from feedlab.models import backward_step, forward
 
-    user_loss = loss_fn
     timer = timer or PhaseTimer(device)
     sizes = []
     t_iter = perf_counter()
@@ -398,21 +378,11 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
             x = _to_device_float(x, device, non_blocking)
             y = _to_device_float(y, device, non_blocking)
             timer.mark("h2d")
-            if model is not None:
-                out = _forward(model, x, y)
-                if user_loss is not None:
-                    loss = user_loss(out, y)
-                elif y is not None and getattr(out, "shape", None) == getattr(y, "shape", None):
-                    loss = torch.nn.functional.mse_loss(out, y)
-                elif y is not None and y.dtype in (torch.int64, torch.int32):
-                    loss = torch.nn.functional.cross_entropy(out, y.to(device).long())
-                else:
-                    loss = out.float().mean()
+            if model is not None:  # the one step, feedlab.models', split at the phase marks
+                loss = forward(model, x, y, loss_fn)
                 timer.mark("forward")
                 if optimizer is not None:
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
+                    backward_step(loss, optimizer)
                     timer.mark("backward")
             if on_batch is not None:
                 on_batch(i, batch)

@@ -147,6 +147,17 @@ def test_per_sample_wrapper_hides_batched_reads(sr_root):
     assert len(S.open_format(sr_root, "lmdb", samples=7)) == 7
 
 
+def test_timed_reads_skip_the_checksum_check_unless_asked(sr_root):
+    """Rows are read speed alone: every store the experiment times is opened without the
+    per-sample checksum check (the set has a checksum table, so the check would run)."""
+    assert (Path(sr_root) / "crc32c.npy").is_file()
+    for fmt in ("png", "lmdb", "zarr", "zarr_chunk", "npy_mmap"):
+        ds = S.open_format(sr_root, fmt)
+        inner = ds.base.base if isinstance(ds.base, S.PerSample) else ds.base
+        assert inner.verify is False, fmt
+    assert S.open_format(sr_root, "lmdb", verify=True).base.verify is True
+
+
 def test_sorted_block_loader_for_hdf5(sr_root):
     ds = S.open_format(sr_root, "hdf5")
     loader = S.make_loader(ds, "hdf5", "chunk", 8)
@@ -201,6 +212,7 @@ def test_notebook_smoke(tmp_path):
     assert payload["formats"] == fmts and payload["repeats"] == 2
     assert payload["ceiling_samples_per_s"] > 0 and payload["baseline_samples_per_s"] > 0
     assert payload["ratio_best_to_baseline"] > 0
+    assert payload["verify_checksums"] is False
     df = pd.read_csv(tmp_path / "results.csv")
     read = df[(df["mode"] == "read") & (df.metric == "batch_load_ms") & df.variant.str.contains("/")]
     assert set(read["format"]) == set(fmts)

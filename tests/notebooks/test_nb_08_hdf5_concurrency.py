@@ -78,6 +78,13 @@ def test_per_worker_readers_return_every_sample(sr_root, reader):
     assert all(c.all_right for c in checks), [(c.wrong, c.missing, c.error) for c in checks]
 
 
+def test_readers_under_test_skip_the_checksum_check(sr_root):
+    """A wrong sample must come back for check_loader to count, not raise in the reader."""
+    for reader in ("hdf5_parent", "hdf5_per_worker", "lmdb_parent", "lmdb_per_worker", "lmdb_reopen_naive"):
+        assert H.open_reader(sr_root, reader).verify is False, reader
+    assert H.open_reader(sr_root, "lmdb_per_worker", verify=True).verify is True
+
+
 def test_per_worker_reader_under_spawn(sr_root):
     ref = H.reference_arrays(sr_root)
     c, = H.check_loader(H.open_reader(sr_root, "lmdb_per_worker"), ref, num_workers=2,
@@ -121,6 +128,7 @@ def test_notebook_smoke(tmp_path):
             assert s["expected"] == 2 * payload["samples"]
             assert s["right"] + s["wrong"] + s["missing"] >= s["expected"]
     assert payload["per_worker_all_right"] is True
+    assert payload["verify_checksums"] is False
     for reader in ("hdf5_per_worker", "lmdb_per_worker"):
         assert settings[f"{reader}/fork/w2"]["right"] == 2 * payload["samples"]
     assert payload["pickle_for_spawn"]["hdf5_parent"].startswith("TypeError")

@@ -36,6 +36,7 @@ def test_02_lmdb_vs_png(tmp_path):
     assert (per_setting == 4).all()  # 4 phases × 1 repeat
     assert all(v > 0 for v in payload["bytes_on_disk"].values())
     assert payload["lz4_ratio"] > 0
+    assert payload["verify_checksums"] is False
     assert (tmp_path / "out" / "phases_by_format.png").is_file()
 
 

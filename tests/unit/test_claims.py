@@ -239,3 +239,27 @@ def test_peer_ratio_rows_from_notebook_13_results(tmp_path):
     assert "| cpu-2c | sr | ×1.50 (1.20–1.90) | LitData | met (>= 1.0) |" in rows
     assert any("jpeg | n/a (no peer passed)" in r for r in rows)
     assert ledger.peer_ratio_rows(tmp_path / "nothing") == []
+
+
+# ---------------------------------------------------------------- shared helpers of the claim tests
+def test_setting_keys_parse_by_name_and_filter():
+    from feedlab.claims import core
+
+    ms = {"baseline_w2_pin0_b8": 4.0, "baseline_w2_pin1_b8": 3.0, "baseline_w2_pin1_b64": 1.0, "fixed_w2_pin1_b8": 9}
+    assert core.keyed(ms, "baseline_", pin=1) == {(2, 8): 3.0, (2, 64): 1.0}
+    assert set(core.keyed(ms, "baseline_", ("pin",))) == {(0,), (1,)}
+    assert core.keyed({"w0_b16": "0.5"}) == {(0, 16): 0.5}
+    with pytest.raises(core.NoData, match="no 'cold_…' entries"):
+        core.keyed(ms, "cold_")
+    assert core.by_int({"7": 2, "1": "1.5"}) == {7: 2.0, 1: 1.5}
+
+
+def test_verdict_helpers():
+    from feedlab.claims import core
+
+    assert core.verdict(True, False) == core.REPRODUCED
+    assert core.verdict(False, True) == core.PARTLY
+    assert core.verdict(False) == core.NOT_REPRODUCED
+    assert core.all_or_some(x > 1 for x in (2, 3)) == core.REPRODUCED
+    assert core.all_or_some([True, False]) == core.PARTLY
+    assert core.all_or_some([False]) == core.NOT_REPRODUCED

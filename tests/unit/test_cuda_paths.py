@@ -91,6 +91,16 @@ def test_time_callable_synchronises_each_round(fake_device):
     assert secs == pytest.approx([0.010 + 1e-6] * 3)
 
 
+def test_print_overhead_loop_waits_for_queued_steps(fake_device, monkeypatch):
+    """04's loop on a GPU: steps only queue work; the wall must include it (sync at both ends)."""
+    from feedlab.experiments import print_overhead as po
+
+    monkeypatch.setattr(po.time, "perf_counter", fake_device.clock)
+    secs = po.run_loop("none", fake_device.call, batches=5, device="cuda")
+    assert secs == pytest.approx(0.010 + 1e-6)
+    assert fake_device.pending == 0.0
+
+
 def test_autorange_honours_its_cap():
     # a call costing nothing would double forever: the cap is the count, not the next power of 2
     assert timing.autorange_number(lambda: None, min_time_s=60.0, max_number=10_000) == 10_000

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import SR_COUNT, SR_PATCH, SR_SCALE
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from feedlab import formats as F
 from feedlab.formats import lmdb_store
@@ -318,3 +318,45 @@ def test_datasets_pickle_without_open_handles(sr_root, sr_reference, fmt):
     ds[1]  # opens a handle in this process
     clone = pickle.loads(pickle.dumps(ds))
     np.testing.assert_array_equal(clone[9][1], sr_reference[9][1])
+
+
+def _backend(*names: str) -> str:
+    """The first of ``names`` this environment has (a non-default one shows that the choice travels)."""
+    from feedlab.decode_support import available_backends
+
+    have = available_backends()
+    return next((n for n in names if have[n].available), "pil")
+
+
+class _InWorker(Dataset):
+    """Item k: (decode backend name, first sample) of the k-th dataset, as a worker sees it."""
+
+    def __init__(self, datasets):
+        self.datasets = datasets
+
+    def __len__(self):
+        return len(self.datasets)
+
+    def __getitem__(self, k):
+        ds = self.datasets[k]
+        first = ds[0]
+        return ds.decode_name, np.asarray(first[0] if isinstance(first, tuple) else first)
+
+
+def test_encoded_image_datasets_reach_a_spawn_worker_with_their_decode_backend(sr_root, cls_root):
+    """png, imagefolder (jpeg) and images hold a decoder that does not pickle: each travels to a
+    spawned worker without it and rebuilds the same backend there, decoding the same pixels."""
+    import pickle
+
+    datasets = [F.open_dataset(sr_root, "png", decode=_backend("pyspng", "torchvision")),
+                F.open_dataset(cls_root, "jpeg", decode=_backend("simplejpeg", "torchvision")),
+                F.open_dataset(sr_root / "hr", "images", decode=_backend("pyspng", "torchvision"))]
+    here = [_InWorker(datasets)[k] for k in range(3)]
+    for ds in datasets:
+        clone = pickle.loads(pickle.dumps(ds))
+        assert clone.decode_name == ds.decode_name and clone._decode is not None
+    loader = DataLoader(_InWorker(datasets), batch_size=None, num_workers=1, multiprocessing_context="spawn")
+    there = list(loader)
+    assert [n for n, _ in there] == [n for n, _ in here]
+    for (_n, a), (_m, b) in zip(here, there):
+        np.testing.assert_array_equal(a, np.asarray(b))

@@ -96,3 +96,16 @@ def test_steady_rate_skips_the_prefetch_burst():
     assert G.prefetch_depth(G.PipelineSpec(batch_size=8, num_workers=0)) == 1
     short = EpochTiming(phases_s=phases[:4], batch_sizes=np.full(4, 10), wall_s=1.0, first_batch_s=1.0)
     assert G.steady_rate(short, skip=4) == short.samples_per_s    # too short: whole-epoch rate
+
+
+def test_02_times_reads_without_the_checksum_check(monkeypatch):
+    """02 compares the formats' read speed alone: every format's dataset is opened with
+    verify=False unless asked (the rows would otherwise include a crc32c per sample)."""
+    from feedlab.experiments import lmdb_vs_png
+
+    seen = {}
+    monkeypatch.setattr(lmdb_vs_png, "run_grid", lambda *a, **kw: seen.update(kw.get("dataset_opts") or {}))
+    lmdb_vs_png.run_formats("root", ["png", "lmdb"], [8], [0], model="none", device="cpu")
+    assert seen == {"png": {"verify": False}, "lmdb": {"verify": False}}
+    lmdb_vs_png.run_formats("root", ["lmdb"], [8], [0], model="none", device="cpu", verify=True)
+    assert seen["lmdb"] == {"verify": True}

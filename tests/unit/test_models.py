@@ -12,6 +12,7 @@ from feedlab.models import (
     forward,
     make_model,
     make_train_step,
+    step_loss,
     train_step,
 )
 
@@ -69,3 +70,41 @@ def test_make_model_errors_name_allowed_values():
     with pytest.raises(ValueError, match="none, srcnn, resnet"):
         make_model("vgg")
     assert isinstance(make_model("ResNet", num_classes=3), SmallResNet)
+
+
+def test_run_epoch_and_pipeline_train_step_are_one_step_on_a_scale_4_pair():
+    """A scale-4 SR pair with SRCNN (built for scale 2, as pipeline.build_model does): the
+    timed epoch and the doctor's step must compute the same MSE to the HR target and leave
+    the same gradients; a second loss choice in either path makes this fail."""
+    import copy
+
+    from feedlab import pipeline, timing
+
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+    y = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    xf, yf = x.float() / 255, y.float() / 255
+    a = make_model("srcnn", scale=2, n1=8, n2=4)
+    b = copy.deepcopy(a)
+    opt_a = torch.optim.SGD(a.parameters(), lr=0.0)  # lr 0: weights stay, gradients remain
+    opt_b = torch.optim.SGD(b.parameters(), lr=0.0)
+
+    outs = []
+    a.register_forward_hook(lambda m, args, out: outs.append(out.detach()))
+    timing.run_epoch([(x, y)], a, "cpu", opt_a, main_threads=None)
+    loss_b = pipeline.train_step(b, opt_b, xf, yf)
+
+    assert outs[0].shape == y.shape
+    loss_a = torch.nn.functional.mse_loss(outs[0], yf)
+    assert torch.allclose(loss_a, loss_b, rtol=1e-6, atol=0)
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.allclose(pa.grad, pb.grad, rtol=1e-5, atol=1e-8)
+
+
+def test_step_loss_choices():
+    out = torch.rand(2, 3, 4, 4)
+    assert torch.equal(step_loss(out, out.clone()), torch.tensor(0.0))
+    logits = torch.tensor([[5.0, -5.0], [-5.0, 5.0]])
+    assert step_loss(logits, torch.tensor([0, 1])) < 0.01
+    assert torch.equal(step_loss(out, None), out.mean())
+    assert step_loss(out, torch.zeros(1), loss_fn=lambda o, t: o.sum() * 0 + 7) == 7

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -118,6 +119,10 @@ class Run:
         """Median value per group of ``by`` over repeats, as a pandas Series."""
         return self.rows(**where).groupby(by)["value"].median()
 
+    def wide(self, by: list[str], column: str, **where):
+        """:meth:`median` per group of ``by`` with one column per value of ``column`` (a DataFrame)."""
+        return self.median([*by, column], **where).unstack(column)
+
     # -- the machine
     @property
     def cores(self) -> int | None:
@@ -193,3 +198,38 @@ def loglog_slope(xs, ys) -> float:
     if len(x) < 2 or np.ptp(x) == 0:
         raise NoData("fewer than two sizes to fit a slope")
     return float(np.polyfit(x, y, 1)[0])
+
+
+def verdict(reproduced: bool, partly: bool = False) -> str:
+    """REPRODUCED when ``reproduced`` holds, else PARTLY when ``partly`` does, else NOT_REPRODUCED."""
+    return REPRODUCED if reproduced else PARTLY if partly else NOT_REPRODUCED
+
+
+def all_or_some(flags) -> str:
+    """REPRODUCED when every flag holds, PARTLY when some do, else NOT_REPRODUCED."""
+    flags = list(flags)
+    return verdict(all(flags), any(flags))
+
+
+def by_int(mapping: dict) -> dict[int, float]:
+    """``{"2": 3.5}`` → ``{2: 3.5}``: a payload table keyed by a count (workers, batch size)."""
+    return {int(k): float(v) for k, v in mapping.items()}
+
+
+_PART = re.compile(r"([a-z]+)(\d+)")
+
+
+def keyed(mapping: dict, prefix: str = "", fields: tuple[str, ...] = ("w", "b"), **where: int) -> dict[tuple, float]:
+    """A payload table keyed by setting names (``"w2_b8"``, ``"baseline_w2_pin0_b8"``) → ``{(2, 8): x}``:
+    keys starting with ``prefix``, the rest split at ``_`` into name + number; ``fields`` pick the
+    tuple (a missing one is 0), ``where`` keeps only keys with those numbers (``pin=1``)."""
+    out = {}
+    for k, v in mapping.items():
+        if not k.startswith(prefix):
+            continue
+        parts = {m.group(1): int(m.group(2)) for p in k[len(prefix):].split("_") if (m := _PART.fullmatch(p))}
+        if all(parts.get(f, 0) == n for f, n in where.items()):
+            out[tuple(parts.get(f, 0) for f in fields)] = float(v)
+    if not out:
+        raise NoData(f"no '{prefix}…' entries")
+    return out

@@ -7,43 +7,26 @@ import statistics
 from feedlab.claims.core import (
     NOT_REPRODUCED,
     NOT_TESTABLE,
-    PARTLY,
     REPRODUCED,
     Claim,
     NoData,
     Outcome,
+    all_or_some,
     at_least,
     at_most,
+    keyed,
     loglog_slope,
+    verdict,
 )
 
 NB01, NB02, NB03, NB08, NB09 = ("01_worker_scaling", "02_lmdb_vs_png", "03_pinned_memory_by_input_size",
                                 "08_hdf5_concurrency", "09_batch_size_breakdown")
 
 
-def _keyed(d: dict, prefix: str) -> dict[tuple, float]:
-    """{'w2_b8': x} → {(2, 8): x} for keys starting with ``prefix``."""
-    out = {}
-    for k, v in d.items():
-        if not k.startswith(prefix):
-            continue
-        parts = dict((p[0], p[1:]) for p in k[len(prefix):].split("_") if p)
-        out[(int(parts.get("w", 0)), int(parts.get("b", 0)))] = float(v)
-    if not out:
-        raise NoData(f"no '{prefix}…' entries")
-    return out
-
-
 def epoch_vs_batch(run) -> Outcome:
     ms = run.get("ms_per_sample")
-    pins = sorted({int(k.split("_pin")[1][0]) for k in ms if k.startswith("baseline_")})
-    pin = pins[-1]
-    base = {}
-    for k, v in ms.items():
-        if k.startswith("baseline_") and f"_pin{pin}_" in k:
-            w = int(k.split("_w")[1].split("_")[0])
-            b = int(k.rsplit("_b", 1)[1])
-            base[(w, b)] = v
+    pin = max(p for (p,) in keyed(ms, "baseline_", ("pin",)))
+    base = keyed(ms, "baseline_", pin=pin)
     w = max(w for w, _ in base)
     sizes = sorted(b for ww, b in base if ww == w)
     r = base[(w, sizes[0])] / base[(w, sizes[-1])]
@@ -86,8 +69,7 @@ def forward_flat(run) -> Outcome:
 
 def backward_linear(run) -> Outcome:
     k, w, sizes = _phase_slope(run, "backward")
-    status = REPRODUCED if 0.7 <= k <= 1.3 else PARTLY if 0.4 <= k <= 1.6 else NOT_REPRODUCED
-    return Outcome(status, f"backward time ∝ batch^{k:.2f} over batch {sizes[0]}–{sizes[-1]}")
+    return Outcome(verdict(0.7 <= k <= 1.3, 0.4 <= k <= 1.6), f"backward time ∝ batch^{k:.2f} over batch {sizes[0]}–{sizes[-1]}")
 
 
 def loading_nonlinear(run) -> Outcome:
@@ -102,19 +84,18 @@ def loading_nonlinear(run) -> Outcome:
 
 
 def wait_share_falls(run) -> Outcome:
-    f = _keyed(run.get("data_wait_fraction"), "")
+    f = keyed(run.get("data_wait_fraction"))
     falls, parts = [], []
     for w in sorted({w for w, _ in f}):
         sizes = sorted(b for ww, b in f if ww == w)
         a, z = f[(w, sizes[0])], f[(w, sizes[-1])]
         falls.append(z <= 0.8 * a)
         parts.append(f"{w} workers {100 * a:.0f}% → {100 * z:.0f}%")
-    status = REPRODUCED if all(falls) else PARTLY if any(falls) else NOT_REPRODUCED
-    return Outcome(status, "share of time waiting for data, smallest → largest batch: " + "; ".join(parts))
+    return Outcome(all_or_some(falls), "share of time waiting for data, smallest → largest batch: " + "; ".join(parts))
 
 
 def fewer_workers_small_batch(run) -> Outcome:
-    ms = _keyed(run.get("ms_per_sample"), "")
+    ms = keyed(run.get("ms_per_sample"))
     workers = sorted({w for w, _ in ms})
     if len(workers) < 2:
         raise NoData("one worker count only")
@@ -122,8 +103,7 @@ def fewer_workers_small_batch(run) -> Outcome:
     sizes = sorted({b for _, b in ms})
     small = ms[(lo_w, sizes[0])] / ms[(hi_w, sizes[0])]
     large = ms[(lo_w, sizes[-1])] / ms[(hi_w, sizes[-1])]
-    status = (REPRODUCED if small <= 1.05 and large > 1.05 else PARTLY if small <= 1.05 else NOT_REPRODUCED)
-    return Outcome(status, f"{lo_w} vs {hi_w} workers, time per sample: {small:.2f}× at batch {sizes[0]}, "
+    return Outcome(verdict(small <= 1.05 and large > 1.05, small <= 1.05), f"{lo_w} vs {hi_w} workers, time per sample: {small:.2f}× at batch {sizes[0]}, "
                    f"{large:.2f}× at batch {sizes[-1]}", "≤ 1 means the fewer workers were no slower")
 
 
@@ -160,8 +140,7 @@ def lmdb_modest(run) -> Outcome:
     if not rs:
         raise NoData("no lmdb ratios")
     m = statistics.median(rs)
-    status = REPRODUCED if 1.0 < m <= 1.5 else PARTLY if m > 1.5 else NOT_REPRODUCED
-    return Outcome(status, f"LMDB (lz4) throughput {m:.2f}× PNG, median of {len(rs)} settings "
+    return Outcome(verdict(1.0 < m <= 1.5, m > 1.5), f"LMDB (lz4) throughput {m:.2f}× PNG, median of {len(rs)} settings "
                    f"({min(rs):.2f}–{max(rs):.2f}×)")
 
 

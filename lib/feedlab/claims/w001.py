@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from feedlab.claims.core import (
-    NOT_REPRODUCED,
-    NOT_TESTABLE,
-    PARTLY,
-    REPRODUCED,
-    Claim,
-    NoData,
-    Outcome,
-    at_least,
-    at_most,
-)
+import math
+
+from feedlab.claims.core import NOT_TESTABLE, Claim, NoData, Outcome, at_least, at_most, by_int, verdict
 
 NB01, NB03, NB05, NB07, NB11 = ("01_worker_scaling", "03_pinned_memory_by_input_size", "05_storage_formats",
                                 "07_totensor_vs_fast_collate", "11_worker_hygiene")
@@ -20,8 +12,7 @@ NB01, NB03, NB05, NB07, NB11 = ("01_worker_scaling", "03_pinned_memory_by_input_
 
 def _pieces(run):
     """Per (image_size, batch_size): the stock path's pieces, timed alone (ms)."""
-    s = run.median(["image_size", "batch_size", "variant"], kind="piece", metric="ms_per_batch")
-    return s.unstack("variant")
+    return run.wide(["image_size", "batch_size"], "variant", kind="piece", metric="ms_per_batch")
 
 
 def transpose_share(run) -> Outcome:
@@ -39,22 +30,20 @@ def transpose_largest(run) -> Outcome:
     top = p.idxmax(axis=1)
     n_t = int((top == "transpose").sum())
     other = top[top != "transpose"]
-    status = REPRODUCED if n_t == len(top) else PARTLY if 2 * n_t >= len(top) else NOT_REPRODUCED
     where = ", ".join(f"{s}²×{b}: {v}" for (s, b), v in list(other.items())[:4])
-    return Outcome(status, f"transpose is the largest piece at {n_t} of {len(top)} image × batch sizes"
+    return Outcome(verdict(n_t == len(top), 2 * n_t >= len(top)), f"transpose is the largest piece at {n_t} of {len(top)} image × batch sizes"
                    + (f"; elsewhere e.g. {where}" if where else ""))
 
 
 def fast_collate(run) -> Outcome:
-    s = run.median(["image_size", "batch_size", "variant"], kind="collate", metric="ms_per_batch").unstack("variant")
+    s = run.wide(["image_size", "batch_size"], "variant", kind="collate", metric="ms_per_batch")
     r = s["totensor"] / s["fast_nchw"]
-    status = REPRODUCED if r.min() >= 1.5 else PARTLY if r.median() > 1.0 else NOT_REPRODUCED
-    return Outcome(status, f"uint8 fast collate {r.median():.1f}× faster than ToTensor + default_collate "
+    return Outcome(verdict(r.min() >= 1.5, r.median() > 1.0), f"uint8 fast collate {r.median():.1f}× faster than ToTensor + default_collate "
                    f"(median; {r.min():.1f}–{r.max():.1f}× over {len(r)} image × batch sizes)")
 
 
 def too_many_workers(run) -> Outcome:
-    s = {int(k): float(v) for k, v in run.get("samples_per_s_loader").items()}
+    s = by_int(run.get("samples_per_s_loader"))
     cores = run.cores
     if cores is None:
         raise NoData("no core count in the fingerprint")
@@ -79,17 +68,17 @@ def chunks_warm(run) -> Outcome:
         cold = _sps(run, "cold/zarr_chunk/chunk") / _sps(run, "cold/zarr/plain")
     except NoData:
         cold = float("nan")
-    status = (REPRODUCED if warm < 1.2 else PARTLY if cold == cold and warm < cold / 2 else NOT_REPRODUCED)
-    return Outcome(status, f"Zarr read in chunk order over random ids, one process: {warm:.0f}× with a warm page "
-                   f"cache" + (f", {cold:.0f}× cold" if cold == cold else ""))
+    measured_cold = not math.isnan(cold)
+    return Outcome(verdict(warm < 1.2, measured_cold and warm < cold / 2),
+                   f"Zarr read in chunk order over random ids, one process: {warm:.0f}× with a warm page "
+                   f"cache" + (f", {cold:.0f}× cold" if measured_cold else ""))
 
 
 def daemon_workers(run) -> Outcome:
     sc = run.get("scenarios")
     left = {k: v["leftover"] for k, v in sc.items() if v.get("leftover", 0) > 0}
     outlive = {k: v["alive_after_del"] for k, v in sc.items() if v.get("alive_after_del", 0) > 0}
-    status = REPRODUCED if left else PARTLY if outlive else NOT_REPRODUCED
-    return Outcome(status, f"{len(left)} of {len(sc)} ways of stopping a loop left workers behind after a bounded "
+    return Outcome(verdict(bool(left), bool(outlive)), f"{len(left)} of {len(sc)} ways of stopping a loop left workers behind after a bounded "
                    f"wait; workers outlived `del` in: {', '.join(outlive) or 'none'}")
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from feedlab.claims.core import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, NoData, Outcome, at_least, at_most
+import math
+
+from feedlab.claims.core import Claim, NoData, Outcome, all_or_some, at_least, at_most, by_int, keyed, verdict
 
 NB01, NB06, NB10, NB12 = "01_worker_scaling", "06_decode_backends", "10_doctor", "12_beyond"
 
 
 def workers_speedup(run) -> Outcome:
-    s = {int(k): float(v) for k, v in run.get("samples_per_s_with_model").items()}
+    s = by_int(run.get("samples_per_s_with_model"))
     if 1 not in s or 7 not in s:
         raise NoData(f"needs rates at 1 and 7 workers; measured {sorted(s)}")
     r = s[7] / s[1]
@@ -16,13 +18,12 @@ def workers_speedup(run) -> Outcome:
 
 
 def sleep_parallel(run) -> Outcome:
-    wall = run.get("sleep_wall_s")
-    keyed = {tuple(int(p[1:]) for p in k.split("_")): v for k, v in wall.items()}
-    small_b = min(b for _, b in keyed)
-    ws = sorted(w for w, b in keyed if b == small_b)
+    wall = keyed(run.get("sleep_wall_s"))
+    small_b = min(b for _, b in wall)
+    ws = sorted(w for w, b in wall if b == small_b)
     if len(ws) < 2:
         raise NoData("one worker count only in the sleep timeline")
-    speed = keyed[(ws[0], small_b)] / keyed[(ws[-1], small_b)]
+    speed = wall[(ws[0], small_b)] / wall[(ws[-1], small_b)]
     eff = speed / (ws[-1] / ws[0])
     return Outcome(at_least(eff, 0.8, 0.5), f"{speed:.2f}× faster with {ws[-1]} workers than {ws[0]} "
                    f"(batch {small_b}; {100 * eff:.0f}% of the ideal {ws[-1] / ws[0]:.0f}×)")
@@ -59,7 +60,7 @@ def gpu_util_many(run) -> Outcome:
 
 
 def cores_minus_one(run) -> Outcome:
-    s = {int(k): float(v) for k, v in run.get("samples_per_s_with_model").items()}
+    s = by_int(run.get("samples_per_s_with_model"))
     cores = run.cores
     target = cores - 1
     if max(s) < cores:
@@ -67,8 +68,7 @@ def cores_minus_one(run) -> Outcome:
     best = max(s, key=s.get)
     at_t = s.get(target, float("nan"))
     rel = at_t / s[best]
-    status = REPRODUCED if rel >= 0.95 else PARTLY if abs(best - target) <= 1 else NOT_REPRODUCED
-    return Outcome(status, f"best at {best} workers; {target} workers (cores − 1) reach {100 * rel:.0f}% of it "
+    return Outcome(verdict(rel >= 0.95, abs(best - target) <= 1), f"best at {best} workers; {target} workers (cores − 1) reach {100 * rel:.0f}% of it "
                    "(with the model)")
 
 
@@ -84,9 +84,7 @@ def memory_per_worker(run) -> Outcome:
         ratios[variant] = float(workers.median()) / main
     if not ratios:
         raise NoData("no worker memory samples")
-    big = {v for v, r in ratios.items() if r >= 0.5}
-    status = REPRODUCED if len(big) == len(ratios) else PARTLY if big else NOT_REPRODUCED
-    return Outcome(status, "private memory (USS) of each worker at the end of an epoch, as a share of the main "
+    return Outcome(all_or_some(r >= 0.5 for r in ratios.values()), "private memory (USS) of each worker at the end of an epoch, as a share of the main "
                    "process's: " + ", ".join(f"{v} index {100 * r:.0f}%" for v, r in sorted(ratios.items())))
 
 
@@ -99,7 +97,7 @@ def io_tenfold(run) -> Outcome:
 def out_of_band(run) -> Outcome:
     g = run.get("out_of_band_gain")
     pil = float(g.get("pil", float("nan")))
-    if pil != pil:
+    if math.isnan(pil):
         raise NoData("no Pillow out-of-band gain")
     return Outcome(at_least(pil, 1.5, 1.1), f"decoding pre-resized JPEGs {pil:.1f}× faster than decode + resize "
                    "each epoch (Pillow)")

@@ -17,16 +17,21 @@ FORMATS = ("png", "lmdb", "lmdb_raw")
 
 def run_formats(data_root, formats: Sequence[str], batch_sizes: Sequence[int], worker_counts: Sequence[int],
                 model: str = "auto", repeats: int = 3, max_samples: int | None = None, device=None,
-                warmup: int = 1, log=None) -> Results:
+                warmup: int = 1, log=None, verify: bool = False) -> Results:
     """Per-phase timing for every format × batch size × worker count (stock collate,
-    as the write-up did; pin_memory on with CUDA, off without)."""
+    as the write-up did; pin_memory on with CUDA, off without).
+
+    ``verify=False`` (the default here): the stores are read without the per-sample
+    crc32c check that feedlab's readers do by default, so the rows compare the formats'
+    read speed alone, as the write-up (which had no checksums) did."""
     from feedlab.experiments.loader_grid import default_device
 
     device = device if device is not None else default_device()
     settings = grid(format=list(formats), batch_size=list(batch_sizes), num_workers=list(worker_counts),
                     model=model, pin_memory=str(device).startswith("cuda"))
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
-                    warmup=warmup, experiment="lmdb_vs_png", log=log)
+                    warmup=warmup, experiment="lmdb_vs_png", log=log,
+                    dataset_opts={f: {"verify": verify} for f in formats})
 
 
 def storage_table(data_root, formats: Sequence[str] = FORMATS):

@@ -37,10 +37,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from feedlab.experiments._print_tables import MODES, call_table, plot, sink_label, summary_table  # noqa: F401
 from feedlab.results import Results
 
 EXPERIMENT = "print_overhead"
-MODES = ("none", "print", "print_every", "logging", "tqdm")
 CHILD_SINKS = ("pty", "pipe", "file")
 
 
@@ -69,9 +69,12 @@ class LoopConfig:
 
 
 def make_step(batch_size: int = 32, input_size: int = 16, hidden: int = 256, device="cpu", seed: int = 0):
-    """A training step on one resident batch: MLP forward, cross-entropy, backward, SGD."""
+    """A training step on one resident batch: MLP forward, cross-entropy (integer labels),
+    backward, SGD; the step is :func:`feedlab.models.train_step`, as everywhere else."""
     import torch
     from torch import nn
+
+    from feedlab.models import train_step
 
     torch.manual_seed(seed)
     feats = 3 * input_size * input_size
@@ -79,14 +82,9 @@ def make_step(batch_size: int = 32, input_size: int = 16, hidden: int = 256, dev
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.rand(batch_size, 3, input_size, input_size, device=device)
     y = torch.randint(0, 10, (batch_size,), device=device)
-    loss_fn = nn.functional.cross_entropy
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
+        return train_step(model, opt, x, y)
 
     return step
 
@@ -145,11 +143,16 @@ class _Reporter:
         sys.stderr.flush()
 
 
-def run_loop(mode: str, step, batches: int, print_every: int = 50, log_dir: str = "") -> float:
-    """Run ``batches`` steps reporting in ``mode``; seconds per batch (wall, output included)."""
+def run_loop(mode: str, step, batches: int, print_every: int = 50, log_dir: str = "", device=None) -> float:
+    """Run ``batches`` steps reporting in ``mode``; seconds per batch (wall, output included).
+    On CUDA the loop's two clock reads wait for the queued steps (``timing._sync``), so the
+    wall holds the GPU's work; inside the loop nothing syncs, as in a real training loop."""
+    from feedlab.timing import _sync
+
     perf = time.perf_counter
     rep = _Reporter(mode, batches, print_every, log_dir)
     try:
+        _sync(device)
         t0 = perf()
         for i in range(batches):
             ts = perf()
@@ -157,6 +160,7 @@ def run_loop(mode: str, step, batches: int, print_every: int = 50, log_dir: str 
             rep(i, (perf() - ts) * 1e3)
         # flushing is part of what output costs: a buffered stream pays it here
         sys.stdout.flush()
+        _sync(device)
         return (perf() - t0) / batches
     finally:
         rep.close()
@@ -192,8 +196,8 @@ def measure(cfg: LoopConfig, device="cpu") -> dict[str, list[float]]:
         for _ in range(cfg.repeats):
             for mode in cfg.modes:
                 if cfg.warmup_batches:
-                    run_loop(mode, step, cfg.warmup_batches, cfg.print_every, cfg.log_dir)
-                out[mode].append(run_loop(mode, step, cfg.batches, cfg.print_every, cfg.log_dir))
+                    run_loop(mode, step, cfg.warmup_batches, cfg.print_every, cfg.log_dir, device)
+                out[mode].append(run_loop(mode, step, cfg.batches, cfg.print_every, cfg.log_dir, device))
         if cfg.calls:
             for kind in ("print", "logging"):
                 time_calls(kind, max(1, cfg.calls // 10), cfg.log_dir)
@@ -347,76 +351,6 @@ def measure_children(cfg: LoopConfig, sinks=CHILD_SINKS, unbuffered=(False, True
             times, info = measure_child(cfg, sink, bool(unbuf), device)
             _add_rows(res, times, cfg, sink, "1" if unbuf else "", "child", str(device))
     return res
-
-
-def summary_table(df):
-    """Median, IQR and the factor over the no-output loop per (where, sink, PYTHONUNBUFFERED, mode).
-
-    ``us_per_output`` is the time a line adds to a batch in the modes that write one
-    line per batch (print, logging): mode − none, in µs.
-    """
-    from feedlab.results import summarize
-
-    df = df[df["metric"] == "ms_per_batch"].copy()
-    df["pythonunbuffered"] = df["pythonunbuffered"].fillna("").astype(str)
-    s = summarize(df, ["where", "sink", "pythonunbuffered", "variant", "print_every"])
-    base = s[s["variant"] == "none"].set_index(["where", "sink", "pythonunbuffered"])["median"]
-    s["factor_vs_none"] = [m / base.get((w, k, u), float("nan"))
-                           for w, k, u, m in s[["where", "sink", "pythonunbuffered", "median"]].itertuples(index=False)]
-    none_ms = [base.get((w, k, u), float("nan")) for w, k, u in s[["where", "sink", "pythonunbuffered"]].itertuples(index=False)]
-    one_line = s["variant"].isin(["print", "logging"])
-    s["us_per_output"] = ((s["median"] - none_ms) * 1e3).where(one_line)
-    s["sink_label"] = [sink_label(k, u) for k, u in s[["sink", "pythonunbuffered"]].itertuples(index=False)]
-    return s
-
-
-def call_table(df):
-    """Median and IQR of µs per single print/logging call per (where, sink, PYTHONUNBUFFERED)."""
-    from feedlab.results import summarize
-
-    df = df[df["metric"] == "us_per_call"].copy()
-    df["pythonunbuffered"] = df["pythonunbuffered"].fillna("").astype(str)
-    s = summarize(df, ["where", "sink", "pythonunbuffered", "variant"])
-    s["sink_label"] = [sink_label(k, u) for k, u in s[["sink", "pythonunbuffered"]].itertuples(index=False)]
-    return s
-
-
-def sink_label(sink: str, unbuffered: str) -> str:
-    names = {"jupyter": "Jupyter stream", "pty": "terminal (pty)", "pipe": "pipe", "file": "file",
-             "terminal": "terminal", "devnull": "/dev/null", "other": "other"}
-    label = names.get(sink, sink)
-    return label + (", PYTHONUNBUFFERED=1" if str(unbuffered) == "1" else "")
-
-
-def plot(summary, ax_ms, ax_factor=None):
-    """Grouped bars: ms per batch per mode (IQR error bars), one colour per sink."""
-    import numpy as np
-
-    from feedlab.plots import PALETTE, legend_outside
-
-    labels = list(dict.fromkeys(summary["sink_label"]))
-    modes = [m for m in MODES if m in set(summary["variant"])]
-    width = 0.8 / max(1, len(labels))
-    x = np.arange(len(modes))
-    for j, lab in enumerate(labels):
-        part = summary[summary["sink_label"] == lab].set_index("variant").reindex(modes)
-        med = part["median"].to_numpy(dtype=float)
-        err = np.vstack([med - part["q25"].to_numpy(dtype=float), part["q75"].to_numpy(dtype=float) - med])
-        ax_ms.bar(x + (j - (len(labels) - 1) / 2) * width, med, width, yerr=np.clip(err, 0, None),
-                  capsize=2, label=lab, color=PALETTE[j % len(PALETTE)])
-        if ax_factor is not None:
-            ax_factor.bar(x + (j - (len(labels) - 1) / 2) * width, part["factor_vs_none"].to_numpy(dtype=float),
-                          width, color=PALETTE[j % len(PALETTE)], label=lab)
-    for ax in [a for a in (ax_ms, ax_factor) if a is not None]:
-        ax.set_xticks(x)
-        ax.set_xticklabels(modes)
-    ax_ms.set_ylabel("ms per batch (median, IQR over repeats)")
-    # one legend beside the right-hand panel serves both (same colours), off the bars
-    legend_outside(ax_factor if ax_factor is not None else ax_ms, "right", fontsize=7.5,
-                   handles=ax_ms.get_legend_handles_labels()[0], title="output goes to")
-    if ax_factor is not None:
-        ax_factor.axhline(1.0, color="#888888", linewidth=1, linestyle="--")
-        ax_factor.set_ylabel("× the loop with no output")
 
 
 def _child_main(spec_json: str) -> int:

@@ -18,161 +18,47 @@ on every batch, so workers can prefetch while it runs), ``cold`` (the files are
 evicted from the page cache before every epoch, see :mod:`feedlab.cache`).
 References: the memcpy-into-batch-slot ceiling on the same samples in RAM, and
 the write-ups' baseline (PNG + PIL + ToTensor + default_collate).
+
+Every row is read speed alone: the stores are opened with ``verify=False`` (no
+per-sample crc32c check, which feedlab's readers do by default), so formats are
+compared with each other and with the ceiling on what they read, not on a check
+the ceiling does not do. ``verify=True`` measures the readers as a training run
+that keeps the check would use them.
 """
 
 from __future__ import annotations
 
 import gc
-from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
 
 from feedlab import cache, formats
-from feedlab.formats._common import LazyHandle
-from feedlab.loaders import BatchReadLoader, ChunkLoader, index_batches, plain_loop
+from feedlab.experiments._storage_readers import (  # noqa: F401  (re-exported: the notebook and tests use them here)
+    BATCHED,
+    CHUNKED,
+    FORMAT_NAMES,
+    STORE,
+    STORE_PATHS,
+    Head,
+    PerSample,
+    SortedBatches,
+    _close,
+    _shutdown,
+    loaders_for,
+    make_loader,
+    num_workers_of,
+    open_format,
+    read_epoch,
+    store_files,
+    store_of,
+)
+from feedlab.loaders import index_batches
 from feedlab.results import Results
-from feedlab.timing import PhaseTimer, owned_iterator, run_epoch, time_callable
+from feedlab.timing import run_epoch, time_callable
 
 EXPERIMENT = "storage_formats"
-FORMAT_NAMES = ("png", "hdf5", "zarr", "zarr_chunk", "npy", "npy_mmap", "pt", "lmdb", "lmdb_raw")
-# the store each row reads (zarr_chunk is the zarr store read chunk-aligned)
-STORE = {"zarr_chunk": "zarr"}
-BATCHED = ("lmdb", "lmdb_raw", "hdf5", "npy_mmap")
-CHUNKED = ("zarr_chunk", "npy_mmap", "hdf5")
-# files under the set's root that each store occupies (for eviction)
-STORE_PATHS = {"png": ("hr", "lr"), "lmdb": ("lmdb",), "lmdb_raw": ("lmdb_raw",), "hdf5": ("sr.h5",),
-               "zarr": ("sr.zarr",), "npy": ("npy",), "npy_mmap": ("npy_mmap",), "pt": ("pt",)}
-
-
-class Head(Dataset):
-    """The first ``n`` samples of a dataset; forwards the batched paths."""
-
-    def __init__(self, base, n: int | None):
-        self.base = base
-        self.n = len(base) if n is None else min(int(n), len(base))
-        for attr in ("lr_shape", "hr_shape", "chunk_len"):
-            if hasattr(base, attr):
-                setattr(self, attr, getattr(base, attr))
-        if hasattr(base, "__getitems__"):
-            self.__getitems__ = base.__getitems__
-        if hasattr(base, "read_batch"):
-            self.read_batch = base.read_batch
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i):
-        return self.base[i]
-
-
-class PerSample(Dataset):
-    """Hides batched reads: DataLoader and plain_loop then call ``__getitem__`` per index
-    (Zarr "random ids": one independent ``arr[i]`` per sample)."""
-
-    def __init__(self, base):
-        self.base = base
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __getitem__(self, i):
-        return self.base[i]
-
-
-def store_of(fmt: str) -> str:
-    return STORE.get(fmt, fmt)
-
-
-def store_files(root, fmt: str) -> list[Path]:
-    root = Path(root)
-    return cache.files_under(*(root / p for p in STORE_PATHS[store_of(fmt)]))
-
-
-def open_format(root, fmt: str, samples: int | None = None):
-    store = store_of(fmt)
-    if fmt == "zarr":
-        ds = PerSample(formats.open_dataset(root, "zarr", cache_chunk=False))
-        return Head(ds, samples)
-    return Head(formats.open_dataset(root, store), samples)
-
-
-def loaders_for(fmt: str, worker_counts: Sequence[int]) -> list[str]:
-    if fmt == "zarr_chunk":
-        return ["chunk", "dl_w0", "dl_w1", *[f"dl_w{w}" for w in worker_counts]]
-    out = ["plain", "dl_w0", "dl_w1", *[f"dl_w{w}" for w in worker_counts]]
-    if fmt in BATCHED:
-        out.append("batched")
-    if fmt in CHUNKED:
-        out.append("chunk")
-    return list(dict.fromkeys(out))
-
-
-class SortedBatches:
-    """Each batch of ``sampler`` with its indices sorted: the same set of samples (order
-    within a batch does not matter to SGD), but contiguous blocks become one read
-    (HDF5 ``read_direct`` of an aligned block)."""
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-
-    def __iter__(self):
-        for b in self.sampler:
-            yield sorted(b)
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-
-def make_loader(ds, fmt: str, loader: str, batch_size: int, seed: int = 0, collate_fn=None):
-    if loader == "plain":
-        return plain_loop(ds, batch_size, collate=collate_fn, seed=seed)
-    if loader == "batched":
-        return BatchReadLoader(ds, batch_size, seed=seed)
-    if loader == "chunk":
-        if getattr(ds, "chunk_len", None):
-            return ChunkLoader(ds, batch_size, seed=seed)
-        from feedlab.formats.chunks import ChunkBatchSampler
-
-        # no chunks (contiguous HDF5): blocks of batch_size in shuffled order, sorted within
-        return BatchReadLoader(ds, batch_size, seed=seed, batch_sampler=SortedBatches(
-            ChunkBatchSampler(len(ds), batch_size, batch_size, seed=seed)))
-    if loader.startswith("dl_w"):
-        w = int(loader[4:])
-        kw = dict(num_workers=w, persistent_workers=w > 0, collate_fn=collate_fn)
-        if fmt == "zarr_chunk":  # the chunk sampler: one slice per batch
-            from feedlab.formats.chunks import ChunkBatchSampler
-
-            return DataLoader(ds, batch_sampler=ChunkBatchSampler(len(ds), ds.chunk_len, batch_size,
-                                                                  seed=seed), **kw)
-        g = torch.Generator()
-        g.manual_seed(seed)
-        return DataLoader(ds, batch_size=batch_size, shuffle=True, generator=g, **kw)
-    raise ValueError(f"unknown loader {loader!r}")
-
-
-def num_workers_of(loader: str) -> int:
-    return int(loader[4:]) if loader.startswith("dl_w") else 0
-
-
-def read_epoch(loader) -> tuple[float, int, int]:
-    """One pass, nothing else: (seconds blocked in next(), samples, batches)."""
-    timer = PhaseTimer("cpu")
-    n = 0
-    with owned_iterator(loader) as it:
-        while True:
-            timer.start_batch()
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            timer.mark("data_wait")
-            n += len(batch[0])
-            timer.end_batch()
-    phases = timer.finish()
-    return float(phases[:, 0].sum()), n, int(len(phases))
 
 
 class NHWCSR(torch.nn.Module):
@@ -207,39 +93,18 @@ def make_step_model(name: str, hr_shape, device, **kw):
     return wrapped, opt
 
 
-def _shutdown(loader) -> None:
-    it = getattr(loader, "_iterator", None)
-    if it is not None and hasattr(it, "_shutdown_workers"):
-        it._shutdown_workers()
-
-
-def _close(ds) -> None:
-    base = ds
-    while hasattr(base, "base"):
-        base = base.base
-    close = getattr(base, "close", None)
-    if close is not None:
-        close()
-    # readers whose close() leaves a lazily opened map (npy_mmap) still hold its pages:
-    # drop every per-process handle, so that an eviction can take them
-    for handle in list(vars(base).values()):
-        if isinstance(handle, LazyHandle):
-            handle.close()
-    gc.collect()
-
-
 def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: int = 1,
             samples: int | None = None, mode: str = "read", model=None, optimizer=None,
             device="cpu", res: Results | None = None, collate_fn=None,
-            variant: str | None = None) -> Results:
+            variant: str | None = None, verify: bool = False) -> Results:
     """Time one (format, loader) in ``mode`` (read | train | cold); rows go to ``res``."""
     res = res if res is not None else Results()
     params = dict(format=fmt, loader=loader, num_workers=num_workers_of(loader), batch_size=batch_size,
                   mode=mode, samples=samples or 0)
     variant = variant or f"{fmt}/{loader}"
     def open_all():
-        d = open_format(root, fmt, samples) if collate_fn is None else Head(
-            formats.open_dataset(root, store_of(fmt)), samples)
+        d = open_format(root, fmt, samples, verify) if collate_fn is None else Head(
+            formats.open_dataset(root, store_of(fmt), verify=verify), samples)
         return d, make_loader(d, fmt, loader, batch_size, collate_fn=collate_fn)
 
     ds, ld = open_all()
@@ -324,12 +189,13 @@ def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples
 
 
 def baseline(root, repeats: int, warmup: int = 1, samples: int | None = None, batch_size: int = 128,
-             num_workers: int = 2, res: Results | None = None) -> Results:
-    """The write-ups' starting point: PNG decoded by PIL, ToTensor per image, default_collate."""
+             num_workers: int = 2, res: Results | None = None, verify: bool = False) -> Results:
+    """The write-ups' starting point: PNG decoded by PIL, ToTensor per image, default_collate
+    (no checksum check by default: the write-ups had none)."""
     from feedlab.collate import totensor_collate
 
     return measure(root, "png", f"dl_w{num_workers}", batch_size, repeats, warmup, samples, "read",
-                   res=res, collate_fn=totensor_collate, variant="baseline_png_pil_totensor")
+                   res=res, collate_fn=totensor_collate, variant="baseline_png_pil_totensor", verify=verify)
 
 
 def disk_table(root, fmts: Iterable[str]):
@@ -370,11 +236,13 @@ def bytes_per_sample(root, bytes_on_disk: dict) -> dict:
 def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] = (2,), batch_size: int = 128,
         repeats: int = 3, warmup: int = 1, samples: int | None = None, with_model: bool = False,
         model_name: str = "srcnn", model_kw: dict | None = None, cold: bool = False, device=None,
-        loaders: Sequence[str] | None = None, log: Callable[[str], None] | None = print) -> Results:
+        loaders: Sequence[str] | None = None, log: Callable[[str], None] | None = print,
+        verify: bool = False) -> Results:
     """The grid: read-alone for every (format, loader), then the references, then
     (optionally) with a training step and cold-cache epochs. ``loaders`` limits the
     loader kinds (names as in :func:`loaders_for`, ``dl_wN`` for "DataLoader with the
-    largest worker count"); None means all."""
+    largest worker count"); None means all. ``verify``: the per-sample checksum check on
+    every timed read (off by default: read speed alone)."""
     def keep(lo: str) -> bool:
         if loaders is None:
             return True
@@ -384,11 +252,11 @@ def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] =
     res = Results()
     for fmt in fmts:
         for loader in filter(keep, loaders_for(fmt, worker_counts)):
-            measure(root, fmt, loader, batch_size, repeats, warmup, samples, "read", res=res)
+            measure(root, fmt, loader, batch_size, repeats, warmup, samples, "read", res=res, verify=verify)
             if log:
                 _log_last(res, log)
     memcpy_ceiling(root, batch_size, repeats, warmup, samples, res=res)
-    baseline(root, repeats, warmup, samples, batch_size=128, num_workers=2, res=res)
+    baseline(root, repeats, warmup, samples, batch_size=128, num_workers=2, res=res, verify=verify)
     if log:
         _log_last(res, log)
     if with_model:
@@ -401,13 +269,13 @@ def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] =
                 torch.manual_seed(0)
                 model, opt = make_step_model(model_name, hr_shape, device, **(model_kw or {}))
                 measure(root, fmt, loader, batch_size, repeats, warmup, samples, "train", model, opt,
-                        device, res=res)
+                        device, res=res, verify=verify)
                 if log:
                     _log_last(res, log)
     if cold:
         for fmt in fmts:
             loader = "chunk" if fmt == "zarr_chunk" else "plain"
-            measure(root, fmt, loader, batch_size, repeats, 0, samples, "cold", res=res)
+            measure(root, fmt, loader, batch_size, repeats, 0, samples, "cold", res=res, verify=verify)
             if log:
                 _log_last(res, log)
     return res

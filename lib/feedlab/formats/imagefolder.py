@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .png import resolve_decoder
+from ._decoding import DecoderState
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 
@@ -34,29 +34,19 @@ def scan(root) -> tuple[list[str], list[tuple[Path, int]]]:
     return classes, samples
 
 
-class ImageFolderDataset(Dataset):
+class ImageFolderDataset(DecoderState, Dataset):
     fmt = "imagefolder"
 
     def __init__(self, root, decode: str | Callable = "pil", as_tensor: bool = False,
                  transform: Callable[[np.ndarray], np.ndarray] | None = None):
         self.root = Path(root)
-        self.decode = decode
-        self._decode = resolve_decoder(decode)
+        self._use_decoder(decode)
         self.as_tensor = bool(as_tensor)
         self.transform = transform
         self.classes, self.samples = scan(self.root)
         if not self.samples:
             raise FileNotFoundError(f"imagefolder: no images in class folders under {self.root}")
         self.targets = [label for _p, label in self.samples]
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_decode"] = None
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._decode = resolve_decoder(self.decode)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -73,10 +63,6 @@ class ImageFolderDataset(Dataset):
                 img = img.copy()
             img = torch.from_numpy(img)
         return img, label
-
-    @property
-    def decode_name(self) -> str:
-        return self.decode if isinstance(self.decode, str) else getattr(self.decode, "__name__", "custom")
 
     def read_raw(self, i: int):
         """``(encoded bytes, label)`` of sample ``i``."""

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 from torch.utils.data import Dataset
 
-from .png import resolve_decoder
+from ._decoding import DecoderState
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -31,33 +31,19 @@ def scan_images(root) -> list[Path]:
     return out
 
 
-class ImagesDataset(Dataset):
+class ImagesDataset(DecoderState, Dataset):
     fmt = "images"
 
     def __init__(self, root, decode: str | Callable = "pil", as_tensor: bool = False):
         self.root = Path(root)
-        self.decode = decode
-        self._decode = resolve_decoder(decode)
+        self._use_decoder(decode)
         self.as_tensor = bool(as_tensor)
         self.paths = scan_images(self.root)
         if not self.paths:
             raise FileNotFoundError(f"images: no image files ({', '.join(IMAGE_EXTS)}) under {self.root}")
 
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_decode"] = None
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._decode = resolve_decoder(self.decode)
-
     def __len__(self) -> int:
         return len(self.paths)
-
-    @property
-    def decode_name(self) -> str:
-        return self.decode if isinstance(self.decode, str) else getattr(self.decode, "__name__", "custom")
 
     def read_raw(self, i: int) -> bytes:
         with open(self.paths[i], "rb") as fh:

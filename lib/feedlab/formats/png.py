@@ -26,6 +26,7 @@ from ._common import (
     read_files,
     tree_bytes,
 )
+from ._decoding import DecoderState, resolve_decoder  # noqa: F401  (resolve_decoder: re-exported)
 
 NAME_WIDTH = 6
 PNG_COMPRESS_LEVEL = 6
@@ -45,22 +46,6 @@ def _pil_decode(data: bytes, out: np.ndarray | None = None) -> np.ndarray:
         return np.array(im)  # writable (np.asarray would wrap read-only bytes)
 
 
-def resolve_decoder(decode: str | Callable[[bytes], np.ndarray]) -> Callable:
-    """A function ``fn(data: bytes, out=None) -> HWC uint8`` for a backend name or a
-    callable. Backends decode into ``out`` when given (one copy at most); a user
-    callable is called as ``decode(data)`` and ``out`` is ignored."""
-    if callable(decode):
-        user = decode
-
-        def call(data: bytes, out=None, _f=user) -> np.ndarray:
-            return _f(data)
-
-        return call
-    from feedlab import decode as _dec
-
-    return _dec.decoder(str(decode))
-
-
 def encode_png(arr: np.ndarray) -> bytes:
     """Deterministic PNG bytes of an RGB uint8 array (fixed compression level)."""
     buf = io.BytesIO()
@@ -73,13 +58,12 @@ def read_png_rgb(path: str | os.PathLike) -> np.ndarray:
         return _pil_decode(fh.read())
 
 
-class PngDataset(SRDataset):
+class PngDataset(DecoderState, SRDataset):
     fmt = "png"
 
     def __init__(self, root, decode: str | Callable = "pil", as_tensor: bool = False):
         super().__init__(root, as_tensor)
-        self.decode = decode
-        self._decode = resolve_decoder(decode)
+        self._use_decoder(decode)
         self.hr_dir = self.root / "hr"
         self.lr_dir = self.root / "lr"
         if not self.hr_dir.is_dir() or not self.lr_dir.is_dir():
@@ -90,15 +74,6 @@ class PngDataset(SRDataset):
             lr, hr = self._checked_read(0)
             self.lr_shape, self.hr_shape = lr.shape, hr.shape
 
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_decode"] = None  # closures over feedlab.decode are rebuilt in the worker
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._decode = resolve_decoder(self.decode)
-
     def _read(self, i: int):
         name = sample_name(i)
         shapes = getattr(self, "lr_shape", None) is not None
@@ -107,10 +82,6 @@ class PngDataset(SRDataset):
         with open(self.hr_dir / name, "rb") as fh:
             hr = self._decode(fh.read(), np.empty(self.hr_shape, np.uint8) if shapes else None)
         return lr, hr
-
-    @property
-    def decode_name(self) -> str:
-        return self.decode if isinstance(self.decode, str) else getattr(self.decode, "__name__", "custom")
 
     def read_raw(self, i: int):
         name = sample_name(self._index(i))

@@ -7,8 +7,8 @@ cache and, with ``cold=True``, ``repeats`` more each after evicting the
 contender's files (:mod:`feedlab.cache`). A timed window is whole epochs back
 to back, at least ``MIN_TIMED_BATCHES`` batches, so work a loader prefetches
 across an epoch boundary is a small part of it. Every batch goes through the same
-model step — to the device, uint8 -> float / 255 — so nobody is timed for
-stopping short of a usable tensor. Each timed epoch is counted (samples, and
+start of a training step, :func:`to_device` (to the device, uint8 -> float / 255; no
+model runs), so nobody is timed for stopping short of a usable tensor. Each timed epoch is counted (samples, and
 ids for classification); an epoch of the wrong size fails the contender.
 Peak RSS is the process tree's (main + workers), sampled every 50 ms.
 """
@@ -63,8 +63,9 @@ class RssPeak(_Sampler):
         return int(max((s[0] for s in self.samples), default=0))
 
 
-def model_step(batch, kind: str, device) -> None:
-    """What every training step starts with: the images on the device as float in [0, 1]."""
+def to_device(batch, kind: str, device) -> None:
+    """What every training step starts with, and all that is done here (no model runs):
+    the batch's images on the device as float in [0, 1], and the labels on the device."""
     images = batch[:2] if kind == "sr" else batch[:1]
     for x in images:
         t = torch.as_tensor(x).to(device, non_blocking=True)
@@ -80,7 +81,8 @@ def _sync(device) -> None:
 
 
 def run_epoch(loader, kind: str, device, n: int, first_only: bool = False) -> dict:
-    """One epoch through the model step: wall time, first-batch time, counts."""
+    """One epoch, each batch copied to the device (:func:`to_device`): wall time, first-batch
+    time, counts."""
     count = EpochCounter(kind)
     t0 = time.perf_counter()
     first = None
@@ -88,7 +90,7 @@ def run_epoch(loader, kind: str, device, n: int, first_only: bool = False) -> di
         if first is None:
             first = time.perf_counter() - t0
         count.add(batch)
-        model_step(batch, kind, device)
+        to_device(batch, kind, device)
     _sync(device)
     wall = time.perf_counter() - t0
     return {"wall_s": wall, "first_batch_s": first if first is not None else float("nan"), **count.result(n)}
