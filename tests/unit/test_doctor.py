@@ -43,20 +43,6 @@ def test_serial_rate_is_the_sum_of_stages():
     assert p["bound_stage"] == "decode" and p["verdict"] == "data-bound"
 
 
-def test_interleaved_item_cost_scales_the_item_stages():
-    """Timed alone, read/decode/transform add to 110 µs; one sample at a time they took
-    132 µs: the prediction uses 132, each stage keeping its share (decode still bounds)."""
-    t = table()
-    t[("item", "fake", "fake")] = Stage("item", "i", [132e-6], [132e-6])
-    c = PR.costs(t, SPEC)
-    assert c["read"][0] == pytest.approx(12e-6) and c["decode"][0] == pytest.approx(120e-6)
-    p = PR.predict(t, SPEC)
-    assert p["predicted_samples_per_s"] == pytest.approx(1 / (132e-6 + 5e-6 + 1e-6))
-    assert p["bound_stage"] == "decode"
-    # without the item stage (a hand-written table) the stages add up as they are
-    assert PR.predict(table(), SPEC)["predicted_samples_per_s"] == pytest.approx(1 / 116e-6)
-
-
 def test_handover_and_receive_count_only_with_workers():
     t = table()
     c0, c1 = PR.costs(t, SPEC), PR.costs(t, SPEC.replace(num_workers=1))

@@ -11,9 +11,6 @@ Keys (``*`` per sample; ``B`` the batch size; ``T`` torch intra-op threads):
 ==========================================  ================================================
 ``("read", fmt, dec)``                      stored bytes into memory, warm page cache
 ``("read_cold", fmt, dec)``                 the same after eviction (reported, not predicted)
-``("item", fmt, dec)``                      read → decode → transform one sample at a time
-                                            (interleaved, as in a loader): the three are
-                                            scaled to add up to it (``predict.interleaved``)
 ``("decode", fmt, dec)``, ``("transform", fmt, dec)``
 ``("collate", name, B)``                    in the main process (``num_workers=0``)
 ``("collate_worker", name, B)``             inside a DataLoader worker (batch in shared memory)

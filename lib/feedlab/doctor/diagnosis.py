@@ -40,7 +40,7 @@ def _stage_rows(doc: Doctor, spec) -> list[dict]:
     rows = []
     for key, st in doc.table.stages.items():
         kind = key[0]
-        if kind in ("read", "read_cold", "decode", "transform", "item") and (key[1], key[2]) != fd:
+        if kind in ("read", "read_cold", "decode", "transform") and (key[1], key[2]) != fd:
             continue
         if kind in ("collate", "collate_worker", "handover_worker", "receive", "h2d", "h2d_copy") and \
                 (key[1], key[2]) != (spec.collate, spec.batch_size):

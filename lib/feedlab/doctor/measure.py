@@ -112,11 +112,6 @@ class Doctor:
             self.table[("transform", fmt, decode)] = Stage("transform", "none", [0.0], [0.0])
         self._samples_of[(fmt, decode)] = samples
         self._samples = samples
-        # the same three stages one sample at a time, as a DataLoader runs them: interleaved,
-        # each stage finds the caches the others left (``predict.costs`` scales by the ratio)
-        w, c = self._t(lambda: [p[i] for i in idx], m)
-        self.table[("item", fmt, decode)] = Stage("item", f"{fmt}: read → decode → transform per sample", w, c,
-                                                  note="interleaved, as in a loader")
 
     def _measure_cold(self, p: StageSplit, fmt, decode, idx, nbytes) -> None:
         from feedlab.cache import evict

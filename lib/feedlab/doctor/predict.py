@@ -69,7 +69,6 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
         if s is None:
             return None
         out[stage] = (s.t, s.c)
-    out.update(interleaved(table, fmt, dec, out))
     if W == 0:
         s = table.get(("collate", c, B))
     else:
@@ -89,20 +88,6 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
     out["h2d"] = (h.t, h.c)
     out["model"] = (mo.t, mo.c)
     return out
-
-
-def interleaved(table: CostTable, fmt: str, dec: str, item_stages: dict) -> dict[str, tuple[float, float]]:
-    """read, decode and transform scaled so that they add up to the ``("item", fmt, dec)``
-    stage when the table has it: the three run one sample at a time in a loader, each
-    finding the caches the others left, and that costs more (or less) than the three
-    timed alone, in a row. Each keeps its share (the bound is named as before)."""
-    it = table.get(("item", fmt, dec))
-    names = ("read", "decode", "transform")
-    sw, sc = (sum(item_stages[s][k] for s in names) for k in (0, 1))
-    if it is None or sw <= 0 or sc <= 0 or it.t <= 0:
-        return {}
-    fw, fc = it.t / sw, (it.c / sc if it.c > 0 else it.t / sw)
-    return {s: (item_stages[s][0] * fw, item_stages[s][1] * fc) for s in names}
 
 
 def _scaled(wall: float, cpu: float, s1: float, s: float) -> float:
