@@ -216,7 +216,11 @@ def _reference(view: View, folder: Path) -> dict:
     res = folder / "results.json"
     if not view.ref or not res.is_file():
         return {}
-    cur = json.loads(res.read_text())
+    try:
+        cur = json.loads(res.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"compare: {res}: unreadable ({exc}); its reference line is left out", file=sys.stderr)
+        return {}
     for k in view.ref:
         cur = cur.get(k) if isinstance(cur, dict) else None
     if not isinstance(cur, dict) or not isinstance(cur.get(view.ref_key), (int, float)):

@@ -33,16 +33,30 @@ TRAINER_RES = "feedlab_trainer"
 DECODE_RES = "feedlab_decode"
 
 
+def _set_all_threads(cores) -> None:
+    """``sched_setaffinity`` sets one thread; every thread of this process gets ``cores``
+    (torch's pools started before, and those started meanwhile when restoring)."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
 @contextmanager
 def pinned(cores):
-    """This process (and what it starts meanwhile) on ``cores``; the old affinity comes back
-    afterwards, also after an error."""
+    """This process, all its threads, and what it starts meanwhile on ``cores``; the old
+    affinity comes back for every thread afterwards, also after an error."""
     old = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {int(c) for c in cores})
+    _set_all_threads({int(c) for c in cores})
     try:
         yield
     finally:
-        os.sched_setaffinity(0, old)
+        _set_all_threads(old)
 
 
 def split_cores(cores, trainer_cores: int = 0) -> tuple[list[int], list[int]]:
@@ -107,7 +121,8 @@ class TestCluster:
                     self.cluster.add_node(num_cpus=cpus, resources={DECODE_RES: cpus},
                                           object_store_memory=self.object_store)
             self.cluster.wait_for_nodes()
-            ray.init(address=self.cluster.address, log_to_driver=False, configure_logging=False)
+            with pinned(self.trainer_cores):  # the driver's own Ray threads stay on the trainer's cores
+                ray.init(address=self.cluster.address, log_to_driver=False, configure_logging=False)
             DataContext.get_current().enable_progress_bars = False
             self.head_id = ray.get_runtime_context().get_node_id()
             self.nodes = self._probe()

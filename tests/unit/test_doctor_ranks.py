@@ -103,3 +103,16 @@ def test_grid_aggregates_feed_the_calibration():
     f = page_cache_format()
     assert FORMATS[f].chunked and FORMATS[f].mmap                       # chosen by capability
     assert page_cache_format(present=[]) is None
+
+
+def test_calibrate_does_not_count_an_unpredicted_setting_and_survives_zero_rates():
+    from feedlab.doctor.ranks import calibrate
+
+    adv = {"ranks": 1, "rows": [{"workers_per_rank": 0, "aggregate_samples_per_s": 0.0},
+                                {"workers_per_rank": 1, "aggregate_samples_per_s": 100.0}],
+           "best": {"workers_per_rank": 1, "aggregate_samples_per_s": 100.0}}
+    out = calibrate([adv], {(1, 0): {"median": 50.0}, (1, 1): {"median": 100.0}})
+    assert [r["status"] for r in out["rows"]] == ["not predicted", "as predicted"]
+    assert "1 of 1 measured settings" in out["lines"][-1]
+    out = calibrate([adv], {(1, 0): {"median": 0.0}, (1, 1): {"median": 0.0}})
+    assert out["holds"] is None and "nothing to compare" in out["lines"][0]

@@ -43,6 +43,39 @@ def test_crossover_does_not_pay_when_the_nodes_are_slower_than_the_trainer_alone
     assert c["predicted_speedup"] == pytest.approx(0.25)
 
 
+def test_saves_trainer_agrees_with_the_rates_on_several_trainer_cores():
+    # decode 2 ms, Ray hand-over 1 ms, 4 trainer cores: the trainer's CPU per sample falls from
+    # 2 to 1 ms, so it saves trainer time (the rates say x2) even though d / T < c_ray
+    c = RP.crossover(decode_s=2e-3, step_s=0.0, dl_consume_s=0.0, ray_consume_s=1e-3, trainer_cores=4,
+                     remote_cpus=16)
+    assert c["saves_trainer"] and c["predicted_speedup"] == pytest.approx(2.0)
+    assert c["step_rate"] == float("inf")
+    assert RP.crossover(2e-3, 1e-3, 0.0, 1e-3, 4, 16)["step_rate"] == pytest.approx(4 / 1e-3)
+
+
+def test_pinned_moves_every_thread_and_restores_them():
+    import os
+    import threading
+
+    cores = sorted(os.sched_getaffinity(0))
+    seen = {}
+    ready, go = threading.Event(), threading.Event()
+
+    def worker():
+        ready.set()
+        go.wait(5)
+        seen["inside"] = os.sched_getaffinity(0)
+
+    th = threading.Thread(target=worker)
+    th.start()
+    ready.wait(5)
+    with RC.pinned(cores[:1]):
+        go.set()
+        th.join(5)
+    assert seen["inside"] == set(cores[:1])        # a thread started before the block is pinned too
+    assert os.sched_getaffinity(0) == set(cores)
+
+
 @pytest.mark.parametrize("ratio, tol, word", [(1.6, 0.1, "pays"), (0.4, 0.1, "does not pay"), (1.05, 0.1, "tie"),
                                               (0.95, 0.1, "tie"), (1.15, 0.2, "tie"), (1.25, 0.2, "pays"),
                                               (float("nan"), 0.1, "none"), (0.0, 0.1, "none")])

@@ -74,8 +74,8 @@ def calibrate(advices: list[dict], measured: dict, tol: float = 0.20) -> dict:
             if m is None:
                 continue
             ratio = m["median"] / r["aggregate_samples_per_s"] if r["aggregate_samples_per_s"] > 0 else float("nan")
-            status = ("slower than predicted" if ratio < 1 - tol else "faster than predicted" if ratio > 1 + tol
-                      else "as predicted")
+            status = ("not predicted" if ratio != ratio else "slower than predicted" if ratio < 1 - tol
+                      else "faster than predicted" if ratio > 1 + tol else "as predicted")
             rows.append({"ranks": key[0], "workers_per_rank": key[1], "predicted": r["aggregate_samples_per_s"],
                          "measured": m["median"], "q25": m.get("q25"), "q75": m.get("q75"), "ratio": ratio,
                          "status": status})
@@ -90,6 +90,9 @@ def calibrate(advices: list[dict], measured: dict, tol: float = 0.20) -> dict:
     best = max(measured, key=lambda k: measured[k]["median"])
     out["best"] = best
     mb = measured[best]["median"]
+    if not mb > 0:
+        lines.append("Doctor's advice vs measured: no measured setting delivered a sample; nothing to compare.")
+        return out
     head = (f"Doctor's advice {R} rank(s) × {b['workers_per_rank']} workers (predicted "
             f"{b['aggregate_samples_per_s']:,.0f} samples/s) vs the measured best {best[0]} rank(s) × {best[1]} "
             f"workers ({mb:,.0f} samples/s), tolerance {100 * tol:.0f}%: ")
@@ -106,5 +109,6 @@ def calibrate(advices: list[dict], measured: dict, tol: float = 0.20) -> dict:
             lines.append(f"  {r['ranks']} rank(s) × {r['workers_per_rank']} workers: {r['status']} — measured "
                          f"{r['measured']:,.0f} vs predicted {r['predicted']:,.0f} samples/s (×{r['ratio']:.2f}).")
     n_ok = sum(r["status"] == "as predicted" for r in rows)
-    lines.append(f"  {n_ok} of {len(rows)} measured settings within {100 * tol:.0f}% of the doctor's prediction.")
+    n_pred = sum(r["status"] != "not predicted" for r in rows)
+    lines.append(f"  {n_ok} of {n_pred} measured settings within {100 * tol:.0f}% of the doctor's prediction.")
     return out

@@ -2,7 +2,8 @@
 
 Each setting is one launch of ``feedlab.ranks.launch``: ``R`` ranks split the budget's
 cores between them (each rank pinned to its share; its workers inherit it) and each
-reads its ``DistributedSampler`` share of the epoch with ``w`` workers. The epochs after
+reads its share of the epoch (``DistributedSampler``, or whole chunks for a chunked
+store: ``feedlab.rank_shards``) with ``w`` workers. The epochs after
 warm-up are the repeats. Rows: per-rank samples/s and data-wait share, the aggregate
 (all samples ÷ the slowest rank's wall), the reshuffle cost, the launch wall.
 """

@@ -56,11 +56,11 @@ def crossover(decode_s: float, step_s: float, dl_consume_s: float, ray_consume_s
     Local (DataLoader on the trainer's cores): every sample costs the trainer's cores its
     decode, the hand-over to the main process and the step: ``T / (d + c_dl + s)``.
     Remote: the trainer pays only the Ray hand-over and the step, ``T / (c_ray + s)``, and
-    can go no faster than the decode nodes supply, ``R / d``. Remote decode pays when the
-    decode it takes off each trainer core exceeds what receiving a Ray batch costs
-    (``d / T > c_ray``) AND the nodes' capacity ``R / d`` exceeds the rate the trainer
-    reaches on its own (else the trainer waits for them); beyond the step rate ``1 / s``
-    more capacity buys nothing."""
+    can go no faster than the decode nodes supply, ``R / d``. Remote decode pays when what
+    the trainer's cores stop paying per sample exceeds what receiving a Ray batch costs them
+    (``d + c_dl > c_ray``) AND the nodes' capacity ``R / d`` exceeds the rate the trainer
+    reaches on its own (else the trainer waits for them); beyond the step rate ``T / s``
+    more capacity buys nothing (the trainer side ``T / (c_ray + s)`` is already below it)."""
     T, R = max(1, int(trainer_cores)), max(1, int(remote_cpus))
     d, s = max(decode_s, 0.0), max(step_s, 0.0)
     c_dl, c_ray = max(dl_consume_s, 0.0), max(ray_consume_s, 0.0)
@@ -69,9 +69,9 @@ def crossover(decode_s: float, step_s: float, dl_consume_s: float, ray_consume_s
     capacity = R / d if d > 0 else math.inf
     remote = min(trainer_side, capacity)
     return {"local_rate": local, "remote_rate": remote, "trainer_side_rate": trainer_side,
-            "remote_capacity": capacity, "step_rate": 1 / s if s > 0 else math.inf,
-            "decode_per_trainer_core_s": d / T, "ray_consume_s": c_ray,
-            "saves_trainer": d / T > c_ray, "capacity_exceeds": capacity > local,
+            "remote_capacity": capacity, "step_rate": T / s if s > 0 else math.inf,
+            "decode_per_trainer_core_s": d / T, "local_trainer_s": d + c_dl, "ray_consume_s": c_ray,
+            "saves_trainer": d + c_dl > c_ray, "capacity_exceeds": capacity > local,
             "predicted_speedup": remote / local if local > 0 and math.isfinite(local) else float("nan")}
 
 
@@ -162,7 +162,7 @@ def measure_pipeline(cl: RC.TestCluster, root, spec: P.PipelineSpec, work: int, 
     with RC.pinned(cl.trainer_cores):  # the workers fork here and keep these cores
         loader = P.make_loader(ds, s, seed=seed)
         for e in range(warmup + epochs):
-            et, cpu = _timed(lambda ld=loader: ld, model, spec.device, opt, "auto")
+            et, cpu = _timed(lambda ld=loader: ld, model, spec.device, opt, T)  # the step as the others run it
             if e >= warmup:
                 _rows(res, DL, et, cpu, e - warmup, common)
                 cpu_per.setdefault(DL, []).append(cpu / et.samples)
@@ -294,9 +294,10 @@ def readings(df, info: dict) -> list[str]:
         m = j["medians"]
         out.append(f"{p}: {DL} {m[DL]:,.0f}, {REMOTE} {m[REMOTE]:,.0f}, {LOCAL} {m[LOCAL]:,.0f} samples/s (medians). "
                    f"Remote decode {j['line']}; the costs predicted {j['predicted']} (x{pr['predicted_speedup']:.2f}).")
-        out.append(f"  {p}: decode {1e3 * pr['decode_per_trainer_core_s']:.3f} ms per sample per trainer core vs Ray "
-                   f"hand-over {1e3 * pr['ray_consume_s']:.3f} ms per sample on the trainer (its CPU over the epoch ÷ "
-                   f"samples, Ray's per-epoch start included) "
+        out.append(f"  {p}: the trainer's CPU per sample for decode + hand-over from its own workers "
+                   f"{1e3 * pr.get('local_trainer_s', float('nan')):.3f} ms vs for Ray's hand-over "
+                   f"{1e3 * pr['ray_consume_s']:.3f} ms (its CPU over the epoch ÷ samples, less the step; Ray's "
+                   f"per-epoch start included) "
                    f"({'saves' if pr['saves_trainer'] else 'does not save'} trainer time); decode nodes' capacity "
                    f"{pr['remote_capacity']:,.0f} vs trainer alone {pr['local_rate']:,.0f} samples/s "
                    f"({'exceeds' if pr['capacity_exceeds'] else 'below'}; the step alone {pr['step_rate']:,.0f}); "
