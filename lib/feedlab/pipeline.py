@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -228,6 +228,7 @@ class PipelineSpec:
     persistent_workers: bool = False
     device: str = "auto"
     model: str = "none"
+    loader: str = "dataloader"             # a kind in feedlab.loader_kinds.LOADER_KINDS
 
     def replace(self, **kw) -> "PipelineSpec":
         return dataclasses.replace(self, **kw)
@@ -252,6 +253,8 @@ class PipelineSpec:
             rest = [self.collate, f"b{self.batch_size}", f"w{self.num_workers}"]
             if self.pin_memory:
                 rest.append("pin+")
+            if self.loader != "dataloader":
+                rest.append(self.loader)
             return " ".join([fmt, *rest])
         parts = []
         for n in names:
@@ -282,7 +285,10 @@ class PipelineSpec:
             out.append("pin_memory needs CUDA (DataLoader ignores it without a GPU)")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             out.append("prefetch_factor / persistent_workers need num_workers > 0")
-        return out
+        from feedlab.loader_kinds import kind_problems
+
+        caps = FORMATS[self.format].capabilities() if self.format in FORMATS else None
+        return out + kind_problems(self.loader, caps, self.num_workers, self.collate)
 
 
 SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(PipelineSpec))
@@ -303,23 +309,16 @@ def open_dataset(root, spec: PipelineSpec, crop: int = 96, seed: int = 0, **opts
 
 def make_loader(dataset, spec: PipelineSpec, seed: int = 0, shuffle: bool = True, drop_last: bool = False,
                 collate_fn: Callable | None = None, **overrides):
-    """The DataLoader for ``spec`` over ``dataset``: seeded shuffle, the spec's collate
-    (or ``collate_fn``), pinning only where CUDA makes it meaningful. ``overrides`` go
-    to the DataLoader as they are (e.g. ``sampler``)."""
+    """The loader of kind ``spec.loader`` (``feedlab.loader_kinds``; default the DataLoader) over
+    ``dataset``: seeded shuffle, the spec's collate (or ``collate_fn``), pinning only where CUDA
+    makes it meaningful. ``overrides`` go to the DataLoader as they are (e.g. ``sampler``)."""
     import torch
-    from torch.utils.data import DataLoader
 
-    kw: dict[str, Any] = {}
-    if spec.num_workers > 0:
-        kw["prefetch_factor"] = spec.prefetch_factor or 2
-        kw["persistent_workers"] = bool(spec.persistent_workers)
-    if shuffle and "sampler" not in overrides and "batch_sampler" not in overrides:
-        kw["shuffle"] = True
-        kw["generator"] = torch.Generator().manual_seed(seed)
-    kw.update(overrides)
+    from feedlab import loader_kinds
+
     pin = bool(spec.pin_memory and resolve_device(spec.device).startswith("cuda") and torch.cuda.is_available())
-    return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.num_workers, pin_memory=pin,
-                      collate_fn=collate_fn or make_collate(spec.collate), drop_last=drop_last, **kw)
+    return loader_kinds.build(dataset, spec, collate_fn=collate_fn or make_collate(spec.collate), seed=seed,
+                              shuffle=shuffle, drop_last=drop_last, pin=pin, **overrides)
 
 
 def prefetch_depth(spec: PipelineSpec) -> int:
@@ -353,6 +352,9 @@ def steady_rate(et, skip: int = 1) -> float | None:
 # ---------------------------------------------------------------- command line
 
 
+_DEST = {"loader": "loader_kind"}  # --loader-kind: the doctor's --loader names a user's loader
+
+
 def add_arguments(ap: argparse.ArgumentParser, defaults: PipelineSpec | None = None,
                   skip: tuple[str, ...] = (), formats=None) -> None:
     """``--format``, ``--decode``, ... one flag per spec field (``skip`` leaves some out;
@@ -370,22 +372,23 @@ def add_arguments(ap: argparse.ArgumentParser, defaults: PipelineSpec | None = N
         "prefetch_factor": ("DataLoader prefetch_factor (workers only)", dict(type=int)),
         "device": ("cpu, cuda or auto", {}),
         "model": ("the step fed by the loader", dict(choices=["auto", *MODEL_VARIANTS])),
+        "loader": ("loader kind (feedlab.loader_kinds)", {}),
     }
     for name in SPEC_FIELDS:
         if name in skip:
             continue
-        flag = "--" + name.replace("_", "-")
+        flag = "--" + _DEST.get(name, name).replace("_", "-")
         default = getattr(d, name)
         if name in ("pin_memory", "persistent_workers"):
             ap.add_argument(flag, action="store_true", default=default, help=f"DataLoader {name}")
             continue
         text, kw = helps[name]
-        ap.add_argument(flag, default=default, help=f"{text} (default: {default})", **kw)
+        ap.add_argument(flag, dest=_DEST.get(name, name), default=default, help=f"{text} (default: {default})", **kw)
 
 
 def spec_from_args(args: argparse.Namespace, base: PipelineSpec | None = None) -> PipelineSpec:
     base = base or PipelineSpec()
-    kw = {n: getattr(args, n) for n in SPEC_FIELDS if hasattr(args, n)}
+    kw = {n: getattr(args, _DEST.get(n, n)) for n in SPEC_FIELDS if hasattr(args, _DEST.get(n, n))}
     return base.replace(**kw)
 
 

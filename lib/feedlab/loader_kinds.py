@@ -1,0 +1,154 @@
+"""Loader kinds: the pipeline's third registry (after formats and collates).
+
+``PipelineSpec(loader=...)`` names one of :data:`LOADER_KINDS`; ``pipeline.make_loader``
+builds it through :func:`build`, and ``PipelineSpec.problems()`` asks
+:func:`kind_problems` whether the format can feed it. Each kind states what it
+requires of a format's capabilities (``feedlab.formats.FormatSpec``: ``batched``,
+``chunked``, ...), whether it runs worker processes, and whether it collates
+(``collates=False``: it fills uint8 NHWC batch slots itself, so the spec's
+collate must be a uint8 one, ``fast`` or ``fast_cl``).
+
+==============  ==============  =======  ==================================================
+kind            requires        workers  what
+==============  ==============  =======  ==================================================
+``dataloader``  --              any      ``torch.utils.data.DataLoader`` (the default)
+``plain``       --              0        ``loaders.plain_loop``: index batches, collate, no DataLoader
+``batched``     ``batched``     0        ``loaders.BatchReadLoader``: ``read_batch(idx, out=)``
+``chunk``       ``chunked``     0        ``loaders.ChunkLoader``: chunk-aligned batch reads
+``ring``        --              >= 1     ``ring.RingLoader``: workers fill a shared-memory ring
+==============  ==============  =======  ==================================================
+
+A builder is ``build(dataset, spec, *, collate_fn, seed, shuffle, drop_last, pin, **overrides)``
+(``collate_fn`` resolved by the pipeline, ``pin``: pinning is meaningful here). Add a kind with
+:func:`register_loader_kind`; a duplicate name is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+UINT8_COLLATES = ("fast", "fast_cl")
+
+
+@dataclass(frozen=True)
+class LoaderKind:
+    name: str
+    build: Callable
+    doc: str
+    requires: tuple[str, ...] = ()   # FormatSpec capabilities the format must have
+    workers: str = "any"             # "any", "none" (num_workers must be 0) or "some" (>= 1)
+    collates: bool = True            # False: fills uint8 slots itself (collate must be a uint8 one)
+
+
+LOADER_KINDS: dict[str, LoaderKind] = {}
+
+
+def register_loader_kind(kind: LoaderKind, replace: bool = False) -> LoaderKind:
+    if kind.name in LOADER_KINDS and not replace:
+        raise ValueError(f"loader kind {kind.name!r} is already registered")
+    LOADER_KINDS[kind.name] = kind
+    return kind
+
+
+def get_loader_kind(name: str) -> LoaderKind:
+    try:
+        return LOADER_KINDS[name]
+    except KeyError:
+        raise ValueError(f"loader {name!r}: one of {', '.join(LOADER_KINDS)}") from None
+
+
+def kind_problems(name: str, capabilities: dict | None, num_workers: int, collate: str) -> list[str]:
+    """Why loader kind ``name`` cannot mean what it says for a format with ``capabilities``
+    (``FormatSpec.capabilities()``; None: unknown format, checked elsewhere)."""
+    if name not in LOADER_KINDS:
+        return [f"unknown loader {name!r} (one of {', '.join(LOADER_KINDS)})"]
+    k = LOADER_KINDS[name]
+    out = []
+    if capabilities is not None:
+        missing = [c for c in k.requires if not capabilities.get(c)]
+        if missing:
+            out.append(f"loader {name!r} needs a format that is {' and '.join(missing)}")
+    if k.workers == "none" and num_workers:
+        out.append(f"loader {name!r} runs in one process: num_workers must be 0")
+    if k.workers == "some" and num_workers < 1:
+        out.append(f"loader {name!r} needs num_workers >= 1")
+    if not k.collates and collate not in UINT8_COLLATES:
+        out.append(f"loader {name!r} fills uint8 NHWC batch slots: use collate fast or fast_cl, not {collate!r}")
+    return out
+
+
+def build(dataset, spec, **kw):
+    """The loader of kind ``spec.loader`` over ``dataset`` (see the module doc)."""
+    return get_loader_kind(getattr(spec, "loader", "dataloader")).build(dataset, spec, **kw)
+
+
+# ---------------------------------------------------------------- the kinds
+
+
+def _dataloader(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
+    import torch
+    from torch.utils.data import DataLoader
+
+    kw: dict = {}
+    if spec.num_workers > 0:
+        kw["prefetch_factor"] = spec.prefetch_factor or 2
+        kw["persistent_workers"] = bool(spec.persistent_workers)
+    if shuffle and "sampler" not in overrides and "batch_sampler" not in overrides:
+        kw["shuffle"] = True
+        kw["generator"] = torch.Generator().manual_seed(seed)
+    kw.update(overrides)
+    return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.num_workers, pin_memory=pin,
+                      collate_fn=collate_fn, drop_last=drop_last, **kw)
+
+
+def _no_overrides(name: str, overrides: dict) -> None:
+    if overrides:
+        raise ValueError(f"loader {name!r} takes no DataLoader options ({', '.join(overrides)})")
+
+
+def _plain(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
+    from feedlab.loaders import plain_loop
+
+    _no_overrides("plain", overrides)
+    return plain_loop(dataset, spec.batch_size, collate_fn, shuffle, seed, drop_last)
+
+
+def _batched(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
+    from feedlab.loaders import BatchReadLoader
+
+    _no_overrides("batched", overrides)
+    return BatchReadLoader(dataset, spec.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
+
+
+def _chunk(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
+    from feedlab.loaders import ChunkLoader
+
+    _no_overrides("chunk", overrides)
+    return ChunkLoader(dataset, spec.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
+
+
+def _ring(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
+    from feedlab.ring import RingLoader
+
+    allowed = {"slots", "start_method", "timeout_s"}
+    _no_overrides("ring", {k: v for k, v in overrides.items() if k not in allowed})
+    return RingLoader(dataset, spec.batch_size, num_workers=spec.num_workers, shuffle=shuffle, seed=seed,
+                      drop_last=drop_last, pin=pin, **overrides)
+
+
+for _k in (
+    LoaderKind("dataloader", _dataloader, "torch DataLoader (workers pickle each batch to the main process)"),
+    LoaderKind("plain", _plain, "one process: index batches, the spec's collate, no DataLoader", workers="none"),
+    LoaderKind("batched", _batched, "one process: read_batch(indices, out=) into reused uint8 NHWC arrays",
+               requires=("batched",), workers="none", collates=False),
+    LoaderKind("chunk", _chunk, "one process: chunk-aligned read_batch into reused uint8 NHWC arrays",
+               requires=("chunked",), workers="none", collates=False),
+    LoaderKind("ring", _ring, "worker processes fill slots of a shared-memory ring; the main process "
+               "receives a slot index (uint8 NHWC, valid until the next batch)", workers="some", collates=False),
+):
+    register_loader_kind(_k)
+
+
+__all__ = ["LoaderKind", "LOADER_KINDS", "register_loader_kind", "get_loader_kind", "kind_problems", "build",
+           "UINT8_COLLATES"]

@@ -1,0 +1,182 @@
+"""The ring loader: ordered, exactly-once delivery, clean shutdown, nothing left behind."""
+
+import glob
+import multiprocessing as mp
+import os
+import time
+
+import numpy as np
+import pytest
+
+from feedlab.loaders import index_batches
+from feedlab.ring import RingLoader, RingWorkerError, check_shm
+
+LR, HR = (2, 2, 3), (4, 4, 3)
+
+
+def _sample(i: int):
+    lr = np.full(LR, i % 251, np.uint8)
+    lr.reshape(-1)[:4] = np.frombuffer(np.uint32(i).tobytes(), np.uint8)
+    hr = np.full(HR, (i * 7) % 253, np.uint8)
+    return lr, hr
+
+
+def _ids(lr) -> list[int]:
+    flat = lr.numpy().reshape(len(lr), -1)[:, :4]
+    return np.ascontiguousarray(flat).view(np.uint32).reshape(-1).tolist()
+
+
+class Samples:
+    """Per-sample reads only (no read_batch): the ring copies each sample into its slot."""
+
+    lr_shape, hr_shape = LR, HR
+
+    def __init__(self, n: int, fail_at: int = -1, die_at: int = -1):
+        self.n, self.fail_at, self.die_at = n, fail_at, die_at
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.fail_at:
+            raise ValueError(f"sample {i} is broken on purpose")
+        if i == self.die_at:
+            os._exit(3)
+        return _sample(i)
+
+
+class Batched(Samples):
+    """A ``batched`` format: read_batch fills the slot it is given."""
+
+    def read_batch(self, indices, out=None):
+        lr, hr = out
+        for k, i in enumerate(indices):
+            lr[k], hr[k] = self[i]
+        return lr[:len(indices)], hr[:len(indices)]
+
+
+def _leftovers():
+    return glob.glob("/dev/shm/feedlab-ring-*")
+
+
+def _check_epoch(loader, n, bs, epoch, seed=0, drop_last=False):
+    want = index_batches(n, bs, True, seed, epoch, drop_last)
+    got = []
+    for lr, hr in loader:
+        ids = _ids(lr)
+        got.append(ids)
+        for k, i in enumerate(ids):  # the slot holds exactly sample i's bytes
+            a, b = _sample(i)
+            assert np.array_equal(lr[k].numpy(), a) and np.array_equal(hr[k].numpy(), b)
+    assert got == want  # in order, each index once
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("cls", [Samples, Batched])
+def test_ordered_exactly_once_over_epochs(workers, cls):
+    n, bs = 37, 5
+    before = _leftovers()
+    with RingLoader(cls(n), bs, num_workers=workers, slots=workers + 2, start_method="fork") as ld:
+        for epoch in range(3):
+            _check_epoch(ld, n, bs, epoch)
+        procs = [p for p in ld._w.procs]
+        assert _leftovers() == before  # the ring's name is gone once every worker mapped it
+    assert not any(p.is_alive() for p in procs)
+    assert _leftovers() == before
+
+
+def test_spawn_start_method_and_drop_last():
+    n, bs = 23, 4
+    with RingLoader(Batched(n), bs, num_workers=2, start_method="spawn", drop_last=True) as ld:
+        assert len(ld) == 5
+        for epoch in range(2):
+            _check_epoch(ld, n, bs, epoch, drop_last=True)
+
+
+def test_leaving_an_epoch_early_keeps_the_next_one_exact():
+    n, bs = 40, 4
+    with RingLoader(Batched(n), bs, num_workers=2, start_method="fork") as ld:
+        for k, _ in enumerate(ld):
+            if k == 2:
+                break
+        _check_epoch(ld, n, bs, 1)
+
+
+def test_a_slot_is_not_refilled_while_the_consumer_holds_it():
+    n, bs = 60, 3
+    with RingLoader(Batched(n), bs, num_workers=2, slots=2, start_method="fork") as ld:
+        it = iter(ld)
+        lr, _ = next(it)
+        first = _ids(lr)
+        time.sleep(0.2)  # workers had time to overwrite it, were it free
+        assert _ids(lr) == first
+        rest = [_ids(x) for x, _ in it]
+        assert [first, *rest] == index_batches(n, bs, True, 0, 0)
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_worker_error_stops_everything_fast_with_one_line(start):
+    before = _leftovers()
+    ld = RingLoader(Samples(50, fail_at=17), 4, num_workers=2, start_method=start)
+    it = iter(ld)
+    procs = list(ld._w.procs)
+    t0 = time.monotonic()
+    with pytest.raises(RingWorkerError) as exc:
+        for _ in it:
+            pass
+    assert time.monotonic() - t0 < 1.5  # includes reading up to the broken batch
+    msg = str(exc.value)
+    assert "\n" not in msg and "ValueError: sample 17 is broken on purpose" in msg and "ring worker" in msg
+    assert not any(p.is_alive() for p in procs)
+    assert ld._w is None and _leftovers() == before
+
+
+def test_a_worker_that_dies_silently_is_named():
+    ld = RingLoader(Samples(40, die_at=9), 4, num_workers=2, start_method="fork")
+    with pytest.raises(RingWorkerError, match=r"ring worker \d exited \(code 3\)"):
+        list(ld)
+    assert ld._w is None
+
+
+def test_garbage_collected_loader_stops_its_workers():
+    import gc
+
+    ld = RingLoader(Batched(20), 4, num_workers=2, start_method="fork")
+    next(iter(ld))
+    procs = list(ld._w.procs)
+    del ld
+    gc.collect()
+    time.sleep(0.1)
+    assert not any(p.is_alive() for p in procs)
+    assert not [c for c in mp.active_children() if c.name.startswith("feedlab-ring")]
+
+
+def test_shm_too_small_is_one_line():
+    msg = check_shm(64 << 20, free=8 << 20)
+    assert msg and "\n" not in msg and "64 MiB" in msg and "--shm-size" in msg
+    assert check_shm(1 << 20, free=8 << 20) is None
+
+
+def test_pinning_registers_once_and_unregisters_before_unmap():
+    calls = []
+
+    class FakeCudart:
+        def cudaHostRegister(self, ptr, size, flags):
+            calls.append(("reg", ptr, size))
+            return 0
+
+        def cudaHostUnregister(self, ptr):
+            calls.append(("unreg", ptr))
+            return 0
+
+    ld = RingLoader(Batched(12), 4, num_workers=1, pin=True, cudart=FakeCudart(), start_method="fork")
+    list(ld)
+    list(ld)
+    assert ld.pinned and [c[0] for c in calls] == ["reg"] and calls[0][2] == ld.layout.nbytes
+    ld.close()
+    assert [c[0] for c in calls] == ["reg", "unreg"] and calls[1][1] == calls[0][1]
+
+
+def test_bad_arguments_are_one_line():
+    with pytest.raises(ValueError, match="num_workers must be >= 1"):
+        RingLoader(Batched(4), 2, num_workers=0)
