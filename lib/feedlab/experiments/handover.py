@@ -1,0 +1,173 @@
+"""The worker → main hand-over, measured: what the main process pays per sample to receive
+a batch from worker processes, for the DataLoader and the shared-memory ring (``loader="ring"``).
+
+For each pipeline (``PipelineSpec``s built by ``pipeline.make_loader``, the same workers, batch and
+data): a steady stretch of ``batches`` batches after ``skip`` warm-up batches (workers started,
+prefetch drained; epochs chained with persistent workers), the consumer doing nothing but touching
+each batch. Columns:
+
+* ``samples_per_s``: delivered rate (wall clock);
+* ``main_us_per_sample``: the main thread's CPU time (``time.thread_time``) per sample: the hand-over's
+  main-side cost (unpickling, mapping a fresh segment, rebuilding tensors; for the ring a pipe read);
+* ``handover_gb_s``: batch bytes ÷ that main-side time (how fast the main process takes bytes in);
+* ``delivered_gb_s``: batch bytes ÷ wall time.
+
+:func:`targets` turns a run into the issue-24 ratios (LMDB+fast with workers ÷ PNG+ToTensor with
+workers ≥ 5×; the ring's main-side cost ≤ 5 µs per sample), met or missed.
+CLI: ``python -m feedlab.experiments.handover --data DIR [--batch-size 128 --num-workers 2 --batches 50]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from pathlib import Path
+
+import torch
+
+from feedlab import pipeline as P
+
+TARGET_RATIO = 5.0        # LMDB+fast (best kind) ÷ PNG+ToTensor, both with workers
+TARGET_MAIN_US = 5.0      # main-side µs per sample of the ring
+
+#: name -> spec fields over a base (batch_size, num_workers set by the caller)
+PIPELINES = {
+    "png_totensor_dataloader": dict(format="png", collate="totensor"),
+    "lmdb_fast_dataloader": dict(format="lmdb", collate="fast"),
+    "lmdb_ring": dict(format="lmdb", collate="fast", loader="ring"),
+    "lmdb_raw_fast_dataloader": dict(format="lmdb_raw", collate="fast"),
+    "lmdb_raw_ring": dict(format="lmdb_raw", collate="fast", loader="ring"),
+}
+
+
+def _nbytes(batch) -> int:
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size()
+    return sum(_nbytes(b) for b in batch if isinstance(b, (torch.Tensor, list, tuple)))
+
+
+def drive(loader, batches: int, skip: int, clock=time.perf_counter, cpu_clock=time.thread_time) -> dict:
+    """Iterate ``loader`` (epochs chained) for ``skip`` untimed then ``batches`` timed batches."""
+    seen = samples = nbytes = 0
+    t0 = c0 = None
+    while seen < skip + batches:
+        for b in loader:
+            if seen == skip:
+                t0, c0 = clock(), cpu_clock()
+            if seen >= skip:
+                first = b[0] if isinstance(b, (list, tuple)) else b
+                samples += len(first)
+                nbytes += _nbytes(b)
+            seen += 1
+            if seen >= skip + batches:
+                break
+    wall, cpu = clock() - t0, cpu_clock() - c0
+    return dict(samples=samples, bytes=nbytes, wall_s=wall, main_cpu_s=cpu,
+                samples_per_s=samples / wall if wall > 0 else float("nan"),
+                main_us_per_sample=1e6 * cpu / samples if samples else float("nan"),
+                handover_gb_s=nbytes / cpu / 1e9 if cpu > 0 else float("nan"),
+                delivered_gb_s=nbytes / wall / 1e9 if wall > 0 else float("nan"))
+
+
+def measure(root, names=tuple(PIPELINES), batch_size: int = 128, num_workers: int = 2, batches: int = 50,
+            skip: int | None = None, repeats: int = 1, start_method: str | None = None) -> list[dict]:
+    """One row per (pipeline, repeat): the columns of the module doc; pipelines whose format is
+    not under ``root`` are skipped (one row with ``skipped``)."""
+    from feedlab import formats
+
+    present = set(formats.present(root))
+    rows = []
+    skip = P.prefetch_depth(P.PipelineSpec(num_workers=num_workers)) + 1 if skip is None else skip
+    for r in range(repeats):  # interleaved: every pipeline once per round
+        for name in names:
+            spec = P.PipelineSpec(batch_size=batch_size, num_workers=num_workers, transform="none",
+                                  persistent_workers=num_workers > 0, **PIPELINES[name])
+            base = dict(pipeline=name, repeat=r, batch_size=batch_size, num_workers=num_workers,
+                        loader=spec.loader, format=spec.format, collate=spec.collate)
+            if spec.format not in present:
+                rows.append({**base, "skipped": f"no {spec.format} under {root}"})
+                continue
+            ds = P.open_dataset(root, spec, verify=False)
+            extra = {"start_method": start_method} if spec.loader == "ring" and start_method else {}
+            if spec.loader == "dataloader" and start_method and num_workers:
+                extra = {"multiprocessing_context": start_method}
+            ld = P.make_loader(ds, spec, drop_last=True, **extra)
+            try:
+                rows.append({**base, **drive(ld, batches, skip)})
+            finally:
+                close = getattr(ld, "close", None)
+                if close is not None:
+                    close()
+                del ld
+                gc.collect()
+    return rows
+
+
+def targets(rows: list[dict]) -> dict:
+    """The issue-24 ratios from :func:`measure`'s rows (medians over repeats), met or missed."""
+    import statistics
+
+    def med(name, col):
+        v = [r[col] for r in rows if r.get("pipeline") == name and col in r]
+        return statistics.median(v) if v else float("nan")
+
+    base = med("png_totensor_dataloader", "samples_per_s")
+    lmdb = {n: med(n, "samples_per_s") for n in ("lmdb_fast_dataloader", "lmdb_ring")}
+    best = max(lmdb, key=lambda n: lmdb[n] if lmdb[n] == lmdb[n] else -1)
+    ratio = lmdb[best] / base
+    ring_us, dl_us = med("lmdb_ring", "main_us_per_sample"), med("lmdb_fast_dataloader", "main_us_per_sample")
+    return {"lmdb_best": best, "lmdb_vs_png": ratio, "lmdb_vs_png_met": ratio >= TARGET_RATIO,
+            "lmdb_dataloader_vs_png": lmdb["lmdb_fast_dataloader"] / base,
+            "ring_main_us_per_sample": ring_us, "ring_main_us_met": ring_us <= TARGET_MAIN_US,
+            "dataloader_main_us_per_sample": dl_us,
+            "ring_handover_gb_s": med("lmdb_ring", "handover_gb_s"),
+            "dataloader_handover_gb_s": med("lmdb_fast_dataloader", "handover_gb_s")}
+
+
+def report(rows: list[dict]) -> str:
+    lines = [f"{'pipeline':26s} {'samples/s':>10s} {'main µs/sample':>15s} {'hand-over GB/s':>15s} "
+             f"{'delivered GB/s':>15s}"]
+    for r in rows:
+        if "skipped" in r:
+            lines.append(f"{r['pipeline']:26s} skipped: {r['skipped']}")
+            continue
+        lines.append(f"{r['pipeline']:26s} {r['samples_per_s']:10.0f} {r['main_us_per_sample']:15.2f} "
+                     f"{r['handover_gb_s']:15.2f} {r['delivered_gb_s']:15.3f}")
+    t = targets(rows)
+    lines.append(f"LMDB+fast ({t['lmdb_best']}) ÷ PNG+ToTensor, both with workers: {t['lmdb_vs_png']:.1f}× "
+                 f"({'meets' if t['lmdb_vs_png_met'] else 'misses'} the ≥ {TARGET_RATIO:.0f}× target)")
+    lines.append(f"ring main-side cost: {t['ring_main_us_per_sample']:.2f} µs/sample vs the DataLoader's "
+                 f"{t['dataloader_main_us_per_sample']:.2f} ({'meets' if t['ring_main_us_met'] else 'misses'} "
+                 f"the ≤ {TARGET_MAIN_US:.0f} µs target)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from feedlab.errors import cli_errors
+
+    ap = argparse.ArgumentParser(prog="python -m feedlab.experiments.handover", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=None, help="an SR set with png and lmdb (default: the embedded set)")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--num-workers", type=int, default=2)
+    ap.add_argument("--batches", type=int, default=50, help="timed batches per pipeline")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--start-method", default=None, choices=[None, "fork", "spawn", "forkserver"])
+    ap.add_argument("--pipelines", default=",".join(PIPELINES), help="comma-separated: " + ", ".join(PIPELINES))
+    args = ap.parse_args(argv)
+    with cli_errors("handover"):
+        from feedlab.paths import default_sr_root
+
+        names = [n for n in args.pipelines.split(",") if n]
+        bad = [n for n in names if n not in PIPELINES]
+        if bad:
+            raise ValueError(f"--pipelines: unknown {', '.join(bad)} (one of {', '.join(PIPELINES)})")
+        rows = measure(args.data or default_sr_root(), names, args.batch_size, args.num_workers, args.batches,
+                       repeats=args.repeats, start_method=args.start_method)
+        print(report(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
