@@ -37,6 +37,9 @@ __all__ = [
     "FastCollate",
     "MEMORY_FORMATS",
     "memcpy_ceiling",
+    "copy_ceiling",
+    "pick_ceiling",
+    "CEILING_METHODS",
     "to_float",
     "to_float_on_device",
     "totensor_collate",
@@ -295,3 +298,114 @@ def memcpy_ceiling(items: Sequence[Any], out) -> Any:
         for i, x in enumerate(items):
             flat[i] = np.frombuffer(x, np.uint8)
     return out
+
+
+# --------------------------------------------------------------------------
+# the ceiling that is one: the fastest copy of the same bytes, several ways
+# --------------------------------------------------------------------------
+
+#: the ways :func:`copy_ceiling` copies a batch's bytes into a preallocated batch buffer
+CEILING_METHODS = ("numpy_copy", "gather", "readinto", "mmap_slice")
+
+
+def pick_ceiling(timings: dict, nbytes: int, samples: int | None = None) -> dict:
+    """The ceiling from per-method run times (seconds of one pass, several runs each): each
+    method's best run, then the fastest method. ``{"method", "best_s", "gb_s", "samples_per_s",
+    "per_method": {method: best_s}}``; methods with no run are left out."""
+    best = {m: float(min(ts)) for m, ts in timings.items() if len(ts) and min(ts) > 0}
+    if not best:
+        raise ValueError("copy ceiling: no method produced a timing")
+    method = min(best, key=best.get)
+    s = best[method]
+    return {"method": method, "best_s": s, "gb_s": nbytes / s / 1e9,
+            "samples_per_s": (samples / s) if samples else None, "per_method": best}
+
+
+def _ceiling_passes(sides, batch_size: int, order: np.ndarray):
+    """One callable per method: a pass copying every sample of every side into its batch buffer
+    (returned too, with a ``close()`` of the files and maps).
+    ``sides``: ``(array (N, ...) uint8 in RAM, path of the same bytes as a file or None, offset)``."""
+    import mmap
+
+    n = len(order)
+    bufs = [np.zeros((batch_size, *a.shape[1:]), np.uint8) for a, _p, _o in sides]  # faulted in
+    flat = [b.reshape(-1) for b in bufs]
+    items = [int(np.prod(a.shape[1:])) for a, _p, _o in sides]
+    starts = range(0, n, batch_size)
+
+    def numpy_copy():
+        for s in starts:
+            k = min(batch_size, n - s)
+            for (a, _p, _o), b in zip(sides, bufs):
+                np.copyto(b[:k], a[s:s + k])
+
+    def gather():
+        for s in starts:
+            idx = order[s:s + batch_size]
+            for (a, _p, _o), b in zip(sides, bufs):
+                np.take(a, idx, axis=0, out=b[:len(idx)], mode="clip")
+
+    out = {"numpy_copy": numpy_copy, "gather": gather}
+    if all(p is not None for _a, p, _o in sides):
+        files = [open(p, "rb", buffering=0) for _a, p, _o in sides]  # noqa: SIM115 - closed by the caller
+        maps = [mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) for f in files]
+        views = [memoryview(m) for m in maps]
+        mvs = [memoryview(f_) for f_ in flat]
+
+        def readinto():
+            for s in starts:
+                k = min(batch_size, n - s)
+                for f, (_a, _p, off), it, mv in zip(files, sides, items, mvs):
+                    f.seek(off + s * it)
+                    f.readinto(mv[:k * it])
+
+        def mmap_slice():
+            for s in starts:
+                k = min(batch_size, n - s)
+                for v, (_a, _p, off), it, mv in zip(views, sides, items, mvs):
+                    mv[:k * it] = v[off + s * it:off + (s + k) * it]
+
+        out.update(readinto=readinto, mmap_slice=mmap_slice)
+
+        def close():
+            mvs.clear()
+            for v in views:
+                v.release()
+            for m in maps:
+                m.close()
+            for f in files:
+                f.close()
+        return out, close, bufs
+    return out, lambda: None, bufs
+
+
+def copy_ceiling(sides, batch_size: int, repeats: int = 5, warmup: int = 1, seed: int = 0,
+                 methods=CEILING_METHODS, clock=None) -> dict:
+    """The fastest copy of a data set's bytes into a preallocated batch buffer on one core, warm
+    cache: every method of :data:`CEILING_METHODS` (those needing a file only when each side has
+    one) timed ``repeats`` times after ``warmup`` passes, in the same run, interleaved; the result
+    is :func:`pick_ceiling`'s, plus ``runs`` (every method's pass times) and ``bytes``.
+
+    ``sides``: one ``(array, path, offset)`` per array of a sample (``lr`` and ``hr``): the bytes in
+    RAM, and the same bytes in a file (``path``, data starting at ``offset``; None: RAM methods only)."""
+    import time
+
+    clock = clock or time.perf_counter
+    n = len(sides[0][0])
+    order = np.random.default_rng(seed).permutation(n)
+    passes, close, _bufs = _ceiling_passes(sides, batch_size, order)
+    try:
+        run = {m: passes[m] for m in methods if m in passes}
+        times: dict[str, list[float]] = {m: [] for m in run}
+        for _ in range(warmup):
+            for fn in run.values():
+                fn()
+        for _ in range(repeats):  # interleaved: every method once per round
+            for m, fn in run.items():
+                t0 = clock()
+                fn()
+                times[m].append(clock() - t0)
+    finally:
+        close()
+    nbytes = int(sum(a.nbytes for a, _p, _o in sides))
+    return {**pick_ceiling(times, nbytes, n), "runs": times, "bytes": nbytes}

@@ -180,3 +180,18 @@ def test_pinning_registers_once_and_unregisters_before_unmap():
 def test_bad_arguments_are_one_line():
     with pytest.raises(ValueError, match="num_workers must be >= 1"):
         RingLoader(Batched(4), 2, num_workers=0)
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_real_lmdb_store_through_the_ring(tmp_path, start, compress):
+    from feedlab import formats
+    from feedlab.formats import lmdb_store
+
+    samples = [_sample(i) for i in range(21)]
+    lmdb_store.write(tmp_path, samples, compress=compress)
+    ds = formats.open_dataset(tmp_path, "lmdb" if compress else "lmdb_raw")
+    ds[3]  # the parent has the env open: the workers must still open their own
+    with RingLoader(ds, 4, num_workers=2, start_method=start) as ld:
+        for epoch in range(2):
+            _check_epoch(ld, 21, 4, epoch)

@@ -29,6 +29,7 @@ that keeps the check would use them.
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -148,44 +149,54 @@ def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: 
 
 def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples: int | None = None,
                    res: Results | None = None) -> Results:
-    """The ceiling for any loader on these samples, one core, everything in RAM:
-    ``memcpy_ceiling`` copies every sample into its slot of a preallocated batch
-    (``np.take(..., out=)``: one C loop per batch, shuffled batches);
-    ``memcpy_per_item`` does it one Python-level copy per sample and side
+    """The ceiling for any loader on these samples, one core, warm cache: the fastest of several
+    copies of the same bytes into a preallocated batch buffer (``feedlab.collate.copy_ceiling``:
+    ``numpy_copy`` of contiguous batches, ``gather`` of shuffled ones, ``readinto`` from the
+    npy_mmap files, ``mmap_slice`` copies out of their maps), every method timed in the same run,
+    each method's rows as ``ceiling_<method>``; ``memcpy_ceiling`` holds the runs of the method
+    with the best run. ``memcpy_per_item`` copies one Python-level item per sample and side
     (``feedlab.collate.memcpy_ceiling``), the floor of any per-sample collate."""
+    from feedlab.collate import copy_ceiling
     from feedlab.collate import memcpy_ceiling as _memcpy
 
     res = res if res is not None else Results()
-    ds = Head(formats.open_dataset(root, "npy_mmap"), samples)
+    full = formats.open_dataset(root, "npy_mmap")
+    ds = Head(full, samples)
     n = len(ds)
     lr_all, hr_all = (np.ascontiguousarray(a) for a in ds.read_batch(range(n)))
+    sides = []
+    for name, arr in (("lr", lr_all), ("hr", hr_all)):
+        path = Path(full.dir) / f"{name}.npy"
+        sides.append((arr, str(path), int(np.load(path, mmap_mode="r").offset)))
     lr_items = [np.ascontiguousarray(lr_all[i]) for i in range(n)]
     hr_items = [np.ascontiguousarray(hr_all[i]) for i in range(n)]
     lr_out = np.zeros((batch_size, *lr_all.shape[1:]), np.uint8)
     hr_out = np.zeros((batch_size, *hr_all.shape[1:]), np.uint8)
     batches = [np.asarray(b) for b in index_batches(n, batch_size, seed=0)]
 
-    def gather():
-        for idx in batches:
-            k = len(idx)
-            # mode="clip": with the default "raise", numpy buffers ``out`` (an extra copy, ~3x slower)
-            np.take(lr_all, idx, axis=0, out=lr_out[:k], mode="clip")
-            np.take(hr_all, idx, axis=0, out=hr_out[:k], mode="clip")
-
     def per_item():
         for idx in batches:
             _memcpy([lr_items[i] for i in idx], lr_out)
             _memcpy([hr_items[i] for i in idx], hr_out)
 
+    ceil = copy_ceiling(sides, batch_size, repeats=repeats, warmup=max(1, warmup))
+    runs = {f"ceiling_{m}": ts for m, ts in ceil["runs"].items()}
+    runs["memcpy_ceiling"] = ceil["runs"][ceil["method"]]
+    runs["memcpy_per_item"] = time_callable(per_item, warmup=max(1, warmup), repeats=repeats)
     params = dict(format="ram", num_workers=0, batch_size=batch_size, mode="read", samples=samples or 0)
-    for variant, fn in (("memcpy_ceiling", gather), ("memcpy_per_item", per_item)):
-        secs = time_callable(fn, warmup=max(1, warmup), repeats=repeats)
+    for variant, secs in runs.items():
         for r, sec in enumerate(secs):
             res.add(EXPERIMENT, variant, "samples_per_s", n / sec, "samples/s", repeat=r, loader=variant, **params)
             res.add(EXPERIMENT, variant, "batch_load_ms", 1e3 * sec / len(batches), "ms/batch",
                     repeat=r, loader=variant, **params)
     _close(ds)
     return res
+
+
+def ceiling_method(summ) -> str | None:
+    """Which copy method set the ceiling in a summary (the ``ceiling_<method>`` with the best median)."""
+    rows = summ[(summ.variant.str.startswith("ceiling_")) & (summ.metric == "samples_per_s")]
+    return None if rows.empty else str(rows.loc[rows["median"].idxmax()].variant).removeprefix("ceiling_")
 
 
 def baseline(root, repeats: int, warmup: int = 1, samples: int | None = None, batch_size: int = 128,
