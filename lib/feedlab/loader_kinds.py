@@ -16,6 +16,7 @@ kind            requires        workers  what
 ``batched``     ``batched``     0        ``loaders.BatchReadLoader``: ``read_batch(idx, out=)``
 ``chunk``       ``chunked``     0        ``loaders.ChunkLoader``: chunk-aligned batch reads
 ``ring``        --              >= 1     ``ring.RingLoader``: workers fill a shared-memory ring
+``threads``     --              >= 1     ``loaders.ThreadLoader``: threads fill reused slots (SPDL-style)
 ==============  ==============  =======  ==================================================
 
 A builder is ``build(dataset, spec, *, collate_fn, seed, shuffle, drop_last, pin, **overrides)``
@@ -128,6 +129,15 @@ def _chunk(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, 
     return ChunkLoader(dataset, spec.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
 
 
+def _threads(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
+    from feedlab.loaders import ThreadLoader
+
+    slots = overrides.pop("slots", None)
+    _no_overrides("threads", overrides)
+    return ThreadLoader(dataset, spec.batch_size, num_threads=spec.num_workers, slots=slots, shuffle=shuffle,
+                        seed=seed, drop_last=drop_last)
+
+
 def _ring(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
     from feedlab.ring import RingLoader
 
@@ -146,6 +156,9 @@ for _k in (
                requires=("chunked",), workers="none", collates=False),
     LoaderKind("ring", _ring, "worker processes fill slots of a shared-memory ring; the main process "
                "receives a slot index (uint8 NHWC, valid until the next batch)", workers="some", collates=False),
+    LoaderKind("threads", _threads, "num_workers threads of this process fill reused uint8 NHWC slots "
+               "(reads and decodes that release the GIL run in parallel; no inter-process copy)",
+               workers="some", collates=False),
 ):
     register_loader_kind(_k)
 

@@ -10,6 +10,7 @@
   arrays (no per-sample arrays, no collate). With ``reuse_buffers=True`` the
   same two arrays are refilled every batch: the consumer must be done with a
   batch before asking for the next (true of a training loop).
+* :class:`ThreadLoader` — a :class:`BatchReadLoader` filled by a pool of threads (``loader="threads"``).
 * :class:`ChunkLoader` — a :class:`BatchReadLoader` whose batches follow the
   store's chunks (``ChunkBatchSampler``: shuffled chunk order, shuffled within
   a chunk, a batch never spans two chunks), for Zarr and the memory-mapped .npy.
@@ -160,3 +161,62 @@ class ChunkLoader(BatchReadLoader):
         sampler = ChunkBatchSampler(len(dataset), chunk_len, batch_size, shuffle, seed, drop_last)
         super().__init__(dataset, batch_size, batch_sampler=sampler, shuffle=shuffle, seed=seed,
                          reuse_buffers=reuse_buffers, drop_last=drop_last)
+
+
+class ThreadLoader(BatchReadLoader):
+    """Batches filled by ``num_threads`` threads of this process (the SPDL way: reads and decodes
+    that release the GIL run in parallel, and nothing crosses a process boundary).
+
+    ``slots`` preallocated uint8 NHWC batch arrays (default ``num_threads + 1``); batch ``b`` is
+    filled by ``dataset.read_batch(idx, out=slot)`` (else per sample) in a pool thread while the
+    consumer holds batch ``b - 1``; yielded in order. A batch is valid until the next ``next()``
+    (its slot is then refilled). A reader's exception is raised in the consumer as it is."""
+
+    def __init__(self, dataset, batch_size: int, num_threads: int = 2, slots: int | None = None,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False):
+        if num_threads < 1:
+            raise ValueError(f"threads: num_workers (threads) must be >= 1, got {num_threads}")
+        self.dataset = dataset
+        self.batch_size, self.num_threads = int(batch_size), int(num_threads)
+        self.slots = int(slots or self.num_threads + 1)
+        self.batch_sampler, self.shuffle, self.seed, self.drop_last = None, shuffle, seed, drop_last
+        self.reuse_buffers, self.epoch = True, 0
+        self._slots = [self._alloc(self.batch_size) for _ in range(self.slots)]
+        self._tensors = [tuple(torch.from_numpy(b) for b in s) for s in self._slots]
+
+    def _fill(self, slot: int, idx) -> int:
+        lr, hr = self._slots[slot]
+        n = len(idx)
+        read_batch = getattr(self.dataset, "read_batch", None)
+        if read_batch is not None:
+            a, b = read_batch(idx, out=(lr[:n], hr[:n]))
+            if not (np.shares_memory(a, lr) and np.shares_memory(b, hr)):
+                lr[:n], hr[:n] = a, b
+        else:
+            for k, i in enumerate(idx):
+                lr[k], hr[k] = self.dataset[i]
+        return n
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        batches = list(self._batches())
+        self.epoch += 1
+        pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="feedlab-threads")
+        pending: deque = deque()
+        free = list(range(self.slots))
+        nxt = 0
+        try:
+            while nxt < len(batches) or pending:
+                while free and nxt < len(batches):
+                    slot = free.pop()
+                    pending.append((slot, pool.submit(self._fill, slot, batches[nxt])))
+                    nxt += 1
+                slot, fut = pending.popleft()
+                n = fut.result()
+                lr, hr = self._tensors[slot]
+                yield (lr, hr) if n == len(lr) else (lr[:n], hr[:n])
+                free.append(slot)  # the consumer asked for the next batch: this one is done with
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)

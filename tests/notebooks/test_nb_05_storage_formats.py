@@ -193,7 +193,13 @@ def test_train_mode_runs_a_step(sr_root):
 
 def test_ceiling_is_positive(sr_root):
     df = S.memcpy_ceiling(sr_root, 8, repeats=2, warmup=0).frame()
-    assert set(df.variant) == {"memcpy_ceiling", "memcpy_per_item"} and (df.value > 0).all()
+    from feedlab.collate import CEILING_METHODS
+
+    methods = {f"ceiling_{m}" for m in CEILING_METHODS}
+    assert set(df.variant) == {"memcpy_ceiling", "memcpy_per_item", *methods} and (df.value > 0).all()
+    summ = df[df.metric == "samples_per_s"].groupby("variant", as_index=False)["value"].median().rename(columns={"value": "median"})
+    summ["metric"] = "samples_per_s"
+    assert f"ceiling_{S.ceiling_method(summ)}" in methods
 
 
 # ---------------------------------------------------------------- notebook

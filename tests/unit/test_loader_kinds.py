@@ -29,7 +29,7 @@ class Store:
 
 
 def test_the_kinds_and_a_duplicate_is_refused():
-    assert {"dataloader", "plain", "batched", "chunk", "ring"} <= set(K.LOADER_KINDS)
+    assert {"dataloader", "plain", "batched", "chunk", "ring", "threads"} <= set(K.LOADER_KINDS)
     assert K.LOADER_KINDS["chunk"].requires == ("chunked",) and K.LOADER_KINDS["batched"].requires == ("batched",)
     with pytest.raises(ValueError, match="already registered"):
         K.register_loader_kind(K.LOADER_KINDS["plain"])

@@ -195,3 +195,24 @@ def test_a_real_lmdb_store_through_the_ring(tmp_path, start, compress):
     with RingLoader(ds, 4, num_workers=2, start_method=start) as ld:
         for epoch in range(2):
             _check_epoch(ld, 21, 4, epoch)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("cls", [Samples, Batched])
+def test_threads_kind_ordered_exactly_once(threads, cls):
+    from feedlab.loaders import ThreadLoader
+
+    ld = ThreadLoader(cls(29), 4, num_threads=threads)
+    for epoch in range(3):
+        _check_epoch(ld, 29, 4, epoch)
+
+
+def test_threads_kind_raises_the_readers_error_and_leaves_no_thread():
+    import threading
+
+    from feedlab.loaders import ThreadLoader
+
+    with pytest.raises(ValueError, match="sample 11 is broken"):
+        list(ThreadLoader(Samples(30, fail_at=11), 4, num_threads=2))
+    time.sleep(0.05)
+    assert not [t for t in threading.enumerate() if t.name.startswith("feedlab-threads")]

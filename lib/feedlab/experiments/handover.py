@@ -38,6 +38,10 @@ PIPELINES = {
     "lmdb_ring": dict(format="lmdb", collate="fast", loader="ring"),
     "lmdb_raw_fast_dataloader": dict(format="lmdb_raw", collate="fast"),
     "lmdb_raw_ring": dict(format="lmdb_raw", collate="fast", loader="ring"),
+    "lmdb_threads": dict(format="lmdb", collate="fast", loader="threads"),
+    "lmdb_raw_threads": dict(format="lmdb_raw", collate="fast", loader="threads"),
+    "png_ring": dict(format="png", collate="fast", loader="ring"),
+    "png_threads": dict(format="png", collate="fast", loader="threads"),
 }
 
 
@@ -82,7 +86,8 @@ def measure(root, names=tuple(PIPELINES), batch_size: int = 128, num_workers: in
     for r in range(repeats):  # interleaved: every pipeline once per round
         for name in names:
             spec = P.PipelineSpec(batch_size=batch_size, num_workers=num_workers, transform="none",
-                                  persistent_workers=num_workers > 0, **PIPELINES[name])
+                                  persistent_workers=num_workers > 0 and PIPELINES[name].get("loader") is None,
+                                  **PIPELINES[name])
             base = dict(pipeline=name, repeat=r, batch_size=batch_size, num_workers=num_workers,
                         loader=spec.loader, format=spec.format, collate=spec.collate)
             if spec.format not in present:
@@ -113,7 +118,7 @@ def targets(rows: list[dict]) -> dict:
         return statistics.median(v) if v else float("nan")
 
     base = med("png_totensor_dataloader", "samples_per_s")
-    lmdb = {n: med(n, "samples_per_s") for n in ("lmdb_fast_dataloader", "lmdb_ring")}
+    lmdb = {n: med(n, "samples_per_s") for n in ("lmdb_fast_dataloader", "lmdb_ring", "lmdb_threads")}
     best = max(lmdb, key=lambda n: lmdb[n] if lmdb[n] == lmdb[n] else -1)
     ratio = lmdb[best] / base
     ring_us, dl_us = med("lmdb_ring", "main_us_per_sample"), med("lmdb_fast_dataloader", "main_us_per_sample")
