@@ -16,6 +16,11 @@ HWC uint8 numpy arrays (a bare array per item works too).
   is transposed HWC -> CHW while it is copied.
 * ``memcpy_ceiling`` is the floor no collate can beat: each item's bytes
   copied into its batch slot.
+* ``copy_ceiling`` is the ceiling no loader beats: the fastest of several
+  copies of a data set's bytes into a preallocated batch buffer (numpy copy of
+  contiguous batches, a gather of shuffled ones, ``readinto`` from the file,
+  a slice copy out of its memory map), each method's best run, in one run;
+  ``pick_ceiling`` is its choice, a pure function of the timings.
 
 Measured choice of copy (128 × 96×96×3, one core): numpy ``np.copyto`` of
 each item's transposed view into its NCHW slot beat ``np.stack`` followed by
