@@ -135,7 +135,11 @@ def _worker(rank: int, dataset, path: str, layout: _Layout, tasks, results) -> N
         ring = _map(path, layout.nbytes)
         views = layout.arrays(ring)
         results.send(("ready", rank))
+        parent = os.getppid()
         while True:
+            while not tasks.poll(1.0):  # a main process killed outright leaves no orphan behind
+                if os.getppid() != parent:
+                    return
             task = tasks.recv()
             if task is None:
                 break

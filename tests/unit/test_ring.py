@@ -216,3 +216,40 @@ def test_threads_kind_raises_the_readers_error_and_leaves_no_thread():
         list(ThreadLoader(Samples(30, fail_at=11), 4, num_threads=2))
     time.sleep(0.05)
     assert not [t for t in threading.enumerate() if t.name.startswith("feedlab-threads")]
+
+
+def test_workers_of_a_main_process_killed_outright_exit_too(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    before = _leftovers()
+    script = tmp_path / "victim.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.path[:0] = {sys.path!r}\n"
+        "from test_ring import Batched\n"
+        "from feedlab.ring import RingLoader\n"
+        "ld = RingLoader(Batched(40), 4, num_workers=2, start_method='fork')\n"
+        "it = iter(ld); next(it)\n"
+        "print(' '.join(str(p.pid) for p in ld._w.procs), flush=True)\n"
+        "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pids = [int(x) for x in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 5
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in pids if os.path.exists(f"/proc/{p}") and "Z" not in _state(p)]
+    assert not alive
+    assert _leftovers() == before
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
