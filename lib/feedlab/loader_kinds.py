@@ -6,7 +6,8 @@ builds it through :func:`build`, and ``PipelineSpec.problems()`` asks
 requires of a format's capabilities (``feedlab.formats.FormatSpec``: ``batched``,
 ``chunked``, ...), whether it runs worker processes, and whether it collates
 (``collates=False``: it fills uint8 NHWC batch slots itself, so the spec's
-collate must be a uint8 one, ``fast`` or ``fast_cl``).
+collate must be a uint8 one, ``fast`` or ``fast_cl``; :func:`build` hands its batches out as
+NCHW-shaped views with channels-last strides, as ``fast_cl`` does, without a copy).
 
 ==============  ==============  =======  ==================================================
 kind            requires        workers  what
@@ -80,8 +81,11 @@ def kind_problems(name: str, capabilities: dict | None, num_workers: int, collat
 
 
 def build(dataset, spec, **kw):
-    """The loader of kind ``spec.loader`` over ``dataset`` (see the module doc)."""
-    return get_loader_kind(getattr(spec, "loader", "dataloader")).build(dataset, spec, **kw)
+    """The loader of kind ``spec.loader`` over ``dataset`` (see the module doc). A kind that fills
+    uint8 NHWC slots itself is wrapped in :class:`NCHWView`, so every kind yields NCHW-shaped batches."""
+    kind = get_loader_kind(getattr(spec, "loader", "dataloader"))
+    loader = kind.build(dataset, spec, **kw)
+    return loader if kind.collates else NCHWView(loader)
 
 
 # ---------------------------------------------------------------- the kinds
@@ -101,6 +105,30 @@ def _dataloader(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=Fa
     kw.update(overrides)
     return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.num_workers, pin_memory=pin,
                       collate_fn=collate_fn, drop_last=drop_last, **kw)
+
+
+class NCHWView:
+    """A slot-filling loader's uint8 NHWC batches as NCHW-shaped views with channels-last strides
+    (what ``FastCollate(memory_format="channels_last")`` returns; no copy): what a model takes.
+    ``len()``, ``close()`` and the wrapped ``loader`` pass through."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        for lr, hr in self.loader:
+            yield lr.permute(0, 3, 1, 2), hr.permute(0, 3, 1, 2)
+
+    def close(self) -> None:
+        close = getattr(self.loader, "close", None)
+        if close is not None:
+            close()
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["loader"], name)
 
 
 def _no_overrides(name: str, overrides: dict) -> None:
@@ -164,4 +192,4 @@ for _k in (
 
 
 __all__ = ["LoaderKind", "LOADER_KINDS", "register_loader_kind", "get_loader_kind", "kind_problems", "build",
-           "UINT8_COLLATES"]
+           "UINT8_COLLATES", "NCHWView"]

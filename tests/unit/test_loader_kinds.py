@@ -4,6 +4,7 @@ import argparse
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 from feedlab import loader_kinds as K
@@ -65,10 +66,12 @@ def test_make_loader_dispatches_through_the_registry():
     built = {k: P.make_loader(Store(), base.replace(loader=k, num_workers=1 if k == "ring" else 0))
              for k in ("dataloader", "plain", "batched", "chunk", "ring")}
     assert isinstance(built["dataloader"], DataLoader) and isinstance(built["plain"], PlainLoop)
-    assert type(built["batched"]) is BatchReadLoader and isinstance(built["chunk"], ChunkLoader)
-    assert isinstance(built["ring"], RingLoader) and built["ring"]._w is None  # no worker until iterated
-    lr, hr = next(iter(built["chunk"]))
-    assert lr.shape == (4, 2, 2, 3) and len({int(x) for x in lr[:, 0, 0, 0]}) == 4
+    assert type(built["batched"].loader) is BatchReadLoader and isinstance(built["chunk"].loader, ChunkLoader)
+    assert isinstance(built["ring"].loader, RingLoader) and built["ring"]._w is None  # no worker until iterated
+    lr, hr = next(iter(built["chunk"]))  # NCHW-shaped, channels-last strides, as fast_cl: a model takes it
+    assert lr.shape == (4, 3, 2, 2) and lr.is_contiguous(memory_format=torch.channels_last)
+    assert len({int(x) for x in lr[:, 0, 0, 0]}) == 4 and len(built["chunk"]) == 4
+    built["ring"].close()
     with pytest.raises(ValueError, match="takes no DataLoader options"):
         P.make_loader(Store(), base.replace(loader="batched"), sampler=[0, 1])
 
