@@ -152,6 +152,7 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
     ref = _Reference(root, man, engine)
     if not (root / CHECKSUMS).is_file():  # a set built before checksums: add them
         man = add_checksums(root, ref, log=log)
+    _refuse_foreign(root, fmts, man)
     for fmt in fmts:
         spec = F.get_format(fmt)
         opts = _opts_for(spec.writer, writer_opts)
@@ -172,6 +173,23 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
         write_json_atomic(root / MANIFEST, man)
         log(f"packed {fmt:9s} {size / 2**20:8.1f} MiB in {dt:6.2f} s")
     return man
+
+
+def _refuse_foreign(root: Path, fmts: list[str], man: dict) -> None:
+    """A format is written over only what the manifest records as that format: a folder or
+    file of the same name that the set did not write (the user's own ``npy/``) is refused."""
+    from .outdir import format_entries
+
+    recorded = man.get("formats") or {}
+    for fmt in fmts:
+        if fmt in recorded:
+            continue
+        for name in sorted(format_entries(fmt)):
+            p = root / name
+            if p.exists() or p.is_symlink():
+                raise DataPrepError(f"{p} already exists and the set's manifest does not record it as {fmt}: "
+                                    f"data_prep did not write it and will not replace it; move it away, "
+                                    f"or pack into a set of its own")
 
 
 def add_checksums(root, ref: "_Reference | None" = None, *, log: Callable[[str], None] = print) -> dict:
