@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -186,35 +187,136 @@ def progress_options(name: str) -> dict:
     return {"desc": f"    {name}", "unit": "cell", "leave": False, "mininterval": 0.5}
 
 
+class RunLocked(OSError):
+    """Another run of this notebook into this folder is under way."""
+
+
+def destination(name: str, profile: str, params: dict, out_root: Path | None) -> Path:
+    """Where a notebook's record lands: ``--out-root``/<name>, ``-p out_dir``, or its figure folder."""
+    if out_root:
+        return out_root / name
+    if params.get("out_dir"):
+        return Path(params["out_dir"])
+    return figure_dir(name, "", profile, create=False)
+
+
+@contextmanager
+def run_lock(final: Path):
+    """An exclusive, non-blocking lock on ``final`` (held in ``runs/locks/``, never beside the
+    committed results): a second run of the same notebook into the same folder refuses at once."""
+    import fcntl
+    import hashlib
+
+    from feedlab.paths import SCRATCH_DIR
+
+    locks = SCRATCH_DIR / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(str(final.resolve()).encode()).hexdigest()[:16]
+    path = locks / f"{final.name}-{key}.lock"
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            who = fh.read().strip() or "another process"
+            raise RunLocked(f"{final} is being written by another run ({who}): wait for it to finish, "
+                            "or give this one another --out-root") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.seek(0)
+            fh.truncate()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
                  kernel: str = "python3") -> Path:
+    """Execute ``nb`` into a temporary folder beside its destination (``<dest>.tmp-<pid>-XXXXXX``);
+    only when every cell ran is that folder (executed notebook, results, figures) put in place
+    of the old record, in one rename. A failed run's folder goes to ``runs/failed/<name>/`` for
+    a look; an interrupted one is removed. Either way the old record stays as it was."""
     import papermill as pm
 
+    from feedlab.formats._io import _remove, replace_path, sweep_orphans, tmp_sibling
+
     name = nb.stem
-    out_dir = (out_root / name) if out_root else figure_dir(name, "", profile)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    executed = out_dir / f"{name}.executed.ipynb"
-    parameters = {"profile": profile, **params}
-    if out_root:
-        parameters["out_dir"] = str(out_dir)
-    pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
-                        cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name), log_output=False,
-                        **kernel_options())
-    scrub_paths(executed)
-    return executed
+    final = destination(name, profile, params, out_root)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with run_lock(final):
+        sweep_orphans(final.parent)
+        tmp = tmp_sibling(final)
+        tmp.mkdir()
+        executed = tmp / f"{name}.executed.ipynb"
+        parameters = {"profile": profile, **params, "out_dir": str(tmp)}
+        try:
+            pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
+                                cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name), log_output=False,
+                                **kernel_options())
+            for path in tmp.rglob("*"):
+                if path.suffix in (".ipynb", ".json", ".csv", ".txt", ".md") and path.is_file():
+                    scrub_paths(path, {str(tmp): str(final)})
+            replace_path(tmp, final)
+        except Exception:
+            keep_failed(tmp, name)
+            raise
+        except BaseException:
+            _remove(tmp)
+            raise
+    return final / executed.name
 
 
-def scrub_paths(path: Path) -> None:
+def keep_failed(tmp: Path, name: str) -> Path | None:
+    """Move a failed run's folder to ``runs/failed/<name>/`` (outside the committed results)."""
+    from feedlab.formats._io import _remove, replace_path
+    from feedlab.paths import SCRATCH_DIR
+
+    if not tmp.is_dir():
+        return None
+    dest = SCRATCH_DIR / "failed" / name
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        replace_path(tmp, dest)
+    except OSError:
+        _remove(tmp)
+        return None
+    print(f"    the failed run's notebook and results: {dest}", file=sys.stderr)
+    return dest
+
+
+def scrub_paths(path: Path, also: dict[str, str] | None = None) -> None:
     """The executed notebook is a record kept in the repository: name files relative to the
     repository root, not where this machine keeps its checkout (papermill's metadata and
-    printed paths would carry it). Rewritten atomically."""
+    printed paths would carry it), and by the folder it ends up in (``also``: the temporary
+    folder it ran in → its destination). Rewritten atomically."""
     from feedlab.paths import REPO_ROOT
     from feedlab.results import _atomic_write_text
 
     text = path.read_text(encoding="utf-8")
-    clean = text.replace(str(REPO_ROOT) + "/", "").replace(str(REPO_ROOT), ".")
+    clean = text
+    for old, new in (also or {}).items():
+        clean = clean.replace(old, new)
+    clean = clean.replace(str(REPO_ROOT) + "/", "").replace(str(REPO_ROOT), ".")
     if clean != text:
         _atomic_write_text(path, clean)
+
+
+def check_tar_dest(dest: Path) -> None:
+    """``--tar FILE`` must be writable before the first notebook runs (not after it)."""
+    import tempfile
+
+    if dest.is_dir():
+        raise ValueError(f"--tar {dest} is a folder: give a file name (.tar or .tar.gz)")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=dest.parent, prefix=f".{dest.name}.probe-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--tar {dest}: cannot write there ({exc.strerror or exc}); "
+                         "give a writable path") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,6 +388,11 @@ def _main(argv: list[str] | None = None) -> int:
         route_params(params, notebooks)  # a key must be a parameter some selected notebook declares
     except ValueError as exc:
         ap.error(str(exc))
+    if params.get("out_dir") and len(notebooks) > 1 and not args.data_only:
+        ap.error(f"-p out_dir {params['out_dir']} names one folder for {len(notebooks)} notebooks: each would "
+                 "replace the last one's results; use --out-root DIR (DIR/<notebook>/) or --only one notebook")
+    if args.tar is not None and not args.data_only:
+        check_tar_dest(args.tar.expanduser().resolve())
     params_for = plan_parameters(notebooks, params) if not args.data_only else {}
     if not args.no_data and not params.get("data_root"):
         prepare_data(profile)  # with data_root, notebooks build only the built-in data they use
@@ -301,6 +408,8 @@ def _main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             executed = run_notebook(nb, profile, params_for[nb], args.out_root)
+        except RunLocked:
+            raise  # one line from cli_errors: nothing of this notebook was touched
         except Exception as exc:  # papermill raises PapermillExecutionError with the cell
             msg = f"{nb.name} failed in {_failed_cell(exc)}"
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
