@@ -214,13 +214,20 @@ def add_checksums(root, ref: "_Reference | None" = None, *, log: Callable[[str],
     return man
 
 
+#: seconds one sample may take in ``verify`` before it gives up naming it (``--timeout``)
+VERIFY_STALL_S = 120.0
+
+
 def verify(root, formats: str | Iterable[str] | None = None, *, log: Callable[[str], None] = print,
-           max_report: int = 5) -> dict[str, int]:
+           max_report: int = 5, stall_s: float | None = VERIFY_STALL_S) -> dict[str, int]:
     """Re-read every sample of each packed format and compare it bit-exact to the PNGs.
 
     ``formats=None`` checks every format the manifest records. Raises
     ``VerifyError`` naming each failing format and the first failing indices.
+    A sample that takes longer than ``stall_s`` seconds raises ``DeadlineError`` naming it.
     Returns ``{format: samples checked}``."""
+    from feedlab.errors import DeadlineError, deadline
+
     root = Path(root)
     man = sr_manifest(root)
     fmts = parse_formats(formats) if formats is not None else [f for f in man.get("formats", {}) if f in F.PACKABLE]
@@ -238,19 +245,25 @@ def verify(root, formats: str | Iterable[str] | None = None, *, log: Callable[[s
             continue
         bad: list[str] = []
         nbad = 0
-        for i in track(range(len(ref)), len(ref), f"verify {fmt}"):
-            want_lr, want_hr = ref[i]
-            try:
-                lr, hr = ds[i]
-                ok = (lr.dtype == np.uint8 and hr.dtype == np.uint8 and np.array_equal(lr, want_lr)
-                      and np.array_equal(hr, want_hr))
-                why = "differs from the PNG"
-            except Exception as exc:  # a corrupt value may fail to decode at all
-                ok, why = False, f"unreadable ({type(exc).__name__}: {exc})"
-            if not ok:
-                nbad += 1
-                if len(bad) < max_report:
-                    bad.append(f"index {i} {why}")
+        where = [f"verify {fmt} under {root}"]
+        with deadline(stall_s, lambda: where[0], "a file that never answers? check it, or --timeout 0") as d:
+            for i in track(range(len(ref)), len(ref), f"verify {fmt}"):
+                where[0] = f"verify {fmt}: sample {i} under {root}"
+                d.reset()
+                want_lr, want_hr = ref[i]
+                try:
+                    lr, hr = ds[i]
+                    ok = (lr.dtype == np.uint8 and hr.dtype == np.uint8 and np.array_equal(lr, want_lr)
+                          and np.array_equal(hr, want_hr))
+                    why = "differs from the PNG"
+                except DeadlineError:
+                    raise
+                except Exception as exc:  # a corrupt value may fail to decode at all
+                    ok, why = False, f"unreadable ({type(exc).__name__}: {exc})"
+                if not ok:
+                    nbad += 1
+                    if len(bad) < max_report:
+                        bad.append(f"index {i} {why}")
         close = getattr(ds, "close", None)
         if close:
             close()

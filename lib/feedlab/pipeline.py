@@ -278,6 +278,11 @@ class PipelineSpec:
             out.append(f"unknown transform {self.transform!r}")
         if self.batch_size < 1 or self.num_workers < 0:
             out.append("batch_size must be >= 1 and num_workers >= 0")
+        from feedlab.machines import worker_cap
+
+        if self.num_workers > worker_cap():
+            out.append(f"num_workers {self.num_workers} is over the cap of {worker_cap()} (4 per usable core, "
+                       "at least 16; FEEDLAB_MAX_WORKERS sets another)")
         if self.pin_memory and not dev.startswith("cuda"):
             out.append("pin_memory needs CUDA (DataLoader ignores it without a GPU)")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
