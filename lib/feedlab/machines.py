@@ -179,7 +179,8 @@ def machine_dirs(notebook: str, figures_dir: Path | None = None) -> dict[str, Pa
     if not base.is_dir():
         return {}
     found = {p.name: p for p in base.iterdir()
-             if p.is_dir() and ((p / "results.json").exists() or (p / "fingerprint.json").exists())}
+             if p.is_dir() and not re.search(r"\.(tmp|old)-\d+-[0-9a-f]{6}$", p.name)  # a run under way, or killed
+             and ((p / "results.json").exists() or (p / "fingerprint.json").exists())}
     return dict(sorted(found.items(), key=lambda kv: (not kv[0].startswith("cpu"), kv[0])))
 
 

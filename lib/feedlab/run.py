@@ -9,7 +9,10 @@ A ``-p`` key reaches only the notebooks that declare it; the runner says which d
 not (``-p data_root DIR``: the notebooks that measure built-in data, and why).
 Each notebook shows a per-cell progress bar while it runs.
 Each executed notebook is kept beside its figures (``figures/<name>/<name>.executed.ipynb``)
-as the record of the run. The data the notebooks need is built first if missing.
+as the record of the run. A notebook runs into a temporary folder beside its record; only a
+run that ends well replaces the record, whole, in one rename (a failed one is kept under
+``runs/failed/<name>/``); a second run of the same notebook into the same folder refuses.
+``-p out_dir DIR`` takes one notebook (``--out-root DIR`` several: ``DIR/<name>/``). The data the notebooks need is built first if missing.
 Exits non-zero naming the notebook and the cell that failed. ``--dry-run`` prints,
 per notebook, the parameters it would run with once the profile is resolved for this
 machine (``--cores N`` pretends N usable cores), and runs nothing. ``--tar FILE``
@@ -319,11 +322,25 @@ def check_tar_dest(dest: Path) -> None:
                          "give a writable path") from None
 
 
+def _on_sigterm(_signum, _frame):
+    raise KeyboardInterrupt  # the notebook under way is removed, its old record stays
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     from feedlab.errors import cli_errors
 
-    with cli_errors("python -m feedlab.run"):
-        return _main(argv)
+    try:
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread
+        old = None
+    try:
+        with cli_errors("python -m feedlab.run"):
+            return _main(argv)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -382,6 +382,21 @@ def test_an_interrupted_or_failed_run_leaves_the_old_record_intact(tmp_path, mon
     assert (old / "fig.png").is_file() and sorted(p.name for p in figs.iterdir()) == ["01_worker_scaling"]
 
 
+def test_out_dir_is_where_the_record_goes_and_a_killed_runs_folder_is_no_machine(tmp_path, monkeypatch, runner):
+    from feedlab.machines import machine_dirs
+
+    nb = next(p for p in runner.list_notebooks() if p.stem == "01_worker_scaling")
+    _fake_papermill(monkeypatch, lambda out: None)
+    mine = tmp_path / "mine"
+    executed = runner.run_notebook(nb, "quick", {"out_dir": str(mine)}, None)
+    assert executed == mine / "01_worker_scaling.executed.ipynb" and executed.is_file()
+    figs = tmp_path / "figs" / "01_worker_scaling"
+    killed = figs / "cpu-2c.tmp-999999-abcdef"  # what a SIGKILLed run leaves
+    killed.mkdir(parents=True)
+    (killed / "results.json").write_text("{}")
+    assert machine_dirs("01_worker_scaling", tmp_path / "figs") == {}
+
+
 def test_two_runs_of_one_notebook_at_once_refuse(tmp_path, monkeypatch, runner):
     figs = tmp_path / "figs"
     nb = next(p for p in runner.list_notebooks() if p.stem == "01_worker_scaling")
