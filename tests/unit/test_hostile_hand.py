@@ -240,6 +240,17 @@ def test_a_fifo_sample_is_one_line_in_bench_and_verify(sr_root, tmp_path):
     assert "FIFO" in line and "000005.png" in line
 
 
+@pytest.mark.parametrize("fmt,victim", [("lmdb", "lmdb/data.mdb"), ("hdf5", "sr.h5"), ("npy_mmap", "npy_mmap/hr.npy")])
+def test_a_fifo_in_a_one_file_store_is_one_line_not_a_hang(sr_root, tmp_path, fmt, victim):
+    root = _copy_set(sr_root, tmp_path, [victim.split("/")[0]])
+    (root / victim).unlink()
+    os.mkfifo(root / victim)
+    r = _cli("-m", "feedlab.bench", "--data", str(root), "--format", fmt, "--num-workers", "0",
+             "--epochs", "1", "--warmup", "0", "--batch-size", "8", timeout=120)
+    line = _one_line_error(r)
+    assert "FIFO" in line and victim in line
+
+
 def test_bench_gives_up_on_a_sample_that_never_arrives(sr_root, monkeypatch):
     from feedlab import bench as B
     from feedlab import pipeline as P

@@ -188,6 +188,31 @@ def open_regular(path: str | os.PathLike, limit: int | None = None):
         raise
 
 
+def check_regular_tree(path: str | os.PathLike, limit: int = 10_000) -> None:
+    """Refuse a store holding a FIFO, socket or device (a library opening it would block for
+    ever): ``OSError`` naming it. Looks at ``path`` and, for a folder, up to ``limit`` entries
+    under it (stat only, nothing is opened); stores of one file per sample are checked as each
+    file is read (:func:`open_regular`)."""
+    path = Path(path)
+    seen = 0
+    todo = [path]
+    while todo and seen < limit:
+        p = todo.pop()
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        seen += 1
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                todo.extend(Path(e.path) for e in os.scandir(p))
+            except OSError:
+                continue
+        elif not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{p} is {_kind(st.st_mode)}, not a regular file: only regular files are read "
+                          "(replace it with the file itself)")
+
+
 def read_regular(path: str | os.PathLike, limit: int | None = None) -> bytes:
     """The bytes of ``path``, a regular file of at most ``limit`` bytes (see :func:`open_regular`)."""
     lim = max_file_bytes() if limit is None else int(limit)
