@@ -160,8 +160,10 @@ def to_rgb8(im: Image.Image) -> np.ndarray:
 def load_rgb8(path: str | os.PathLike) -> tuple[np.ndarray, str]:
     """Decode an image file fully; returns ``(rgb, source_mode)``. Raises
     ``DataPrepError`` naming the file if it cannot be read."""
+    from feedlab.formats._io import open_regular
+
     try:
-        with Image.open(path) as im:
+        with open_regular(path) as fh, Image.open(fh) as im:
             im.load()
             mode = im.mode
             return to_rgb8(im), mode

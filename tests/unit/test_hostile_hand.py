@@ -191,6 +191,18 @@ def test_a_users_set_at_the_default_path_is_never_rebuilt(tmp_path):
     assert json.loads((emb / "manifest.json").read_text())["count"] == 6
 
 
+def test_make_figures_refuses_a_users_set_at_the_default_path_in_one_line(tmp_path):
+    data = tmp_path / "data"
+    root = data / "sr64-smoke"
+    r = _cli("-m", "data_prep", "sr", "--out", str(root), "--source", str(_photos(tmp_path / "ph")), "--count", "5")
+    assert r.returncode == 0, r.stderr
+    before = _snapshot(root)
+    r = _cli("-m", "feedlab.run", "--data-only", "--profile", "smoke", env=_env(FEEDLAB_DATA=str(data)))
+    line = _one_line_error(r)
+    assert str(root) in line and "not rebuilt" in line
+    assert _snapshot(root) == before
+
+
 def test_large_sources_are_decoded_one_at_a_time_with_the_same_bytes(tmp_path, monkeypatch):
     import data_prep.images as I
 
