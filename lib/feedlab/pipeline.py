@@ -299,7 +299,6 @@ def open_dataset(root, spec: PipelineSpec, crop: int = 96, seed: int = 0, **opts
     """The dataset ``spec`` reads: its format under ``root``, its decode backend (formats
     holding encoded images), its transform."""
     from feedlab import formats
-
     from feedlab.gpu_decode import EncodedView, is_device_decode
 
     fs = formats.get_format(spec.format)
