@@ -37,9 +37,11 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from feedlab.gpu_busy import BusyMeter, NvmlWindow
 from feedlab.monitor import CpuMonitor, GpuMonitor
 from feedlab.pipeline import (
     COLLATES,
+    MIN_TIMED_BATCHES,
     MODEL_VARIANTS,
     PipelineSpec,
     build_model,
@@ -48,9 +50,12 @@ from feedlab.pipeline import (
     make_training,
     open_dataset,
     prefetch_depth,
+    rate_of,
     resolve_model_name,
+    steady_batches,
     steady_rate,
 )
+from feedlab.pipeline import warmup_batches as warmup_batches_of
 from feedlab.results import Results, summarize
 from feedlab.timing import PHASES, run_epoch
 
@@ -101,15 +106,57 @@ def _params(s: PipelineSpec, device) -> dict:
     return d
 
 
+def epoch_batches(s: PipelineSpec, *, max_batches: int | None = None, max_samples: int | None = None,
+                  min_timed_batches: int | None = None) -> int | None:
+    """Batches of one timed epoch of setting ``s``: ``max_samples`` (rounded up to whole batches)
+    or ``max_batches`` as given; with ``min_timed_batches``, at least
+    :func:`~feedlab.pipeline.steady_batches` (warm-up + that many timed batches) whatever those say.
+    None: the whole data set once."""
+    n = max(1, -(-int(max_samples) // int(s.batch_size))) if max_samples is not None else max_batches
+    if min_timed_batches is not None:
+        need = steady_batches(s, int(min_timed_batches))
+        n = need if n is None else max(int(n), need)
+    return n
+
+
+def cycling_loader(ds, s: PipelineSpec, batches: int | None, seed: int = 0):
+    """The loader for ``s``; when ``batches`` × batch size exceeds the data set, an epoch runs
+    successive shuffled passes over it (``RandomSampler(num_samples=...)`` without replacement:
+    every sample once per pass, each pass a fresh permutation), so a small set still gives a
+    steady epoch. The extra passes read what the first brought into the page cache: the rates
+    of such an epoch are warm-cache rates (the grid's warm-up epoch makes them so anyway)."""
+    if batches is None or int(batches) * int(s.batch_size) <= len(ds):
+        return make_loader(ds, s, seed)
+    from torch.utils.data import RandomSampler
+
+    g = torch.Generator().manual_seed(seed)
+    return make_loader(ds, s, seed, sampler=RandomSampler(ds, num_samples=int(batches) * int(s.batch_size),
+                                                          generator=g))
+
+
+BUDGET_MIN_TIMED = 10  # a time-budgeted epoch's fewest timed batches for a steady rate
+BUDGET_CAP_BATCHES = 100_000  # a time-budgeted epoch's sampler length: the budget ends it first
+
+
 def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats: int = 3, warmup: int = 1,
              warmup_batches: int = 3, max_batches: int | None = None,
              max_samples: int | None = None, device=None,
              experiment: str = "loader_grid", seed: int = 0, monitor_interval: float = 0.05,
-             dataset_opts: dict | None = None, log: Callable[[str], None] | None = None) -> Results:
+             dataset_opts: dict | None = None, log: Callable[[str], None] | None = None,
+             min_timed_batches: int | None = None, time_budget_s: float | None = None) -> Results:
     """Time every setting: ``warmup`` epochs of at most ``warmup_batches`` batches,
     then ``repeats`` epochs of at most ``max_batches`` batches (None: the whole set).
     ``max_samples`` caps an epoch by samples instead (rounded up to whole batches), so
     every batch size sees the same data; it wins over ``max_batches``.
+
+    Steady state by construction: ``min_timed_batches`` makes each timed epoch at least
+    the setting's warm-up (``num_workers × prefetch_factor`` batches + the first) plus that many
+    timed batches (:func:`epoch_batches`; a set too small for it is cycled, :func:`cycling_loader`);
+    ``time_budget_s`` instead runs each timed epoch for that many seconds after its first batch
+    was asked for (and never fewer than warm-up + ``min_timed_batches or 10`` batches).
+    Every row carries ``rate_kind`` (``steady`` / ``startup_inclusive``, :func:`feedlab.pipeline.rate_of`),
+    ``timed_batches`` and ``warmup_batches``: a row of an epoch too short for a steady rate
+    (a smoke run) says so, and ``steady_samples_per_s`` is then the whole-epoch rate, labelled.
 
     Settings that are not applicable on ``device`` (see :func:`applicable`) raise;
     filter them first with :func:`split_applicable`. Returns one
@@ -117,7 +164,11 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
     """
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
+    if time_budget_s is not None and time_budget_s <= 0:
+        raise ValueError(f"time_budget_s={time_budget_s}: must be > 0 seconds")
     device = torch.device(device) if device is not None else default_device()
+    min_timed = int(min_timed_batches) if min_timed_batches is not None else (
+        BUDGET_MIN_TIMED if time_budget_s is not None else MIN_TIMED_BATCHES)
     datasets: dict[str, object] = {}
     res = Results()
     for s in settings:
@@ -133,26 +184,35 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
         ds = datasets[key]
         torch.manual_seed(seed)
         model, _loss, optimizer = make_training(s.model, device)
-        loader = make_loader(ds, s, seed)
+        warm = warmup_batches_of(s)
+        if time_budget_s is not None:
+            max_batches_s = epoch_batches(s, max_batches=BUDGET_CAP_BATCHES, min_timed_batches=min_timed)
+            min_batches = warm + min_timed
+        else:
+            max_batches_s = epoch_batches(s, max_batches=max_batches, max_samples=max_samples,
+                                          min_timed_batches=min_timed_batches)
+            min_batches = 0
+        loader = cycling_loader(ds, s, max_batches_s, seed)
         for _ in range(max(0, warmup)):
             run_epoch(loader, model, device, optimizer=optimizer,
                       max_batches=warmup_batches if max_batches is None else min(warmup_batches, max_batches))
-        if max_samples is not None:
-            max_batches_s = max(1, -(-int(max_samples) // int(s.batch_size)))
-        else:
-            max_batches_s = max_batches
         params = _params(s, device)
         variant = s.label()
         rates = []
+        kinds = []
         for r in range(repeats):
-            with CpuMonitor(monitor_interval) as cpu, GpuMonitor(monitor_interval) as gpu:
-                et = run_epoch(loader, model, device, optimizer=optimizer, max_batches=max_batches_s)
-            add = lambda metric, value, unit: res.add(experiment, variant, metric, value, unit, r, **params)  # noqa: E731
+            busy = BusyMeter(device)
+            with CpuMonitor(monitor_interval) as cpu, GpuMonitor(monitor_interval) as gpu, NvmlWindow(device) as nv:
+                et = run_epoch(loader, model, device, optimizer=optimizer, max_batches=max_batches_s,
+                               busy=busy, time_budget_s=time_budget_s, min_batches=min_batches)
+            rate, kind, timed = rate_of(et, warm, min_timed)
+            row = dict(params, rate_kind=kind, timed_batches=timed, warmup_batches=warm)
+            add = lambda metric, value, unit: res.add(experiment, variant, metric, value, unit, r, **row)  # noqa: E731
             rates.append(et.samples_per_s)
+            kinds.append(kind)
             add("samples_per_s", et.samples_per_s, "samples/s")
-            steady = steady_rate(et, skip=prefetch_depth(s))
-            if steady is not None:
-                add("steady_samples_per_s", steady, "samples/s")
+            if rate is not None:
+                add("steady_samples_per_s", rate, "samples/s")
             add("epoch_s", et.wall_s, "s")
             add("samples", et.samples, "samples")
             add("batches", et.batches, "batches")
@@ -165,21 +225,129 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
             if not np.isnan(c["cpu_saturation"]):
                 add("cpu_saturation", c["cpu_saturation"], "fraction")
                 add("process_tree_cpu_percent", c["process_tree_cpu_percent_mean"], "%")
+            if not np.isnan(c.get("cpu_system_saturation", float("nan"))):
+                add("cpu_system_saturation", c["cpu_system_saturation"], "fraction")
+            # the GPU-busy meter (CUDA events, feedlab.gpu_busy): over the steady batches when the rate is
+            # steady, else over the whole loop; no row off CUDA (a table holds no NaN: absent = not measured)
+            b = busy.end_window(skip_steps=warm if kind == "steady" else 0)
+            n = nv.summary()
+            gb = b["gpu_busy_steady"] if kind == "steady" else b["gpu_busy"]
+            if not np.isnan(gb):
+                res.add(experiment, variant, "gpu_busy", gb, "fraction", r, **row, nvml_note=n["nvml_note"])
+            if not np.isnan(b["gpu_step_s"]):
+                add("gpu_step_s", b["gpu_step_s"], "s/batch")
+            if not np.isnan(n["nvml_util"]):
+                add("nvml_util", n["nvml_util"], "%")
             g = gpu.summary()
             if g.get("gpu_available") and not np.isnan(g["gpu_util_mean"]):
                 add("gpu_util", g["gpu_util_mean"], "%")
         if log:
-            log(f"{variant} model={s.model}: {np.median(rates):.1f} samples/s (median of {repeats})")
+            label = "steady" if all(k == "steady" for k in kinds) else "START-UP INCLUSIVE"
+            log(f"{variant} model={s.model}: {np.median(rates):.1f} samples/s whole epoch (median of {repeats}); "
+                f"rates {label}")
         del loader, model, optimizer
     return res
+
+
+GPU_CANDIDATES = ("srcnn", "srcnn_wide")  # the write-up's SRCNN first, then a wider one
+
+
+def choose_gpu_workload(candidates: Sequence[str], step_s: Callable[[str], float], loader_batch_s: float,
+                        margin: float = 1.0) -> dict:
+    """The first candidate whose training step (``step_s(name)``: measured seconds per step at
+    the batch size asked) takes at least ``margin`` × the loader's seconds per batch: a loop
+    over it waits on the GPU, not on the data. None GPU-bound: the slowest step, ``gpu_bound``
+    False. Returns ``{"model", "gpu_bound", "step_s": {name: s}, "loader_batch_s", "reading"}``;
+    candidates after the chosen one are not measured."""
+    if not candidates:
+        raise ValueError("choose_gpu_workload: no candidate models")
+    steps: dict[str, float] = {}
+    chosen = None
+    for name in candidates:
+        steps[name] = float(step_s(name))
+        if steps[name] >= margin * loader_batch_s:
+            chosen = name
+            break
+    bound = chosen is not None
+    if chosen is None:
+        chosen = max(steps, key=steps.get)
+    measured = ", ".join(f"{n} {1e3 * v:.2f} ms" for n, v in steps.items())
+    reading = (f"GPU workload: {chosen} (step {1e3 * steps[chosen]:.2f} ms vs the loader's "
+               f"{1e3 * loader_batch_s:.2f} ms per batch: " + ("GPU-bound" if bound else "NOT GPU-bound, the "
+               "slowest candidate") + f"; measured: {measured})")
+    return {"model": chosen, "gpu_bound": bound, "step_s": steps, "loader_batch_s": float(loader_batch_s),
+            "reading": reading}
+
+
+def measure_step_s(name: str, batch, device, steps: int = 20) -> float:
+    """Seconds per training step of model ``name`` on one real ``batch`` (copy + forward +
+    backward + Adam, :func:`feedlab.timing.run_epoch` on the batch repeated; CUDA events on a GPU),
+    the first (warm-up) step left out."""
+    torch.manual_seed(0)
+    model, _loss, optimizer = make_training(name, device)
+    run_epoch([batch] * 3, model, device, optimizer=optimizer)
+    et = run_epoch([batch] * (steps + 1), model, device, optimizer=optimizer)
+    m = et.phase_means()
+    return m["h2d"] + m["forward"] + m["backward"]
+
+
+def gpu_workload(data_root, device, batch_size: int = 128, num_workers: int = 0, fmt: str = "png",
+                 candidates: Sequence[str] = GPU_CANDIDATES, min_timed_batches: int = 20) -> dict:
+    """:func:`choose_gpu_workload` measured here: the loader alone (``fmt``, ``batch_size``,
+    ``num_workers``, a steady rate) against each candidate's step on one of its batches."""
+    spec = PipelineSpec(format=fmt, batch_size=batch_size, num_workers=num_workers, model="none")
+    res = run_grid(data_root, [spec], repeats=1, device=device, min_timed_batches=min_timed_batches,
+                   experiment="gpu_workload")
+    df = res.frame()
+    rate = float(df[df["metric"] == "steady_samples_per_s"]["value"].iloc[0])
+    ds = open_dataset(data_root, spec)
+    batch = next(iter(make_loader(ds, spec.replace(num_workers=0))))
+    out = choose_gpu_workload(candidates, lambda n: measure_step_s(n, batch, device), batch_size / rate)
+    out["loader_rate_kind"] = str(df["rate_kind"].iloc[0])
+    return out
 
 
 SETTING_COLUMNS = tuple(f.name for f in fields(PipelineSpec))
 
 
+RATE_METRICS = ("steady_samples_per_s", "ms_per_sample")
+
+
+def steady_rows(df):
+    """The rows a plot or reading may use as steady rates: those of ``rate_kind == "steady"``
+    when the frame has any; a frame with none (a smoke run) is returned whole, every row
+    still labelled ``startup_inclusive`` (say so with :func:`rate_kind_note`). A frame
+    from before the column existed is returned as it is."""
+    if "rate_kind" not in df.columns:
+        return df
+    steady = df[df["rate_kind"] == "steady"]
+    return steady if len(steady) else df
+
+
+def rate_kind_note(df) -> str:
+    """One line naming what the frame's rates are: steady (with the fewest timed batches
+    after warm-up), start-up inclusive, or which settings were left out for being so."""
+    if "rate_kind" not in df.columns or df.empty:
+        return "rates: unlabelled (results from before rate_kind)"
+    kinds = set(df["rate_kind"].dropna())
+    if kinds == {"steady"}:
+        return (f"rates: steady (≥ {int(df['timed_batches'].min())} timed batches after warm-up of "
+                f"num_workers × prefetch_factor + 1 batches)")
+    if "steady" not in kinds:
+        return ("rates: START-UP INCLUSIVE (epochs too short for a steady rate: worker start-up and "
+                "prefetched batches included); not a steady throughput")
+    bad = df[df["rate_kind"] != "steady"]
+    cols = [c for c in ("format", "batch_size", "num_workers", "model") if c in bad.columns]
+    left = sorted({", ".join(f"{c}={r[c]}" for c in cols) for _, r in bad.iterrows()})
+    return "rates: steady; left out as start-up inclusive: " + "; ".join(left)
+
+
 def metric_summary(df, metric: str, by: Sequence[str]):
-    """:func:`feedlab.results.summarize` of one metric (median, q25, q75, ... over repeats)."""
+    """:func:`feedlab.results.summarize` of one metric (median, q25, q75, ... over repeats).
+    A rate (:data:`RATE_METRICS`) is summarised over :func:`steady_rows` only."""
     part = df[df["metric"] == metric]
+    if metric in RATE_METRICS:
+        part = steady_rows(part)
     if part.empty:
         raise KeyError(f"no rows for metric {metric!r}")
     return summarize(part, list(by))
@@ -238,7 +406,8 @@ def _phase_label_colors() -> dict:
     return {PHASE_LABELS[p]: PHASE_COLORS[p] for p in PHASES}
 
 
-__all__ = ["PipelineSpec", "grid", "run_grid", "applicable", "split_applicable", "steady_rate", "prefetch_depth",
+__all__ = ["PipelineSpec", "grid", "run_grid", "epoch_batches", "cycling_loader", "steady_rows", "rate_kind_note",
+           "choose_gpu_workload", "gpu_workload", "measure_step_s", "GPU_CANDIDATES", "RATE_METRICS", "applicable", "split_applicable", "steady_rate", "prefetch_depth",
            "metric_summary", "phase_table", "plot_phase_bars", "PHASE_LABELS", "SETTING_COLUMNS",
            # re-exported from feedlab.pipeline for the notebooks that import them from here
            "default_device", "resolve_model_name", "COLLATES", "MODEL_VARIANTS", "build_model"]
