@@ -147,7 +147,7 @@ class NvmlWindow:
             _kind, samples = self.nvml.nvmlDeviceGetSamples(self.handle, self.nvml.NVML_GPU_UTILIZATION_SAMPLES,
                                                             int(last_seen))
         except Exception as exc:
-            if "NOT_FOUND" in type(exc).__name__.upper() or "not found" in str(exc).lower():
+            if "NOTFOUND" in type(exc).__name__.upper().replace("_", "") or "not found" in str(exc).lower():
                 return []  # no sample newer than last_seen yet
             raise
         out = []

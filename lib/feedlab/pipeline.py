@@ -351,14 +351,10 @@ def steady_batches(spec: PipelineSpec, min_timed: int = MIN_TIMED_BATCHES) -> in
 
 
 def rate_of(et, warmup: int, min_timed: int = MIN_TIMED_BATCHES) -> tuple[float | None, str, int]:
-    """``(samples/s, kind, timed batches)`` of a timed epoch (``feedlab.timing.EpochTiming``).
-
-    ``kind`` is ``"steady"`` when at least ``min_timed`` batches came after the first
-    ``warmup`` (the rate is then counted over those batches only), else
-    ``"startup_inclusive"``: the whole-epoch rate, worker start-up and the prefetched
-    batches that arrived at no cost included. Never one posing as the other.
-    ``(None, "startup_inclusive", 0)`` with no batch.
-    """
+    """``(samples/s, kind, timed batches)`` of a timed epoch (``feedlab.timing.EpochTiming``):
+    ``"steady"`` when ≥ ``min_timed`` batches followed the first ``warmup`` (counted over those
+    only), else ``"startup_inclusive"`` (the whole-epoch rate: start-up and the batches prefetched
+    meanwhile included). Never one posing as the other; ``(None, "startup_inclusive", 0)`` with no batch."""
     if et.batches < 1:
         return None, "startup_inclusive", 0
     timed = max(0, et.batches - int(warmup))
@@ -371,10 +367,8 @@ def rate_of(et, warmup: int, min_timed: int = MIN_TIMED_BATCHES) -> tuple[float 
 
 
 def steady_rate(et, skip: int = 1, min_timed: int = 1) -> float | None:
-    """samples/s of a timed epoch after its first ``skip`` batches, or None when fewer than
-    ``min_timed`` batches follow them (no silent fallback to the whole-epoch rate: a caller
-    that wants one asks for it, e.g. ``steady_rate(et, k) or et.samples_per_s``, and must
-    label it). :func:`rate_of` returns the rate with its kind."""
+    """samples/s after the first ``skip`` batches, or None when fewer than ``min_timed`` follow
+    (never a silent whole-epoch rate); :func:`rate_of` returns the rate with its kind."""
     rate, kind, _ = rate_of(et, skip, min_timed)
     return rate if kind == "steady" else None
 
