@@ -363,3 +363,24 @@ def test_cpu_saturation_is_the_loader_process_tree_not_the_machine(monkeypatch):
     assert s["process_tree_cpu_percent_mean"] == pytest.approx(62.0)
     empty = monitor.CpuMonitor().summary()
     assert np.isnan(empty["cpu_saturation"]) and np.isnan(empty["cpu_system_saturation"])
+
+
+def test_label_rate_kinds_classifies_results_committed_without_the_columns():
+    rows = []
+    for w, pf, batches in ((16, 2, 4), (16, 2, 64), (2, 2, 60), (0, 0, 51), (0, 0, 50)):
+        for metric, value in (("batches", batches), ("steady_samples_per_s", 100.0)):
+            rows.append({"experiment": "batch_size_table", "variant": f"w{w}_{batches}", "num_workers": w, "batch_size": 128,
+                         "prefetch_factor": pf, "model": "srcnn", "repeat": 0, "metric": metric, "value": value})
+    rows.append({"experiment": "sleep_timeline", "variant": "w1", "num_workers": 1, "repeat": 0,
+                 "metric": "wall_s", "value": 1.0})
+    df = pd.DataFrame(rows)
+    out = G.label_rate_kinds(df)
+    assert len(out) == len(df)
+    r = out[out.metric == "steady_samples_per_s"].set_index("variant")
+    got = list(zip(r["rate_kind"], r["timed_batches"], r["warmup_batches"], r["legacy_whole_epoch"]))
+    assert got == [("startup_inclusive", 0, 33, True),    # 4 batches, 16 workers: first-batch latency
+                   ("startup_inclusive", 31, 33, False),  # a post-prefetch rate, but over 31 batches
+                   ("steady", 55, 5, False), ("steady", 50, 1, False), ("startup_inclusive", 49, 1, False)]
+    assert out[out.metric == "wall_s"]["rate_kind"].isna().all()   # not a loader-grid row
+    labelled = out.assign(rate_kind="steady")
+    assert set(G.label_rate_kinds(labelled)["rate_kind"]) == {"steady"}  # existing labels are kept

@@ -342,6 +342,46 @@ def rate_kind_note(df) -> str:
     return "rates: steady; left out as start-up inclusive: " + "; ".join(left)
 
 
+def label_rate_kinds(df, min_timed: int = MIN_TIMED_BATCHES):
+    """A results frame with ``rate_kind``, ``timed_batches`` and ``warmup_batches`` filled in from
+    its own ``batches`` rows where it lacks them (results committed before the columns existed):
+    warm-up = ``num_workers × prefetch_factor + 1`` (1 with no workers), timed = batches − warm-up,
+    steady iff timed ≥ ``min_timed``. Rows already labelled keep their labels; rows of a
+    (setting, repeat) with no ``batches`` row (not a loader-grid experiment) stay unlabelled (NaN).
+    ``legacy_whole_epoch`` marks the rows whose committed ``steady_samples_per_s`` was the old
+    silent fallback (batches ≤ num_workers × prefetch_factor + 1: the whole-epoch rate)."""
+    out = df.copy()
+    for col in ("rate_kind", "timed_batches", "warmup_batches"):
+        if col not in out.columns:
+            out[col] = np.nan
+    out["rate_kind"] = out["rate_kind"].astype(object)
+    todo = out["rate_kind"].isna()
+    b = out[(out["metric"] == "batches") & todo]
+    if b.empty:
+        out["legacy_whole_epoch"] = False
+        return out
+    keys = [c for c in ("experiment", "variant", "repeat", *SETTING_COLUMNS) if c in out.columns]
+    w = pd_numeric(b["num_workers"]).fillna(0).astype(int)
+    pf = pd_numeric(b.get("prefetch_factor", 2)).fillna(2).astype(int).where(lambda x: x > 0, 2)
+    warm = np.where(w > 0, w * pf + 1, 1)
+    timed = np.maximum(0, b["value"].astype(int).to_numpy() - warm)
+    lab = b[keys].assign(_warm=warm, _timed=timed, _kind=np.where(timed >= min_timed, "steady", "startup_inclusive"),
+                         _legacy=b["value"].to_numpy() <= warm)
+    merged = out.merge(lab.drop_duplicates(keys), on=keys, how="left")  # one label per (setting, repeat)
+    take = merged["rate_kind"].isna() & merged["_kind"].notna()
+    merged.loc[take, "rate_kind"] = merged.loc[take, "_kind"]
+    merged.loc[take, "timed_batches"] = merged.loc[take, "_timed"]
+    merged.loc[take, "warmup_batches"] = merged.loc[take, "_warm"]
+    merged["legacy_whole_epoch"] = merged["_legacy"].fillna(False).astype(bool)
+    return merged.drop(columns=["_warm", "_timed", "_kind", "_legacy"])
+
+
+def pd_numeric(x):
+    import pandas as pd
+
+    return pd.to_numeric(x, errors="coerce") if hasattr(x, "__len__") else pd.Series(x)
+
+
 def metric_summary(df, metric: str, by: Sequence[str]):
     """:func:`feedlab.results.summarize` of one metric (median, q25, q75, ... over repeats).
     A rate (:data:`RATE_METRICS`) is summarised over :func:`steady_rows` only."""
@@ -406,7 +446,7 @@ def _phase_label_colors() -> dict:
     return {PHASE_LABELS[p]: PHASE_COLORS[p] for p in PHASES}
 
 
-__all__ = ["PipelineSpec", "grid", "run_grid", "epoch_batches", "cycling_loader", "steady_rows", "rate_kind_note",
+__all__ = ["PipelineSpec", "grid", "run_grid", "epoch_batches", "cycling_loader", "steady_rows", "rate_kind_note", "label_rate_kinds",
            "choose_gpu_workload", "gpu_workload", "measure_step_s", "GPU_CANDIDATES", "RATE_METRICS", "applicable", "split_applicable", "steady_rate", "prefetch_depth",
            "metric_summary", "phase_table", "plot_phase_bars", "PHASE_LABELS", "SETTING_COLUMNS",
            # re-exported from feedlab.pipeline for the notebooks that import them from here
