@@ -384,3 +384,12 @@ def test_label_rate_kinds_classifies_results_committed_without_the_columns():
     assert out[out.metric == "wall_s"]["rate_kind"].isna().all()   # not a loader-grid row
     labelled = out.assign(rate_kind="steady")
     assert set(G.label_rate_kinds(labelled)["rate_kind"]) == {"steady"}  # existing labels are kept
+
+
+def test_gpu_workload_measures_the_loader_and_the_candidates(sr_root):
+    """The CUDA branch of 01/09 (a GPU-bound step chosen by measuring), run on the CPU."""
+    out = G.gpu_workload(sr_root, "cpu", batch_size=4, num_workers=0, candidates=("srcnn_small", "srcnn"),
+                         min_timed_batches=3)
+    assert out["model"] in ("srcnn_small", "srcnn") and out["loader_batch_s"] > 0
+    assert out["loader_rate_kind"] == "steady" and out["model"] in out["reading"]
+    assert set(out["step_s"]) <= {"srcnn_small", "srcnn"} and all(v > 0 for v in out["step_s"].values())

@@ -10,17 +10,20 @@ this loader, alone or feeding a model?" (01, 02, 09, and the doctor):
 For each setting: the dataset is opened (once per format), a model and an
 optimizer are built (``model="none"`` measures the loader alone), a
 ``DataLoader`` is made, ``warmup`` short untimed epochs run, then ``repeats``
-timed epochs, each wrapped in a :class:`~feedlab.monitor.CpuMonitor` (and a
-:class:`~feedlab.monitor.GpuMonitor` where CUDA exists). Every epoch starts
-its workers afresh (unless ``persistent_workers``), as a training loop does.
+timed epochs, each wrapped in a :class:`~feedlab.monitor.CpuMonitor`, a
+:class:`~feedlab.gpu_busy.BusyMeter` and a :class:`~feedlab.gpu_busy.NvmlWindow`.
+Every epoch starts its workers afresh (unless ``persistent_workers``), as a training loop does.
 
 Metrics per (setting, repeat): ``samples_per_s``, ``steady_samples_per_s``
-(the same after the first batch, i.e. without worker start-up), ``epoch_s``
+(the same after the warm-up batches, labelled by ``rate_kind``: see :func:`run_grid`), ``epoch_s``
 (wall time of the batches run), ``data_wait_fraction``, ``first_batch_s``, the mean seconds
 per batch of each phase (``data_wait``, ``h2d``, ``forward``, ``backward``;
 the first batch, which waits for the workers to start, is left out),
-``cpu_saturation`` and ``process_tree_cpu_percent``, and ``gpu_util`` where
-a GPU was sampled.
+``cpu_saturation`` (the loader's process tree ÷ the usable cores), ``process_tree_cpu_percent``,
+``cpu_system_saturation`` (the whole machine's, for the busy check); on CUDA ``gpu_busy`` (the
+GPU time of the steps ÷ the loop's wall time, from CUDA events; its row carries ``nvml_note``),
+``gpu_step_s``, and ``nvml_util`` where NVML's sample buffer covered ≥ 10 of its periods. NVML is
+no longer polled (its 50 ms polls of a 1/6–1 s average read 0% under running steps).
 
 ``pin_memory=True`` only means something with CUDA: :func:`split_applicable`
 separates such settings on a CPU-only machine so a notebook can say they were
@@ -39,7 +42,7 @@ import torch
 
 from feedlab.experiments._rate_kinds import RATE_METRICS, label_rate_kinds, rate_kind_note, steady_rows
 from feedlab.gpu_busy import BusyMeter, NvmlWindow
-from feedlab.monitor import CpuMonitor, GpuMonitor
+from feedlab.monitor import CpuMonitor
 from feedlab.pipeline import (
     COLLATES,
     MIN_TIMED_BATCHES,
@@ -203,7 +206,7 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
         kinds = []
         for r in range(repeats):
             busy = BusyMeter(device)
-            with CpuMonitor(monitor_interval) as cpu, GpuMonitor(monitor_interval) as gpu, NvmlWindow(device) as nv:
+            with CpuMonitor(monitor_interval) as cpu, NvmlWindow(device) as nv:
                 et = run_epoch(loader, model, device, optimizer=optimizer, max_batches=max_batches_s,
                                busy=busy, time_budget_s=time_budget_s, min_batches=min_batches)
             rate, kind, timed = rate_of(et, warm, min_timed)
@@ -239,9 +242,6 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
                 add("gpu_step_s", b["gpu_step_s"], "s/batch")
             if not np.isnan(n["nvml_util"]):
                 add("nvml_util", n["nvml_util"], "%")
-            g = gpu.summary()
-            if g.get("gpu_available") and not np.isnan(g["gpu_util_mean"]):
-                add("gpu_util", g["gpu_util_mean"], "%")
         if log:
             label = "steady" if all(k == "steady" for k in kinds) else "START-UP INCLUSIVE"
             log(f"{variant} model={s.model}: {np.median(rates):.1f} samples/s whole epoch (median of {repeats}); "
