@@ -34,7 +34,8 @@ def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
                 "bytes_on_disk": info.get("bytes_on_disk", float("nan")),
                 "check_ok": (info.get("check") or {}).get("ok"),
                 "check": (info.get("check") or {}).get("method", (info.get("check") or {}).get("error", "")),
-                "shuffle": info["shuffle"], "parallelism": info["parallelism"]}
+                "shuffle": info["shuffle"], "parallelism": info["parallelism"],
+                "interpreter": info.get("interpreter", "")}
         runs = info.get("runs") or []
         if not runs:
             rows.append({**base, "num_workers": None})

@@ -62,7 +62,7 @@ class VenvSpec:
 
 
 VENVS: dict[str, VenvSpec] = {v.name: v for v in [
-    VenvSpec("mosaic_streaming", ".venv-mosaic", ("mosaicml-streaming>=0.11",), pinned=("torch", "torchvision"),
+    VenvSpec("mosaic_streaming", ".venv-mosaic", ("mosaicml-streaming>=0.11", "numpy<2.2"), pinned=("torch", "torchvision"),
              why="pins numpy<2.2 and transformers<5 (huggingface-hub<1.0), which datasets>=5 refuses"),
     VenvSpec("ffcv", ".venv-ffcv", ("numpy<2.3", "ffcv>=1.0.2"), pinned=("torch", "torchvision"),
              apt=("pkg-config", "libopencv-dev", "libturbojpeg0-dev", "g++"),
