@@ -87,7 +87,7 @@ def run(python, req: dict, timeout: float = TIMEOUT_S, run_=subprocess.run):
     res = Results()
     res.rows.extend(out["rows"])
     info.update(out["info"])
-    info.update(interpreter=out.get("interpreter", str(python)), python=out.get("python", ""),
+    info.update(interpreter=str(python), executable=out.get("interpreter", ""), python=out.get("python", ""),
                 versions=out.get("versions", {}))
     return res, info
 
