@@ -265,7 +265,10 @@ def test_a_venv_peer_is_available_only_with_its_venv_and_says_make_peers(tmp_pat
     assert not ok and ".venv-ghost" in why and "make peers" in why
     _fake_venv(tmp_path, "ghostvenv")
     monkeypatch.setitem(venvs.VENVS, "ghostvenv", venvs.VenvSpec("ghostvenv", ".venv-ghostvenv", ("ghost",)))
-    assert p.check() == (True, "")  # importable there, not here: the venv's run says if not
+    ok, why = p.check()  # its venv is there: the import is tried in it
+    assert not ok and "in its venv" in why and "feedlab_no_such_module_xyz" in why and "make peers" in why
+    q = Peer("ghostvenv", "Ghost", "torch_stock", ("json",), "make peers")
+    assert q.check() == (True, "")
 
 
 def test_a_peer_in_its_own_venv_is_measured_by_the_same_code(sr_root, tmp_path, monkeypatch):

@@ -132,12 +132,14 @@ class Peer:
 
     def check(self) -> tuple[bool, str]:
         """Importable here, or (a peer with a venv of its own, :mod:`feedlab.peers.venvs`) its venv built."""
-        from .remote import in_venv
+        from .remote import check_imports, in_venv
         from .venvs import VENVS, python_for, why_missing
 
         if self.name in VENVS and not in_venv():
-            if python_for(self.name) is not None:
-                return True, ""
+            python = python_for(self.name)
+            if python is not None:
+                why = check_imports(python, self.import_names)
+                return (not why, f"{why}; install: {self.install}" if why else "")
             ok, _why = self.check_here()
             return (True, "") if ok else (False, why_missing(self.name))
         return self.check_here()

@@ -26,7 +26,9 @@ import tempfile
 from pathlib import Path
 
 IN_VENV = "FEEDLAB_PEER_IN_VENV"
-TIMEOUT_S = 1800
+# one peer on one data set, every worker count: a bound against a hung child, not a budget (the full
+# profile's slowest peers take tens of minutes); FEEDLAB_PEER_TIMEOUT_S sets another
+TIMEOUT_S = float(os.environ.get("FEEDLAB_PEER_TIMEOUT_S", 4 * 3600))
 
 
 def in_venv() -> bool:
@@ -57,6 +59,21 @@ def _versions(name: str) -> dict:
         except metadata.PackageNotFoundError:
             continue
     return out
+
+
+def check_imports(python, names, timeout: float = 300, run_=subprocess.run) -> str:
+    """"" when ``names`` import in the venv of ``python``, else one line naming the failing import."""
+    code = "; ".join(f"import {n}" for n in names)
+    try:
+        r = run_([str(python), "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"import in {python} ran past {timeout:.0f} s"
+    except OSError as exc:
+        return f"{python}: {exc}"
+    if r.returncode == 0:
+        return ""
+    lines = [ln.strip() for ln in (r.stderr or "").splitlines() if ln.strip()]
+    return f"in its venv ({python}): {lines[-1] if lines else f'exit {r.returncode}'}"
 
 
 def run(python, req: dict, timeout: float = TIMEOUT_S, run_=subprocess.run):
