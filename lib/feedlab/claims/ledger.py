@@ -139,12 +139,14 @@ def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
             continue
         ratios = payload.get("ratios") or {}
         # the peers missing from the field: recorded per data set, else (older runs) the unavailable ones
-        unavailable = [PEERS[n].label if n in PEERS else n for n, a in (payload.get("availability") or {}).items()
+        avail = payload.get("availability") or {}
+        unavailable = [PEERS[n].label if n in PEERS else n for n, a in avail.items()
                        if isinstance(a, dict) and not a.get("available")]
         unavailable += [p.label for n, p in PEERS.items()  # registered since that run
-                        if n != "feedlab_best" and n not in (payload.get("availability") or {})]
+                        if avail and n != "feedlab_best" and n not in avail]
         for kind, r in sorted(ratios.items()):
-            missing = list((r.get("missing_peers") if isinstance(r, dict) else None) or unavailable)
+            recorded = isinstance(r, dict) and isinstance(r.get("missing_peers"), dict)
+            missing = list(r["missing_peers"]) if recorded else unavailable
             field = f" (without {', '.join(missing)})" if missing else ""
             if not isinstance(r, dict) or r.get("ratio") is None:
                 why = r.get("why_missing", "not measured") if isinstance(r, dict) else "not measured"
