@@ -239,6 +239,18 @@ def test_peer_ratio_rows_from_notebook_13_results(tmp_path):
     assert "| cpu-2c | sr | ×1.50 (1.20–1.90) | LitData | met (>= 1.0) |" in rows
     assert any("jpeg | n/a (no peer passed)" in r for r in rows)
     assert ledger.peer_ratio_rows(tmp_path / "nothing") == []
+    # a ratio computed without part of the field names the peers that were missing, in the row
+    from feedlab import peers
+
+    avail = {n: {"available": n != "ffcv", "reason": ""} for n in peers.names() if n != "spdl"}
+    (d / "results.json").write_text(json.dumps({"availability": avail, "ratios": {
+        "sr": {"ratio": 2.0, "ratio_low": 1.8, "ratio_high": 2.2, "verdict": "met (>= 1.0)",
+               "best_peer": {"label": "LitData"}},
+        "cls": {"ratio": 1.1, "ratio_low": 1.0, "ratio_high": 1.2, "verdict": "met (>= 1.0)",
+                "best_peer": {"label": "DALI"}, "missing_peers": {}}}}))
+    rows = ledger.peer_ratio_rows(tmp_path)
+    assert "| cpu-2c | sr | ×2.00 (1.80–2.20) | LitData (without FFCV, SPDL) | met (>= 1.0) |" in rows
+    assert "| cpu-2c | cls | ×1.10 (1.00–1.20) | DALI | met (>= 1.0) |" in rows  # recorded: every peer ran
 
 
 # ---------------------------------------------------------------- shared helpers of the claim tests

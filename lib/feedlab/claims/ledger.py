@@ -129,27 +129,38 @@ def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
     import json
 
     from feedlab.machines import machine_dirs
+    from feedlab.peers import PEERS
 
     rows = []
     for machine, folder in machine_dirs("13_peer_loaders", figures_dir).items():
         try:
-            ratios = json.loads((folder / "results.json").read_text()).get("ratios") or {}
+            payload = json.loads((folder / "results.json").read_text())
         except (OSError, ValueError):
             continue
+        ratios = payload.get("ratios") or {}
+        # the peers missing from the field: recorded per data set, else (older runs) the unavailable ones
+        avail = payload.get("availability") or {}
+        unavailable = [PEERS[n].label if n in PEERS else n for n, a in avail.items()
+                       if isinstance(a, dict) and not a.get("available")]
+        unavailable += [p.label for n, p in PEERS.items()  # registered since that run
+                        if avail and n != "feedlab_best" and n not in avail]
         for kind, r in sorted(ratios.items()):
+            recorded = isinstance(r, dict) and isinstance(r.get("missing_peers"), dict)
+            missing = list(r["missing_peers"]) if recorded else unavailable
+            field = f" (without {', '.join(missing)})" if missing else ""
             if not isinstance(r, dict) or r.get("ratio") is None:
                 why = r.get("why_missing", "not measured") if isinstance(r, dict) else "not measured"
-                rows.append(f"| {machine} | {kind} | n/a ({why}) | | |")
+                rows.append(f"| {machine} | {kind} | n/a ({why}) | {field.strip()} | |")
                 continue
             peer = r.get("best_peer") or {}
             rows.append(f"| {machine} | {kind} | ×{r['ratio']:.2f} ({r.get('ratio_low', float('nan')):.2f}–"
                         f"{r.get('ratio_high', float('nan')):.2f}) | {peer.get('label') or peer.get('contender', '?')}"
-                        f" | {r.get('verdict', '')} |")
+                        f"{field} | {r.get('verdict', '')} |")
     if not rows:
         return []
     return ["feedlab's recommended pipeline ÷ the best peer loader on the same data and machine "
             "([notebook 13](notebooks/13_peer_loaders.ipynb); target ≥ 1.0; the range is the ratio of the "
-            "interquartile bounds):", "",
+            "interquartile bounds; a ratio computed without part of the field names the peers that did not run):", "",
             "| machine | data set | feedlab ÷ best peer | best peer | target |", "|---|---|---|---|---|", *rows, ""]
 
 
