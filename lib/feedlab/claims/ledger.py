@@ -193,6 +193,7 @@ def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
     import json
 
     from feedlab.machines import machine_dirs
+    from feedlab.targets import PEER, verdict
 
     rows = []
     for machine, folder in machine_dirs("13_peer_loaders", figures_dir).items():
@@ -206,14 +207,15 @@ def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
                 rows.append(f"| {machine} | {kind} | n/a ({why}) | | |")
                 continue
             peer = r.get("best_peer") or {}
+            met = verdict(float(r["ratio"]), PEER.op, PEER.bound)
             rows.append(f"| {machine} | {kind} | ×{r['ratio']:.2f} ({r.get('ratio_low', float('nan')):.2f}–"
                         f"{r.get('ratio_high', float('nan')):.2f}) | {peer.get('label') or peer.get('contender', '?')}"
-                        f" | {r.get('verdict', '')} |")
+                        f" | {met} the {PEER.bound_text} target |")
     if not rows:
         return []
     return ["feedlab's recommended pipeline ÷ the best peer loader on the same data and machine "
-            "([notebook 13](notebooks/13_peer_loaders.ipynb); target ≥ 1.0; the range is the ratio of the "
-            "interquartile bounds):", "",
+            f"([notebook 13](notebooks/13_peer_loaders.ipynb); target {PEER.bound_text}, `feedlab.targets`; the "
+            "range is the ratio of the interquartile bounds):", "",
             "| machine | data set | feedlab ÷ best peer | best peer | target |", "|---|---|---|---|---|", *rows, ""]
 
 
