@@ -75,12 +75,23 @@ def _reading(folder: Path, notebook: str) -> list[str]:
     return reading
 
 
+_VERDICT_LINE = re.compile(r"^\[[^\]]*\] (\d{3}-[\w-]+): ")
+
+
 def generated_targets(notebook: str, folder: Path, reading: list[str]) -> list[str]:
     """The reading with its target lines generated from the run's results and the targets as
-    they stand (:mod:`feedlab.targets`), never the bound a notebook typed when it ran."""
+    they stand (:mod:`feedlab.targets`), never the bound a notebook typed when it ran; and each
+    claim verdict the notebook printed re-judged by the claims as they stand (as docs/CLAIMS.md is)."""
+    from feedlab import claims
     from feedlab.claims.core import Run
 
-    return targets.rewrite_reading(notebook, reading, Run(out_dir=folder))
+    run = Run(out_dir=folder)
+    out = []
+    for line in targets.rewrite_reading(notebook, reading, run):
+        m = _VERDICT_LINE.match(line)
+        claim = claims.BY_ID.get(m.group(1)) if m else None
+        out.append(claims.format_verdict(claim, claims.judge(claim, run)) if claim else line)
+    return out
 
 
 def _notebook_block(nb_dir: Path, machines: dict[str, Path], fps: dict[str, dict]) -> list[str]:

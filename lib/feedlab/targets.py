@@ -78,12 +78,15 @@ def _pcie(t: Target, run: Run) -> list[str]:
             f"the {t.bound_text} target."]
 
 
-def _ratio_line(label: str, key: str, what_key: str | None = None, fmt: str = "{:.2f}"):
-    """``label`` may hold ``{who}``: the payload's ``what_key`` (the loader that made the number)."""
+def _ratio_line(label: str, key: str, what_key: str | None = None, fmt: str = "{:.2f}", of_key: str | None = None):
+    """``label`` may hold ``{who}`` (the payload's ``what_key``: the loader that made the number) and
+    ``{of}`` (the payload's ``of_key``: the rate it is divided by, samples/s)."""
     def render(t: Target, run: Run) -> list[str]:
         r = _f(run.get(key))
         who = f" ({run.payload.get(what_key)})" if what_key and run.payload.get(what_key) else ""
-        return [f"{label.format(who=who)} = {fmt.format(r)}: {verdict(r, t.op, t.bound)} the {t.bound_text} target."]
+        of = f" ({_f(run.payload[of_key]):,.0f} samples/s)" if of_key and run.payload.get(of_key) else ""
+        return [f"{label.format(who=who, of=of)} = {fmt.format(r)}: {verdict(r, t.op, t.bound)} the "
+                f"{t.bound_text} target."]
     return render
 
 
@@ -139,16 +142,17 @@ TARGETS: tuple[Target, ...] = (
            "pinned host→device bandwidth ÷ the PCIe link's payload ceiling", _pcie, r"^Pinned ÷ PCIe"),
     Target("single-over-ceiling", "05_storage_formats", ">=", SINGLE_OVER_CEILING,
            "best single-process loader ÷ the memcpy-into-batch-slot ceiling",
-           _ratio_line("Target 1, best single-process loader{who} ÷ ceiling", "ratio_best_single_to_ceiling",
-                       "best_single_process"), r"^Target 1, "),
+           _ratio_line("Target 1, best single-process loader{who} ÷ ceiling{of}", "ratio_best_single_to_ceiling",
+                       "best_single_process", of_key="ceiling_samples_per_s"), r"^Target 1, "),
     Target("lmdb-over-ceiling", "05_storage_formats", ">=", LMDB_OVER_CEILING,
            "best batched LMDB reader ÷ the memcpy-into-batch-slot ceiling",
-           _ratio_line("Target 1b, best batched LMDB reader ÷ ceiling", "ratio_best_lmdb_batched_to_ceiling"),
+           _ratio_line("Target 1b, best batched LMDB reader ÷ ceiling{of}", "ratio_best_lmdb_batched_to_ceiling",
+                       of_key="ceiling_samples_per_s"),
            r"^Target 1b, "),
     Target("best-over-baseline", "05_storage_formats", ">=", BEST_OVER_BASELINE,
            "best loader ÷ the PNG + PIL + ToTensor + default_collate baseline",
-           _ratio_line("Target 2, best loader{who} ÷ baseline (PNG+PIL+ToTensor+default_collate)",
-                       "ratio_best_to_baseline", "best_read", "{:.1f}×"), r"^Target 2, ", "×"),
+           _ratio_line("Target 2, best loader{who} ÷ baseline (PNG+PIL+ToTensor+default_collate){of}",
+                       "ratio_best_to_baseline", "best_read", "{:.1f}×", "baseline_samples_per_s"), r"^Target 2, ", "×"),
     Target("fast-over-stock", "07_totensor_vs_fast_collate", ">=", FAST_OVER_STOCK,
            "uint8 fast collate ÷ ToTensor + default_collate", _fast, r"^Target fast ", "×"),
     Target("doctor-error", "10_doctor", "<=", DOCTOR_ERROR,
