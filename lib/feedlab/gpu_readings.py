@@ -268,6 +268,8 @@ def judge(q: Question, run: Run) -> Reading:
         r = q.test(run)
     except NoData as e:
         return Reading(NOT_MEASURED, f"{e} (re-run {q.notebook})")
+    except (KeyError, IndexError) as e:
+        return Reading(NOT_MEASURED, f"no {e} among the run's settings (re-run {q.notebook})")
     except Unfair as e:
         r = Reading(NOT_FAIR, str(e))
     if is_smoke(run) and r.status != NOT_MEASURED:

@@ -516,3 +516,9 @@ def test_claims_md_says_which_code_measured_each_column():
     assert "the same code the notebook ran" not in md
     assert "- **h100-16c**: code not identified: the tree was dirty (02882770+dirty" in md
     assert "- **cpu-2c**: " in md
+
+
+def test_a_partial_run_missing_a_compared_setting_is_not_testable_not_a_crash():
+    frame = pd.DataFrame(_bst(16, 128, 0.1, busy=0.8) + _bst(8, 8, 0.1, busy=0.3))  # no (16, 8)
+    v = verdict("000-gpu-util-rises", frame=frame)
+    assert v.status == C.NOT_TESTABLE and "(16, 8)" in v.note

@@ -207,6 +207,9 @@ def judge(claim: Claim, run: Run) -> Verdict:
     except NoData as e:
         return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
                        f"not measured in this run: {e} (re-run {claim.notebook})", caveat)
+    except (KeyError, IndexError) as e:  # a setting the comparison needs is absent from a partial run
+        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
+                       f"not measured in this run: no {e} among its settings (re-run {claim.notebook})", caveat)
     except Unfair as e:
         if is_smoke(run):
             return Verdict(claim.id, SMOKE, "—", claim.theirs, SMOKE_NOTE, caveat)
