@@ -30,6 +30,7 @@ from feedlab import claims as C
 from feedlab.claims.core import NoData, Run, Unfair, is_smoke
 from feedlab.claims.fair import busy_caveat, steady_state, unsteady_reason
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
+from feedlab.targets import PCIE_FRACTION
 
 SUPPORTED, PARTLY, NOT_SUPPORTED, NOT_MEASURED = "supported", "partly", "not supported", "not measured"
 NOT_FAIR, SMOKE = C.NOT_FAIR, C.SMOKE
@@ -147,7 +148,7 @@ def h2d_over_pcie(run: Run) -> Reading:
     pageable = run.payload.get("h2d_pageable_gbps")
     frac = pinned / ceiling
     extra = f"; pageable {float(pageable) / ceiling:.2f} of it" if pageable else ""
-    return Reading(_graded(frac, 0.75, 0.5), f"pinned {pinned:.1f} GB/s = {frac:.2f} of the {basis} ceiling "
+    return Reading(_graded(frac, PCIE_FRACTION, 0.5), f"pinned {pinned:.1f} GB/s = {frac:.2f} of the {basis} ceiling "
                    f"({ceiling:.1f} GB/s, from the link read on that machine){extra}")
 
 
@@ -247,7 +248,8 @@ QUESTIONS: tuple[Question, ...] = (
              f"then pinned; ties within ±{TIE:.0%}", pinned_by_input_size),
     Question("h2d-over-pcie", "03_pinned_memory_by_input_size",
              "Pinned host→device bandwidth as a fraction of the PCIe link",
-             "supported ≥ 0.75 of the link's payload ceiling, partly ≥ 0.5 (link from nvidia-smi)", h2d_over_pcie),
+             f"supported ≥ {PCIE_FRACTION:g} of the link's payload ceiling (the target, `feedlab.targets`), "
+             "partly ≥ 0.5 (link from nvidia-smi)", h2d_over_pcie),
     Question("workers-all-cores", "01_worker_scaling", "Worker scaling on all the machine's cores (002: 1 → 7 ≈ 2.7×)",
              "1 worker → the best count within the cores: supported ≥ 2.0×, partly ≥ 1.3×", workers_all_cores),
     Question("nvjpeg-vs-cpu", "06_decode_backends", "nvJPEG against the best CPU decoder, per image",
