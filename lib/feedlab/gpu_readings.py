@@ -194,8 +194,16 @@ def nvjpeg_vs_cpu(run: Run) -> Reading:
     gpu = df[(df.variant == "cuda") & (df.op == "decode_batch") & (df.metric == "img_per_s")]
     if gpu.empty:
         raise NoData("no nvJPEG (cuda decode_batch) rows")
-    image_set = sorted(gpu.image_set.unique())[-1]
-    rows = gpu[gpu.image_set == image_set]
+    allc_sets = set(df[df.op == "decode_all_cores"].image_set) if "decode_all_cores" in set(df.op) else set()
+
+    def steady_rows(rows):  # a set timed both ways (one call and a steady pass): the pass with most images
+        if "images" in rows.columns and rows["images"].notna().any():
+            return rows[rows["images"] == rows["images"].max()]
+        return rows
+    sets = sorted(gpu.image_set.unique(), key=lambda x: (x in allc_sets, _images_per_repeat(
+        run, steady_rows(gpu[gpu.image_set == x])) or 0, x))
+    image_set = sets[-1]
+    rows = steady_rows(gpu[gpu.image_set == image_set])
     g = float(rows.value.median())
     cpu = df[(df.op == "decode") & (df.image_set == image_set) & (df.metric == "img_per_s") & (df.variant != "cuda")]
     if cpu.empty:

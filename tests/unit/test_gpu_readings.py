@@ -250,3 +250,11 @@ def test_table_has_a_column_per_gpu_machine_only(tmp_path):
 def test_committed_gpu_readings_md_is_current():
     assert G.READINGS_MD.read_text() == G.markdown() + "\n", \
         "docs/GPU_READINGS.md is stale: run `python -m feedlab.readme`"
+
+
+def test_nvjpeg_prefers_the_steady_pass_over_the_one_call_of_the_same_set():
+    steady = _decode_frame(60000.0)  # images 4096, with all-core CPU rows
+    one_call = pd.DataFrame([{"variant": "cuda", "op": "decode_batch", "image_set": "jpeg_256", "metric": "img_per_s",
+                              "value": 25000.0, "batch": 64, "experiment": "decode_backends", "unit": "img/s"}])
+    r = read("nvjpeg-vs-cpu", {"limit": 64}, pd.concat([one_call, steady], ignore_index=True))
+    assert r.status == G.SUPPORTED and "nvJPEG 60,000 img/s" in r.text and "4,096 images" in r.text
