@@ -148,7 +148,8 @@ class Transformed:
 # CPU, where the full SRCNN step takes seconds per batch and leaves no loader
 # question to ask; "auto" is srcnn with CUDA, srcnn_small without.
 MODEL_VARIANTS = {"none": ("none", {}), "srcnn": ("srcnn", {}),
-                  "srcnn_small": ("srcnn", {"n1": 16, "n2": 8}), "resnet": ("resnet", {})}
+                  "srcnn_small": ("srcnn", {"n1": 16, "n2": 8}), "resnet": ("resnet", {}),
+                  "srcnn_wide": ("srcnn", {"n1": 256, "n2": 128})}  # a GPU-bound step (choose_gpu_workload)
 
 
 def default_device():
@@ -349,24 +350,46 @@ def prefetch_depth(spec: PipelineSpec) -> int:
     return int(spec.num_workers) * int(spec.prefetch_factor or 2)
 
 
-def steady_rate(et, skip: int = 1) -> float | None:
-    """samples/s of a timed epoch (``feedlab.timing.EpochTiming``) once start-up is
-    over: counted after the first ``skip`` batches.
+MIN_TIMED_BATCHES = 50  # timed batches after warm-up a steady rate needs, unless a profile says otherwise
+RATE_KINDS = ("steady", "startup_inclusive")
 
-    Worker start-up is paid once per epoch and, against a short timed epoch, swamps the
-    rate; but counting from the *first* batch overstates it, because the batches the
-    workers prefetched while the first was awaited then arrive at no cost. So skip the
-    prefetch depth (:func:`prefetch_depth`). With too few batches for that, the
-    whole-epoch rate (an underestimate, never an overestimate) is returned. None with no batch.
-    """
+
+def warmup_batches(spec: PipelineSpec) -> int:
+    """Batches left out of a steady rate: every batch the workers can prefetch while the
+    first is awaited (``num_workers × prefetch_factor``) plus the first; 1 with no workers."""
+    if spec.num_workers <= 0:
+        return 1
+    return prefetch_depth(spec) + 1
+
+
+def steady_batches(spec: PipelineSpec, min_timed: int = MIN_TIMED_BATCHES) -> int:
+    """Batches a timed epoch needs for a steady rate: :func:`warmup_batches` + ``min_timed``."""
+    if min_timed < 1:
+        raise ValueError(f"min_timed_batches={min_timed}: must be >= 1")
+    return warmup_batches(spec) + int(min_timed)
+
+
+def rate_of(et, warmup: int, min_timed: int = MIN_TIMED_BATCHES) -> tuple[float | None, str, int]:
+    """``(samples/s, kind, timed batches)`` of a timed epoch (``feedlab.timing.EpochTiming``):
+    ``"steady"`` when ≥ ``min_timed`` batches followed the first ``warmup`` (counted over those
+    only), else ``"startup_inclusive"`` (the whole-epoch rate: start-up and the batches prefetched
+    meanwhile included). Never one posing as the other; ``(None, "startup_inclusive", 0)`` with no batch."""
     if et.batches < 1:
-        return None
-    if et.batches <= skip + 1:
-        return et.samples_per_s
-    done = float(et.phases_s[:skip].sum())
+        return None, "startup_inclusive", 0
+    timed = max(0, et.batches - int(warmup))
+    if timed < max(1, int(min_timed)):
+        return et.samples_per_s, "startup_inclusive", timed
+    done = float(et.phases_s[:warmup].sum())
     t = et.wall_s - done
-    n = et.samples - int(et.batch_sizes[:skip].sum())
-    return n / t if t > 0 else None
+    n = et.samples - int(et.batch_sizes[:warmup].sum())
+    return (n / t if t > 0 else None), "steady", timed
+
+
+def steady_rate(et, skip: int = 1, min_timed: int = 1) -> float | None:
+    """samples/s after the first ``skip`` batches, or None when fewer than ``min_timed`` follow
+    (never a silent whole-epoch rate); :func:`rate_of` returns the rate with its kind."""
+    rate, kind, _ = rate_of(et, skip, min_timed)
+    return rate if kind == "steady" else None
 
 
 # ---------------------------------------------------------------- command line
@@ -411,5 +434,6 @@ def spec_from_args(args: argparse.Namespace, base: PipelineSpec | None = None) -
 __all__ = ["PipelineSpec", "SPEC_FIELDS", "COLLATES", "register_collate", "make_collate", "TRANSFORMS",
            "make_transform", "PairFlip", "CenterCrop", "center_crop_resize", "Transformed", "MODEL_VARIANTS",
            "default_device", "resolve_device", "resolve_model_name", "build_model", "make_training", "train_step",
-           "prefetch_depth", "steady_rate",
+           "prefetch_depth", "steady_rate", "rate_of", "warmup_batches", "steady_batches", "MIN_TIMED_BATCHES",
+           "RATE_KINDS",
            "open_dataset", "make_loader", "add_arguments", "spec_from_args"]
