@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 
 from feedlab.claims.core import NoData, Outcome, Precondition, Run
+from feedlab.pipeline import MIN_TIMED_BATCHES  # timed batches after warm-up for a steady rate (one constant)
 
-MIN_TIMED_BATCHES = 50       # timed batches after warm-up for a steady rate (results without rate_kind)
 MIN_REPEATS = 3              # repeats of a setting for a median and its spread
 GPU_BOUND_BUSY = 0.5         # GPU busy fraction (CUDA events) from which a loop is GPU-bound
 DATA_BOUND_WAIT = 0.5        # share of the loop waiting for data above which it is data-bound
