@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from feedlab.machines import WORKER_KEYS, expand_workers, usable_cores
-from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir
+from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir, rel
 
 PROFILES = ("smoke", "quick", "full")
 
@@ -93,6 +93,19 @@ def parse_given(notebook: str, given: dict[str, Any], values: dict[str, Any]) ->
     return {k: _parse_one(notebook, k, v, values.get(k)) for k, v in given.items()}
 
 
+class Params(SimpleNamespace):
+    """The resolved parameters; shown with paths relative to the repository root, so an
+    executed notebook names no machine's checkout."""
+
+    def __repr__(self) -> str:
+        items = "".join(f"\n    {k}={rel(v)!r}," if isinstance(v, Path) else f"\n    {k}={v!r},"
+                        for k, v in vars(self).items())
+        return f"Params({items}\n)"
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(repr(self))
+
+
 def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **given: Any) -> SimpleNamespace:
     """Fill every parameter left at ``None`` from the profile.
 
@@ -131,7 +144,7 @@ def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **gi
     out["user_data"] = bool(data_root)
     check_values(notebook, out)
     _start_load_watch()
-    return SimpleNamespace(**out)
+    return Params(**out)
 
 
 # parameters that count something: sizes and counts >= 1, worker counts >= 0

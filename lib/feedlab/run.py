@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from feedlab.nbparams import notebook_parameters
-from feedlab.paths import NOTEBOOKS_DIR, figure_dir
+from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, figure_dir
 from feedlab.profiles import PROFILES, choose_profile, profile_values
 
 
@@ -93,6 +93,8 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
             out.append((nb.stem, f"cannot resolve: {exc}"))
             continue
         values = {k: v for k, v in vars(P).items() if k in names or k in ("cores",)}
+        if "out_dir" in values and not given.get("out_dir"):  # where the runner writes, not a scratch run
+            values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True)
         ignored = sorted(k for k in params if k not in names)
         if ignored:
             values["(not a parameter here)"] = ", ".join(ignored)
@@ -191,15 +193,24 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
     import papermill as pm
 
     name = nb.stem
-    out_dir = (out_root / name) if out_root else figure_dir(name, "", profile)
+    out_dir = (out_root / name) if out_root else figure_dir(name, "", profile, committed=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / f"{name}.executed.ipynb"
     parameters = {"profile": profile, **params}
     if out_root:
         parameters["out_dir"] = str(out_dir)
-    pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
-                        cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name), log_output=False,
-                        **kernel_options())
+    # the kernel inherits it: only the runner writes figures/<notebook>/<machine>/ (paths.RUNNER_ENV)
+    before = os.environ.get(RUNNER_ENV)
+    os.environ[RUNNER_ENV] = "1"
+    try:
+        pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
+                            cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name), log_output=False,
+                            **kernel_options())
+    finally:
+        if before is None:
+            os.environ.pop(RUNNER_ENV, None)
+        else:
+            os.environ[RUNNER_ENV] = before
     scrub_paths(executed)
     return executed
 

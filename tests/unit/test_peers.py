@@ -167,22 +167,3 @@ def test_bench_peer_flag(sr_root, capsys, tmp_path, monkeypatch):
     rc = bench.main(["--peer", "feedlab_best", "--data", str(tmp_path / "missing")])
     err = capsys.readouterr().err
     assert rc == 2 and "data_prep" in err and len(err.strip().splitlines()) == 1
-
-
-@pytest.mark.notebook
-def test_13_peer_loaders_smoke(tmp_path):
-    from nbrun import run_notebook
-
-    res, df = run_notebook("13_peer_loaders", tmp_path)
-    assert res["profile"] == "smoke"
-    assert set(res["availability"]) == EXPECTED
-    for name, a in res["availability"].items():
-        assert a["available"] or a["reason"], name
-    tab = pd.DataFrame(res["table"])
-    assert set(tab.contender) == EXPECTED and set(tab.kind) == {"sr", "cls"}  # nobody dropped
-    for kind in ("sr", "cls"):
-        assert res["checks"][f"{kind}/feedlab_best"]["ok"]
-        assert res["ratios"][kind]["ratio"] > 0
-    timed = df[df.metric == "samples_per_s"]
-    assert (timed.value > 0).all() and {"feedlab_best", "torch_stock"} <= set(timed.variant)
-    assert (tmp_path / "out" / "samples_per_s.png").is_file()
