@@ -212,6 +212,9 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
         else:
             os.environ[RUNNER_ENV] = before
     scrub_paths(executed)
+    from feedlab.findings import add_findings
+
+    add_findings(executed)  # what this run found, as the notebook's first cell
     return executed
 
 
