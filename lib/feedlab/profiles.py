@@ -143,8 +143,37 @@ def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **gi
     out["notebook"] = notebook
     out["user_data"] = bool(data_root)
     check_values(notebook, out)
+    if _create_out_dir:  # a notebook starting (not the runner's --dry-run plan)
+        note = expect_more_workers_than_cores(out, cores)
+        if note:
+            print(note)
     _start_load_watch()
     return Params(**out)
+
+
+# torch's UserWarning when a DataLoader starts more workers than it suggests for this machine
+_WORKER_WARNING = r"This DataLoader will create \d+ worker processes in total"
+
+
+def expect_more_workers_than_cores(values: dict, cores: int) -> str:
+    """Where the resolved worker counts exceed ``cores`` on purpose, silence torch's warning about
+    it (it would repeat for every loader of the experiment) and return the one sentence that says
+    so; "" (and no filter) otherwise."""
+    import warnings
+
+    counts = set()
+    for key in WORKER_KEYS:
+        v = values.get(key)
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(x, int) and not isinstance(x, bool):
+                counts.add(x)
+    over = sorted(c for c in counts if c > cores)
+    if not over:
+        return ""
+    warnings.filterwarnings("ignore", message=_WORKER_WARNING, category=UserWarning)
+    return (f"Note: this run measures {', '.join(map(str, over))} DataLoader worker(s) on {cores} usable "
+            f"core(s) on purpose; torch's warning about more workers than its suggested maximum is "
+            f"silenced for this notebook.")
 
 
 # parameters that count something: sizes and counts >= 1, worker counts >= 0

@@ -61,3 +61,24 @@ def test_resolved_parameters_show_no_checkout(monkeypatch):
     shown = repr(P)
     assert str(paths.REPO_ROOT) not in shown
     assert "out_dir='runs/smoke/03_pinned_memory_by_input_size'" in shown
+
+
+def test_more_workers_than_cores_is_said_once_and_torchs_warning_silenced():
+    import warnings
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    from feedlab.profiles import expect_more_workers_than_cores
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert expect_more_workers_than_cores({"worker_counts": [0, 2], "max_workers": 2}, 2) == ""
+        note = expect_more_workers_than_cores({"worker_counts": [0, 2, 4], "max_workers": 6}, 2)
+        assert note.startswith("Note: this run measures 4, 6 DataLoader worker(s) on 2 usable core(s)")
+        dl = DataLoader(torch.arange(4), num_workers=64)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            expect_more_workers_than_cores({"worker_counts": [64]}, 2)  # filters go on top of "always"
+            dl.check_worker_number_rationality()
+        assert not [w for w in caught if "worker processes in total" in str(w.message)]
