@@ -88,8 +88,10 @@ VIEWS: tuple[View, ...] = (
     View("09_batch_size_breakdown", "batch", "Samples/s vs batch size (pin_memory off)", "batch_size_breakdown",
          "samples_per_s", "batch_size", where={"pin_memory": False}, series=("format", "num_workers"),
          label=lambda k: f"{k[0]}, {k[1]} workers", baseline_x=8, logx=True, logy=True),
-    View("10_doctor", "steps", "The doctor's steps, measured", "doctor_steps", "samples_per_s", "step",
-         baseline_x=0, logy=True, xlabel="step (the doctor's advice, applied in turn)"),
+    # x is the step with its change ("1: format=npy_mmap"): step 1 on one machine may be another change
+    # than step 1 on the next, so only the points of one change share a place on the axis
+    View("10_doctor", "steps", "The doctor's steps, measured", "doctor_steps", "samples_per_s", "variant",
+         baseline_x="0: start", logy=True, xlabel="the doctor's advice, applied in turn (step: change)"),
     View("11_worker_hygiene", "leftover", "Workers left after each way of stopping", "worker_hygiene",
          "leftover", "variant"),
     View("12_beyond", "batched_fetch", "__getitem__ vs __getitems__, 0 workers", "batched_fetch",
@@ -229,15 +231,69 @@ def _reference(view: View, folder: Path) -> dict:
 
 
 # ---------------------------------------------------------------- the figure
+def x_words(view: View, x) -> str:
+    """One x value as a reader says it: ``2 workers``, ``batch 8``, ``4 MB``, ``png``."""
+    from feedlab.plots import value_words
+
+    return value_words(view.x, x)
+
+
+def baseline_words(view: View) -> str:
+    if view.baseline_x is not None:
+        return x_words(view, view.baseline_x)
+    return str(view.baseline_series or "")
+
+
+def finding(view: View, data: dict[str, dict]) -> str:
+    """What the figure shows, per machine, from the medians it draws: the largest ratio to the
+    machine's own baseline (normalised views), or the largest value and where it was measured:
+    "largest ratio to 1 worker: cpu-2c ×1.9 (with the model, 2 workers); h100-16c ×9.8 (...)"."""
+    from feedlab.plots import axis_label, times
+
+    key = "rel" if view.normalised else "median"
+    parts = []
+    for machine, d in data.items():
+        best = None
+        for lab, s in d["series"].items():
+            if view.baseline_series is not None and lab == view.baseline_series:
+                continue
+            for x, v in zip(s["x"], s.get(key) or []):
+                if v is not None and (best is None or v > best[0]):
+                    best = (v, lab, x)
+        if best is None:
+            continue
+        v, lab, x = best
+        where = ", ".join(t for t in ((lab if len(d["series"]) > 1 else ""), x_words(view, x)) if t)
+        num = f"{v:,.0f}" if v >= 1000 else f"{v:.3g}"
+        parts.append(f"{machine} {times(v)} ({where})" if view.normalised
+                     else f"{machine} up to {num} {axis_label(view.metric)} ({where})")
+    if not parts:
+        return ""
+    return (f"largest ratio to {baseline_words(view)}: " if view.normalised else "") + "; ".join(parts)
+
+
+def title(view: View, data: dict[str, dict]) -> str:
+    """The view's question, then its finding on these machines."""
+    found = finding(view, data)
+    return f"{view.title} — {found}" if found else f"{view.title} — {', '.join(data)}"
+
+
 def draw(view: View, data: dict[str, dict], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
-    from feedlab.plots import PALETTE, errorbar_series, integer_axis, legend_outside, readable_log_axis, save_figure
+    from feedlab.plots import (
+        PALETTE,
+        axis_label,
+        errorbar_series,
+        integer_axis,
+        legend_outside,
+        readable_log_axis,
+        save_figure,
+    )
 
-    panels = [("median", "q25", "q75", f"{view.metric} (median, IQR)")]
+    panels = [("median", "q25", "q75", axis_label(view.metric, "median, IQR"))]
     if view.normalised:
-        base = f"{view.x} = {view.baseline_x}" if view.baseline_x is not None else view.baseline_series
-        panels.append(("rel", "rel_q25", "rel_q75", f"× vs {base} on the same machine"))
+        panels.append(("rel", "rel_q25", "rel_q75", f"× vs {baseline_words(view)} on the same machine"))
     fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels) + 3.4, 4.4), squeeze=False)
     axes = axes[0]
     labels = sorted({lab for d in data.values() for lab in d["series"]})
@@ -286,10 +342,10 @@ def draw(view: View, data: dict[str, dict], out_dir: Path) -> list[Path]:
             _log_x(ax, view.x == "bytes")
         if mk == "rel":
             ax.axhline(1.0, color="#888888", linewidth=0.8)
-        ax.set_xlabel(view.xlabel or view.x.replace("_", " "))
+        ax.set_xlabel(view.xlabel or axis_label(view.x))
         ax.set_ylabel(ylabel)
     legend_outside(axes[-1])
-    fig.suptitle(f"{view.title} — {', '.join(data)}")
+    fig.suptitle(title(view, data))
     footer = [f"{m}: {d['fingerprint']}" for m, d in data.items()]
     paths = save_figure(fig, out_dir, PREFIX + view.name, footer=footer)
     plt.close(fig)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 TAG = "findings"
 MAX_READINGS = 12
+# lines a Reading cell may print that are not readings: warnings, the busy-machine sentence
+_NOT_READINGS = ("warning:", "the machine was busy", "busy again", "note:")
 _CLAIM_CELL = re.compile(r"\b(report_claims|record_results|claims\.report)\b")
 
 
@@ -44,7 +46,7 @@ def reading_lines(nb: dict) -> list[str]:
             if out.get("output_type") == "stream" and out.get("name") == "stdout":
                 for line in _text(out, "text").splitlines():
                     line = line.rstrip()
-                    if line.strip() and not line.lstrip().lower().startswith("warning:"):
+                    if line.strip() and not line.lstrip().lower().startswith(_NOT_READINGS):
                         lines.append(line.strip())
     return lines
 
