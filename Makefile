@@ -43,6 +43,9 @@ NB ?= $(wildcard notebooks/[0-9]*.ipynb)
 nbval: $(STAMP) ## every notebook once through nbval (smoke profile; NB=notebooks/05_*.ipynb for one), then what each recorded
 	FEEDLAB_PROFILE=smoke FEEDLAB_STRICT_FIGURES=1 $(PY) -m pytest -q --nbval-lax --nbval-current-env $(NB) tests/notebooks
 
+browser-check: $(STAMP) ## open every executed notebook in JupyterLab in headless Chromium: figures render, no error shows
+	$(PY) tests/browser_check.py
+
 lock: $(STAMP) ## rewrite constraints.txt from .venv (after a deliberate upgrade; commit it with the figures it made)
 	@{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^-e\|^pip==\|^setuptools==\|^wheel==\|^feedlab'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
 
@@ -64,4 +67,4 @@ doctor: $(STAMP) ## ask the bottleneck doctor about the embedded PNG set
 clean-data: ## remove data/ (built sets; rebuilt on demand)
 	rm -rf data
 
-.PHONY: help install data figures test nbval lab doctor clean-data pillow-simd lock
+.PHONY: help install data figures test nbval browser-check lab doctor clean-data pillow-simd lock
