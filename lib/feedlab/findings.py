@@ -8,6 +8,7 @@ verdict on each write-up claim (``results.json`` → ``verdicts``), whether the 
 (``fingerprint.json``), and links to the figures below (the PNGs beside the notebook). Nothing
 in it is typed in advance. ``feedlab.run`` calls it after each notebook; ``python -m
 feedlab.findings figures/*/*/*.executed.ipynb`` adds it to notebooks executed before.
+:func:`notebook_display` makes the tables a notebook shows rounded and captioned.
 """
 
 from __future__ import annotations
@@ -133,6 +134,34 @@ def add_findings(executed: str | Path) -> bool:
         cell["id"] = "feedlab-findings"
     nb["cells"] = [cell] + cells
     _atomic_write_text(path, json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    return True
+
+
+def table_html(df) -> str:
+    """A DataFrame as a notebook shows it: numbers to 3 significant decimals (pandas'
+    ``display.precision``), its caption (``df.attrs["caption"]``, set by ``results.summarize``)
+    above it in words."""
+    import html
+
+    body = df._repr_html_()
+    cap = df.attrs.get("caption") if hasattr(df, "attrs") else None
+    return (f"<p><b>{html.escape(str(cap))}</b></p>" if cap else "") + (body or "")
+
+
+def notebook_display() -> bool:
+    """Tables in a notebook kernel read like a report: rounded (``display.precision`` 3) and
+    captioned (:func:`table_html`). ``profiles.resolve`` calls it; False outside IPython."""
+    import pandas as pd
+
+    pd.set_option("display.precision", 3)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    if ip is None or not hasattr(ip, "display_formatter"):
+        return False
+    ip.display_formatter.formatters["text/html"].for_type(pd.DataFrame, table_html)
     return True
 
 

@@ -75,6 +75,9 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
              ha="left", va="bottom", wrap=True)  # a narrow figure wraps it instead of cutting it
     if getattr(fig, "_suptitle", None) is not None:
         fig._suptitle.set_wrap(True)  # a long title on a narrow figure wraps instead of leaving it
+    for ax in fig.axes:  # so does a title that states a finding, on its panel
+        for t in (ax.title, ax._left_title, ax._right_title):
+            t.set_wrap(True)
     bottom = 0.03 * len(lines)  # room for every footer line (one line: as always)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     if untangle_titles(fig):  # titles moved above the legends over them: lay out again

@@ -144,6 +144,9 @@ def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **gi
     out["user_data"] = bool(data_root)
     check_values(notebook, out)
     if _create_out_dir:  # a notebook starting (not the runner's --dry-run plan)
+        from feedlab.findings import notebook_display
+
+        notebook_display()  # tables rounded and captioned
         note = expect_more_workers_than_cores(out, cores)
         if note:
             print(note)

@@ -81,3 +81,20 @@ def test_no_results_changes_nothing_and_the_cli_says_why(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no results.json" in err[0]
     assert findings.main([str(tmp_path / "missing.ipynb")]) == 2
+
+
+def test_tables_are_rounded_and_captioned():
+    import pandas as pd
+
+    from feedlab.results import summarize
+
+    df = pd.DataFrame({"format": ["png", "png", "lmdb"], "value": [1.234567, 2.345678, 9.87654321]})
+    s = summarize(df, ["format"])
+    assert s.attrs["caption"].startswith("Per format: the median over n repeats")
+    with pd.option_context("display.precision", 3):
+        html = findings.table_html(s)
+    assert html.startswith("<p><b>Per format: the median") and "9.877" in html and "9.87654" not in html
+    assert not findings.table_html(pd.DataFrame({"a": [1]})).startswith("<p>")  # no caption: none shown
+    assert findings.notebook_display() is False  # outside a kernel: nothing registered, no error
+    assert pd.get_option("display.precision") == 3
+    pd.reset_option("display.precision")

@@ -47,6 +47,18 @@ def test_a_legend_above_the_axes_is_caught_on_the_title_and_save_figure_lifts_th
     plt.close(fig)
 
 
+def test_a_long_finding_title_wraps_inside_the_canvas(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEEDLAB_STRICT_FIGURES", "1")
+    steps = [{"measured": m, "measured_q25": m, "measured_q75": m, "predicted": m, "kept": True, "label": lab}
+             for m, lab in ((100.0, "0: start"), (330.0, "1: format=npy_mmap"))]
+    fig, ax = plt.subplots(figsize=(5, 3.5))  # narrower than the notebook's
+    DS.plot_steps(ax, steps)
+    ax.set_title(DS.steps_title(steps, "cuda:0", 128, "srcnn_small"))
+    plots.save_figure(fig, tmp_path, "steps", fingerprint={"cpu_model": "x"})  # strict: raises if it leaves
+    assert not check_figure(fig)
+    plt.close(fig)
+
+
 def test_a_figure_title_on_a_panel_title_is_caught_and_cleared(tmp_path, monkeypatch):
     monkeypatch.setenv("FEEDLAB_STRICT_FIGURES", "1")
     fig, axes = plt.subplots(2, 1, figsize=(6, 6))
