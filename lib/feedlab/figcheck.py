@@ -244,12 +244,18 @@ def check_figure(fig) -> list[str]:
     return list(dict.fromkeys(problems))
 
 
+_SAID: set[str] = set()  # figures whose defects were already reported in this process
+
+
 def enforce(fig, name: str, log=print) -> list[str]:
-    """Run :func:`check_figure`; print each problem, raise in strict mode."""
+    """Run :func:`check_figure`; raise in strict mode, otherwise say once per figure, in one
+    plain sentence, what is wrong with it."""
     problems = check_figure(fig)
     if problems:
         msg = f"figure {name}: " + "; ".join(problems)
         if strict():
             raise FigureCheckError(msg)
-        log(f"warning: {msg}")
+        if name not in _SAID:
+            _SAID.add(name)
+            log(f"The figure {name} was saved with a defect a reader may trip over: {'; '.join(problems)}.")
     return problems

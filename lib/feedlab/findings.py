@@ -20,8 +20,8 @@ from pathlib import Path
 
 TAG = "findings"
 MAX_READINGS = 12
-# lines a Reading cell may print that are not readings: warnings, the busy-machine sentence
-_NOT_READINGS = ("warning:", "the machine was busy", "busy again", "note:")
+# lines a Reading cell may print that are not readings: warnings, the busy-machine and figure sentences
+_NOT_READINGS = ("warning:", "the machine was busy", "busy again", "note:", "the figure ")
 _CLAIM_CELL = re.compile(r"\b(report_claims|record_results|claims\.report)\b")
 
 
