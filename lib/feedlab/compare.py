@@ -231,24 +231,17 @@ def _reference(view: View, folder: Path) -> dict:
 
 
 # ---------------------------------------------------------------- the figure
-def x_words(view: View, x) -> str:
-    """One x value as a reader says it: ``2 workers``, ``batch 8``, ``4 MB``, ``png``."""
+def baseline_words(view: View) -> str:
     from feedlab.plots import value_words
 
-    return value_words(view.x, x)
-
-
-def baseline_words(view: View) -> str:
-    if view.baseline_x is not None:
-        return x_words(view, view.baseline_x)
-    return str(view.baseline_series or "")
+    return value_words(view.x, view.baseline_x) if view.baseline_x is not None else str(view.baseline_series or "")
 
 
 def finding(view: View, data: dict[str, dict]) -> str:
     """What the figure shows, per machine, from the medians it draws: the largest ratio to the
     machine's own baseline (normalised views), or the largest value and where it was measured:
     "largest ratio to 1 worker: cpu-2c ×1.9 (with the model, 2 workers); h100-16c ×9.8 (...)"."""
-    from feedlab.plots import axis_label, times
+    from feedlab.plots import axis_label, times, value_words
 
     key = "rel" if view.normalised else "median"
     parts = []
@@ -263,7 +256,7 @@ def finding(view: View, data: dict[str, dict]) -> str:
         if best is None:
             continue
         v, lab, x = best
-        where = ", ".join(t for t in ((lab if len(d["series"]) > 1 else ""), x_words(view, x)) if t)
+        where = ", ".join(t for t in ((lab if len(d["series"]) > 1 else ""), value_words(view.x, x)) if t)
         num = f"{v:,.0f}" if v >= 1000 else f"{v:.3g}"
         parts.append(f"{machine} {times(v)} ({where})" if view.normalised
                      else f"{machine} up to {num} {axis_label(view.metric)} ({where})")
