@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from feedlab.compare_words import baseline_words, finding, title  # noqa: F401  (re-exported)
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR
@@ -231,46 +232,6 @@ def _reference(view: View, folder: Path) -> dict:
 
 
 # ---------------------------------------------------------------- the figure
-def baseline_words(view: View) -> str:
-    from feedlab.plots import value_words
-
-    return value_words(view.x, view.baseline_x) if view.baseline_x is not None else str(view.baseline_series or "")
-
-
-def finding(view: View, data: dict[str, dict]) -> str:
-    """What the figure shows, per machine, from the medians it draws: the largest ratio to the
-    machine's own baseline (normalised views), or the largest value and where it was measured:
-    "largest ratio to 1 worker: cpu-2c ×1.9 (with the model, 2 workers); h100-16c ×9.8 (...)"."""
-    from feedlab.plots import axis_label, times, value_words
-
-    key = "rel" if view.normalised else "median"
-    parts = []
-    for machine, d in data.items():
-        best = None
-        for lab, s in d["series"].items():
-            if view.baseline_series is not None and lab == view.baseline_series:
-                continue
-            for x, v in zip(s["x"], s.get(key) or []):
-                if v is not None and (best is None or v > best[0]):
-                    best = (v, lab, x)
-        if best is None:
-            continue
-        v, lab, x = best
-        where = ", ".join(t for t in ((lab if len(d["series"]) > 1 else ""), value_words(view.x, x)) if t)
-        num = f"{v:,.0f}" if v >= 1000 else f"{v:.3g}"
-        parts.append(f"{machine} {times(v)} ({where})" if view.normalised
-                     else f"{machine} up to {num} {axis_label(view.metric)} ({where})")
-    if not parts:
-        return ""
-    return (f"largest ratio to {baseline_words(view)}: " if view.normalised else "") + "; ".join(parts)
-
-
-def title(view: View, data: dict[str, dict]) -> str:
-    """The view's question, then its finding on these machines."""
-    found = finding(view, data)
-    return f"{view.title} — {found}" if found else f"{view.title} — {', '.join(data)}"
-
-
 def draw(view: View, data: dict[str, dict], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
@@ -384,14 +345,26 @@ def _ours(figures_dir: Path) -> set[Path]:
     return {p for nb in {v.notebook for v in VIEWS} for p in (Path(figures_dir) / nb).glob(f"{PREFIX}*.json")}
 
 
-def write_all(figures_dir: Path = FIGURES_DIR, log=print) -> list[Path]:
+def _current(path: Path, record: dict) -> bool:
+    """The figure is drawn from exactly ``record`` already (its JSON matches, PNG and SVG exist)."""
+    try:
+        same = json.loads(path.read_text()) == json.loads(json.dumps(record))
+    except (OSError, ValueError):
+        return False
+    return same and all(path.with_suffix(ext).is_file() for ext in (".png", ".svg"))
+
+
+def write_all(figures_dir: Path = FIGURES_DIR, log=print, redraw: bool = False) -> list[Path]:
     """Draw every view that two or more committed machines measured; remove the comparison
-    files (ours, ``machines_*``) of views that no longer have two machines."""
+    files (ours, ``machines_*``) of views that no longer have two machines. A figure whose
+    record is unchanged is left as it is (byte for byte) unless ``redraw``."""
     expected = _expected(figures_dir)
     by_path = {Path(figures_dir) / v.notebook / f"{PREFIX}{v.name}.json": v for v in VIEWS}
     written = []
     for path, record in expected.items():
         view = by_path[path]
+        if not redraw and _current(path, record):
+            continue
         written += draw(view, record["machines"], path.parent)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
@@ -434,13 +407,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedlab.compare", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="only say which comparison figures are stale")
+    ap.add_argument("--redraw", action="store_true", help="redraw every figure, even those whose data is unchanged")
     args = ap.parse_args(argv)
     with cli_errors("python -m feedlab.compare"):
         if args.check:
             found = problems()
             print("\n".join(found) or "comparison figures are current")
             return 1 if found else 0
-        write_all()
+        write_all(redraw=args.redraw)
     return 0
 
 

@@ -114,7 +114,7 @@ def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder:
 def add_findings(executed: str | Path) -> bool:
     """Put the findings cell at the top of ``executed`` (replacing an earlier one), reading
     ``results.json`` and ``fingerprint.json`` beside it. Returns False (and changes nothing)
-    where the run recorded no ``results.json``. Rewritten atomically."""
+    where the run recorded no ``results.json`` or the file is not a notebook. Rewritten atomically."""
     from feedlab.results import _atomic_write_text
 
     path = Path(executed)
@@ -125,7 +125,13 @@ def add_findings(executed: str | Path) -> bool:
     payload = json.loads(results.read_text())
     fp_path = folder / "fingerprint.json"
     fingerprint = json.loads(fp_path.read_text()) if fp_path.is_file() else None
-    nb = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return False
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or \
+            not all(isinstance(c, dict) for c in nb["cells"]):
+        return False  # not a notebook this can lead with findings
     cells = [c for c in nb.get("cells", []) if TAG not in (c.get("metadata", {}).get("tags") or [])]
     nb["cells"] = cells
     cell = {"cell_type": "markdown", "metadata": {"tags": [TAG]},

@@ -278,8 +278,20 @@ class PipelineSpec:
             out.append(f"unknown transform {self.transform!r}")
         if self.batch_size < 1 or self.num_workers < 0:
             out.append("batch_size must be >= 1 and num_workers >= 0")
+        from feedlab.machines import worker_cap
+
+        if self.num_workers > worker_cap():
+            out.append(f"num_workers {self.num_workers} is over the cap of {worker_cap()} (4 per usable core, "
+                       "at least 16; FEEDLAB_MAX_WORKERS sets another)")
         if self.pin_memory and not dev.startswith("cuda"):
             out.append("pin_memory needs CUDA (DataLoader ignores it without a GPU)")
+        if self.decode == "cuda":
+            from feedlab.formats import get_format
+
+            if self.format in FORMATS and get_format(self.format).image_codec != "jpeg":
+                out.append(f"decode=cuda (nvJPEG) decodes JPEG; format {self.format!r} does not hold JPEGs")
+            if not dev.startswith("cuda"):
+                out.append("decode=cuda decodes on the GPU: it needs a CUDA device")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             out.append("prefetch_factor / persistent_workers need num_workers > 0")
         return out
@@ -292,8 +304,11 @@ def open_dataset(root, spec: PipelineSpec, crop: int = 96, seed: int = 0, **opts
     """The dataset ``spec`` reads: its format under ``root``, its decode backend (formats
     holding encoded images), its transform."""
     from feedlab import formats
+    from feedlab.gpu_decode import EncodedView, is_device_decode
 
     fs = formats.get_format(spec.format)
+    if is_device_decode(spec.decode_backend):  # workers read bytes; the batch is decoded on the device
+        return EncodedView(formats.open_dataset(root, spec.format, **opts), crop)
     if fs.image_codec is not None:
         opts.setdefault("decode", spec.decode_backend)
     ds = formats.open_dataset(root, spec.format, **opts)
@@ -318,6 +333,10 @@ def make_loader(dataset, spec: PipelineSpec, seed: int = 0, shuffle: bool = True
         kw["generator"] = torch.Generator().manual_seed(seed)
     kw.update(overrides)
     pin = bool(spec.pin_memory and resolve_device(spec.device).startswith("cuda") and torch.cuda.is_available())
+    if collate_fn is None and hasattr(dataset, "encoded_size"):  # decode on the device: batches of bytes
+        from feedlab.gpu_decode import EncodedCollate
+
+        collate_fn = EncodedCollate(dataset.encoded_size)
     return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.num_workers, pin_memory=pin,
                       collate_fn=collate_fn or make_collate(spec.collate), drop_last=drop_last, **kw)
 

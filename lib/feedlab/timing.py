@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from feedlab.gpu_decode import is_encoded
+
 PHASES = ("data_wait", "h2d", "forward", "backward")
 
 perf_counter = time.perf_counter
@@ -315,6 +317,8 @@ def _split_batch(batch):
 def _to_device_float(t, device, non_blocking: bool):
     import torch
 
+    if is_encoded(t):  # decode=cuda: the batch's bytes are decoded on the device, one call per batch
+        t = t.decode_to(device)
     if not isinstance(t, torch.Tensor):
         return t
     t = t.to(device, non_blocking=non_blocking)
