@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from feedlab import compare, gpu_readings
+from feedlab import compare, gpu_readings, targets
 from feedlab.claims import ledger as claims_ledger
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
@@ -66,12 +66,32 @@ def _reading(folder: Path, notebook: str) -> list[str]:
     executed = folder / f"{notebook}.executed.ipynb"
     if not reading and executed.exists():
         reading = reading_from_executed(executed)
+    reading = generated_targets(notebook, folder, reading)
     if len(reading) > MAX_LINES:  # long per-setting listings: the head and the conclusion
         head, tail = MAX_LINES - 6, 5
         cut = len(reading) - head - tail
         rel = executed.relative_to(REPO_ROOT).as_posix()
         reading = reading[:head] + [f"… {cut} more lines in the executed notebook (`{rel}`) …"] + reading[-tail:]
     return reading
+
+
+_VERDICT_LINE = re.compile(r"^\[[^\]]*\] (\d{3}-[\w-]+): ")
+
+
+def generated_targets(notebook: str, folder: Path, reading: list[str]) -> list[str]:
+    """The reading with its target lines generated from the run's results and the targets as
+    they stand (:mod:`feedlab.targets`), never the bound a notebook typed when it ran; and each
+    claim verdict the notebook printed re-judged by the claims as they stand (as docs/CLAIMS.md is)."""
+    from feedlab import claims
+    from feedlab.claims.core import Run
+
+    run = Run(out_dir=folder)
+    out = []
+    for line in targets.rewrite_reading(notebook, reading, run):
+        m = _VERDICT_LINE.match(line)
+        claim = claims.BY_ID.get(m.group(1)) if m else None
+        out.append(claims.format_verdict(claim, claims.judge(claim, run)) if claim else line)
+    return out
 
 
 def _notebook_block(nb_dir: Path, machines: dict[str, Path], fps: dict[str, dict]) -> list[str]:
@@ -168,6 +188,51 @@ def doctor_output(executed) -> str:
     return ""
 
 
+def calibration_lines(payload: dict) -> list[str]:
+    """The doctor's calibration, generated from notebook 10's results: the largest error over the
+    worker counts the doctor ran and over every setting the run measured, each against the target
+    as it stands; and, where the run measured its start setting twice, both numbers."""
+    own, every = targets.doctor_errors(payload)
+    bound = targets.DOCTOR_ERROR
+    lines = []
+    if own:
+        counts = ", ".join(str(e.get("num_workers")) for e in payload.get("end_to_end") or [])
+        parts = [f"largest error {100 * max(own):.0f}% over the {len(own)} worker counts the doctor ran ({counts}): "
+                 f"{targets.verdict(max(own), '<=', bound)} the ±{100 * bound:.0f}% target"]
+        if len(every) > len(own):
+            parts.append(f"{100 * max(every):.0f}% over all {len(every)} settings this run measured (with the "
+                         f"notebook's steps): {targets.verdict(max(every), '<=', bound)} it")
+        lines.append("calibration (generated from this run's results.json): " + "; ".join(parts))
+    steps, e2e = payload.get("steps") or [], payload.get("end_to_end") or []
+    start = next((e for e in e2e if e.get("num_workers") == ((steps[0].get("config") or {}).get("num_workers"))), None) \
+        if steps else None
+    if start and steps[0].get("measured") and start.get("samples_per_s"):
+        lines.append(f"the start setting was measured twice in this run: {start['samples_per_s']:,.0f} samples/s by the "
+                     f"doctor, {steps[0]['measured']:,.0f} by the notebook's step 0")
+    return lines
+
+
+def _with_calibration(text: str, folder: Path) -> str:
+    """The doctor's printed output with its calibration line generated from the run's results."""
+    res = folder / "results.json"
+    try:
+        payload = json.loads(res.read_text()) if res.is_file() else {}
+    except ValueError:
+        payload = {}
+    new = calibration_lines(payload)
+    if not new:
+        return text
+    out, done = [], False
+    for line in text.splitlines():
+        if line.startswith("calibration:"):
+            if not done:
+                out.extend(new)
+            done = True
+            continue
+        out.append(line)
+    return "\n".join(out if done else out + new)
+
+
 def doctor_block(figures_dir: Path = FIGURES_DIR) -> str:
     """The doctor's real output on the embedded set, per committed machine."""
     parts = []
@@ -176,6 +241,7 @@ def doctor_block(figures_dir: Path = FIGURES_DIR) -> str:
         text = doctor_output(executed) if executed.exists() else ""
         if not text:
             continue
+        text = _with_calibration(text, folder)
         fp = folder / "fingerprint.json"
         line = fingerprint_line(json.loads(fp.read_text())) if fp.exists() else key
         parts += [f"**{key}** ({line}), from [the executed notebook]"

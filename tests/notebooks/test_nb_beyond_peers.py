@@ -44,3 +44,7 @@ def test_13_peer_loaders_smoke():
     timed = df[df.metric == "samples_per_s"]
     assert (timed.value > 0).all() and {"feedlab_best", "torch_stock"} <= set(timed.variant)
     assert (out / "samples_per_s.png").is_file()
+    for row in res["ratio_table"]:  # the field is named in the table itself
+        assert row["field"] == "every peer" or row["field"].startswith("without")
+    assert {"FFCV"} <= {r["peer"] for r in res["published"]} and res["cores"] >= 1
+    assert all(r.get("interpreter") for r in res["table"] if r["available"])

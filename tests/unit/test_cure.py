@@ -16,15 +16,14 @@ from feedlab.timing import EpochTiming
 SPEC = PipelineSpec(format="fake", decode="fake", collate="totensor", batch_size=8, device="cpu")
 
 
-def _et(waits, steps, sizes=8, gpu=None):
+def _et(waits, steps, sizes=8):
     ph = np.zeros((len(waits), 4))
     ph[:, 0], ph[:, 2] = waits, steps
-    extra = {} if gpu is None else {"gpu_step_s": gpu}
-    return EpochTiming(ph, np.full(len(waits), sizes), float(ph.sum()), 0.0, extra)
+    return EpochTiming(ph, np.full(len(waits), sizes), float(ph.sum()), 0.0, {})
 
 
 def test_plan_skips_the_prefetch_and_times_enough_batches():
-    assert C.timed_plan(SPEC, 50) == (2, 52)                          # no workers: the first batch
+    assert C.timed_plan(SPEC, 50) == (1, 51)                          # no workers: the first batch
     assert C.timed_plan(SPEC.replace(num_workers=4, prefetch_factor=2), 50) == (9, 59)
 
 
@@ -36,9 +35,9 @@ def test_steady_window_leaves_start_up_out():
     assert math.isnan(w["gpu_busy"]) and w["timed_batches"] == 10
 
 
-def test_steady_window_reads_device_time_where_the_timing_has_it():
-    et = _et([0.0] * 4, [0.1] * 4, gpu=0.27)
-    assert C.steady_window(et, skip=1)["gpu_busy"] == pytest.approx(0.9)
+def test_steady_window_takes_the_meters_steady_busy_fraction():
+    et = _et([0.0] * 4, [0.1] * 4)
+    assert C.steady_window(et, skip=1, busy={"gpu_busy": 0.5, "gpu_busy_steady": 0.9})["gpu_busy"] == 0.9
 
 
 def test_too_short_a_pass_is_refused_not_mixed():
@@ -99,3 +98,19 @@ def test_cure_measures_the_baseline_then_follows_the_advice():
     for s in steps[1:]:
         assert s["kind"] == "advice" and s["kept"] == (s["gain"] >= 1.0)
     assert torch.get_num_threads() >= 1
+
+
+def test_workload_is_measured_on_cuda_and_named_on_a_cpu(monkeypatch, tmp_path):
+    from feedlab.experiments import loader_grid
+
+    seen = {}
+
+    def fake(root, device, batch_size, num_workers, fmt):
+        seen.update(device=device, fmt=fmt, workers=num_workers)
+        return {"model": "srcnn_wide", "gpu_bound": True, "reading": "GPU workload: srcnn_wide"}
+
+    monkeypatch.setattr(loader_grid, "gpu_workload", fake)
+    assert C.workload("auto", "cuda", tmp_path, 128, 16)["model"] == "srcnn_wide"
+    assert seen == {"device": "cuda", "fmt": "png", "workers": 16}   # no npy_mmap packed: the baseline's format
+    w = C.workload("auto", "cpu", tmp_path)
+    assert w["model"] == "srcnn_small" and "not measured" in w["reading"]

@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from feedlab.doctor.predict import advise, predict
-from feedlab.pipeline import PipelineSpec, prefetch_depth
+from feedlab.pipeline import PipelineSpec, warmup_batches
 from feedlab.results import Results
 
 EXPERIMENT = "cure"
@@ -37,13 +37,14 @@ TARGET_GPU_BUSY = 0.90    # ... and the GPU busy ≥ 90% of it, with the doctor'
 def timed_plan(spec: PipelineSpec, min_timed: int = 50) -> tuple[int, int]:
     """``(skip, total)`` batches for one steady pass: the first batch and everything the
     workers can have prefetched while it was awaited are skipped, then ``min_timed`` timed."""
-    skip = prefetch_depth(spec) + 1
+    skip = warmup_batches(spec)
     return skip, skip + int(min_timed)
 
 
-def steady_window(et, skip: int) -> dict:
+def steady_window(et, skip: int, busy: dict | None = None) -> dict:
     """Steady readings of one timed pass (``feedlab.timing.EpochTiming``) after ``skip`` batches:
-    samples/s, data-wait share, and the device time of the step ÷ wall where the timing has it.
+    samples/s, data-wait share, and GPU busy over the same steady steps where ``busy`` (a
+    :meth:`feedlab.gpu_busy.BusyMeter.end_window` reading of that pass) has it.
     Raises ``ValueError`` when the pass has no batch after ``skip`` (never a silent fallback)."""
     if et.batches <= skip:
         raise ValueError(f"{et.batches} batches in the pass, {skip} skipped for start-up: none left to time")
@@ -54,9 +55,9 @@ def steady_window(et, skip: int) -> dict:
         raise ValueError("no wall time after start-up")
     n = int(np.asarray(et.batch_sizes)[skip:].sum())
     wait = float(ph[skip:, 0].sum())
-    busy = et.extra.get("gpu_step_s") if isinstance(getattr(et, "extra", None), dict) else None
+    gb = (busy or {}).get("gpu_busy_steady", math.nan)
     return {"samples_per_s": n / wall, "data_wait_share": wait / wall,
-            "gpu_busy": float(busy) / wall if busy is not None else math.nan,
+            "gpu_busy": float(gb) if gb is not None else math.nan,
             "timed_batches": int(et.batches - skip)}
 
 
@@ -67,6 +68,7 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     import torch
     from torch.utils.data import RandomSampler
 
+    from feedlab.gpu_busy import BusyMeter
     from feedlab.pipeline import make_loader
     from feedlab.timing import run_epoch
 
@@ -77,8 +79,11 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
                             generator=torch.Generator().manual_seed(seed))
     loader = make_loader(ds, spec, sampler=sampler, drop_last=True)
     run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=min(total, skip + 2))
-    rows = [steady_window(run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=total), skip)
-            for _ in range(repeats)]
+    rows = []
+    for _ in range(repeats):
+        busy = BusyMeter(doc.device)   # CUDA events around each step; NaN readings off CUDA
+        et = run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=total, busy=busy)
+        rows.append(steady_window(et, skip, busy.end_window(skip_steps=skip)))
     out = {k: [r[k] for r in rows] for k in rows[0]}
     med = {k: float(np.nanmedian(v)) if not all(math.isnan(x) for x in v) else math.nan
            for k, v in out.items() if k != "timed_batches"}
@@ -233,9 +238,20 @@ def plot(axes, steps: list[dict], cuda: bool) -> None:
     legend_outside(ax2, "top")
 
 
-def workload(model: str | None, device: str) -> str:
-    """The training step's model name: ``auto`` is a step the accelerator bounds on CUDA and a
-    light one on a CPU (``feedlab.pipeline.resolve_model_name``); any other name as given."""
+def workload(model: str | None, device: str, data_root=None, batch_size: int = 128, num_workers: int = 0,
+             fast_format: str = "npy_mmap") -> dict:
+    """The training step: ``{"model", "reading", ...}``. ``auto`` on CUDA is measured
+    (:func:`feedlab.experiments.loader_grid.gpu_workload`): the first candidate whose step outlasts
+    a *fast* loader's batch (``fast_format``, where packed), so the doctor's pipeline can keep the GPU
+    busy while the PNG baseline starves it. Off CUDA, or any other name, as
+    :func:`feedlab.pipeline.resolve_model_name` says."""
     from feedlab.pipeline import resolve_model_name
 
-    return resolve_model_name(model or "auto", device)
+    if (model or "auto") == "auto" and str(device).startswith("cuda") and data_root is not None:
+        from feedlab import formats
+        from feedlab.experiments.loader_grid import gpu_workload
+
+        fmt = fast_format if fast_format in formats.present(data_root, "sr") else "png"
+        return gpu_workload(data_root, device, batch_size=batch_size, num_workers=num_workers, fmt=fmt)
+    name = resolve_model_name(model or "auto", device)
+    return {"model": name, "gpu_bound": None, "reading": f"training step: {name} (chosen by name, not measured)"}
