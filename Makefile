@@ -43,10 +43,19 @@ figures: $(STAMP) peers ## prepare data and run every notebook (PROFILE=quick|fu
 	$(PY) -m feedlab.run --profile $(PROFILE)
 	@if [ "$(PROFILE)" != smoke ]; then $(PY) -m feedlab.readme; fi
 
-test: $(STAMP) ## lint (ruff), the unit tests, then every notebook once through papermill (smoke profile)
+test: $(STAMP) ## lint (ruff), the unit tests, then `make nbval`
 	$(PY) -m ruff check lib data_prep tests
 	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests/unit
-	FEEDLAB_PROFILE=smoke FEEDLAB_STRICT_FIGURES=1 $(PY) -m pytest -q tests/notebooks
+	@$(MAKE) --no-print-directory nbval
+
+# each notebook runs once, under nbval, writing under runs/nbval/ (never figures/); then
+# tests/notebooks checks what each recorded (tests/notebooks/nbrun.py)
+NB ?= $(wildcard notebooks/[0-9]*.ipynb)
+nbval: $(STAMP) ## every notebook once through nbval (smoke profile; NB=notebooks/05_*.ipynb for one), then what each recorded
+	FEEDLAB_PROFILE=smoke FEEDLAB_STRICT_FIGURES=1 $(PY) -m pytest -q --nbval-lax --nbval-current-env $(NB) tests/notebooks
+
+browser-check: $(STAMP) ## open every executed notebook in JupyterLab in headless Chromium: figures render, no error shows
+	$(PY) tests/browser_check.py
 
 lock: $(STAMP) ## rewrite constraints.txt from .venv (after a deliberate upgrade; commit it with the figures it made)
 	@{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^-e\|^pip==\|^setuptools==\|^wheel==\|^feedlab'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
@@ -69,4 +78,4 @@ doctor: $(STAMP) ## ask the bottleneck doctor about the embedded PNG set
 clean-data: ## remove data/ (built sets; rebuilt on demand)
 	rm -rf data
 
-.PHONY: help install peers data figures test lab doctor clean-data pillow-simd lock
+.PHONY: help install peers data figures test nbval browser-check lab doctor clean-data pillow-simd lock

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from feedlab.compare_words import baseline_words, finding, title  # noqa: F401  (re-exported)
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR
@@ -88,8 +89,10 @@ VIEWS: tuple[View, ...] = (
     View("09_batch_size_breakdown", "batch", "Samples/s vs batch size (pin_memory off)", "batch_size_breakdown",
          "samples_per_s", "batch_size", where={"pin_memory": False}, series=("format", "num_workers"),
          label=lambda k: f"{k[0]}, {k[1]} workers", baseline_x=8, logx=True, logy=True),
-    View("10_doctor", "steps", "The doctor's steps, measured", "doctor_steps", "samples_per_s", "step",
-         baseline_x=0, logy=True, xlabel="step (the doctor's advice, applied in turn)"),
+    # x is the step with its change ("1: format=npy_mmap"): step 1 on one machine may be another change
+    # than step 1 on the next, so only the points of one change share a place on the axis
+    View("10_doctor", "steps", "The doctor's steps, measured", "doctor_steps", "samples_per_s", "variant",
+         baseline_x="0: start", logy=True, xlabel="the doctor's advice, applied in turn (step: change)"),
     View("11_worker_hygiene", "leftover", "Workers left after each way of stopping", "worker_hygiene",
          "leftover", "variant"),
     View("12_beyond", "batched_fetch", "__getitem__ vs __getitems__, 0 workers", "batched_fetch",
@@ -232,12 +235,19 @@ def _reference(view: View, folder: Path) -> dict:
 def draw(view: View, data: dict[str, dict], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
-    from feedlab.plots import PALETTE, errorbar_series, integer_axis, legend_outside, readable_log_axis, save_figure
+    from feedlab.plots import (
+        PALETTE,
+        axis_label,
+        errorbar_series,
+        integer_axis,
+        legend_outside,
+        readable_log_axis,
+        save_figure,
+    )
 
-    panels = [("median", "q25", "q75", f"{view.metric} (median, IQR)")]
+    panels = [("median", "q25", "q75", axis_label(view.metric, "median, IQR"))]
     if view.normalised:
-        base = f"{view.x} = {view.baseline_x}" if view.baseline_x is not None else view.baseline_series
-        panels.append(("rel", "rel_q25", "rel_q75", f"× vs {base} on the same machine"))
+        panels.append(("rel", "rel_q25", "rel_q75", f"× vs {baseline_words(view)} on the same machine"))
     fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels) + 3.4, 4.4), squeeze=False)
     axes = axes[0]
     labels = sorted({lab for d in data.values() for lab in d["series"]})
@@ -286,10 +296,10 @@ def draw(view: View, data: dict[str, dict], out_dir: Path) -> list[Path]:
             _log_x(ax, view.x == "bytes")
         if mk == "rel":
             ax.axhline(1.0, color="#888888", linewidth=0.8)
-        ax.set_xlabel(view.xlabel or view.x.replace("_", " "))
+        ax.set_xlabel(view.xlabel or axis_label(view.x))
         ax.set_ylabel(ylabel)
     legend_outside(axes[-1])
-    fig.suptitle(f"{view.title} — {', '.join(data)}")
+    fig.suptitle(title(view, data))
     footer = [f"{m}: {d['fingerprint']}" for m, d in data.items()]
     paths = save_figure(fig, out_dir, PREFIX + view.name, footer=footer)
     plt.close(fig)

@@ -4,7 +4,8 @@
   colours, a title that says what they mean: "coloured by batch");
 - a legend must not cover data (lines, markers, error bars, bars) of its axes;
 - a text placed on an axes (a label on a reference line, say) must not be crossed by a line;
-- no text, legend or axes may lie outside the canvas.
+- no text, legend or axes may lie outside the canvas;
+- titles (the figure's, each axes') and legends must not overlap one another.
 
 :func:`check_figure` returns the problems as one line each (empty: the figure passes).
 ``save_figure`` prints them, and raises :class:`FigureCheckError` when
@@ -149,6 +150,37 @@ def _numeric(label: str) -> bool:
         return False
 
 
+def headline_boxes(fig, renderer, fig_legends=None) -> list[tuple[str, object]]:
+    """``(what, window extent)`` of the figure's title, every axes title and every legend."""
+    out = []
+    st = getattr(fig, "_suptitle", None)
+    if st is not None and st.get_visible() and st.get_text().strip():
+        out.append((f"the figure title {st.get_text()[:30]!r}", st.get_window_extent(renderer)))
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for t in (ax.title, ax._left_title, ax._right_title):
+            if t.get_visible() and t.get_text().strip():
+                out.append((f"the title {t.get_text()[:30]!r}", t.get_window_extent(renderer)))
+        leg = ax.get_legend()
+        if leg is not None and leg.get_visible() and leg.get_texts():
+            out.append((f"the legend of {_name(ax)}", leg.get_window_extent(renderer)))
+    for leg in fig.legends if fig_legends is None else fig_legends:
+        out.append(("the figure legend", leg.get_window_extent(renderer)))
+    return out
+
+
+def _headline_overlaps(fig, renderer, fig_legends) -> list[str]:
+    """A title drawn over another title or a legend (a legend above the axes, on its title)."""
+    boxes = [(w, _shrunk(b)) for w, b in headline_boxes(fig, renderer, fig_legends)]
+    out = []
+    for i, (wa, a) in enumerate(boxes):
+        for wb, b in boxes[i + 1:]:
+            if a.overlaps(b):
+                out.append(f"{wa} overlaps {wb}")
+    return out
+
+
 def check_figure(fig) -> list[str]:
     """Problems of ``fig`` as one line each; an empty list when it reads at a glance."""
     fig.canvas.draw()
@@ -193,6 +225,7 @@ def check_figure(fig) -> list[str]:
                 if line.get_visible() and _points_in(box, _line_points(line)):
                     problems.append(f"{name}: the text {text.get_text()[:30]!r} is crossed by a line")
                     break
+    problems += _headline_overlaps(fig, renderer, fig_legends)
     artists = [*fig.texts, *fig_legends]
     for ax in fig.axes:
         if ax.get_visible():
@@ -211,12 +244,18 @@ def check_figure(fig) -> list[str]:
     return list(dict.fromkeys(problems))
 
 
+_SAID: set[str] = set()  # figures whose defects were already reported in this process
+
+
 def enforce(fig, name: str, log=print) -> list[str]:
-    """Run :func:`check_figure`; print each problem, raise in strict mode."""
+    """Run :func:`check_figure`; raise in strict mode, otherwise say once per figure, in one
+    plain sentence, what is wrong with it."""
     problems = check_figure(fig)
     if problems:
         msg = f"figure {name}: " + "; ".join(problems)
         if strict():
             raise FigureCheckError(msg)
-        log(f"warning: {msg}")
+        if name not in _SAID:
+            _SAID.add(name)
+            log(f"The figure {name} was saved with a defect a reader may trip over: {'; '.join(problems)}.")
     return problems

@@ -260,15 +260,23 @@ def start_run() -> None:
     _RUN.reset()
     _LAST.reset()
     _WINDOWS.clear()
+    _SAID.clear()
 
 
-def busy_message(s: dict, what: str = "") -> str:
+_SAID: list[bool] = []   # the full busy sentence was printed in this run (then shorter ones)
+
+
+def busy_message(s: dict, what: str = "", again: bool = False) -> str:
+    """One plain sentence; ``again``: the short form, after the run has said it once."""
     where = f" during {what}" if what else ""
     steal = f" + {s['steal_cores']:.2f} stolen by the hypervisor" if s.get("steal_cores") else ""
-    return (f"warning: the machine was busy{where}: other processes used {s['other_cpu_cores']:.2f}"
-            f"{steal} of {s['usable_cores']} usable cores ({s['other_fraction']:.0%} > "
-            f"{s['threshold_fraction']:.0%}); readings may be slowed and ratios distorted: "
-            f"re-run on an idle machine")
+    if again:
+        return (f"Busy again{where}: other processes used {s['other_cpu_cores']:.2f}{steal} of "
+                f"{s['usable_cores']} usable cores ({s['other_fraction']:.0%}).")
+    return (f"The machine was busy{where}: other processes used {s['other_cpu_cores']:.2f}"
+            f"{steal} of {s['usable_cores']} usable cores ({s['other_fraction']:.0%}, over the "
+            f"{s['threshold_fraction']:.0%} this workbook accepts), so these readings may be slowed and "
+            f"their ratios distorted; re-run on an idle machine before relying on them.")
 
 
 def check_busy(what: str = "", log=print, threshold: float = BUSY_THRESHOLD) -> dict:
@@ -280,7 +288,8 @@ def check_busy(what: str = "", log=print, threshold: float = BUSY_THRESHOLD) -> 
     if s.get("available"):
         _WINDOWS.append(s)
         if s["busy"] and log is not None:
-            log(busy_message(s, what))
+            log(busy_message(s, what, again=bool(_SAID)))
+            _SAID.append(True)
     return s
 
 

@@ -32,25 +32,67 @@ def default_cls_root(profile: str = "quick") -> Path:
     return DATA_DIR / ("cls-smoke" if profile == "smoke" else "cls")
 
 
+# set (to "1") by `feedlab.run` around each notebook it executes: only then does a notebook
+# write its machine's committed folder figures/<notebook>/<machine>/. A notebook run any
+# other way (nbval, JupyterLab, papermill by hand, an executed notebook run again) writes
+# under runs/<profile>/<notebook>/ (ignored by git), so it never replaces committed results.
+RUNNER_ENV = "FEEDLAB_RUNNER"
+
+
+def scratch_dir(notebook_name: str, profile: str = "quick") -> Path:
+    """Where a notebook run outside ``feedlab.run`` writes: ``runs/<profile>/<notebook>/``."""
+    return SCRATCH_DIR / (profile or "quick") / notebook_name
+
+
+def writes_committed() -> bool:
+    """True inside a notebook that ``feedlab.run`` executes (it sets :data:`RUNNER_ENV`)."""
+    return os.environ.get(RUNNER_ENV) == "1"
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
 def figure_dir(notebook_name: str, out_dir: str | os.PathLike = "", profile: str = "quick",
-               create: bool = True) -> Path:
+               create: bool = True, committed: bool | None = None) -> Path:
     """Where a notebook writes its results and figures; created if missing (unless ``create``
     is False).
 
-    By default ``figures/<notebook_name>/<machine_key>/`` (``cpu-2c``, ``h100-16c``: see
+    For ``feedlab.run`` (``committed``, by default read from :data:`RUNNER_ENV`):
+    ``figures/<notebook_name>/<machine_key>/`` (``cpu-2c``, ``h100-16c``: see
     :mod:`feedlab.machines`), so a run on another machine lands beside ours instead of
     over it. ``out_dir`` overrides it (tests point it at a temporary directory). The
-    ``smoke`` profile writes under ``runs/smoke/`` so that a test run never replaces the
-    committed figures.
+    ``smoke`` profile, and every run outside the runner, writes under
+    ``runs/<profile>/<notebook_name>/`` instead: an ``out_dir`` inside ``figures/`` given
+    outside the runner (the injected cell of a committed executed notebook run again) is
+    moved there too, so only the runner replaces committed results.
     """
+    if committed is None:
+        committed = writes_committed()
     if str(out_dir):
         path = Path(out_dir)
-    elif profile == "smoke":
-        path = SCRATCH_DIR / "smoke" / notebook_name
+    elif profile == "smoke" or not committed:
+        path = scratch_dir(notebook_name, profile)
     else:
         from feedlab.machines import machine_key
 
         path = FIGURES_DIR / notebook_name / machine_key()
+    if not committed and _inside(path, FIGURES_DIR):
+        path = scratch_dir(notebook_name, profile)
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def rel(path: str | os.PathLike) -> str:
+    """``path`` as shown in a notebook or a log: relative to the repository root when inside it
+    (no machine's checkout in an output), otherwise as given."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(REPO_ROOT)) or "."
+    except (ValueError, OSError):
+        return str(p)

@@ -75,8 +75,14 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
              ha="left", va="bottom", wrap=True)  # a narrow figure wraps it instead of cutting it
     if getattr(fig, "_suptitle", None) is not None:
         fig._suptitle.set_wrap(True)  # a long title on a narrow figure wraps instead of leaving it
+    for ax in fig.axes:  # so does a title that states a finding, on its panel
+        for t in (ax.title, ax._left_title, ax._right_title):
+            t.set_wrap(True)
     bottom = 0.03 * len(lines)  # room for every footer line (one line: as always)
     fig.tight_layout(rect=(0, bottom, 1, 1))
+    if untangle_titles(fig):  # titles moved above the legends over them: lay out again
+        fig.tight_layout(rect=(0, bottom, 1, 1))
+    clear_suptitle(fig)
     from feedlab.figcheck import enforce
 
     enforce(fig, name)  # legend where needed and off the data, nothing outside the canvas
@@ -94,6 +100,58 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
             raise
         paths.append(path)
     return paths
+
+
+def untangle_titles(fig) -> bool:
+    """Raise each axes title that a legend placed above the axes (``legend_outside(ax, "top")``)
+    would cover to just above that legend. True when a title moved."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    moved = False
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is None or not leg.get_visible():
+            continue
+        lb = leg.get_window_extent(r)
+        for t in (ax.title, ax._left_title, ax._right_title):
+            if not t.get_text().strip():
+                continue
+            tb = t.get_window_extent(r)
+            if tb.overlaps(lb):
+                lift_pt = (lb.y1 - tb.y0 + 3) * 72.0 / fig.dpi
+                x, y = t.get_position()
+                t.set_y(y)  # keep the axes-fraction position; move by the offset below
+                from matplotlib.transforms import ScaledTranslation
+
+                t.set_transform(t.get_transform() + ScaledTranslation(0, lift_pt / 72.0, fig.dpi_scale_trans))
+                moved = True
+    return moved
+
+
+def clear_suptitle(fig) -> bool:
+    """Lower the axes (``subplots_adjust(top=...)``) until the figure title clears every axes
+    title and legend under it. True when it had to."""
+    st = getattr(fig, "_suptitle", None)
+    if st is None or not st.get_text().strip():
+        return False
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    sb = st.get_window_extent(r)
+    below = []
+    for ax in fig.axes:
+        items = [ax.title, ax._left_title, ax._right_title, ax.get_legend()]
+        for it in items:
+            if it is None or not it.get_visible() or (hasattr(it, "get_text") and not it.get_text().strip()):
+                continue
+            b = it.get_window_extent(r)
+            if b.x1 > sb.x0 and b.x0 < sb.x1:  # under the title's span
+                below.append(b.y1)
+    overlap = (max(below) + 4 - sb.y0) if below else 0.0
+    if overlap <= 0:
+        return False
+    top = fig.subplotpars.top - overlap / fig.bbox.height
+    fig.subplots_adjust(top=max(top, fig.subplotpars.bottom + 0.1))
+    return True
 
 
 def errorbar_series(ax, x, median, lo, hi, label: str | None = None, marker: str = "o", **kw):
@@ -185,3 +243,76 @@ def integer_axis(ax, axis: str = "x") -> None:
     from matplotlib.ticker import MaxNLocator
 
     (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(MaxNLocator(integer=True))
+
+
+# ---------------------------------------------------------------- words a person reads
+# column names as a reader says them (an axis label is never a column name)
+WORDS = {
+    "samples_per_s": "samples/s", "aggregate_samples_per_s": "samples/s, all ranks together",
+    "predicted_samples_per_s": "predicted samples/s", "gb_per_s": "GB/s", "ms_per_batch": "ms per batch",
+    "ms_per_sample": "ms per sample", "img_per_s": "images/s", "us_per_call": "µs per call",
+    "batch_load_ms": "ms per batch", "wrong": "wrong samples", "leftover": "workers left running",
+    "num_workers": "DataLoader workers", "batch_size": "batch size", "image_set": "image set",
+    "image_size": "image size (px)", "input_size": "input size (px)", "bytes": "bytes per copy",
+    "format": "storage format", "sink": "where the output goes", "step": "step",
+    "variant": "setting", "epoch_s": "s per epoch",
+}
+
+
+def axis_label(column: str, note: str = "") -> str:
+    """``samples_per_s`` → ``samples/s``; an unknown column with its underscores as spaces.
+    ``note`` is added in brackets (``"median, IQR"``)."""
+    words = WORDS.get(column, column.replace("_", " "))
+    return f"{words} ({note})" if note else words
+
+
+def workers_label(n) -> str:
+    """``2.0`` → ``2 workers``, ``1`` → ``1 worker`` (a count read back from a CSV is a float)."""
+    try:
+        k = int(round(float(n)))
+    except (TypeError, ValueError):
+        return f"{n} workers"
+    return f"{k} worker" if k == 1 else f"{k} workers"
+
+
+def value_words(column: str, x) -> str:
+    """One value of ``column`` as a reader says it: ``2 workers``, ``batch 8``, ``4 MB``, ``png``."""
+    if column == "num_workers":
+        return workers_label(x)
+    if column == "batch_size":
+        return f"batch {x}"
+    if column == "bytes" and isinstance(x, (int, float)):
+        for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+            if x >= scale:
+                return f"{x / scale:g} {unit}"
+        return f"{x:g} B"
+    return str(x)
+
+
+def times(ratio: float) -> str:
+    """A ratio as a reader says it: ``×5.3``, ``×12``, ``×250``, ``×0.62``."""
+    r = float(ratio)
+    return f"×{r:.0f}" if r >= 9.95 else f"×{r:.2g}"
+
+
+def finding_title(subject: str, ratio: float, baseline: str, at: str = "") -> str:
+    """A title that states the finding: ``finding_title("LMDB + fast collate", 5.3, "PNG baseline",
+    "batch 128")`` → ``LMDB + fast collate: ×5.3 the PNG baseline at batch 128``."""
+    return f"{subject}: {times(ratio)} the {baseline}{' at ' + at if at else ''}"
+
+
+_MODEL_WORDS = {"srcnn": "an SRCNN", "srcnn_small": "a small SRCNN", "resnet": "a small ResNet"}
+
+
+def training_step(model: str, device: str = "") -> str:
+    """``"auto"`` and ``"cpu"`` → ``"a light SRCNN training step (cpu)"``: the model the notebooks'
+    ``model: auto`` means on that device, with the right article; ``"none"`` → ``"no training step"``."""
+    m = str(model or "none").lower()
+    dev = str(device)
+    if m == "none":
+        return "no training step"
+    if m == "auto":
+        phrase = "an SRCNN" if dev.startswith("cuda") else "a light SRCNN"
+    else:
+        phrase = _MODEL_WORDS.get(m, f"a {model}")
+    return f"{phrase} training step" + (f" ({dev})" if dev else "")

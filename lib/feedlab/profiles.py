@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from feedlab.machines import WORKER_KEYS, expand_workers, usable_cores
-from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir
+from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir, rel
 
 PROFILES = ("smoke", "quick", "full", "gpu")
 # a profile that starts from another's values: ``gpu`` is ``quick`` sized for a borrowed GPU machine
@@ -99,6 +99,19 @@ def parse_given(notebook: str, given: dict[str, Any], values: dict[str, Any]) ->
     return {k: _parse_one(notebook, k, v, values.get(k)) for k, v in given.items()}
 
 
+class Params(SimpleNamespace):
+    """The resolved parameters; shown with paths relative to the repository root, so an
+    executed notebook names no machine's checkout."""
+
+    def __repr__(self) -> str:
+        items = "".join(f"\n    {k}={rel(v)!r}," if isinstance(v, Path) else f"\n    {k}={v!r},"
+                        for k, v in vars(self).items())
+        return f"Params({items}\n)"
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(repr(self))
+
+
 def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **given: Any) -> SimpleNamespace:
     """Fill every parameter left at ``None`` from the profile.
 
@@ -136,8 +149,40 @@ def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **gi
     out["notebook"] = notebook
     out["user_data"] = bool(data_root)
     check_values(notebook, out)
+    if _create_out_dir:  # a notebook starting (not the runner's --dry-run plan)
+        from feedlab.findings import notebook_display
+
+        notebook_display()  # tables rounded and captioned
+        note = expect_more_workers_than_cores(out, cores)
+        if note:
+            print(note)
     _start_load_watch()
-    return SimpleNamespace(**out)
+    return Params(**out)
+
+
+# torch's UserWarning when a DataLoader starts more workers than it suggests for this machine
+_WORKER_WARNING = r"This DataLoader will create \d+ worker processes in total"
+
+
+def expect_more_workers_than_cores(values: dict, cores: int) -> str:
+    """Where the resolved worker counts exceed ``cores`` on purpose, silence torch's warning about
+    it (it would repeat for every loader of the experiment) and return the one sentence that says
+    so; "" (and no filter) otherwise."""
+    import warnings
+
+    counts = set()
+    for key in WORKER_KEYS:
+        v = values.get(key)
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(x, int) and not isinstance(x, bool):
+                counts.add(x)
+    over = sorted(c for c in counts if c > cores)
+    if not over:
+        return ""
+    warnings.filterwarnings("ignore", message=_WORKER_WARNING, category=UserWarning)
+    return (f"Note: this run measures {', '.join(map(str, over))} DataLoader worker(s) on {cores} usable "
+            f"core(s) on purpose; torch's warning about more workers than its suggested maximum is "
+            f"silenced for this notebook.")
 
 
 # parameters that count something: sizes and counts >= 1, worker counts >= 0

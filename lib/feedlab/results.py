@@ -91,7 +91,11 @@ def summarize(df, by: list[str] | tuple[str, ...], value: str = "value"):
     g = df.groupby(list(by), dropna=False, sort=False)[value]
     out = g.agg(median="median", q25=lambda s: s.quantile(0.25),
                 q75=lambda s: s.quantile(0.75), min="min", max="max", n="count")
-    return out.reset_index()
+    out = out.reset_index()
+    # shown above the table in a notebook (feedlab.findings.notebook_display)
+    out.attrs["caption"] = (f"Per {', '.join(by)}: the median over n repeats, its interquartile range "
+                            f"(q25–q75), min and max")
+    return out
 
 
 def median(values: Iterable[float]) -> float:

@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from feedlab.nbparams import notebook_parameters
-from feedlab.paths import NOTEBOOKS_DIR
+from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, figure_dir
 from feedlab.profiles import PROFILES, choose_profile, profile_values
 from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's record, tests use them here)
     RunLocked,
@@ -80,6 +80,8 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
             out.append((nb.stem, f"cannot resolve: {exc}"))
             continue
         values = {k: v for k, v in vars(P).items() if k in names or k in ("cores",)}
+        if "out_dir" in values and not given.get("out_dir"):  # where the runner writes, not a scratch run
+            values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True)
         ignored = sorted(k for k in params if k not in names)
         if ignored:
             values["(not a parameter here)"] = ", ".join(ignored)
@@ -192,6 +194,9 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
         tmp.mkdir()
         executed = tmp / f"{name}.executed.ipynb"
         parameters = {"profile": profile, **params, "out_dir": str(tmp)}
+        # the kernel inherits it: only the runner writes under figures/ (paths.RUNNER_ENV)
+        before = os.environ.get(RUNNER_ENV)
+        os.environ[RUNNER_ENV] = "1"
         try:
             pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
                                 cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name), log_output=False,
@@ -199,6 +204,9 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
             for path in tmp.rglob("*"):
                 if path.suffix in (".ipynb", ".json", ".csv", ".txt", ".md") and path.is_file():
                     scrub_paths(path, {str(tmp): str(final)})
+            from feedlab.findings import add_findings
+
+            add_findings(executed)  # what this run found, as the notebook's first cell
             replace_path(tmp, final)
         except Exception:
             keep_failed(tmp, name)
@@ -206,6 +214,11 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
         except BaseException:
             _remove(tmp)
             raise
+        finally:
+            if before is None:
+                os.environ.pop(RUNNER_ENV, None)
+            else:
+                os.environ[RUNNER_ENV] = before
     return final / executed.name
 
 

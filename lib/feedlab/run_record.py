@@ -47,7 +47,7 @@ def destination(name: str, profile: str, params: dict, out_root: Path | None) ->
         return out_root / name
     if params.get("out_dir"):
         return Path(params["out_dir"])
-    return figure_dir(name, "", profile, create=False)
+    return figure_dir(name, "", profile, create=False, committed=True)  # the runner's own folder
 
 
 @contextmanager

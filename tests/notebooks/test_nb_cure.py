@@ -1,18 +1,14 @@
-"""15_the_cure through papermill (smoke): the baseline then the doctor's advice, each trained in steady
+"""15_the_cure as nbval ran it (smoke, see nbrun.py): the baseline then the doctor's advice, each trained in steady
 state, with the data-wait share, and the target judged only where it could be measured."""
 
 import pytest
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
-from nbrun import run_notebook  # noqa: E402
+from nbrun import recorded
 
 
 @pytest.mark.notebook
-def test_15_the_cure_smoke(tmp_path):
-    res, df = run_notebook("15_the_cure", tmp_path)
+def test_15_the_cure_smoke():
+    res, df, out = recorded("15_the_cure")
     steps = res["steps"]
     assert res["profile"] == "smoke" and steps[0]["kind"] == "baseline"
     assert [s["config"]["num_workers"] for s in steps if s["kind"] == "baseline"] == res["worker_counts"]
@@ -26,4 +22,4 @@ def test_15_the_cure_smoke(tmp_path):
     if not res["cuda"]:
         assert res["target"]["gpu_busy_verdict"] == "not measured here"
         assert "gpu_busy" not in set(df.metric)
-    assert (tmp_path / "out" / "cure_steps.png").is_file()
+    assert (out / "cure_steps.png").is_file()

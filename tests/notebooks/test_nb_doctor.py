@@ -1,27 +1,20 @@
-"""10_doctor through papermill (smoke): a bounding stage, advice, measured steps, its own error."""
+"""10_doctor as nbval ran it (smoke, see nbrun.py): a bounding stage, advice, measured steps, its own error."""
 
-import json
-
-import pandas as pd
 import pytest
 
 from feedlab.doctor import BOUND_STAGES, VERDICTS
-from feedlab.paths import NOTEBOOKS_DIR
+from nbrun import recorded, smoke
 
 
 @pytest.mark.notebook
-def test_10_doctor_smoke(tmp_path):
-    import papermill
-
-    papermill.execute_notebook(str(NOTEBOOKS_DIR / "10_doctor.ipynb"), str(tmp_path / "out.ipynb"),
-                               parameters={"profile": "smoke", "out_dir": str(tmp_path), "batch_size": 16},
-                               kernel_name="python3", progress_bar=False)
-    res = json.loads((tmp_path / "results.json").read_text())
-    assert res["profile"] == "smoke" and res["batch_size"] == 16
+def test_10_doctor_smoke():
+    res, df, out = recorded("10_doctor")
+    bs = smoke("10_doctor")["batch_size"]
+    assert res["profile"] == "smoke" and res["batch_size"] == bs
     assert res["bound_stage"] in BOUND_STAGES and res["verdict"] in VERDICTS
     start = res["start"]
     assert (start["format"], start["decode"], start["collate"], start["num_workers"], start["batch_size"]) == \
-        ("png", "pil", "totensor", 0, 16)
+        ("png", "pil", "totensor", 0, bs)
     assert len(res["steps"]) >= 1 and res["steps"][0]["kept"]
     for s in res["steps"]:
         assert s["measured"] > 0 and s["predicted"] > 0
@@ -32,9 +25,8 @@ def test_10_doctor_smoke(tmp_path):
     assert all("error" in r for r in res["end_to_end"]) and res["max_abs_error"] >= 0
     for a in res["advice"]:
         assert a["expected_gain"] > 1
-    df = pd.read_csv(tmp_path / "results.csv")
     meas = df[df.metric == "samples_per_s"]
     assert (meas.value > 0).all()
     assert set(meas.step) == set(range(len(res["steps"])))
     assert (meas.groupby("step").size() == 2).all()  # smoke repeats
-    assert (tmp_path / "advice_steps.png").is_file() and (tmp_path / "calibration.png").is_file()
+    assert (out / "advice_steps.png").is_file() and (out / "calibration.png").is_file()

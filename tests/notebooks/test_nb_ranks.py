@@ -1,26 +1,26 @@
-"""14_ranks_and_remote_decode through papermill (smoke): 2 ranks on gloo, and the Ray Data part
+"""14_ranks_and_remote_decode as nbval ran it (smoke, see nbrun.py): 2 ranks on gloo, and the Ray Data part
 (measured where ray is installed, reported unavailable with its reason otherwise)."""
 
 import os
 
 import pytest
 
-from nbrun import run_notebook
+from nbrun import recorded
 
 pytestmark = pytest.mark.notebook
 
 
-def test_ranks_notebook_smoke(tmp_path):
+def test_ranks_notebook_smoke():
     from feedlab.remote_decode import available
 
-    payload, df = run_notebook("14_ranks_and_remote_decode", tmp_path)
+    payload, df, out = recorded("14_ranks_and_remote_decode")
     assert payload["rank_counts"] == [2] and payload["notebook"] == "14_ranks_and_remote_decode"
     ran = [s for s in payload["settings"] if s["ran"]]
     assert [(s["ranks"], s["workers_per_rank"]) for s in ran] == [(2, 0)]
     rows = df[(df.experiment == "ranks_workers") & (df.metric == "samples_per_s")]
     assert sorted(rows["rank"].astype(str).unique()) == ["0", "1"] and (rows.value > 0).all()
     assert payload["aggregate_samples_per_s"]["R2 w0"] > 0
-    assert (tmp_path / "out" / "ranks_workers.png").is_file()
+    assert (out / "ranks_workers.png").is_file()
     dc = payload["doctor_check"]                                     # the doctor's advice beside the grid
     assert dc["tolerance"] > 0 and [(r["ranks"], r["workers_per_rank"]) for r in dc["rows"]] == [(2, 0)]
     assert dc["advised"] is not None and tuple(dc["best"]) == (2, 0)
@@ -47,7 +47,7 @@ def test_ranks_notebook_smoke(tmp_path):
         assert rp["pipelines"]["png"]["checks_ok"] is True          # every sample once, decoded off the head
         assert rp["pipelines"]["png"]["verdict"] in {"pays", "does not pay", "tie"}
         assert sorted(v["role"] for v in rp["nodes"].values()) == ["decode node 1", "head (trainer)"]
-        assert (tmp_path / "out" / "remote_pays.png").is_file()
+        assert (out / "remote_pays.png").is_file()
         assert any(line.startswith("png: ") and "Remote decode" in line for line in payload["readings"])
     else:
         assert rp["available"] is False and rp["reason"].startswith(("unavailable:", "not run:"))

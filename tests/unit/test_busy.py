@@ -47,11 +47,15 @@ def test_other_processes_over_threshold_warn_in_one_line_and_reach_the_fingerpri
     assert s["other_cpu_cores"] == pytest.approx(0.9) and s["busy"]
     assert len(lines) == 1 and "\n" not in lines[0]
     assert "the batch-size grid" in lines[0] and "0.90 of 2 usable cores (45%" in lines[0]
+    assert lines[0].startswith("The machine was busy") and "re-run on an idle machine" in lines[0]
     rec = monitor.load_record()
     assert rec["busy"] and rec["busiest_window"]["what"] == "the batch-size grid"
     assert rec["whole_run"]["other_cpu_cores"] == pytest.approx(0.45)
     fp = {"cpu_model": "x", "other_load": rec}
     assert "BUSY: other processes used 45% of the cores" in fingerprint_line(fp)
+    clock.advance(10, busy=19, own=10)
+    monitor.check_busy("the figure", log=lines.append)  # said once in full, then briefly
+    assert lines[1] == "Busy again during the figure: other processes used 0.90 of 2 usable cores (45%)."
 
 
 def test_below_threshold_is_quiet(clock):

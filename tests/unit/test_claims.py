@@ -149,6 +149,10 @@ def test_report_adds_verdicts_and_prints_each(capsys, tmp_path):
     assert [v.claim for v in vs] == ["004-print-75x"]
     assert payload["verdicts"]["004-print-75x"]["status"] == C.NOT_REPRODUCED
     assert "[not reproduced] 004-print-75x" in out and "1.05×" in out and "Tolerance" in out
+    assert "not findings" not in out
+    C.report("04_print_overhead", {**payload, "profile": "smoke"}, tmp_path)  # a smoke run says what it is
+    assert "Smoke profile: tiny sizes that check the code runs; these verdicts are not findings." in \
+        capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- the ledger and the README

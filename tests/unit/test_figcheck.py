@@ -119,3 +119,17 @@ def test_save_figure_wraps_a_long_suptitle(tmp_path, monkeypatch):
     fig.suptitle("Per batch of (x, y) uint8 pairs, square, 3 channels: collate only (no GPU: pinning and copies not measured)")
     plots.save_figure(fig, tmp_path, "narrow", fingerprint=FP)  # would lie outside the canvas unwrapped
     plt.close(fig)
+
+
+def test_outside_strict_mode_a_defect_is_said_once_in_a_sentence(monkeypatch):
+    from feedlab import figcheck
+
+    monkeypatch.delenv("FEEDLAB_STRICT_FIGURES", raising=False)
+    monkeypatch.setattr(figcheck, "_SAID", set())
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1], label="a")
+    ax.plot([0, 1], [1, 0], label="b")  # two series, no legend
+    lines = []
+    assert figcheck.enforce(fig, "f", log=lines.append) and figcheck.enforce(fig, "f", log=lines.append)
+    assert len(lines) == 1 and lines[0].startswith("The figure f was saved with a defect") and "no legend" in lines[0]
+    plt.close(fig)

@@ -76,6 +76,8 @@ def report(notebook: str, payload: dict, out_dir: str | Path | None = None,
     vs = verdicts(notebook, run)
     if vs:
         print(f"Claims of the write-ups tested here ({len(vs)}; docs/CLAIMS.md holds every machine's):")
+        if payload.get("profile") == "smoke":
+            print("Smoke profile: tiny sizes that check the code runs; these verdicts are not findings.")
     for v in vs:
         print(format_verdict(BY_ID[v.claim], v))
     payload["verdicts"] = {v.claim: v.as_dict() for v in vs}

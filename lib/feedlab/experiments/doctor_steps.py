@@ -101,6 +101,29 @@ def plot_steps(ax, steps: list[dict]) -> None:
     legend_outside(ax, "top")
 
 
+def steps_title(steps: list[dict], device: str, batch_size: int, model: str) -> str:
+    """The steps figure's title, stating what following the advice gained in this run:
+    "The doctor's advice: ×11 the starting pipeline after 2 kept steps (cpu, batch 64, no model)"."""
+    from feedlab.plots import times, training_step
+
+    where = f"{device}, batch {batch_size}, {'no model' if str(model) == 'none' else training_step(model)}"
+    kept = [s for s in steps[1:] if s.get("kept", True)]
+    if not steps or not kept or not steps[0].get("measured"):
+        return f"The doctor's advice: no step kept over the starting pipeline ({where})"
+    gain = kept[-1]["measured"] / steps[0]["measured"]
+    n = len(kept)
+    return f"The doctor's advice: {times(gain)} the starting pipeline after {n} kept step{'s' * (n != 1)} ({where})"
+
+
+def calibration_title(points: list[dict], device: str, effective_cores: float, band: float = 0.2) -> str:
+    """The calibration figure's title, stating how often the prediction fell within ``band``:
+    "Doctor's predictions: 5 of 7 within ±20% of measured (cpu, 1.80 CPU-s/s available)"."""
+    ok = sum(1 for p in points if p.get("measured") and
+             1 / (1 + band) <= p["predicted"] / p["measured"] <= 1 + band)
+    return (f"Doctor's predictions: {ok} of {len(points)} within ±{band:.0%} of measured "
+            f"({device}, {effective_cores:.2f} CPU-s/s available)")
+
+
 def plot_calibration(ax, points: list[dict]) -> None:
     """Predicted against measured samples/s, one point per (worker count or step), with
     the ±20% band around the diagonal; each point's label is in the legend."""

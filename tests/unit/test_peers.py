@@ -367,26 +367,3 @@ def test_published_numbers_sit_beside_the_measured_rate_per_core():
     spdl = pub[pub.peer == "SPDL"]
     assert len(spdl) and spdl.published.str.contains("none published").all() and spdl.published_vcpus.isna().all()
     assert all(r["source"] for r in PUBLISHED)
-
-
-@pytest.mark.notebook
-def test_13_peer_loaders_smoke(tmp_path):
-    from nbrun import run_notebook
-
-    res, df = run_notebook("13_peer_loaders", tmp_path)
-    assert res["profile"] == "smoke"
-    assert set(res["availability"]) == EXPECTED
-    for name, a in res["availability"].items():
-        assert a["available"] or a["reason"], name
-    tab = pd.DataFrame(res["table"])
-    assert set(tab.contender) == EXPECTED and set(tab.kind) == {"sr", "cls"}  # nobody dropped
-    for kind in ("sr", "cls"):
-        assert res["checks"][f"{kind}/feedlab_best"]["ok"]
-        assert res["ratios"][kind]["ratio"] > 0
-    timed = df[df.metric == "samples_per_s"]
-    assert (timed.value > 0).all() and {"feedlab_best", "torch_stock"} <= set(timed.variant)
-    assert (tmp_path / "out" / "samples_per_s.png").is_file()
-    for row in res["ratio_table"]:  # the field is named in the table itself
-        assert row["field"] == "every peer" or row["field"].startswith("without")
-    assert {"FFCV"} <= {r["peer"] for r in res["published"]} and res["cores"] >= 1
-    assert all(r.get("interpreter") for r in res["table"] if r["available"])

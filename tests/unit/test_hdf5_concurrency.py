@@ -1,15 +1,12 @@
-"""08_hdf5_concurrency: the mismatch counter, the per-worker readers, the notebook."""
+"""08_hdf5_concurrency: the mismatch counter, the per-worker readers (the notebook: tests/notebooks)."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 from torch.utils.data import Dataset
 
 from feedlab.experiments import hdf5_concurrency as H
-from feedlab.paths import NOTEBOOKS_DIR
 
 
 class Lying(Dataset):
@@ -109,32 +106,3 @@ def test_naive_lmdb_reopen_fails_after_parent_use(sr_root):
         pytest.skip("this py-lmdb allows a second open of one env per process")
     # py-lmdb refuses a second open of one env in a process; feedlab names the store and sample
     assert "already open" in c.error or ("cannot open" in c.error and "lmdb" in c.error), c.error
-
-
-@pytest.mark.notebook
-def test_notebook_smoke(tmp_path):
-    import papermill
-
-    papermill.execute_notebook(str(NOTEBOOKS_DIR / "08_hdf5_concurrency.ipynb"), str(tmp_path / "out.ipynb"),
-                               parameters={"profile": "smoke", "out_dir": str(tmp_path),
-                                           "worker_counts": [2], "epochs": 2},
-                               kernel_name="python3")
-    payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["worker_counts"] == [2] and payload["epochs"] == 2
-    settings = payload["settings"]
-    for reader in payload["readers"]:
-        for method in payload["start_methods"]:
-            s = settings[f"{reader}/{method}/w2"]
-            assert s["expected"] == 2 * payload["samples"]
-            assert s["right"] + s["wrong"] + s["missing"] >= s["expected"]
-    assert payload["per_worker_all_right"] is True
-    assert payload["verify_checksums"] is False
-    for reader in ("hdf5_per_worker", "lmdb_per_worker"):
-        assert settings[f"{reader}/fork/w2"]["right"] == 2 * payload["samples"]
-    assert payload["pickle_for_spawn"]["hdf5_parent"].startswith("TypeError")
-    assert payload["versions"]["hdf5"]
-    import pandas as pd
-
-    df = pd.read_csv(tmp_path / "results.csv")
-    assert set(df["num_workers"]) == {2}
-    assert (tmp_path / "wrong_samples.png").stat().st_size > 0

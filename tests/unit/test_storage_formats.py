@@ -1,8 +1,7 @@
-"""05_storage_formats: cache eviction, the non-DataLoader loops, the experiment, the notebook."""
+"""05_storage_formats: cache eviction, the non-DataLoader loops, the experiment (the notebook: tests/notebooks)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import torch
 from feedlab import cache, formats
 from feedlab.experiments import storage_formats as S
 from feedlab.loaders import BatchReadLoader, ChunkLoader, index_batches, plain_loop
-from feedlab.paths import NOTEBOOKS_DIR
 
 # ---------------------------------------------------------------- cache
 
@@ -203,30 +201,6 @@ def test_ceiling_is_positive(sr_root):
 
 
 # ---------------------------------------------------------------- notebook
-
-@pytest.mark.notebook
-def test_notebook_smoke(tmp_path):
-    import pandas as pd
-    import papermill
-
-    fmts = ["png", "lmdb", "zarr", "zarr_chunk"]
-    papermill.execute_notebook(str(NOTEBOOKS_DIR / "05_storage_formats.ipynb"), str(tmp_path / "out.ipynb"),
-                               parameters={"profile": "smoke", "out_dir": str(tmp_path), "formats": fmts,
-                                           "repeats": 2},
-                               kernel_name="python3")
-    payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["formats"] == fmts and payload["repeats"] == 2
-    assert payload["ceiling_samples_per_s"] > 0 and payload["baseline_samples_per_s"] > 0
-    assert payload["ratio_best_to_baseline"] > 0
-    assert payload["verify_checksums"] is False
-    df = pd.read_csv(tmp_path / "results.csv")
-    read = df[(df["mode"] == "read") & (df.metric == "batch_load_ms") & df.variant.str.contains("/")]
-    assert set(read["format"]) == set(fmts)
-    assert (read.groupby("variant").size() == 2).all()   # one row per repeat per setting
-    assert (df[df.metric == "samples_per_s"].value > 0).all()
-    assert {"zarr_chunk/chunk", "zarr/plain", "lmdb/batched"} <= set(read.variant)
-    assert set(payload["bytes_on_disk"]) == set(fmts)
-    assert (tmp_path / "batch_load_time.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("fmt", ["npy_mmap", "lmdb_raw"])

@@ -1,13 +1,8 @@
-"""12_beyond through papermill (smoke), and the behaviours its lib module claims."""
+"""12_beyond's library (experiments.beyond): the behaviours it claims (the notebook: tests/notebooks)."""
 
 import json
 
-import pandas as pd
-import pytest
-import torch
-
 from feedlab.experiments import beyond as B
-from feedlab.paths import NOTEBOOKS_DIR
 
 USS_BOUND_MIB = 4.0  # numpy-indexed worker: USS may grow by allocator noise, not by the index
 
@@ -60,26 +55,3 @@ def test_skewed_dataset_slows_only_its_worker(monkeypatch):
         monkeypatch.setattr(B, "get_worker_info", lambda info=info: info)
         ds[0]
     assert slept == [0.5, 1.5, 0.5]  # main process and worker 1 at item_s; worker 0 at 3×
-
-
-@pytest.mark.notebook
-def test_12_beyond_smoke(tmp_path):
-    import papermill
-
-    papermill.execute_notebook(str(NOTEBOOKS_DIR / "12_beyond.ipynb"), str(tmp_path / "out.ipynb"),
-                               parameters={"profile": "smoke", "out_dir": str(tmp_path),
-                                           "prefetch_factors": [1, 3]},
-                               kernel_name="python3", progress_bar=False)
-    res = json.loads((tmp_path / "results.json").read_text())
-    assert res["profile"] == "smoke"
-    assert set(res["stall_samples_per_s"]) == {"1", "3"}
-    assert all(v > 0 for v in res["stall_samples_per_s"].values())
-    assert all(v > 0 for v in res["batched_fetch"].values())
-    assert {k.split("/")[1] for k in res["batched_fetch"]} == {"__getitems__", "__getitem__"}
-    assert all(v > 0 for v in res["sharded_reads"].values())
-    assert set(res["uss_growth_mib"]) == {"list", "numpy"}
-    df = pd.read_csv(tmp_path / "results.csv")
-    assert set(df.experiment) == {"worker_memory", "epoch_latency", "stall_pattern", "batched_fetch",
-                                  "sharded_reads"}
-    for fig in ("worker_memory", "epoch_first_batch", "slow_worker_stalls", "batched_fetch", "sharded_reads"):
-        assert (tmp_path / f"{fig}.png").is_file()

@@ -1,5 +1,5 @@
-"""Notebooks 03 (pinned memory), 04 (print), 06 (decoders), 07 (collate): their lib
-modules' behaviour, and each notebook run end to end with the smoke profile."""
+"""Notebooks 03 (pinned memory), 04 (print), 06 (decoders), 07 (collate): their library
+modules' behaviour (the notebooks themselves: tests/notebooks)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
-from feedlab.claims import claims_for
 from feedlab.experiments import decode_backends as D
 from feedlab.experiments import pinned_memory_by_input_size as PM
 from feedlab.experiments import print_overhead as PO
@@ -37,6 +35,22 @@ def test_print_every_prints_the_expected_lines(capsys):
     assert capsys.readouterr().out == ""
     PO.run_loop("print", step, batches=7)
     assert len(capsys.readouterr().out.splitlines()) == 7
+
+
+def test_in_process_lines_are_cleared_from_a_jupyter_cell(monkeypatch):
+    """The executed notebook keeps no per-batch lines: inside Jupyter they are cleared after
+    timing (nbval does not replay clear_output, so this is checked here)."""
+    import IPython.display
+
+    cleared = []
+    monkeypatch.setattr(IPython.display, "clear_output", lambda wait=False: cleared.append(wait))
+    monkeypatch.setattr(PO, "measure", lambda cfg, device: {"none": [0.001]})
+    monkeypatch.setattr(PO, "current_sink", lambda: "jupyter")
+    PO.measure_in_process(PO.LoopConfig(modes=["none"], batches=1, repeats=1))
+    assert cleared == [False]
+    monkeypatch.setattr(PO, "current_sink", lambda: "terminal")
+    PO.measure_in_process(PO.LoopConfig(modes=["none"], batches=1, repeats=1))
+    assert cleared == [False]  # a terminal keeps what it printed
 
 
 def test_logging_mode_writes_to_its_file_not_stdout(capsys, tmp_path):
@@ -207,77 +221,3 @@ def test_collate_measure_rows_and_speedup():
     med = ms.groupby("variant").value.median()
     fast = s[s.variant == "fast_nchw"].speedup_vs_totensor.iloc[0]
     assert fast == pytest.approx(med["totensor"] / med["fast_nchw"])  # stock ÷ fast, from the raw rows
-
-
-# ---------------------------------------------------------------- notebooks
-from nbrun import run_notebook as _run  # noqa: E402
-
-
-@pytest.mark.notebook
-def test_nb_03_pinned_memory(tmp_path):
-    payload, df = _run("03_pinned_memory_by_input_size", tmp_path, input_sizes=[16, 32], batch_sizes=[4],
-                       transfer_sizes=["4KB", "64KB"])
-    assert payload["input_sizes"] == [16, 32] and payload["batch_sizes"] == [4]
-    assert payload["cuda"] == CUDA and payload["host_memcpy_gbps"] > 0
-    coll = df[(df.variant == "collate") & (df.metric == "ms_per_batch")]
-    assert sorted(coll.input_size.unique()) == [16, 32] and (coll.value > 0).all()
-    assert (coll.groupby("input_size").size() >= 2).all()  # repeats per setting
-    if not CUDA:
-        assert payload["not_measured"] and not payload["pin_supported"]
-        assert not df.variant.isin(["pinned", "pageable", "pin"]).any()
-    assert (tmp_path / "out" / "copy_bandwidth.png").is_file()
-
-
-@pytest.mark.notebook
-def test_nb_04_print_overhead(tmp_path):
-    payload, df = _run("04_print_overhead", tmp_path, unbuffered=[0])
-    assert payload["unbuffered"] == [0] and payload["child_sinks"] == ["pty"]
-    ms = df[df.metric == "ms_per_batch"]
-    assert set(ms.variant) == set(PO.MODES) and (ms.value > 0).all()
-    here = ms[ms["where"] == "in_process"]
-    assert set(here.sink) == {"jupyter"}
-    child = ms[ms["where"] == "child"]
-    assert set(child.sink) == {"pty"} and child.pythonunbuffered.isna().all()  # "" is read back as NaN
-    assert (ms.groupby(["where", "variant"]).size() == 3).all()  # smoke repeats
-    assert all(f["none_ms"] > 0 for f in payload["per_sink"].values())
-    # the executed notebook keeps no per-batch lines: they were cleared after timing
-    nb = (tmp_path / "executed.ipynb").read_text()
-    assert nb.count("batch      1/") == 0
-
-
-@pytest.mark.notebook
-def test_nb_06_decode_backends(tmp_path):
-    payload, df = _run("06_decode_backends", tmp_path, limit=4, sizes=[32, 256])
-    assert payload["sizes"] == [32, 256] and payload["limit"] == 4
-    dec = df[(df.op == "decode") & (df.metric == "img_per_s")]
-    assert (dec.value > 0).all()
-    assert {"jpeg_native", "jpeg_32", "png_32", "jpeg_256", "png_256", "png_sr"} <= set(dec.image_set)
-    av = pd.read_csv(tmp_path / "out" / "availability.csv")
-    from feedlab.decode import BACKENDS
-
-    assert set(BACKENDS) | {"tjbench (C)"} <= set(av.backend)  # nothing dropped silently
-    for b in av[~av.available].backend:
-        assert b in payload["unavailable_reasons"]
-    assert payload["best_same_image_img_per_s"] > 0
-    if payload["tjbench_img_per_s"] is not None:
-        assert payload["best_over_tjbench"] > 0
-    # whole-machine throughput: the best one-core decoder on every core, each pass the smoke count of images
-    allc = df[(df.op == "decode_all_cores") & (df.metric == "img_per_s")]
-    assert len(allc) and (allc.value > 0).all() and (allc.images == 64).all()
-    thr = payload["nvjpeg_vs_all_cores"]
-    assert thr["ratio"] is None and "not tested fairly here" in thr["text"]   # no GPU, or too few images
-
-
-@pytest.mark.notebook
-def test_nb_07_totensor_vs_fast_collate(tmp_path):
-    payload, df = _run("07_totensor_vs_fast_collate", tmp_path, image_sizes=[96], batch_sizes=[128])
-    assert payload["reference"] == "128x96x96x3"
-    ms = df[df.metric == "ms_per_batch"]
-    assert set(ms.variant) == set(TC.VARIANTS) | set(TC.PIECES)
-    assert (ms.value > 0).all() and set(ms.batch_size) == {128}
-    assert all(v > 0 for v in payload["speedup"].values())
-    pieces, shares = payload["stock_piece_ms"], payload["stock_piece_share"]
-    assert shares["transpose"] == pytest.approx(pieces["transpose"] / sum(pieces.values()))
-    # the pieces timed alone account for the whole stock path within a factor 3
-    assert 1 / 3 < sum(pieces.values()) / payload["stock_ms"] < 3
-    assert set(payload["verdicts"]) == {c.id for c in claims_for("07_totensor_vs_fast_collate")}

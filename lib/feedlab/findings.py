@@ -1,0 +1,193 @@
+"""The findings cell of an executed notebook: what this run found, first.
+
+An executed notebook keeps its question, method, code and figures in order; a person opening it
+should not have to scroll to the end to learn the answer. :func:`add_findings` puts one markdown
+cell at the top (tagged ``findings``; replaced, never duplicated, when run again) made from the
+run itself: the lines its ``## Reading`` cells printed (computed from this run's numbers), the
+verdict on each write-up claim (``results.json`` → ``verdicts``), whether the machine was busy
+(``fingerprint.json``), and links to the figures below (the PNGs beside the notebook). Nothing
+in it is typed in advance. ``feedlab.run`` calls it after each notebook; ``python -m
+feedlab.findings figures/*/*/*.executed.ipynb`` adds it to notebooks executed before.
+:func:`notebook_display` makes the tables a notebook shows rounded and captioned.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+TAG = "findings"
+MAX_READINGS = 12
+# lines a Reading cell may print that are not readings: warnings, the busy-machine and figure sentences
+_NOT_READINGS = ("warning:", "the machine was busy", "busy again", "note:", "the figure ")
+_CLAIM_CELL = re.compile(r"\b(report_claims|record_results|claims\.report)\b")
+
+
+def _text(cell_or_output, key: str = "source") -> str:
+    v = cell_or_output.get(key, "")
+    return "".join(v) if isinstance(v, list) else str(v)
+
+
+def reading_lines(nb: dict) -> list[str]:
+    """What the code cells under the notebook's ``## Reading`` heading printed (the readings
+    computed from this run), without warnings and without the claims' own lines."""
+    lines: list[str] = []
+    under = False
+    for cell in nb.get("cells", []):
+        src = _text(cell)
+        if cell.get("cell_type") == "markdown":
+            if src.lstrip().startswith("## "):
+                under = src.lstrip().startswith("## Reading")
+            continue
+        if not under or _CLAIM_CELL.search(src):
+            continue
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stdout":
+                for line in _text(out, "text").splitlines():
+                    line = line.rstrip()
+                    if line.strip() and not line.lstrip().lower().startswith(_NOT_READINGS):
+                        lines.append(line.strip())
+    return lines
+
+
+def figure_names(nb: dict, folder: Path) -> list[str]:
+    """The figures this run saved beside the notebook (``<name>.png``), in the order the
+    notebook draws them (by the first mention of the name in its code), the rest by name."""
+    pngs = sorted(p.stem for p in folder.glob("*.png") if not p.name.startswith((".", "machines_")))
+    code = "\n".join(_text(c) for c in nb.get("cells", []) if c.get("cell_type") == "code")
+
+    def first_mention(name: str) -> tuple[int, str]:
+        at = code.find(f'"{name}"')
+        return (at if at >= 0 else len(code) + 1, name)
+    return sorted(pngs, key=first_mention)
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder: Path) -> str:
+    """The findings cell's markdown for an executed notebook (see the module docstring)."""
+    title = _text(nb["cells"][0]).lstrip().splitlines()[0].lstrip("# ").strip() if nb.get("cells") else ""
+    profile = payload.get("profile", "?")
+    from feedlab.machines import machine_key
+
+    machine = machine_key(fingerprint) if fingerprint else folder.name
+    head = [f"## Findings of this run{': ' + title if title else ''}",
+            "",
+            f"Profile **{profile}** on **{machine}**; every number below was measured in this run "
+            "(the Reading section computes them; the figures follow the code that drew them)."]
+    if profile == "smoke":
+        head.append("**Smoke run**: tiny sizes, only a check that the notebook runs; its readings and "
+                    "verdicts are not findings.")
+    load = (fingerprint or {}).get("other_load") or {}
+    if load.get("busy"):
+        w = load.get("busiest_window") or load.get("whole_run") or {}
+        share = f" (up to {w['other_fraction']:.0%} of the cores)" if "other_fraction" in w else ""
+        head.append(f"The machine was busy with other work during this run{share}: readings may be slowed "
+                    "and ratios distorted; re-run on an idle machine before relying on them.")
+    parts = ["\n".join(head)]
+    lines = reading_lines(nb)
+    if lines:
+        shown = [f"- {_md_escape(x)}" for x in lines[:MAX_READINGS]]
+        if len(lines) > MAX_READINGS:
+            shown.append(f"- … {len(lines) - MAX_READINGS} more lines in the Reading section below.")
+        parts.append("**Readings**\n\n" + "\n".join(shown))
+    verdicts = payload.get("verdicts") or {}
+    if verdicts:
+        rows = ["| claim | verdict | ours |", "|---|---|---|"]
+        for cid, v in sorted(verdicts.items()):
+            rows.append(f"| {_md_escape(cid)} | {_md_escape(str(v.get('status', '?')))} | "
+                        f"{_md_escape(str(v.get('ours', '')))} |")
+        parts.append("**The write-ups' claims, judged on this run** (docs/CLAIMS.md has every machine's)\n\n"
+                     + "\n".join(rows))
+    figs = figure_names(nb, folder)
+    if figs:
+        parts.append("**Figures** (below, and as files): " + ", ".join(f"[{n}]({n}.png)" for n in figs))
+    if not (lines or verdicts or figs):
+        parts.append("This run recorded no readings, verdicts or figures.")
+    return "\n\n".join(parts) + "\n"
+
+
+def add_findings(executed: str | Path) -> bool:
+    """Put the findings cell at the top of ``executed`` (replacing an earlier one), reading
+    ``results.json`` and ``fingerprint.json`` beside it. Returns False (and changes nothing)
+    where the run recorded no ``results.json`` or the file is not a notebook. Rewritten atomically."""
+    from feedlab.results import _atomic_write_text
+
+    path = Path(executed)
+    folder = path.parent
+    results = folder / "results.json"
+    if not results.is_file():
+        return False
+    payload = json.loads(results.read_text())
+    fp_path = folder / "fingerprint.json"
+    fingerprint = json.loads(fp_path.read_text()) if fp_path.is_file() else None
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return False
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or \
+            not all(isinstance(c, dict) for c in nb["cells"]):
+        return False  # not a notebook this can lead with findings
+    cells = [c for c in nb.get("cells", []) if TAG not in (c.get("metadata", {}).get("tags") or [])]
+    nb["cells"] = cells
+    cell = {"cell_type": "markdown", "metadata": {"tags": [TAG]},
+            "source": findings_markdown(nb, payload, fingerprint, folder).splitlines(keepends=True)}
+    if nb.get("nbformat", 4) >= 4 and nb.get("nbformat_minor", 0) >= 5:
+        cell["id"] = "feedlab-findings"
+    nb["cells"] = [cell] + cells
+    _atomic_write_text(path, json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    return True
+
+
+def table_html(df) -> str:
+    """A DataFrame as a notebook shows it: numbers to 3 significant decimals (pandas'
+    ``display.precision``), its caption (``df.attrs["caption"]``, set by ``results.summarize``)
+    above it in words."""
+    import html
+
+    body = df._repr_html_()
+    cap = df.attrs.get("caption") if hasattr(df, "attrs") else None
+    return (f"<p><b>{html.escape(str(cap))}</b></p>" if cap else "") + (body or "")
+
+
+def notebook_display() -> bool:
+    """Tables in a notebook kernel read like a report: rounded (``display.precision`` 3) and
+    captioned (:func:`table_html`). ``profiles.resolve`` calls it; False outside IPython."""
+    import pandas as pd
+
+    pd.set_option("display.precision", 3)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    if ip is None or not hasattr(ip, "display_formatter"):
+        return False
+    ip.display_formatter.formatters["text/html"].for_type(pd.DataFrame, table_html)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: python -m feedlab.findings EXECUTED.ipynb ...  (adds or refreshes the findings cell)")
+        return 0 if args else 2
+    rc = 0
+    for a in args:
+        p = Path(a)
+        if not p.is_file():
+            print(f"{a}: no such notebook", file=sys.stderr)
+            rc = 2
+        elif not add_findings(p):
+            print(f"{a}: no results.json beside it; run the notebook first (python -m feedlab.run)",
+                  file=sys.stderr)
+            rc = 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

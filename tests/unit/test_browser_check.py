@@ -1,0 +1,68 @@
+"""tests/browser_check.py's judgement of a rendered notebook page (the browser itself runs in CI)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from tests import browser_check as B  # noqa: E402
+
+
+def _png(w: int, h: int) -> str:
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(w / 100, h / 100), dpi=100)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_png_size_reads_the_header():
+    assert B.png_size(base64.b64decode(_png(320, 200))) == (320, 200)
+    assert B.png_size(b"not a png") == (0, 0)
+
+
+def test_expected_counts_the_notebooks_images_errors_and_warnings(tmp_path):
+    nb = {"cells": [{"cell_type": "code", "outputs": [
+        {"output_type": "display_data", "data": {"image/png": _png(300, 200), "text/plain": "<Figure>"}},
+        {"output_type": "stream", "name": "stderr", "text": "UserWarning: ..."},
+        {"output_type": "error", "ename": "ValueError", "evalue": "x", "traceback": []}]}]}
+    p = tmp_path / "n.ipynb"
+    p.write_text(json.dumps(nb))
+    assert B.expected(p) == {"images": [(300, 200)], "errors": 1, "stderr": 1}
+
+
+def _page(images, error=False, cells=3):
+    imgs = "".join(f'<img src="data:image/png;base64,{_png(*s)}">' for s in images)
+    err = f'<div data-mime-type="{B.ERROR_MIME}">Traceback</div>' if error else ""
+    warn = f'<div data-mime-type="{B.STDERR_MIME}">UserWarning</div>'
+    return "<html><body>" + '<div class="jp-Cell"></div>' * cells + imgs + err + warn + "</body></html>"
+
+
+def test_a_page_with_every_figure_and_no_error_passes():
+    want = {"images": [(300, 200), (400, 300)], "errors": 0, "stderr": 0}
+    dom = B.read_dom(_page([(300, 200), (400, 300)]))
+    assert len(dom.images) == 2 and dom.stderr == 1 and dom.cells == 3
+    assert B.judge("nb", want, dom) == []
+
+
+def test_missing_tiny_figures_errors_and_an_empty_page_fail():
+    want = {"images": [(300, 200), (400, 300)], "errors": 0, "stderr": 0}
+    assert B.judge("nb", want, B.read_dom(_page([(300, 200)]))) == ["nb: 1 of its 2 figures rendered"]
+    assert "smaller than 100 px: 300×40" in B.judge("nb", want, B.read_dom(_page([(300, 200), (300, 40)])))[0]
+    assert B.judge("nb", want, B.read_dom(_page([(300, 200), (400, 300)], error=True))) == \
+        ["nb: 1 error output(s) show"]
+    assert B.judge("nb", want, B.read_dom("<html></html>")) == ["nb: no notebook cell rendered (the page did not load)"]
+
+
+def test_without_chromium_it_says_so_in_one_line_and_passes(monkeypatch, capsys):
+    monkeypatch.setattr(B, "find_chromium", lambda: None)
+    assert B.main([]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("browser check skipped: no Chromium")

@@ -1,0 +1,100 @@
+"""The findings cell an executed notebook leads with, made from the run's own outputs."""
+
+from __future__ import annotations
+
+import json
+
+from feedlab import findings
+
+
+def _nb(reading_out: str, claims_out: str = "[reproduced] c1: ...") -> dict:
+    def code(src, text=None):
+        outs = [] if text is None else [{"output_type": "stream", "name": "stdout", "text": text}]
+        return {"cell_type": "code", "metadata": {}, "source": src, "outputs": outs, "execution_count": 1}
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": "# 99 · Is X faster?\n\n**Question.** ..."},
+        code("profile = ''", None),
+        code('save_figure(fig, P.out_dir, "zeta")\nsave_figure(fig, P.out_dir, "alpha")', "warning: busy\n"),
+        {"cell_type": "markdown", "metadata": {}, "source": "## Reading\n\nComputed from this run."},
+        code("print(...)", reading_out),
+        code("verdicts = report_claims('99', payload, P.out_dir)", claims_out),
+        code("record_results(payload, P.out_dir)", "{}"),
+    ]}
+
+
+def _write(tmp_path, nb, payload, fp=None, figs=("zeta", "alpha", "machines_x")):
+    path = tmp_path / "99_x.executed.ipynb"
+    path.write_text(json.dumps(nb))
+    (tmp_path / "results.json").write_text(json.dumps(payload))
+    if fp is not None:
+        (tmp_path / "fingerprint.json").write_text(json.dumps(fp))
+    for f in figs:
+        (tmp_path / f"{f}.png").write_bytes(b"png")
+    return path
+
+
+def test_readings_are_what_the_reading_cells_printed_without_warnings_or_claim_lines():
+    nb = _nb("LMDB 5.3× PNG at batch 128.\nwarning: the machine was busy\n\nSecond line.\n")
+    assert findings.reading_lines(nb) == ["LMDB 5.3× PNG at batch 128.", "Second line."]
+
+
+def test_findings_cell_leads_and_is_replaced_not_duplicated(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEEDLAB_MACHINE", "cpu-2c")
+    payload = {"profile": "quick", "verdicts": {"c1": {"status": "partly", "ours": "1.3× | 2.0×"}}}
+    path = _write(tmp_path, _nb("Fastest: lmdb.\n"), payload, fp={"other_load": {"busy": False}})
+    assert findings.add_findings(path)
+    assert findings.add_findings(path)  # run again: still one findings cell
+    nb = json.loads(path.read_text())
+    tagged = [c for c in nb["cells"] if findings.TAG in c["metadata"].get("tags", [])]
+    assert len(tagged) == 1 and nb["cells"][0] is not None and findings.TAG in nb["cells"][0]["metadata"]["tags"]
+    md = "".join(nb["cells"][0]["source"])
+    assert md.startswith("## Findings of this run: 99 · Is X faster?")
+    assert "- Fastest: lmdb." in md and "**cpu-2c**" in md and "**quick**" in md
+    assert "| c1 | partly | 1.3× \\| 2.0× |" in md              # a table cell cannot break the table
+    assert "[zeta](zeta.png), [alpha](alpha.png)" in md          # in drawing order; comparisons left out
+    assert "machines_x" not in md and "Smoke run" not in md and "busy" not in md
+    assert len(nb["cells"]) == 8
+
+
+def test_smoke_and_busy_runs_say_so(tmp_path):
+    fp = {"other_load": {"busy": True, "busiest_window": {"other_fraction": 0.45}}}
+    path = _write(tmp_path, _nb("x\n"), {"profile": "smoke"}, fp=fp, figs=())
+    findings.add_findings(path)
+    md = "".join(json.loads(path.read_text())["cells"][0]["source"])
+    assert "**Smoke run**" in md and "not findings" in md
+    assert "busy with other work during this run (up to 45% of the cores)" in md
+    assert "Figures" not in md
+
+
+def test_long_readings_are_cut_with_a_pointer(tmp_path):
+    nb = _nb("".join(f"line {i}\n" for i in range(30)))
+    md = findings.findings_markdown(nb, {"profile": "quick"}, None, tmp_path)
+    assert "- line 11" in md and "- line 12" not in md and "18 more lines in the Reading section" in md
+
+
+def test_no_results_changes_nothing_and_the_cli_says_why(tmp_path, capsys):
+    path = tmp_path / "a.executed.ipynb"
+    path.write_text(json.dumps(_nb("x\n")))
+    before = path.read_text()
+    assert findings.add_findings(path) is False and path.read_text() == before
+    assert findings.main([str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no results.json" in err[0]
+    assert findings.main([str(tmp_path / "missing.ipynb")]) == 2
+
+
+def test_tables_are_rounded_and_captioned():
+    import pandas as pd
+
+    from feedlab.results import summarize
+
+    df = pd.DataFrame({"format": ["png", "png", "lmdb"], "value": [1.234567, 2.345678, 9.87654321]})
+    s = summarize(df, ["format"])
+    assert s.attrs["caption"].startswith("Per format: the median over n repeats")
+    with pd.option_context("display.precision", 3):
+        html = findings.table_html(s)
+    assert html.startswith("<p><b>Per format: the median") and "9.877" in html and "9.87654" not in html
+    assert not findings.table_html(pd.DataFrame({"a": [1]})).startswith("<p>")  # no caption: none shown
+    assert findings.notebook_display() is False  # outside a kernel: nothing registered, no error
+    assert pd.get_option("display.precision") == 3
+    pd.reset_option("display.precision")

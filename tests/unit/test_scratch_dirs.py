@@ -1,0 +1,84 @@
+"""Only feedlab.run writes the committed folder figures/<notebook>/<machine>/: a notebook run
+any other way (nbval, JupyterLab, an executed notebook run again) writes under runs/, and what
+it shows names no machine's checkout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from feedlab import paths
+
+
+@pytest.fixture()
+def dirs(monkeypatch, tmp_path):
+    monkeypatch.setattr(paths, "FIGURES_DIR", tmp_path / "figures")
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")
+    monkeypatch.setenv("FEEDLAB_MACHINE", "cpu-2c")
+    monkeypatch.delenv(paths.RUNNER_ENV, raising=False)
+    return tmp_path
+
+
+def test_outside_the_runner_a_notebook_writes_under_runs(dirs):
+    assert paths.figure_dir("03_x", "", "quick", create=False) == dirs / "runs" / "quick" / "03_x"
+    assert paths.figure_dir("03_x", "", "smoke", create=False) == dirs / "runs" / "smoke" / "03_x"
+    assert not (dirs / "figures").exists()
+
+
+def test_the_runner_writes_the_machine_folder(dirs, monkeypatch):
+    monkeypatch.setenv(paths.RUNNER_ENV, "1")
+    assert paths.figure_dir("03_x", "", "quick", create=False) == dirs / "figures" / "03_x" / "cpu-2c"
+    assert paths.figure_dir("03_x", "", "smoke", create=False) == dirs / "runs" / "smoke" / "03_x"
+    # the runner's own process asks explicitly, without the variable
+    monkeypatch.delenv(paths.RUNNER_ENV)
+    assert paths.figure_dir("03_x", "", "full", create=False, committed=True) == \
+        dirs / "figures" / "03_x" / "cpu-2c"
+
+
+def test_an_out_dir_inside_figures_given_outside_the_runner_is_moved(dirs):
+    """The injected cell of a committed executed notebook, run again by nbval or in Lab."""
+    committed = dirs / "figures" / "03_x" / "cpu-2c"
+    got = paths.figure_dir("03_x", str(committed), "quick")
+    assert got == dirs / "runs" / "quick" / "03_x" and got.is_dir() and not committed.exists()
+    elsewhere = dirs / "mine"
+    assert paths.figure_dir("03_x", str(elsewhere), "quick") == elsewhere  # anywhere else: as given
+
+
+def test_rel_names_paths_from_the_repository_root(tmp_path):
+    assert paths.rel(paths.REPO_ROOT / "figures" / "a.png") == "figures/a.png"
+    assert paths.rel(paths.REPO_ROOT) == "."
+    assert paths.rel(tmp_path / "x") == str(tmp_path / "x")
+
+
+def test_resolved_parameters_show_no_checkout(monkeypatch):
+    from feedlab.profiles import resolve
+
+    monkeypatch.delenv(paths.RUNNER_ENV, raising=False)
+    monkeypatch.setattr(paths, "SCRATCH_DIR", paths.REPO_ROOT / "runs")
+    P = resolve("03_pinned_memory_by_input_size", "smoke", _create_out_dir=False)
+    assert isinstance(P.out_dir, Path) and P.out_dir.is_absolute()  # the code gets real paths
+    shown = repr(P)
+    assert str(paths.REPO_ROOT) not in shown
+    assert "out_dir='runs/smoke/03_pinned_memory_by_input_size'" in shown
+
+
+def test_more_workers_than_cores_is_said_once_and_torchs_warning_silenced():
+    import warnings
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    from feedlab.profiles import expect_more_workers_than_cores
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert expect_more_workers_than_cores({"worker_counts": [0, 2], "max_workers": 2}, 2) == ""
+        note = expect_more_workers_than_cores({"worker_counts": [0, 2, 4], "max_workers": 6}, 2)
+        assert note.startswith("Note: this run measures 4, 6 DataLoader worker(s) on 2 usable core(s)")
+        dl = DataLoader(torch.arange(4), num_workers=64)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            expect_more_workers_than_cores({"worker_counts": [64]}, 2)  # filters go on top of "always"
+            dl.check_worker_number_rationality()
+        assert not [w for w in caught if "worker processes in total" in str(w.message)]
