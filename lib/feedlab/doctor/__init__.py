@@ -19,7 +19,8 @@ from .measure import Budget, Doctor
 from .predict import MIN_GAIN, advise, refuted
 from .report import render
 from .split import StageSplit, open_split
-from .user import diagnose_loader, render_user
+from .answer import render_user
+from .user import diagnose_loader
 
 
 def main(argv=None) -> int:
