@@ -102,9 +102,8 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
 
 
 def print_plan(rows, profile: str, cores: int) -> None:
-    from feedlab.machines import machine_key
-
     from feedlab.fingerprint import machine_fingerprint
+    from feedlab.machines import machine_key
 
     key = machine_key(dict(machine_fingerprint(), cpu_usable=cores))  # the machine with that many cores
     print(f"plan: profile {profile}, {cores} usable cores, results under figures/<notebook>/"

@@ -330,7 +330,11 @@ def test_script_runs_an_unmodified_training_script(tmp_path):
                  "--", "--sleep", "0.02"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "your script's step" in r.stdout and r.stdout.count("VERDICT") == 2
-    _one_line(_doctor(["--script", "train.py"], tmp_path), "--sleep")    # the script's own error, one line
+    r = _doctor(["--script", "train.py"], tmp_path)     # the script's own usage error, then the doctor's line
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[-1].endswith("--script train.py exited with status 2 before 16 batches")
+    (tmp_path / "crash.py").write_text("import torch\nx = torch.zeros(2) @ torch.zeros(3)\n")
+    _one_line(_doctor(["--script", "crash.py"], tmp_path), "crash.py:2", "RuntimeError")
     _one_line(_doctor(["--script", "nope.py"], tmp_path), "nope.py")
 
 

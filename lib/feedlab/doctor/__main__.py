@@ -80,8 +80,9 @@ def refuse_options(ap, args, flag: str) -> None:
         if d in USER_OPTIONS or d == "help" or not action.option_strings:
             continue
         if getattr(args, d, None) != action.default:
+            where = "your make_loader()" if flag == "--loader" else "your script"
             ap.error(f"{action.option_strings[-1]} applies to --data (feedlab's own pipeline); with {flag} your "
-                     "loader decides it: set it where you build the DataLoader")
+                     f"loader decides it: set it in {where}, where the DataLoader is built")
 
 
 def _load_callable(ref: str, flag: str):
@@ -158,7 +159,9 @@ def _script(args, script_args: list[str]) -> int:
         _emit(args, summary, head)
         return 0
     print(head if not args.json else "", file=sys.stderr if args.json else sys.stdout, flush=True)
-    return _user_loader(args, loader=loader, step_cost_s=summary.get("step_s_per_sample"))
+    cost = (summary["step_s_per_sample"], summary["step_cpu_s_per_sample"]) if summary.get("step_s_per_sample") \
+        else None
+    return _user_loader(args, loader=loader, step_cost_s=cost)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,7 +62,7 @@ def headroom_line(rep: dict) -> str | None:
     if rep.get("verdict") != "compute-bound" or h is None or not math.isfinite(h) or h < 1.0:
         return None
     return (f"your loader has {h:.1f}× headroom over the step: no input-pipeline change will help; "
-            "a faster step (below) or a bigger machine will")
+            "only a faster step (or a bigger machine) will")
 
 
 def resize_line(rep: dict) -> str | None:

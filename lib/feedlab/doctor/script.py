@@ -56,15 +56,16 @@ class Recorder:
     def wrap(self, loader, it):
         from .user import _batch_len
 
-        rec = self.loaders.setdefault(id(loader), {"loader": loader, "wait": [], "step": [], "n": [],
-                                                   "iters": 0})
+        rec = self.loaders.setdefault(id(loader), {"loader": loader, "wait": [], "step": [], "step_cpu": [],
+                                                   "n": [], "iters": 0})
         rec["iters"] += 1
-        t_last = None
+        t_last = c_last = None
         limit = (loader.timeout or self.limit) if self.limit else None
         while True:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             if t_last is not None:
                 rec["step"].append(t0 - t_last)
+                rec["step_cpu"].append(c0 - c_last)
             if len(rec["wait"]) >= self.max_batches:
                 raise Enough()
             with deadline(limit, f"batch {len(rec['wait'])} of your script's DataLoader",
@@ -73,7 +74,7 @@ class Recorder:
                     batch = next(it)
                 except StopIteration:
                     return
-            t_last = time.perf_counter()
+            t_last, c_last = time.perf_counter(), time.process_time()
             rec["wait"].append(t_last - t0)
             rec["n"].append(_batch_len(batch) or 0)
             yield batch
@@ -99,6 +100,7 @@ def summarize(rec: dict) -> dict:
     out.update({"data_wait_s_per_batch": float(np.median(w)), "step_s_per_batch": float(np.median(s)),
                 "data_wait_fraction": frac, "samples_per_s": float(m.sum() / total) if m.sum() else None,
                 "step_s_per_sample": float(s.sum() / m.sum()) if m.sum() else None,
+                "step_cpu_s_per_sample": float(np.sum(rec["step_cpu"][1:k]) / m.sum()) if m.sum() else None,
                 "verdict": "data-bound" if frac >= DATA_BOUND_FRACTION else "compute-bound"})
     return out
 
@@ -172,7 +174,7 @@ def render_script(s: dict, offer: bool = True) -> str:
               f"per batch (median, first batch left out): data wait {s['data_wait_s_per_batch'] * 1e3:,.1f} ms, "
               f"step {s['step_s_per_batch'] * 1e3:,.1f} ms; waiting for data {100 * s['data_wait_fraction']:.0f}% "
               f"of the time; {fmt_rate(s['samples_per_s'])} samples/s; first batch after "
-              f"{s['first_batch_wait_s']:.2f} s (worker start-up)"]
+              f"{s['first_batch_wait_s']:.2f} s{' (worker start-up)' if L['num_workers'] else ''}"]
     if offer and "diagnosis" not in s:
         args = f" -- {' '.join(s['args'])}" if s["args"] else ""
         lines.append(f"the full stage-by-stage diagnosis of this loader (what to change, predicted): "
