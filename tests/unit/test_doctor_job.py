@@ -498,6 +498,20 @@ def test_cuda_step_changes_use_bf16_autocast_with_a_fake_device(monkeypatch):
     assert rows[0]["kept"] and "torch.autocast(\"cuda\", dtype=torch.bfloat16)" in rows[0]["code"]
 
 
+def test_pin_memory_rebuilds_the_loader_on_cuda_only():
+    """--pin-memory's CUDA branch, with a fake device flag: the loader is rebuilt pinned,
+    its other settings (the user's timeout among them) kept; off CUDA a note, no rebuild."""
+    from feedlab.doctor.user import pinned
+
+    loader = DataLoader(Items(16), batch_size=4, num_workers=1, timeout=7)
+    notes = []
+    assert pinned(loader, True, False, notes) is loader and "no CUDA" in notes[0]
+    out = pinned(loader, True, True, notes)
+    assert out is not loader and out.pin_memory and out.timeout == 7 and out.num_workers == 1
+    assert out.batch_sampler is loader.batch_sampler
+    assert pinned(loader, None, True, []) is loader
+
+
 # ---------------------------------------------------------------- the dry run
 
 

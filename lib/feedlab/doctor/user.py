@@ -48,6 +48,17 @@ from .wrap import (  # noqa: F401
 KEEP_BATCHES = 4          # full batches kept in memory to time the copy and the step on
 
 
+def pinned(loader, pin_memory: bool | None, cuda: bool, notes: list[str]):
+    """The loader to diagnose under ``--pin-memory``: rebuilt with pinned memory on CUDA;
+    off CUDA unchanged, with a note saying pinning changes nothing there."""
+    if pin_memory and not cuda:
+        notes.append("--pin-memory: no CUDA here, so pinned memory changes nothing; measured without it")
+    elif pin_memory and not loader.pin_memory:
+        loader = _rebuild(loader, pin_memory=True)
+        notes.append("--pin-memory: your loader measured with pin_memory=True")
+    return loader
+
+
 def _batch_deadline(loader, deadline_s: float | None) -> tuple[float | None, str]:
     t = float(getattr(loader, "timeout", 0) or 0)
     if t > 0:
@@ -117,7 +128,7 @@ def _isolation(loader, q, batches: int, limit, whose, log) -> tuple[list, list[i
     ``KEEP_BATCHES`` full batches (and their sizes) are kept for the copy and the step."""
     iso = _rebuild(loader, TimedDataset(loader.dataset, q), TimedCollate(loader.collate_fn, q), num_workers=0)
     B = getattr(loader.batch_sampler, "batch_size", None)
-    kept, lens, it = [], [], iter(iso)
+    kept, lens, it, largest = [], [], iter(iso), None
     n = min(batches, len(iso))
     for k in range(n):
         try:
@@ -126,13 +137,14 @@ def _isolation(loader, q, batches: int, limit, whose, log) -> tuple[list, list[i
             break
         m = _batch_len(batch)
         lens.append(m)
+        if largest is None or (m or 0) > (largest[1] or 0):
+            largest = (batch, m)
         if len(kept) < KEEP_BATCHES and (B is None or m == B or m is None):
             kept.append((batch, m))
         log(f"fetch + collate in isolation: batch {k + 1}/{n}")
     del it
-    if not kept and lens:   # fewer samples than one batch: the one short batch is all there is
-        batch = next(iter(iso))
-        kept.append((batch, _batch_len(batch)))
+    if not kept and largest is not None:   # fewer samples than one batch: the short batch is all there is
+        kept.append(largest)
     return kept, lens
 
 
@@ -183,10 +195,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     device = P.resolve_device(device)
     cuda = device.startswith("cuda")
     notes: list[str] = []
-    if pin_memory and not cuda:
-        notes.append("--pin-memory: no CUDA here, so pinned memory changes nothing; measured without it")
-    if pin_memory and cuda and not loader.pin_memory:
-        loader = _rebuild(loader, pin_memory=True)
+    loader = pinned(loader, pin_memory, cuda, notes)
     W = int(loader.num_workers)
     max_workers = usable_cores() if max_workers is None else int(max_workers)
     max_workers = max(max_workers, W)
