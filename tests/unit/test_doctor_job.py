@@ -287,7 +287,10 @@ def test_cli_report_md_and_html(usermod):
         assert "VERDICT" in text
     assert (usermod / "r.png").exists() and "r.png" in (usermod / "r.md").read_text()
     assert "data:image/png;base64," in (usermod / "r.html").read_text()
+    t0 = time.monotonic()    # refused before anything is measured
     _one_line(_doctor(["--loader", "mymod:make_loader", "--report", str(usermod / "r.txt")], usermod), ".md")
+    _one_line(_doctor(["--loader", "mymod:make_loader", "--report", str(usermod / "no" / "r.md")], usermod), ".md")
+    assert time.monotonic() - t0 < 60
 
 
 TRAIN = '''
@@ -336,6 +339,8 @@ def test_script_runs_an_unmodified_training_script(tmp_path):
     (tmp_path / "crash.py").write_text("import torch\nx = torch.zeros(2) @ torch.zeros(3)\n")
     _one_line(_doctor(["--script", "crash.py"], tmp_path), "crash.py:2", "RuntimeError")
     _one_line(_doctor(["--script", "nope.py"], tmp_path), "nope.py")
+    _one_line(_doctor(["--script", "train.py", "--ranks", "2"], tmp_path), "--ranks", "--diagnose")
+    _one_line(_doctor(["--script", "train.py", "--batch-size", "2"], tmp_path), "--batch-size", "your script")
 
 
 # ---------------------------------------------------------------- small folders (the 20-JPEG case)

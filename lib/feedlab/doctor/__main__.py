@@ -73,6 +73,10 @@ USER_OPTIONS = {"loader", "step", "script", "diagnose", "report", "deadline", "n
                 "ranks", "pin_memory", "trace", "repeats", "batches", "device", "json"}
 
 
+DIAGNOSIS_ONLY = (("--trace", "trace"), ("--ranks", "ranks"), ("--pin-memory", "pin_memory"),
+                  ("--max-workers", "max_workers"), ("--repeats", "repeats"), ("--no-step-trials", "no_step_trials"))
+
+
 def refuse_options(ap, args, flag: str) -> None:
     """One line for the first option ``flag`` cannot honour (set away from its default)."""
     for action in ap._actions:
@@ -189,8 +193,17 @@ def _main(argv: list[str] | None = None) -> int:
         ap.error("--samples and --batches must be >= 1, --num-workers >= 0")
     if args.deadline is not None and args.deadline <= 0:
         ap.error("--deadline must be > 0 seconds")
+    if args.report is not None:
+        from .share import SUFFIXES
+
+        if args.report.suffix.lower() not in SUFFIXES or not args.report.parent.is_dir():
+            ap.error(f"--report {args.report}: name a .md or .html file in an existing folder")
     if args.script is not None:
         refuse_options(ap, args, "--script")
+        if not args.diagnose:
+            for flag, dest in DIAGNOSIS_ONLY:
+                if getattr(args, dest) != ap.get_default(dest):
+                    ap.error(f"{flag} needs the full diagnosis of your script's loader: add --diagnose")
         return _script(args, script_args)
     if script_args:
         ap.error("arguments after -- are your script's: give --script train.py")
