@@ -28,7 +28,18 @@ install: $(STAMP) ## create .venv and install feedlab with its dev and fast-path
 data: $(STAMP) ## build the embedded data sets for PROFILE (default quick) and pack every format
 	$(PY) -m feedlab.run --data-only --profile $(PROFILE)
 
-figures: $(STAMP) ## prepare data and run every notebook (PROFILE=quick|full|smoke), writing figures/ and the README's figure section
+# notebook 13's peers: the `peers` extra in .venv, then a venv of its own for each peer whose pins conflict or
+# that builds against system libraries (MosaicML streaming, FFCV, SPDL; apt where we are root, else one line
+# naming the packages). Cached: a second run rebuilds nothing. A peer that fails stays in notebook 13 as
+# unavailable with the failing step.
+peers: $(STAMP) ## install notebook 13's peer loaders (the extra, and .venv-mosaic, .venv-ffcv, .venv-spdl)
+	grep -E '^(torch|torchvision|numpy)==' constraints.txt > $(VENV)/core-constraints.txt
+	timeout 900 $(PY) -m pip install -q -c $(VENV)/core-constraints.txt -e '.[peers]' 2>&1 | tail -3 \
+	  || echo "peers: the [peers] extra did not install; notebook 13 reports those peers unavailable"
+	timeout 2400 $(PY) -m feedlab.peers.venvs build || echo "peers: the peer venvs ran past 40 min"
+	@$(PY) -m feedlab.peers.venvs status
+
+figures: $(STAMP) peers ## prepare data and run every notebook (PROFILE=quick|full|smoke), writing figures/ and the README's figure section
 	$(PY) -m feedlab.run --profile $(PROFILE)
 	@if [ "$(PROFILE)" != smoke ]; then $(PY) -m feedlab.readme; fi
 
@@ -58,4 +69,4 @@ doctor: data ## build the embedded data if missing, then ask the bottleneck doct
 clean-data: ## remove data/ (built sets; rebuilt on demand)
 	rm -rf data
 
-.PHONY: help install data figures test lab doctor clean-data pillow-simd lock
+.PHONY: help install peers data figures test lab doctor clean-data pillow-simd lock

@@ -59,6 +59,29 @@ def _sr_complete(root: Path, man: dict) -> bool:
     return (root / "hr" / last).is_file() and (root / "lr" / last).is_file()
 
 
+#: who built a set (manifest ``built_by``): ensure_* rebuild only what they built themselves
+EMBEDDED = "ensure"
+
+
+def _ours_to_rebuild(man: dict) -> bool:
+    """A set ensure_* may rebuild: none there, one they built, or (sets from before the
+    ``built_by`` field) one of the bundled photos. A set a user built is never rebuilt over."""
+    if not man:
+        return True
+    if "built_by" in man:
+        return man["built_by"] == EMBEDDED
+    return man.get("source") == "builtin"
+
+
+def _refuse_users_set(root: Path, man: dict, want: dict) -> None:
+    theirs = ", ".join(f"{k} {man.get(k)!r}" for k in ("source", "count", "patch", "classes_requested", "per_class")
+                       if k in want and man.get(k) != want[k])
+    raise DataPrepError(f"{root} holds a {man.get('kind', '?')} set someone built ({theirs or 'incomplete'}), not the "
+                        f"embedded set this run needs: it is not rebuilt over; move it away (mv {root} "
+                        f"{root}-mine) and measure it with -p data_root {root}-mine, or delete it to let feedlab "
+                        "rebuild the embedded set")
+
+
 def ensure_sr(root: str | os.PathLike | None = None, patch: int = 64, scale: int = 2, count: int = 4096,
               formats: str | Iterable[str] | None = "all", seed: int = 0, *, source=None, flip: bool = False,
               log: Callable[[str], None] | None = print) -> Path:
@@ -77,6 +100,8 @@ def ensure_sr(root: str | os.PathLike | None = None, patch: int = 64, scale: int
         man = read_manifest(root)
         rebuild = any(man.get(k) != v for k, v in want.items()) or not _sr_complete(root, man)
         if rebuild:
+            if not _ours_to_rebuild(man):
+                _refuse_users_set(root, man, want)
             return True, wanted
         from feedlab.formats import FORMATS
         from feedlab.formats._common import CHECKSUMS
@@ -95,7 +120,7 @@ def ensure_sr(root: str | os.PathLike | None = None, patch: int = 64, scale: int
     with _build_lock(root):
         rebuild, missing = todo()  # another process may have built it meanwhile
         if rebuild:
-            build_sr(root, patch, scale, count, source=source, seed=seed, flip=flip, log=log)
+            build_sr(root, patch, scale, count, source=source, seed=seed, flip=flip, log=log, built_by=EMBEDDED)
         if missing:
             pack(root, [f for f in missing if f != "checksums"], log=log)
     return root
@@ -113,12 +138,15 @@ def ensure_cls(root: str | os.PathLike | None = None, classes: int | None = 4, p
         man = read_manifest(root)
         complete = bool(man.get("classes")) and all(
             (root / c / f"{per_class - 1:06d}.jpg").is_file() for c in man.get("classes", []))
-        return any(man.get(k) != v for k, v in want.items()) or not complete
+        need = any(man.get(k) != v for k, v in want.items()) or not complete
+        if need and not _ours_to_rebuild(man):
+            _refuse_users_set(root, man, want)
+        return need
 
     if not needed():
         return root  # complete: no lock taken
     with _build_lock(root):
         if needed():
             build_cls(root, classes, per_class, min_size=min_size, max_size=max_size, seed=seed,
-                      source=source, quality=quality, log=log)
+                      source=source, quality=quality, log=log, built_by=EMBEDDED)
     return root

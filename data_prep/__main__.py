@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     vf = sub.add_parser("verify", help="check every packed sample bit-exact against the PNGs")
     vf.add_argument("root")
     vf.add_argument("--formats", default=None, help="comma list (default: every packed format)")
+    vf.add_argument("--timeout", type=float, default=None, metavar="S",
+                    help="give up when one sample takes S seconds (default 120; 0: wait for ever)")
     return p
 
 
@@ -105,11 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "pack":
             pack(args.root, args.to, chunk_len=args.chunk_len, engine=args.engine)
         elif args.cmd == "verify":
-            verify(args.root, args.formats)
+            kw = {} if args.timeout is None else {"stall_s": args.timeout}
+            verify(args.root, args.formats, **kw)
     except DataPrepError as exc:
         print(f"data_prep {args.cmd}: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except (OSError, FormatError, json.JSONDecodeError) as exc:
+    except (OSError, FormatError, json.JSONDecodeError, ValueError) as exc:
         print(f"data_prep {args.cmd}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except _Terminated:

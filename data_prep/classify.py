@@ -87,7 +87,7 @@ def render(photo: np.ndarray, rng: np.random.Generator, min_size: int, max_size:
 
 def build_cls(out, classes: int | None = 4, per_class: int = 128, *, min_size: int = 160, max_size: int = 512,
               seed: int = 0, source=None, quality: int = 90, skip_bad: bool = False, force: bool = False,
-              log: Callable[[str], None] = print) -> Path:
+              log: Callable[[str], None] = print, built_by: str = "data_prep classify") -> Path:
     """Build the ImageFolder at ``out`` atomically (``out.tmp-<pid>-XXXXXX``, then put in
     place). ``out`` must be missing, empty or a classification set, unless ``force``."""
     if per_class < 1:
@@ -124,6 +124,7 @@ def build_cls(out, classes: int | None = 4, per_class: int = 128, *, min_size: i
     try:
         tmp.mkdir()
         for cname, photos in loaded.items():
+            lazy = [ph for ph in photos if not ph.resident]  # decoded for this class only
             (tmp / cname).mkdir(parents=True)
             for j in track(range(per_class), per_class, f"build {out.name}/{cname}", unit="image"):
                 ph = photos[int(rng.integers(0, len(photos)))]
@@ -131,9 +132,12 @@ def build_cls(out, classes: int | None = 4, per_class: int = 128, *, min_size: i
                 digest.update(data)
                 total_bytes += len(data)
                 (tmp / cname / f"{j:06d}.jpg").write_bytes(data)
+            for ph in lazy:
+                ph.release()
         manifest = {
             **cls_params(classes, per_class, min_size, max_size, seed, source, quality),
             "version": 1,
+            "built_by": built_by,
             "classes": list(loaded),
             "count": per_class * len(loaded),
             "content_sha256": digest.hexdigest(),

@@ -1,8 +1,9 @@
 """Errors data_prep reports as a message and a non-zero exit (never a traceback)."""
 
 
-class DataPrepError(Exception):
-    """Bad input or arguments: exit status 2."""
+class DataPrepError(ValueError):
+    """Bad input or arguments: exit status 2 (a ``ValueError``, so every command line's
+    ``cli_errors`` reports it on one line too)."""
 
     exit_code = 2
 

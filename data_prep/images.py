@@ -39,11 +39,33 @@ BUILTIN_PHOTOS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-@dataclass
+#: decoded source photos kept in memory at once, at most (larger sources are decoded again
+#: when used, one at a time: a folder of 8000² photos never sits decoded in RAM all together)
+KEEP_DECODED_BYTES = 512 << 20
+
+
 class Photo:
-    name: str
-    path: Path
-    rgb: np.ndarray  # (H, W, 3) uint8
+    """A source photo: its name, path and shape; ``rgb`` (H, W, 3) uint8, decoded on use
+    and kept until :meth:`release` (a photo decoded by :func:`load_photos` within the
+    ``keep_bytes`` budget stays resident)."""
+
+    def __init__(self, name: str, path: Path, rgb: np.ndarray | None = None, shape=None):
+        self.name, self.path = name, Path(path)
+        self._rgb = rgb
+        self.shape = tuple(rgb.shape) if rgb is not None else tuple(shape)
+
+    @property
+    def rgb(self) -> np.ndarray:
+        if self._rgb is None:
+            self._rgb = load_rgb8(self.path)[0]
+        return self._rgb
+
+    @property
+    def resident(self) -> bool:
+        return self._rgb is not None
+
+    def release(self) -> None:
+        self._rgb = None
 
 
 @dataclass
@@ -138,8 +160,10 @@ def to_rgb8(im: Image.Image) -> np.ndarray:
 def load_rgb8(path: str | os.PathLike) -> tuple[np.ndarray, str]:
     """Decode an image file fully; returns ``(rgb, source_mode)``. Raises
     ``DataPrepError`` naming the file if it cannot be read."""
+    from feedlab.formats._io import open_regular
+
     try:
-        with Image.open(path) as im:
+        with open_regular(path) as fh, Image.open(fh) as im:
             im.load()
             mode = im.mode
             return to_rgb8(im), mode
@@ -150,10 +174,14 @@ def load_rgb8(path: str | os.PathLike) -> tuple[np.ndarray, str]:
 
 
 def load_photos(named_paths: list[tuple[str, Path]], *, min_side: int, skip_bad: bool,
-                log: Callable[[str], None] = print) -> tuple[list[Photo], LoadReport]:
-    """Load every source photo; unreadable ones raise (or are skipped and counted
-    with ``skip_bad``), ones smaller than ``min_side`` on a side are skipped and counted."""
+                log: Callable[[str], None] = print,
+                keep_bytes: int = KEEP_DECODED_BYTES) -> tuple[list[Photo], LoadReport]:
+    """Check every source photo by decoding it (one at a time); unreadable ones raise (or are
+    skipped and counted with ``skip_bad``), ones smaller than ``min_side`` on a side are
+    skipped and counted. Photos stay decoded while their total is within ``keep_bytes``;
+    the rest are decoded again when used (``Photo.rgb``)."""
     photos: list[Photo] = []
+    kept = 0
     report = LoadReport()
     errors: list[str] = []
     for name, path in track(named_paths, len(named_paths), "load photos", unit="photo"):
@@ -168,7 +196,12 @@ def load_photos(named_paths: list[tuple[str, Path]], *, min_side: int, skip_bad:
             continue
         if mode != "RGB":
             report.converted[mode] = report.converted.get(mode, 0) + 1
-        photos.append(Photo(name, Path(path), rgb))
+        if kept + rgb.nbytes <= keep_bytes:
+            kept += rgb.nbytes
+            photos.append(Photo(name, Path(path), rgb))
+        else:
+            photos.append(Photo(name, Path(path), shape=rgb.shape))
+        del rgb
     if errors and not skip_bad:  # every bad file in one run, not one per run
         raise DataPrepError(f"{len(errors)} unreadable image(s): " + "; ".join(errors)
                             + " (fix or remove them, or use --skip-bad to skip them)")

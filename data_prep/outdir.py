@@ -18,27 +18,38 @@ from feedlab.formats._common import MANIFEST, _remove, read_manifest, replace_pa
 from .errors import DataPrepError
 
 
+def format_entries(fmt: str) -> set[str]:
+    """The top-level names under a set's root that format ``fmt`` writes (``npy``, ``sr.h5``)."""
+    from feedlab.formats import FORMATS
+
+    return {p.strip().strip("/").split("/")[0] for p in FORMATS[fmt].path.split("+") if p.strip()}
+
+
 def _set_entries(kind: str, man: dict) -> set[str]:
-    """Names a data_prep set of ``kind`` with manifest ``man`` wrote under its root."""
+    """Names a data_prep set of ``kind`` with manifest ``man`` wrote under its root: only what
+    the manifest records (its formats, its classes), each a plain name (``read_manifest``
+    checked them), never a format folder it does not record."""
     names = {MANIFEST}
     if kind == "sr":
         from feedlab.formats import FORMATS
         from feedlab.formats._common import CHECKSUMS
 
         names |= {"hr", "lr", CHECKSUMS}
-        for spec in FORMATS.values():
-            if spec.kind == "sr":
-                names |= {p.strip().rstrip("/") for p in spec.path.split("+")}
+        for fmt in man.get("formats") or {}:
+            if fmt in FORMATS and FORMATS[fmt].kind == "sr":
+                names |= format_entries(fmt)
     else:
         names |= set(man.get("classes") or [])
     return names
 
 
 def _manifest_kind(out: Path) -> str | None:
+    """The kind of set ``out`` holds (None: no manifest). A manifest that is damaged or names
+    anything outside the set is refused here, before any work: nothing is touched."""
     try:
         return read_manifest(out).get("kind")
-    except FormatError:
-        return None
+    except FormatError as exc:
+        raise DataPrepError(f"--out {out}: {exc}") from None
 
 
 def check_out(out: str | os.PathLike, kind: str, force: bool = False) -> str:
@@ -53,7 +64,7 @@ def check_out(out: str | os.PathLike, kind: str, force: bool = False) -> str:
     found = _manifest_kind(out)
     if found == kind:
         return "replace"
-    what = f"a data_prep {found!r} set" if found else "not a data_prep set (no valid manifest.json)"
+    what = f"a data_prep {found!r} set" if found else "not a data_prep set (no manifest.json)"
     if not force:
         raise DataPrepError(f"--out {out} is {what}; refusing to replace a folder data_prep did not "
                             f"write: give a new or empty folder, or --force to add the {kind} set "

@@ -152,6 +152,7 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
     ref = _Reference(root, man, engine)
     if not (root / CHECKSUMS).is_file():  # a set built before checksums: add them
         man = add_checksums(root, ref, log=log)
+    _refuse_foreign(root, fmts, man)
     for fmt in fmts:
         spec = F.get_format(fmt)
         opts = _opts_for(spec.writer, writer_opts)
@@ -172,6 +173,23 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
         write_json_atomic(root / MANIFEST, man)
         log(f"packed {fmt:9s} {size / 2**20:8.1f} MiB in {dt:6.2f} s")
     return man
+
+
+def _refuse_foreign(root: Path, fmts: list[str], man: dict) -> None:
+    """A format is written over only what the manifest records as that format: a folder or
+    file of the same name that the set did not write (the user's own ``npy/``) is refused."""
+    from .outdir import format_entries
+
+    recorded = man.get("formats") or {}
+    for fmt in fmts:
+        if fmt in recorded:
+            continue
+        for name in sorted(format_entries(fmt)):
+            p = root / name
+            if p.exists() or p.is_symlink():
+                raise DataPrepError(f"{p} already exists and the set's manifest does not record it as {fmt}: "
+                                    f"data_prep did not write it and will not replace it; move it away, "
+                                    f"or pack into a set of its own")
 
 
 def add_checksums(root, ref: "_Reference | None" = None, *, log: Callable[[str], None] = print) -> dict:
@@ -196,13 +214,20 @@ def add_checksums(root, ref: "_Reference | None" = None, *, log: Callable[[str],
     return man
 
 
+#: seconds one sample may take in ``verify`` before it gives up naming it (``--timeout``)
+VERIFY_STALL_S = 120.0
+
+
 def verify(root, formats: str | Iterable[str] | None = None, *, log: Callable[[str], None] = print,
-           max_report: int = 5) -> dict[str, int]:
+           max_report: int = 5, stall_s: float | None = VERIFY_STALL_S) -> dict[str, int]:
     """Re-read every sample of each packed format and compare it bit-exact to the PNGs.
 
     ``formats=None`` checks every format the manifest records. Raises
     ``VerifyError`` naming each failing format and the first failing indices.
+    A sample that takes longer than ``stall_s`` seconds raises ``DeadlineError`` naming it.
     Returns ``{format: samples checked}``."""
+    from feedlab.errors import DeadlineError, deadline
+
     root = Path(root)
     man = sr_manifest(root)
     fmts = parse_formats(formats) if formats is not None else [f for f in man.get("formats", {}) if f in F.PACKABLE]
@@ -220,19 +245,25 @@ def verify(root, formats: str | Iterable[str] | None = None, *, log: Callable[[s
             continue
         bad: list[str] = []
         nbad = 0
-        for i in track(range(len(ref)), len(ref), f"verify {fmt}"):
-            want_lr, want_hr = ref[i]
-            try:
-                lr, hr = ds[i]
-                ok = (lr.dtype == np.uint8 and hr.dtype == np.uint8 and np.array_equal(lr, want_lr)
-                      and np.array_equal(hr, want_hr))
-                why = "differs from the PNG"
-            except Exception as exc:  # a corrupt value may fail to decode at all
-                ok, why = False, f"unreadable ({type(exc).__name__}: {exc})"
-            if not ok:
-                nbad += 1
-                if len(bad) < max_report:
-                    bad.append(f"index {i} {why}")
+        where = [f"verify {fmt} under {root}"]
+        with deadline(stall_s, lambda: where[0], "a file that never answers? check it, or --timeout 0") as d:
+            for i in track(range(len(ref)), len(ref), f"verify {fmt}"):
+                where[0] = f"verify {fmt}: sample {i} under {root}"
+                d.reset()
+                want_lr, want_hr = ref[i]
+                try:
+                    lr, hr = ds[i]
+                    ok = (lr.dtype == np.uint8 and hr.dtype == np.uint8 and np.array_equal(lr, want_lr)
+                          and np.array_equal(hr, want_hr))
+                    why = "differs from the PNG"
+                except DeadlineError:
+                    raise
+                except Exception as exc:  # a corrupt value may fail to decode at all
+                    ok, why = False, f"unreadable ({type(exc).__name__}: {exc})"
+                if not ok:
+                    nbad += 1
+                    if len(bad) < max_report:
+                        bad.append(f"index {i} {why}")
         close = getattr(ds, "close", None)
         if close:
             close()

@@ -78,7 +78,7 @@ def make_pair(photo: np.ndarray, y: int, x: int, patch: int, scale: int, flip: b
 
 def build_sr(out, patch: int = 64, scale: int = 2, count: int = 4096, *, source=None, seed: int = 0,
              flip: bool = False, skip_bad: bool = False, force: bool = False,
-             log: Callable[[str], None] = print) -> Path:
+             log: Callable[[str], None] = print, built_by: str = "data_prep sr") -> Path:
     """Build an SR set at ``out``, atomically: everything is written into
     ``out.tmp-<pid>-XXXXXX`` (manifest last) and then put at ``out``. ``out`` must be
     missing, empty or an SR set (replaced); any other folder is refused unless
@@ -105,28 +105,46 @@ def build_sr(out, patch: int = 64, scale: int = 2, count: int = 4096, *, source=
     digest = hashlib.sha256()
     used = np.zeros(len(photos), np.int64)
     crc = np.zeros((count, 2), np.uint32)
+    # every photo resident: samples in index order, hashed as they go; otherwise photo by
+    # photo (each decoded once, then released) and the content hash read back in index order
+    resident = all(ph.resident for ph in photos)
+    order = np.arange(count) if resident else np.argsort(which, kind="stable")
     try:
         (tmp / "hr").mkdir(parents=True)
         (tmp / "lr").mkdir()
-        for i in track(range(count), count, f"build {out.name}", unit="pair"):
+        current = None
+        for i in track(order.tolist(), count, f"build {out.name}", unit="pair"):
             ph = photos[which[i]]
-            h, w = ph.rgb.shape[:2]
+            if not resident and current is not ph:
+                if current is not None:
+                    current.release()
+                current = ph
+            h, w = ph.shape[:2]
             y = int(fy[i] * (h - patch + 1))
             x = int(fx[i] * (w - patch + 1))
             lr, hr = make_pair(ph.rgb, y, x, patch, scale, bool(flips[i]))
-            digest.update(lr.tobytes())
-            digest.update(hr.tobytes())
+            if resident:
+                digest.update(lr.tobytes())
+                digest.update(hr.tobytes())
             crc[i, 0] = checksum_rows(lr[None])[0]
             crc[i, 1] = checksum_rows(hr[None])[0]
             name = png_fmt.sample_name(i)
             (tmp / "hr" / name).write_bytes(png_fmt.encode_png(hr))
             (tmp / "lr" / name).write_bytes(png_fmt.encode_png(lr))
             used[which[i]] += 1
+        if current is not None:
+            current.release()
+        if not resident:
+            for i in range(count):
+                name = png_fmt.sample_name(i)
+                digest.update(png_fmt.read_png_rgb(tmp / "lr" / name).tobytes())
+                digest.update(png_fmt.read_png_rgb(tmp / "hr" / name).tobytes())
         small = patch // scale
         np.save(tmp / CHECKSUMS, crc, allow_pickle=False)
         manifest = {
             **sr_params(patch, scale, count, seed, source, flip),
             "version": MANIFEST_VERSION,
+            "built_by": built_by,
             "hr_shape": [patch, patch, 3],
             "lr_shape": [small, small, 3],
             "dtype": "uint8",

@@ -19,9 +19,30 @@ import numpy as np
 
 from feedlab import pipeline as P
 
+#: seconds without a batch before bench gives up (``--timeout``; 0: wait for ever)
+STALL_S = 300.0
+
 
 def bench(data: Path, spec: P.PipelineSpec, epochs: int = 3, warmup: int = 1, max_batches: int | None = None,
-          trace: Path | None = None, verify: bool = True) -> dict:
+          trace: Path | None = None, verify: bool = True, stall_s: float | None = STALL_S) -> dict:
+    """Time ``spec`` over ``data``; a stall of ``stall_s`` seconds without a batch (a sample
+    that never arrives) raises ``DeadlineError`` naming the data set and the batch."""
+    from feedlab.errors import deadline
+
+    seen = [0]
+
+    def what() -> str:
+        return f"bench {spec.format} under {data}: batch {seen[0]} did not arrive"
+
+    with deadline(stall_s, what, "a sample that hangs? python -m data_prep verify DATA; --timeout 0 waits") as d:
+        def tick(_i, _batch):
+            seen[0] += 1
+            d.reset()
+
+        return _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d)
+
+
+def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> dict:
     import torch
 
     from feedlab.monitor import CpuMonitor
@@ -40,12 +61,13 @@ def bench(data: Path, spec: P.PipelineSpec, epochs: int = 3, warmup: int = 1, ma
     getattr(dataset, "dataset", dataset).verify = bool(verify)   # per-sample checksums (on by default)
     loader = P.make_loader(dataset, spec)
     model, _loss, optimizer = P.make_training(spec.model, device)
+    d.reset()
     for _ in range(warmup):
-        run_epoch(loader, model, device, optimizer, max_batches=max_batches)
+        run_epoch(loader, model, device, optimizer, max_batches=max_batches, on_batch=tick)
     runs, cpu_sat = [], []
     for _ in range(epochs):
         with CpuMonitor() as cpu:
-            runs.append(run_epoch(loader, model, device, optimizer, max_batches=max_batches))
+            runs.append(run_epoch(loader, model, device, optimizer, max_batches=max_batches, on_batch=tick))
         cpu_sat.append(cpu.summary()["cpu_saturation"])
     rates = np.array([r.samples_per_s for r in runs])
     q25, med, q75 = np.percentile(rates, [25, 50, 75])
@@ -68,6 +90,7 @@ def bench(data: Path, spec: P.PipelineSpec, epochs: int = 3, warmup: int = 1, ma
     if trace is not None:
         from feedlab.trace import trace_run
 
+        d.reset()
         trace_run(dataset, out, Path(trace), batch_size=spec.batch_size, workers=spec.num_workers,
                   collate=P.make_collate(spec.collate), max_batches=max_batches or 20)
     return out
@@ -98,6 +121,8 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-verify", action="store_true", help="skip the per-sample checksum check on read "
                     "(on by default; see the checksum cost in notes)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--timeout", type=float, default=STALL_S, metavar="S",
+                    help=f"give up when no batch arrives for S seconds (default {STALL_S:g}; 0: wait for ever)")
     ap.add_argument("--ranks", type=int, default=None, help="launch R ranks with torch.distributed.run, each "
                     "with its own loader and share of the cores (feedlab.ranks)")
     from feedlab.peers.cli import add_arguments as add_peer_arguments
@@ -110,6 +135,8 @@ def _main(argv: list[str] | None = None) -> int:
         ap.error("; ".join(why) or "--epochs must be >= 1")
     if args.ranks is not None and args.ranks < 1:
         ap.error("--ranks must be >= 1")
+    if args.timeout < 0:
+        ap.error("--timeout must be >= 0 (0: wait for ever)")
     if (args.max_batches is not None and args.max_batches < 1) or args.warmup < 0:
         ap.error("--max-batches must be >= 1 (or left out), --warmup >= 0")
     if args.peer:
@@ -127,7 +154,8 @@ def _main(argv: list[str] | None = None) -> int:
         out = launch(args.ranks, args.data, spec, args.epochs, args.warmup, max_batches=args.max_batches)
         print(strict_json(out) if args.json else render(out))
         return 0
-    out = bench(args.data, spec, args.epochs, args.warmup, args.max_batches, args.trace, verify=not args.no_verify)
+    out = bench(args.data, spec, args.epochs, args.warmup, args.max_batches, args.trace, verify=not args.no_verify,
+                stall_s=args.timeout)
     if args.json:
         print(strict_json(out))
         return 0

@@ -335,14 +335,26 @@ def _ours(figures_dir: Path) -> set[Path]:
     return {p for nb in {v.notebook for v in VIEWS} for p in (Path(figures_dir) / nb).glob(f"{PREFIX}*.json")}
 
 
-def write_all(figures_dir: Path = FIGURES_DIR, log=print) -> list[Path]:
+def _current(path: Path, record: dict) -> bool:
+    """The figure is drawn from exactly ``record`` already (its JSON matches, PNG and SVG exist)."""
+    try:
+        same = json.loads(path.read_text()) == json.loads(json.dumps(record))
+    except (OSError, ValueError):
+        return False
+    return same and all(path.with_suffix(ext).is_file() for ext in (".png", ".svg"))
+
+
+def write_all(figures_dir: Path = FIGURES_DIR, log=print, redraw: bool = False) -> list[Path]:
     """Draw every view that two or more committed machines measured; remove the comparison
-    files (ours, ``machines_*``) of views that no longer have two machines."""
+    files (ours, ``machines_*``) of views that no longer have two machines. A figure whose
+    record is unchanged is left as it is (byte for byte) unless ``redraw``."""
     expected = _expected(figures_dir)
     by_path = {Path(figures_dir) / v.notebook / f"{PREFIX}{v.name}.json": v for v in VIEWS}
     written = []
     for path, record in expected.items():
         view = by_path[path]
+        if not redraw and _current(path, record):
+            continue
         written += draw(view, record["machines"], path.parent)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
@@ -385,13 +397,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedlab.compare", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="only say which comparison figures are stale")
+    ap.add_argument("--redraw", action="store_true", help="redraw every figure, even those whose data is unchanged")
     args = ap.parse_args(argv)
     with cli_errors("python -m feedlab.compare"):
         if args.check:
             found = problems()
             print("\n".join(found) or "comparison figures are current")
             return 1 if found else 0
-        write_all()
+        write_all(redraw=args.redraw)
     return 0
 
 

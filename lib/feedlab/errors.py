@@ -10,15 +10,20 @@
   values) become ``prog: error: <one line>`` and exit status 2 instead of a
   traceback. Programming errors still raise.
 * :func:`strict_json` — JSON without ``NaN``/``Infinity`` (they become ``null``).
+* :func:`deadline` — a wait with a limit: :class:`DeadlineError` (a ``TimeoutError``, so
+  :func:`cli_errors` prints it on one line) naming what was being waited for; re-armed by
+  ``reset()`` on progress, so it bounds a stall rather than a whole run.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import signal
 import sys
+import threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 class FormatError(RuntimeError):
@@ -91,6 +96,57 @@ def cli_errors(prog: str, hint: str = "") -> Iterator[None]:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+class DeadlineError(TimeoutError):
+    """A wait ran past its deadline (the message names what was waited for and the limit)."""
+
+
+class Deadline:
+    """What :func:`deadline` yields: ``reset(what=None)`` re-arms it (progress was made),
+    ``what`` updates the description the error will carry."""
+
+    def __init__(self, seconds: float | None, what: str | Callable[[], str]):
+        self.seconds = seconds
+        self.what = what
+        self.armed = False
+
+    def describe(self) -> str:
+        return self.what() if callable(self.what) else str(self.what)
+
+    def reset(self, what: str | Callable[[], str] | None = None) -> None:
+        if what is not None:
+            self.what = what
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, float(self.seconds))
+
+
+@contextmanager
+def deadline(seconds: float | None, what: str | Callable[[], str], hint: str = "") -> Iterator[Deadline]:
+    """Raise :class:`DeadlineError` in this (main) thread when ``seconds`` pass without a
+    ``reset()``: ``"<what>: no progress in N s (<hint>)"``. ``None`` or ``0``: no limit.
+    Off the main thread (where no signal can be delivered) it is a no-op, said by ``armed``."""
+    d = Deadline(seconds, what)
+    usable = bool(seconds) and seconds > 0 and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield d
+        return
+
+    def on_alarm(_signum, _frame):
+        d.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        tail = f" ({hint})" if hint else ""
+        raise DeadlineError(f"{d.describe()}: no progress in {seconds:g} s{tail}")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    d.armed = True
+    signal.setitimer(signal.ITIMER_REAL, float(seconds))
+    try:
+        yield d
+    finally:
+        d.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _finite(obj: Any) -> Any:

@@ -66,18 +66,53 @@ def _disk(path: Path) -> dict:
     return info
 
 
-def _git() -> dict:
+SOURCE_PATHSPEC = ("--", ".", ":(exclude)figures")  # the run's own outputs are not its code
+
+
+def tree_hash(root: Path | str = REPO_ROOT, commit: str | None = None) -> str | None:
+    """16 hex digits naming the code in the working tree, dirty or not: the sha256 of the
+    commit, the tracked changes against it (``git diff HEAD --binary``) and every untracked,
+    not ignored file (name and content). Clean tree: a function of the commit alone; the same
+    edits on the same commit: the same hash. ``figures/`` (the run's outputs) is left out.
+    None outside a git work tree."""
+    import hashlib
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, timeout=30, check=True).stdout
+
+    try:
+        commit = commit or git("rev-parse", "HEAD").decode().strip()
+        diff = git("diff", "HEAD", "--binary", *SOURCE_PATHSPEC)
+        untracked = git("ls-files", "-z", "--others", "--exclude-standard", *SOURCE_PATHSPEC).split(b"\0")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    h = hashlib.sha256(commit.encode() + b"\0" + diff)
+    for name in sorted(n for n in untracked if n):
+        h.update(b"\0untracked\0" + name + b"\0")
+        try:
+            h.update(hashlib.sha256((Path(root) / name.decode(errors="surrogateescape")).read_bytes()).digest())
+        except OSError:
+            h.update(b"unreadable")
+    return h.hexdigest()[:16]
+
+
+def git_state(root: Path | str = REPO_ROOT) -> dict:
+    """``{"commit", "dirty", "tree"}`` of the work tree at ``root`` (Nones outside git)."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,
+        return subprocess.run(["git", *args], cwd=root, capture_output=True,
                               text=True, timeout=10).stdout.strip()
     try:
         commit = git("rev-parse", "HEAD")
         # the run's own outputs (figures/) are tracked: their rewriting is not a dirty source tree;
         # an untracked source file (not ignored) is: the code that ran is not the commit's
-        dirty = bool(git("status", "--porcelain", "--untracked-files=all", "--", ".", ":(exclude)figures"))
-        return {"commit": commit or None, "dirty": dirty}
+        dirty = bool(git("status", "--porcelain", "--untracked-files=all", *SOURCE_PATHSPEC))
+        return {"commit": commit or None, "dirty": dirty, "tree": tree_hash(root, commit) if commit else None}
     except Exception:
-        return {"commit": None, "dirty": None}
+        return {"commit": None, "dirty": None, "tree": None}
+
+
+def _git() -> dict:
+    return git_state(REPO_ROOT)
 
 
 def _versions() -> dict:
@@ -173,13 +208,16 @@ def busy_flag(fp: dict) -> str:
 
 
 def fingerprint_line(fp: dict | None = None) -> str:
-    """One line for a figure footer: CPU, cores, memory, GPU, software, commit, date."""
+    """One line for a figure footer: CPU, cores, memory, GPU, software, commit (with
+    ``+dirty:<tree>`` when the working tree differed from it), date."""
     fp = fp or machine_fingerprint()
     mem = fp.get("memory_bytes")
     mem_s = f"{mem / 2**30:.0f} GiB" if mem else "? GiB"
     gpu = ", ".join(g["name"] for g in fp.get("gpus", [])) or "no GPU"
-    commit = (fp.get("git") or {}).get("commit") or "no-git"
-    dirty = "+dirty" if (fp.get("git") or {}).get("dirty") else ""
+    g = fp.get("git") or {}
+    commit = g.get("commit") or "no-git"
+    # +dirty names the working tree's code by its tree hash (fingerprint.tree_hash)
+    dirty = (f"+dirty:{g['tree'][:8]}" if g.get("tree") else "+dirty") if g.get("dirty") else ""
     return (f"{fp.get('cpu_model', '?')} · {fp.get('cpu_usable', '?')} cores · {mem_s} · {gpu} · "
             f"py {fp.get('python')} · torch {fp.get('torch')} · {commit[:8]}{dirty} · "
             f"{fp.get('time_utc', '')[:16]}Z{busy_flag(fp)}")

@@ -49,6 +49,18 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def worker_cap(cores: int | None = None) -> int:
+    """The most DataLoader workers feedlab starts: 4 per usable core, at least 16
+    (``$FEEDLAB_MAX_WORKERS`` sets another cap). More only thrash memory and the scheduler."""
+    raw = os.environ.get("FEEDLAB_MAX_WORKERS", "").strip()
+    if raw:
+        try:
+            return max(1, int(raw))
+        except ValueError:
+            raise ValueError(f"FEEDLAB_MAX_WORKERS={raw!r}: must be a whole number") from None
+    return max(16, 4 * (cores if cores is not None else usable_cores()))
+
+
 def gpu_short_name(name: str) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'h100'; 'NVIDIA GeForce RTX 4090' -> 'rtx4090'."""
     words = [w for w in re.split(r"[^A-Za-z0-9]+", name) if w and w.lower() not in _DROP]
@@ -167,7 +179,8 @@ def machine_dirs(notebook: str, figures_dir: Path | None = None) -> dict[str, Pa
     if not base.is_dir():
         return {}
     found = {p.name: p for p in base.iterdir()
-             if p.is_dir() and ((p / "results.json").exists() or (p / "fingerprint.json").exists())}
+             if p.is_dir() and not re.search(r"\.(tmp|old)-\d+-[0-9a-f]{6}$", p.name)  # a run under way, or killed
+             and ((p / "results.json").exists() or (p / "fingerprint.json").exists())}
     return dict(sorted(found.items(), key=lambda kv: (not kv[0].startswith("cpu"), kv[0])))
 
 

@@ -148,7 +148,8 @@ class Transformed:
 # CPU, where the full SRCNN step takes seconds per batch and leaves no loader
 # question to ask; "auto" is srcnn with CUDA, srcnn_small without.
 MODEL_VARIANTS = {"none": ("none", {}), "srcnn": ("srcnn", {}),
-                  "srcnn_small": ("srcnn", {"n1": 16, "n2": 8}), "resnet": ("resnet", {})}
+                  "srcnn_small": ("srcnn", {"n1": 16, "n2": 8}), "resnet": ("resnet", {}),
+                  "srcnn_wide": ("srcnn", {"n1": 256, "n2": 128})}  # a GPU-bound step (choose_gpu_workload)
 
 
 def default_device():
@@ -278,8 +279,20 @@ class PipelineSpec:
             out.append(f"unknown transform {self.transform!r}")
         if self.batch_size < 1 or self.num_workers < 0:
             out.append("batch_size must be >= 1 and num_workers >= 0")
+        from feedlab.machines import worker_cap
+
+        if self.num_workers > worker_cap():
+            out.append(f"num_workers {self.num_workers} is over the cap of {worker_cap()} (4 per usable core, "
+                       "at least 16; FEEDLAB_MAX_WORKERS sets another)")
         if self.pin_memory and not dev.startswith("cuda"):
             out.append("pin_memory needs CUDA (DataLoader ignores it without a GPU)")
+        if self.decode == "cuda":
+            from feedlab.formats import get_format
+
+            if self.format in FORMATS and get_format(self.format).image_codec != "jpeg":
+                out.append(f"decode=cuda (nvJPEG) decodes JPEG; format {self.format!r} does not hold JPEGs")
+            if not dev.startswith("cuda"):
+                out.append("decode=cuda decodes on the GPU: it needs a CUDA device")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             out.append("prefetch_factor / persistent_workers need num_workers > 0")
         return out
@@ -292,8 +305,11 @@ def open_dataset(root, spec: PipelineSpec, crop: int = 96, seed: int = 0, **opts
     """The dataset ``spec`` reads: its format under ``root``, its decode backend (formats
     holding encoded images), its transform."""
     from feedlab import formats
+    from feedlab.gpu_decode import EncodedView, is_device_decode
 
     fs = formats.get_format(spec.format)
+    if is_device_decode(spec.decode_backend):  # workers read bytes; the batch is decoded on the device
+        return EncodedView(formats.open_dataset(root, spec.format, **opts), crop)
     if fs.image_codec is not None:
         opts.setdefault("decode", spec.decode_backend)
     ds = formats.open_dataset(root, spec.format, **opts)
@@ -318,37 +334,23 @@ def make_loader(dataset, spec: PipelineSpec, seed: int = 0, shuffle: bool = True
         kw["generator"] = torch.Generator().manual_seed(seed)
     kw.update(overrides)
     pin = bool(spec.pin_memory and resolve_device(spec.device).startswith("cuda") and torch.cuda.is_available())
+    if collate_fn is None and hasattr(dataset, "encoded_size"):  # decode on the device: batches of bytes
+        from feedlab.gpu_decode import EncodedCollate
+
+        collate_fn = EncodedCollate(dataset.encoded_size)
     return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.num_workers, pin_memory=pin,
                       collate_fn=collate_fn or make_collate(spec.collate), drop_last=drop_last, **kw)
 
 
-def prefetch_depth(spec: PipelineSpec) -> int:
-    """Batches a DataLoader can have ready before the loop asks: each worker keeps
-    ``prefetch_factor`` in flight (1 with no workers: the first batch itself)."""
-    if spec.num_workers <= 0:
-        return 1
-    return int(spec.num_workers) * int(spec.prefetch_factor or 2)
-
-
-def steady_rate(et, skip: int = 1) -> float | None:
-    """samples/s of a timed epoch (``feedlab.timing.EpochTiming``) once start-up is
-    over: counted after the first ``skip`` batches.
-
-    Worker start-up is paid once per epoch and, against a short timed epoch, swamps the
-    rate; but counting from the *first* batch overstates it, because the batches the
-    workers prefetched while the first was awaited then arrive at no cost. So skip the
-    prefetch depth (:func:`prefetch_depth`). With too few batches for that, the
-    whole-epoch rate (an underestimate, never an overestimate) is returned. None with no batch.
-    """
-    if et.batches < 1:
-        return None
-    if et.batches <= skip + 1:
-        return et.samples_per_s
-    done = float(et.phases_s[:skip].sum())
-    t = et.wall_s - done
-    n = et.samples - int(et.batch_sizes[:skip].sum())
-    return n / t if t > 0 else None
-
+from feedlab.rates import (  # noqa: E402,F401  (the rates of a timed epoch, re-exported)
+    MIN_TIMED_BATCHES,
+    RATE_KINDS,
+    prefetch_depth,
+    rate_of,
+    steady_batches,
+    steady_rate,
+    warmup_batches,
+)
 
 # ---------------------------------------------------------------- command line
 
@@ -392,5 +394,6 @@ def spec_from_args(args: argparse.Namespace, base: PipelineSpec | None = None) -
 __all__ = ["PipelineSpec", "SPEC_FIELDS", "COLLATES", "register_collate", "make_collate", "TRANSFORMS",
            "make_transform", "PairFlip", "CenterCrop", "center_crop_resize", "Transformed", "MODEL_VARIANTS",
            "default_device", "resolve_device", "resolve_model_name", "build_model", "make_training", "train_step",
-           "prefetch_depth", "steady_rate",
+           "prefetch_depth", "steady_rate", "rate_of", "warmup_batches", "steady_batches", "MIN_TIMED_BATCHES",
+           "RATE_KINDS",
            "open_dataset", "make_loader", "add_arguments", "spec_from_args"]

@@ -24,7 +24,10 @@ import yaml
 from feedlab.machines import WORKER_KEYS, expand_workers, usable_cores
 from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir
 
-PROFILES = ("smoke", "quick", "full")
+PROFILES = ("smoke", "quick", "full", "gpu")
+# a profile that starts from another's values: ``gpu`` is ``quick`` sized for a borrowed GPU machine
+# (16 cores, 10 minutes a command): a section's ``gpu`` block overrides its ``quick`` one
+BASE_PROFILE = {"gpu": "quick"}
 
 
 def choose_profile(profile: str | None = "") -> str:
@@ -40,13 +43,16 @@ def load_profiles(path: str | os.PathLike = PROFILES_FILE) -> dict:
 
 
 def profile_values(notebook: str, profile: str, path: str | os.PathLike = PROFILES_FILE) -> dict:
-    """Values for ``notebook`` under ``profile``: defaults first, then the notebook's section."""
+    """Values for ``notebook`` under ``profile``: defaults first, then the notebook's section; a
+    profile with a base (:data:`BASE_PROFILE`) takes the base's block, then its own, in each."""
     table = load_profiles(path)
+    chain = [p for p in (BASE_PROFILE.get(profile), profile) if p]
     values: dict[str, Any] = {}
     for section in ("defaults", notebook):
         block = table.get(section) or {}
         values.update(block.get("all") or {})
-        values.update(block.get(profile) or {})
+        for p in chain:
+            values.update(block.get(p) or {})
     return values
 
 

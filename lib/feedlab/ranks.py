@@ -191,18 +191,101 @@ def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int 
                "-m", "feedlab.ranks", json.dumps(cfg)]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         t = perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        code, text = _run_launcher(cmd, env, Path(tmp), timeout_s)
         launch_s = perf_counter() - t
-        if r.returncode != 0 or not out.is_file():
-            lines = (r.stderr + r.stdout).splitlines()
-            why = [x for x in lines if x.startswith("[rank") and "Error" in x] or lines[-3:]
-            raise ChildProcessError(f"{ranks} ranks via torch.distributed.run failed (exit {r.returncode}): "
-                               + why[0].strip())
+        if code != 0 or not out.is_file():
+            raise ChildProcessError(f"{ranks} ranks via torch.distributed.run failed: {failed_rank(text, code)}")
         rows = json.loads(out.read_text())
     res = summarize_ranks(rows)
     res.update({"ranks": ranks, "backend": "nccl" if device.startswith("cuda") else "gloo",
                 "launch_s": launch_s, "sync": sync, "split": rows[0].get("split", "samples") if rows else split, **{k: v for k, v in spec.as_dict().items()}, "device": device})
     return res
+
+
+def _alive_ranks(tmp: Path) -> list[int]:
+    """The rank processes of this launch still running (each wrote ``rank-<pid>.pid`` in ``tmp``)."""
+    out = []
+    for f in tmp.glob("rank-*.pid"):
+        try:
+            pid = int(f.read_text().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"feedlab.ranks" in fh.read():
+                    out.append(pid)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _stop(proc: subprocess.Popen, tmp: Path, grace_s: float = 10.0) -> None:
+    """Stop the launcher and every rank: SIGTERM to the launcher's process group (it passes it
+    on to its ranks), then SIGKILL to whatever is left of the group and of the ranks."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in _alive_ranks(tmp):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if not _alive_ranks(tmp):
+            return
+    proc.wait()
+
+
+def _run_launcher(cmd: list[str], env: dict, tmp: Path, timeout_s: float) -> tuple[int, str]:
+    """Run the launcher in its own process group (a Ctrl-C reaches only us, and we stop the
+    launcher and its ranks together: no rank outlives it). Returns ``(exit code, output)``."""
+    log = tmp / "launcher.log"
+    with open(log, "w+b") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc, tmp)
+            raise TimeoutError(f"ranks: no result in {timeout_s:g} s: the launcher and its ranks were stopped "
+                               "(a rank stuck on a sample? try `python -m data_prep verify DATA`)") from None
+        except BaseException:  # KeyboardInterrupt, SIGTERM turned into an exception: stop them all
+            _stop(proc, tmp)
+            raise
+        if _alive_ranks(tmp):
+            _stop(proc, tmp)
+        fh.seek(0)
+        text = fh.read().decode("utf-8", "replace")
+    return code, text
+
+
+def failed_rank(text: str, code: int) -> str:
+    """One line naming the rank that failed first and how: the signal that killed it, or its
+    exit status and its last error line (read from torchrun's "Root Cause" report)."""
+    import re
+    import signal
+
+    root = text.split("Root Cause", 1)[1] if "Root Cause" in text else text
+    m = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", root, re.S)
+    errors = [x.strip() for x in text.splitlines() if re.search(r"\w+(Error|Exception):", x)
+              and "ChildFailedError" not in x and "torch.distributed" not in x]
+    if m is None:
+        lines = [x.strip() for x in text.splitlines() if x.strip()]
+        return f"launcher exit {code}: " + (errors[-1] if errors else (lines[-1] if lines else "no output"))
+    rank, status = int(m.group(1)), int(m.group(2))
+    sig = re.search(r"Signal (\d+) \((SIG\w+)\)", root)
+    if status < 0 or sig:
+        num = -status if status < 0 else int(sig.group(1))
+        try:
+            name = signal.Signals(num).name
+        except ValueError:
+            name = f"signal {num}"
+        return f"rank {rank} was killed by {name} (exit {status}); the other ranks were stopped"
+    why = next((e for e in errors if e.startswith("[rank") or "Error" in e), "")
+    return f"rank {rank} exited with status {status}" + (f": {why}" if why else "")
 
 
 def summarize_ranks(rows: list[dict]) -> dict:
@@ -246,5 +329,24 @@ def render(out: dict) -> str:
     return "\n".join(lines)
 
 
+def _die_with_parent(tmp: Path) -> None:
+    """A rank ends when its launcher does (``PR_SET_PDEATHSIG``), and says where it runs."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+    if os.getppid() == 1:  # the launcher is already gone
+        os._exit(1)
+    try:
+        (tmp / f"rank-{os.getpid()}.pid").write_text(str(os.getpid()))
+    except OSError:
+        pass
+
+
 if __name__ == "__main__":
-    _rank_main(json.loads(sys.argv[1]))
+    _cfg = json.loads(sys.argv[1])
+    _die_with_parent(Path(_cfg["out"]).parent)
+    _rank_main(_cfg)

@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from feedlab import compare, gpu_readings
+from feedlab import compare, gpu_readings, targets
 from feedlab.claims import ledger as claims_ledger
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
@@ -66,12 +66,32 @@ def _reading(folder: Path, notebook: str) -> list[str]:
     executed = folder / f"{notebook}.executed.ipynb"
     if not reading and executed.exists():
         reading = reading_from_executed(executed)
+    reading = generated_targets(notebook, folder, reading)
     if len(reading) > MAX_LINES:  # long per-setting listings: the head and the conclusion
         head, tail = MAX_LINES - 6, 5
         cut = len(reading) - head - tail
         rel = executed.relative_to(REPO_ROOT).as_posix()
         reading = reading[:head] + [f"… {cut} more lines in the executed notebook (`{rel}`) …"] + reading[-tail:]
     return reading
+
+
+_VERDICT_LINE = re.compile(r"^\[[^\]]*\] (\d{3}-[\w-]+): ")
+
+
+def generated_targets(notebook: str, folder: Path, reading: list[str]) -> list[str]:
+    """The reading with its target lines generated from the run's results and the targets as
+    they stand (:mod:`feedlab.targets`), never the bound a notebook typed when it ran; and each
+    claim verdict the notebook printed re-judged by the claims as they stand (as docs/CLAIMS.md is)."""
+    from feedlab import claims
+    from feedlab.claims.core import Run
+
+    run = Run(out_dir=folder)
+    out = []
+    for line in targets.rewrite_reading(notebook, reading, run):
+        m = _VERDICT_LINE.match(line)
+        claim = claims.BY_ID.get(m.group(1)) if m else None
+        out.append(claims.format_verdict(claim, claims.judge(claim, run)) if claim else line)
+    return out
 
 
 def _notebook_block(nb_dir: Path, machines: dict[str, Path], fps: dict[str, dict]) -> list[str]:
@@ -168,6 +188,51 @@ def doctor_output(executed) -> str:
     return ""
 
 
+def calibration_lines(payload: dict) -> list[str]:
+    """The doctor's calibration, generated from notebook 10's results: the largest error over the
+    worker counts the doctor ran and over every setting the run measured, each against the target
+    as it stands; and, where the run measured its start setting twice, both numbers."""
+    own, every = targets.doctor_errors(payload)
+    bound = targets.DOCTOR_ERROR
+    lines = []
+    if own:
+        counts = ", ".join(str(e.get("num_workers")) for e in payload.get("end_to_end") or [])
+        parts = [f"largest error {100 * max(own):.0f}% over the {len(own)} worker counts the doctor ran ({counts}): "
+                 f"{targets.verdict(max(own), '<=', bound)} the ±{100 * bound:.0f}% target"]
+        if len(every) > len(own):
+            parts.append(f"{100 * max(every):.0f}% over all {len(every)} settings this run measured (with the "
+                         f"notebook's steps): {targets.verdict(max(every), '<=', bound)} it")
+        lines.append("calibration (generated from this run's results.json): " + "; ".join(parts))
+    steps, e2e = payload.get("steps") or [], payload.get("end_to_end") or []
+    start = next((e for e in e2e if e.get("num_workers") == ((steps[0].get("config") or {}).get("num_workers"))), None) \
+        if steps else None
+    if start and steps[0].get("measured") and start.get("samples_per_s"):
+        lines.append(f"the start setting was measured twice in this run: {start['samples_per_s']:,.0f} samples/s by the "
+                     f"doctor, {steps[0]['measured']:,.0f} by the notebook's step 0")
+    return lines
+
+
+def _with_calibration(text: str, folder: Path) -> str:
+    """The doctor's printed output with its calibration line generated from the run's results."""
+    res = folder / "results.json"
+    try:
+        payload = json.loads(res.read_text()) if res.is_file() else {}
+    except ValueError:
+        payload = {}
+    new = calibration_lines(payload)
+    if not new:
+        return text
+    out, done = [], False
+    for line in text.splitlines():
+        if line.startswith("calibration:"):
+            if not done:
+                out.extend(new)
+            done = True
+            continue
+        out.append(line)
+    return "\n".join(out if done else out + new)
+
+
 def doctor_block(figures_dir: Path = FIGURES_DIR) -> str:
     """The doctor's real output on the embedded set, per committed machine."""
     parts = []
@@ -176,6 +241,7 @@ def doctor_block(figures_dir: Path = FIGURES_DIR) -> str:
         text = doctor_output(executed) if executed.exists() else ""
         if not text:
             continue
+        text = _with_calibration(text, folder)
         fp = folder / "fingerprint.json"
         line = fingerprint_line(json.loads(fp.read_text())) if fp.exists() else key
         parts += [f"**{key}** ({line}), from [the executed notebook]"
@@ -197,8 +263,108 @@ def update_readme(path=REPO_ROOT / "README.md") -> bool:
     new = _replace_between(new, DOCTOR_START, DOCTOR_END, doctor_block())
     new = claims_ledger.update_readme_block(new)  # the verdict counts; docs/CLAIMS.md by write_claims()
     changed = new != text
-    path.write_text(new)
+    if changed:
+        _write_text_atomic(path, new)
     return changed
+
+
+# ---------------------------------------------------------------- the inputs, checked before anything is written
+RESULT_MAX_BYTES = 256 << 20
+
+
+def _load_json(path: Path):
+    from feedlab.formats._io import read_regular
+
+    try:
+        return json.loads(read_regular(path, RESULT_MAX_BYTES).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({str(exc).splitlines()[0][:100]})") from None
+
+
+def _check_fingerprint(path: Path, folder: Path) -> str:
+    from feedlab.machines import gpu_short_name
+
+    fp = _load_json(path)
+    if not isinstance(fp, dict):
+        return f"{path}: holds {type(fp).__name__}, not a fingerprint object"
+    for k, types in (("gpus", list), ("git", dict), ("packages", dict), ("other_load", dict),
+                     ("cpu_usable", int), ("cpu_logical", int), ("memory_bytes", int), ("time_utc", str),
+                     ("cpu_model", str), ("started_utc", str)):
+        if fp.get(k) is not None and not isinstance(fp[k], types):
+            return f"{path}: {k} is {type(fp[k]).__name__}, not {types.__name__}"
+    gpus = fp.get("gpus") or []
+    if not all(isinstance(g, dict) and isinstance(g.get("name"), str) for g in gpus):
+        return f"{path}: gpus is not a list of objects with a name"
+    # the folder a result sits in is the machine it names: a stray or renamed folder would
+    # become a machine column of its own (the key is computed as machines.machine_key does)
+    cores = fp.get("cpu_usable") or fp.get("cpu_logical") or 0
+    key = (f"{len(gpus)}x" if len(gpus) > 1 else "") + f"{gpu_short_name(gpus[0]['name'])}-{cores}c" \
+        if gpus else f"cpu-{cores}c"
+    if folder.name not in (key, fp.get("machine_key")):
+        return (f"{folder}: its fingerprint.json is of machine {key!r}, not {folder.name!r}: move the "
+                f"results to {folder.parent / key}/ or remove the stray folder")
+    return ""
+
+
+def _check_csv(path: Path) -> str:
+    import csv
+    import io
+
+    from feedlab.formats._io import read_regular
+
+    try:
+        text = read_regular(path, RESULT_MAX_BYTES).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"{path}: not UTF-8 text ({exc.reason})"
+    if not text.strip():
+        return f"{path}: empty"
+    if not text.endswith("\n"):
+        return f"{path}: truncated (its last line is not complete)"
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        return f"{path}: not a CSV table ({exc})"
+    width = len(rows[0])
+    for n, row in enumerate(rows[1:], start=2):
+        if row and len(row) != width:
+            return f"{path}: line {n} has {len(row)} fields, the header {width}: truncated or damaged"
+    return ""
+
+
+def input_problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
+    """One line per committed result that cannot be read as written (truncated or unparseable
+    ``results.csv``, JSON of the wrong type, a machine folder whose fingerprint names another
+    machine). Checked before anything is drawn, written or removed."""
+    out: list[str] = []
+    for nb_dir in sorted(p for p in Path(figures_dir).iterdir() if p.is_dir() and re.match(r"\d\d_", p.name)):
+        for key, folder in machine_dirs(nb_dir.name, figures_dir).items():
+            try:
+                fp = folder / "fingerprint.json"
+                why = _check_fingerprint(fp, folder) if fp.exists() else f"{folder}: no fingerprint.json"
+                res = folder / "results.json"
+                if not why and res.exists():
+                    r = _load_json(res)
+                    if not isinstance(r, dict):
+                        why = f"{res}: holds {type(r).__name__}, not a results object"
+                    elif r.get("reading") is not None and not (isinstance(r["reading"], str) or (
+                            isinstance(r["reading"], list) and all(isinstance(x, str) for x in r["reading"]))):
+                        why = f"{res}: reading is not text or a list of lines"
+                csv_path = folder / "results.csv"
+                if not why and csv_path.exists():
+                    why = _check_csv(csv_path)
+            except (OSError, ValueError) as exc:
+                from feedlab.errors import one_line
+
+                why = one_line(exc)
+            if why:
+                out.append(why)
+    return out
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    from feedlab.results import _atomic_write_text
+
+    _atomic_write_text(path, text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.parse_args(argv)  # --help prints and exits before anything is read or written
     with cli_errors("python -m feedlab.readme"):
+        bad = input_problems()
+        if bad:
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            raise ValueError(f"{bad[0]}{more}; nothing was written or removed")
         compare.write_all()  # figures/<notebook>/machines_*: every committed machine in one figure
         print("README updated" if update_readme() else "README unchanged")
         print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")

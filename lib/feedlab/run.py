@@ -9,7 +9,10 @@ A ``-p`` key reaches only the notebooks that declare it; the runner says which d
 not (``-p data_root DIR``: the notebooks that measure built-in data, and why).
 Each notebook shows a per-cell progress bar while it runs.
 Each executed notebook is kept beside its figures (``figures/<name>/<name>.executed.ipynb``)
-as the record of the run. The data the notebooks need is built first if missing.
+as the record of the run. A notebook runs into a temporary folder beside its record; only a
+run that ends well replaces the record, whole, in one rename (a failed one is kept under
+``runs/failed/<name>/``); a second run of the same notebook into the same folder refuses.
+``-p out_dir DIR`` takes one notebook (``--out-root DIR`` several: ``DIR/<name>/``). The data the notebooks need is built first if missing.
 Exits non-zero naming the notebook and the cell that failed. ``--dry-run`` prints,
 per notebook, the parameters it would run with once the profile is resolved for this
 machine (``--cores N`` pretends N usable cores), and runs nothing. ``--tar FILE``
@@ -29,32 +32,16 @@ from pathlib import Path
 import yaml
 
 from feedlab.nbparams import notebook_parameters
-from feedlab.paths import NOTEBOOKS_DIR, figure_dir
+from feedlab.paths import NOTEBOOKS_DIR
 from feedlab.profiles import PROFILES, choose_profile, profile_values
-
-
-def tar_results(dest: Path, root: Path | None = None, key: str | None = None) -> int:
-    """Write ``dest``, a tar of ``root/*/<key>/`` (this machine's results), whole or not at all;
-    names in it start at ``root``'s parent (``figures/01_x/h100-16c/...``). Returns the folders."""
-    import tarfile
-
-    from feedlab.machines import machine_key
-    from feedlab.paths import FIGURES_DIR
-
-    root = Path(root or FIGURES_DIR)
-    key = key or machine_key()
-    folders = sorted(p for p in root.glob(f"*/{key}") if p.is_dir())
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    try:
-        with tarfile.open(tmp, "w:gz" if dest.name.endswith(".gz") else "w") as tf:
-            for folder in folders:
-                tf.add(folder, arcname=folder.relative_to(root.parent).as_posix())
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return len(folders)
+from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's record, tests use them here)
+    RunLocked,
+    check_tar_dest,
+    destination,
+    keep_failed,
+    run_lock,
+    tar_results,
+)
 
 
 def list_notebooks() -> list[Path]:
@@ -191,40 +178,76 @@ def progress_options(name: str) -> dict:
 
 def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
                  kernel: str = "python3") -> Path:
+    """Execute ``nb`` into a temporary folder beside its destination (``<dest>.tmp-<pid>-XXXXXX``);
+    only when every cell ran is that folder (executed notebook, results, figures) put in place
+    of the old record, in one rename. A failed run's folder goes to ``runs/failed/<name>/`` for
+    a look; an interrupted one is removed. Either way the old record stays as it was."""
     import papermill as pm
 
+    from feedlab.formats._io import _remove, replace_path, sweep_orphans, tmp_sibling
+
     name = nb.stem
-    out_dir = (out_root / name) if out_root else figure_dir(name, "", profile)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    executed = out_dir / f"{name}.executed.ipynb"
-    parameters = {"profile": profile, **params}
-    if out_root:
-        parameters["out_dir"] = str(out_dir)
-    pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
-                        cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name), log_output=False,
-                        **kernel_options())
-    scrub_paths(executed)
-    return executed
+    final = destination(name, profile, params, out_root)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with run_lock(final):
+        sweep_orphans(final.parent)
+        tmp = tmp_sibling(final)
+        tmp.mkdir()
+        executed = tmp / f"{name}.executed.ipynb"
+        parameters = {"profile": profile, **params, "out_dir": str(tmp)}
+        try:
+            pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
+                                cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name), log_output=False,
+                                **kernel_options())
+            for path in tmp.rglob("*"):
+                if path.suffix in (".ipynb", ".json", ".csv", ".txt", ".md") and path.is_file():
+                    scrub_paths(path, {str(tmp): str(final)})
+            replace_path(tmp, final)
+        except Exception:
+            keep_failed(tmp, name)
+            raise
+        except BaseException:
+            _remove(tmp)
+            raise
+    return final / executed.name
 
 
-def scrub_paths(path: Path) -> None:
+def scrub_paths(path: Path, also: dict[str, str] | None = None) -> None:
     """The executed notebook is a record kept in the repository: name files relative to the
     repository root, not where this machine keeps its checkout (papermill's metadata and
-    printed paths would carry it). Rewritten atomically."""
+    printed paths would carry it), and by the folder it ends up in (``also``: the temporary
+    folder it ran in → its destination). Rewritten atomically."""
     from feedlab.paths import REPO_ROOT
     from feedlab.results import _atomic_write_text
 
     text = path.read_text(encoding="utf-8")
-    clean = text.replace(str(REPO_ROOT) + "/", "").replace(str(REPO_ROOT), ".")
+    clean = text
+    for old, new in (also or {}).items():
+        clean = clean.replace(old, new)
+    clean = clean.replace(str(REPO_ROOT) + "/", "").replace(str(REPO_ROOT), ".")
     if clean != text:
         _atomic_write_text(path, clean)
 
 
+def _on_sigterm(_signum, _frame):
+    raise KeyboardInterrupt  # the notebook under way is removed, its old record stays
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     from feedlab.errors import cli_errors
 
-    with cli_errors("python -m feedlab.run"):
-        return _main(argv)
+    try:
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread
+        old = None
+    try:
+        with cli_errors("python -m feedlab.run"):
+            return _main(argv)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -289,6 +312,11 @@ def _main(argv: list[str] | None = None) -> int:
         route_params(params, notebooks)  # a key must be a parameter some selected notebook declares
     except ValueError as exc:
         ap.error(str(exc))
+    if params.get("out_dir") and len(notebooks) > 1 and not args.data_only:
+        ap.error(f"-p out_dir {params['out_dir']} names one folder for {len(notebooks)} notebooks: each would "
+                 "replace the last one's results; use --out-root DIR (DIR/<notebook>/) or --only one notebook")
+    if args.tar is not None and not args.data_only:
+        check_tar_dest(args.tar.expanduser().resolve())
     params_for = plan_parameters(notebooks, params) if not args.data_only else {}
     if not args.no_data and not params.get("data_root"):
         prepare_data(profile)  # with data_root, notebooks build only the built-in data they use
@@ -304,6 +332,8 @@ def _main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             executed = run_notebook(nb, profile, params_for[nb], args.out_root)
+        except RunLocked:
+            raise  # one line from cli_errors: nothing of this notebook was touched
         except Exception as exc:  # papermill raises PapermillExecutionError with the cell
             msg = f"{nb.name} failed in {_failed_cell(exc)}"
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)

@@ -5,7 +5,10 @@ holds its headline numbers. :data:`EFFECTS` reads one effect from a payload: a f
 (how many times faster the change made the thing it changed) and a sentence saying
 what was changed and what was measured. :func:`top_effects` ranks them per machine;
 :func:`summary_markdown` is the block at the top of the README's figures section.
-Nothing here is typed in: a payload without the numbers gives no effect.
+Nothing here is typed in: a payload without the numbers gives no effect. An effect
+computed from loader rates that were not steady (``feedlab.claims.fair``: epochs too
+short for the warm-up plus the timed batches) is kept but labelled, and ranked after
+the steady ones.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ class Effect:
     factor: float       # > 1: the change made it faster by this factor
     text: str           # what changed, and what was measured
     scope: str = "stage"  # "training": samples/s of whole training steps; "stage": one stage alone
+    settings: tuple = ()  # the results.csv settings compared (checked for steady rates)
+    unsteady: str = ""    # why the rates compared were not steady ('' when they were, or are not checked)
 
 
 def _num(x) -> float | None:
@@ -42,19 +47,27 @@ def _workers(p: dict) -> Effect | None:
         return None
     best = max(rates, key=rates.get)
     model = p.get("model", "the model")
+    where = dict(experiment="throughput_vs_workers", model=model) if p.get("model") else \
+        dict(experiment="throughput_vs_workers")
     return Effect("01_worker_scaling", rates[best] / rates[0],
                   f"`num_workers={best}` instead of 0, PNG pairs feeding {model} "
-                  f"({rates[0]:,.0f} → {rates[best]:,.0f} samples/s)", "training")
+                  f"({rates[0]:,.0f} → {rates[best]:,.0f} samples/s)", "training",
+                  tuple(dict(where, num_workers=w) for w in (0, best)))
 
 
 def _lmdb(p: dict) -> Effect | None:
-    ratios = [_num(v) for k, v in (p.get("throughput_ratio_vs_png") or {}).items() if k.startswith("lmdb_w")]
-    ratios = [r for r in ratios if r]
-    if not ratios:
+    keyed = {k: _num(v) for k, v in (p.get("throughput_ratio_vs_png") or {}).items() if k.startswith("lmdb_w")}
+    keyed = {k: r for k, r in keyed.items() if r}
+    if not keyed:
         return None
+    ratios = list(keyed.values())
+    settings = []
+    for k in keyed:
+        w, b = int(k.split("_w", 1)[1].split("_")[0]), int(k.rsplit("_b", 1)[1])  # "lmdb_w2_b8"
+        settings += [dict(format=f, num_workers=w, batch_size=b) for f in ("lmdb", "png")]
     return Effect("02_lmdb_vs_png", statistics.median(ratios),
                   f"LMDB (lz4) instead of PNG files, median over {len(ratios)} batch × worker settings "
-                  f"(range {min(ratios):.2f}–{max(ratios):.2f}×)", "training")
+                  f"(range {min(ratios):.2f}–{max(ratios):.2f}×)", "training", tuple(settings))
 
 
 def _pinned(p: dict) -> Effect | None:
@@ -100,9 +113,12 @@ def _batch(p: dict) -> Effect | None:
     if not fixed:
         return None
     best = max(fixed, key=fixed.get)
+    w = int(best.split("_")[0][1:])
+    pin = "_pin1_" in best
     return Effect("09_batch_size_breakdown", fixed[best],
                   f"the fixed pipeline (LMDB + uint8 fast collate) instead of the PNG + ToTensor baseline at batch 128, "
-                  f"training ({best.replace('_', ' ')})", "training")
+                  f"training ({best.replace('_', ' ')})", "training",
+                  tuple(dict(format=f, num_workers=w, batch_size=128, pin_memory=pin) for f in ("png", "lmdb")))
 
 
 def _doctor(p: dict) -> Effect | None:
@@ -149,10 +165,23 @@ def machine_effects(figures_dir: Path | None = None) -> dict[str, list[Effect]]:
             except (ValueError, TypeError, AttributeError):
                 effect = None
             if effect is not None:
-                out.setdefault(machine_dir.name, []).append(effect)
+                out.setdefault(machine_dir.name, []).append(_checked(effect, machine_dir))
     for effects in out.values():
-        effects.sort(key=lambda e: e.factor, reverse=True)
+        effects.sort(key=lambda e: (bool(e.unsteady), -e.factor))
     return dict(sorted(out.items(), key=lambda kv: (not kv[0].startswith("cpu"), kv[0])))
+
+
+def _checked(effect: Effect, folder: Path) -> Effect:
+    """The effect with ``unsteady`` set when a rate it compares was not steady."""
+    if not effect.settings or not (folder / "results.csv").is_file():
+        return effect
+    from dataclasses import replace
+
+    from feedlab.claims.core import Outcome, Run
+    from feedlab.claims.fair import unsteady_reason
+
+    why = unsteady_reason(Run(out_dir=folder), Outcome("partly", "", settings=effect.settings))
+    return replace(effect, unsteady=why) if why else effect
 
 
 def summary_markdown(figures_dir: Path | None = None, top: int = 3) -> str:
@@ -170,7 +199,9 @@ def summary_markdown(figures_dir: Path | None = None, top: int = 3) -> str:
         lines.append("")
         for scope, title in (("training", "training"), ("stage", "one stage")):
             for e in [e for e in found if e.scope == scope][:top]:
-                lines.append(f"- {title}: ×{e.factor:.1f} — {e.text} "
+                flag = (" — start-up-inclusive rates, not a steady comparison (the epochs were too short for the "
+                        "warm-up plus the timed batches)") if e.unsteady else ""
+                lines.append(f"- {title}: ×{e.factor:.1f} — {e.text}{flag} "
                              f"([{e.notebook[:2]}](notebooks/{e.notebook}.ipynb))")
         lines.append("")
     return "\n".join(lines)

@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from feedlab.gpu_decode import is_encoded
+
 PHASES = ("data_wait", "h2d", "forward", "backward")
 
 perf_counter = time.perf_counter
@@ -315,6 +317,8 @@ def _split_batch(batch):
 def _to_device_float(t, device, non_blocking: bool):
     import torch
 
+    if is_encoded(t):  # decode=cuda: the batch's bytes are decoded on the device, one call per batch
+        t = t.decode_to(device)
     if not isinstance(t, torch.Tensor):
         return t
     t = t.to(device, non_blocking=non_blocking)
@@ -327,7 +331,8 @@ def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
               loss_fn: Callable | None = None, max_batches: int | None = None,
               non_blocking: bool = True, timer: PhaseTimer | None = None,
               on_batch: Callable[[int, Any], None] | None = None,
-              main_threads: int | str | None = "auto") -> EpochTiming:
+              main_threads: int | str | None = "auto", busy=None, time_budget_s: float | None = None,
+              min_batches: int = 0) -> EpochTiming:
     """One timed pass over ``loader``.
 
     Each batch is ``(inputs, targets)`` (or a single tensor). The inputs/targets
@@ -339,19 +344,23 @@ def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
     ``main_threads``: intra-op torch threads in this process for the epoch; ``"auto"``
     applies :func:`main_threads_for` (fewer threads beside CPU workers), ``None``
     leaves torch's setting. The number used is in ``EpochTiming.extra``.
+    ``busy``: a :class:`feedlab.gpu_busy.BusyMeter`; its window is this loop (iter() to the
+    last step done) and its events bracket each batch's device work (copy + step).
+    ``time_budget_s``: stop once this many seconds have passed since the first batch was
+    asked for and at least ``min_batches`` batches ran (``max_batches`` still caps).
     """
     import torch
 
     threads = main_threads_for(loader, device) if main_threads == "auto" else main_threads
     with torch_threads(threads):
         et = _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_blocking,
-                        timer, on_batch)
+                        timer, on_batch, busy, time_budget_s, min_batches)
     et.extra["main_threads"] = int(threads or torch.get_num_threads())
     return et
 
 
 def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_blocking, timer,
-               on_batch) -> EpochTiming:
+               on_batch, busy=None, time_budget_s=None, min_batches=0) -> EpochTiming:
     from feedlab.models import backward_step, forward
 
     timer = timer or PhaseTimer(device)
@@ -361,9 +370,16 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
     first_batch_s = float("nan")
     t_start = None
     i = 0
+    stopped_early = False
+    if busy is not None:
+        busy.start_window()
     try:  # an error mid-epoch (a worker raised, an interrupt): stop the workers now, not
         # after torch's 5 s join timeouts once a reference cycle is collected
         while max_batches is None or i < max_batches:
+            if (time_budget_s is not None and t_start is not None and i >= min_batches
+                    and perf_counter() - t_start >= time_budget_s):
+                stopped_early = True
+                break
             timer.start_batch()
             try:
                 batch = next(it)
@@ -375,6 +391,8 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
                 first_batch_s = perf_counter() - t_iter
             x, y = _split_batch(batch)
             sizes.append(len(x))
+            if busy is not None:
+                busy.step_begin()
             x = _to_device_float(x, device, non_blocking)
             y = _to_device_float(y, device, non_blocking)
             timer.mark("h2d")
@@ -384,6 +402,8 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
                 if optimizer is not None:
                     backward_step(loss, optimizer)
                     timer.mark("backward")
+            if busy is not None:
+                busy.step_end()
             if on_batch is not None:
                 on_batch(i, batch)
             timer.end_batch()
@@ -393,7 +413,9 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
         raise
     _sync(device)
     end = perf_counter()
-    if max_batches is not None:
+    if busy is not None:
+        busy.stop()  # the loop's window ends here, before the workers are shut down
+    if max_batches is not None or stopped_early:
         close_iterator(loader, it)
     phases = timer.finish()
     wall = end - t_start if t_start is not None else 0.0

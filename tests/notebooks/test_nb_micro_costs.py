@@ -261,6 +261,11 @@ def test_nb_06_decode_backends(tmp_path):
     assert payload["best_same_image_img_per_s"] > 0
     if payload["tjbench_img_per_s"] is not None:
         assert payload["best_over_tjbench"] > 0
+    # whole-machine throughput: the best one-core decoder on every core, each pass the smoke count of images
+    allc = df[(df.op == "decode_all_cores") & (df.metric == "img_per_s")]
+    assert len(allc) and (allc.value > 0).all() and (allc.images == 64).all()
+    thr = payload["nvjpeg_vs_all_cores"]
+    assert thr["ratio"] is None and "not tested fairly here" in thr["text"]   # no GPU, or too few images
 
 
 @pytest.mark.notebook

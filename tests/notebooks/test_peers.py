@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,7 +15,7 @@ from feedlab.peers.base import Peer, Source, Spec, rrc_box
 from feedlab.peers.check import EpochCounter, to_nhwc_uint8, verify, verify_cls, verify_sr
 
 EXPECTED = {"torch_stock", "feedlab_best", "webdataset", "litdata", "mosaic_streaming", "torchdata_nodes",
-            "hf_datasets", "ffcv", "dali"}
+            "hf_datasets", "ffcv", "spdl", "dali"}
 
 
 def test_registry_names_every_contender_with_a_module():
@@ -169,6 +172,203 @@ def test_bench_peer_flag(sr_root, capsys, tmp_path, monkeypatch):
     assert rc == 2 and "data_prep" in err and len(err.strip().splitlines()) == 1
 
 
+# --- the peers in venvs of their own (feedlab.peers.venvs) and the subprocess protocol (feedlab.peers.remote)
+
+class _Proc:
+    def __init__(self, returncode=0, stdout="", stderr=""):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def _fake_venv(tmp_path, name, python=None):
+    """A VenvSpec whose 'venv' under tmp_path has bin/python (running ``python``) and a stamp."""
+    import sys
+
+    from feedlab.peers import venvs
+
+    spec = venvs.VenvSpec(name, f".venv-{name}", ("nothing",))
+    (tmp_path / spec.dir / "bin").mkdir(parents=True)
+    exe = tmp_path / spec.dir / "bin" / "python"  # a wrapper: a symlink would lose this venv's site-packages
+    exe.write_text(f'#!/bin/sh\nexec "{python or sys.executable}" "$@"\n')
+    exe.chmod(0o755)
+    (tmp_path / spec.dir / venvs.STAMP).write_text("{}")
+    return spec
+
+
+def test_venv_build_is_cached_and_a_failure_names_its_step(tmp_path):
+    from feedlab.peers import venvs
+
+    (tmp_path / "constraints.txt").write_text("torch==2.14.1\nnumpy==2.4.6\njinja2==3.1\n")
+    spec = venvs.VenvSpec("toy", ".venv-toy", ("toy-loader",), pinned=("torch",))
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        if cmd[1:3] == ["-m", "venv"]:
+            (Path(cmd[3]) / "bin").mkdir(parents=True)
+            (Path(cmd[3]) / "bin" / "python").write_text("")
+        return _Proc()
+
+    ok, line = venvs.build(spec, tmp_path, python="python3", run=run)
+    assert ok and "built" in line
+    pip = calls[-1]
+    assert pip[:4] == [str(spec.python(tmp_path)), "-m", "pip", "install"] and "toy-loader" in pip
+    assert (tmp_path / ".venv-toy" / "peer-constraints.txt").read_text() == "torch==2.14.1\n"  # only its pins
+    assert venvs.python_for("toy", tmp_path) is None  # not registered
+    calls.clear()
+    ok, line = venvs.build(spec, tmp_path, python="python3", run=run)
+    assert ok and line.endswith("cached") and calls == []
+    # a changed spec rebuilds; a failing pip step is recorded beside the venv, one line
+    spec2 = venvs.VenvSpec("toy", ".venv-toy", ("toy-loader>=2",), pinned=("torch",))
+    ok, line = venvs.build(spec2, tmp_path, python="python3",
+                           run=lambda cmd, **kw: _Proc(1, "", "noise\nerror: no matching distribution toy-loader>=2"))
+    assert not ok and "pip install toy-loader>=2" in line
+    failed = venvs.failed_path(spec2, tmp_path).read_text()
+    assert "no matching distribution" in failed and len(failed.strip().splitlines()) == 1
+
+    def timeout(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw.get("timeout"))
+
+    spec3 = venvs.VenvSpec("slow", ".venv-slow", ("slow",), timeout_s=5)
+    (tmp_path / ".venv-slow" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv-slow" / "bin" / "python").write_text("")
+    ok, line = venvs.build(spec3, tmp_path, python="python3", run=timeout)
+    assert not ok and "ran past 5 s" in line
+
+
+def test_venv_build_stops_at_a_missing_pkg_config_module(tmp_path, monkeypatch):
+    from feedlab.peers import venvs
+
+    monkeypatch.setattr(venvs.shutil, "which", lambda _n: "/usr/bin/pkg-config")
+    spec = venvs.VenvSpec("ffcvish", ".venv-ffcvish", ("ffcv",), apt=("libopencv-dev",), pkg_config=("opencv4",))
+    ok, line = venvs.build(spec, tmp_path, run=lambda cmd, **kw: _Proc(1))
+    assert not ok and "pkg-config opencv4: not found" in line and "apt-get install" in line
+    monkeypatch.setitem(venvs.VENVS, "ffcvish", spec)
+    monkeypatch.setattr(venvs, "REPO_ROOT", tmp_path)
+    assert "pkg-config opencv4" in venvs.why_missing("ffcvish", tmp_path)
+
+
+def test_system_packages_without_apt_is_one_line(monkeypatch):
+    from feedlab.peers import venvs
+
+    monkeypatch.setattr(venvs.shutil, "which", lambda _n: None)
+    line = venvs.install_system([venvs.VENVS["ffcv"]], run=lambda cmd, **kw: _Proc(1))
+    assert line.startswith("peers: apt not available") and "libopencv-dev" in line and "\n" not in line
+
+
+def test_a_venv_peer_is_available_only_with_its_venv_and_says_make_peers(tmp_path, monkeypatch):
+    from feedlab.peers import venvs
+
+    monkeypatch.setattr(venvs, "REPO_ROOT", tmp_path)
+    p = Peer("ghostvenv", "Ghost", "torch_stock", ("feedlab_no_such_module_xyz",), "make peers")
+    monkeypatch.setitem(venvs.VENVS, "ghostvenv", venvs.VenvSpec("ghostvenv", ".venv-ghost", ("ghost",)))
+    ok, why = p.check()
+    assert not ok and ".venv-ghost" in why and "make peers" in why
+    _fake_venv(tmp_path, "ghostvenv")
+    monkeypatch.setitem(venvs.VENVS, "ghostvenv", venvs.VenvSpec("ghostvenv", ".venv-ghostvenv", ("ghost",)))
+    ok, why = p.check()  # its venv is there: the import is tried in it
+    assert not ok and "in its venv" in why and "feedlab_no_such_module_xyz" in why and "make peers" in why
+    q = Peer("ghostvenv", "Ghost", "torch_stock", ("json",), "make peers")
+    assert q.check() == (True, "")
+
+
+def test_a_peer_in_its_own_venv_is_measured_by_the_same_code(sr_root, tmp_path, monkeypatch):
+    """The protocol end to end: the 'venv' is this Python; the child runs run_peer and answers JSON."""
+    from feedlab.peers import venvs
+    from feedlab.peers.measure import run_peer
+
+    spec = _fake_venv(tmp_path, "feedlab_best")
+    monkeypatch.setattr(venvs, "REPO_ROOT", tmp_path)
+    monkeypatch.setitem(venvs.VENVS, "feedlab_best", spec)
+    monkeypatch.delenv("FEEDLAB_PEER_IN_VENV", raising=False)
+    src = Source("sr", sr_root, 16)
+    res, info = run_peer("feedlab_best", src, tmp_path / "work", 8, [0], warmup=1, repeats=1)
+    assert info["interpreter"] == str(spec.python(tmp_path)) and info["available"], info
+    assert info["check"]["ok"] and info["check"]["returned"] == 16
+    assert info["runs"][0]["ok"] and info["python"] and "torch" in info["versions"]
+    df = pd.DataFrame(res.rows)
+    assert {"samples_per_s", "convert_s", "bytes_on_disk"} <= set(df.metric)
+    assert (df[df.metric == "samples_per_s"].value > 0).all()
+    assert (tmp_path / "work" / src.key() / "feedlab_best").is_dir()  # converted where the parent said
+
+
+def test_a_venv_run_that_fails_leaves_the_peer_unavailable_with_one_line(tmp_path):
+    from feedlab.peers import remote
+
+    src = type("S", (), {"kind": "sr", "root": tmp_path, "limit": 4})()
+    req = remote.request("ffcv", src, tmp_path, 8, [0], 64, 1, 1, False, "cpu", 0, True)
+    assert json_roundtrip(req) == req
+    res, info = remote.run("/nowhere/python", req,
+                           run_=lambda cmd, **kw: _Proc(1, "", "Traceback ...\nImportError: libopencv_core.so.406"))
+    assert len(res) == 0 and not info["available"]
+    assert "exited 1" in info["reason"] and "libopencv_core" in info["reason"] and "\n" not in info["reason"]
+
+    def slow(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    _res, info = remote.run("/nowhere/python", req, timeout=7, run_=slow)
+    assert "ran past 7 s" in info["reason"]
+
+
+def json_roundtrip(x):
+    import json
+
+    return json.loads(json.dumps(x))
+
+
+def test_spdl_filter_graph_crops_inside_the_image_and_flips_about_half():
+    from feedlab.peers.spdl_peer import image_filter
+
+    assert image_filter(80, 120, 32, None) == "scale=w=32:h=32:flags=bilinear,format=pix_fmts=rgb24"
+    rng = np.random.default_rng(0)
+    flips = 0
+    for _ in range(200):
+        f = image_filter(80, 120, 32, rng)
+        crop = dict(kv.split("=") for kv in f.split(",")[0][len("crop="):].split(":"))
+        w, h, x, y = (int(crop[k]) for k in "whxy")
+        assert 0 <= x and x + w <= 120 and 0 <= y and y + h <= 80
+        flips += "hflip" in f
+    assert 60 < flips < 140
+
+
+def test_ratio_table_names_the_peers_missing_from_the_field():
+    from feedlab.peers.report import missing_peers, ratio_table, ratios
+
+    tab = _tab(2000.0, 1000.0)
+    miss = missing_peers(tab, "sr", field=["dali", "ffcv", "spdl"])
+    assert miss == {"FFCV": "unavailable: no wheel", "SPDL": "not run"}
+    row = ratio_table(ratios(tab, field=["dali", "ffcv", "spdl"])).iloc[0]
+    assert row.ratio == pytest.approx(2.0) and row.best_peer == "DALI"
+    assert row.field == "without 2: FFCV, SPDL" and "no wheel" in row.missing_peers
+    full = ratio_table(ratios(tab[tab.contender != "ffcv"], field=["dali"])).iloc[0]
+    assert full.field == "every peer" and full.missing_peers == ""
+    from feedlab.peers.report import readings
+
+    text = " ".join(readings(ratios(tab, field=["dali", "ffcv"]), tab))
+    assert "Computed without FFCV" in text
+
+
+def test_published_numbers_sit_beside_the_measured_rate_per_core():
+    from feedlab.peers.published import LABEL, PUBLISHED
+    from feedlab.peers.report import published_table
+
+    tab = _tab(2000.0, 1000.0)
+    ffcv = {"kind": "sr", "contender": "ffcv", "label": "FFCV", "available": True, "reason": "", "check_ok": True,
+            "run_ok": True, "num_workers": 2, "samples_per_s": 900.0, "q25": 850.0, "q75": 950.0,
+            "cpu_ms_per_sample": 2.0, "first_batch_s": 0.1, "peak_rss_mib": 1.0, "check": "x"}
+    tab = pd.concat([tab[tab.contender != "ffcv"], pd.DataFrame([ffcv])], ignore_index=True)
+    pub = published_table(tab, cores=2)
+    sr = pub[(pub.peer == "FFCV") & (pub.kind == "sr")].iloc[0]
+    assert sr.published_images_per_s == 172_801 and sr.published_vcpus == 96 and sr.published_note == LABEL
+    assert sr.published_per_vcpu == pytest.approx(172_801 / 96) and sr.published_source.startswith("https://")
+    assert sr.measured_per_core == pytest.approx(450.0) and sr.measured_per_cpu_s == pytest.approx(500.0)
+    assert sr.measured_over_published == pytest.approx(450.0 / (172_801 / 96))
+    cls = pub[(pub.peer == "FFCV") & (pub.kind == "cls")].iloc[0]
+    assert cls.published_images_per_s == 31_278 and pd.isna(cls.measured_samples_per_s)  # not run on cls
+    spdl = pub[pub.peer == "SPDL"]
+    assert len(spdl) and spdl.published.str.contains("none published").all() and spdl.published_vcpus.isna().all()
+    assert all(r["source"] for r in PUBLISHED)
+
+
 @pytest.mark.notebook
 def test_13_peer_loaders_smoke(tmp_path):
     from nbrun import run_notebook
@@ -186,3 +386,7 @@ def test_13_peer_loaders_smoke(tmp_path):
     timed = df[df.metric == "samples_per_s"]
     assert (timed.value > 0).all() and {"feedlab_best", "torch_stock"} <= set(timed.variant)
     assert (tmp_path / "out" / "samples_per_s.png").is_file()
+    for row in res["ratio_table"]:  # the field is named in the table itself
+        assert row["field"] == "every peer" or row["field"].startswith("without")
+    assert {"FFCV"} <= {r["peer"] for r in res["published"]} and res["cores"] >= 1
+    assert all(r.get("interpreter") for r in res["table"] if r["available"])

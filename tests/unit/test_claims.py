@@ -236,9 +236,21 @@ def test_peer_ratio_rows_from_notebook_13_results(tmp_path):
                "best_peer": {"label": "LitData"}},
         "jpeg": {"ratio": None, "why_missing": "no peer passed"}}}))
     rows = ledger.peer_ratio_rows(tmp_path)
-    assert "| cpu-2c | sr | ×1.50 (1.20–1.90) | LitData | met (>= 1.0) |" in rows
+    assert "| cpu-2c | sr | ×1.50 (1.20–1.90) | LitData | meets the ≥ 1 target |" in rows
     assert any("jpeg | n/a (no peer passed)" in r for r in rows)
     assert ledger.peer_ratio_rows(tmp_path / "nothing") == []
+    # a ratio computed without part of the field names the peers that were missing, in the row
+    from feedlab import peers
+
+    avail = {n: {"available": n != "ffcv", "reason": ""} for n in peers.names() if n != "spdl"}
+    (d / "results.json").write_text(json.dumps({"availability": avail, "ratios": {
+        "sr": {"ratio": 2.0, "ratio_low": 1.8, "ratio_high": 2.2, "verdict": "met (>= 1.0)",
+               "best_peer": {"label": "LitData"}},
+        "cls": {"ratio": 1.1, "ratio_low": 1.0, "ratio_high": 1.2, "verdict": "met (>= 1.0)",
+                "best_peer": {"label": "DALI"}, "missing_peers": {}}}}))
+    rows = ledger.peer_ratio_rows(tmp_path)
+    assert "| cpu-2c | sr | ×2.00 (1.80–2.20) | LitData (without FFCV, SPDL) | meets the ≥ 1 target |" in rows
+    assert "| cpu-2c | cls | ×1.10 (1.00–1.20) | DALI | meets the ≥ 1 target |" in rows  # recorded: every peer ran
 
 
 # ---------------------------------------------------------------- shared helpers of the claim tests
@@ -263,3 +275,262 @@ def test_verdict_helpers():
     assert core.all_or_some(x > 1 for x in (2, 3)) == core.REPRODUCED
     assert core.all_or_some([True, False]) == core.PARTLY
     assert core.all_or_some([False]) == core.NOT_REPRODUCED
+
+
+# ================================================================ a fair test: the third outcome
+from feedlab.claims import fair as F  # noqa: E402
+
+BUSY_FP = {**CPU, "other_load": {"busy": True, "whole_run": {"available": True, "other_fraction": 0.42},
+                                 "busiest_window": None}}
+QUIET_FP = {**CPU, "other_load": {"busy": False, "whole_run": {"available": True, "other_fraction": 0.01}}}
+
+
+def _rows(setting: dict, metrics: dict, repeats: int = 3, **cols) -> list[dict]:
+    return [{**setting, **cols, "repeat": r, "metric": m, "value": v}
+            for r in range(repeats) for m, v in metrics.items()]
+
+
+def _run(frame_rows, payload=None, fp=GPU):
+    return C.Run(payload or {}, fingerprint=fp, frame=pd.DataFrame(frame_rows))
+
+
+def test_steady_from_the_rate_kind_column_when_the_run_recorded_it():
+    st = {"num_workers": 16, "batch_size": 128}
+    ok = _run(_rows(st, {"batches": 4}, rate_kind="steady", timed_batches=60, warmup_batches=33))
+    bad = _run(_rows(st, {"batches": 400}, rate_kind="startup_inclusive", timed_batches=3, warmup_batches=33))
+    assert F.steady_state(ok, st)[0] is True  # the label wins over a batch count
+    steady, why = F.steady_state(bad, st)
+    assert steady is False and "start-up-inclusive" in why and "3 timed batches after 33 warm-up" in why
+
+
+@pytest.mark.parametrize("workers,pf,batches,steady", [
+    (16, 2, 83, True), (16, 2, 82, False),  # warm-up 16 × 2 + 1, then 50 timed
+    (0, 0, 51, True), (0, 0, 50, False),    # no workers: the first batch is the warm-up
+    (2, None, 55, True), (2, None, 54, False),  # prefetch_factor not recorded: DataLoader's 2
+])
+def test_steady_derived_from_batches_when_no_rate_kind(workers, pf, batches, steady):
+    st = {"num_workers": workers, "batch_size": 8}
+    cols = {"prefetch_factor": pf} if pf is not None else {}
+    run = _run(_rows(st, {"batches": batches, "epoch_s": 1.0}, **cols))
+    assert F.steady_state(run, st)[0] is steady
+
+
+def test_steady_derived_from_samples_and_batch_size_like_notebook_05():
+    st = {"variant": "png/dl_w16", "mode": "train"}
+    run = _run(_rows(st, {"batch_load_ms": 20.0}, num_workers=16, batch_size=128, samples=512))
+    steady, why = F.steady_state(run, st)
+    assert steady is False and "4 batches < 83" in why
+
+
+def test_a_setting_missing_from_the_results_is_not_shown_steady():
+    run = _run(_rows({"num_workers": 2, "batch_size": 8}, {"batches": 500}))
+    assert F.steady_state(run, {"num_workers": 4, "batch_size": 8})[0] is None
+
+
+def _out(*settings):
+    return C.Outcome(C.REPRODUCED, "x", settings=tuple(settings))
+
+
+def test_gpu_bound_needs_a_busy_gpu_at_the_largest_batch():
+    b8, b128 = {"num_workers": 16, "batch_size": 8}, {"num_workers": 16, "batch_size": 128}
+    busy = _run(_rows(b8, {"gpu_busy": 0.1}) + _rows(b128, {"gpu_busy": 0.8}))
+    assert F.gpu_bound_reason(busy, _out(b8, b128)) == ""  # only the largest batch must be GPU-bound
+    idle = _run(_rows(b128, {"gpu_busy": 0.3}))
+    assert "GPU busy 30%" in F.gpu_bound_reason(idle, _out(b128))
+    waiting = _run(_rows(b128, {"data_wait_fraction": 0.88}))
+    assert "data-bound, not GPU-bound: 88%" in F.gpu_bound_reason(waiting, _out(b128))
+    unknown = _run(_rows(b128, {"data_wait_fraction": 0.2}))
+    assert "not shown" in F.gpu_bound_reason(unknown, _out(b128))
+
+
+def test_the_meter_must_resolve_its_window():
+    st = {"num_workers": 16, "batch_size": 8}
+    assert F.meter_reason(_run(_rows(st, {"gpu_busy": 0.4})), _out(st)) == ""   # CUDA events
+    assert F.meter_reason(_run(_rows(st, {"nvml_util": 40.0})), _out(st)) == ""  # NVML's own window
+    short = F.meter_reason(_run(_rows(st, {"gpu_util": 11.0, "epoch_s": 0.3})), _out(st))
+    assert "cannot see the epochs" in short and "0.30 s" in short and "1.7 s" in short
+    assert F.meter_reason(_run(_rows(st, {"gpu_util": 40.0, "epoch_s": 2.0})), _out(st)) == ""
+    assert "no GPU meter" in F.meter_reason(_run(_rows(st, {"epoch_s": 2.0})), _out(st))
+
+
+def test_too_few_repeats():
+    st = {"num_workers": 2, "batch_size": 8}
+    assert "too few repeats" in F.repeats_reason(_run(_rows(st, {"batches": 60}, repeats=2)), _out(st))
+    assert F.repeats_reason(_run(_rows(st, {"batches": 60}, repeats=3)), _out(st)) == ""
+
+
+def test_busy_machine_makes_a_timing_claim_unfair_and_adds_a_caveat_elsewhere(monkeypatch):
+    monkeypatch.setattr(F, "busy_threshold", lambda: 0.25)
+    payload = {"per_sink": {"file": {"print_factor": 40.0}}}
+    v = verdict("004-print-75x", payload, BUSY_FP)
+    assert v.status == C.NOT_FAIR and "the machine was busy" in v.note and "42%" in v.note and "25%" in v.note
+    assert verdict("004-print-75x", payload, QUIET_FP).status == C.REPRODUCED
+    # a claim no busy machine can distort (a count of items in flight) keeps its verdict, with the caveat
+    frame = pd.DataFrame(_rows({"experiment": "sleep_timeline", "num_workers": 3, "batch_size": 32},
+                               {"max_concurrency": 3.0}))
+    s = verdict("002-sleep-one-batch", fp=BUSY_FP, frame=frame)
+    assert s.status == C.REPRODUCED and s.caveat.startswith("BUSY run") and "42%" in s.caveat
+    assert "Caveat: BUSY run" in C.format_verdict(C.BY_ID["002-sleep-one-batch"], s)
+    monkeypatch.setattr(F, "busy_threshold", lambda: 0.5)  # the house threshold decides
+    assert verdict("004-print-75x", payload, BUSY_FP).status == C.REPRODUCED
+
+
+def test_smoke_runs_are_not_judged():
+    v = verdict("004-print-75x", {"profile": "smoke", "per_sink": {"file": {"print_factor": 40.0}}}, CPU)
+    assert v.status == C.SMOKE and "40.00" in v.ours
+    line = C.format_verdict(C.BY_ID["004-print-75x"], v)
+    assert line.startswith("[smoke: not judged]") and "reproduced]" not in line
+
+
+def test_not_tested_fairly_prints_its_reason_first(capsys, tmp_path):
+    (tmp_path / "fingerprint.json").write_text(json.dumps(BUSY_FP))
+    C.report("04_print_overhead", {"per_sink": {"file": {"print_factor": 40.0}}}, tmp_path)
+    out = capsys.readouterr().out
+    assert "[not tested fairly here: the machine was busy" in out and "Measured, not judged: a print" in out
+
+
+# ---------------------------------------------------------------- 000: epoch vs batch, GPU util
+def _bst(w, b, wait, busy=None, kind="steady", util=None, epoch_s=3.0):
+    m = {"data_wait_fraction": wait, "epoch_s": epoch_s, "batches": 100}
+    if busy is not None:
+        m["gpu_busy"] = busy
+    if util is not None:
+        m["gpu_util"] = util
+    return _rows({"experiment": "batch_size_table", "num_workers": w, "batch_size": b}, m, rate_kind=kind,
+                 timed_batches=60, warmup_batches=33)
+
+
+def test_gpu_util_claims_judged_on_a_fair_run_and_not_on_an_unfair_one():
+    fair = _bst(16, 8, 0.6, busy=0.33) + _bst(16, 128, 0.1, busy=0.84)
+    assert verdict("000-gpu-util-small-batch", frame=pd.DataFrame(fair)).status == C.REPRODUCED
+    rise = verdict("000-gpu-util-rises", frame=pd.DataFrame(fair))
+    assert rise.status == C.REPRODUCED and "33% → 84%" in rise.ours and "CUDA events" in rise.ours
+    # NVML polled over short start-up-bound epochs, the loop waiting for data: measured, not judged
+    unfair = _bst(16, 8, 0.2, util=11.0, kind="startup_inclusive", epoch_s=0.3) + \
+        _bst(16, 128, 0.8, util=6.0, kind="startup_inclusive", epoch_s=0.2)
+    v = verdict("000-gpu-util-rises", frame=pd.DataFrame(unfair))
+    assert v.status == C.NOT_FAIR and "cannot see the epochs" in v.note and "start-up-bound" in v.note
+    assert "data-bound" in v.note and "11% → 6%" in v.ours
+
+
+def test_epoch_vs_batch_needs_steady_rates_and_a_gpu_bound_step():
+    ms = {"ms_per_sample": {"baseline_w16_pin1_b8": 1.6, "baseline_w16_pin1_b128": 0.3}}
+
+    def rows(kind, busy):
+        return pd.DataFrame([r for b in (8, 128) for r in _rows(
+            {"format": "png", "num_workers": 16, "batch_size": b, "pin_memory": True},
+            {"gpu_busy": busy if b == 128 else 0.3, "batches": 100}, rate_kind=kind)])
+    assert verdict("000-epoch-vs-batch", ms, frame=rows("steady", 0.9)).status == C.REPRODUCED
+    v = verdict("000-epoch-vs-batch", ms, frame=rows("startup_inclusive", 0.2))
+    assert v.status == C.NOT_FAIR and "start-up-bound" in v.note and "GPU busy 20%" in v.note
+
+
+# ---------------------------------------------------------------- the five comparisons, as the claims say
+def test_fewer_workers_compares_8_and_16_workers():
+    ms = {"w0_b8": 9.0, "w8_b8": 1.0, "w16_b8": 1.0, "w0_b128": 9.0, "w8_b128": 1.2, "w16_b128": 1.0}
+    frame = pd.DataFrame([r for w in (0, 8, 16) for b in (8, 128) for r in _rows(
+        {"experiment": "batch_size_table", "num_workers": w, "batch_size": b}, {"batches": 100}, rate_kind="steady")])
+    v = verdict("000-fewer-workers-small-batch", {"ms_per_sample": ms}, frame=frame)
+    assert v.status == C.REPRODUCED and v.ours.startswith("8 vs 16 workers") and "1.20× at batch 128" in v.ours
+    few = verdict("000-fewer-workers-small-batch", {"ms_per_sample": {"w0_b8": 2.0, "w2_b8": 1.0}}, CPU)
+    assert few.status == C.NOT_FAIR and "compares 8 and 16 workers" in few.note and "[0, 2]" in few.note
+
+
+def test_zarr_one_worker_compares_with_4_workers_not_the_most():
+    sps = {f"read/{v}": {"median": x} for v, x in (
+        ("zarr_chunk/chunk", 1000.0), ("npy/dl_w4", 400.0), ("npy/dl_w16", 5000.0), ("png/dl_w4", 300.0))}
+    v = verdict("004-zarr-one-worker-beats-four", {"samples_per_s": sps})
+    assert "npy/dl_w4" in v.ours and "2.50×" in v.ours  # 1000 / 400, not / 5000
+    del sps["read/npy/dl_w4"], sps["read/png/dl_w4"]
+    v = verdict("004-zarr-one-worker-beats-four", {"samples_per_s": sps})
+    assert v.status == C.NOT_FAIR and "compares with 4 workers" in v.note and "[16]" in v.note
+
+
+def test_cores_minus_one_unmeasured_is_not_tested_fairly_and_prints_no_nan():
+    v = verdict("002-workers-cores-minus-one", {"samples_per_s_with_model": {"1": 1.0, "6": 5.0, "16": 4.0, "18": 3.0}})
+    assert v.status == C.NOT_FAIR and "cores − 1 not measured" in v.note and "15 workers" in v.note
+    assert "nan" not in (v.ours + v.note).lower()
+
+
+def test_pin_memory_judged_where_the_copy_can_show():
+    ms = {"baseline_w2_pin0_b8": 1.11, "baseline_w2_pin1_b8": 1.0,     # not data-bound: pinned 1.11×
+          "baseline_w2_pin0_b64": 0.8, "baseline_w2_pin1_b64": 1.0,    # data-bound: left out
+          "baseline_w2_pin0_b128": 0.8, "baseline_w2_pin1_b128": 1.0}
+    waits = {8: 0.2, 64: 0.8, 128: 0.9}
+    frame = pd.DataFrame([r for b in (8, 64, 128) for p in (False, True) for r in _rows(
+        {"format": "png", "num_workers": 2, "batch_size": b, "pin_memory": p},
+        {"data_wait_fraction": waits[b], "batches": 100}, rate_kind="steady")])
+    v = verdict("003-pin-memory-faster", {"ms_per_sample": ms}, frame=frame)
+    assert v.status == C.REPRODUCED and "1.11×" in v.ours and "b8 w2" in v.ours and "2 left out" in v.ours
+    allbound = frame.assign(value=lambda d: d.value.where(d.metric != "data_wait_fraction", 0.9))
+    u = verdict("003-pin-memory-faster", {"ms_per_sample": ms}, frame=allbound)
+    assert u.status == C.NOT_FAIR and "data-bound" in u.note
+
+
+def test_cpu_saturation_counts_the_loaders_own_processes():
+    where = {"experiment": "throughput_vs_workers", "model": "none"}
+    old = pd.DataFrame([r for w in (0, 2) for r in _rows(
+        dict(where, num_workers=w), {"cpu_saturation": 1.0, "process_tree_cpu_percent": 62.0, "batches": 100},
+        rate_kind="steady")])
+    v = verdict("000-cpu-saturated", fp=CPU, frame=old)  # 62% of 2 cores
+    assert v.status == C.NOT_REPRODUCED and "0.31 of all cores" in v.ours
+    new = pd.DataFrame([r for w in (0, 2) for r in _rows(
+        dict(where, num_workers=w), {"cpu_saturation": 0.95, "cpu_system_saturation": 1.0, "batches": 100},
+        rate_kind="steady")])
+    assert verdict("000-cpu-saturated", fp=CPU, frame=new).status == C.REPRODUCED
+    system = pd.DataFrame(_rows(dict(where, num_workers=2), {"cpu_saturation": 1.0, "batches": 100}))
+    s = verdict("000-cpu-saturated", fp=CPU, frame=system)
+    assert s.status == C.NOT_FAIR and "only system-wide CPU recorded" in s.note
+
+
+# ---------------------------------------------------------------- the committed results, as they stand
+START_UP_BOUND_H100 = ("000-wait-share-falls", "000-cpu-saturated", "001-too-many-workers", "004-prefetch-overlap",
+                       "004-hdf5-with-training")
+GPU_UTIL = ("000-gpu-util-small-batch", "000-gpu-util-rises", "002-gpu-util-one-worker", "002-gpu-util-many-workers")
+
+
+def test_committed_h100_verdicts_read_not_tested_fairly_with_the_reason():
+    machines, table = ledger.table()
+    assert "h100-16c" in machines
+    h100 = {cid: row["h100-16c"] for cid, row in table.items()}
+    epoch = h100["000-epoch-vs-batch"]
+    assert epoch.status == C.NOT_FAIR and "start-up-bound" in epoch.note and "data-bound" in epoch.note
+    for cid in GPU_UTIL:
+        assert h100[cid].status == C.NOT_FAIR, cid
+        assert "GPU meter cannot see the epochs" in h100[cid].note, cid
+    for cid in START_UP_BOUND_H100:
+        assert h100[cid].status == C.NOT_FAIR and "start-up-bound" in h100[cid].note, cid
+    md = ledger.CLAIMS_MD.read_text()
+    for cid in ("000-epoch-vs-batch", *GPU_UTIL, *START_UP_BOUND_H100):
+        row = next(line for line in md.splitlines() if line.startswith(f"| `{cid}`"))
+        assert row.split(" | ")[-1].startswith("**not tested fairly here** ("), cid
+
+
+def test_committed_busy_cpu_runs_say_so():
+    machines, table = ledger.table()
+    v = table["004-print-75x"]["cpu-2c"]  # 04 ran with 48% other load
+    assert v.status == C.NOT_FAIR and "the machine was busy" in v.note
+    assert table["002-sleep-one-batch"]["cpu-2c"].caveat.startswith("BUSY run")  # 01: 42%
+
+
+# ---------------------------------------------------------------- provenance
+def test_code_of_names_the_code_or_says_it_cannot():
+    assert ledger.code_of({"git": {"commit": "02882770b8a2", "dirty": True}}) == \
+        "code not identified: the tree was dirty (02882770+dirty, no tree hash recorded)"
+    assert ledger.code_of({"git": {"commit": "02882770b8a2", "dirty": True, "tree": "abcdef0123456789"}}) == \
+        "02882770+dirty, tree abcdef012345"
+    assert ledger.code_of({"git": {"commit": "7b562e1e9fd2", "dirty": False}}) == "7b562e1e"
+    assert ledger.code_of({}).startswith("code not identified")
+
+
+def test_claims_md_says_which_code_measured_each_column():
+    md = ledger.CLAIMS_MD.read_text()
+    assert "the same code the notebook ran" not in md
+    assert "- **h100-16c**: code not identified: the tree was dirty (02882770+dirty" in md
+    assert "- **cpu-2c**: " in md
+
+
+def test_a_partial_run_missing_a_compared_setting_is_not_testable_not_a_crash():
+    frame = pd.DataFrame(_bst(16, 128, 0.1, busy=0.8) + _bst(8, 8, 0.1, busy=0.3))  # no (16, 8)
+    v = verdict("000-gpu-util-rises", frame=frame)
+    assert v.status == C.NOT_TESTABLE and "(16, 8)" in v.note

@@ -33,23 +33,50 @@ def _ms(b8, b128):
     return {"ms_per_sample": {f"baseline_w16_pin1_b{b}": v for b, v in ((8, b8), (32, 0.3), (128, b128))}}
 
 
+def _steady_frame(kind="steady", busy=0.9):
+    """The 09 rows the epoch-vs-batch claim checks: steady (or not) rates, the GPU busy at b128."""
+    return pd.DataFrame([{"format": "png", "num_workers": 16, "batch_size": b, "pin_memory": True, "repeat": r,
+                          "metric": m, "value": v, "rate_kind": kind}
+                         for b in (8, 32, 128) for r in range(3)
+                         for m, v in (("gpu_busy", busy if b == 128 else 0.3), ("batches", 100))])
+
+
 @pytest.mark.parametrize("b8,expect", [(1.6, G.SUPPORTED), (0.5, G.PARTLY), (0.3, G.NOT_SUPPORTED)])
 def test_epoch_vs_batch_follows_the_claim(b8, expect):
-    r = read("epoch-vs-batch", _ms(b8, 0.3))
+    r = read("epoch-vs-batch", _ms(b8, 0.3), frame=_steady_frame())
     assert r.status == expect and "000-epoch-vs-batch" in r.text
 
 
+def test_epoch_vs_batch_on_start_up_rates_is_not_tested_fairly():
+    r = read("epoch-vs-batch", _ms(1.6, 0.3), frame=_steady_frame("startup_inclusive", 0.2))
+    assert r.status == G.NOT_FAIR and "start-up-bound" in r.text and "GPU busy 20%" in r.text
+    assert "measured, not judged: 5.33×" in r.text
+
+
 # ---------------------------------------------------------------- 01: NVML utilisation by batch size
-def _util_frame(utils, workers=16):
-    return pd.DataFrame([{"experiment": "batch_size_table", "num_workers": workers, "batch_size": b, "repeat": r,
-                          "metric": "gpu_util", "value": u, "unit": "%", "device": "cuda"}
-                         for b, u in utils.items() for r in range(3)])
+def _util_frame(utils, workers=16, metric="gpu_busy", kind="steady", epoch_s=3.0):
+    rows = []
+    for b, u in utils.items():
+        for r in range(3):
+            common = {"experiment": "batch_size_table", "num_workers": workers, "batch_size": b, "repeat": r,
+                      "device": "cuda", "rate_kind": kind}
+            value = u / 100 if metric == "gpu_busy" else u
+            rows += [dict(common, metric=metric, value=value), dict(common, metric="epoch_s", value=epoch_s)]
+    return pd.DataFrame(rows)
 
 
 def test_gpu_util_by_batch_lists_the_series_and_judges_the_rise():
     r = read("gpu-util-by-batch", frame=_util_frame({8: 33.0, 32: 60.0, 128: 84.0}))
-    assert r.status == G.SUPPORTED and "b8 33%" in r.text and "b128 84%" in r.text
-    assert read("gpu-util-by-batch", frame=_util_frame({8: 11.0, 128: 6.0})).status == G.NOT_SUPPORTED
+    assert r.status == G.SUPPORTED and "b8 33%" in r.text and "b128 84%" in r.text and "CUDA events" in r.text
+    # the GPU busy at batch 128 is 10%: the loop is not GPU-bound, so the rise cannot show
+    low = read("gpu-util-by-batch", frame=_util_frame({8: 11.0, 128: 10.0}))
+    assert low.status == G.NOT_FAIR and "GPU busy 10%" in low.text
+
+
+def test_nvml_polled_over_short_epochs_is_not_tested_fairly():
+    r = read("gpu-util-by-batch", frame=_util_frame({8: 11.0, 128: 6.0}, metric="gpu_util",
+                                                    kind="startup_inclusive", epoch_s=0.3))
+    assert r.status == G.NOT_FAIR and "cannot see the epochs" in r.text and "b8 11%" in r.text
 
 
 def test_no_nvml_rows_is_not_measured():
@@ -101,36 +128,78 @@ def test_no_link_read_means_no_ceiling_and_says_so(link):
 
 
 # ---------------------------------------------------------------- 01: worker scaling on 16 cores
+def _tvw(workers, kind="steady"):
+    return pd.DataFrame([{"experiment": "throughput_vs_workers", "model": "srcnn", "num_workers": w, "batch_size": 32,
+                          "repeat": r, "metric": "batches", "value": 100, "rate_kind": kind}
+                         for w in workers for r in range(3)])
+
+
 def test_workers_on_all_cores_uses_counts_within_the_cores():
     rates = {"0": 1200.0, "1": 1900.0, "2": 3200.0, "6": 7200.0, "8": 6800.0, "16": 4700.0, "18": 9000.0}
-    r = read("workers-all-cores", {"samples_per_s_with_model": rates})
+    frame = _tvw([0, 1, 2, 6, 8, 16, 18])
+    r = read("workers-all-cores", {"samples_per_s_with_model": rates, "model": "srcnn"}, frame)
     assert r.status == G.SUPPORTED and "1 → 6 workers" in r.text and "more workers than cores" in r.text
-    assert "002's 1 → 7: not measured" in r.text
-    slow = read("workers-all-cores", {"samples_per_s_with_model": {"1": 100.0, "4": 150.0}})
+    assert "002's 1 → 7: not tested fairly" in r.text
+    slow = read("workers-all-cores", {"samples_per_s_with_model": {"1": 100.0, "4": 150.0}, "model": "srcnn"},
+                _tvw([1, 4]))
     assert slow.status == G.PARTLY
     assert read("workers-all-cores", {"samples_per_s_with_model": {"0": 1.0, "4": 2.0}}).status == G.NOT_MEASURED
+    unsteady = read("workers-all-cores", {"samples_per_s_with_model": rates, "model": "srcnn"},
+                    _tvw([0, 1, 2, 6, 8, 16, 18], "startup_inclusive"))
+    assert unsteady.status == G.NOT_FAIR and "start-up-bound" in unsteady.text
 
 
 # ---------------------------------------------------------------- 06: nvJPEG vs the best CPU decoder
-def _decode_frame(gpu_rate):
+def _decode_frame(gpu_rate, images=4096, all_cores=True):
     rows = [{"variant": v, "op": "decode", "image_set": "jpeg_256", "metric": "img_per_s", "value": x}
             for v, x in (("pil", 1800.0), ("simplejpeg", 3000.0), ("torchvision", 2900.0))]
     rows += [{"variant": "simplejpeg", "op": "decode", "image_set": "jpeg_96", "metric": "img_per_s", "value": 9e4}]
+    if all_cores:
+        rows += [{"variant": v, "op": "decode_all_cores", "image_set": "jpeg_256", "metric": "img_per_s", "value": x}
+                 for v, x in (("simplejpeg", 40000.0), ("pil", 25000.0))]
     if gpu_rate:
         rows += [{"variant": "cuda", "op": "decode_batch", "image_set": "jpeg_256", "metric": "img_per_s",
-                  "value": gpu_rate * f} for f in (0.98, 1.0, 1.02)]
+                  "value": gpu_rate * f, "batch": 64, "images": images} for f in (0.98, 1.0, 1.02)]
     return pd.DataFrame(rows).assign(experiment="decode_backends", unit="img/s")
 
 
 @pytest.mark.parametrize("gpu,expect", [(60000.0, G.SUPPORTED), (25000.0, G.PARTLY), (2000.0, G.NOT_SUPPORTED)])
-def test_nvjpeg_against_the_best_cpu_decoder_of_the_same_images(gpu, expect):
+def test_nvjpeg_against_the_best_cpu_decoder_on_all_cores(gpu, expect):
     r = read("nvjpeg-vs-cpu", frame=_decode_frame(gpu))
     assert r.status == expect and "simplejpeg on one core (3,000 img/s)" in r.text
-    assert "upper bound, not measured" in r.text
+    assert "simplejpeg on all 16 cores (40,000 img/s, measured)" in r.text
+
+
+def test_nvjpeg_one_call_or_an_idealised_cpu_is_not_tested_fairly():
+    one_call = read("nvjpeg-vs-cpu", frame=_decode_frame(25000.0, images=64))
+    assert one_call.status == G.NOT_FAIR and "64 images per repeat, 1 call(s) of 64" in one_call.text
+    assert "2,048" in one_call.text and "measured, not judged: jpeg_256: nvJPEG 25,000 img/s" in one_call.text
+    ideal = read("nvjpeg-vs-cpu", frame=_decode_frame(25000.0, all_cores=False))
+    assert ideal.status == G.NOT_FAIR and "best on all cores was not measured" in ideal.text
+    # no images column: the run's image limit says how many images a repeat decoded
+    frame = _decode_frame(25000.0).drop(columns=["images"])
+    assert "64 images per repeat" in read("nvjpeg-vs-cpu", {"limit": 64}, frame).text
 
 
 def test_no_nvjpeg_rows_is_not_measured():
     assert read("nvjpeg-vs-cpu", frame=_decode_frame(None)).status == G.NOT_MEASURED
+
+
+def test_smoke_and_busy_readings():
+    smoke = read("h2d-over-pcie", {"profile": "smoke", "h2d_pinned_gbps": 55.0, "pcie": LINK})
+    assert smoke.status == G.SMOKE
+    busy_fp = {**GPU, "other_load": {"whole_run": {"available": True, "other_fraction": 0.6}}}
+    busy = read("h2d-over-pcie", {"h2d_pinned_gbps": 55.0, "pcie": LINK}, fp=busy_fp)
+    assert busy.status == G.SUPPORTED and "caveat: BUSY run" in busy.text
+
+
+def test_committed_h100_readings_are_not_tested_fairly_where_the_run_could_not_show_them():
+    machines, t = G.table()
+    for qid in ("epoch-vs-batch", "gpu-util-by-batch", "nvjpeg-vs-cpu", "workers-all-cores"):
+        assert t[qid]["h100-16c"].status == G.NOT_FAIR, qid
+    assert "start-up-bound" in t["epoch-vs-batch"]["h100-16c"].text
+    assert "cannot see the epochs" in t["gpu-util-by-batch"]["h100-16c"].text
+    assert "64 images per repeat" in t["nvjpeg-vs-cpu"]["h100-16c"].text
 
 
 # ---------------------------------------------------------------- 10: the doctor on the GPU machine
@@ -181,3 +250,11 @@ def test_table_has_a_column_per_gpu_machine_only(tmp_path):
 def test_committed_gpu_readings_md_is_current():
     assert G.READINGS_MD.read_text() == G.markdown() + "\n", \
         "docs/GPU_READINGS.md is stale: run `python -m feedlab.readme`"
+
+
+def test_nvjpeg_prefers_the_steady_pass_over_the_one_call_of_the_same_set():
+    steady = _decode_frame(60000.0)  # images 4096, with all-core CPU rows
+    one_call = pd.DataFrame([{"variant": "cuda", "op": "decode_batch", "image_set": "jpeg_256", "metric": "img_per_s",
+                              "value": 25000.0, "batch": 64, "experiment": "decode_backends", "unit": "img/s"}])
+    r = read("nvjpeg-vs-cpu", {"limit": 64}, pd.concat([one_call, steady], ignore_index=True))
+    assert r.status == G.SUPPORTED and "nvJPEG 60,000 img/s" in r.text and "4,096 images" in r.text

@@ -62,7 +62,10 @@ def test_steady_rate_leaves_out_the_first_batch():
                      batch_sizes=np.array([10, 10, 10]), wall_s=1.2, first_batch_s=1.0)
     assert G.steady_rate(et) == pytest.approx(20 / 0.2)
     et1 = EpochTiming(phases_s=np.array([[1.0, 0, 0, 0]]), batch_sizes=np.array([10]), wall_s=1.0, first_batch_s=1.0)
-    assert G.steady_rate(et1) == et1.samples_per_s  # too short to skip anything: whole-epoch rate
+    assert G.steady_rate(et1) is None  # too short to skip anything: no steady rate, never a silent whole-epoch one
+    from feedlab.pipeline import rate_of
+
+    assert rate_of(et1, 1) == (et1.samples_per_s, "startup_inclusive", 0)  # the whole-epoch rate only with its label
 
 
 def test_sleep_timeline_parallel_and_one_batch_serial():
@@ -95,7 +98,7 @@ def test_steady_rate_skips_the_prefetch_burst():
     assert G.prefetch_depth(G.PipelineSpec(batch_size=8, num_workers=3)) == 6
     assert G.prefetch_depth(G.PipelineSpec(batch_size=8, num_workers=0)) == 1
     short = EpochTiming(phases_s=phases[:4], batch_sizes=np.full(4, 10), wall_s=1.0, first_batch_s=1.0)
-    assert G.steady_rate(short, skip=4) == short.samples_per_s    # too short: whole-epoch rate
+    assert G.steady_rate(short, skip=4) is None    # too short: no steady rate (never the whole-epoch one unlabelled)
 
 
 def test_02_times_reads_without_the_checksum_check(monkeypatch):

@@ -56,3 +56,82 @@ def test_doctor_block_quotes_the_executed_notebook_without_machine_paths(tmp_pat
     text = "a\n<!-- doctor:start -->\nold\n<!-- doctor:end -->\nb"
     assert readme._replace_between(text, readme.DOCTOR_START, readme.DOCTOR_END, "new") == \
         "a\n<!-- doctor:start -->\nnew\n<!-- doctor:end -->\nb"
+
+
+# ---------------------------------------------------------------- no typed number beside a measured one
+def test_target_lines_are_generated_from_the_run_against_the_targets_as_they_stand(tmp_path):
+    from feedlab import targets
+    from feedlab.claims.core import Run
+
+    run = Run({"ratio_best_single_to_ceiling": 0.75, "best_single_process": "npy_mmap/chunk",
+               "ceiling_samples_per_s": 698974.0, "ratio_best_to_baseline": 134.6, "best_read": "npy_mmap/chunk",
+               "baseline_samples_per_s": 3913.0}, fingerprint={})
+    stale = ["Fastest reading alone: npy_mmap/chunk.",
+             "Target 1, best single-process loader ÷ ceiling: npy_mmap/chunk 526658 ÷ 698974 = 0.75 "
+             "(meets the ≥ 0.5 target).",
+             "Target 2, best loader ÷ baseline = 134.6× (meets the ≥ 20× target).", "Zarr: 88×."]
+    out = targets.rewrite_reading("05_storage_formats", stale, run)
+    assert out[0] == stale[0] and out[-1] == stale[-1] and len(out) == 4
+    assert not any("≥ 0.5" in x for x in out)  # the bound the run typed when it ran is gone
+    bound = f"≥ {targets.SINGLE_OVER_CEILING:g}"
+    assert out[1] == (f"Target 1, best single-process loader (npy_mmap/chunk) ÷ ceiling (698,974 samples/s) = 0.75: "
+                      f"{'meets' if 0.75 >= targets.SINGLE_OVER_CEILING else 'misses'} the {bound} target.")
+    assert "134.6×: meets the ≥ 20× target" in out[2]
+    # a run without the number gives no target line at all, never a typed one
+    assert targets.rewrite_reading("05_storage_formats", stale[2:3], Run({}, fingerprint={})) == []
+
+
+def test_met_and_missed_follow_the_bound():
+    from feedlab import targets
+
+    assert targets.verdict(0.9, ">=", 0.9) == "meets" and targets.verdict(0.89, ">=", 0.9) == "misses"
+    assert targets.verdict(0.2, "<=", 0.2) == "meets" and targets.verdict(0.22, "<=", 0.2) == "misses"
+    line = "The phase timer itself costs 36.9 µs per batch: 1.129% of the smallest batch time timed here (3.27 ms; target ≤ 1%)."
+    assert targets.timer_line(line, targets.TIMER).endswith("(3.27 ms; misses the ≤ 1% target).")
+    peer = "sr: feedlab best 10 vs 5: ratio 0.95 (from the IQRs 0.90–1.10); target >= 1.0: met (>= 1.0)."
+    assert targets.peer_line(peer, targets.PEER).endswith("ratio 0.95 (from the IQRs 0.90–1.10); misses the ≥ 1 target.")
+
+
+def test_doctor_calibration_is_generated_from_the_run():
+    payload = {"end_to_end": [{"num_workers": 0, "predicted_samples_per_s": 1100.0, "samples_per_s": 1000.0},
+                              {"num_workers": 2, "predicted_samples_per_s": 2320.0, "samples_per_s": 2000.0}],
+               "steps": [{"label": "0: start", "config": {"num_workers": 0}, "predicted": 1100.0, "measured": 1400.0}]}
+    lines = readme.calibration_lines(payload)
+    assert lines[0].startswith("calibration (generated from this run's results.json): largest error 16% over the 2 "
+                               "worker counts the doctor ran (0, 2): meets the ±20% target")
+    assert "21% over all 3 settings this run measured (with the notebook's steps): misses it" in lines[0]
+    assert lines[1] == "the start setting was measured twice in this run: 1,000 samples/s by the doctor, 1,400 by " \
+                       "the notebook's step 0"
+    text = "stage ...\ncalibration: largest error 16% (within the ±20% target) over the worker counts run\nverdict: x"
+    import json as _json
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "results.json").write_text(_json.dumps(payload))
+        new = readme._with_calibration(text, Path(d))
+    assert "within the ±20% target" not in new and new.splitlines()[1] == lines[0] and new.endswith("verdict: x")
+
+
+def test_committed_readme_has_no_typed_target_beside_a_measured_number():
+    from feedlab.paths import REPO_ROOT
+
+    text = (REPO_ROOT / "README.md").read_text()
+    assert "(within the ±20% target)" not in text
+    assert "meets the ≥ 0.5 target" not in text and "(target ≥ 0.75: met)" not in text
+    assert "target ±20%: NOT met" not in text and "met (>= 1.0)" not in text
+    assert "calibration (generated from this run's results.json)" in text
+
+
+def test_printed_verdicts_in_the_readme_are_rejudged(tmp_path, monkeypatch):
+    monkeypatch.setattr(readme, "REPO_ROOT", tmp_path)
+    d = tmp_path / "04_print_overhead" / "cpu-2c"
+    d.mkdir(parents=True)
+    fp = {"cpu_model": "Test CPU", "cpu_usable": 2, "gpus": [], "python": "3.11", "torch": "2",
+          "git": {"commit": "abcdef123456", "dirty": False}, "time_utc": "2026-01-01T10:00:00+00:00",
+          "other_load": {"whole_run": {"available": True, "other_fraction": 0.48}}}
+    (d / "fingerprint.json").write_text(json.dumps(fp))
+    (d / "results.json").write_text(json.dumps({"per_sink": {"file": {"print_factor": 40.0}}, "reading": [
+        "[reproduced] 004-print-75x: A print() in the training loop made each batch about 75× slower. Ours: 40×."]}))
+    text = readme.section(tmp_path)
+    assert "- [not tested fairly here: the machine was busy" in text and "[reproduced] 004-print-75x" not in text

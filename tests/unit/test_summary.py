@@ -41,3 +41,25 @@ def test_bad_or_missing_numbers_give_no_effect(tmp_path):
     (tmp_path / "12_beyond" / "cpu-2c" / "results.json").write_text("{not json")
     assert summary.machine_effects(tmp_path) == {}
     assert summary.summary_markdown(tmp_path) == ""
+
+
+def test_an_effect_from_start_up_bound_rates_is_labelled_and_ranked_after_the_steady(tmp_path):
+    import pandas as pd
+
+    def run01(machine, batches):
+        _write(tmp_path, "01_worker_scaling", machine,
+               {"samples_per_s_with_model": {"0": 100.0, "4": 500.0}, "model": "m"})
+        pd.DataFrame([{"experiment": "throughput_vs_workers", "model": "m", "num_workers": w, "batch_size": 32,
+                       "prefetch_factor": 2, "repeat": r, "metric": "batches", "value": batches}
+                      for w in (0, 4) for r in range(3)]).to_csv(
+            tmp_path / "01_worker_scaling" / machine / "results.csv", index=False)
+        _write(tmp_path, "10_doctor", machine, {"measured_gain_total": 2.0})
+
+    run01("cpu-2c", 24)   # 4 workers × 2 + 1 warm-up + 50 timed would need 59 batches
+    run01("cpu-4c", 100)
+    found = summary.machine_effects(tmp_path)
+    short, steady = found["cpu-2c"], found["cpu-4c"]
+    assert [e.notebook for e in short] == ["10_doctor", "01_worker_scaling"] and "w4 ran 24 batches" in short[1].unsteady
+    assert [e.notebook for e in steady] == ["01_worker_scaling", "10_doctor"] and steady[0].unsteady == ""
+    text = summary.summary_markdown(tmp_path)
+    assert text.count("start-up-inclusive rates, not a steady comparison") == 1

@@ -3,7 +3,9 @@
 ``CLAIMS`` is the one registry (see :mod:`feedlab.claims.core` for a claim's
 fields). A notebook calls :func:`report` on its record-results payload: it judges
 that notebook's claims on this run, prints one line per claim (verdict, our
-number, theirs, the tolerance) and adds ``verdicts`` to the payload.
+number, theirs, the tolerance; "not tested fairly here" with the precondition that
+failed; "smoke: not judged" on a smoke run; a busy run's caveat) and adds ``verdicts``
+to the payload.
 ``python -m feedlab.readme`` regenerates ``docs/CLAIMS.md`` from the committed
 results of every machine (:mod:`feedlab.claims.ledger`).
 """
@@ -14,15 +16,20 @@ from pathlib import Path
 
 from feedlab.claims import w000, w001, w002, w003, w004
 from feedlab.claims.core import (
+    JUDGED,
+    NOT_FAIR,
     NOT_REPRODUCED,
     NOT_TESTABLE,
     PARTLY,
     REPRODUCED,
+    SMOKE,
     STATUSES,
     Claim,
     NoData,
     Outcome,
+    Precondition,
     Run,
+    Unfair,
     Verdict,
     judge,
 )
@@ -42,11 +49,20 @@ def verdicts(notebook: str, run: Run) -> list[Verdict]:
 
 
 def format_verdict(claim: Claim, v: Verdict) -> str:
-    line = f"[{v.status}] {claim.id}: {claim.text} Theirs: {claim.theirs}. Ours: {v.ours}."
-    if v.note:
-        line += f" ({v.note})"
-    if v.status != NOT_TESTABLE:
-        line += f" Tolerance: {claim.tolerance}."
+    """One line per verdict. "not tested fairly here" leads with its reason and labels the
+    number measured as no verdict; a busy run's caveat closes the line."""
+    if v.status == NOT_FAIR:
+        line = f"[{v.status}: {v.note}] {claim.id}: {claim.text} Theirs: {claim.theirs}."
+        if v.ours and v.ours != "—":
+            line += f" Measured, not judged: {v.ours}."
+    else:
+        line = f"[{v.status}] {claim.id}: {claim.text} Theirs: {claim.theirs}. Ours: {v.ours}."
+        if v.note:
+            line += f" ({v.note})"
+        if v.status in JUDGED:
+            line += f" Tolerance: {claim.tolerance}."
+    if v.caveat:
+        line += f" Caveat: {v.caveat}."
     return line
 
 
@@ -66,5 +82,6 @@ def report(notebook: str, payload: dict, out_dir: str | Path | None = None,
     return vs
 
 
-__all__ = ["CLAIMS", "BY_ID", "STATUSES", "REPRODUCED", "PARTLY", "NOT_REPRODUCED", "NOT_TESTABLE",
-           "Claim", "NoData", "Outcome", "Run", "Verdict", "claims_for", "judge", "report", "verdicts"]
+__all__ = ["CLAIMS", "BY_ID", "STATUSES", "JUDGED", "REPRODUCED", "PARTLY", "NOT_REPRODUCED", "NOT_FAIR",
+           "NOT_TESTABLE", "SMOKE", "Claim", "NoData", "Outcome", "Precondition", "Run", "Unfair", "Verdict",
+           "claims_for", "format_verdict", "judge", "report", "verdicts"]

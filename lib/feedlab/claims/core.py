@@ -2,10 +2,19 @@
 
 A :class:`Claim` names what a write-up said (in our words, with its number), the
 notebook whose results test it, the tolerance that counts as reproduced, what the
-test needs (``gpu``, ``cores>=N``), and a function of a :class:`Run` (that
-notebook's ``results.json`` payload, ``results.csv`` and ``fingerprint.json``)
-returning an :class:`Outcome`. :func:`judge` turns the two into a
-:class:`Verdict`; nothing here holds a verdict written in advance.
+machine needs (``gpu``, ``cores>=N``), the preconditions of a fair test
+(:class:`Precondition`, :mod:`feedlab.claims.fair`: steady batches, a GPU-bound step,
+the worker counts the claim names, a machine not busy, enough repeats, a meter that
+resolves its window), and a function of a :class:`Run` (that notebook's
+``results.json`` payload, ``results.csv`` and ``fingerprint.json``) returning an
+:class:`Outcome`. :func:`judge` turns the two into a :class:`Verdict`; nothing here
+holds a verdict written in advance.
+
+Outcomes: ``reproduced`` / ``partly`` / ``not reproduced`` (judged), ``not tested fairly
+here`` (the run measured it, but a precondition of a fair test failed: the note says
+which), ``not testable here`` (the machine cannot, or the run did not record it) and
+``smoke: not judged`` (a smoke-profile run: plumbing, not a measurement). A verdict
+from a run whose machine was busy carries ``caveat``.
 """
 
 from __future__ import annotations
@@ -20,12 +29,20 @@ from typing import Any, Callable
 REPRODUCED = "reproduced"
 PARTLY = "partly"
 NOT_REPRODUCED = "not reproduced"
+NOT_FAIR = "not tested fairly here"
 NOT_TESTABLE = "not testable here"
-STATUSES = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_TESTABLE)
+SMOKE = "smoke: not judged"
+JUDGED = (REPRODUCED, PARTLY, NOT_REPRODUCED)
+STATUSES = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_FAIR, NOT_TESTABLE, SMOKE)
 
 
 class NoData(Exception):
     """The run lacks a number the claim's test needs (the message says which)."""
+
+
+class Unfair(Exception):
+    """The run measured something, but not what a fair test of the claim needs (the
+    message says what is missing, e.g. a worker count the claim names)."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +50,9 @@ class Outcome:
     status: str
     ours: str
     note: str = ""
+    # the settings compared, as ``results.csv`` filters (``{"num_workers": 16, "batch_size": 8}``):
+    # the preconditions check these rows
+    settings: tuple = ()
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -49,6 +69,17 @@ class Claim:
     tolerance: str             # what counts as reproduced / partly
     test: Callable[["Run"], Outcome] = field(repr=False, compare=False)
     needs: tuple[str, ...] = ()  # "gpu", "cores>=N"; empty: any machine
+    fair: tuple["Precondition", ...] = field(default=(), compare=False)  # a fair test's preconditions
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """One precondition of a fair test: ``check(run, outcome)`` returns '' when met, else
+    the reason (one clause, naming the numbers); ``check`` None: the claim's test enforces
+    it itself (raises :class:`Unfair`), e.g. the worker counts it names."""
+    name: str                 # short, for the ledger: "steady", "GPU-bound", "not busy", ...
+    text: str                 # what a fair test needs, in words
+    check: Callable[["Run", Outcome], str] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -58,9 +89,11 @@ class Verdict:
     ours: str
     theirs: str
     note: str = ""
+    caveat: str = ""           # e.g. the machine was busy while it measured
 
     def as_dict(self) -> dict:
-        return {"status": self.status, "ours": self.ours, "theirs": self.theirs, "note": self.note}
+        return {"status": self.status, "ours": self.ours, "theirs": self.theirs, "note": self.note,
+                "caveat": self.caveat}
 
 
 class Run:
@@ -154,17 +187,54 @@ def unmet_need(needs: tuple[str, ...], run: Run) -> str:
     return ""
 
 
+def is_smoke(run: Run) -> bool:
+    """A smoke-profile run (``results.json`` → ``profile``): plumbing, never judged."""
+    return str(run.payload.get("profile") or "").lower() == "smoke"
+
+
 def judge(claim: Claim, run: Run) -> Verdict:
-    """The claim's verdict on this run: its needs first, then its test."""
+    """The claim's verdict on this run: the machine's needs first, then its test, then the
+    preconditions of a fair test (every unmet one named), then the smoke profile; a busy
+    machine adds a caveat (:func:`feedlab.claims.fair.busy_caveat`)."""
+    from feedlab.claims.fair import busy_caveat
+
     why = unmet_need(claim.needs, run)
     if why:
         return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs, why)
+    caveat = busy_caveat(run)
     try:
         out = claim.test(run)
     except NoData as e:
         return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
-                       f"not measured in this run: {e} (re-run {claim.notebook})")
-    return Verdict(claim.id, out.status, out.ours, claim.theirs, out.note)
+                       f"not measured in this run: {e} (re-run {claim.notebook})", caveat)
+    except (KeyError, IndexError) as e:  # a setting the comparison needs is absent from a partial run
+        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
+                       f"not measured in this run: no {e} among its settings (re-run {claim.notebook})", caveat)
+    except Unfair as e:
+        if is_smoke(run):
+            return Verdict(claim.id, SMOKE, "—", claim.theirs, SMOKE_NOTE, caveat)
+        # the run-level preconditions (a busy machine) still apply: checked with no settings
+        return _unfair(claim, run, "—", [str(e)] + _unmet(claim, run, Outcome(PARTLY, "—")), caveat)
+    if is_smoke(run):
+        return Verdict(claim.id, SMOKE, out.ours, claim.theirs, SMOKE_NOTE, caveat)
+    reasons = _unmet(claim, run, out)
+    if reasons and out.status in JUDGED:
+        return _unfair(claim, run, out.ours, reasons, caveat)
+    return Verdict(claim.id, out.status, out.ours, claim.theirs, out.note, caveat)
+
+
+SMOKE_NOTE = "smoke profile: a plumbing check, too small to judge"
+
+
+def _unmet(claim: Claim, run: Run, out: Outcome) -> list[str]:
+    return [r for p in claim.fair if p.check is not None for r in [p.check(run, out)] if r]
+
+
+def _unfair(claim: Claim, run: Run, ours: str, reasons: list[str], caveat: str) -> Verdict:
+    reasons = list(dict.fromkeys(reasons))
+    if caveat and any(r.startswith("the machine was busy") for r in reasons):
+        caveat = ""  # said once, as the reason
+    return Verdict(claim.id, NOT_FAIR, ours, claim.theirs, "; ".join(reasons), caveat)
 
 
 # ---------------------------------------------------------------- helpers for tests

@@ -11,12 +11,23 @@ from feedlab.claims.core import (
     Claim,
     NoData,
     Outcome,
+    Unfair,
     all_or_some,
     at_least,
     at_most,
     keyed,
     loglog_slope,
     verdict,
+)
+from feedlab.claims.fair import (
+    GPU_BOUND,
+    LOADER_CPU,
+    METER,
+    STEADY,
+    TIMING,
+    steady_state,
+    unsteady_reason,
+    workers_named,
 )
 
 NB01, NB02, NB03, NB08, NB09 = ("01_worker_scaling", "02_lmdb_vs_png", "03_pinned_memory_by_input_size",
@@ -27,32 +38,54 @@ def epoch_vs_batch(run) -> Outcome:
     ms = run.get("ms_per_sample")
     pin = max(p for (p,) in keyed(ms, "baseline_", ("pin",)))
     base = keyed(ms, "baseline_", pin=pin)
-    w = max(w for w, _ in base)
+    w = 16 if any(ww == 16 for ww, _ in base) else max(w for w, _ in base)  # the write-up ran 16 workers
     sizes = sorted(b for ww, b in base if ww == w)
     r = base[(w, sizes[0])] / base[(w, sizes[-1])]
+    settings = tuple(dict(format="png", num_workers=w, batch_size=b, pin_memory=bool(pin)) for b in (sizes[0], sizes[-1]))
     return Outcome(at_least(r, 5.3 / 2, 1.25), f"{r:.2f}× time per sample, batch {sizes[0]} over {sizes[-1]} "
-                   f"({w} workers, PNG baseline)")
+                   f"({w} workers, PNG baseline)", settings=settings)
+
+
+UTIL_METERS = (("gpu_busy", 100.0, "GPU busy (CUDA events)"), ("nvml_util", 1.0, "NVML utilisation (its sample buffer)"),
+               ("gpu_util", 1.0, "NVML utilisation (polled)"))
+
+
+def gpu_util_table(run, by: list[str], **where):
+    """Median GPU utilisation (%) per group of ``by``, and the meter it came from: the CUDA-event
+    busy fraction where the run recorded it, else NVML's reading."""
+    for metric, scale, name in UTIL_METERS:
+        try:
+            return run.median(by, metric=metric, **where) * scale, name
+        except NoData:
+            continue
+    raise NoData("results.csv has no GPU utilisation (gpu_busy, nvml_util or gpu_util)")
 
 
 def _gpu_util(run, table: str):
-    s = run.median(["num_workers", "batch_size"], experiment=table, metric="gpu_util")
-    return s
+    return gpu_util_table(run, ["num_workers", "batch_size"], experiment=table)
+
+
+def _bst(w, b):
+    return dict(experiment="batch_size_table", num_workers=int(w), batch_size=int(b))
 
 
 def gpu_util_small(run) -> Outcome:
-    s = _gpu_util(run, "batch_size_table")
+    s, meter = _gpu_util(run, "batch_size_table")
     w = max(s.index.get_level_values(0))
     b = min(s.index.get_level_values(1))
+    top = max(s.index.get_level_values(1))
     u = float(s.loc[(w, b)])
-    return Outcome(at_most(u, 50, 65), f"{u:.0f}% at batch {b}, {w} workers")
+    return Outcome(at_most(u, 50, 65), f"{u:.0f}% at batch {b}, {w} workers ({meter})",
+                   settings=(_bst(w, b), _bst(w, top)))
 
 
 def gpu_util_rise(run) -> Outcome:
-    s = _gpu_util(run, "batch_size_table")
+    s, meter = _gpu_util(run, "batch_size_table")
     w = max(s.index.get_level_values(0))
     sizes = sorted(set(s.index.get_level_values(1)))
     lo, hi = float(s.loc[(w, sizes[0])]), float(s.loc[(w, sizes[-1])])
-    return Outcome(at_least(hi - lo, 25, 5), f"{lo:.0f}% → {hi:.0f}% from batch {sizes[0]} to {sizes[-1]}")
+    return Outcome(at_least(hi - lo, 25, 5), f"{lo:.0f}% → {hi:.0f}% from batch {sizes[0]} to {sizes[-1]} ({meter})",
+                   settings=(_bst(w, sizes[0]), _bst(w, sizes[-1])))
 
 
 def _phase_slope(run, phase: str) -> tuple[float, int, list[int]]:
@@ -85,33 +118,61 @@ def loading_nonlinear(run) -> Outcome:
 
 def wait_share_falls(run) -> Outcome:
     f = keyed(run.get("data_wait_fraction"))
-    falls, parts = [], []
+    falls, parts, settings = [], [], []
     for w in sorted({w for w, _ in f}):
         sizes = sorted(b for ww, b in f if ww == w)
         a, z = f[(w, sizes[0])], f[(w, sizes[-1])]
         falls.append(z <= 0.8 * a)
         parts.append(f"{w} workers {100 * a:.0f}% → {100 * z:.0f}%")
-    return Outcome(all_or_some(falls), "share of time waiting for data, smallest → largest batch: " + "; ".join(parts))
+        settings += [_bst(w, sizes[0]), _bst(w, sizes[-1])]
+    return Outcome(all_or_some(falls), "share of time waiting for data, smallest → largest batch: " + "; ".join(parts),
+                   settings=tuple(settings))
+
+
+FEWER, MORE = 8, 16  # the write-up's plots: 8 vs 16 workers
 
 
 def fewer_workers_small_batch(run) -> Outcome:
     ms = keyed(run.get("ms_per_sample"))
     workers = sorted({w for w, _ in ms})
-    if len(workers) < 2:
-        raise NoData("one worker count only")
-    lo_w, hi_w = workers[0], workers[-1]
-    sizes = sorted({b for _, b in ms})
-    small = ms[(lo_w, sizes[0])] / ms[(hi_w, sizes[0])]
-    large = ms[(lo_w, sizes[-1])] / ms[(hi_w, sizes[-1])]
-    return Outcome(verdict(small <= 1.05 and large > 1.05, small <= 1.05), f"{lo_w} vs {hi_w} workers, time per sample: {small:.2f}× at batch {sizes[0]}, "
-                   f"{large:.2f}× at batch {sizes[-1]}", "≤ 1 means the fewer workers were no slower")
+    if FEWER not in workers or MORE not in workers:
+        raise Unfair(f"the claim compares {FEWER} and {MORE} workers; this run measured {workers} "
+                     f"(re-run {NB01} with worker counts {FEWER} and {MORE})")
+    sizes = sorted({b for w, b in ms if w in (FEWER, MORE)})
+    small = ms[(FEWER, sizes[0])] / ms[(MORE, sizes[0])]
+    large = ms[(FEWER, sizes[-1])] / ms[(MORE, sizes[-1])]
+    settings = tuple(_bst(w, b) for w in (FEWER, MORE) for b in (sizes[0], sizes[-1]))
+    return Outcome(verdict(small <= 1.05 and large > 1.05, small <= 1.05),
+                   f"{FEWER} vs {MORE} workers, time per sample: {small:.2f}× at batch {sizes[0]}, "
+                   f"{large:.2f}× at batch {sizes[-1]}", "≤ 1 means the fewer workers were no slower", settings)
+
+
+def loader_cpu(run, **where):
+    """Median share of all cores the loader's own process tree used, per worker count: the
+    ``cpu_saturation`` of results that also record ``cpu_system_saturation`` (the tree's), else
+    ``process_tree_cpu_percent`` ÷ (100 × cores); Unfair when only system-wide CPU was recorded."""
+    df = run.rows(**where)
+    metrics = set(df.metric)
+    if "cpu_system_saturation" in metrics:
+        return df[df.metric == "cpu_saturation"].groupby("num_workers")["value"].median()
+    if "process_tree_cpu_percent" in metrics and run.cores:
+        return df[df.metric == "process_tree_cpu_percent"].groupby("num_workers")["value"].median() / (100.0 * run.cores)
+    raise Unfair("only system-wide CPU recorded: cpu_saturation counts every process on the machine, "
+                 "not the loader's own process tree")
 
 
 def cpu_saturated(run) -> Outcome:
-    s = run.median(["num_workers"], experiment="throughput_vs_workers", model="none", metric="cpu_saturation")
+    where = dict(experiment="throughput_vs_workers", model="none")
+    s = loader_cpu(run, **where)
+    steady = [int(w) for w in s.index if steady_state(run, dict(where, num_workers=int(w)))[0]]
+    if not steady:
+        raise Unfair(unsteady_reason(run, Outcome("partly", "", settings=tuple(dict(where, num_workers=int(w))
+                                                                                for w in s.index))))
+    s = s.loc[steady]
     w = int(s.idxmax())
     return Outcome(at_least(float(s.max()), 0.9, 0.7),
-                   f"CPU saturation up to {s.max():.2f} of all cores (PNG loader alone, {w} workers)")
+                   f"the loader's own processes used up to {s.max():.2f} of all cores (PNG loader alone, {w} workers; "
+                   f"over the {len(steady)} worker counts with steady rates)", settings=(dict(where, num_workers=w),))
 
 
 def _step_ratio(run, size_pick) -> tuple[float, int]:
@@ -176,38 +237,45 @@ def lmdb_map_size(run) -> Outcome:
 CLAIMS = (
     Claim("000-epoch-vs-batch", "000", "An epoch takes 5.3× longer at batch 8 than at batch 128 (same data).",
           "16 / 8 / 6 / 4 / 3 min at batch 8 / 16 / 32 / 64 / 128 (16/3 = 5.3×)", NB09,
-          "reproduced ≥ 2.65× (within a factor 2), partly ≥ 1.25×", epoch_vs_batch, ("gpu",)),
+          "reproduced ≥ 2.65× (within a factor 2), partly ≥ 1.25×", epoch_vs_batch, ("gpu",),
+          (STEADY, GPU_BOUND, *TIMING)),
     Claim("000-gpu-util-small-batch", "000", "GPU utilisation is low at batch 8.", "33% at batch 8", NB01,
-          "reproduced ≤ 50%, partly ≤ 65%", gpu_util_small, ("gpu",)),
+          "reproduced ≤ 50%, partly ≤ 65%", gpu_util_small, ("gpu",),
+          (METER, STEADY, GPU_BOUND, *TIMING)),
     Claim("000-gpu-util-rises", "000", "GPU utilisation rises steeply from batch 8 to 128.", "33% → 84%", NB01,
-          "reproduced: a rise ≥ 25 points (half theirs), partly ≥ 5", gpu_util_rise, ("gpu",)),
+          "reproduced: a rise ≥ 25 points (half theirs), partly ≥ 5", gpu_util_rise, ("gpu",),
+          (METER, STEADY, GPU_BOUND, *TIMING)),
     Claim("000-loading-nonlinear", "000", "Data-loading time per batch grows less than in proportion to the "
           "batch size, so larger batches load more cheaply per sample.", "'non-linear' growth (from plots)",
-          NB02, "log-log slope of PNG load time per batch: reproduced ≤ 0.85, partly ≤ 0.95", loading_nonlinear),
+          NB02, "log-log slope of PNG load time per batch: reproduced ≤ 0.85, partly ≤ 0.95", loading_nonlinear,
+          fair=TIMING),
     Claim("000-wait-share-falls", "000", "A smaller share of each step waits for data at larger batches.",
           "data share shrinks with batch size (plots)", NB01,
-          "reproduced: the share falls by ≥ 20% at every worker count; partly at some", wait_share_falls),
+          "reproduced: the share falls by ≥ 20% at every worker count; partly at some", wait_share_falls,
+          fair=(STEADY, *TIMING)),
     Claim("000-forward-flat", "000", "Forward time per batch hardly changes with batch size.",
           "forward 'changes little' (plots)", NB01, "log-log slope reproduced ≤ 0.3, partly ≤ 0.6",
-          forward_flat, ("gpu",)),
+          forward_flat, ("gpu",), TIMING),
     Claim("000-backward-linear", "000", "Backward time per batch grows linearly with batch size.",
           "backward 'grows linearly' (plots)", NB01, "log-log slope reproduced in 0.7–1.3, partly 0.4–1.6",
-          backward_linear, ("gpu",)),
+          backward_linear, ("gpu",), TIMING),
     Claim("000-fewer-workers-small-batch", "000", "Small batches need fewer workers; more workers pay at large "
           "batches.", "'use less workers with smaller batches' (8 vs 16 workers, plots)", NB01,
           "reproduced: fewer workers no slower (≤ 1.05×) at the smallest batch and slower at the largest; "
-          "partly: no slower at both", fewer_workers_small_batch),
+          "partly: no slower at both", fewer_workers_small_batch,
+          fair=(workers_named(FEWER, MORE), STEADY, *TIMING)),
     Claim("000-cpu-saturated", "000", "Reading PNG files keeps every CPU core busy.", "all CPUs at 100%", NB01,
-          "reproduced ≥ 0.9 of all cores, partly ≥ 0.7", cpu_saturated),
+          "loader's own process tree: reproduced ≥ 0.9 of all cores, partly ≥ 0.7", cpu_saturated,
+          fair=(LOADER_CPU, STEADY, *TIMING)),
     Claim("000-paged-wins-small-input", "000", "At input 16, pageable memory beats pinned memory.",
           "paged 'much better' at small batches, slightly at 128 (input 16)", NB03,
-          "pinned/pageable step speed: reproduced ≤ 0.97, partly ≤ 1.03", paged_wins_small, ("gpu",)),
+          "pinned/pageable step speed: reproduced ≤ 0.97, partly ≤ 1.03", paged_wins_small, ("gpu",), TIMING),
     Claim("000-pinned-wins-64", "000", "At input 64, pinned memory beats pageable memory.",
           "pinned's benefit 'shows up' at input 64", NB03,
-          "pinned/pageable step speed: reproduced ≥ 1.03, partly ≥ 0.97", pinned_wins_large, ("gpu",)),
+          "pinned/pageable step speed: reproduced ≥ 1.03, partly ≥ 0.97", pinned_wins_large, ("gpu",), TIMING),
     Claim("000-lmdb-modest", "000", "LMDB (lz4 values) loads faster than PNG files, but only a little.",
           "'better, but not so much better'", NB02,
-          "median throughput ratio: reproduced in (1.0, 1.5], partly > 1.5", lmdb_modest),
+          "median throughput ratio: reproduced in (1.0, 1.5], partly > 1.5", lmdb_modest, fair=TIMING),
     Claim("000-hdf5-parallel", "000", "HDF5 is unreliable with the DataLoader's parallel readers.",
           "'vulnerable with parallel reading'", NB08,
           "reproduced if any forked multi-worker read of a parent-opened file returns a wrong or missing sample",

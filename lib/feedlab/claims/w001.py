@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from feedlab.claims.core import NOT_TESTABLE, Claim, NoData, Outcome, at_least, at_most, by_int, verdict
+from feedlab.claims.core import NOT_TESTABLE, Claim, NoData, Outcome, Unfair, at_least, at_most, by_int, verdict
+from feedlab.claims.fair import STEADY, TIMING, steady_state, unsteady_reason
 
 NB01, NB03, NB05, NB07, NB11 = ("01_worker_scaling", "03_pinned_memory_by_input_size", "05_storage_formats",
                                 "07_totensor_vs_fast_collate", "11_worker_hygiene")
@@ -47,15 +48,24 @@ def too_many_workers(run) -> Outcome:
     cores = run.cores
     if cores is None:
         raise NoData("no core count in the fingerprint")
-    within = {w: v for w, v in s.items() if w <= cores}
-    beyond = {w: v for w, v in s.items() if w > cores}
-    if not beyond:
+    if not any(w > cores for w in s):
         return Outcome(NOT_TESTABLE, f"no worker count above this machine's {cores} cores was run "
                        f"(max {max(s)})")
+    where = dict(experiment="throughput_vs_workers", model="none")
+    steady = {w: v for w, v in s.items() if steady_state(run, dict(where, num_workers=w))[0]}
+    within = {w: v for w, v in steady.items() if w <= cores}
+    beyond = {w: v for w, v in steady.items() if w > cores}
+    if not within or not beyond:
+        side = "above" if within else "at or below"
+        raise Unfair(f"no steady rate {side} the {cores} cores; " + unsteady_reason(
+            run, Outcome("partly", "", settings=tuple(dict(where, num_workers=w) for w in sorted(s)))))
     r = max(beyond.values()) / max(within.values())
+    used = (max(within, key=within.get), max(beyond, key=beyond.get))
     return Outcome(at_most(r, 0.95, 1.05),
                    f"best rate with more workers than the {cores} cores = {r:.2f}× the best within them "
-                   "(PNG loader alone)", "throughput measured; context switches themselves not counted")
+                   f"({used[1]} vs {used[0]} workers, PNG loader alone, steady rates)",
+                   "throughput measured; context switches themselves not counted",
+                   tuple(dict(where, num_workers=w) for w in used))
 
 
 def _sps(run, key):
@@ -91,25 +101,27 @@ CLAIMS = (
     Claim("001-transpose-80", "001", "ToTensor's HWC→CHW transpose (+ contiguous) takes most of the loading time.",
           "'this transpose takes 80% of the loading time/CPU'", NB07,
           "transpose share of the stock path, median over the grid: reproduced ≥ 65%, partly ≥ 40%",
-          transpose_share),
+          transpose_share, fair=TIMING),
     Claim("001-transpose-largest", "001", "The transpose is the single costliest piece of the stock path.",
           "transpose = 80%, hence the largest", NB07,
-          "reproduced at every image × batch size, partly at half of them or more", transpose_largest),
+          "reproduced at every image × batch size, partly at half of them or more", transpose_largest,
+          fair=TIMING),
     Claim("001-fast-collate", "001", "A numpy uint8 collate (Apex's fast_collate) avoids the cost.",
           "fast_collate 'bypasses this problem' (no number)", NB07,
-          "reproduced if ≥ 1.5× faster at every grid point, partly if faster at the median", fast_collate),
+          "reproduced if ≥ 1.5× faster at every grid point, partly if faster at the median", fast_collate,
+          fair=TIMING),
     Claim("001-too-many-workers", "001", "Too many workers cost context switches and lose throughput.",
           "'excessive workers … too frequent context switch' (no number)", NB01,
           "best rate above the core count ÷ best at or below it: reproduced ≤ 0.95, partly ≤ 1.05",
-          too_many_workers),
+          too_many_workers, fair=(STEADY, *TIMING)),
     Claim("001-chunks-warm-cache", "001", "Chunked storage stops paying once the page cache holds the data.",
           "chunks are 'useless' with a page cache, maybe useful at first load", NB05,
           "chunk-order over random-id gain, warm: reproduced < 1.2×, partly < half the cold gain",
-          chunks_warm),
+          chunks_warm, fair=TIMING),
     Claim("001-daemon-workers", "001", "Daemonic workers are cleaned up only on a graceful exit; otherwise "
           "they linger.", "'this is where all the <defunct> generated' (unsure)", NB11,
           "reproduced if a stop leaves workers after a bounded wait; partly if they outlive `del`", daemon_workers),
     Claim("001-pinned-dma", "001", "Pinned host memory makes host→GPU copies faster (DMA).",
           "pinned memory allows DMA (no number)", NB03, "pinned ÷ pageable bandwidth: reproduced ≥ 1.2, partly ≥ 1.0",
-          pinned_faster_copy, ("gpu",)),
+          pinned_faster_copy, ("gpu",), TIMING),
 )

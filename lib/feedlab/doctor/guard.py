@@ -6,8 +6,8 @@ one named line (never a traceback) when the user's loader or step fails.
   and what to do. A ``ValueError``, so every command line prints it as one line.
 * :class:`Hung` — a wait passed its deadline (a dataset that never returns).
 * :func:`deadline` — raises :class:`Hung` in the main thread after ``seconds``
-  (``SIGALRM``; a blocking read or sleep is interrupted). Off the main thread, or
-  where there is no ``SIGALRM``, it cannot interrupt and says so through ``on_skip``.
+  (:func:`feedlab.errors.deadline`: ``SIGALRM``, so a blocking read or sleep is
+  interrupted; off the main thread it cannot interrupt).
 * :func:`user_call` — calls the user's code, turning what it raises into a
   :class:`UserCodeError` that names ``what``.
 """
@@ -39,27 +39,15 @@ def can_interrupt() -> bool:
 @contextmanager
 def deadline(seconds: float | None, what: str, hint: str = "") -> Iterator[None]:
     """Raise :class:`Hung` naming ``what`` when the block runs past ``seconds`` (None or
-    <= 0: no deadline). Nested deadlines: the inner one holds while it runs, the outer
-    one is re-armed with what is left of it afterwards."""
-    if not seconds or seconds <= 0 or not can_interrupt():
-        yield
-        return
-    import time
+    <= 0: no deadline): :func:`feedlab.errors.deadline`, its error as one of the user's."""
+    from feedlab.errors import DeadlineError
+    from feedlab.errors import deadline as _deadline
 
-    def _alarm(signum, frame):
-        raise Hung(f"{what} did not return within {seconds:g} s{': ' + hint if hint else ''}")
-
-    prev_handler = signal.signal(signal.SIGALRM, _alarm)
-    prev_left, _ = signal.getitimer(signal.ITIMER_REAL)
-    t0 = time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, float(seconds))
     try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, prev_handler)
-        if prev_left:
-            signal.setitimer(signal.ITIMER_REAL, max(1e-3, prev_left - (time.monotonic() - t0)))
+        with _deadline(seconds, what, hint):
+            yield
+    except DeadlineError:
+        raise Hung(f"{what} did not return within {seconds:g} s{': ' + hint if hint else ''}") from None
 
 
 def user_call(what: str, fn: Callable[..., Any], *args, hint: str = "", **kw) -> Any:

@@ -238,6 +238,14 @@ class Doctor:
                         self.measure_items(fmt, d)
                     except Exception as exc:  # a backend that fails on these files is reported, not fatal
                         self.notes.append(f"decode backend {d}: {exc}")
+            if self.cuda and fs is not None and fs.image_codec == "jpeg":
+                from .device_decode import measure_device_decode
+
+                self.log("measuring decode on the GPU (nvJPEG, one batch)")
+                try:
+                    measure_device_decode(self, fmt, spec.batch_size)
+                except Exception as exc:  # reported, not fatal
+                    self.notes.append(f"decode on the GPU: {exc}")
             if self.root is not None and fs is not None:
                 present = formats.present(self.root, fs.kind)
                 wanted = present if self.alt_formats is None else [f for f in self.alt_formats if f in present]
@@ -264,6 +272,13 @@ class Doctor:
 
     # --------------------------------------------------------------- end to end
     def loader(self, spec: P.PipelineSpec):
+        from feedlab.gpu_decode import EncodedView, is_device_decode
+
+        if is_device_decode(spec.decode_backend):  # workers read bytes; the loop decodes on the device
+            from feedlab import formats
+
+            split = self.split(spec.format, formats.FORMATS[spec.format].default_decode)
+            return P.make_loader(EncodedView(split.dataset), spec, drop_last=True)
         return P.make_loader(self.split(spec.format, spec.decode_backend), spec, drop_last=True)
 
     def measure_e2e(self, spec: P.PipelineSpec, repeats: int | None = None) -> dict:

@@ -31,6 +31,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from feedlab.gpu_decode import DEVICE_DECODERS
+
 from .costs import BOUND_STAGES, MAIN_STAGES, WORKER_STAGES, CostTable
 
 MIN_GAIN = 1.05
@@ -95,6 +97,10 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
         return None
     out["h2d"] = (h.t, h.c)
     out["model"] = (mo.t, mo.c)
+    if dec in DEVICE_DECODERS:  # the batch's bytes decoded on the device by the main process, with the copy
+        d = out["decode"]
+        out["decode"], out["collate"] = (0.0, 0.0), (0.0, 0.0)
+        out["h2d"] = (out["h2d"][0] + d[0], out["h2d"][1] + d[1])
     return out
 
 
@@ -235,6 +241,9 @@ def why(table: CostTable, setting: str, old, new, base: dict) -> str:
                 f"{table.machine.effective_cores:.1f} effective cores build batches in parallel")
     if setting == "collate":
         return f"collate {us(co['collate'][0])} → {us(cn['collate'][0])} per sample"
+    if setting == "decode" and new.decode_backend in DEVICE_DECODERS:
+        return (f"decode {us(co['decode'][0])} per sample in the workers → {us(cn['h2d'][0] - co['h2d'][0])} "
+                "per image on the GPU, in the main process beside the copy")
     if setting == "decode":
         return f"decode {us(co['decode'][0])} → {us(cn['decode'][0])} per sample"
     if setting == "format":

@@ -30,9 +30,10 @@ def plan(batch_sizes: Sequence[int], worker_counts: Sequence[int], pin_memory: S
 
 
 def run(data_root, settings, repeats: int = 3, max_samples: int | None = None, device=None, warmup: int = 1,
-        log=None) -> Results:
+        log=None, **sizing) -> Results:
+    """``sizing``: ``min_timed_batches`` / ``time_budget_s`` (steady epochs, see ``run_grid``)."""
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
-                    warmup=warmup, experiment="batch_size_breakdown", log=log)
+                    warmup=warmup, experiment="batch_size_breakdown", log=log, **sizing)
 
 
 def pipeline_of(fmt: str, collate: str) -> str:

@@ -17,7 +17,7 @@ FORMATS = ("png", "lmdb", "lmdb_raw")
 
 def run_formats(data_root, formats: Sequence[str], batch_sizes: Sequence[int], worker_counts: Sequence[int],
                 model: str = "auto", repeats: int = 3, max_samples: int | None = None, device=None,
-                warmup: int = 1, log=None, verify: bool = False) -> Results:
+                warmup: int = 1, log=None, verify: bool = False, **sizing) -> Results:
     """Per-phase timing for every format × batch size × worker count (stock collate,
     as the write-up did; pin_memory on with CUDA, off without).
 
@@ -31,7 +31,7 @@ def run_formats(data_root, formats: Sequence[str], batch_sizes: Sequence[int], w
                     model=model, pin_memory=str(device).startswith("cuda"))
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
                     warmup=warmup, experiment="lmdb_vs_png", log=log,
-                    dataset_opts={f: {"verify": verify} for f in formats})
+                    dataset_opts={f: {"verify": verify} for f in formats}, **sizing)
 
 
 def storage_table(data_root, formats: Sequence[str] = FORMATS):

@@ -10,17 +10,20 @@ this loader, alone or feeding a model?" (01, 02, 09, and the doctor):
 For each setting: the dataset is opened (once per format), a model and an
 optimizer are built (``model="none"`` measures the loader alone), a
 ``DataLoader`` is made, ``warmup`` short untimed epochs run, then ``repeats``
-timed epochs, each wrapped in a :class:`~feedlab.monitor.CpuMonitor` (and a
-:class:`~feedlab.monitor.GpuMonitor` where CUDA exists). Every epoch starts
-its workers afresh (unless ``persistent_workers``), as a training loop does.
+timed epochs, each wrapped in a :class:`~feedlab.monitor.CpuMonitor`, a
+:class:`~feedlab.gpu_busy.BusyMeter` and a :class:`~feedlab.gpu_busy.NvmlWindow`.
+Every epoch starts its workers afresh (unless ``persistent_workers``), as a training loop does.
 
 Metrics per (setting, repeat): ``samples_per_s``, ``steady_samples_per_s``
-(the same after the first batch, i.e. without worker start-up), ``epoch_s``
+(the same after the warm-up batches, labelled by ``rate_kind``: see :func:`run_grid`), ``epoch_s``
 (wall time of the batches run), ``data_wait_fraction``, ``first_batch_s``, the mean seconds
 per batch of each phase (``data_wait``, ``h2d``, ``forward``, ``backward``;
 the first batch, which waits for the workers to start, is left out),
-``cpu_saturation`` and ``process_tree_cpu_percent``, and ``gpu_util`` where
-a GPU was sampled.
+``cpu_saturation`` (the loader's process tree ÷ the usable cores), ``process_tree_cpu_percent``,
+``cpu_system_saturation`` (the whole machine's, for the busy check); on CUDA ``gpu_busy`` (the
+GPU time of the steps ÷ the loop's wall time, from CUDA events; its row carries ``nvml_note``),
+``gpu_step_s``, and ``nvml_util`` where NVML's sample buffer covered ≥ 10 of its periods. NVML is
+no longer polled (its 50 ms polls of a 1/6–1 s average read 0% under running steps).
 
 ``pin_memory=True`` only means something with CUDA: :func:`split_applicable`
 separates such settings on a CPU-only machine so a notebook can say they were
@@ -37,9 +40,12 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from feedlab.monitor import CpuMonitor, GpuMonitor
+from feedlab.experiments._rate_kinds import RATE_METRICS, label_rate_kinds, rate_kind_note, steady_rows
+from feedlab.gpu_busy import BusyMeter, NvmlWindow
+from feedlab.monitor import CpuMonitor
 from feedlab.pipeline import (
     COLLATES,
+    MIN_TIMED_BATCHES,
     MODEL_VARIANTS,
     PipelineSpec,
     build_model,
@@ -48,9 +54,12 @@ from feedlab.pipeline import (
     make_training,
     open_dataset,
     prefetch_depth,
+    rate_of,
     resolve_model_name,
+    steady_batches,
     steady_rate,
 )
+from feedlab.pipeline import warmup_batches as warmup_batches_of
 from feedlab.results import Results, summarize
 from feedlab.timing import PHASES, run_epoch
 
@@ -101,15 +110,57 @@ def _params(s: PipelineSpec, device) -> dict:
     return d
 
 
+def epoch_batches(s: PipelineSpec, *, max_batches: int | None = None, max_samples: int | None = None,
+                  min_timed_batches: int | None = None) -> int | None:
+    """Batches of one timed epoch of setting ``s``: ``max_samples`` (rounded up to whole batches)
+    or ``max_batches`` as given; with ``min_timed_batches``, at least
+    :func:`~feedlab.pipeline.steady_batches` (warm-up + that many timed batches) whatever those say.
+    None: the whole data set once."""
+    n = max(1, -(-int(max_samples) // int(s.batch_size))) if max_samples is not None else max_batches
+    if min_timed_batches is not None:
+        need = steady_batches(s, int(min_timed_batches))
+        n = need if n is None else max(int(n), need)
+    return n
+
+
+def cycling_loader(ds, s: PipelineSpec, batches: int | None, seed: int = 0):
+    """The loader for ``s``; when ``batches`` × batch size exceeds the data set, an epoch runs
+    successive shuffled passes over it (``RandomSampler(num_samples=...)`` without replacement:
+    every sample once per pass, each pass a fresh permutation), so a small set still gives a
+    steady epoch. The extra passes read what the first brought into the page cache: the rates
+    of such an epoch are warm-cache rates (the grid's warm-up epoch makes them so anyway)."""
+    if batches is None or int(batches) * int(s.batch_size) <= len(ds):
+        return make_loader(ds, s, seed)
+    from torch.utils.data import RandomSampler
+
+    g = torch.Generator().manual_seed(seed)
+    return make_loader(ds, s, seed, sampler=RandomSampler(ds, num_samples=int(batches) * int(s.batch_size),
+                                                          generator=g))
+
+
+BUDGET_MIN_TIMED = 10  # a time-budgeted epoch's fewest timed batches for a steady rate
+BUDGET_CAP_BATCHES = 100_000  # a time-budgeted epoch's sampler length: the budget ends it first
+
+
 def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats: int = 3, warmup: int = 1,
              warmup_batches: int = 3, max_batches: int | None = None,
              max_samples: int | None = None, device=None,
              experiment: str = "loader_grid", seed: int = 0, monitor_interval: float = 0.05,
-             dataset_opts: dict | None = None, log: Callable[[str], None] | None = None) -> Results:
+             dataset_opts: dict | None = None, log: Callable[[str], None] | None = None,
+             min_timed_batches: int | None = None, time_budget_s: float | None = None) -> Results:
     """Time every setting: ``warmup`` epochs of at most ``warmup_batches`` batches,
     then ``repeats`` epochs of at most ``max_batches`` batches (None: the whole set).
     ``max_samples`` caps an epoch by samples instead (rounded up to whole batches), so
     every batch size sees the same data; it wins over ``max_batches``.
+
+    Steady state by construction: ``min_timed_batches`` makes each timed epoch at least
+    the setting's warm-up (``num_workers × prefetch_factor`` batches + the first) plus that many
+    timed batches (:func:`epoch_batches`; a set too small for it is cycled, :func:`cycling_loader`);
+    ``time_budget_s`` instead runs each timed epoch for that many seconds after its first batch
+    was asked for (and never fewer than warm-up + ``min_timed_batches or 10`` batches).
+    Every row carries ``rate_kind`` (``steady`` / ``startup_inclusive``, :func:`feedlab.pipeline.rate_of`),
+    ``timed_batches`` and ``warmup_batches``: a row of an epoch too short for a steady rate
+    (a smoke run) says so, and ``steady_samples_per_s`` is then the whole-epoch rate, labelled.
 
     Settings that are not applicable on ``device`` (see :func:`applicable`) raise;
     filter them first with :func:`split_applicable`. Returns one
@@ -117,7 +168,11 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
     """
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
+    if time_budget_s is not None and time_budget_s <= 0:
+        raise ValueError(f"time_budget_s={time_budget_s}: must be > 0 seconds")
     device = torch.device(device) if device is not None else default_device()
+    min_timed = int(min_timed_batches) if min_timed_batches is not None else (
+        BUDGET_MIN_TIMED if time_budget_s is not None else MIN_TIMED_BATCHES)
     datasets: dict[str, object] = {}
     res = Results()
     for s in settings:
@@ -133,26 +188,35 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
         ds = datasets[key]
         torch.manual_seed(seed)
         model, _loss, optimizer = make_training(s.model, device)
-        loader = make_loader(ds, s, seed)
+        warm = warmup_batches_of(s)
+        if time_budget_s is not None:
+            max_batches_s = epoch_batches(s, max_batches=BUDGET_CAP_BATCHES, min_timed_batches=min_timed)
+            min_batches = warm + min_timed
+        else:
+            max_batches_s = epoch_batches(s, max_batches=max_batches, max_samples=max_samples,
+                                          min_timed_batches=min_timed_batches)
+            min_batches = 0
+        loader = cycling_loader(ds, s, max_batches_s, seed)
         for _ in range(max(0, warmup)):
             run_epoch(loader, model, device, optimizer=optimizer,
                       max_batches=warmup_batches if max_batches is None else min(warmup_batches, max_batches))
-        if max_samples is not None:
-            max_batches_s = max(1, -(-int(max_samples) // int(s.batch_size)))
-        else:
-            max_batches_s = max_batches
         params = _params(s, device)
         variant = s.label()
         rates = []
+        kinds = []
         for r in range(repeats):
-            with CpuMonitor(monitor_interval) as cpu, GpuMonitor(monitor_interval) as gpu:
-                et = run_epoch(loader, model, device, optimizer=optimizer, max_batches=max_batches_s)
-            add = lambda metric, value, unit: res.add(experiment, variant, metric, value, unit, r, **params)  # noqa: E731
+            busy = BusyMeter(device)
+            with CpuMonitor(monitor_interval) as cpu, NvmlWindow(device) as nv:
+                et = run_epoch(loader, model, device, optimizer=optimizer, max_batches=max_batches_s,
+                               busy=busy, time_budget_s=time_budget_s, min_batches=min_batches)
+            rate, kind, timed = rate_of(et, warm, min_timed)
+            row = dict(params, rate_kind=kind, timed_batches=timed, warmup_batches=warm)
+            add = lambda metric, value, unit: res.add(experiment, variant, metric, value, unit, r, **row)  # noqa: E731
             rates.append(et.samples_per_s)
+            kinds.append(kind)
             add("samples_per_s", et.samples_per_s, "samples/s")
-            steady = steady_rate(et, skip=prefetch_depth(s))
-            if steady is not None:
-                add("steady_samples_per_s", steady, "samples/s")
+            if rate is not None:
+                add("steady_samples_per_s", rate, "samples/s")
             add("epoch_s", et.wall_s, "s")
             add("samples", et.samples, "samples")
             add("batches", et.batches, "batches")
@@ -165,21 +229,94 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
             if not np.isnan(c["cpu_saturation"]):
                 add("cpu_saturation", c["cpu_saturation"], "fraction")
                 add("process_tree_cpu_percent", c["process_tree_cpu_percent_mean"], "%")
-            g = gpu.summary()
-            if g.get("gpu_available") and not np.isnan(g["gpu_util_mean"]):
-                add("gpu_util", g["gpu_util_mean"], "%")
+            if not np.isnan(c.get("cpu_system_saturation", float("nan"))):
+                add("cpu_system_saturation", c["cpu_system_saturation"], "fraction")
+            # the GPU-busy meter (CUDA events, feedlab.gpu_busy): over the steady batches when the rate is
+            # steady, else over the whole loop; no row off CUDA (a table holds no NaN: absent = not measured)
+            b = busy.end_window(skip_steps=warm if kind == "steady" else 0)
+            n = nv.summary()
+            gb = b["gpu_busy_steady"] if kind == "steady" else b["gpu_busy"]
+            if not np.isnan(gb):
+                res.add(experiment, variant, "gpu_busy", gb, "fraction", r, **row, nvml_note=n["nvml_note"])
+            if not np.isnan(b["gpu_step_s"]):
+                add("gpu_step_s", b["gpu_step_s"], "s/batch")
+            if not np.isnan(n["nvml_util"]):
+                add("nvml_util", n["nvml_util"], "%")
         if log:
-            log(f"{variant} model={s.model}: {np.median(rates):.1f} samples/s (median of {repeats})")
+            label = "steady" if all(k == "steady" for k in kinds) else "START-UP INCLUSIVE"
+            log(f"{variant} model={s.model}: {np.median(rates):.1f} samples/s whole epoch (median of {repeats}); "
+                f"rates {label}")
         del loader, model, optimizer
     return res
+
+
+GPU_CANDIDATES = ("srcnn", "srcnn_wide")  # the write-up's SRCNN first, then a wider one
+
+
+def choose_gpu_workload(candidates: Sequence[str], step_s: Callable[[str], float], loader_batch_s: float,
+                        margin: float = 1.0) -> dict:
+    """The first candidate whose training step (``step_s(name)``: measured seconds per step at
+    the batch size asked) takes at least ``margin`` × the loader's seconds per batch: a loop
+    over it waits on the GPU, not on the data. None GPU-bound: the slowest step, ``gpu_bound``
+    False. Returns ``{"model", "gpu_bound", "step_s": {name: s}, "loader_batch_s", "reading"}``;
+    candidates after the chosen one are not measured."""
+    if not candidates:
+        raise ValueError("choose_gpu_workload: no candidate models")
+    steps: dict[str, float] = {}
+    chosen = None
+    for name in candidates:
+        steps[name] = float(step_s(name))
+        if steps[name] >= margin * loader_batch_s:
+            chosen = name
+            break
+    bound = chosen is not None
+    if chosen is None:
+        chosen = max(steps, key=steps.get)
+    measured = ", ".join(f"{n} {1e3 * v:.2f} ms" for n, v in steps.items())
+    reading = (f"GPU workload: {chosen} (step {1e3 * steps[chosen]:.2f} ms vs the loader's "
+               f"{1e3 * loader_batch_s:.2f} ms per batch: " + ("GPU-bound" if bound else "NOT GPU-bound, the "
+               "slowest candidate") + f"; measured: {measured})")
+    return {"model": chosen, "gpu_bound": bound, "step_s": steps, "loader_batch_s": float(loader_batch_s),
+            "reading": reading}
+
+
+def measure_step_s(name: str, batch, device, steps: int = 20) -> float:
+    """Seconds per training step of model ``name`` on one real ``batch`` (copy + forward +
+    backward + Adam, :func:`feedlab.timing.run_epoch` on the batch repeated; CUDA events on a GPU),
+    the first (warm-up) step left out."""
+    torch.manual_seed(0)
+    model, _loss, optimizer = make_training(name, device)
+    run_epoch([batch] * 3, model, device, optimizer=optimizer)
+    et = run_epoch([batch] * (steps + 1), model, device, optimizer=optimizer)
+    m = et.phase_means()
+    return m["h2d"] + m["forward"] + m["backward"]
+
+
+def gpu_workload(data_root, device, batch_size: int = 128, num_workers: int = 0, fmt: str = "png",
+                 candidates: Sequence[str] = GPU_CANDIDATES, min_timed_batches: int = 20) -> dict:
+    """:func:`choose_gpu_workload` measured here: the loader alone (``fmt``, ``batch_size``,
+    ``num_workers``, a steady rate) against each candidate's step on one of its batches."""
+    spec = PipelineSpec(format=fmt, batch_size=batch_size, num_workers=num_workers, model="none")
+    res = run_grid(data_root, [spec], repeats=1, device=device, min_timed_batches=min_timed_batches,
+                   experiment="gpu_workload")
+    df = res.frame()
+    rate = float(df[df["metric"] == "steady_samples_per_s"]["value"].iloc[0])
+    ds = open_dataset(data_root, spec)
+    batch = next(iter(make_loader(ds, spec.replace(num_workers=0))))
+    out = choose_gpu_workload(candidates, lambda n: measure_step_s(n, batch, device), batch_size / rate)
+    out["loader_rate_kind"] = str(df["rate_kind"].iloc[0])
+    return out
 
 
 SETTING_COLUMNS = tuple(f.name for f in fields(PipelineSpec))
 
 
 def metric_summary(df, metric: str, by: Sequence[str]):
-    """:func:`feedlab.results.summarize` of one metric (median, q25, q75, ... over repeats)."""
+    """:func:`feedlab.results.summarize` of one metric (median, q25, q75, ... over repeats).
+    A rate (:data:`RATE_METRICS`) is summarised over :func:`steady_rows` only."""
     part = df[df["metric"] == metric]
+    if metric in RATE_METRICS:
+        part = steady_rows(part)
     if part.empty:
         raise KeyError(f"no rows for metric {metric!r}")
     return summarize(part, list(by))
@@ -238,7 +375,8 @@ def _phase_label_colors() -> dict:
     return {PHASE_LABELS[p]: PHASE_COLORS[p] for p in PHASES}
 
 
-__all__ = ["PipelineSpec", "grid", "run_grid", "applicable", "split_applicable", "steady_rate", "prefetch_depth",
+__all__ = ["PipelineSpec", "grid", "run_grid", "epoch_batches", "cycling_loader", "steady_rows", "rate_kind_note", "label_rate_kinds",
+           "choose_gpu_workload", "gpu_workload", "measure_step_s", "GPU_CANDIDATES", "RATE_METRICS", "applicable", "split_applicable", "steady_rate", "prefetch_depth",
            "metric_summary", "phase_table", "plot_phase_bars", "PHASE_LABELS", "SETTING_COLUMNS",
            # re-exported from feedlab.pipeline for the notebooks that import them from here
            "default_device", "resolve_model_name", "COLLATES", "MODEL_VARIANTS", "build_model"]

@@ -136,7 +136,7 @@ def plot_timeline(ax, items, batches, title: str = "", annotate_max: int = 48) -
 
 def throughput_vs_workers(data_root, max_workers: int, batch_size: int, models: Sequence[str] = ("none", "auto"),
                           repeats: int = 3, max_samples: int | None = None, fmt: str = "png",
-                          device=None, warmup: int = 1, log=None) -> Results:
+                          device=None, warmup: int = 1, log=None, **sizing) -> Results:
     """samples/s for num_workers along :func:`feedlab.machines.worker_ladder` up to
     ``max_workers`` (0, 1, 2, 3, 4, 6, 8, 12, ...: every count on a small machine, about
     ×1.5 steps on a large one), plus the counts write-up 002's claims are stated at
@@ -147,14 +147,15 @@ def throughput_vs_workers(data_root, max_workers: int, batch_size: int, models: 
     settings = grid(batch_size=batch_size, num_workers=ladder,
                     format=fmt, model=list(models))
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
-                    warmup=warmup, experiment="throughput_vs_workers", log=log)
+                    warmup=warmup, experiment="throughput_vs_workers", log=log, **sizing)
 
 
 def batch_size_table(data_root, batch_sizes: Sequence[int], worker_counts: Sequence[int], model: str = "auto",
                      repeats: int = 3, max_samples: int | None = None, fmt: str = "png", device=None,
-                     pin_memory: bool | None = None, warmup: int = 1, log=None) -> Results:
+                     pin_memory: bool | None = None, warmup: int = 1, log=None, **sizing) -> Results:
     """Epoch time, data-wait fraction and utilisation for batch size × workers.
-    ``pin_memory`` None: on with CUDA (as in the write-up), off without."""
+    ``pin_memory`` None: on with CUDA (as in the write-up), off without. ``sizing``:
+    ``min_timed_batches`` / ``time_budget_s`` of :func:`~feedlab.experiments.loader_grid.run_grid`."""
     from feedlab.experiments.loader_grid import default_device
 
     device = device if device is not None else default_device()
@@ -162,14 +163,18 @@ def batch_size_table(data_root, batch_sizes: Sequence[int], worker_counts: Seque
     settings = grid(batch_size=list(batch_sizes), num_workers=list(worker_counts), format=fmt,
                     model=model, pin_memory=pin)
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
-                    warmup=warmup, experiment="batch_size_table", log=log)
+                    warmup=warmup, experiment="batch_size_table", log=log, **sizing)
 
 
 def ms_per_sample(df, metric: str = "steady_samples_per_s"):
     """Rows ``ms_per_sample`` = 1000 / ``metric`` (per repeat): time per sample,
     comparable across batch sizes whatever ``max_samples`` cut. By default the
-    steady rate (worker start-up left out; it is reported as first_batch_s)."""
-    part = df[df["metric"] == metric].copy()
+    steady rate (worker start-up left out; it is reported as first_batch_s), over
+    :func:`~feedlab.experiments.loader_grid.steady_rows` only: rows labelled
+    ``startup_inclusive`` are dropped where steady ones exist, and kept, labelled, where none do."""
+    from feedlab.experiments.loader_grid import steady_rows
+
+    part = steady_rows(df[df["metric"] == metric]).copy()
     part["value"] = 1e3 / part["value"]
     part["metric"] = "ms_per_sample"
     part["unit"] = "ms/sample"

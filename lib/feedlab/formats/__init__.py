@@ -143,8 +143,14 @@ def open_dataset(root, fmt: str, **opts):
     (``as_tensor``, ``decode`` for png/jpeg, ``open_in_parent`` for hdf5,
     ``cache_chunk`` for zarr, ``chunk_len`` for npy_mmap); ``verify=False`` skips the
     per-sample checksum check on read."""
+    from feedlab.formats._io import check_regular_tree
+
     verify = opts.pop("verify", None)
-    ds = get_format(fmt).dataset(Path(root), **opts)
+    spec = get_format(fmt)
+    for part in spec.path.split("+"):
+        if part.strip():
+            check_regular_tree(Path(root) / part.strip())  # a FIFO in the store: one line, never a hang
+    ds = spec.dataset(Path(root), **opts)
     if verify is not None and hasattr(ds, "verify"):
         ds.verify = bool(verify)  # checksums on read (default on; off for benchmarks)
     return ds

@@ -24,33 +24,40 @@ from feedlab.formats._io import (  # noqa: F401  (re-exported: writers and data_
     _remove,
     atomic_output,
     current_umask,
+    max_file_bytes,
+    open_regular,
+    read_regular,
     replace_path,
     sweep_orphans,
     tmp_sibling,
     tree_bytes,
     write_json_atomic,
 )
+from feedlab.formats._manifest import CHECKSUMS, manifest_problem, plain_name  # noqa: F401  (re-exported)
 
 MANIFEST = "manifest.json"
+MANIFEST_MAX_BYTES = 64 << 20   # a manifest is a few kB; a larger one is not ours
 
 
-CHECKSUMS = "crc32c.npy"   # (N, 2) uint32: crc32c of lr bytes, of hr bytes, per sample
 
 
 def read_manifest(root: str | os.PathLike) -> dict:
     """The manifest of a data set, or ``{}`` when it has none. A manifest that is not
     valid JSON raises :class:`FormatError` naming the file."""
     path = Path(root) / MANIFEST
-    if not path.is_file():
+    if not path.exists():
         return {}
     try:
-        with open(path, encoding="utf-8") as fh:
-            man = json.load(fh)
+        man = json.loads(read_regular(path, MANIFEST_MAX_BYTES).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise FormatError(f"{path} is not valid JSON ({exc}): rebuild the set with "
                           "`python -m data_prep sr --out ...` (or restore the file)") from None
     if not isinstance(man, dict):
         raise FormatError(f"{path} holds {type(man).__name__}, not a manifest object: rebuild the set")
+    why = manifest_problem(man)
+    if why:
+        raise FormatError(f"{path}: {why}: the manifest is damaged or not data_prep's; rebuild the set "
+                          "(python -m data_prep sr|classify --out NEW_DIR) or restore the file")
     return man
 
 
@@ -176,8 +183,9 @@ class SRDataset(Dataset):
         if table is None:
             path = self.root / CHECKSUMS
             table = False
-            if path.is_file():
-                table = np.load(path, allow_pickle=False)
+            if path.exists():
+                with open_regular(path) as fh:
+                    table = np.load(fh, allow_pickle=False)
                 if table.shape != (self._n, 2) or table.dtype != np.uint32:
                     raise FormatError(f"{path}: checksum table {table.shape} {table.dtype}, expected "
                                       f"({self._n}, 2) uint32: rebuild the set or delete that file")
@@ -327,12 +335,10 @@ def raw_nbytes(raw) -> int:
     return 0
 
 
-def read_files(paths) -> tuple[bytes, ...]:
-    out = []
-    for p in paths:
-        with open(p, "rb") as fh:
-            out.append(fh.read())
-    return tuple(out)
+def read_files(paths, limit: int | None = None) -> tuple[bytes, ...]:
+    """The bytes of each path: regular files only, each at most ``limit`` bytes (default
+    ``max_file_bytes()``); a FIFO or device is refused at once, naming it (``_io.open_regular``)."""
+    return tuple(read_regular(p, limit) for p in paths)
 
 
 def files_in(*paths) -> list[Path]:

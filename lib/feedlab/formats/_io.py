@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -136,6 +137,90 @@ def atomic_output(final: str | os.PathLike, is_dir: bool) -> Iterator[Path]:
     except BaseException:
         _remove(tmp)
         raise
+
+
+#: the largest file a read accepts unless told otherwise ($FEEDLAB_MAX_FILE_BYTES overrides it)
+MAX_FILE_BYTES = 1 << 30
+
+
+def max_file_bytes() -> int:
+    """The size bound of one read: ``$FEEDLAB_MAX_FILE_BYTES`` or :data:`MAX_FILE_BYTES`."""
+    raw = os.environ.get("FEEDLAB_MAX_FILE_BYTES", "").strip()
+    if not raw:
+        return MAX_FILE_BYTES
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"FEEDLAB_MAX_FILE_BYTES={raw!r}: a whole number of bytes") from None
+    if n < 1:
+        raise ValueError(f"FEEDLAB_MAX_FILE_BYTES={raw!r}: must be at least 1")
+    return n
+
+
+def _kind(mode: int) -> str:
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike, limit: int | None = None):
+    """Open ``path`` for binary reading only if it is a regular file of at most ``limit``
+    bytes (default :func:`max_file_bytes`); returns the file object. A FIFO, socket or
+    device is refused at once (opened non-blocking, checked with ``fstat`` on the opened
+    descriptor, so it never blocks and cannot be swapped in between check and read):
+    ``OSError`` naming the file and what it is."""
+    limit = max_file_bytes() if limit is None else int(limit)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is {_kind(st.st_mode)}, not a regular file: only regular files are read "
+                          "(replace it with the file itself)")
+        if st.st_size > limit:
+            raise OSError(f"{path} is {st.st_size} bytes, over the {limit}-byte bound of one read "
+                          "(set FEEDLAB_MAX_FILE_BYTES to allow it)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular_tree(path: str | os.PathLike, limit: int = 10_000) -> None:
+    """Refuse a store holding a FIFO, socket or device (a library opening it would block for
+    ever): ``OSError`` naming it. Looks at ``path`` and, for a folder, up to ``limit`` entries
+    under it (stat only, nothing is opened); stores of one file per sample are checked as each
+    file is read (:func:`open_regular`)."""
+    path = Path(path)
+    seen = 0
+    todo = [path]
+    while todo and seen < limit:
+        p = todo.pop()
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        seen += 1
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                todo.extend(Path(e.path) for e in os.scandir(p))
+            except OSError:
+                continue
+        elif not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{p} is {_kind(st.st_mode)}, not a regular file: only regular files are read "
+                          "(replace it with the file itself)")
+
+
+def read_regular(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (see :func:`open_regular`)."""
+    lim = max_file_bytes() if limit is None else int(limit)
+    with open_regular(path, lim) as fh:
+        data = fh.read(lim + 1)
+    if len(data) > lim:  # grew after the check
+        raise OSError(f"{path} grew past the {lim}-byte bound of one read while it was read")
+    return data
 
 
 def tree_bytes(path: str | os.PathLike) -> int:

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ._decoding import DecoderState
+from ._io import read_regular
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 
@@ -53,8 +54,7 @@ class ImageFolderDataset(DecoderState, Dataset):
 
     def __getitem__(self, i):
         path, label = self.samples[i]
-        with open(path, "rb") as fh:
-            img = self._decode(fh.read())
+        img = self._decode(read_regular(path))
         if self.transform is not None:
             img = self.transform(img)
         if self.as_tensor:
@@ -67,8 +67,7 @@ class ImageFolderDataset(DecoderState, Dataset):
     def read_raw(self, i: int):
         """``(encoded bytes, label)`` of sample ``i``."""
         path, label = self.samples[i]
-        with open(path, "rb") as fh:
-            return fh.read(), label
+        return read_regular(path), label
 
     def decode_raw(self, raw):
         return self._decode(raw[0]), raw[1]

@@ -46,8 +46,9 @@ class ImagesDataset(DecoderState, Dataset):
         return len(self.paths)
 
     def read_raw(self, i: int) -> bytes:
-        with open(self.paths[i], "rb") as fh:
-            return fh.read()
+        from feedlab.formats._io import read_regular
+
+        return read_regular(self.paths[i])
 
     def decode_raw(self, raw) -> np.ndarray:
         try:

@@ -25,6 +25,7 @@ from ._common import (
     files_in,
     first_shapes,
     iter_checked,
+    open_regular,
     read_files,
     tree_bytes,
     write_blocks,
@@ -109,8 +110,10 @@ class NpyDataset(SRDataset):
         return str(self.dir / npy_name("{lr,hr}", i))
 
     def _read(self, i: int):
-        lr = np.load(self.dir / npy_name("lr", i), allow_pickle=False)
-        hr = np.load(self.dir / npy_name("hr", i), allow_pickle=False)
+        with open_regular(self.dir / npy_name("lr", i)) as fh:
+            lr = np.load(fh, allow_pickle=False)
+        with open_regular(self.dir / npy_name("hr", i)) as fh:
+            hr = np.load(fh, allow_pickle=False)
         return lr, hr
 
     decode_name = "np.load"

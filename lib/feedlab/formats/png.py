@@ -24,6 +24,7 @@ from ._common import (
     first_shapes,
     iter_checked,
     read_files,
+    read_regular,
     tree_bytes,
 )
 from ._decoding import DecoderState, resolve_decoder  # noqa: F401  (resolve_decoder: re-exported)
@@ -54,8 +55,7 @@ def encode_png(arr: np.ndarray) -> bytes:
 
 
 def read_png_rgb(path: str | os.PathLike) -> np.ndarray:
-    with open(path, "rb") as fh:
-        return _pil_decode(fh.read())
+    return _pil_decode(read_regular(path))
 
 
 class PngDataset(DecoderState, SRDataset):
@@ -77,10 +77,8 @@ class PngDataset(DecoderState, SRDataset):
     def _read(self, i: int):
         name = sample_name(i)
         shapes = getattr(self, "lr_shape", None) is not None
-        with open(self.lr_dir / name, "rb") as fh:
-            lr = self._decode(fh.read(), np.empty(self.lr_shape, np.uint8) if shapes else None)
-        with open(self.hr_dir / name, "rb") as fh:
-            hr = self._decode(fh.read(), np.empty(self.hr_shape, np.uint8) if shapes else None)
+        lr = self._decode(read_regular(self.lr_dir / name), np.empty(self.lr_shape, np.uint8) if shapes else None)
+        hr = self._decode(read_regular(self.hr_dir / name), np.empty(self.hr_shape, np.uint8) if shapes else None)
         return lr, hr
 
     def read_raw(self, i: int):
@@ -100,12 +98,10 @@ class PngDataset(DecoderState, SRDataset):
         for k, i in enumerate(idx):
             name = sample_name(i)
             try:
-                with open(self.lr_dir / name, "rb") as fh:
-                    r = self._decode(fh.read(), lr_b[k])
+                r = self._decode(read_regular(self.lr_dir / name), lr_b[k])
                 if r is not lr_b[k]:
                     lr_b[k] = r
-                with open(self.hr_dir / name, "rb") as fh:
-                    r = self._decode(fh.read(), hr_b[k])
+                r = self._decode(read_regular(self.hr_dir / name), hr_b[k])
                 if r is not hr_b[k]:
                     hr_b[k] = r
             except Exception as exc:

@@ -14,6 +14,7 @@ from ._common import (
     count_from_manifest_or_files,
     first_shapes,
     iter_checked,
+    open_regular,
     read_files,
     tree_bytes,
 )
@@ -50,7 +51,8 @@ class PtDataset(SRDataset):
             self.lr_shape, self.hr_shape = tuple(lr.shape), tuple(hr.shape)
 
     def _load(self, i: int):
-        d = torch.load(self.dir / pt_name(i), weights_only=True, map_location="cpu")
+        with open_regular(self.dir / pt_name(i)) as fh:
+            d = torch.load(fh, weights_only=True, map_location="cpu")
         return d["lr"], d["hr"]
 
     def _read(self, i: int):

@@ -9,9 +9,12 @@
 
 One module per contender (``torch_stock``, ``feedlab_best``, ``webdataset_peer``,
 ``litdata_peer``, ``mosaic_streaming``, ``torchdata_nodes``, ``hf_datasets``,
-``ffcv_peer``, ``dali``), each used as its own documentation recommends (its
+``ffcv_peer``, ``spdl_peer``, ``dali``), each used as its own documentation recommends (its
 docstring says how). None is imported until used, so a missing package costs
 nothing but a row marked *unavailable* with the import error and the install line.
+A peer whose pins conflict with feedlab's, or that builds against system libraries
+(MosaicML streaming, FFCV, SPDL), runs in a venv of its own (:mod:`feedlab.peers.venvs`,
+``make peers``), measured there by the same code (:mod:`feedlab.peers.remote`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ PEERS: dict[str, Peer] = {p.name: p for p in [
          parallelism="StreamingDataLoader num_workers (processes)",
          shuffle="chunk order shuffled, samples shuffled within chunks", recipe="optimize() chunks, StreamingDataset"),
     Peer("mosaic_streaming", "MosaicML streaming", "mosaic_streaming", ("streaming",),
-         "pip install mosaicml-streaming (pins numpy<2.2 and transformers<5, i.e. huggingface-hub<1.0)",
+         "make peers (builds .venv-mosaic: mosaicml-streaming pins numpy<2.2 and huggingface-hub<1.0)",
          parallelism="DataLoader num_workers (processes)", shuffle="py1e shuffle over shards (its default)",
          recipe="MDSWriter shards, StreamingDataset"),
     Peer("torchdata_nodes", "torchdata.nodes", "torchdata_nodes", ("torchdata.nodes",), "pip install torchdata",
@@ -47,10 +50,15 @@ PEERS: dict[str, Peer] = {p.name: p for p in [
          parallelism="DataLoader num_workers (processes)", shuffle="global permutation per epoch (RandomSampler)",
          recipe="Arrow save_to_disk, with_format('torch') / with_transform, DataLoader"),
     Peer("ffcv", "FFCV", "ffcv_peer", ("ffcv",),
-         "pip install ffcv (source build: needs OpenCV's and libjpeg-turbo's pkg-config files; "
-         "its README uses a conda environment)",
+         "make peers (builds .venv-ffcv: apt libopencv-dev libturbojpeg0-dev pkg-config, then pip install ffcv "
+         "from source)",
          parallelism="Loader num_workers (threads, >= 1)", shuffle="OrderOption.RANDOM (global permutation)",
          recipe=".beton, JIT pipelines"),
+    Peer("spdl", "SPDL", "spdl_peer", ("spdl.pipeline", "spdl.io"),
+         "pip install spdl (its decoders load the system FFmpeg libraries: libavformat, libavfilter)",
+         parallelism="PipelineBuilder pipe concurrency W on a pool of W threads (>= 1)",
+         shuffle="global permutation per epoch (one pipeline per epoch)",
+         recipe="source -> pipe(load, concurrency) -> aggregate -> sink; JPEG: spdl.io.load_image + FFmpeg filter"),
     Peer("dali", "NVIDIA DALI (CPU)", "dali", ("nvidia.dali",), "pip install nvidia-dali-cuda130 (or -cuda120)",
          parallelism="pipeline num_threads (>= 1)", shuffle="global permutation per epoch (shuffle_after_epoch)",
          recipe="readers.numpy / readers.file + decoders.image_random_crop, device_id=None"),

@@ -131,6 +131,21 @@ class Peer:
         return importlib.import_module(f"feedlab.peers.{self.module}")
 
     def check(self) -> tuple[bool, str]:
+        """Importable here, or (a peer with a venv of its own, :mod:`feedlab.peers.venvs`) its venv built."""
+        from .remote import check_imports, in_venv
+        from .venvs import VENVS, python_for, why_missing
+
+        if self.name in VENVS and not in_venv():
+            python = python_for(self.name)
+            if python is not None:
+                why = check_imports(python, self.import_names)
+                return (not why, f"{why}; install: {self.install}" if why else "")
+            ok, _why = self.check_here()
+            return (True, "") if ok else (False, why_missing(self.name))
+        return self.check_here()
+
+    def check_here(self) -> tuple[bool, str]:
+        """Importable in this interpreter (and its extra check passes)."""
         import importlib
 
         for name in self.import_names:

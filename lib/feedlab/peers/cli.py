@@ -59,6 +59,8 @@ def main_peer(args) -> int:
         print(f"  {row['samples_per_s']:,.0f} samples/s (IQR {row['q25']:,.0f}–{row['q75']:,.0f}, {args.epochs} epochs"
               f" after {args.warmup} warm-up) · first batch {row['first_batch_s'] * 1e3:.0f} ms · peak RSS "
               f"{row['peak_rss_mib']:.0f} MiB · CPU {100 * row['cpu_saturation']:.0f}% busy")
+        print(f"  ran in {info.get('interpreter', '')}" + (f" ({', '.join(f'{k} {v}' for k, v in info['versions'].items())})"
+                                                          if info.get("versions") else ""))
         print(f"  converted in {info['convert_s']:.2f} s to {info['bytes_on_disk'] / 2**20:.1f} MiB "
               f"({info.get('convert_note', '')}); output check: ok ({info['check']['method']})")
     ok = info["available"] and row.get("check_ok") and row.get("run_ok")

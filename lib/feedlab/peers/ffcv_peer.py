@@ -51,7 +51,8 @@ def convert(source: Source, work) -> Conversion:
             ds = _Cls(source)
         DatasetWriter(path, fields, num_workers=1).from_indexed_dataset(ds)
 
-    return timed_conversion(work, write, ".beton (jpg mode, max_resolution 512)")
+    note = ".beton (NDArrayField pairs)" if source.kind == "sr" else ".beton (RGBImageField jpg mode, max_resolution 512)"
+    return timed_conversion(work, write, note)
 
 
 def loader(source: Source, work, spec: Spec):

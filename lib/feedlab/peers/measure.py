@@ -16,6 +16,7 @@ Peak RSS is the process tree's (main + workers), sampled every 50 ms.
 from __future__ import annotations
 
 import gc
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -164,9 +165,18 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
              check: bool = True) -> tuple[Results, dict]:
     """Availability, conversion, the output check, then every worker count. Never raises for a
     contender's failure: the info dict says what happened."""
+    from . import remote, venvs
+
     peer = get(name)
+    python = None if remote.in_venv() else venvs.python_for(name)
+    if python is not None:  # a peer with a venv of its own: the same code, run by that venv's Python
+        req = remote.request(name, source, work_root, batch_size, worker_counts, size, warmup, repeats, cold,
+                             device, seed, check)
+        res, info = remote.run(python, req)
+        info.setdefault("samples", source.n)
+        return res, info
     info = {"name": name, "label": peer.label, "kind": source.kind, "parallelism": peer.parallelism,
-            "shuffle": peer.shuffle, "recipe": peer.recipe, "samples": source.n}
+            "shuffle": peer.shuffle, "recipe": peer.recipe, "samples": source.n, "interpreter": sys.executable}
     res = Results()
     ok, reason = peer.check()
     info.update(available=ok, reason=reason)

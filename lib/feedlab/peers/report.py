@@ -34,7 +34,8 @@ def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
                 "bytes_on_disk": info.get("bytes_on_disk", float("nan")),
                 "check_ok": (info.get("check") or {}).get("ok"),
                 "check": (info.get("check") or {}).get("method", (info.get("check") or {}).get("error", "")),
-                "shuffle": info["shuffle"], "parallelism": info["parallelism"]}
+                "shuffle": info["shuffle"], "parallelism": info["parallelism"],
+                "interpreter": info.get("interpreter", "")}
         runs = info.get("runs") or []
         if not runs:
             rows.append({**base, "num_workers": None})
@@ -64,16 +65,45 @@ def _best(tab: pd.DataFrame, kind: str, names) -> dict | None:
     return r.to_dict()
 
 
-def ratios(tab: pd.DataFrame) -> dict:
+def missing_peers(tab: pd.DataFrame, kind: str, field=None) -> dict[str, str]:
+    """``{label: why}`` of the peers of the field without a checked, timed run on ``kind`` in this table.
+    The field: ``field`` (names), default every registered contender but feedlab's best with a ``kind`` pipeline."""
+    from . import PEERS
+
+    names = list(field) if field is not None else list(PEERS)
+    names = [n for n in names if n != FEEDLAB and (n not in PEERS or kind in PEERS[n].kinds)]
+    d = tab[tab.kind == kind]
+    out = {}
+    for name in names:
+        rows = d[d.contender == name]
+        label = PEERS[name].label if name in PEERS else name
+        if rows.empty:
+            out[label] = "not run"
+            continue
+        first = rows.iloc[0]
+        if not bool(first.available):
+            out[label] = f"unavailable: {first.reason}"
+        elif first.check_ok is not True and first.check_ok != True:  # noqa: E712
+            out[label] = "failed the output check"
+        elif "run_ok" not in rows or not (rows.run_ok == True).any():  # noqa: E712
+            errs = [e for e in rows["error"] if isinstance(e, str) and e] if "error" in rows else []
+            out[label] = f"run failed: {errs[0]}" if errs else "no timed run"
+    return out
+
+
+def ratios(tab: pd.DataFrame, field=None) -> dict:
     """Per data set: feedlab's best ÷ the best peer (every other contender that passed its check),
-    each at its best worker count, warm cache; with the ratio's spread from the IQRs."""
+    each at its best worker count, warm cache; with the ratio's spread from the IQRs, and the peers of
+    the field (:func:`missing_peers`) that were not in it."""
     out = {}
     for kind in sorted(set(tab.kind)):
         names = set(tab[tab.kind == kind].contender)
         fb = _best(tab, kind, [FEEDLAB])
         peer = _best(tab, kind, sorted(names - {FEEDLAB}))
+        missing = missing_peers(tab, kind, field)
         if fb is None or peer is None:
-            out[kind] = {"ratio": None, "why_missing": "feedlab best" if fb is None else "no peer passed"}
+            out[kind] = {"ratio": None, "why_missing": "feedlab best" if fb is None else "no peer passed",
+                         "missing_peers": missing, "complete_field": not missing}
             continue
         r = fb["samples_per_s"] / peer["samples_per_s"]
         lo, hi = fb["q25"] / peer["q75"], fb["q75"] / peer["q25"]
@@ -83,8 +113,53 @@ def ratios(tab: pd.DataFrame) -> dict:
                                                      "cpu_ms_per_sample", "first_batch_s", "peak_rss_mib")},
                      "best_peer": {k: peer[k] for k in ("contender", "label", "num_workers", "samples_per_s", "q25",
                                                         "q75", "cpu_ms_per_sample", "first_batch_s",
-                                                        "peak_rss_mib")}}
+                                                        "peak_rss_mib")},
+                     "missing_peers": missing, "complete_field": not missing}
     return out
+
+
+def ratio_table(rat: dict) -> pd.DataFrame:
+    """The ratios as a table, one row per data set; ``field`` says whether every peer ran, and
+    ``missing_peers`` names those that did not (with why), in the row itself."""
+    rows = []
+    for kind, r in rat.items():
+        miss = r.get("missing_peers") or {}
+        rows.append({"kind": kind, "ratio": r.get("ratio"), "ratio_low": r.get("ratio_low"),
+                     "ratio_high": r.get("ratio_high"), "verdict": r.get("verdict", r.get("why_missing", "")),
+                     "best_peer": (r.get("best_peer") or {}).get("label", ""),
+                     "field": "every peer" if not miss else f"without {len(miss)}: " + ", ".join(miss),
+                     "missing_peers": "; ".join(f"{k} ({v})" for k, v in miss.items())})
+    return pd.DataFrame(rows)
+
+
+def published_table(tab: pd.DataFrame, cores: int) -> pd.DataFrame:
+    """Each peer's own published throughput per vCPU (:mod:`feedlab.peers.published`: published, not
+    measured here) beside this run's best rate of that peer per core of this machine, and per busy
+    CPU-second (1000 / cpu_ms_per_sample). A peer with no published figure gets one row saying so."""
+    from . import PEERS
+    from .published import LABEL, NONE_PUBLISHED, PUBLISHED, per_vcpu
+
+    rows = []
+    for pub in PUBLISHED + [{"peer": p, "kind": None, "what": why} for p, why in NONE_PUBLISHED.items()]:
+        name = pub["peer"]
+        kinds = [pub["kind"]] if pub["kind"] else [k for k in sorted(set(tab.kind)) if k in PEERS[name].kinds]
+        for kind in kinds:
+            best = _best(tab, kind, [name])
+            cpu_ms = best.get("cpu_ms_per_sample") if best else None
+            rate = best["samples_per_s"] if best else None
+            row = {"peer": PEERS[name].label, "kind": kind, "published": pub["what"],
+                   "published_images_per_s": pub.get("images_per_s"), "published_vcpus": pub.get("vcpus"),
+                   "published_per_vcpu": per_vcpu(pub) if "vcpus" in pub else None,
+                   "published_source": pub.get("source", ""), "published_note": LABEL if "vcpus" in pub else "",
+                   "measured_samples_per_s": rate, "measured_num_workers": best["num_workers"] if best else None,
+                   "cores": cores, "measured_per_core": rate / max(1, cores) if rate is not None else None,
+                   "measured_per_cpu_s": (1000.0 / cpu_ms if cpu_ms is not None and not math.isnan(cpu_ms)
+                                          and cpu_ms > 0 else None)}
+            p = row["published_per_vcpu"]
+            row["measured_over_published"] = (row["measured_per_core"] / p
+                                              if p and row["measured_per_core"] is not None else None)
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _f(x, fmt="{:,.0f}") -> str:
@@ -95,8 +170,11 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
     """Sentences computed from the ratios; where a peer wins, the stage and the CPU cost per sample."""
     lines = []
     for kind, r in rat.items():
+        miss = r.get("missing_peers") or {}
+        without = (f" Computed without {', '.join(miss)} ({len(miss)} of the field did not run: see the table)."
+                   if miss else " Every peer of the field ran.")
         if r.get("ratio") is None:
-            lines.append(f"{kind}: no ratio ({r['why_missing']} has no checked, timed run).")
+            lines.append(f"{kind}: no ratio ({r['why_missing']} has no checked, timed run).{without}")
             continue
         fb, p = r["feedlab"], r["best_peer"]
         s = (f"{kind}: feedlab best ({int(fb['num_workers'])} workers) {_f(fb['samples_per_s'])} samples/s "
@@ -112,7 +190,7 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
                 else:
                     s += (f" {p['label']} spends as much or more CPU per sample ({b:.3f} vs {a:.3f} ms) and wins "
                           f"by running the {STAGE[kind]} stage on more cores at once.")
-        lines.append(s)
+        lines.append(s + without)
     unavailable = tab[~tab.available.astype(bool)].drop_duplicates("contender")
     for row in unavailable.itertuples():
         lines.append(f"unavailable: {row.label} — {row.reason}")
@@ -127,4 +205,5 @@ def rows_frame(res) -> pd.DataFrame:
     return df[df.experiment == EXPERIMENT] if not df.empty else df
 
 
-__all__ = ["BASELINE", "FEEDLAB", "STAGE", "ratios", "readings", "rows_frame", "table"]
+__all__ = ["BASELINE", "FEEDLAB", "STAGE", "missing_peers", "published_table", "ratio_table", "ratios", "readings",
+           "rows_frame", "table"]

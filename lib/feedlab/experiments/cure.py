@@ -1,0 +1,257 @@
+"""15_the_cure: a starving training loop brought to a busy accelerator, one measured change at a time.
+
+The write-ups show the disease (workers decoding PNG leave the GPU waiting); this shows the cure.
+The same training step (a model chosen so that the *step*, not the loader, should bound the loop)
+runs on the write-ups' baseline — PNG + PIL + ToTensor at 2 workers and at every core — and then
+on each change the bottleneck doctor advises, applied in order and kept only if it measured faster.
+Every setting is measured end to end in steady state (the batches the workers prefetched at start-up
+are not timed; at least ``min_timed`` batches are), with three readings per repeat:
+
+* ``samples_per_s``   steady samples per second of the whole training loop;
+* ``data_wait_share`` the loop's time spent waiting in ``next(loader)`` ÷ its wall time;
+* ``gpu_busy``        the accelerator's time inside the step (CUDA events) ÷ the loop's wall time
+                      (``nan`` on a machine without CUDA: there is no accelerator to keep busy, and
+                      the reading says so instead of printing a number).
+
+:func:`readings` states how far the accelerator is from busy at each step and which stage the
+doctor predicts bounds it; :func:`target_verdict` judges the cure's target (data wait ≤ 5% of the
+loop and GPU busy ≥ 90% with the doctor's pipeline) as met, missed, or not measured here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from feedlab.doctor.predict import advise, predict
+from feedlab.pipeline import PipelineSpec, warmup_batches
+from feedlab.results import Results
+
+EXPERIMENT = "cure"
+TARGET_DATA_WAIT = 0.05   # data wait ≤ 5% of the loop's wall time ...
+TARGET_GPU_BUSY = 0.90    # ... and the GPU busy ≥ 90% of it, with the doctor's pipeline
+
+
+def timed_plan(spec: PipelineSpec, min_timed: int = 50) -> tuple[int, int]:
+    """``(skip, total)`` batches for one steady pass: the first batch and everything the
+    workers can have prefetched while it was awaited are skipped, then ``min_timed`` timed."""
+    skip = warmup_batches(spec)
+    return skip, skip + int(min_timed)
+
+
+def steady_window(et, skip: int, busy: dict | None = None) -> dict:
+    """Steady readings of one timed pass (``feedlab.timing.EpochTiming``) after ``skip`` batches:
+    samples/s, data-wait share, and GPU busy over the same steady steps where ``busy`` (a
+    :meth:`feedlab.gpu_busy.BusyMeter.end_window` reading of that pass) has it.
+    Raises ``ValueError`` when the pass has no batch after ``skip`` (never a silent fallback)."""
+    if et.batches <= skip:
+        raise ValueError(f"{et.batches} batches in the pass, {skip} skipped for start-up: none left to time")
+    ph = np.asarray(et.phases_s, float)
+    head = float(ph[:skip].sum())
+    wall = float(et.wall_s) - head
+    if wall <= 0:
+        raise ValueError("no wall time after start-up")
+    n = int(np.asarray(et.batch_sizes)[skip:].sum())
+    wait = float(ph[skip:, 0].sum())
+    gb = (busy or {}).get("gpu_busy_steady", math.nan)
+    return {"samples_per_s": n / wall, "data_wait_share": wait / wall,
+            "gpu_busy": float(gb) if gb is not None else math.nan,
+            "timed_batches": int(et.batches - skip)}
+
+
+def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed: int = 0) -> dict:
+    """One setting, end to end with the doctor's training step: a warm-up pass, then ``repeats``
+    steady passes over a sampler long enough for ``min_timed`` timed batches (the data set is
+    cycled, each cycle a fresh permutation, when it holds fewer samples)."""
+    import torch
+    from torch.utils.data import RandomSampler
+
+    from feedlab.gpu_busy import BusyMeter
+    from feedlab.pipeline import make_loader
+    from feedlab.timing import run_epoch
+
+    spec = spec.replace(device=doc.device)
+    skip, total = timed_plan(spec, min_timed)
+    ds = doc.split(spec.format, spec.decode_backend)
+    sampler = RandomSampler(ds, num_samples=total * spec.batch_size,
+                            generator=torch.Generator().manual_seed(seed))
+    loader = make_loader(ds, spec, sampler=sampler, drop_last=True)
+    run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=min(total, skip + 2))
+    rows = []
+    for _ in range(repeats):
+        busy = BusyMeter(doc.device)   # CUDA events around each step; NaN readings off CUDA
+        et = run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=total, busy=busy)
+        rows.append(steady_window(et, skip, busy.end_window(skip_steps=skip)))
+    out = {k: [r[k] for r in rows] for k in rows[0]}
+    med = {k: float(np.nanmedian(v)) if not all(math.isnan(x) for x in v) else math.nan
+           for k, v in out.items() if k != "timed_batches"}
+    rates = out["samples_per_s"]
+    return {**med, "runs": out, "q25": float(np.percentile(rates, 25)), "q75": float(np.percentile(rates, 75)),
+            "skip": skip, "timed_batches": int(min_timed), "rate_kind": "steady"}
+
+
+def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int = 4, repeats: int = 3,
+         min_timed: int = 50, log: Callable[[str], None] | None = None) -> tuple[Results, list[dict]]:
+    """The baseline at each of ``worker_counts``, then the doctor's advice from the last of them,
+    one change at a time (a change that measured slower is undone and reported as such).
+    ``doc`` is a measured :class:`feedlab.doctor.Doctor` whose model is the training step."""
+    log = log or (lambda m: None)
+    res = Results()
+    steps: list[dict] = []
+
+    def record(spec, label, kind, against=None):
+        log(f"measuring {label}")
+        m = measure(doc, spec, repeats=repeats, min_timed=min_timed)
+        pred = predict(doc.table_now(spec), spec)
+        params = dict(step=len(steps), change=label, kind=kind, **spec.as_dict())
+        res.add_samples(EXPERIMENT, label, "samples_per_s", m["runs"]["samples_per_s"], "samples/s",
+                        rate_kind="steady", **params)
+        res.add_samples(EXPERIMENT, label, "data_wait_share", m["runs"]["data_wait_share"], "fraction", **params)
+        busy = [b for b in m["runs"]["gpu_busy"] if not math.isnan(b)]
+        if busy:  # no CUDA: nothing recorded (the reading says "not measured")
+            res.add_samples(EXPERIMENT, label, "gpu_busy", busy, "fraction", **params)
+        step = {"step": len(steps), "label": label, "kind": kind, "config": spec.as_dict(), **m,
+                "predicted": pred["predicted_samples_per_s"], "bound_stage": pred["bound_stage"],
+                "kept": True, "against": against}
+        steps.append(step)
+        return step
+
+    spec = None
+    for w in worker_counts:
+        spec = baseline.replace(num_workers=int(w))
+        current = record(spec, f"baseline, {int(w)} workers", "baseline")
+    tried: set[str] = set()
+    for k in range(1, max_steps + 1):
+        measured = {s: r["steady"] for s, r in doc.e2e.items()}
+        advice = [a for a in advise(doc.table, spec, doc.max_workers, measured=measured)
+                  if a["setting"] not in tried]
+        if not advice:
+            break
+        top = advice[0]
+        tried.add(top["setting"])
+        new = PipelineSpec(**{**top["config"], "device": doc.device})
+        step = record(new, f"{top['setting']}={top['value']}", "advice", against=current["label"])
+        step["advice"] = top
+        step["gain"] = step["samples_per_s"] / current["samples_per_s"] if current["samples_per_s"] > 0 else math.nan
+        step["kept"] = bool(step["gain"] >= 1.0)
+        if step["kept"]:
+            spec, current = new, step
+    return res, steps
+
+
+def final_step(steps: list[dict]) -> dict | None:
+    """The last kept step: the doctor's pipeline as the cure leaves it."""
+    kept = [s for s in steps if s.get("kept", True)]
+    return kept[-1] if kept else None
+
+
+def target_verdict(steps: list[dict], cuda: bool, wait_target: float = TARGET_DATA_WAIT,
+                   busy_target: float = TARGET_GPU_BUSY) -> dict:
+    """The cure's target judged on the doctor's pipeline: ``met``/``missed`` per reading, or
+    ``not measured here`` with the reason (no CUDA device: nothing to keep busy)."""
+    last = final_step(steps)
+    if last is None:
+        return {"data_wait": "not measured", "gpu_busy": "not measured", "reason": "no step was measured"}
+    out = {"label": last["label"], "data_wait_share": last["data_wait_share"], "gpu_busy": last["gpu_busy"],
+           "data_wait": "met" if last["data_wait_share"] <= wait_target else "missed"}
+    if not cuda or math.isnan(last["gpu_busy"]):
+        out["gpu_busy_verdict"] = "not measured here"
+        out["reason"] = "no CUDA device: GPU busy needs CUDA events around the step"
+    else:
+        out["gpu_busy_verdict"] = "met" if last["gpu_busy"] >= busy_target else "missed"
+    return out
+
+
+def readings(steps: list[dict], cuda: bool) -> list[str]:
+    """One sentence per step, then the target's verdict, all from the measured steps."""
+    out = []
+    base = steps[0]["samples_per_s"] if steps else math.nan
+    for s in steps:
+        iqr = f"IQR {s['q25']:,.0f}–{s['q75']:,.0f}"
+        busy = (f"GPU busy {100 * s['gpu_busy']:.0f}%" if not math.isnan(s["gpu_busy"])
+                else "GPU busy not measured (no CUDA device)")
+        tail = ""
+        if s["kind"] == "advice" and not s["kept"]:
+            tail = f"; measured slower than {s['against']} (×{s['gain']:.2f}): undone"
+        out.append(f"{s['label']}: {s['samples_per_s']:,.0f} samples/s ({iqr}; ×{s['samples_per_s'] / base:.2f} "
+                   f"the first baseline), data wait {100 * s['data_wait_share']:.0f}% of the loop, {busy}; "
+                   f"the doctor predicts the {s['bound_stage']} stage bounds it{tail}")
+    v = target_verdict(steps, cuda)
+    if "label" in v:
+        busy = (f"GPU busy {100 * v['gpu_busy']:.0f}% (target ≥ {100 * TARGET_GPU_BUSY:.0f}%): {v['gpu_busy_verdict']}"
+                if v["gpu_busy_verdict"] != "not measured here" else f"GPU busy: not measured here ({v['reason']})")
+        out.append(f"target with the doctor's pipeline ({v['label']}): data wait {100 * v['data_wait_share']:.1f}% "
+                   f"(target ≤ {100 * TARGET_DATA_WAIT:.0f}%): {v['data_wait']}; {busy}")
+    return out
+
+
+def title(steps: list[dict], cuda: bool) -> str:
+    """The figure's title: the finding, from the measured steps."""
+    last, first = final_step(steps), (steps[0] if steps else None)
+    if not last or not first:
+        return "No setting measured"
+    gain = last["samples_per_s"] / first["samples_per_s"] if first["samples_per_s"] > 0 else math.nan
+    what = (f"GPU busy {100 * first['gpu_busy']:.0f}% → {100 * last['gpu_busy']:.0f}%" if cuda and
+            not math.isnan(last["gpu_busy"]) else
+            f"data wait {100 * first['data_wait_share']:.0f}% → {100 * last['data_wait_share']:.0f}% of the loop")
+    return f"The doctor's pipeline: ×{gain:.1f} the PNG baseline, {what}"
+
+
+def plot(axes, steps: list[dict], cuda: bool) -> None:
+    """Left: steady samples/s per step (median, IQR bars; undone steps hatched). Right: data-wait
+    share and (with CUDA) GPU busy per step, with the targets as lines."""
+    from feedlab.plots import PALETTE, legend_outside
+
+    ax1, ax2 = axes
+    x = np.arange(len(steps))
+    med = np.array([s["samples_per_s"] for s in steps])
+    err = np.clip(np.vstack([med - [s["q25"] for s in steps], np.array([s["q75"] for s in steps]) - med]), 0, None)
+    bars = ax1.bar(x, med, 0.6, color=PALETTE[0])
+    for b, s in zip(bars, steps):
+        if not s.get("kept", True):
+            b.set_hatch("//")
+            b.set_facecolor("#cccccc")
+    ax1.errorbar(x, med, yerr=err, fmt="none", ecolor="#333333", capsize=3)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=PALETTE[0], label="kept (median, IQR bars)")]
+    if any(not s.get("kept", True) for s in steps):
+        handles.append(Patch(facecolor="#cccccc", hatch="//", label="measured slower: undone"))
+    ax1.legend(handles=handles, loc="upper left", fontsize=8)
+    labels = [s["label"].replace(", ", ",\n").replace("=", "=\n") + ("\n(slower: undone)" if not s.get("kept", True)
+                                                                     else "") for s in steps]
+    for ax in (ax1, ax2):
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, fontsize=7)
+    ax1.set_ylabel("training samples/s (steady, median, IQR)")
+    ax2.plot(x, [100 * s["data_wait_share"] for s in steps], "o-", color=PALETTE[1], label="data wait, % of loop")
+    ax2.axhline(100 * TARGET_DATA_WAIT, color=PALETTE[1], linestyle=":", linewidth=1,
+                label=f"target: wait ≤ {100 * TARGET_DATA_WAIT:.0f}%")
+    if cuda and not all(math.isnan(s["gpu_busy"]) for s in steps):
+        ax2.plot(x, [100 * s["gpu_busy"] for s in steps], "s-", color=PALETTE[2], label="GPU busy, % of loop")
+        ax2.axhline(100 * TARGET_GPU_BUSY, color=PALETTE[2], linestyle=":", linewidth=1,
+                    label=f"target: busy ≥ {100 * TARGET_GPU_BUSY:.0f}%")
+    ax2.set_ylim(0, 105)
+    ax2.set_ylabel("% of the training loop's wall time")
+    legend_outside(ax2, "top")
+
+
+def workload(model: str | None, device: str, data_root=None, batch_size: int = 128, num_workers: int = 0,
+             fast_format: str = "npy_mmap") -> dict:
+    """The training step: ``{"model", "reading", ...}``. ``auto`` on CUDA is measured
+    (:func:`feedlab.experiments.loader_grid.gpu_workload`): the first candidate whose step outlasts
+    a *fast* loader's batch (``fast_format``, where packed), so the doctor's pipeline can keep the GPU
+    busy while the PNG baseline starves it. Off CUDA, or any other name, as
+    :func:`feedlab.pipeline.resolve_model_name` says."""
+    from feedlab.pipeline import resolve_model_name
+
+    if (model or "auto") == "auto" and str(device).startswith("cuda") and data_root is not None:
+        from feedlab import formats
+        from feedlab.experiments.loader_grid import gpu_workload
+
+        fmt = fast_format if fast_format in formats.present(data_root, "sr") else "png"
+        return gpu_workload(data_root, device, batch_size=batch_size, num_workers=num_workers, fmt=fmt)
+    name = resolve_model_name(model or "auto", device)
+    return {"model": name, "gpu_bound": None, "reading": f"training step: {name} (chosen by name, not measured)"}

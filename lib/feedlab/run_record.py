@@ -1,0 +1,116 @@
+"""The runner's records: where a notebook's record lands (:func:`destination`), one run at a
+time into it (:func:`run_lock`), a failed run's folder kept outside the committed results
+(:func:`keep_failed`), and this machine's results carried in one tar (:func:`tar_results`,
+checked writable before anything runs: :func:`check_tar_dest`). Used by :mod:`feedlab.run`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from feedlab.paths import figure_dir
+
+
+def tar_results(dest: Path, root: Path | None = None, key: str | None = None) -> int:
+    """Write ``dest``, a tar of ``root/*/<key>/`` (this machine's results), whole or not at all;
+    names in it start at ``root``'s parent (``figures/01_x/h100-16c/...``). Returns the folders."""
+    import tarfile
+
+    from feedlab.machines import machine_key
+    from feedlab.paths import FIGURES_DIR
+
+    root = Path(root or FIGURES_DIR)
+    key = key or machine_key()
+    folders = sorted(p for p in root.glob(f"*/{key}") if p.is_dir())
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    try:
+        with tarfile.open(tmp, "w:gz" if dest.name.endswith(".gz") else "w") as tf:
+            for folder in folders:
+                tf.add(folder, arcname=folder.relative_to(root.parent).as_posix())
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return len(folders)
+
+
+class RunLocked(OSError):
+    """Another run of this notebook into this folder is under way."""
+
+
+def destination(name: str, profile: str, params: dict, out_root: Path | None) -> Path:
+    """Where a notebook's record lands: ``--out-root``/<name>, ``-p out_dir``, or its figure folder."""
+    if out_root:
+        return out_root / name
+    if params.get("out_dir"):
+        return Path(params["out_dir"])
+    return figure_dir(name, "", profile, create=False)
+
+
+@contextmanager
+def run_lock(final: Path):
+    """An exclusive, non-blocking lock on ``final`` (held in ``runs/locks/``, never beside the
+    committed results): a second run of the same notebook into the same folder refuses at once."""
+    import fcntl
+    import hashlib
+
+    from feedlab.paths import SCRATCH_DIR
+
+    locks = SCRATCH_DIR / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(str(final.resolve()).encode()).hexdigest()[:16]
+    path = locks / f"{final.name}-{key}.lock"
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            who = fh.read().strip() or "another process"
+            raise RunLocked(f"{final} is being written by another run ({who}): wait for it to finish, "
+                            "or give this one another --out-root") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.seek(0)
+            fh.truncate()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def keep_failed(tmp: Path, name: str) -> Path | None:
+    """Move a failed run's folder to ``runs/failed/<name>/`` (outside the committed results)."""
+    from feedlab.formats._io import _remove, replace_path
+    from feedlab.paths import SCRATCH_DIR
+
+    if not tmp.is_dir():
+        return None
+    dest = SCRATCH_DIR / "failed" / name
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        replace_path(tmp, dest)
+    except OSError:
+        _remove(tmp)
+        return None
+    print(f"    the failed run's notebook and results: {dest}", file=sys.stderr)
+    return dest
+
+
+def check_tar_dest(dest: Path) -> None:
+    """``--tar FILE`` must be writable before the first notebook runs (not after it)."""
+    import tempfile
+
+    if dest.is_dir():
+        raise ValueError(f"--tar {dest} is a folder: give a file name (.tar or .tar.gz)")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=dest.parent, prefix=f".{dest.name}.probe-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--tar {dest}: cannot write there ({exc.strerror or exc}); "
+                         "give a writable path") from None

@@ -1,0 +1,190 @@
+"""The workbook's own targets, in one place, and the met/missed of a run against them.
+
+A :class:`Target` is a bound on one number a notebook's run recorded (``results.json``,
+read through :class:`feedlab.claims.core.Run`). :meth:`Target.lines` writes the sentence
+the README shows for that run — the measured number, the bound as it stands here, and
+"meets" / "misses" computed from the two — and nothing when the run lacks the number.
+``feedlab.readme`` puts these lines in place of the notebook's own target lines (a
+run made before a target moved printed the old bound), so no target or verdict in the
+README is typed beside a measured number.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+from feedlab.claims.core import NoData, Run
+
+PCIE_FRACTION = 0.75        # 03: pinned host→device bandwidth ÷ the link's payload ceiling
+SINGLE_OVER_CEILING = 0.9   # 05: best single-process loader ÷ the memcpy-into-batch-slot ceiling
+LMDB_OVER_CEILING = 0.7     # 05: best batched LMDB reader ÷ that ceiling
+BEST_OVER_BASELINE = 20.0   # 05: best loader ÷ the PNG + PIL + ToTensor + default_collate baseline
+FAST_OVER_STOCK = 4.0       # 07: uint8 fast collate ÷ ToTensor + default_collate
+TIMER_SHARE = 0.01          # 09: the phase timer's cost ÷ the smallest batch time
+DOCTOR_ERROR = 0.20         # 10: |predicted ÷ measured − 1| of every setting measured
+PEER_RATIO = 1.0            # 13: feedlab's recommended pipeline ÷ the best peer loader
+
+
+def verdict(value: float, op: str, bound: float) -> str:
+    ok = value >= bound if op == ">=" else value <= bound
+    return "meets" if ok else "misses"
+
+
+@dataclass(frozen=True)
+class Target:
+    id: str
+    notebook: str
+    op: str                                  # ">=" or "<="
+    bound: float
+    what: str                                # the bound in words, for the ledger of targets
+    render: Callable[["Target", Run], list[str]]  # the generated lines ([] when the run lacks the number)
+    replaces: str                            # regex of the notebook's own reading line(s) this stands for
+    unit: str = ""                           # "×", "%": how the bound is written
+
+    @property
+    def bound_text(self) -> str:
+        sign = "≥" if self.op == ">=" else "≤"
+        b = f"{100 * self.bound:g}" if self.unit == "%" else f"{self.bound:g}"
+        return f"{sign} {b}{self.unit}"
+
+    def met(self, value: float) -> bool:
+        return verdict(value, self.op, self.bound) == "meets"
+
+    def lines(self, run: Run) -> list[str]:
+        try:
+            return self.render(self, run)
+        except (NoData, KeyError, TypeError, ValueError, ZeroDivisionError):
+            return []
+
+
+def _f(x) -> float:
+    v = float(x)
+    if v != v:
+        raise ValueError("not measured")
+    return v
+
+
+# ---------------------------------------------------------------- the lines
+def _pcie(t: Target, run: Run) -> list[str]:
+    from feedlab.gpu_readings import pcie_ceiling
+
+    pinned = _f(run.get("h2d_pinned_gbps"))
+    ceiling, basis = pcie_ceiling(run.payload.get("pcie") or {})
+    r = pinned / ceiling
+    return [f"Pinned ÷ PCIe {basis} theoretical ({ceiling:.1f} GB/s) = {r:.2f}: {verdict(r, t.op, t.bound)} "
+            f"the {t.bound_text} target."]
+
+
+def _ratio_line(label: str, key: str, what_key: str | None = None, fmt: str = "{:.2f}", of_key: str | None = None):
+    """``label`` may hold ``{who}`` (the payload's ``what_key``: the loader that made the number) and
+    ``{of}`` (the payload's ``of_key``: the rate it is divided by, samples/s)."""
+    def render(t: Target, run: Run) -> list[str]:
+        r = _f(run.get(key))
+        who = f" ({run.payload.get(what_key)})" if what_key and run.payload.get(what_key) else ""
+        of = f" ({_f(run.payload[of_key]):,.0f} samples/s)" if of_key and run.payload.get(of_key) else ""
+        return [f"{label.format(who=who, of=of)} = {fmt.format(r)}: {verdict(r, t.op, t.bound)} the "
+                f"{t.bound_text} target."]
+    return render
+
+
+def _fast(t: Target, run: Run) -> list[str]:
+    sp = run.get("speedup")
+    parts = [f"{name} {_f(sp[key]):.1f}× ({verdict(_f(sp[key]), t.op, t.bound)})"
+             for name, key in (("NCHW", "fast_nchw"), ("channels_last", "fast_channels_last")) if key in sp]
+    return [f"Fast collate ÷ stock, target {t.bound_text}: " + ", ".join(parts) + "."] if parts else []
+
+
+def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
+    """``(the doctor's own worker counts, every setting the run measured)``: |predicted ÷ measured − 1|
+    of notebook 10's ``end_to_end`` rows, and of those plus its steps."""
+    own = [abs(_f(e["predicted_samples_per_s"]) / _f(e["samples_per_s"]) - 1)
+           for e in payload.get("end_to_end") or [] if e.get("samples_per_s")]
+    steps = [abs(_f(s["predicted"]) / _f(s["measured"]) - 1)
+             for s in payload.get("steps") or [] if s.get("predicted") and s.get("measured")]
+    return own, own + steps
+
+
+def _doctor(t: Target, run: Run) -> list[str]:
+    _, every = doctor_errors(run.payload)
+    if not every:
+        return []
+    worst = max(every)
+    return [f"Prediction error over {len(every)} measured settings: median {100 * statistics.median(every):.0f}%, "
+            f"largest {100 * worst:.0f}%: {verdict(worst, t.op, t.bound)} the ±{100 * t.bound:.0f}% target."]
+
+
+_TIMER = re.compile(r"([\d.]+)% of the smallest batch time timed here \(([^;]+); target [^)]*\)")
+_PEER = re.compile(r"ratio ([\d.]+) (\(from the IQRs [^)]*\)); target .*$")
+
+
+def timer_line(line: str, t: Target) -> str:
+    """09's timer line with its target clause computed from the share it printed."""
+    def sub(m):
+        share = float(m.group(1)) / 100
+        return (f"{m.group(1)}% of the smallest batch time timed here ({m.group(2)}; "
+                f"{verdict(share, t.op, t.bound)} the {t.bound_text} target)")
+    return _TIMER.sub(sub, line)
+
+
+def peer_line(line: str, t: Target) -> str:
+    """13's per-data-set line with its target clause computed from the ratio it printed."""
+    def sub(m):
+        r = float(m.group(1))
+        return f"ratio {m.group(1)} {m.group(2)}; {verdict(r, t.op, t.bound)} the {t.bound_text} target."
+    return _PEER.sub(sub, line)
+
+
+TARGETS: tuple[Target, ...] = (
+    Target("h2d-over-pcie", "03_pinned_memory_by_input_size", ">=", PCIE_FRACTION,
+           "pinned host→device bandwidth ÷ the PCIe link's payload ceiling", _pcie, r"^Pinned ÷ PCIe"),
+    Target("single-over-ceiling", "05_storage_formats", ">=", SINGLE_OVER_CEILING,
+           "best single-process loader ÷ the memcpy-into-batch-slot ceiling",
+           _ratio_line("Target 1, best single-process loader{who} ÷ ceiling{of}", "ratio_best_single_to_ceiling",
+                       "best_single_process", of_key="ceiling_samples_per_s"), r"^Target 1, "),
+    Target("lmdb-over-ceiling", "05_storage_formats", ">=", LMDB_OVER_CEILING,
+           "best batched LMDB reader ÷ the memcpy-into-batch-slot ceiling",
+           _ratio_line("Target 1b, best batched LMDB reader ÷ ceiling{of}", "ratio_best_lmdb_batched_to_ceiling",
+                       of_key="ceiling_samples_per_s"),
+           r"^Target 1b, "),
+    Target("best-over-baseline", "05_storage_formats", ">=", BEST_OVER_BASELINE,
+           "best loader ÷ the PNG + PIL + ToTensor + default_collate baseline",
+           _ratio_line("Target 2, best loader{who} ÷ baseline (PNG+PIL+ToTensor+default_collate){of}",
+                       "ratio_best_to_baseline", "best_read", "{:.1f}×", "baseline_samples_per_s"), r"^Target 2, ", "×"),
+    Target("fast-over-stock", "07_totensor_vs_fast_collate", ">=", FAST_OVER_STOCK,
+           "uint8 fast collate ÷ ToTensor + default_collate", _fast, r"^Target fast ", "×"),
+    Target("doctor-error", "10_doctor", "<=", DOCTOR_ERROR,
+           "largest |predicted ÷ measured − 1| over the settings measured", _doctor, r"^Prediction error over "),
+)
+# targets whose line the notebook prints with more than the one number: its clause is recomputed in place
+TIMER = Target("timer-share", "09_batch_size_breakdown", "<=", TIMER_SHARE,
+               "the phase timer's cost ÷ the smallest batch time", lambda t, run: [], _TIMER.pattern, "%")
+PEER = Target("feedlab-over-peer", "13_peer_loaders", ">=", PEER_RATIO,
+              "feedlab's recommended pipeline ÷ the best peer loader", lambda t, run: [], _PEER.pattern)
+CLAUSES = {TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line)}
+
+
+def for_notebook(notebook: str) -> tuple[Target, ...]:
+    return tuple(t for t in TARGETS if t.notebook == notebook)
+
+
+def rewrite_reading(notebook: str, reading: list[str], run: Run) -> list[str]:
+    """A notebook's reading lines with every target line generated here: the notebook's own
+    (matched by each target's ``replaces``) taken out, the generated ones put where the first
+    stood (or appended), and 09's timer clause recomputed."""
+    out = list(reading)
+    if notebook in CLAUSES:
+        t, fn = CLAUSES[notebook]
+        out = [fn(x, t) for x in out]
+    for t in for_notebook(notebook):
+        pat = re.compile(t.replaces)
+        where = next((i for i, x in enumerate(out) if pat.search(x)), None)
+        out = [x for x in out if not pat.search(x)]
+        new = t.lines(run)
+        if where is None:
+            out.extend(new)
+        else:
+            out[where:where] = new
+    return out

@@ -1,0 +1,116 @@
+"""15_the_cure: steady windows with nothing silently mixed, the baseline then the doctor's advice
+one change at a time (slower changes undone), and the target judged only where it was measured."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from feedlab.doctor import Budget, Doctor, StageSplit
+from feedlab.experiments import cure as C
+from feedlab.pipeline import PipelineSpec
+from feedlab.timing import EpochTiming
+
+SPEC = PipelineSpec(format="fake", decode="fake", collate="totensor", batch_size=8, device="cpu")
+
+
+def _et(waits, steps, sizes=8):
+    ph = np.zeros((len(waits), 4))
+    ph[:, 0], ph[:, 2] = waits, steps
+    return EpochTiming(ph, np.full(len(waits), sizes), float(ph.sum()), 0.0, {})
+
+
+def test_plan_skips_the_prefetch_and_times_enough_batches():
+    assert C.timed_plan(SPEC, 50) == (1, 51)                          # no workers: the first batch
+    assert C.timed_plan(SPEC.replace(num_workers=4, prefetch_factor=2), 50) == (9, 59)
+
+
+def test_steady_window_leaves_start_up_out():
+    et = _et([1.0, 0.5] + [0.01] * 10, [0.02] * 12)                  # a slow start-up, then steady
+    w = C.steady_window(et, skip=2)
+    assert w["samples_per_s"] == pytest.approx(80 / 0.3)
+    assert w["data_wait_share"] == pytest.approx(0.1 / 0.3)
+    assert math.isnan(w["gpu_busy"]) and w["timed_batches"] == 10
+
+
+def test_steady_window_takes_the_meters_steady_busy_fraction():
+    et = _et([0.0] * 4, [0.1] * 4)
+    assert C.steady_window(et, skip=1, busy={"gpu_busy": 0.5, "gpu_busy_steady": 0.9})["gpu_busy"] == 0.9
+
+
+def test_too_short_a_pass_is_refused_not_mixed():
+    with pytest.raises(ValueError, match="none left to time"):
+        C.steady_window(_et([0.1, 0.1], [0.1, 0.1]), skip=2)
+
+
+def _steps(wait, busy, kept=True):
+    return [{"label": "baseline, 2 workers", "kind": "baseline", "samples_per_s": 100.0, "q25": 90, "q75": 110,
+             "data_wait_share": 0.8, "gpu_busy": 0.1, "bound_stage": "decode", "kept": True},
+            {"label": "format=npy_mmap", "kind": "advice", "samples_per_s": 900.0, "q25": 880, "q75": 950,
+             "data_wait_share": wait, "gpu_busy": busy, "bound_stage": "model", "kept": kept,
+             "against": "baseline, 2 workers", "gain": 9.0}]
+
+
+def test_target_met_missed_and_not_measured():
+    assert C.target_verdict(_steps(0.02, 0.95), cuda=True)["gpu_busy_verdict"] == "met"
+    v = C.target_verdict(_steps(0.2, 0.5), cuda=True)
+    assert v["data_wait"] == "missed" and v["gpu_busy_verdict"] == "missed"
+    v = C.target_verdict(_steps(0.02, math.nan), cuda=False)
+    assert v["data_wait"] == "met" and v["gpu_busy_verdict"] == "not measured here" and "CUDA" in v["reason"]
+    # an undone step is not the doctor's pipeline: the verdict falls on the last kept one
+    assert C.target_verdict(_steps(0.02, 0.95, kept=False), cuda=True)["label"] == "baseline, 2 workers"
+
+
+def test_readings_and_title_come_from_the_steps():
+    lines = C.readings(_steps(0.02, math.nan), cuda=False)
+    assert "×9.00 the first baseline" in lines[1] and "not measured (no CUDA device)" in lines[1]
+    assert "target with the doctor's pipeline (format=npy_mmap)" in lines[-1] and "met" in lines[-1]
+    assert C.title(_steps(0.02, 0.95), cuda=True).startswith("The doctor's pipeline: ×9.0 the PNG baseline, GPU busy 10% → 95%")
+
+
+class Store:
+    def __init__(self, sleep):
+        self.sleep, self.decode_name = sleep, "fake"
+
+    def __len__(self):
+        return 24   # fewer than the timed batches need: the sampler cycles it
+
+    def read_raw(self, i):
+        return b"x" * 16
+
+    def decode_raw(self, raw):
+        time.sleep(self.sleep)
+        return np.full((8, 8, 3), 7, np.uint8), np.full((16, 16, 3), 9, np.uint8)
+
+
+def test_cure_measures_the_baseline_then_follows_the_advice():
+    doc = Doctor(None, SPEC, max_workers=2, budget=Budget(repeats=1, samples=8, e2e_batches=2, cold=False),
+                 splits=lambda f, d: StageSplit(Store(0.002)), model="none")
+    doc.measure(alternatives=False)
+    res, steps = C.cure(doc, SPEC, worker_counts=[0], max_steps=1, repeats=2, min_timed=6)
+    assert steps[0]["kind"] == "baseline" and steps[0]["timed_batches"] == 6
+    assert all(s["rate_kind"] == "steady" and s["samples_per_s"] > 0 for s in steps)
+    df = res.frame()
+    assert set(df["metric"]) == {"samples_per_s", "data_wait_share"}     # no GPU: busy not recorded
+    assert (df[df.metric == "samples_per_s"].groupby("variant").size() == 2).all()
+    for s in steps[1:]:
+        assert s["kind"] == "advice" and s["kept"] == (s["gain"] >= 1.0)
+    assert torch.get_num_threads() >= 1
+
+
+def test_workload_is_measured_on_cuda_and_named_on_a_cpu(monkeypatch, tmp_path):
+    from feedlab.experiments import loader_grid
+
+    seen = {}
+
+    def fake(root, device, batch_size, num_workers, fmt):
+        seen.update(device=device, fmt=fmt, workers=num_workers)
+        return {"model": "srcnn_wide", "gpu_bound": True, "reading": "GPU workload: srcnn_wide"}
+
+    monkeypatch.setattr(loader_grid, "gpu_workload", fake)
+    assert C.workload("auto", "cuda", tmp_path, 128, 16)["model"] == "srcnn_wide"
+    assert seen == {"device": "cuda", "fmt": "png", "workers": 16}   # no npy_mmap packed: the baseline's format
+    w = C.workload("auto", "cpu", tmp_path)
+    assert w["model"] == "srcnn_small" and "not measured" in w["reading"]
