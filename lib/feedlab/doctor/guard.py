@@ -19,7 +19,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from feedlab.errors import one_line
+from feedlab.errors import DeadlineError, one_line
 
 DEFAULT_DEADLINE_S = 120.0
 
@@ -40,7 +40,6 @@ def can_interrupt() -> bool:
 def deadline(seconds: float | None, what: str, hint: str = "") -> Iterator[None]:
     """Raise :class:`Hung` naming ``what`` when the block runs past ``seconds`` (None or
     <= 0: no deadline): :func:`feedlab.errors.deadline`, its error as one of the user's."""
-    from feedlab.errors import DeadlineError
     from feedlab.errors import deadline as _deadline
 
     try:
@@ -54,7 +53,7 @@ def user_call(what: str, fn: Callable[..., Any], *args, hint: str = "", **kw) ->
     """``fn(*args, **kw)``; what it raises becomes one :class:`UserCodeError` line."""
     try:
         return fn(*args, **kw)
-    except UserCodeError:
+    except (UserCodeError, DeadlineError):   # a deadline around the call is the deadline's to report
         raise
     except KeyboardInterrupt:
         raise

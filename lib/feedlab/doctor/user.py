@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from feedlab import pipeline as P
+from feedlab.errors import DeadlineError
 
 from . import predict as PR
 from .answer import render_user  # noqa: F401  (feedlab.doctor.user.render_user, as before)
@@ -72,7 +73,7 @@ def _next(it, k: int, limit: float | None, whose: str):
     with deadline(limit, f"batch {k} of your loader", hint):
         try:
             return next(it)
-        except (StopIteration, UserCodeError, KeyboardInterrupt):
+        except (StopIteration, UserCodeError, DeadlineError, KeyboardInterrupt):   # the deadline's own, to it
             raise
         except Exception as exc:
             from feedlab.errors import one_line
