@@ -72,8 +72,8 @@ pillow-simd: ## build .venv-simd with Pillow-SIMD (needs root for apt) so notebo
 lab: $(STAMP) ## start JupyterLab at the repository root (notebooks/ to run, figures/ for results)
 	$(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
-doctor: $(STAMP) ## ask the bottleneck doctor about the embedded PNG set
-	$(PY) -m feedlab.doctor --data data/sr64 --format png
+doctor: data ## build the embedded data if missing, then ask the bottleneck doctor about its PNG set
+	$(PY) -m feedlab.doctor --data $$($(PY) -c 'from feedlab.paths import default_sr_root; print(default_sr_root("$(PROFILE)"))') --format png
 
 clean-data: ## remove data/ (built sets; rebuilt on demand)
 	rm -rf data

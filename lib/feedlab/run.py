@@ -72,7 +72,8 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
         names = notebook_parameters(nb)
         given = {k: v for k, v in names.items() if k != "profile"}
         given.update({k: v for k, v in params.items() if k in names})
-        given = {k: (None if v == "" and k not in ("data_root", "out_dir", "cls_root") else v)
+        values_of = profile_values(nb.stem, profile)   # "" means "the profile's value" only where it has one
+        given = {k: (None if v == "" and k in values_of and k not in ("data_root", "out_dir", "cls_root") else v)
                  for k, v in given.items()}
         try:
             P = resolve(nb.stem, profile, _create_out_dir=False, **given)
@@ -90,10 +91,12 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
 
 
 def print_plan(rows, profile: str, cores: int) -> None:
+    from feedlab.fingerprint import machine_fingerprint
     from feedlab.machines import machine_key
 
+    key = machine_key(dict(machine_fingerprint(), cpu_usable=cores))  # the machine with that many cores
     print(f"plan: profile {profile}, {cores} usable cores, results under figures/<notebook>/"
-          f"{machine_key()}/ (nothing is run)")
+          f"{key}/ (nothing is run)")
     for name, values in rows:
         print(f"\n{name}")
         if isinstance(values, str):

@@ -3,7 +3,8 @@
     python -m feedlab.doctor --data data/sr64 [--format png] [--collate totensor] [--batch-size 64]
         [--model none] [--device auto] [--max-workers 2] [--num-workers N] [--repeats 3] [--json] [--trace out.json]
     python -m feedlab.doctor --data ~/photos            # any folder of images, any nesting, no labels
-    python -m feedlab.doctor --loader pkg.mod:make_loader [--step pkg.mod:train_step]
+    python -m feedlab.doctor --loader pkg.mod:make_loader [--step pkg.mod:train_step] [--report r.md]
+    python -m feedlab.doctor --script train.py [--diagnose] [-- your script's arguments]
 
 Each stage is timed alone (read warm and cold, decode, transform, collate in the main
 process and inside a worker, the worker → main hand-over on both sides, the loop's
@@ -13,6 +14,9 @@ measured, and the report gives the prediction's error, the bounding stage and th
 single changes predicted to pay (those measured slower in the same run are not
 advised). ``--loader`` diagnoses your own DataLoader instead: a function returning
 it (and optionally a training step ``step(batch)``), stages measured by wrapping it.
+``--script`` runs your unmodified training script for a bounded number of batches
+with the DataLoader instrumented (data wait vs step), and ``--diagnose`` then
+diagnoses that loader stage by stage.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from feedlab import pipeline as P
 
+from .guard import DEFAULT_DEADLINE_S
 from .report import json_default, render
 
 
@@ -50,7 +55,38 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--trace", type=Path, default=None, help="write a Chrome trace JSON of a 20-batch run")
     ap.add_argument("--loader", default=None, help="pkg.mod:function returning your DataLoader (diagnose it)")
     ap.add_argument("--step", default=None, help="pkg.mod:function(batch) running your training step")
+    ap.add_argument("--script", type=Path, default=None, help="your training script, run unmodified for "
+                    "--batches batches with its DataLoader instrumented (its own arguments after --)")
+    ap.add_argument("--diagnose", action="store_true", help="with --script: then diagnose its DataLoader "
+                    "stage by stage")
+    ap.add_argument("--report", type=Path, default=None, help="also write the report with its figure to "
+                    "FILE.md or FILE.html")
+    ap.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, help="seconds to wait for one batch "
+                    "of your loader before giving up (your DataLoader(timeout=...) when it has one)")
+    ap.add_argument("--no-step-trials", action="store_true", help="with --loader/--step: do not try the "
+                    "step-side changes (threads, channels_last, autocast, torch.compile) on your step")
     return ap
+
+
+# --loader / --script: the options they honour; every other one set away from its default is refused
+USER_OPTIONS = {"loader", "step", "script", "diagnose", "report", "deadline", "no_step_trials", "max_workers",
+                "ranks", "pin_memory", "trace", "repeats", "batches", "device", "json"}
+
+
+DIAGNOSIS_ONLY = (("--trace", "trace"), ("--ranks", "ranks"), ("--pin-memory", "pin_memory"),
+                  ("--max-workers", "max_workers"), ("--repeats", "repeats"), ("--no-step-trials", "no_step_trials"))
+
+
+def refuse_options(ap, args, flag: str) -> None:
+    """One line for the first option ``flag`` cannot honour (set away from its default)."""
+    for action in ap._actions:
+        d = action.dest
+        if d in USER_OPTIONS or d == "help" or not action.option_strings:
+            continue
+        if getattr(args, d, None) != action.default:
+            where = "your make_loader()" if flag == "--loader" else "your script"
+            ap.error(f"{action.option_strings[-1]} applies to --data (feedlab's own pipeline); with {flag} your "
+                     f"loader decides it: set it in {where}, where the DataLoader is built")
 
 
 def _load_callable(ref: str, flag: str):
@@ -68,17 +104,68 @@ def _load_callable(ref: str, flag: str):
     return fn
 
 
-def _user_loader(args) -> int:
-    from .user import diagnose_loader, render_user
+def _log(args):
+    return (lambda m: None) if args.json else (lambda m: print(f"  … {m}", file=sys.stderr, flush=True))
 
-    loader = _load_callable(args.loader, "--loader")()
-    step = _load_callable(args.step, "--step") if args.step else None
-    rep = diagnose_loader(loader, step=step, batches=args.batches, repeats=args.repeats,
-                          device=P.resolve_device(args.device))
+
+def _emit(args, rep: dict, text: str) -> None:
     from feedlab.errors import strict_json
 
-    print(strict_json(rep, default=json_default) if args.json else render_user(rep))
+    print(strict_json(rep, default=json_default) if args.json else text)
+    if args.report is not None:
+        from .share import write_report
+
+        files = write_report(args.report, text, rep)
+        print(f"report: {', '.join(str(f) for f in files)}", file=sys.stderr)
+
+
+def _trace_user(args, loader, rep: dict) -> None:
+    from feedlab.trace import trace_run
+
+    trace_run(loader.dataset, rep, args.trace, batch_size=rep["batch_size"], workers=rep["num_workers"],
+              collate=loader.collate_fn, max_batches=20, device=rep["device"])
+    rep.setdefault("notes", []).append(f"trace: {rep['trace']} (your dataset and collate_fn, 20 batches, "
+                                       "without your step; open it in https://ui.perfetto.dev)")
+
+
+def _user_loader(args, loader=None, step_cost_s=None, head: str = "") -> int:
+    from .guard import user_call
+    from .user import diagnose_loader, render_user
+
+    if loader is None:
+        factory = _load_callable(args.loader, "--loader")
+        loader = user_call(f"--loader {args.loader}", factory,
+                           hint="make_loader() is called with no arguments and must return your DataLoader")
+    step = _load_callable(args.step, "--step") if args.step else None
+    rep = diagnose_loader(loader, step=step, batches=args.batches, repeats=args.repeats,
+                          device=P.resolve_device(args.device), max_workers=args.max_workers,
+                          pin_memory=args.pin_memory or None, deadline_s=args.deadline, log=_log(args),
+                          step_trials=() if args.no_step_trials else None, ranks=args.ranks,
+                          step_name=f"--step {args.step}" if args.step else "your step(batch)",
+                          step_cost_s=step_cost_s)
+    if args.trace is not None:
+        _trace_user(args, loader, rep)
+    text = render_user(rep)
+    _emit(args, rep, f"{head}\n\n{text}" if head else text)
     return 0
+
+
+def _script(args, script_args: list[str]) -> int:
+    from .script import render_script, run_script
+
+    if args.loader or args.step:
+        raise SystemExit("python -m feedlab.doctor: error: --script runs your script as it is; "
+                         "give either --script or --loader/--step")
+    summary, loader = run_script(args.script, script_args, max_batches=max(args.batches, 4),
+                                 deadline_s=args.deadline, log=_log(args))
+    head = render_script(summary, offer=not args.diagnose)
+    if not args.diagnose:
+        _emit(args, summary, head)
+        return 0
+    print(head if not args.json else "", file=sys.stderr if args.json else sys.stdout, flush=True)
+    cost = (summary["step_s_per_sample"], summary["step_cpu_s_per_sample"]) if summary.get("step_s_per_sample") \
+        else None
+    return _user_loader(args, loader=loader, step_cost_s=cost)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,14 +182,37 @@ def _main(argv: list[str] | None = None) -> int:
     from .measure import Budget, Doctor
 
     ap = _parser()
-    args = ap.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.batch_size < 1 or args.repeats < 1 or (args.max_workers is not None and args.max_workers < 0):
         ap.error("--batch-size and --repeats must be >= 1, --max-workers >= 0")
     if args.ranks is not None and args.ranks < 1:
         ap.error("--ranks must be >= 1")
     if args.samples < 1 or args.batches < 1 or (args.num_workers is not None and args.num_workers < 0):
         ap.error("--samples and --batches must be >= 1, --num-workers >= 0")
+    if args.deadline is not None and args.deadline <= 0:
+        ap.error("--deadline must be > 0 seconds")
+    if args.report is not None:
+        from .share import SUFFIXES
+
+        if args.report.suffix.lower() not in SUFFIXES or not args.report.parent.is_dir():
+            ap.error(f"--report {args.report}: name a .md or .html file in an existing folder")
+    if args.script is not None:
+        refuse_options(ap, args, "--script")
+        if not args.diagnose:
+            for flag, dest in DIAGNOSIS_ONLY:
+                if getattr(args, dest) != ap.get_default(dest):
+                    ap.error(f"{flag} needs the full diagnosis of your script's loader: add --diagnose")
+        return _script(args, script_args)
+    if script_args:
+        ap.error("arguments after -- are your script's: give --script train.py")
+    if args.diagnose:
+        ap.error("--diagnose goes with --script")
+    if args.step and not args.loader:
+        ap.error("--step goes with --loader pkg.mod:make_loader")
     if args.loader:
+        refuse_options(ap, args, "--loader")
         return _user_loader(args)
     if args.data is None:
         from feedlab.paths import default_sr_root
@@ -135,18 +245,14 @@ def _main(argv: list[str] | None = None) -> int:
         trace_run(doc.split(spec.format, spec.decode_backend), report, args.trace, batch_size=spec.batch_size,
                   workers=spec.num_workers, collate=P.make_collate(spec.collate), max_batches=20,
                   model=doc.model, device=doc.device, optimizer=doc.optimizer, pin_memory=spec.pin_memory and doc.cuda)
-    if args.json:
-        from feedlab.errors import strict_json
+    text = render(report)
+    if "ranks_advice" in report:
+        from .ranks import render_ranks
 
-        print(strict_json(report, default=json_default))  # no bare Infinity/NaN: null
-    else:
-        print(render(report))
-        if "ranks_advice" in report:
-            from .ranks import render_ranks
-
-            print("\n".join(render_ranks(report["ranks_advice"])))
-        if args.trace is not None:
-            print(f"trace: {report['trace']} (open in https://ui.perfetto.dev or chrome://tracing)")
+        text += "\n" + "\n".join(render_ranks(report["ranks_advice"]))
+    if args.trace is not None:
+        text += f"\ntrace: {report['trace']} (open in https://ui.perfetto.dev or chrome://tracing)"
+    _emit(args, report, text)   # --json: no bare Infinity/NaN, null
     return 0
 
 

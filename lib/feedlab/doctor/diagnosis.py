@@ -9,6 +9,7 @@ import numpy as np
 
 from . import predict as PR
 from .measure import Doctor
+from .user import headroom
 
 
 def shm_report(batch_bytes: int, workers: int, prefetch_factor: int = 2, path: str = "/dev/shm") -> dict:
@@ -53,6 +54,26 @@ def _stage_rows(doc: Doctor, spec) -> list[dict]:
     return rows
 
 
+def _rate(x) -> bool:
+    """A rate that can be divided by: finite and above zero."""
+    return x is not None and np.isfinite(x) and x > 0
+
+
+def _one_rate_per_setting(advice: list[dict], rows: list[dict], spec) -> list[dict]:
+    """Worker-count advice priced with the same prediction as that count's row of the
+    table (one predicted rate per setting in the whole report)."""
+    by_w = {r["num_workers"]: r["predicted_samples_per_s"] for r in rows}
+    base = by_w.get(spec.num_workers)
+    out = []
+    for a in advice:
+        if a["setting"] == "num_workers" and base and by_w.get(a["value"]):
+            a = dict(a, predicted_samples_per_s=by_w[a["value"]], expected_gain=by_w[a["value"]] / base)
+            if a["expected_gain"] < PR.MIN_GAIN:
+                continue
+        out.append(a)
+    return sorted(out, key=lambda a: -a["expected_gain"])
+
+
 def measured_rates(doc: Doctor) -> dict:
     """spec → median steady samples/s, for every spec measured end to end."""
     return {s: r["steady"] for s, r in doc.e2e.items()}
@@ -85,18 +106,28 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
                "predicted_samples_per_s": p["predicted_samples_per_s"] if p else None,
                "predicted_epoch_samples_per_s": p["predicted_epoch_samples_per_s"] if p else None,
                "bound_stage": p["bound_stage"] if p else None}
-        if s in doc.e2e:
+        if s in doc.e2e and not _rate(doc.e2e[s]["steady"]):
+            row["not_measured"] = "too few samples"
+        elif s in doc.e2e:
             r = doc.e2e[s]
             q25, q75 = np.percentile(r["steady_runs"], [25, 75])
             row.update({"samples_per_s": r["steady"], "samples_per_s_q25": float(q25),
                         "samples_per_s_q75": float(q75), "epoch_samples_per_s": r["epoch"],
                         "repeats": len(r["steady_runs"])})
-            if p:
+            if p and _rate(r["steady"]):
                 row["error"] = p["predicted_samples_per_s"] / r["steady"] - 1.0
+            if p and _rate(r["epoch"]):
                 row["epoch_error"] = p["predicted_epoch_samples_per_s"] / r["epoch"] - 1.0
         rows.append(row)
+    if any(not _rate(doc.e2e[s]["steady"]) for s in doc.e2e if s.num_workers <= doc.max_workers):
+        doc.notes.append(f"too few samples to measure a steady rate end to end (batch {spec.batch_size}, "
+                         f"{doc.budget.e2e_batches} batches asked for): give more images or a smaller --batch-size")
     errors = [abs(r["error"]) for r in rows if "error" in r]
-    measured = measured_rates(doc)
+    measured = {k: v for k, v in measured_rates(doc).items() if _rate(v)}
+    advice = _one_rate_per_setting(PR.advise(doc.table, spec, doc.max_workers, measured=measured), rows, spec)
+    row_now = next((r for r in rows if r["num_workers"] == spec.num_workers), None)
+    if row_now and row_now["predicted_samples_per_s"] is not None:   # the verdict's rate is the table's
+        pred = dict(pred or {}, predicted_samples_per_s=row_now["predicted_samples_per_s"])
     m = doc.table.machine
     bb = doc.batch_bytes.get((spec.collate, spec.batch_size), 0)
     return {
@@ -110,7 +141,8 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
         "measured_samples_per_s": measured.get(spec),
         "verdict": pred["verdict"] if pred else None, "bound_stage": pred["bound_stage"] if pred else None,
         "binding_term": pred["binding_term"] if pred else None,
-        "advice": PR.advise(doc.table, spec, doc.max_workers, measured=measured),
+        "advice": advice, "kind": "data", "num_workers": spec.num_workers,
+        "headroom": headroom(doc.table, spec),
         "refuted": PR.refuted(doc.table, spec, doc.max_workers, measured=measured),
         "shm": shm_report(bb, max(spec.num_workers, doc.max_workers)),
         "notes": list(doc.notes), "repeats": doc.budget.repeats, "warmup": doc.budget.warmup,

@@ -194,7 +194,8 @@ class Doctor:
         threads = sorted(set(self.table.machine.main_threads.values()))
         if self.model is None:
             for T in threads:
-                self.table[("model", bs, T)] = Stage("model", "none", [0.0], [0.0], note="model none: no step")
+                self.table[("model", bs, T)] = Stage("model", "none", [0.0], [0.0],
+                                                 note="not measured: --model none (no step)")
             return
         x, y = _split_xy(self._batches[(name, bs)])
         x, y = _to_device_float(x, self.device, False), _to_device_float(y, self.device, False)

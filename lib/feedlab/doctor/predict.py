@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+import numpy as np
+
 from feedlab.gpu_decode import DEVICE_DECODERS
 
 from .costs import BOUND_STAGES, MAIN_STAGES, WORKER_STAGES, CostTable
@@ -71,6 +73,12 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
         if s is None:
             return None
         out[stage] = (s.t, s.c)
+    # the same stored bytes are read whichever backend decodes them: one read cost per format
+    # (the median over the decoders it was measured for), so a cheaper decode is never priced slower
+    reads = [table.get(k) for k in table.stages if k[0] == "read" and k[1] == fmt and len(k) == 3]
+    reads = [s for s in reads if s is not None]
+    if len(reads) > 1:
+        out["read"] = (float(np.median([s.t for s in reads])), float(np.median([s.c for s in reads])))
     if W == 0:
         s = table.get(("collate", c, B))
     else:
@@ -226,6 +234,9 @@ def why(table: CostTable, setting: str, old, new, base: dict) -> str:
     co, cn = costs(table, old), costs(table, new)
     us = lambda x: f"{x * 1e6:.0f} µs"  # noqa: E731
     if setting == "num_workers":
+        if new.num_workers == 0:
+            return ("no worker processes: every stage runs in the main process, without the hand-over, "
+                    "its receive and the workers' start-up")
         return (f"{base['bound_stage']} bounds it; {new.num_workers} workers on "
                 f"{table.machine.effective_cores:.1f} effective cores build batches in parallel")
     if setting == "collate":

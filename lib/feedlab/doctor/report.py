@@ -29,17 +29,46 @@ def json_default(o):
     return str(o)
 
 
+def fit(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, cut at a word boundary (with '…'), never mid-word."""
+    text = str(text)
+    if len(text) <= width:
+        return text
+    cut = text[:width - 1]
+    if text[width - 1] != " ":          # the cut falls inside a word: back to the last whole one
+        cut = cut[:cut.rfind(" ")] if " " in cut else text.split(" ", 1)[0]   # a first word too long stays whole
+    return cut.rstrip(" ,;:(") + "…"
+
+
+def stage_value(r: dict) -> str:
+    """One stage's cost in its own unit: seconds for worker start-up, µs per sample for
+    the rest, "not measured" where the stage could not be separated or timed."""
+    note = r.get("note") or ""
+    if not r.get("measurable") or "s_per_sample" not in r:
+        return note if note.startswith("not measur") else f"not measured ({note})" if note else "not measured"
+    if note.startswith("not measured"):
+        return note
+    if r["stage"] == "startup":
+        return f"{r['s_per_sample']:.2f} s per start"
+    return f"{r['s_per_sample'] * 1e6:,.1f} µs/sample"
+
+
 def _stage_lines(report: dict) -> list[str]:
-    lines = [f"{'stage':<10} {'variant':<44} {'µs/sample':>20} {'per core/s':>11}"]
+    lines = [f"{'stage':<10} {'variant':<48} {'µs/sample (IQR) or s':>24} {'per core/s':>11}"]
     for r in report["stages"]:
-        if not r["measurable"]:
-            lines.append(f"{r['stage']:<10} {r['variant'][:44]:<44} {r['note']}")
+        label = fit(r["variant"], 48)
+        value = stage_value(r)
+        if not r["measurable"] or "s_per_sample" not in r or value.startswith("not measured"):
+            lines.append(f"{r['stage']:<10} {label:<48} {value}")
+            continue
+        if r["stage"] == "startup":
+            lines.append(f"{r['stage']:<10} {label:<48} {value:>24} {'':>11}")
             continue
         spread = (f"{r['s_per_sample'] * 1e6:.1f} ({r['s_per_sample_q25'] * 1e6:.1f}–"
                   f"{r['s_per_sample_q75'] * 1e6:.1f})")
         extra = f"  {r['bytes_per_s'] / 1e6:,.0f} MB/s" if r.get("bytes_per_s") else ""
         extra += f"  [{r['note']}]" if r.get("note") else ""
-        lines.append(f"{r['stage']:<10} {r['variant'][:44]:<44} {spread:>20} "
+        lines.append(f"{r['stage']:<10} {label:<48} {spread:>24} "
                      f"{fmt_rate(r['samples_per_s_per_core']):>11}{extra}")
     return lines
 
@@ -51,31 +80,29 @@ def render(report: dict) -> str:
              f"({report['effective_cores']:.2f} CPU-s/s available to {report['cores']} busy processes now; "
              f"one process runs at {report['speed_one']:.2f} of a core) · median of {report['repeats']} repeats after "
              f"{report['warmup']} warm-up (IQR in brackets)", ""]
+    from .answer import answer_lines
+
+    lines += answer_lines(report) + [""]
     lines += _stage_lines(report)
     lines += ["", f"{'workers':>7} {'threads':>7} {'predicted/s':>12} {'measured/s (IQR)':>26} {'error':>7} "
                   f"{'epoch pred/meas':>18}"]
     for r in report["end_to_end"]:
         meas = (f"{r['samples_per_s']:,.0f} ({r['samples_per_s_q25']:,.0f}–{r['samples_per_s_q75']:,.0f})"
-                if "samples_per_s" in r else "not run")
+                if "samples_per_s" in r else r.get("not_measured", "not run"))
         ep = (f"{fmt_rate(r['predicted_epoch_samples_per_s'])}/{fmt_rate(r.get('epoch_samples_per_s'))}"
-              if "epoch_samples_per_s" in r else "")
+              if r.get("epoch_samples_per_s") else "")
         lines.append(f"{r['num_workers']:>7} {r['main_threads']:>7} {fmt_rate(r['predicted_samples_per_s']):>12} "
                      f"{meas:>26} {_pct(r.get('error')):>7} {ep:>18}")
     cal = report["calibration"]
     if cal["max_abs_error"] is not None:
         lines.append(f"calibration: largest error {100 * cal['max_abs_error']:.0f}% "
                      f"({'within' if cal['within_20pct'] else 'OUTSIDE'} the ±20% target) over the worker counts run")
-    lines += ["", f"verdict: {report['verdict']}, bounded by {report['bound_stage']} "
-                  f"({report['binding_term']}); predicted {fmt_rate(report['predicted_samples_per_s'])} samples/s, "
-                  f"measured {fmt_rate(report['measured_samples_per_s'])}"]
     if report["advice"]:
-        lines.append("advice (each alone, predicted from the measured stage costs; measured where this run ran it):")
+        lines.append("every change predicted to pay (each alone; measured where this run ran it):")
         for a in report["advice"]:
             meas = f", measured ×{a['measured_gain']:.2f}" if "measured_gain" in a else ""
-            lines.append(f"  set {a['setting']} = {a['value']}: {fmt_rate(a['predicted_samples_per_s'])} samples/s "
+            lines.append(f"  {a['setting']} = {a['value']}: {fmt_rate(a['predicted_samples_per_s'])} samples/s "
                          f"(×{a['expected_gain']:.2f} predicted{meas}); {a['why']}")
-    else:
-        lines.append("advice: no single setting change is predicted to gain 5% or more")
     for a in report.get("refuted", []):
         lines.append(f"  not advised: {a['setting']} = {a['value']} was predicted ×{a['expected_gain']:.2f} but "
                      f"measured slower in this run (×{a['measured_gain']:.2f})")

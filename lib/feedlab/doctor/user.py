@@ -3,11 +3,16 @@
 Your loader is rebuilt around wrappers, never changed: its dataset's
 ``__getitem__`` / ``__getitems__`` (the *fetch*: read + decode + transform, whatever
 your dataset does) and its ``collate_fn`` report their wall and CPU time through a
-queue (from inside the workers too); one batch's items are handed over by a
-one-worker probe (worker and main side); the copy to the device and your
-``step(batch)`` are timed in the main process. The same stage-cost model as for
-feedlab's own pipelines then predicts the rate for 0…N workers, and your loader as
-you built it is measured end to end against it.
+queue; one batch's items are handed over by a one-worker probe (worker and main
+side); the copy to the device and your ``step(batch)`` are timed in the main process
+on *full* batches (a short last batch is left out), every per-sample cost divided by
+the samples it really saw. The same stage-cost model as for feedlab's own pipelines
+then predicts the rate for 0…N workers, and your loader as you built it is measured
+end to end against it.
+
+Every wait has a deadline (your ``DataLoader(timeout=…)`` when you gave one, else
+``deadline_s`` per batch), and what your loader or step raises is one named line
+(:class:`~feedlab.doctor.guard.UserCodeError`), never the doctor's traceback.
 
     from feedlab.doctor import diagnose_loader, render_user
     print(render_user(diagnose_loader(make_loader(), step=train_step)))
@@ -22,207 +27,296 @@ from typing import Any, Callable
 import numpy as np
 
 from feedlab import pipeline as P
+from feedlab.errors import DeadlineError
 
 from . import predict as PR
+from .answer import render_user  # noqa: F401  (feedlab.doctor.user.render_user, as before)
 from .costs import CostTable, Stage
+from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, collate_hint, deadline, user_call
 from .probes import measure_machine, probe_worker, startup_s, timed
+from .wrap import (  # noqa: F401
+    TimedCollate,
+    TimedDataset,
+    _batch_len,
+    _drain,
+    _per_sample,
+    _rebuild,
+    _shutdown,
+    _to_device,
+    check_loader,
+)
+
+KEEP_BATCHES = 4          # full batches kept in memory to time the copy and the step on
 
 
-class _Timed:
-    """``fn`` timed per call, records ``(stage, wall, cpu, n)`` put on ``queue``."""
-
-    def __init__(self, queue, stage: str):
-        self.queue, self.stage = queue, stage
-
-    def _put(self, t0, c0, n):
-        self.queue.put((self.stage, time.perf_counter() - t0, time.process_time() - c0, n))
-
-
-class TimedDataset(_Timed):
-    def __init__(self, dataset, queue):
-        super().__init__(queue, "fetch")
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, i):
-        t0, c0 = time.perf_counter(), time.process_time()
-        item = self.dataset[i]
-        self._put(t0, c0, 1)
-        return item
-
-    def __getitems__(self, indices):
-        t0, c0 = time.perf_counter(), time.process_time()
-        get = getattr(self.dataset, "__getitems__", None)
-        items = get(list(indices)) if get is not None else [self.dataset[i] for i in indices]
-        self._put(t0, c0, len(indices))
-        return items
+def pinned(loader, pin_memory: bool | None, cuda: bool, notes: list[str]):
+    """The loader to diagnose under ``--pin-memory``: rebuilt with pinned memory on CUDA;
+    off CUDA unchanged, with a note saying pinning changes nothing there."""
+    if pin_memory and not cuda:
+        notes.append("--pin-memory: no CUDA here, so pinned memory changes nothing; measured without it")
+    elif pin_memory and not loader.pin_memory:
+        loader = _rebuild(loader, pin_memory=True)
+        notes.append("--pin-memory: your loader measured with pin_memory=True")
+    return loader
 
 
-class TimedCollate(_Timed):
-    def __init__(self, fn, queue):
-        super().__init__(queue, "collate")
-        self.fn = fn
-
-    def __call__(self, items):
-        t0, c0 = time.perf_counter(), time.process_time()
-        out = self.fn(items)
-        self._put(t0, c0, len(items))
-        return out
+def _batch_deadline(loader, deadline_s: float | None) -> tuple[float | None, str]:
+    t = float(getattr(loader, "timeout", 0) or 0)
+    if t > 0:
+        return t, f"your DataLoader(timeout={t:g})"
+    return deadline_s, "the doctor's deadline (--deadline)"
 
 
-def _rebuild(loader, dataset=None, collate_fn=None, num_workers: int | None = None):
-    from torch.utils.data import DataLoader
-
-    if loader.batch_sampler is None:
-        raise ValueError("diagnose_loader: the loader has batch_size=None (no automatic batching); "
-                         "give it a batch_size")
-    w = loader.num_workers if num_workers is None else num_workers
-    kw = dict(batch_sampler=loader.batch_sampler, num_workers=w, collate_fn=collate_fn or loader.collate_fn,
-              pin_memory=loader.pin_memory, worker_init_fn=loader.worker_init_fn,
-              multiprocessing_context=loader.multiprocessing_context)
-    if w > 0:
-        kw.update(prefetch_factor=loader.prefetch_factor or 2, persistent_workers=False)
-    return DataLoader(dataset if dataset is not None else loader.dataset, **kw)
-
-
-def _to_device(batch, device):
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(b, device) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    return batch
-
-
-def _drain(q) -> dict[str, list[tuple[float, float, int]]]:
-    out: dict[str, list] = {}
-    while True:
+def _next(it, k: int, limit: float | None, whose: str):
+    hint = ("a sample that never returns (a stuck read, a FIFO, a lock, a network mount) hangs training too; "
+            f"deadline from {whose}")
+    with deadline(limit, f"batch {k} of your loader", hint):
         try:
-            stage, w, c, n = q.get(timeout=0.2)
-        except Exception:  # queue.Empty
-            return out
-        out.setdefault(stage, []).append((w, c, n))
+            return next(it)
+        except (StopIteration, UserCodeError, DeadlineError, KeyboardInterrupt):   # the deadline's own, to it
+            raise
+        except Exception as exc:
+            from feedlab.errors import one_line
+
+            text = one_line(exc)
+            raise UserCodeError(f"your loader raised {type(exc).__name__} building batch {k}: {text}; "
+                                f"{collate_hint(text)}") from None
 
 
-def _per_sample(recs) -> tuple[list[float], list[float]]:
-    return [w / max(1, n) for w, _c, n in recs], [c / max(1, n) for _w, c, n in recs]
-
-
-def _run(loader, step, device, batches: int, skip: int) -> dict:
+def _run(loader, step, device, batches: int, skip: int, limit: float | None = None,
+         whose: str = "", step_name: str = "your step(batch)") -> dict:
     """Samples/s of ``batches`` batches, after the first ``skip`` (start-up, prefetch).
 
     The clock starts before batch ``skip`` is asked for, so its wait is counted with its
     samples; ``skip`` is at most half the batches, so a loader with many workers still
     gets a measurement; with CUDA the device is synchronised before each clock read.
+    Each batch is counted by the samples it holds (a short last batch counts short).
     """
     from feedlab.timing import _sync
 
     skip = min(int(skip), max(0, batches // 2))
     t_start, n_after, t_after, it = None, 0, None, iter(loader)
     t0 = time.perf_counter()
-    for k in range(batches):
-        if k == skip:
-            _sync(device)
-            t_after = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:
-            break
-        if k >= skip:
-            n_after += _batch_len(batch)
-        t_start = t_start or time.perf_counter()
-        batch = _to_device(batch, device)
-        if step is not None:
-            step(batch)
-    _sync(device)
-    end = time.perf_counter()
-    del it
+    try:
+        for k in range(batches):
+            if k == skip:
+                _sync(device)
+                t_after = time.perf_counter()
+            try:
+                batch = _next(it, k, limit, whose)
+            except StopIteration:
+                break
+            if k >= skip:
+                n_after += _batch_len(batch) or 0
+            t_start = t_start or time.perf_counter()
+            batch = _to_device(batch, device)
+            if step is not None:
+                user_call(step_name, step, batch)
+        _sync(device)
+        end = time.perf_counter()
+    finally:
+        _shutdown(it)
+        del it
     rate = n_after / (end - t_after) if t_after is not None and end > t_after and n_after else float("nan")
     return {"steady": rate, "first_batch_s": (t_start or end) - t0}
 
 
-def _batch_len(batch) -> int:
-    if isinstance(batch, (list, tuple)):
-        return _batch_len(batch[0])
-    if isinstance(batch, dict):
-        return _batch_len(next(iter(batch.values())))
-    return len(batch)
+# ---------------------------------------------------------------- the pieces of a diagnosis
+
+
+def _isolation(loader, q, batches: int, limit, whose, log) -> tuple[list, list[int]]:
+    """Fetch and collate in the main process (num_workers=0), timed; the first
+    ``KEEP_BATCHES`` full batches (and their sizes) are kept for the copy and the step."""
+    iso = _rebuild(loader, TimedDataset(loader.dataset, q), TimedCollate(loader.collate_fn, q), num_workers=0)
+    B = getattr(loader.batch_sampler, "batch_size", None)
+    kept, lens, it, largest = [], [], iter(iso), None
+    n = min(batches, len(iso))
+    for k in range(n):
+        try:
+            batch = _next(it, k, limit, whose)
+        except StopIteration:
+            break
+        m = _batch_len(batch)
+        lens.append(m)
+        if largest is None or (m or 0) > (largest[1] or 0):
+            largest = (batch, m)
+        if len(kept) < KEEP_BATCHES and (B is None or m == B or m is None):
+            kept.append((batch, m))
+        log(f"fetch + collate in isolation: batch {k + 1}/{n}")
+    del it
+    if not kept and largest is not None:   # fewer samples than one batch: the short batch is all there is
+        kept.append(largest)
+    return kept, lens
+
+
+def _step_costs(step, kept, device, repeats: int, step_name: str, T: int):
+    """(wall, cpu) per sample of ``step`` over the kept batches, after one untimed call;
+    each call divided by the samples of its own batch."""
+    from feedlab.timing import _sync, torch_threads
+
+    on_dev = [(_to_device(b, device), m or 1) for b, m in kept]
+    walls, cpus = [], []
+    with torch_threads(T):
+        user_call(step_name, step, on_dev[0][0], hint="the step gets the batch as your loader yields it, "
+                  f"already on {device}")
+        for _ in range(repeats):
+            for b, m in on_dev:
+                _sync(device)
+                t0, c0 = time.perf_counter(), time.process_time()
+                user_call(step_name, step, b)
+                _sync(device)
+                walls.append((time.perf_counter() - t0) / m)
+                cpus.append((time.process_time() - c0) / m)
+    return walls, cpus
 
 
 def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: int = 16, repeats: int = 3,
-                    device: str | None = None, max_workers: int | None = None) -> dict:
+                    device: str | None = None, max_workers: int | None = None, *, pin_memory: bool | None = None,
+                    deadline_s: float | None = DEFAULT_DEADLINE_S, log: Callable[[str], None] | None = None,
+                    step_trials: tuple[str, ...] | None = None, step_name: str = "your step(batch)",
+                    ranks: int | None = None, step_cost_s: tuple[float, float] | None = None) -> dict:
     """Stage costs of your ``loader`` (fetch, collate, hand-over, copy to ``device``,
     ``step``), the rate predicted from them for 0…``max_workers`` workers, your loader
     measured as built (median of ``repeats`` passes of ``batches`` batches), and the
-    prediction's error. ``step(batch)`` receives the batch already on ``device``."""
-    from feedlab.monitor import usable_cores
+    prediction's error. ``step(batch)`` receives each batch as the loader yields it,
+    already on ``device``. ``pin_memory`` (with CUDA) measures the loader with pinned
+    memory; ``deadline_s`` bounds the wait for each batch when the loader has no
+    ``timeout`` of its own; ``step_trials`` (default: all) names the step-side changes
+    tried when the step bounds (see :mod:`feedlab.doctor.stepside`); ``ranks`` adds the
+    workers-per-rank advice for that many ranks sharing this machine (predicted);
+    ``step_cost_s`` (wall and CPU seconds per sample, measured elsewhere, e.g. by
+    ``--script``) prices the step when no ``step`` is given (end to end, a wait of that
+    time stands in for it)."""
+    import torch
 
+    from feedlab.monitor import LoadWindow, busy_message, usable_cores
+    from feedlab.timing import torch_threads
+
+    log = log or (lambda m: None)
+    check_loader(loader)
+    window = LoadWindow()
     device = P.resolve_device(device)
+    cuda = device.startswith("cuda")
+    notes: list[str] = []
+    loader = pinned(loader, pin_memory, cuda, notes)
     W = int(loader.num_workers)
     max_workers = usable_cores() if max_workers is None else int(max_workers)
     max_workers = max(max_workers, W)
+    limit, whose = _batch_deadline(loader, deadline_s)
+    log("measuring the machine (cores, threads, CPU capacity)")
     machine = measure_machine(device, max_workers)
+    # your loop runs its step at your threads whatever the workers (feedlab's run_epoch would change them)
+    T_user = torch.get_num_threads()
+    machine.main_threads = {w: T_user for w in machine.main_threads}
     table = CostTable(machine)
     B = int(loader.batch_sampler.batch_size) if hasattr(loader.batch_sampler, "batch_size") else None
     ctx = loader.multiprocessing_context or mp.get_context()
     ctx = mp.get_context(ctx) if isinstance(ctx, str) else ctx
     q = ctx.Queue()
     # 1. fetch and collate in the main process (num_workers=0), in isolation
-    iso = _rebuild(loader, TimedDataset(loader.dataset, q), TimedCollate(loader.collate_fn, q), num_workers=0)
-    it, batch = iter(iso), None
-    for _ in range(min(batches, len(iso))):
-        batch = next(it)
-        B = B or _batch_len(batch)
-    del it
+    log(f"fetch + collate in isolation (num_workers=0), up to {batches} batches")
+    kept, lens = _isolation(loader, q, batches, limit, whose, log)
+    B = B or kept[0][1] or 1
+    full = [m for m in lens if m == B]
+    if not full:
+        n_all = sum(m or 0 for m in lens)
+        notes.append(f"your data holds {n_all} samples, fewer than one batch of {B}: costs are per sample of that "
+                     "one short batch, and no steady rate can be measured")
+    elif len(lens) < 3:
+        notes.append(f"your loader yields only {len(lens)} batch(es): too few to measure a steady rate "
+                     "(the stage costs are measured; the end-to-end rate is not)")
     recs = _drain(q)
     fetch = recs.get("fetch", [])[1:] or recs.get("fetch", [])
     coll = recs.get("collate", [])[1:] or recs.get("collate", [])
-    table[("read", "user", "user")] = Stage("fetch", "dataset __getitem(s)__ (read+decode+transform)",
+    table[("read", "user", "user")] = Stage("fetch", "your dataset's __getitem__ (read+decode+transform)",
                                             *_per_sample(fetch))
-    table[("decode", "user", "user")] = Stage("decode", "inside fetch", [0.0], [0.0])
-    table[("transform", "user", "user")] = Stage("transform", "inside fetch", [0.0], [0.0])
+    table[("decode", "user", "user")] = Stage("decode", "inside fetch", [0.0], [0.0],
+                                              note="not measured: inside your fetch")
+    table[("transform", "user", "user")] = Stage("transform", "inside fetch", [0.0], [0.0],
+                                                 note="not measured: inside your fetch")
     table[("collate", "user", B)] = Stage("collate", f"your collate_fn (batch {B})", *_per_sample(coll))
     # 2. the hand-over of one batch's items, collated in a worker
     if max_workers > 0:
-        idx = next(iter(loader.batch_sampler))
+        log("hand-over worker → main (a one-worker probe)")
+        idx = list(next(iter(loader.batch_sampler)))
         get = getattr(loader.dataset, "__getitems__", None)
-        items = get(list(idx)) if get is not None else [loader.dataset[i] for i in idx]
-        pr = probe_worker(items, loader.collate_fn, batches=max(4, 4 * repeats))
-        per = lambda xs: [x / B for x in xs]  # noqa: E731
-        table[("collate_worker", "user", B)] = Stage("collate", "your collate_fn in a worker",
-                                                     per(pr["collate_wall"]), per(pr["collate_cpu"]))
-        table[("handover_worker", "user", B)] = Stage("handover", "worker → main (worker side)",
-                                                      per(pr["handover_cpu"]), per(pr["handover_cpu"]))
-        table[("receive", "user", B)] = Stage("receive", "worker → main (main side)", per(pr["receive_cpu"]),
-                                              per(pr["receive_cpu"]))
-        for w in range(1, max_workers + 1):
-            table[("startup", w)] = Stage("startup", f"{w} fresh worker(s)", startup_s(w, repeats), [0.0])
-    # 3. copy to the device and the step, on a batch in hand
-    from feedlab.timing import torch_threads
+        with deadline(limit, "fetching one batch's samples", f"deadline from {whose}"):
+            items = user_call("your dataset", lambda: get(idx) if get is not None else [loader.dataset[i] for i in idx])
+        n_items = max(1, len(items))
+        try:
+            with deadline(limit and 4 * limit, "the hand-over probe"):
+                pr = probe_worker(items, loader.collate_fn, batches=max(4, 4 * repeats))
+            per = lambda xs: [x / n_items for x in xs]  # noqa: E731
+            table[("collate_worker", "user", B)] = Stage("collate", "your collate_fn in a worker",
+                                                         per(pr["collate_wall"]), per(pr["collate_cpu"]))
+            table[("handover_worker", "user", B)] = Stage("handover", "worker → main (worker side)",
+                                                          per(pr["handover_cpu"]), per(pr["handover_cpu"]))
+            table[("receive", "user", B)] = Stage("receive", "worker → main (main side)", per(pr["receive_cpu"]),
+                                                  per(pr["receive_cpu"]))
+        except Hung:
+            raise
+        except Exception as exc:  # e.g. items that cannot cross to a worker: reported, predicted without
+            from feedlab.errors import one_line
 
+            notes.append(f"hand-over not measured ({type(exc).__name__}: {one_line(exc)}); predicted without it")
+        log(f"worker start-up, 1…{max_workers} workers")
+        for w in range(1, max_workers + 1):
+            table[("startup", w)] = Stage("startup", f"{w} fresh worker(s) to a first batch", startup_s(w, repeats),
+                                          [0.0], note="seconds, not per sample")
+    # 3. copy to the device and the step, on the full batches in hand
     for T in sorted(set(machine.main_threads.values())):
         with torch_threads(T):
-            w, c = timed(lambda: _to_device(batch, device), B, 1, repeats,
-                         device if device.startswith("cuda") else None)
+            b0, m0 = kept[0]
+            w, c = timed(lambda: _to_device(b0, device), m0 or 1, 1, repeats, device if cuda else None)
             table[("h2d", "user", B, False, T)] = Stage("h2d", f"batch to {device}, {T} thread(s)", w, c)
-            on_dev = _to_device(batch, device)
-            if step is None:
-                table[("model", B, T)] = Stage("model", "no step given", [0.0], [0.0])
-            else:
-                w, c = timed(lambda: step(on_dev), B, 1, repeats, device if device.startswith("cuda") else None)
-                table[("model", B, T)] = Stage("model", f"your step, {T} thread(s)", w, c)
+        if step is None and step_cost_s:
+            table[("model", B, T)] = Stage("model", "your script's step, as it ran", [step_cost_s[0]],
+                                           [step_cost_s[1]], note="measured in your script")
+        elif step is None:
+            table[("model", B, T)] = Stage("model", "no step given", [0.0], [0.0],
+                                           note="not measured: no step given (--step)")
+        else:
+            log(f"your step on {len(kept)} full batch(es), {T} thread(s)")
+            w, c = _step_costs(step, kept, device, repeats, step_name, T)
+            table[("model", B, T)] = Stage("model", f"your step, {T} thread(s)", w, c)
     # 4. your loader as built, end to end
     spec = P.PipelineSpec(format="user", decode="user", collate="user", batch_size=B, num_workers=W,
-                          device=device)
-    skip = P.prefetch_depth(spec)
-    runs = [_run(loader, step, device, batches, skip) for _ in range(repeats)]
-    steady = [r["steady"] for r in runs if np.isfinite(r["steady"])]
-    measured = float(np.median(steady)) if steady else None
+                          device=device, pin_memory=bool(loader.pin_memory))
+    measured = None
+    if step is None and step_cost_s:
+        notes.append("end to end, a wait of your script's measured step time stands in for the step "
+                     "(it does not use the CPU your step did)")
+
+        def step(b, _t=step_cost_s[0]):
+            time.sleep(_t * (_batch_len(b) or B))
+    if full and len(lens) >= 3:
+        skip = P.prefetch_depth(spec)
+        runs = []
+        for r in range(repeats):
+            log(f"your loader as built, end to end: pass {r + 1}/{repeats}")
+            runs.append(_run(loader, step, device, batches, skip, limit, whose, step_name))
+        steady = [r["steady"] for r in runs if np.isfinite(r["steady"]) and r["steady"] > 0]
+        measured = float(np.median(steady)) if steady else None
+    rep = _report(table, spec, machine, max_workers, measured, W, B, device, notes, repeats, batches)
+    rep["batches_seen"] = lens
+    if ranks is not None:
+        from .ranks import advise_ranks
+
+        rep["ranks_advice"] = advise_ranks(table, spec, int(ranks))
+    if step is not None and not step_cost_s and rep["verdict"] == "compute-bound":
+        from .stepside import try_step_changes
+
+        log("the step bounds: trying step-side changes on your step")
+        rep["step_changes"] = try_step_changes(step, kept, device, repeats, step_name=step_name,
+                                               threads=T_user, only=step_trials, workers=W)
+    busy = window.summary()
+    rep["load"] = busy
+    if busy.get("busy"):
+        rep["notes"].append(busy_message(busy, "the diagnosis"))
+    return rep
+
+
+def _report(table, spec, machine, max_workers, measured, W, B, device, notes, repeats, batches) -> dict:
     pred = PR.predict(table, spec)
     rows = []
     for w in range(0, max_workers + 1):
@@ -233,29 +327,29 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
             row["samples_per_s"] = measured
             row["error"] = row["predicted_samples_per_s"] / measured - 1.0 if p else None
         rows.append(row)
-    return {"batch_size": B, "num_workers": W, "device": device, "cores": machine.cores,
-            "effective_cores": machine.effective_cores, "stages": [s.row() for s in table.stages.values()],
-            "end_to_end": rows, "measured_samples_per_s": measured,
-            "predicted_samples_per_s": pred["predicted_samples_per_s"] if pred else None,
-            "bound_stage": pred["bound_stage"] if pred else None, "verdict": pred["verdict"] if pred else None,
-            "binding_term": pred["binding_term"] if pred else None,
-            "advice": PR.advise(table, spec, max_workers), "repeats": repeats, "batches": batches}
+    rep = {"kind": "user", "batch_size": B, "num_workers": W, "device": device, "cuda": device.startswith("cuda"),
+           "cores": machine.cores, "effective_cores": machine.effective_cores,
+           "stages": [s.row() for s in table.stages.values()], "end_to_end": rows,
+           "measured_samples_per_s": measured,
+           "predicted_samples_per_s": pred["predicted_samples_per_s"] if pred else None,
+           "bound_stage": pred["bound_stage"] if pred else None, "verdict": pred["verdict"] if pred else None,
+           "binding_term": pred["binding_term"] if pred else None,
+           "advice": PR.advise(table, spec, max_workers), "repeats": repeats, "batches": batches,
+           "notes": notes, "config": spec.as_dict()}
+    rep["headroom"] = headroom(table, spec)
+    return rep
 
 
-def render_user(rep: dict) -> str:
-    from .report import fmt_rate
-
-    lines = [f"feedlab doctor · your DataLoader · batch {rep['batch_size']}, {rep['num_workers']} workers, "
-             f"{rep['device']} · {rep['cores']} cores ({rep['effective_cores']:.2f} effective now)", ""]
-    for r in rep["stages"]:
-        if r.get("measurable") and "s_per_sample" in r:
-            lines.append(f"{r['stage']:<10} {r['variant'][:46]:<46} {r['s_per_sample'] * 1e6:>10.1f} µs/sample")
-    lines.append("")
-    for r in rep["end_to_end"]:
-        meas = f"measured {fmt_rate(r['samples_per_s'])} (error {100 * r['error']:+.0f}%)" if "samples_per_s" in r else ""
-        lines.append(f"{r['num_workers']:>3} workers: predicted {fmt_rate(r['predicted_samples_per_s'])} samples/s, "
-                     f"bound by {r['bound_stage']} {meas}")
-    lines.append(f"verdict: {rep['verdict']}, bounded by {rep['bound_stage']} ({rep['binding_term']})")
-    for a in rep["advice"]:
-        lines.append(f"  set {a['setting']} = {a['value']}: ×{a['expected_gain']:.2f} predicted; {a['why']}")
-    return "\n".join(lines)
+def headroom(table: CostTable, spec) -> float | None:
+    """How many times faster the loader alone (the step priced at zero) is predicted to
+    run than the step alone: > 1 means the input pipeline is not what bounds training."""
+    T = table.machine.threads(spec.num_workers)
+    model = PR._nearest_threads(table, ("model", spec.batch_size), T)
+    if model is None or model.t <= 0:
+        return None
+    stages = {k: (Stage(v.stage, v.variant, [0.0], [0.0]) if k[0] == "model" else v)
+              for k, v in table.stages.items()}
+    p = PR.predict(CostTable(table.machine, stages), spec)
+    if p is None or not np.isfinite(p["predicted_samples_per_s"]):
+        return None
+    return float(p["predicted_samples_per_s"] * model.t)

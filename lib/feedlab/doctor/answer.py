@@ -1,0 +1,136 @@
+"""The answer first: the verdict and the one to three changes that matter, each with
+its measured or predicted gain and the command or code line that applies it.
+
+Shared by the report on a data set (:func:`feedlab.doctor.report.render`) and on your
+own DataLoader (:func:`render_user`); plain functions of the report dict.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .report import fit, fmt_rate, stage_value
+
+RESIZE_AHEAD = ("resize once ahead: store the images at the size you train at (notebook 06 measured ×15 for "
+                "decoding and resizing once ahead of training instead of every epoch)")
+
+
+def code_line(setting: str, value, rep: dict) -> str:
+    """The command or code line that applies one advised setting."""
+    data = rep.get("data") or "DIR"
+    if setting == "num_workers":
+        pin = ", pin_memory=True" if rep.get("cuda") else ""
+        return f"DataLoader(..., num_workers={value}{pin})"
+    if setting == "pin_memory":
+        return f"DataLoader(..., pin_memory={value})"
+    if setting == "batch_size":
+        return f"DataLoader(..., batch_size={value})"
+    if setting == "format":
+        return f"python -m data_prep pack {data} --to {value}   # then read it with --format {value}"
+    if setting == "decode":
+        return f"decode={value}   (python -m feedlab.doctor --data {data} --decode {value})"
+    if setting == "collate":
+        return f"collate={value}   (feedlab.pipeline.make_collate({value!r}) as the DataLoader's collate_fn)"
+    return f"{setting}={value}"
+
+
+def _gain(a: dict) -> str:
+    if a.get("measured_gain") is not None and math.isfinite(a["measured_gain"]):
+        return f"×{a['measured_gain']:.2f} measured (×{a['expected_gain']:.2f} predicted)"
+    return f"×{a['expected_gain']:.2f} predicted"
+
+
+def top_changes(rep: dict, n: int = 3) -> list[dict]:
+    """The best change per setting, best first, at most ``n``: advice (input side) and
+    step-side changes measured faster, each ``{what, gain, code, gain_value}``."""
+    best: dict[str, dict] = {}
+    for a in rep.get("advice") or []:
+        g = a.get("measured_gain") or a["expected_gain"]
+        if a["setting"] not in best or g > best[a["setting"]]["gain_value"]:
+            best[a["setting"]] = {"what": f"{a['setting']} = {a['value']}", "gain": _gain(a), "gain_value": g,
+                                  "code": code_line(a["setting"], a["value"], rep)}
+    for s in rep.get("step_changes") or []:
+        if s.get("kept"):
+            what = f"threads = {s['threads']}" if s["change"] == "threads" else s["change"].replace("_", " ")
+            best["step:" + s["change"]] = {"what": f"step: {what}",
+                                           "gain": f"×{s['gain']:.2f} measured on your step",
+                                           "gain_value": s["gain"], "code": s["code"]}
+    return sorted(best.values(), key=lambda c: -c["gain_value"])[:n]
+
+
+def headroom_line(rep: dict) -> str | None:
+    h = rep.get("headroom")
+    if rep.get("verdict") != "compute-bound" or h is None or not math.isfinite(h) or h < 1.0:
+        return None
+    return (f"your loader has {h:.1f}× headroom over the step: no input-pipeline change will help; "
+            "only a faster step (or a bigger machine) will")
+
+
+def resize_line(rep: dict) -> str | None:
+    b = rep.get("bound_stage")
+    if rep.get("verdict") != "data-bound":
+        return None
+    if b in ("decode", "transform") and rep.get("kind") != "user":
+        return f"decode + resize bound the loader: {RESIZE_AHEAD}"
+    if b == "read" and rep.get("kind") == "user":
+        return (f"your dataset's fetch (read + decode + transform) bounds the loader: if it decodes and resizes "
+                f"images, {RESIZE_AHEAD}")
+    return None
+
+
+def answer_lines(rep: dict) -> list[str]:
+    """Verdict, then the changes that matter (with gain and code line), then the
+    headroom and ahead-of-time sentences."""
+    pred = next((r.get("predicted_samples_per_s") for r in rep.get("end_to_end", [])
+                 if r.get("num_workers") == rep.get("num_workers", rep.get("config", {}).get("num_workers"))),
+                rep.get("predicted_samples_per_s"))
+    meas = rep.get("measured_samples_per_s")
+    lines = [f"VERDICT: {rep.get('verdict') or 'not measured'} — bounded by {rep.get('bound_stage') or '—'} "
+             f"({rep.get('binding_term') or '—'}); predicted {fmt_rate(pred)} samples/s, "
+             f"measured {fmt_rate(meas) if meas else 'not measured'}"]
+    h = headroom_line(rep)
+    if h:
+        lines.append(h)
+    changes = top_changes(rep)
+    if changes:
+        lines.append("what to change (each alone; best first):")
+        for k, c in enumerate(changes, 1):
+            lines.append(f"  {k}. {c['what']}: {c['gain']}")
+            lines.append(f"       {c['code']}")
+    else:
+        lines.append("what to change: no single change is predicted (or measured) to gain 5% or more")
+    r = resize_line(rep)
+    if r:
+        lines.append(r)
+    for s in rep.get("step_changes") or []:
+        if s.get("measured") and s["result"] != "faster":
+            what = f"threads = {s['threads']}" if s["change"] == "threads" else s["change"].replace("_", " ")
+            lines.append(f"  tried on your step, not advised: {what} measured {s['result']} "
+                         f"(×{s['gain']:.2f})")
+        elif not s.get("measured"):
+            lines.append(f"  tried on your step, not measurable: {s['change'].replace('_', ' ')} ({s['why']})")
+    return lines
+
+
+def render_user(rep: dict) -> str:
+    """The report on your own DataLoader: the answer first, then the stage table and
+    the rates per worker count (one predicted rate each)."""
+    lines = [f"feedlab doctor · your DataLoader · batch {rep['batch_size']}, {rep['num_workers']} workers, "
+             f"{rep['device']} · {rep['cores']} cores ({rep['effective_cores']:.2f} effective now)", ""]
+    lines += answer_lines(rep)
+    lines += ["", f"{'stage':<10} {'variant':<52} {'cost':>22}"]
+    for r in rep["stages"]:
+        lines.append(f"{r['stage']:<10} {fit(r['variant'], 52):<52} {stage_value(r):>22}")
+    lines += ["", f"{'workers':>7} {'predicted/s':>12} {'bound by':<10} {'measured/s':>12} {'error':>7}"]
+    for r in rep["end_to_end"]:
+        meas = fmt_rate(r["samples_per_s"]) if "samples_per_s" in r else "not run"
+        err = f"{100 * r['error']:+.0f}%" if r.get("error") is not None else ""
+        lines.append(f"{r['num_workers']:>7} {fmt_rate(r['predicted_samples_per_s']):>12} "
+                     f"{(r['bound_stage'] or '—'):<10} {meas:>12} {err:>7}")
+    if "ranks_advice" in rep:
+        from .ranks import render_ranks
+
+        lines += [""] + render_ranks(rep["ranks_advice"])
+    for n in rep.get("notes", []):
+        lines.append(f"note: {n}")
+    return "\n".join(lines)

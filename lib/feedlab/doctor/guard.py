@@ -1,0 +1,73 @@
+"""Guards for running a user's code inside the doctor: a deadline on every wait, and
+one named line (never a traceback) when the user's loader or step fails.
+
+* :class:`UserCodeError` — the user's loader, dataset, collate or step raised (or
+  yielded something the doctor cannot use); its message is one line naming which
+  and what to do. A ``ValueError``, so every command line prints it as one line.
+* :class:`Hung` — a wait passed its deadline (a dataset that never returns).
+* :func:`deadline` — raises :class:`Hung` in the main thread after ``seconds``
+  (:func:`feedlab.errors.deadline`: ``SIGALRM``, so a blocking read or sleep is
+  interrupted; off the main thread it cannot interrupt).
+* :func:`user_call` — calls the user's code, turning what it raises into a
+  :class:`UserCodeError` that names ``what``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from feedlab.errors import DeadlineError, one_line
+
+DEFAULT_DEADLINE_S = 120.0
+
+
+class UserCodeError(ValueError):
+    """The user's loader or step failed; the message is one line."""
+
+
+class Hung(UserCodeError):
+    """A wait on the user's code passed its deadline."""
+
+
+def can_interrupt() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def deadline(seconds: float | None, what: str, hint: str = "") -> Iterator[None]:
+    """Raise :class:`Hung` naming ``what`` when the block runs past ``seconds`` (None or
+    <= 0: no deadline): :func:`feedlab.errors.deadline`, its error as one of the user's."""
+    from feedlab.errors import deadline as _deadline
+
+    try:
+        with _deadline(seconds, what, hint):
+            yield
+    except DeadlineError:
+        raise Hung(f"{what} did not return within {seconds:g} s{': ' + hint if hint else ''}") from None
+
+
+def user_call(what: str, fn: Callable[..., Any], *args, hint: str = "", **kw) -> Any:
+    """``fn(*args, **kw)``; what it raises becomes one :class:`UserCodeError` line."""
+    try:
+        return fn(*args, **kw)
+    except (UserCodeError, DeadlineError):   # a deadline around the call is the deadline's to report
+        raise
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # the user's code: any exception is theirs to fix
+        raise UserCodeError(f"{what} raised {type(exc).__name__}: {one_line(exc)}"
+                            f"{'; ' + hint if hint else ''}") from None
+
+
+def collate_hint(exc_text: str) -> str:
+    """What to do about a collate failure the doctor recognises."""
+    t = exc_text.lower()
+    if "equal size" in t or "stack expects" in t or "must match" in t or "resize" in t:
+        return ("the samples of one batch have different sizes: crop or resize them to one size in the "
+                "dataset's transform (e.g. RandomResizedCrop(S)), or give the DataLoader a collate_fn that pads")
+    if "default_collate" in t or "must contain tensors" in t:
+        return "a sample holds a type default_collate cannot batch: give the DataLoader a collate_fn for it"
+    return "run one batch of the loader by hand (next(iter(loader))) to see where it fails"
