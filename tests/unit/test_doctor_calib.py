@@ -78,3 +78,91 @@ def test_multithreaded_item_stage_is_priced_by_its_cpu_in_workers():
     # the worker runs decode on one thread: 200 µs of CPU, not 100 µs of wall
     assert two["predicted_samples_per_s"] == pytest.approx(1 / (10e-6 + 200e-6 + 5e-6 + 2e-6))
     assert two["predicted_samples_per_s"] < one
+
+
+# ---------------------------------------------------------------- the start's repeat, the error per setting
+
+
+class FakeDoctor:
+    """What follow_advice uses of a Doctor; each measurement of a spec returns the next of its rates."""
+
+    device, max_workers = "cpu", 2
+
+    def __init__(self, rates):
+        self.table, self.rates = table(), rates
+        self.e2e, self.e2e_calls = {}, {}
+
+    def table_now(self, spec):
+        return self.table
+
+    def measure_rounds(self, specs, repeats=None):
+        out = {}
+        for s in (s.replace(device=self.device) for s in specs):
+            seq = self.rates.get(s.num_workers, [1000.0])
+            v = seq[min(len(self.e2e_calls.get(s, [])), len(seq) - 1)]
+            out[s] = self.e2e[s] = {"steady": v, "steady_runs": [v, v], "epoch": v}
+            self.e2e_calls.setdefault(s, []).append({"steady": v, "steady_runs": [v, v], "with": len(specs)})
+        return out
+
+    def measure_e2e(self, spec, repeats=None):
+        return self.measure_rounds([spec], repeats)[spec.replace(device=self.device)]
+
+
+def test_start_is_measured_at_least_twice_and_its_spread_reported():
+    from feedlab.experiments.doctor_steps import baseline_repeat, follow_advice
+
+    doc = FakeDoctor({0: [1000.0, 1300.0]})
+    _, steps = follow_advice(doc, SPEC, max_steps=0)
+    assert len(steps) == 1 and len(doc.e2e_calls[SPEC.replace(device="cpu")]) == 2
+    b = baseline_repeat(doc, SPEC)
+    assert b["measurements"] == [1000.0, 1300.0]
+    assert b["spread"] == pytest.approx(300 / 1150) and b["within_10pct"] is False
+
+
+def test_steps_measure_the_start_again_beside_the_change():
+    from feedlab.experiments.doctor_steps import follow_advice
+
+    doc = FakeDoctor({0: [1000.0, 1050.0, 1020.0], 1: [1900.0], 2: [3000.0]})
+    _, steps = follow_advice(doc, SPEC, max_steps=1)
+    assert len(steps) == 2 and steps[1]["measured_gain"] > 1
+    calls = doc.e2e_calls[SPEC.replace(device="cpu")]
+    assert len(calls) == 2 and calls[1]["with"] == 2   # the second time taking turns with the change
+
+
+def test_repeat_spread_needs_two_measurements():
+    from feedlab.experiments.doctor_steps import repeat_spread
+
+    one = repeat_spread([1000.0])
+    assert one["spread"] is None and "fewer than twice" in one["note"]
+    ok = repeat_spread([1000.0, 1050.0, 980.0])
+    assert ok["spread"] == pytest.approx(70 / 1000) and ok["within_10pct"] is True
+
+
+def test_calibration_reports_every_step_and_worker_count_and_the_misses():
+    from feedlab.experiments.doctor_steps import calibration_lines, calibration_rows, calibration_summary
+
+    report = {"end_to_end": [{"num_workers": 0, "predicted_samples_per_s": 1100.0, "samples_per_s": 1000.0},
+                             {"num_workers": 1, "predicted_samples_per_s": 1500.0, "samples_per_s": 1000.0},
+                             {"num_workers": 2, "predicted_samples_per_s": 900.0}]}   # w2 not measured
+    steps = [{"label": "0: start", "predicted": 1100.0, "measured": 1250.0, "kept": True},
+             {"label": "1: format=npy_mmap", "predicted": 9000.0, "measured": 4000.0, "kept": True}]
+    rows = calibration_rows(report, steps)
+    assert [r["label"] for r in rows] == ["w0", "w1", "0", "1"]
+    assert [r["within_20pct"] for r in rows] == [True, False, True, False]
+    assert rows[1]["error"] == pytest.approx(0.5) and rows[3]["error"] == pytest.approx(1.25)
+    s = calibration_summary(rows, {"measurements": [1000.0, 1250.0], "spread": 250 / 1125, "within_10pct": False})
+    assert s["max_abs_error"] == pytest.approx(1.25) and s["within_20pct"] is False
+    assert [m["label"] for m in s["misses"]] == ["w1", "1: format=npy_mmap"]
+    assert s["misses"][1]["beyond_target"] == pytest.approx(1.05)
+    text = "\n".join(calibration_lines(s))
+    assert "MISSED by 30 points" in text and "MISSED by 105 points" in text
+    assert "NOT met on 2 of 4" in text and "spread 22% of the median" in text and "NOT met, by 12 points" in text
+
+
+def test_calibration_met_says_so():
+    from feedlab.experiments.doctor_steps import calibration_lines, calibration_rows, calibration_summary
+
+    rows = calibration_rows({"end_to_end": []}, [{"label": "0: start", "predicted": 1100.0, "measured": 1000.0}])
+    text = "\n".join(calibration_lines(calibration_summary(rows)))
+    assert "target ±20% on every step and worker count: met" in text
+    assert "Start setting repeat: not measured" in text
