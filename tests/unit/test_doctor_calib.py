@@ -101,7 +101,8 @@ class FakeDoctor:
             seq = self.rates.get(s.num_workers, [1000.0])
             v = seq[min(len(self.e2e_calls.get(s, [])), len(seq) - 1)]
             out[s] = self.e2e[s] = {"steady": v, "steady_runs": [v, v], "epoch": v}
-            self.e2e_calls.setdefault(s, []).append({"steady": v, "steady_runs": [v, v], "with": len(specs)})
+            self.e2e_calls.setdefault(s, []).append({"steady": v, "steady_runs": [v, v], "with": len(specs),
+                                                     "speed": v / 1000.0})
         return out
 
     def measure_e2e(self, spec, repeats=None):
@@ -117,6 +118,11 @@ def test_start_is_measured_at_least_twice_and_its_spread_reported():
     b = baseline_repeat(doc, SPEC)
     assert b["measurements"] == [1000.0, 1300.0]
     assert b["spread"] == pytest.approx(300 / 1150) and b["within_10pct"] is False
+    # both measurements got CPU in proportion to their rate: the load explains the whole spread
+    assert b["speeds"] == [1.0, 1.3] and b["spread_per_speed"] == pytest.approx(0.0)
+    from feedlab.experiments.doctor_steps import calibration_lines, calibration_summary
+
+    assert "what the load on the machine does not explain" in "\n".join(calibration_lines(calibration_summary([], b)))
 
 
 def test_steps_measure_the_start_again_beside_the_change():

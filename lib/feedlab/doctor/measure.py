@@ -300,6 +300,9 @@ class Doctor:
             out.update(steady=float(np.median(out["steady_runs"])), epoch=float(np.median(out["epoch_runs"])),
                        batches=nbs[s])
             self.e2e[s] = out
+            k = s.num_workers + 1
+            speed = float(np.median([min(1.0, c[k] / k) for c in out["capacity"] if k in c] or [np.nan]))
             self.e2e_calls.setdefault(s, []).append(
-                {"steady": out["steady"], "steady_runs": list(out["steady_runs"]), "with": len(specs)})
+                {"steady": out["steady"], "steady_runs": list(out["steady_runs"]), "with": len(specs),
+                 "speed": speed})
         return {s: runs[s] for s in specs}

@@ -102,7 +102,13 @@ def baseline_repeat(doc, start: PipelineSpec) -> dict:
     """The start setting's repeat in this run: every measurement of it (the diagnosis's
     rounds, step 0, its turns beside step 1) as :func:`repeat_spread`."""
     calls = doc.e2e_calls.get(start.replace(device=doc.device), [])
-    return dict(repeat_spread([c["steady"] for c in calls]), setting=start.label())
+    out = dict(repeat_spread([c["steady"] for c in calls]), setting=start.label())
+    speeds = [c.get("speed") for c in calls]
+    if out["spread"] is not None and all(v is not None and np.isfinite(v) and v > 0 for v in speeds):
+        # the same rates per unit of the CPU speed sampled beside each pass: what is left is not others' load
+        out["spread_per_speed"] = repeat_spread([c["steady"] / v for c, v in zip(calls, speeds)])["spread"]
+        out["speeds"] = [float(v) for v in speeds]
+    return out
 
 
 def calibration_rows(report: dict, steps: list[dict]) -> list[dict]:
@@ -157,6 +163,10 @@ def calibration_lines(summary: dict) -> list[str]:
         ok = "met" if b["within_10pct"] else f"NOT met, by {100 * (b['spread'] - TARGET_REPEAT):.0f} points"
         out.append(f"Start setting measured {len(b['measurements'])} times in this run ({vals} samples/s): "
                    f"spread {100 * b['spread']:.0f}% of the median (target within {100 * TARGET_REPEAT:.0f}%: {ok}).")
+        if b.get("spread_per_speed") is not None:
+            sp = ", ".join(f"{v:.2f}" for v in b["speeds"])
+            out.append(f"  per unit of the CPU speed sampled beside each measurement ({sp} of a core): spread "
+                       f"{100 * b['spread_per_speed']:.0f}% (what the load on the machine does not explain).")
     return out
 
 
