@@ -5,7 +5,7 @@ advice step and per worker count (pure functions, hand-written tables and rows).
 import pytest
 from test_doctor import SPEC, table
 
-from feedlab.doctor import Machine, Stage
+from feedlab.doctor import CostTable, Machine, Stage
 from feedlab.doctor import predict as PR
 from feedlab.doctor.probes import capacity_of, cpu_capacity
 
@@ -172,3 +172,18 @@ def test_calibration_met_says_so():
     text = "\n".join(calibration_lines(calibration_summary(rows)))
     assert "target ±20% on every step and worker count: met" in text
     assert "Start setting repeat: not measured" in text
+
+
+def test_cpu_ceiling_counts_the_main_process_threads():
+    # 8 cores, 2 workers, the main process's model step on 6 threads (6 ms CPU in 1 ms wall)
+    t = CostTable(Machine(8, 8.0, False, {0: 8, 2: 6}))
+    for k in ("read", "decode", "transform"):
+        t[(k, "fake", "fake")] = Stage(k, k, [1e-6], [1e-6])
+    t[("collate_worker", "totensor", 8)] = Stage("collate", "cw", [1e-6], [1e-6])
+    t[("collate", "totensor", 8)] = Stage("collate", "c", [1e-6], [1e-6])
+    t[("h2d", "totensor", 8, False, 6)] = Stage("h2d", "h2d", [0.0], [0.0])
+    t[("model", 8, 6)] = Stage("model", "m", [1e-3], [6e-3])
+    p = PR.predict(t, SPEC.replace(num_workers=2))
+    c_all = 3e-6 + 1e-6 + 6e-3
+    assert p["ceilings"]["CPU"] == pytest.approx(8.0 / c_all)      # 2 workers + 6 threads, not 3 processes
+    assert p["bound_stage"] == "model" and p["predicted_samples_per_s"] == pytest.approx(1e3)

@@ -14,9 +14,9 @@ The model, for a spec with ``W`` workers, batch ``B``, on ``C`` effective cores:
   handover`` (a worker is single-threaded; the batch is built in shared memory and
   handed over), *main process* ``1 / t_m`` with ``t_m = receive + h2d + model`` (at
   the threads ``run_epoch`` gives it beside ``W`` workers), and *CPU*
-  ``cap(W + 1) / (cpu_w + cpu_m)``: workers and the main process share what the
-  machine gives ``W + 1`` busy processes (``Machine.cap``, measured: ``min(W + 1, C)``
-  on an idle machine, less on a shared one). Contention (:func:`contended`): a worker
+  ``cap(W + q) / (cpu_w + cpu_m)``: workers and the main process (``q`` busy threads,
+  at most ``T``) share what the machine gives ``W + q`` busy threads (``Machine.cap``,
+  measured: ``min(W + q, C)`` on an idle machine, less on a shared one). Contention (:func:`contended`): a worker
   stage runs on one thread at the speed ``W`` busy processes get; a main-process stage
   on up to ``T`` threads, each at the speed ``W + T`` busy threads get; a stage measured
   with several threads is priced by its CPU time where it gets fewer; the waiting part
@@ -122,6 +122,17 @@ def contended(wall: float, cpu: float, s1: float, threads: int, others: float, m
     return io + (cpu / (q * s) if s > 0 else math.inf)
 
 
+def main_busy_threads(wall: dict, cpu: dict, s1: float, threads: int) -> float:
+    """The most threads a main-process stage keeps busy (1 … ``threads``): the CPU the
+    workers and the main process share is what ``W`` + that many busy threads get."""
+    q = 1.0
+    for s in MAIN_STAGES:
+        w, c = wall.get(s, 0.0), cpu.get(s, 0.0)
+        if w > 0 and c > 0 and s1 > 0:
+            q = max(q, min(float(threads), c / (w * s1)))
+    return q
+
+
 def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
     """Predicted steady samples/s of ``spec``, the stage that bounds it, and (with
     ``batches``) the first-batch time and the rate over an epoch of that many batches."""
@@ -152,9 +163,10 @@ def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
         t_w = sum(eff[s] for s in WORKER_STAGES)
         t_m = sum(eff[s] for s in MAIN_STAGES)
         c_all = sum(cpu[s] for s in WORKER_STAGES) + sum(cpu[s] for s in MAIN_STAGES)
+        k = W + main_busy_threads(wall, cpu, s1, T)
         terms = {"workers": W / t_w if t_w > 0 else math.inf,
                  "main process": 1.0 / t_m if t_m > 0 else math.inf,
-                 "CPU": m.cap(W + 1) / c_all if c_all > 0 else math.inf}
+                 "CPU": m.cap(k) / c_all if c_all > 0 else math.inf}
         which = min(terms, key=terms.get)
         rate = terms[which]
         if which == "workers":
@@ -165,7 +177,7 @@ def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
             term = f"main process: 1/(receive+h2d+model) at {m.threads(W)} thread(s)"
         else:
             bound = max(BOUND_STAGES, key=lambda s: cpu[s])
-            term = f"CPU: {m.cap(W + 1):.2f} CPU-s/s for {W} workers and the main process"
+            term = f"CPU: {m.cap(k):.2f} CPU-s/s for {W} workers and the main process ({k - W:g} thread(s))"
     out: dict[str, Any] = {
         "config": spec.as_dict(), "predicted_samples_per_s": rate, "bound_stage": bound,
         "verdict": "compute-bound" if bound == "model" else "data-bound", "binding_term": term,
