@@ -66,8 +66,7 @@ def main() -> None:
     print(render_user(rep))
     from feedlab.timing import torch_threads
 
-    threads = torch.get_num_threads() if a.workers == 0 else max(1, len(__import__("os").sched_getaffinity(0))
-                                                                   - a.workers)
+    threads = torch.get_num_threads()    # the user's loop runs its step at its own threads
     # hand timing: the step on full batches, at the threads the loop gives it
     full = [b for b in DataLoader(ds, batch_size=a.batch, num_workers=0) if len(b[1]) == a.batch][:4]
     with torch_threads(threads):

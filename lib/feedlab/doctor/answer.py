@@ -51,7 +51,8 @@ def top_changes(rep: dict, n: int = 3) -> list[dict]:
                                   "code": code_line(a["setting"], a["value"], rep)}
     for s in rep.get("step_changes") or []:
         if s.get("kept"):
-            best["step:" + s["change"]] = {"what": f"step: {s['change'].replace('_', ' ')}",
+            what = f"threads = {s['threads']}" if s["change"] == "threads" else s["change"].replace("_", " ")
+            best["step:" + s["change"]] = {"what": f"step: {what}",
                                            "gain": f"×{s['gain']:.2f} measured on your step",
                                            "gain_value": s["gain"], "code": s["code"]}
     return sorted(best.values(), key=lambda c: -c["gain_value"])[:n]
@@ -103,7 +104,8 @@ def answer_lines(rep: dict) -> list[str]:
         lines.append(r)
     for s in rep.get("step_changes") or []:
         if s.get("measured") and s["result"] != "faster":
-            lines.append(f"  tried on your step, not advised: {s['change'].replace('_', ' ')} measured {s['result']} "
+            what = f"threads = {s['threads']}" if s["change"] == "threads" else s["change"].replace("_", " ")
+            lines.append(f"  tried on your step, not advised: {what} measured {s['result']} "
                          f"(×{s['gain']:.2f})")
         elif not s.get("measured"):
             lines.append(f"  tried on your step, not measurable: {s['change'].replace('_', ' ')} ({s['why']})")

@@ -6,7 +6,8 @@ the step itself, and reported with the code line that applies it. A change is *k
 (advised) only when it measured faster by :data:`~feedlab.doctor.predict.MIN_GAIN`;
 a change that measured slower is reported as slower, never advised.
 
-* ``threads`` — intra-op threads = the usable cores (``torch.set_num_threads``);
+* ``threads`` — intra-op threads (``torch.set_num_threads``): the usable cores, and the
+  cores the workers leave (``cores - num_workers``), where either differs from yours;
 * ``channels_last`` — 4-D float inputs in channels-last memory format (convolutions
   then pick the NHWC kernels; the model follows with ``model.to(memory_format=...)``);
 * ``autocast_bf16`` — ``torch.autocast("cuda", dtype=torch.bfloat16)``: CUDA only;
@@ -66,13 +67,18 @@ def _channels_last(t):
     return t
 
 
-def available(device: str, threads: int, cores: int, batch, only=None) -> list[str]:
+def thread_options(threads: int, cores: int, workers: int = 0) -> list[int]:
+    """Intra-op thread counts worth trying beside the step's own ``threads``."""
+    return sorted({int(cores), max(1, int(cores) - int(workers))} - {int(threads)})
+
+
+def available(device: str, threads: int, cores: int, batch, only=None, workers: int = 0) -> list[str]:
     """The trials that apply here (pure: which device, threads, cores, batch)."""
     import torch
 
     want = TRIALS if only is None else tuple(only)
     out = []
-    if "threads" in want and cores != threads:
+    if "threads" in want and thread_options(threads, cores, workers):
         out.append("threads")
     if "channels_last" in want and _has_4d_float(batch):
         out.append("channels_last")
@@ -85,6 +91,7 @@ def available(device: str, threads: int, cores: int, batch, only=None) -> list[s
 
 
 def variant(name: str, step: Callable, device: str, cores: int):
+    """``cores``: for ``threads``, the thread count tried."""
     """(context factory, step) that apply trial ``name`` around ``step``."""
     import contextlib
 
@@ -125,7 +132,7 @@ def time_step(step, batches, device, repeats: int, ctx=None) -> float:
 
 
 def try_step_changes(step, kept, device: str, repeats: int, step_name: str = "your step", threads: int = 1,
-                     only=None, cores: int | None = None,
+                     only=None, cores: int | None = None, workers: int = 0,
                      timer: Callable[..., float] | None = None) -> list[dict[str, Any]]:
     """Each applicable trial timed against the step as it is, on the same batches.
     ``timer(step, batches, device, repeats, ctx)`` (default :func:`time_step`) is the
@@ -142,10 +149,14 @@ def try_step_changes(step, kept, device: str, repeats: int, step_name: str = "yo
 
     base = timer(step, on_dev, device, repeats, lambda: torch_threads(threads))
     out = []
-    for name in available(device, threads, cores, on_dev[0][0], only):
-        row: dict[str, Any] = {"change": name, "code": CODE[name].format(n=cores), "baseline_s_per_sample": base}
+    trials = [(name, n) for name in available(device, threads, cores, on_dev[0][0], only, workers)
+              for n in (thread_options(threads, cores, workers) if name == "threads" else [cores])]
+    for name, n in trials:
+        row: dict[str, Any] = {"change": name, "code": CODE[name].format(n=n), "baseline_s_per_sample": base}
+        if name == "threads":
+            row["threads"] = n
         try:
-            ctx, fn = variant(name, step, device, cores)
+            ctx, fn = variant(name, step, device, n)
             if name != "threads":
                 inner = ctx
                 ctx = (lambda inner=inner: _both(torch_threads(threads), inner()))

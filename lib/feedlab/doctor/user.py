@@ -186,6 +186,8 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     ``step_cost_s`` (wall and CPU seconds per sample, measured elsewhere, e.g. by
     ``--script``) prices the step when no ``step`` is given (end to end, a wait of that
     time stands in for it)."""
+    import torch
+
     from feedlab.monitor import LoadWindow, busy_message, usable_cores
     from feedlab.timing import torch_threads
 
@@ -202,6 +204,9 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     limit, whose = _batch_deadline(loader, deadline_s)
     log("measuring the machine (cores, threads, CPU capacity)")
     machine = measure_machine(device, max_workers)
+    # your loop runs its step at your threads whatever the workers (feedlab's run_epoch would change them)
+    T_user = torch.get_num_threads()
+    machine.main_threads = {w: T_user for w in machine.main_threads}
     table = CostTable(machine)
     B = int(loader.batch_sampler.batch_size) if hasattr(loader.batch_sampler, "batch_size") else None
     ctx = loader.multiprocessing_context or mp.get_context()
@@ -302,7 +307,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
 
         log("the step bounds: trying step-side changes on your step")
         rep["step_changes"] = try_step_changes(step, kept, device, repeats, step_name=step_name,
-                                               threads=machine.threads(W), only=step_trials)
+                                               threads=T_user, only=step_trials, workers=W)
     busy = window.summary()
     rep["load"] = busy
     if busy.get("busy"):
