@@ -25,6 +25,11 @@ def test_10_doctor_smoke():
     assert all("error" in r for r in res["end_to_end"]) and res["max_abs_error"] >= 0
     for a in res["advice"]:
         assert a["expected_gain"] > 1
+    cal = res["calibration"]   # the error of every worker count and step, and the start's repeat
+    assert len(cal["rows"]) == len(res["end_to_end"]) + len(res["steps"])
+    assert cal["max_abs_error"] == pytest.approx(res["max_abs_error"])
+    assert all(r["within_20pct"] == (abs(r["error"]) <= 0.2) for r in cal["rows"])
+    assert len(cal["baseline"]["measurements"]) >= 2 and cal["baseline"]["spread"] >= 0
     meas = df[df.metric == "samples_per_s"]
     assert (meas.value > 0).all()
     assert set(meas.step) == set(range(len(res["steps"])))

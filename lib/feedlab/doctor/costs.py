@@ -99,15 +99,17 @@ class Machine:
         return int(self.main_threads.get(int(workers), self.main_threads.get(0, 1)))
 
     def cap(self, k: float) -> float:
-        """CPU-seconds per second available to ``k`` busy processes (interpolated)."""
+        """CPU-seconds per second available to ``k`` busy processes (interpolated),
+        never more than ``min(k, cores)`` (a measured capacity above that is a clock error)."""
+        top = min(float(k), float(self.cores)) if self.cores else float(k)
         if not self.capacity:
-            return min(float(k), float(self.effective_cores))
+            return min(top, float(self.effective_cores))
         ks = sorted(self.capacity)
         if k <= ks[0]:
-            return self.capacity[ks[0]] * k / ks[0]
+            return min(top, self.capacity[ks[0]] * k / ks[0])
         if k >= ks[-1]:
-            return self.capacity[ks[-1]]
-        return float(np.interp(k, ks, [self.capacity[x] for x in ks]))
+            return min(top, self.capacity[ks[-1]])
+        return min(top, float(np.interp(k, ks, [self.capacity[x] for x in ks])))
 
     def speed(self, k: float) -> float:
         """Speed of each of ``k`` busy processes, as a fraction of one free core."""

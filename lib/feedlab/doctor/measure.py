@@ -72,6 +72,7 @@ class Doctor:
         self._samples: list = []
         self._samples_of: dict[tuple[str, str], list] = {}
         self.e2e: dict[P.PipelineSpec, dict] = {}
+        self.e2e_calls: dict[P.PipelineSpec, list[dict]] = {}   # every measurement of a spec, in order
         self.notes: list[str] = []
 
     # --------------------------------------------------------------- pieces
@@ -290,7 +291,9 @@ class Doctor:
         fresh workers each pass, after one untimed pass each. The specs take turns, pass
         by pass (so a change in the machine's load falls on all of them alike), and the CPU
         capacity for ``W + 1`` processes is sampled before each pass. Per spec: ``steady``
-        (after the prefetched batches), ``epoch`` (from ``iter()``, start-up included)."""
+        (after the prefetched batches), ``epoch`` (from ``iter()``, start-up included).
+        Every call is also kept in ``e2e_calls[spec]`` (a setting measured again keeps its
+        earlier measurements: their spread is the run's repeatability)."""
         from feedlab.timing import run_epoch
 
         specs = [s.replace(device=self.device) for s in specs]
@@ -312,4 +315,9 @@ class Doctor:
             out.update(steady=float(np.median(out["steady_runs"])), epoch=float(np.median(out["epoch_runs"])),
                        batches=nbs[s])
             self.e2e[s] = out
+            k = s.num_workers + 1
+            speed = float(np.median([min(1.0, c[k] / k) for c in out["capacity"] if k in c] or [np.nan]))
+            self.e2e_calls.setdefault(s, []).append(
+                {"steady": out["steady"], "steady_runs": list(out["steady_runs"]), "with": len(specs),
+                 "speed": speed})
         return {s: runs[s] for s in specs}

@@ -14,11 +14,13 @@ The model, for a spec with ``W`` workers, batch ``B``, on ``C`` effective cores:
   handover`` (a worker is single-threaded; the batch is built in shared memory and
   handed over), *main process* ``1 / t_m`` with ``t_m = receive + h2d + model`` (at
   the threads ``run_epoch`` gives it beside ``W`` workers), and *CPU*
-  ``cap(W + 1) / (cpu_w + cpu_m)``: workers and the main process share what the
-  machine gives ``W + 1`` busy processes (``Machine.cap``, measured: ``min(W + 1, C)``
-  on an idle machine, less on a shared one). Each stage's busy part runs at the speed
-  ``W`` busy processes get (``Machine.speed``) instead of the speed it was measured
-  at; its waiting part (I/O) does not scale.
+  ``cap(W + q) / (cpu_w + cpu_m)``: workers and the main process (``q`` busy threads,
+  at most ``T``) share what the machine gives ``W + q`` busy threads (``Machine.cap``,
+  measured: ``min(W + q, C)`` on an idle machine, less on a shared one). Contention (:func:`contended`): a worker
+  stage runs on one thread at the speed ``W`` busy processes get; a main-process stage
+  on up to ``T`` threads, each at the speed ``W + T`` busy threads get; a stage measured
+  with several threads is priced by its CPU time where it gets fewer; the waiting part
+  (I/O) does not scale.
 * Start-up: the first batch arrives after ``startup(W) + B · t_w``; an epoch of ``N``
   batches takes ``startup(W) + N · B / rate + B · t_m`` (workers run from the start,
   prefetching while the first batch is awaited).
@@ -104,11 +106,37 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
     return out
 
 
-def _scaled(wall: float, cpu: float, s1: float, s: float) -> float:
-    """A stage's wall time at process speed ``s``, measured at speed ``s1``: its waiting
-    part (I/O: wall beyond what its CPU time takes at ``s1``) does not scale."""
-    io = max(0.0, wall - cpu / s1) if s1 > 0 else 0.0
-    return io + (wall - io) * (s1 / s if s > 0 else math.inf)
+def contended(wall: float, cpu: float, s1: float, threads: int, others: float, machine) -> float:
+    """A stage's wall time where it runs: with at most ``threads`` intra-op threads,
+    beside ``others`` busy processes, on ``machine``.
+
+    Measured alone, the stage took ``wall`` seconds and ``cpu`` CPU-seconds at one
+    process's speed ``s1``: it kept ``p = cpu / (wall · s1)`` threads busy (1 for a
+    one-thread stage; below 1 it waited, e.g. on I/O, and the waiting part does not
+    scale). Where it runs it keeps ``p' = min(p, threads)`` busy, each at the speed that
+    ``others + p'`` busy processes get (``Machine.speed``): its CPU work takes
+    ``cpu / (p' · speed(others + p'))``. So a stage measured with two threads takes twice
+    its wall in a one-thread worker, and the main process's threads beside ``W`` busy
+    workers share the cores with them."""
+    if wall <= 0 and cpu <= 0:
+        return 0.0
+    p = max(1.0, cpu / (wall * s1)) if wall > 0 and s1 > 0 else 1.0
+    busy = cpu / (p * s1) if s1 > 0 else wall
+    io = max(0.0, wall - busy)
+    q = max(1.0, min(p, float(threads)))
+    s = machine.speed(others + q)
+    return io + (cpu / (q * s) if s > 0 else math.inf)
+
+
+def main_busy_threads(wall: dict, cpu: dict, s1: float, threads: int) -> float:
+    """The most threads a main-process stage keeps busy (1 … ``threads``): the CPU the
+    workers and the main process share is what ``W`` + that many busy threads get."""
+    q = 1.0
+    for s in MAIN_STAGES:
+        w, c = wall.get(s, 0.0), cpu.get(s, 0.0)
+        if w > 0 and c > 0 and s1 > 0:
+            q = max(q, min(float(threads), c / (w * s1)))
+    return q
 
 
 def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
@@ -122,8 +150,9 @@ def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
     wall = {k: v[0] for k, v in cs.items()}
     cpu = {k: v[1] for k, v in cs.items()}
     s1 = m.measured_at()   # the speed the stages were measured at (one busy process)
+    T = m.threads(W)
     if W == 0:
-        eff = {s: _scaled(wall[s], cpu[s], s1, m.speed(1)) for s in wall}
+        eff = {s: contended(wall[s], cpu[s], s1, T, 0, m) for s in wall}
         t_w = sum(eff[s] for s in WORKER_STAGES)
         t_m = sum(eff[s] for s in MAIN_STAGES)
         t = t_w + t_m
@@ -132,15 +161,18 @@ def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
         term = "serial (num_workers=0: every stage in the main process)"
         terms = {"serial": rate}
     else:
-        # W workers busy, each at the speed W busy processes get; the main process beside them
-        sw, sm = m.speed(W), m.speed(W + 1)
-        eff = {s: _scaled(wall[s], cpu[s], s1, sw if s in WORKER_STAGES else sm) for s in wall}
+        # W one-thread workers busy, each at the speed W busy processes get; the main
+        # process's T threads beside them (contention: see contended())
+        sw = m.speed(W)
+        eff = {s: contended(wall[s], cpu[s], s1, 1, W - 1, m) if s in WORKER_STAGES
+               else contended(wall[s], cpu[s], s1, T, W, m) for s in wall}
         t_w = sum(eff[s] for s in WORKER_STAGES)
         t_m = sum(eff[s] for s in MAIN_STAGES)
         c_all = sum(cpu[s] for s in WORKER_STAGES) + sum(cpu[s] for s in MAIN_STAGES)
+        k = W + main_busy_threads(wall, cpu, s1, T)
         terms = {"workers": W / t_w if t_w > 0 else math.inf,
                  "main process": 1.0 / t_m if t_m > 0 else math.inf,
-                 "CPU": m.cap(W + 1) / c_all if c_all > 0 else math.inf}
+                 "CPU": m.cap(k) / c_all if c_all > 0 else math.inf}
         which = min(terms, key=terms.get)
         rate = terms[which]
         if which == "workers":
@@ -151,7 +183,7 @@ def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
             term = f"main process: 1/(receive+h2d+model) at {m.threads(W)} thread(s)"
         else:
             bound = max(BOUND_STAGES, key=lambda s: cpu[s])
-            term = f"CPU: {m.cap(W + 1):.2f} CPU-s/s for {W} workers and the main process"
+            term = f"CPU: {m.cap(k):.2f} CPU-s/s for {W} workers and the main process ({k - W:g} thread(s))"
     out: dict[str, Any] = {
         "config": spec.as_dict(), "predicted_samples_per_s": rate, "bound_stage": bound,
         "verdict": "compute-bound" if bound == "model" else "data-bound", "binding_term": term,

@@ -31,32 +31,60 @@ def timed(fn: Callable[[], Any], per: int, warmup: int, repeats: int, device=Non
     return [w / per for w in wall], [c / per for c in cpu]
 
 
-def _spin_for(seconds: float, out) -> None:
-    t_end = time.perf_counter() + seconds
+def _spin_window(start, seconds: float, ready, out) -> None:
+    """Spin from the shared ``start`` (a ``time.monotonic`` instant, the same clock in
+    every process) to ``start + seconds``; put the CPU seconds used inside that window."""
+    ready.release()
+    while start.value <= 0:          # the parent sets the instant once every child is ready
+        time.sleep(0.001)
+    t0 = start.value
+    while time.monotonic() < t0:
+        time.sleep(max(0.0, min(0.001, t0 - time.monotonic())))
     c0 = time.process_time()
+    t_end = t0 + seconds
     x = 0
-    while time.perf_counter() < t_end:
+    while time.monotonic() < t_end:
         for i in range(2000):
             x += i
     out.put(time.process_time() - c0)
 
 
+def capacity_of(used_cpu_s, window_s: float, k: int, cores: int | None = None) -> float:
+    """CPU-seconds per second that ``k`` processes obtained together: the CPU they used
+    inside one common window of ``window_s`` seconds, never more than ``min(k, cores)``
+    (more is a clock error: a window not shared by all of them)."""
+    cap = float(sum(used_cpu_s)) / float(window_s) if window_s > 0 else 0.0
+    top = float(k) if cores is None else float(min(k, cores))
+    return max(0.0, min(cap, top))
+
+
 def cpu_capacity(ks, seconds: float = 0.25, repeats: int = 2) -> dict[int, float]:
     """CPU-seconds per second that ``k`` processes spinning together obtain, for each
-    ``k`` in ``ks`` (median of ``repeats``): ``min(k, cores)`` on an idle machine."""
+    ``k`` in ``ks`` (median of ``repeats``): ``min(k, cores)`` on an idle machine.
+
+    The ``k`` processes are started first and spin over one common window (from a
+    shared instant to ``seconds`` later): timing each from its own start would add up
+    CPU used over a longer, staggered span (3 processes on 2 cores read 2.35)."""
+    from feedlab.monitor import usable_cores
+
     ctx = mp.get_context("fork")
+    cores = usable_cores()
     out = {}
     for k in sorted(set(int(k) for k in ks)):
         vals = []
         for _ in range(repeats):
-            q = ctx.Queue()
-            procs = [ctx.Process(target=_spin_for, args=(seconds, q)) for _ in range(k)]
+            q, ready = ctx.Queue(), ctx.Semaphore(0)
+            start = ctx.Value("d", 0.0)
+            procs = [ctx.Process(target=_spin_window, args=(start, seconds, ready, q)) for _ in range(k)]
             for p in procs:
                 p.start()
-            used = sum(q.get() for _ in procs)
+            for _p in procs:
+                ready.acquire()
+            start.value = time.monotonic() + 0.01
+            used = [q.get() for _ in procs]
             for p in procs:
                 p.join()
-            vals.append(used / seconds)
+            vals.append(capacity_of(used, seconds, k, cores))
         out[k] = float(np.median(vals))
     return out
 

@@ -75,7 +75,99 @@ def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats:
         steps.append(step)
         if step["kept"]:
             spec, current = new, step
+    start_d = start.replace(device=doc.device)
+    while len(doc.e2e_calls.get(start_d, [])) < 2:   # the start measured at least twice in the run
+        doc.measure_e2e(start_d, repeats=repeats)
     return res, steps
+
+
+# ---------------------------------------------------------------- calibration: the doctor's own error
+
+TARGET_ERROR = 0.20     # prediction within ±20% of the measured rate, every step and worker count
+TARGET_REPEAT = 0.10    # the start setting measured again in the same run within 10%
+
+
+def repeat_spread(values) -> dict:
+    """How far apart the measurements of one setting are: ``(max - min) / median`` of
+    their medians (samples/s), and whether that is within :data:`TARGET_REPEAT`."""
+    v = [float(x) for x in values if x is not None and np.isfinite(x) and x > 0]
+    if len(v) < 2:
+        return {"measurements": v, "spread": None, "within_10pct": None,
+                "note": "not measured: the setting was measured fewer than twice"}
+    spread = (max(v) - min(v)) / float(np.median(v))
+    return {"measurements": v, "spread": spread, "within_10pct": spread <= TARGET_REPEAT}
+
+
+def baseline_repeat(doc, start: PipelineSpec) -> dict:
+    """The start setting's repeat in this run: every measurement of it (the diagnosis's
+    rounds, step 0, its turns beside step 1) as :func:`repeat_spread`."""
+    calls = doc.e2e_calls.get(start.replace(device=doc.device), [])
+    out = dict(repeat_spread([c["steady"] for c in calls]), setting=start.label())
+    speeds = [c.get("speed") for c in calls]
+    if out["spread"] is not None and all(v is not None and np.isfinite(v) and v > 0 for v in speeds):
+        # the same rates per unit of the CPU speed sampled beside each pass: what is left is not others' load
+        out["spread_per_speed"] = repeat_spread([c["steady"] / v for c, v in zip(calls, speeds)])["spread"]
+        out["speeds"] = [float(v) for v in speeds]
+    return out
+
+
+def calibration_rows(report: dict, steps: list[dict]) -> list[dict]:
+    """Predicted against measured for every worker count of the diagnosis and every
+    advice step: ``error = predicted / measured - 1`` and whether ``|error| ≤ 20%``."""
+    rows = []
+    for r in report.get("end_to_end", []):
+        if r.get("samples_per_s") and r.get("predicted_samples_per_s"):
+            rows.append({"kind": "workers (start spec)", "label": f"w{r['num_workers']}",
+                         "predicted": r["predicted_samples_per_s"], "measured": r["samples_per_s"]})
+    for s in steps:
+        if s.get("measured") and s.get("predicted"):
+            rows.append({"kind": "advice steps", "label": s["label"].split(":")[0], "change": s["label"],
+                         "kept": s.get("kept", True), "predicted": s["predicted"], "measured": s["measured"]})
+    for r in rows:
+        r["error"] = r["predicted"] / r["measured"] - 1.0
+        r["within_20pct"] = abs(r["error"]) <= TARGET_ERROR
+    return rows
+
+
+def calibration_summary(rows: list[dict], baseline: dict | None = None) -> dict:
+    """The largest error, the settings outside ±20% and by how much, and the baseline repeat."""
+    errs = [abs(r["error"]) for r in rows]
+    misses = [r for r in rows if not r["within_20pct"]]
+    return {"rows": rows, "max_abs_error": max(errs) if errs else None,
+            "within_20pct": (not misses) if rows else None,
+            "misses": [{"kind": r["kind"], "label": r.get("change", r["label"]), "error": r["error"],
+                        "beyond_target": abs(r["error"]) - TARGET_ERROR} for r in misses],
+            "baseline": baseline or {}}
+
+
+def calibration_lines(summary: dict) -> list[str]:
+    """The calibration as text: every setting's error (met or missed, by how much) and the
+    baseline repeat. Only numbers from ``summary``."""
+    out = []
+    for r in summary["rows"]:
+        mark = "ok" if r["within_20pct"] else f"MISSED by {100 * (abs(r['error']) - TARGET_ERROR):.0f} points"
+        out.append(f"  {r['kind']} {r.get('change', r['label'])}: predicted {r['predicted']:,.0f}, measured "
+                   f"{r['measured']:,.0f} samples/s, error {100 * r['error']:+.0f}% ({mark})")
+    if summary["max_abs_error"] is None:
+        out.append("Prediction error: not measured (no setting was measured end to end).")
+    else:
+        n = len(summary["rows"])
+        met = "met" if summary["within_20pct"] else f"NOT met on {len(summary['misses'])} of {n}"
+        out.append(f"Prediction error over {n} measured settings: largest {100 * summary['max_abs_error']:.0f}% "
+                   f"(target ±{100 * TARGET_ERROR:.0f}% on every step and worker count: {met}).")
+    b = summary.get("baseline") or {}
+    if b.get("spread") is None:
+        out.append(f"Start setting repeat: {b.get('note', 'not measured')}.")
+    else:
+        vals = ", ".join(f"{v:,.0f}" for v in b["measurements"])
+        ok = "met" if b["within_10pct"] else f"NOT met, by {100 * (b['spread'] - TARGET_REPEAT):.0f} points"
+        out.append(f"Start setting measured {len(b['measurements'])} times in this run ({vals} samples/s): "
+                   f"spread {100 * b['spread']:.0f}% of the median (target within {100 * TARGET_REPEAT:.0f}%: {ok}).")
+        if b.get("spread_per_speed") is not None:
+            sp = ", ".join(f"{v:.2f}" for v in b["speeds"])
+            out.append(f"  per unit of the CPU speed sampled beside each measurement ({sp} of a core): spread "
+                       f"{100 * b['spread_per_speed']:.0f}% (what the load on the machine does not explain).")
+    return out
 
 
 def plot_steps(ax, steps: list[dict]) -> None:

@@ -1,0 +1,189 @@
+"""The doctor's calibration: contention of stages that use several threads, the CPU
+capacity measured over one common window, the start setting's repeat and the error per
+advice step and per worker count (pure functions, hand-written tables and rows)."""
+
+import pytest
+from test_doctor import SPEC, table
+
+from feedlab.doctor import CostTable, Machine, Stage
+from feedlab.doctor import predict as PR
+from feedlab.doctor.probes import capacity_of, cpu_capacity
+
+
+def idle(cores=2) -> Machine:
+    return Machine(cores, float(cores), False, {0: cores, 1: 1, 2: 1})
+
+
+# ---------------------------------------------------------------- CPU capacity
+
+
+def test_capacity_is_cpu_inside_one_window_and_never_above_the_cores():
+    # 3 spinners on 2 cores reporting 0.12 s each over a 0.1 s window: a staggered clock, not 3.6 cores
+    assert capacity_of([0.12, 0.12, 0.12], 0.1, 3, cores=2) == pytest.approx(2.0)
+    assert capacity_of([0.05, 0.05], 0.1, 2, cores=2) == pytest.approx(1.0)
+    assert capacity_of([0.1], 0.1, 1, cores=4) == pytest.approx(1.0)
+    assert capacity_of([0.1], 0.0, 1) == 0.0
+
+
+def test_machine_capacity_is_clipped_to_the_cores():
+    m = Machine(2, 2.0, capacity={1: 1.0, 2: 1.9, 3: 2.35})
+    assert m.cap(3) == pytest.approx(2.0) and m.cap(5) == pytest.approx(2.0)
+    assert m.cap(1) == pytest.approx(1.0) and m.cap(2) == pytest.approx(1.9)
+    assert m.speed(3) == pytest.approx(2.0 / 3)
+
+
+def test_cpu_capacity_runs_its_spinners_over_a_common_window():
+    cap = cpu_capacity([1, 2], seconds=0.05, repeats=1)
+    assert set(cap) == {1, 2} and 0.0 < cap[1] <= 1.0 and 0.0 < cap[2] <= 2.0
+
+
+# ---------------------------------------------------------------- contention
+
+
+def test_one_thread_cpu_stage_alone_keeps_its_wall():
+    assert PR.contended(1e-3, 1e-3, 1.0, 1, 0, idle()) == pytest.approx(1e-3)
+
+
+def test_stage_measured_with_two_threads_takes_its_cpu_in_a_one_thread_worker():
+    # measured in the main process with 2 threads: 1 ms wall, 2 ms CPU
+    assert PR.contended(1e-3, 2e-3, 1.0, 2, 0, idle()) == pytest.approx(1e-3)
+    assert PR.contended(1e-3, 2e-3, 1.0, 1, 0, idle()) == pytest.approx(2e-3)
+
+
+def test_main_threads_share_the_cores_with_busy_workers():
+    # 2 threads beside 2 busy workers on 2 cores: 4 busy threads, each at half a core
+    assert PR.contended(1e-3, 2e-3, 1.0, 2, 2, idle()) == pytest.approx(2e-3)
+    # one thread beside 1 busy worker on 2 cores: a core each
+    assert PR.contended(1e-3, 1e-3, 1.0, 1, 1, idle()) == pytest.approx(1e-3)
+
+
+def test_waiting_part_does_not_scale_with_contention():
+    # 10% CPU, 90% waiting, beside 3 busy processes on 2 cores (speed 0.5)
+    assert PR.contended(1e-3, 1e-4, 1.0, 1, 3, idle()) == pytest.approx(0.9e-3 + 0.2e-3)
+
+
+def test_busy_machine_stage_priced_at_the_speed_it_gets_now():
+    half = Machine(2, 1.0, capacity={1: 0.5, 2: 1.0})
+    # measured on that machine at speed 0.5 (wall 2 ms, CPU 1 ms): the same now
+    assert PR.contended(2e-3, 1e-3, 0.5, 1, 0, half) == pytest.approx(2e-3)
+    # measured on an idle one (speed 1): twice as slow now
+    assert PR.contended(1e-3, 1e-3, 1.0, 1, 0, half) == pytest.approx(2e-3)
+
+
+def test_multithreaded_item_stage_is_priced_by_its_cpu_in_workers():
+    t = table(decode=100e-6)
+    one = PR.predict(t, SPEC.replace(num_workers=1))["predicted_samples_per_s"]
+    t[("decode", "fake", "fake")] = Stage("decode", "two threads", [100e-6], [200e-6])
+    two = PR.predict(t, SPEC.replace(num_workers=1))
+    # the worker runs decode on one thread: 200 µs of CPU, not 100 µs of wall
+    assert two["predicted_samples_per_s"] == pytest.approx(1 / (10e-6 + 200e-6 + 5e-6 + 2e-6))
+    assert two["predicted_samples_per_s"] < one
+
+
+# ---------------------------------------------------------------- the start's repeat, the error per setting
+
+
+class FakeDoctor:
+    """What follow_advice uses of a Doctor; each measurement of a spec returns the next of its rates."""
+
+    device, max_workers = "cpu", 2
+
+    def __init__(self, rates):
+        self.table, self.rates = table(), rates
+        self.e2e, self.e2e_calls = {}, {}
+
+    def table_now(self, spec):
+        return self.table
+
+    def measure_rounds(self, specs, repeats=None):
+        out = {}
+        for s in (s.replace(device=self.device) for s in specs):
+            seq = self.rates.get(s.num_workers, [1000.0])
+            v = seq[min(len(self.e2e_calls.get(s, [])), len(seq) - 1)]
+            out[s] = self.e2e[s] = {"steady": v, "steady_runs": [v, v], "epoch": v}
+            self.e2e_calls.setdefault(s, []).append({"steady": v, "steady_runs": [v, v], "with": len(specs),
+                                                     "speed": v / 1000.0})
+        return out
+
+    def measure_e2e(self, spec, repeats=None):
+        return self.measure_rounds([spec], repeats)[spec.replace(device=self.device)]
+
+
+def test_start_is_measured_at_least_twice_and_its_spread_reported():
+    from feedlab.experiments.doctor_steps import baseline_repeat, follow_advice
+
+    doc = FakeDoctor({0: [1000.0, 1300.0]})
+    _, steps = follow_advice(doc, SPEC, max_steps=0)
+    assert len(steps) == 1 and len(doc.e2e_calls[SPEC.replace(device="cpu")]) == 2
+    b = baseline_repeat(doc, SPEC)
+    assert b["measurements"] == [1000.0, 1300.0]
+    assert b["spread"] == pytest.approx(300 / 1150) and b["within_10pct"] is False
+    # both measurements got CPU in proportion to their rate: the load explains the whole spread
+    assert b["speeds"] == [1.0, 1.3] and b["spread_per_speed"] == pytest.approx(0.0)
+    from feedlab.experiments.doctor_steps import calibration_lines, calibration_summary
+
+    assert "what the load on the machine does not explain" in "\n".join(calibration_lines(calibration_summary([], b)))
+
+
+def test_steps_measure_the_start_again_beside_the_change():
+    from feedlab.experiments.doctor_steps import follow_advice
+
+    doc = FakeDoctor({0: [1000.0, 1050.0, 1020.0], 1: [1900.0], 2: [3000.0]})
+    _, steps = follow_advice(doc, SPEC, max_steps=1)
+    assert len(steps) == 2 and steps[1]["measured_gain"] > 1
+    calls = doc.e2e_calls[SPEC.replace(device="cpu")]
+    assert len(calls) == 2 and calls[1]["with"] == 2   # the second time taking turns with the change
+
+
+def test_repeat_spread_needs_two_measurements():
+    from feedlab.experiments.doctor_steps import repeat_spread
+
+    one = repeat_spread([1000.0])
+    assert one["spread"] is None and "fewer than twice" in one["note"]
+    ok = repeat_spread([1000.0, 1050.0, 980.0])
+    assert ok["spread"] == pytest.approx(70 / 1000) and ok["within_10pct"] is True
+
+
+def test_calibration_reports_every_step_and_worker_count_and_the_misses():
+    from feedlab.experiments.doctor_steps import calibration_lines, calibration_rows, calibration_summary
+
+    report = {"end_to_end": [{"num_workers": 0, "predicted_samples_per_s": 1100.0, "samples_per_s": 1000.0},
+                             {"num_workers": 1, "predicted_samples_per_s": 1500.0, "samples_per_s": 1000.0},
+                             {"num_workers": 2, "predicted_samples_per_s": 900.0}]}   # w2 not measured
+    steps = [{"label": "0: start", "predicted": 1100.0, "measured": 1250.0, "kept": True},
+             {"label": "1: format=npy_mmap", "predicted": 9000.0, "measured": 4000.0, "kept": True}]
+    rows = calibration_rows(report, steps)
+    assert [r["label"] for r in rows] == ["w0", "w1", "0", "1"]
+    assert [r["within_20pct"] for r in rows] == [True, False, True, False]
+    assert rows[1]["error"] == pytest.approx(0.5) and rows[3]["error"] == pytest.approx(1.25)
+    s = calibration_summary(rows, {"measurements": [1000.0, 1250.0], "spread": 250 / 1125, "within_10pct": False})
+    assert s["max_abs_error"] == pytest.approx(1.25) and s["within_20pct"] is False
+    assert [m["label"] for m in s["misses"]] == ["w1", "1: format=npy_mmap"]
+    assert s["misses"][1]["beyond_target"] == pytest.approx(1.05)
+    text = "\n".join(calibration_lines(s))
+    assert "MISSED by 30 points" in text and "MISSED by 105 points" in text
+    assert "NOT met on 2 of 4" in text and "spread 22% of the median" in text and "NOT met, by 12 points" in text
+
+
+def test_calibration_met_says_so():
+    from feedlab.experiments.doctor_steps import calibration_lines, calibration_rows, calibration_summary
+
+    rows = calibration_rows({"end_to_end": []}, [{"label": "0: start", "predicted": 1100.0, "measured": 1000.0}])
+    text = "\n".join(calibration_lines(calibration_summary(rows)))
+    assert "target ±20% on every step and worker count: met" in text
+    assert "Start setting repeat: not measured" in text
+
+
+def test_cpu_ceiling_counts_the_main_process_threads():
+    # 8 cores, 2 workers, the main process's model step on 6 threads (6 ms CPU in 1 ms wall)
+    t = CostTable(Machine(8, 8.0, False, {0: 8, 2: 6}))
+    for k in ("read", "decode", "transform"):
+        t[(k, "fake", "fake")] = Stage(k, k, [1e-6], [1e-6])
+    t[("collate_worker", "totensor", 8)] = Stage("collate", "cw", [1e-6], [1e-6])
+    t[("collate", "totensor", 8)] = Stage("collate", "c", [1e-6], [1e-6])
+    t[("h2d", "totensor", 8, False, 6)] = Stage("h2d", "h2d", [0.0], [0.0])
+    t[("model", 8, 6)] = Stage("model", "m", [1e-3], [6e-3])
+    p = PR.predict(t, SPEC.replace(num_workers=2))
+    c_all = 3e-6 + 1e-6 + 6e-3
+    assert p["ceilings"]["CPU"] == pytest.approx(8.0 / c_all)      # 2 workers + 6 threads, not 3 processes
+    assert p["bound_stage"] == "model" and p["predicted_samples_per_s"] == pytest.approx(1e3)
