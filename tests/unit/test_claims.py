@@ -514,7 +514,8 @@ def test_committed_busy_cpu_runs_say_so():
     machines, table = ledger.table()
     v = table["004-print-75x"]["cpu-2c"]  # 04 ran with 48% other load
     assert v.status == C.NOT_FAIR and "the machine was busy" in v.note
-    assert table["002-sleep-one-batch"]["cpu-2c"].caveat.startswith("BUSY run")  # 01: 42%
+    # 01 was re-run on a quiet machine (other load 2-3%): its verdicts carry no caveat
+    assert not table["002-sleep-one-batch"]["cpu-2c"].caveat
 
 
 # ---------------------------------------------------------------- provenance
