@@ -214,12 +214,10 @@ def plot(axes, steps: list[dict], cuda: bool) -> None:
             b.set_hatch("//")
             b.set_facecolor("#cccccc")
     ax1.errorbar(x, med, yerr=err, fmt="none", ecolor="#333333", capsize=3)
-    from matplotlib.patches import Patch
-
-    handles = [Patch(facecolor=PALETTE[0], label="kept (median, IQR bars)")]
+    bars.set_label("kept (median, IQR bars)")
     if any(not s.get("kept", True) for s in steps):
-        handles.append(Patch(facecolor="#cccccc", hatch="//", label="measured slower: undone"))
-    ax1.legend(handles=handles, loc="upper left", fontsize=8)
+        ax1.bar([], [], color="#cccccc", hatch="//", label="measured slower: undone")
+    legend_outside(ax1, "top")
     labels = [s["label"].replace(", ", ",\n").replace("=", "=\n") + ("\n(slower: undone)" if not s.get("kept", True)
                                                                      else "") for s in steps]
     for ax in (ax1, ax2):
