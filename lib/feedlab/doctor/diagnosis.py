@@ -95,12 +95,11 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
         doc.log(f"end to end with 0…{doc.max_workers} workers, taking turns")
         doc.measure_rounds([spec.replace(num_workers=w) for w in range(0, doc.max_workers + 1)])
     pred = PR.predict(doc.table, spec)
-    nb = doc.budget.e2e_batches
     rows = []
     for w in range(0, doc.max_workers + 1):
         s = spec.replace(num_workers=w)
         table = doc.table_now(s)
-        p = PR.predict(table, s, batches=nb)
+        p = PR.predict(table, s, batches=doc.pass_batches(s))
         row = {"num_workers": w, "main_threads": doc.table.machine.threads(w),
                "capacity_now": table.machine.cap(w + 1),
                "predicted_samples_per_s": p["predicted_samples_per_s"] if p else None,
@@ -121,7 +120,7 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
         rows.append(row)
     if any(not _rate(doc.e2e[s]["steady"]) for s in doc.e2e if s.num_workers <= doc.max_workers):
         doc.notes.append(f"too few samples to measure a steady rate end to end (batch {spec.batch_size}, "
-                         f"{doc.budget.e2e_batches} batches asked for): give more images or a smaller --batch-size")
+                         f"{doc.budget.e2e_batches} timed batches asked for): give more images or a smaller --batch-size")
     errors = [abs(r["error"]) for r in rows if "error" in r]
     measured = {k: v for k, v in measured_rates(doc).items() if _rate(v)}
     advice = _one_rate_per_setting(PR.advise(doc.table, spec, doc.max_workers, measured=measured), rows, spec)

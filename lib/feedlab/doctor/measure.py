@@ -33,7 +33,7 @@ class Budget:
     repeats: int = 3
     warmup: int = 1
     samples: int = 64
-    e2e_batches: int = 16
+    e2e_batches: int = 50   # timed batches per end-to-end pass, after the warm-up (a steady rate)
     cold: bool = True
 
 
@@ -272,23 +272,43 @@ class Doctor:
         return CostTable(now, self.table.stages)
 
     # --------------------------------------------------------------- end to end
-    def loader(self, spec: P.PipelineSpec):
+    def loader(self, spec: P.PipelineSpec, batches: int | None = None):
+        """The DataLoader of ``spec``; with ``batches`` more than the set holds, one pass runs
+        successive shuffled passes over it (every sample once per pass), so a small set still
+        gives the timed batches a steady rate needs."""
         from feedlab.gpu_decode import EncodedView, is_device_decode
 
         if is_device_decode(spec.decode_backend):  # workers read bytes; the loop decodes on the device
             from feedlab import formats
 
             split = self.split(spec.format, formats.FORMATS[spec.format].default_decode)
-            return P.make_loader(EncodedView(split.dataset), spec, drop_last=True)
-        return P.make_loader(self.split(spec.format, spec.decode_backend), spec, drop_last=True)
+            ds = EncodedView(split.dataset)
+        else:
+            ds = self.split(spec.format, spec.decode_backend)
+        extra = {}
+        n, b = len(ds), int(spec.batch_size)
+        if batches and spec.loader == "dataloader" and b <= n < int(batches) * b:  # (a set without one
+            # whole batch stays too small: "too few samples")
+            import torch
+            from torch.utils.data import RandomSampler
+
+            extra["sampler"] = RandomSampler(ds, num_samples=int(batches) * b,
+                                             generator=torch.Generator().manual_seed(0))
+        return P.make_loader(ds, spec, drop_last=True, **extra)
+
+    def pass_batches(self, spec: P.PipelineSpec) -> int:
+        """Batches of one end-to-end pass: the warm-up a steady rate leaves out
+        (``warmup_batches``: the prefetched batches and the first) + ``e2e_batches`` timed."""
+        return P.warmup_batches(spec) + max(1, int(self.budget.e2e_batches))
 
     def measure_e2e(self, spec: P.PipelineSpec, repeats: int | None = None) -> dict:
         """One spec end to end: see :meth:`measure_rounds`."""
         return self.measure_rounds([spec], repeats)[spec.replace(device=self.device)]
 
     def measure_rounds(self, specs, repeats: int | None = None) -> dict:
-        """Samples/s of the DataLoader + step loop for each spec, ``e2e_batches`` per pass,
-        fresh workers each pass, after one untimed pass each. The specs take turns, pass
+        """Samples/s of the DataLoader + step loop for each spec, :meth:`pass_batches` per pass
+        (``e2e_batches`` timed after the warm-up), fresh workers each pass, after one untimed
+        pass each. The specs take turns, pass
         by pass (so a change in the machine's load falls on all of them alike), and the CPU
         capacity for ``W + 1`` processes is sampled before each pass. Per spec: ``steady``
         (after the prefetched batches), ``epoch`` (from ``iter()``, start-up included).
@@ -297,8 +317,8 @@ class Doctor:
         from feedlab.timing import run_epoch
 
         specs = [s.replace(device=self.device) for s in specs]
-        loaders = {s: self.loader(s) for s in specs}
-        nbs = {s: max(2, min(self.budget.e2e_batches, len(loaders[s]))) for s in specs}
+        loaders = {s: self.loader(s, self.pass_batches(s)) for s in specs}
+        nbs = {s: max(2, min(self.pass_batches(s), len(loaders[s]))) for s in specs}
         runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": []} for s in specs}
         for s in specs:
             for _ in range(self.budget.warmup):
@@ -307,7 +327,8 @@ class Doctor:
             for s in specs:
                 runs[s]["capacity"].append(cpu_capacity(range(1, s.num_workers + 2), seconds=0.1, repeats=1))
                 r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s])
-                runs[s]["steady_runs"].append(P.steady_rate(r, skip=P.prefetch_depth(s)) or r.samples_per_s)
+                runs[s]["steady_runs"].append(P.steady_rate(r, skip=min(P.warmup_batches(s), r.batches - 1))
+                                              or r.samples_per_s)
                 spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
                 runs[s]["epoch_runs"].append(r.samples / (r.wall_s + spawn) if r.wall_s > 0 else 0.0)
         for s in specs:
