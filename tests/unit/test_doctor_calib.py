@@ -187,3 +187,18 @@ def test_cpu_ceiling_counts_the_main_process_threads():
     c_all = 3e-6 + 1e-6 + 6e-3
     assert p["ceilings"]["CPU"] == pytest.approx(8.0 / c_all)      # 2 workers + 6 threads, not 3 processes
     assert p["bound_stage"] == "model" and p["predicted_samples_per_s"] == pytest.approx(1e3)
+
+
+def test_loop_h2d_times_the_loops_own_phase_over_distinct_batches():
+    """The h2d stage is read from run_epoch's own h2d phase: one value per repeat, per sample,
+    the first batch (the loop's warm-up) left out; a batch without targets works too."""
+    import torch
+
+    from feedlab.doctor.probes import loop_h2d
+
+    x = torch.zeros(8, 3, 16, 16, dtype=torch.uint8)
+    wall, cpu = loop_h2d((x, x.clone()), "cpu", threads=1, batches=4, warmup=1, repeats=2)
+    assert len(wall) == 2 and len(cpu) == 2
+    assert all(w > 0 for w in wall) and all(c >= 0 for c in cpu)
+    wall1, _ = loop_h2d(x, "cpu", threads=1, batches=3, warmup=0, repeats=1)
+    assert len(wall1) == 1 and wall1[0] > 0

@@ -22,7 +22,7 @@ from feedlab import pipeline as P
 from feedlab.formats import raw_nbytes
 
 from .costs import CostTable, Machine, Stage
-from .probes import _split_xy, batch_nbytes, cpu_capacity, measure_machine, probe_worker, startup_s, timed
+from .probes import _split_xy, batch_nbytes, cpu_capacity, loop_h2d, measure_machine, probe_worker, startup_s, timed
 from .split import StageSplit, decode_alternatives, open_split
 
 
@@ -163,24 +163,14 @@ class Doctor:
             per(pr["receive_cpu"]), note="main-process CPU per batch taken from a worker")
 
     def measure_h2d(self, name: str, bs: int) -> None:
-        """run_epoch's h2d phase at each thread count the main process may use."""
-        import torch
-
-        from feedlab.timing import _to_device_float, torch_threads
-
-        x, y = _split_xy(self._batches[(name, bs)])
-        dev = self.device
-
-        def step(xx, yy):
-            _to_device_float(xx, dev, True)
-            _to_device_float(yy, dev, True)
-
+        """run_epoch's h2d phase at each thread count the main process may use, timed inside
+        the loop over distinct batches (``probes.loop_h2d``)."""
+        batch = self._batches[(name, bs)]
+        b = self.budget
         for T in sorted(set(self.table.machine.main_threads.values())):
             for pin in ((False, True) if self.cuda else (False,)):
-                xs = x.pin_memory() if pin else x
-                ys = y.pin_memory() if pin and isinstance(y, torch.Tensor) else y
-                with torch_threads(T):
-                    w, c = self._t(lambda: step(xs, ys), bs, device=dev if self.cuda else None)
+                # the loop's own h2d phase over distinct batches (its allocations as in training)
+                w, c = loop_h2d(batch, self.device, T, pin, warmup=b.warmup, repeats=b.repeats)
                 what = ("pinned" if pin else "pageable") if self.cuda else "uint8→float only (no CUDA)"
                 self.table[("h2d", name, bs, pin, T)] = Stage(
                     "h2d", f"{what}, {name} batch, {T} thread(s)", w, c,

@@ -190,3 +190,40 @@ def batch_nbytes(batch) -> int:
     if isinstance(batch, (list, tuple)):
         return sum(batch_nbytes(b) for b in batch)
     return 0
+
+
+def loop_h2d(batch, device, threads: int, pin: bool = False, batches: int = 8, warmup: int = 2,
+             repeats: int = 3) -> tuple[list[float], list[float]]:
+    """(wall, cpu) seconds per sample of the training loop's own h2d phase (``timing.run_epoch``:
+    the copy to ``device`` and uint8→float), over ``batches`` distinct copies of ``batch`` with
+    ``threads`` intra-op threads. Timed inside the loop, not on one batch in a tight loop: the
+    loop allocates each batch's float tensors while the previous batch's are still held, so on
+    a CPU the conversion pays the page faults of fresh memory (×3–5 the tight loop's time on a
+    2-core box), and on CUDA the copies queue as they do in training. ``warmup`` passes first."""
+    import torch
+
+    from feedlab.timing import PHASES, run_epoch
+
+    x, y = _split_xy(batch)
+
+    def copy(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        c = t.clone(memory_format=torch.preserve_format)
+        return c.pin_memory() if pin else c
+
+    data = [(copy(x), copy(y)) if y is not None else copy(x) for _ in range(max(2, int(batches)))]
+    n = sum(len(_split_xy(b)[0]) for b in data[1:])
+    col = PHASES.index("h2d")
+    wall: list[float] = []
+    cpu: list[float] = []
+    for r in range(int(warmup) + int(repeats)):
+        c0 = time.process_time()
+        et = run_epoch(data, None, device, None, main_threads=threads)
+        c1 = time.process_time()
+        if r >= warmup:
+            h = float(et.phases_s[1:, col].sum())   # the first batch is the loop's own warm-up
+            wall.append(h / n)
+            busy = float(et.phases_s[1:].sum()) or h
+            cpu.append((c1 - c0) * (h / busy) / n if busy > 0 else h / n)
+    return wall, cpu
