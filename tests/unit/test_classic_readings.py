@@ -1,0 +1,83 @@
+"""Readings, titles and payloads of notebooks 01, 02, 03, 04 and 09, from small made-up summaries:
+the notebook prints and records what these functions return (issue 23 item 4, issue 25 item 3)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from feedlab.experiments import worker_scaling as W
+from feedlab.results import summary_median
+
+
+def _summary(rows, keys):
+    df = pd.DataFrame(rows, columns=[*keys, "median"])
+    df["q25"], df["q75"] = df["median"] * 0.9, df["median"] * 1.1
+    return df
+
+
+def test_summary_median_picks_the_row_and_names_a_missing_one():
+    s = _summary([(0, 8, 1.0), (2, 8, 3.0), (2, 32, 5.0)], ["num_workers", "batch_size"])
+    assert summary_median(s, num_workers=2, batch_size=32) == 5.0
+    assert summary_median(s, "q75", num_workers=2, batch_size=8) == pytest.approx(3.3)
+    with pytest.raises(KeyError, match="num_workers=4"):
+        summary_median(s, num_workers=4)
+
+
+# ------------------------------------------------------------------ 01
+
+
+def _nb01():
+    tl = pd.DataFrame([("sleep", 1, 4, "wall_s", 8.0), ("sleep", 3, 4, "wall_s", 2.9),
+                       ("sleep", 3, 32, "wall_s", 8.1), ("sleep", 3, 32, "max_concurrency", 1.0)],
+                      columns=["variant", "num_workers", "batch_size", "metric", "median"])
+    tp = _summary([("none", 0, 100.0), ("none", 1, 110.0), ("none", 2, 300.0), ("none", 4, 250.0),
+                   ("srcnn_small", 0, 50.0), ("srcnn_small", 1, 60.0), ("srcnn_small", 2, 90.0),
+                   ("srcnn_small", 4, 80.0)], ["model", "num_workers"])
+    ms = _summary([(0, 8, 4.0), (0, 32, 2.0), (2, 8, 3.0), (2, 32, 1.0)], ["num_workers", "batch_size"])
+    wait = _summary([(0, 8, 0.5), (0, 32, 0.4), (2, 8, 0.2), (2, 32, 0.1)], ["num_workers", "batch_size"])
+    return tl, tp, ms, wait
+
+
+def test_01_titles_state_the_measured_finding():
+    tl, tp, ms, _ = _nb01()
+    assert W.throughput_title(tp, 32) == "2 workers: ×2.7 the 1-worker rate at batch 32, loader alone"
+    assert W.throughput_title(tp, 32, "srcnn_small").startswith("2 workers: ×1.5 the 1-worker rate")
+    # batch 8 over batch 32: ×2 at 0 workers, ×3 at 2 workers: the larger is the finding
+    assert W.batch_title(ms, [8, 32]) == "batch 8: ×3 the time per sample of batch 32 at 2 workers"
+    assert W.timeline_title(tl, 1, 3, 4).startswith("3 workers: ×2.8 the 1-worker speed at batch 4")
+    assert "(ideal ×3)" in W.timeline_title(tl, 1, 3, 4)
+
+
+def test_01_readings_say_what_was_measured():
+    tl, tp, ms, wait = _nb01()
+    lines = W.readings(tl, tp, ms, wait, timeline_workers=[1, 3], sleep_batch_size=4, sleep_items=32,
+                       sleep_s=0.25, worker_counts=[0, 2], batch_sizes=[8, 32], model="srcnn_small",
+                       has_gpu_busy=False, has_gpu_util=False)
+    assert lines[0].startswith("(a) 32 items × 0.25 s: 8.00 s with 1 worker, 2.90 s with 3 workers")
+    assert "a worker builds a whole batch" in lines[0]
+    assert "(b) loader alone: 100 samples/s at 0 workers, 110 at 1, best 300 at 2 workers (2.73× over 1 worker)" in lines
+    assert any(x.startswith("(b) with srcnn_small: 50 samples/s") for x in lines)
+    assert "(c) 2 workers: 3.00 ms/sample at batch 8 vs 1.00 at batch 32" in lines[4]
+    assert "blocked on data 20% vs 10%" in lines[4]
+    assert lines[-1] == "GPU busy could not be measured: no CUDA on this run."
+
+
+def test_01_payload_keys_and_values():
+    tl, tp, ms, wait = _nb01()
+    rows = []
+    for exp, w, b in (("throughput_vs_workers", 0, 32), ("batch_size_table", 2, 8)):
+        rows.append(dict(experiment=exp, num_workers=w, batch_size=b, metric="steady_samples_per_s",
+                         value=1.0, rate_kind="steady"))
+    df = pd.DataFrame(rows)
+    p = W.payload(profile="smoke", device="cpu", model="srcnn_small", tl_sum=tl, cases=[(1, 4), (3, 4), (3, 32)],
+                  tp_df=df[df.experiment == "throughput_vs_workers"], tp_sum=tp,
+                  bs_df=df[df.experiment == "batch_size_table"], ms_sum=ms, wait_sum=wait,
+                  min_timed_batches=None, time_budget_s=None)
+    assert p["sleep_wall_s"] == {"w1_b4": 8.0, "w3_b4": 2.9, "w3_b32": 8.1}
+    assert p["samples_per_s_loader"] == {0: 100.0, 1: 110.0, 2: 300.0, 4: 250.0}
+    assert p["samples_per_s_with_model"][2] == 90.0
+    assert p["ms_per_sample"]["w2_b32"] == 1.0 and p["data_wait_fraction"]["w0_b8"] == 0.5
+    assert p["rate_kinds"] == {"batch_size_table_w2_b8": ["steady"], "throughput_vs_workers_w0_b32": ["steady"]}
+    assert p["gpu_busy"] == {} and p["gpu_util_measured"] is False and p["gpu_workload"] is None
+    assert p["batch_sizes"] == [8] and p["worker_counts"] == [2] and p["throughput_workers"] == [0]
