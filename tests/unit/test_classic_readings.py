@@ -56,7 +56,7 @@ def test_01_readings_say_what_was_measured():
                        has_gpu_busy=False, has_gpu_util=False)
     assert lines[0].startswith("(a) 32 items × 0.25 s: 8.00 s with 1 worker, 2.90 s with 3 workers")
     assert "a worker builds a whole batch" in lines[0]
-    assert "(b) loader alone: 100 samples/s at 0 workers, 110 at 1, best 300 at 2 workers (2.73× over 1 worker)" in lines
+    assert "(b) loader alone: 100 samples/s at 0 workers, 110 at 1, best 300 at 2 workers (2.73× over 1 worker)." in lines
     assert any(x.startswith("(b) with srcnn_small: 50 samples/s") for x in lines)
     assert "(c) 2 workers: 3.00 ms/sample at batch 8 vs 1.00 at batch 32" in lines[4]
     assert "blocked on data 20% vs 10%" in lines[4]
