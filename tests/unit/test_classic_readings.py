@@ -81,3 +81,45 @@ def test_01_payload_keys_and_values():
     assert p["rate_kinds"] == {"batch_size_table_w2_b8": ["steady"], "throughput_vs_workers_w0_b32": ["steady"]}
     assert p["gpu_busy"] == {} and p["gpu_util_measured"] is False and p["gpu_workload"] is None
     assert p["batch_sizes"] == [8] and p["worker_counts"] == [2] and p["throughput_workers"] == [0]
+
+
+# ------------------------------------------------------------------ 02
+
+
+def _nb02():
+    from feedlab.experiments import lmdb_vs_png as L
+
+    keys = ["num_workers", "batch_size", "format"]
+    rate = _summary([(0, 8, "png", 100.0), (0, 8, "lmdb", 150.0), (0, 8, "lmdb_raw", 160.0),
+                     (2, 8, "png", 200.0), (2, 8, "lmdb", 400.0), (2, 8, "lmdb_raw", 380.0)], keys)
+    wait = _summary([(0, 8, "png", 0.010), (0, 8, "lmdb", 0.004), (0, 8, "lmdb_raw", 0.003),
+                     (2, 8, "png", 0.002), (2, 8, "lmdb", 0.001), (2, 8, "lmdb_raw", 0.001)], keys)
+    store = pd.DataFrame({"format": ["png", "lmdb", "lmdb_raw"], "bytes": [3 * 2**20, 2**20, 2 * 2**20],
+                          "MiB": [3.0, 1.0, 2.0], "build_s": [1.0, 0.5, 0.4]})
+    store.attrs["lz4_ratio"] = 2.0
+    return L, rate, wait, store
+
+
+def test_02_ratios_title_and_readings():
+    L, rate, wait, store = _nb02()
+    fmts = ["png", "lmdb", "lmdb_raw"]
+    ratios = L.throughput_ratios(rate, fmts, [0, 2], [8])
+    assert ratios == {"lmdb_w0_b8": 1.5, "lmdb_raw_w0_b8": 1.6, "lmdb_w2_b8": 2.0, "lmdb_raw_w2_b8": 1.9}
+    assert L.title(ratios) == "LMDB (lz4): ×2 the PNG rate at 2 workers, batch 8 (median ×1.8 over 2 settings)"
+    lines = L.readings(wait, rate, store, fmts, [0, 2], [8])
+    assert lines[0] == ("0 workers, batch 8: data wait PNG 10.00 ms; lmdb 4.00 ms (throughput 1.50× PNG); "
+                        "lmdb_raw 3.00 ms (throughput 1.60× PNG)")
+    assert lines[2] == "LMDB (lz4) throughput over PNG: median 1.75× across 2 settings (range 1.50–2.00×)."
+    # lz4 vs raw: 150/160 and 400/380 -> 0.94..1.05: did not pay
+    assert "lz4 shrank the LMDB by 2.00× on disk (2.0 → 1.0 MiB)" in lines[3] and "did not pay" in lines[3]
+    assert lines[4] == "smallest on disk here: lmdb (png 3.0 MiB, lmdb 1.0 MiB, lmdb_raw 2.0 MiB)."
+
+
+def test_02_payload():
+    L, rate, wait, store = _nb02()
+    df = pd.DataFrame({"format": ["png", "lmdb"], "batch_size": [8, 8], "num_workers": [0, 2]})
+    p = L.payload(profile="smoke", device="cpu", model="m", df=df, store=store, ratios={"lmdb_w0_b8": 1.5},
+                  verify=False, map_growth={"grew": True})
+    assert p["formats"] == ["lmdb", "png"] and p["worker_counts"] == [0, 2] and p["batch_sizes"] == [8]
+    assert p["bytes_on_disk"] == {"png": 3 * 2**20, "lmdb": 2**20, "lmdb_raw": 2 * 2**20}
+    assert p["lz4_ratio"] == 2.0 and p["verify_checksums"] is False and p["lmdb_map_growth"] == {"grew": True}
