@@ -123,3 +123,8 @@ def test_02_payload():
     assert p["formats"] == ["lmdb", "png"] and p["worker_counts"] == [0, 2] and p["batch_sizes"] == [8]
     assert p["bytes_on_disk"] == {"png": 3 * 2**20, "lmdb": 2**20, "lmdb_raw": 2 * 2**20}
     assert p["lz4_ratio"] == 2.0 and p["verify_checksums"] is False and p["lmdb_map_growth"] == {"grew": True}
+
+
+def test_01_throughput_title_when_one_worker_is_best():
+    tp = _summary([("none", 0, 100.0), ("none", 1, 300.0), ("none", 2, 200.0)], ["model", "num_workers"])
+    assert W.throughput_title(tp, 8) == "1 worker: ×3 the 0-worker rate at batch 8, loader alone"

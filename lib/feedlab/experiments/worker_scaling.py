@@ -221,6 +221,8 @@ def throughput_title(tp_sum, batch_size: int, model: str = "none") -> str:
     s = _by(tp_sum, "num_workers", model=model)
     w1 = 1 if 1 in s.index else int(s.index.min())
     best = int(s.idxmax())
+    if best == w1 and len(s) > 1:  # one worker was best: against the fewest other workers
+        w1 = int(min(i for i in s.index if i != best))
     who = "loader alone" if model == "none" else f"feeding {model}"
     return finding_title(workers_label(best), s.max() / s.loc[w1], f"{w1}-worker rate",
                          f"batch {batch_size}, {who}")
