@@ -128,3 +128,46 @@ def test_02_payload():
 def test_01_throughput_title_when_one_worker_is_best():
     tp = _summary([("none", 0, 100.0), ("none", 1, 300.0), ("none", 2, 200.0)], ["model", "num_workers"])
     assert W.throughput_title(tp, 8) == "1 worker: ×3 the 0-worker rate at batch 8, loader alone"
+
+
+# ------------------------------------------------------------------ 09
+
+
+def _nb09():
+    keys = ["pipeline", "num_workers", "pin_memory", "batch_size"]
+    ms = _summary([("baseline", 2, False, 8, 8.0), ("baseline", 2, False, 32, 4.0),
+                   ("fixed", 2, False, 8, 4.0), ("fixed", 2, False, 32, 1.0)], keys)
+    wait = _summary([("baseline", 2, False, 8, 0.6), ("baseline", 2, False, 32, 0.5),
+                     ("fixed", 2, False, 8, 0.2), ("fixed", 2, False, 32, 0.05)], keys)
+    return ms, wait
+
+
+def test_09_gains_title_and_readings():
+    from feedlab.experiments import batch_size_breakdown as B
+
+    ms, wait = _nb09()
+    g = B.gains(ms, [8, 32])
+    assert g == {"w2_pin0_b8": 2.0, "w2_pin0_b32": 4.0}
+    assert B.title(g) == "LMDB + FastCollate: ×4 the PNG baseline's speed per sample at 2 workers, batch 32"
+    assert B.title({"w0_pin1_b8": 1.5}).endswith("at 0 workers, batch 8, pinned")
+    lines = B.readings(ms, wait, [8, 32], has_gpu_busy=False, has_gpu_util=False)
+    assert lines[0] == "2 workers, pin_memory=False: baseline 8.00 ms/sample at batch 8, 4.00 at 32 (2.00× from the batch size)."
+    assert lines[2] == ("   batch 32: fixed pipeline runs at 4.00× the baseline speed per sample; "
+                        "waiting for data 50% → 5% of the time")
+    assert "pin_memory=True was not run" in lines[3] and "no CUDA" in lines[4]
+    assert B.timer_reading(2e-6, 0.001).startswith("The phase timer itself costs 2.0 µs per batch: 0.200% ")
+
+
+def test_09_payload():
+    from feedlab.experiments import batch_size_breakdown as B
+
+    ms, _ = _nb09()
+    df = pd.DataFrame([dict(pipeline=p, num_workers=2, pin_memory=False, batch_size=b, metric="steady_samples_per_s",
+                            value=1.0, rate_kind="steady") for p in ("baseline", "fixed") for b in (8, 32)])
+    p = B.payload(profile="smoke", device="cpu", model="m", df=df, ms_sum=ms, gain={"w2_pin0_b8": 2.0},
+                  skipped=[], overhead_s=1e-6, min_timed_batches=3, time_budget_s=None)
+    assert p["ms_per_sample"] == {"baseline_w2_pin0_b8": 8.0, "baseline_w2_pin0_b32": 4.0,
+                                  "fixed_w2_pin0_b8": 4.0, "fixed_w2_pin0_b32": 1.0}
+    assert p["rate_kinds"]["fixed_w2_pin0_b32"] == ["steady"] and p["pipelines"] == ["baseline", "fixed"]
+    assert p["pin_memory_run"] == [False] and p["pin_memory_not_applicable"] == []
+    assert p["gpu_busy"] == {} and p["min_timed_batches"] == 3 and p["timer_overhead_s_per_batch"] == 1e-6
