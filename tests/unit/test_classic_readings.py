@@ -171,3 +171,60 @@ def test_09_payload():
     assert p["rate_kinds"]["fixed_w2_pin0_b32"] == ["steady"] and p["pipelines"] == ["baseline", "fixed"]
     assert p["pin_memory_run"] == [False] and p["pin_memory_not_applicable"] == []
     assert p["gpu_busy"] == {} and p["min_timed_batches"] == 3 and p["timer_overhead_s_per_batch"] == 1e-6
+
+
+# ------------------------------------------------------------------ 03
+
+
+def _nb03(cuda: bool):
+    rows = []
+    for rep, f in enumerate((0.9, 1.1)):
+        rows += [dict(variant="host_memcpy", metric="gb_per_s", bytes=2**20, value=8.0 * f, repeat=rep)]
+        for s, b in ((16, 8), (64, 8)):
+            rows.append(dict(variant="collate", metric="ms_per_batch", input_size=s, batch_size=b,
+                             value=(0.1 if s == 16 else 0.4) * f, repeat=rep))
+        if cuda:
+            rows += [dict(variant="pageable", metric="gb_per_s", bytes=2**20, value=5.0 * f, repeat=rep),
+                     dict(variant="pinned", metric="gb_per_s", bytes=2**20, value=10.0 * f, repeat=rep)]
+            for s, b, pin, cp, pg in ((16, 8, 0.05, 0.01, 0.02), (64, 8, 0.05, 0.1, 0.3)):
+                for v, x in (("pin", pin), ("h2d_pinned", cp), ("h2d_pageable", pg)):
+                    rows.append(dict(variant=v, metric="ms_per_batch", input_size=s, batch_size=b, value=x * f,
+                                     repeat=rep))
+                for v, x in (("pageable", 2.0), ("pinned", 1.6 if s == 64 else 2.0)):
+                    rows.append(dict(variant=v, metric="step_ms", input_size=s, batch_size=b, value=x * f,
+                                     repeat=rep))
+    return pd.DataFrame(rows)
+
+
+def test_03_without_cuda_reads_the_host_side_only():
+    from feedlab.experiments import pinned_memory_by_input_size as E
+
+    df = _nb03(cuda=False)
+    lines, head = E.readings(df, cuda=False, link={}, sizes=[2**20], input_sizes=[16, 64], batch_sizes=[8], repeats=2)
+    assert lines[0].startswith("Host pageable memcpy of ") and lines[0].endswith(": 8.00 GB/s (median of 2).")
+    assert lines[1].startswith("collate, input   16, batch    8: 0.100 ms")
+    assert head["host_memcpy_gbps"] == 8.0 and head["collate_ms"] == {"16/8": pytest.approx(0.1), "64/8": pytest.approx(0.4)}
+    assert "no GPU in this run" in E.bandwidth_title(df, [2**20], cuda=False)
+    assert E.batch_costs_title(df, [16, 64], [8], cuda=False).startswith(
+        "collate of input 64: ×4 the time of input 16 at batch 8")
+    p = E.payload(profile="smoke", device="cpu", can_pin=False, pin_reason="no driver", input_sizes=[16, 64],
+                  batch_sizes=[8], sizes=[2**20], link={}, not_measured=["b", "", "a"], headline=head)
+    assert p["cuda"] is False and p["not_measured"] == ["a", "b"] and p["host_memcpy_gbps"] == 8.0
+
+
+def test_03_with_cuda_rows_judges_pinning_per_setting():
+    """The CUDA branch of the reading, on rows made up as a GPU run would write them."""
+    from feedlab.experiments import pinned_memory_by_input_size as E
+
+    df = _nb03(cuda=True)
+    link = {"theoretical_gbps": 12.5, "basis": "gen3 x16"}
+    lines, head = E.readings(df, cuda=True, link=link, sizes=[2**20], input_sizes=[16, 64], batch_sizes=[8], repeats=2)
+    assert head["h2d_pinned_gbps"] == 10.0 and head["pinned_over_pcie"] == pytest.approx(0.8)
+    assert any("target ≥ 0.75: met" in x for x in lines)
+    # 16 px: 0.05 + 0.01 > 0.02 -> pageable; 64 px: 0.05 + 0.1 < 0.3 -> pinned
+    assert head["pinned_wins_per_batch"] == {"16/8": False, "64/8": True}
+    assert head["step_ms"]["64/8"] == {"pageable_ms": pytest.approx(2.0), "pinned_ms": pytest.approx(1.6)}
+    assert E.bandwidth_title(df, [2**20], cuda=True).startswith("pinned: ×2 the pageable H2D bandwidth")
+    assert E.batch_costs_title(df, [16, 64], [8], cuda=True) == (
+        "pin + pinned copy beat a pageable copy in 1 of 2 settings, from input 64")
+    assert E.steps_title(df, 2) == "pin_memory on: ×1.2 the pageable step's speed at input 64, batch 8 (2 workers)"
