@@ -228,3 +228,39 @@ def test_03_with_cuda_rows_judges_pinning_per_setting():
     assert E.batch_costs_title(df, [16, 64], [8], cuda=True) == (
         "pin + pinned copy beat a pageable copy in 1 of 2 settings, from input 64")
     assert E.steps_title(df, 2) == "pin_memory on: ×1.2 the pageable step's speed at input 64, batch 8 (2 workers)"
+
+
+# ------------------------------------------------------------------ 04
+
+
+def _nb04():
+    from feedlab.experiments import print_overhead as E
+
+    rows = []
+    for sink, ms in (("jupyter", {"none": 1.0, "print": 1.5, "tqdm": 1.2}), ("pipe", {"none": 1.0, "print": 1.1, "tqdm": 3.0})):
+        for rep, f in enumerate((0.95, 1.05)):
+            for mode, m in ms.items():
+                rows.append(dict(where="in_process" if sink == "jupyter" else "child", sink=sink, pythonunbuffered=None,
+                                 variant=mode, print_every=None, metric="ms_per_batch", value=m * f, repeat=rep))
+            rows.append(dict(where="child", sink=sink, pythonunbuffered=None, variant="print", print_every=None,
+                             metric="us_per_call", value=(2.0 if sink == "pipe" else 9.0) * f, repeat=rep))
+    df = pd.DataFrame(rows)
+    return E, E.summary_table(df), E.call_table(df)
+
+
+def test_04_reading_title_and_payload():
+    E, S, C = _nb04()
+    f = E.factors(S)
+    assert list(f) == ["Jupyter stream", "pipe"]
+    assert f["pipe"] == {"none_ms": 1.0, "worst_mode": "tqdm", "worst_factor": pytest.approx(3.0),
+                         "print_factor": pytest.approx(1.1)}
+    lines = E.readings(S, C)
+    assert lines[1].startswith("pipe") and "costliest: tqdm 3.000 ms (3.00×); print every batch 1.10×" in lines[1]
+    assert any(x.startswith("one print() into pipe") and "2.00 µs" in x for x in lines)
+    assert lines[-1] == ("A print per batch made a batch at most 1.50× slower in any sink measured; "
+                         "one short print() costs 2.0–9.0 µs.")
+    assert E.title(S, 64) == "print every batch into Jupyter stream: ×1.5 the no-output loop (step ≈ 1.00 ms, batch 64)"
+    p = E.payload(profile="smoke", modes=["none", "print"], child_sinks=["pipe"], unbuffered=["0"],
+                  pythonunbuffered_here="", sink_here="jupyter", batch_size=64, batches=10, repeats=2, summary=S, calls=C)
+    assert p["unbuffered"] == [0] and p["print_us_per_call"]["pipe"] == pytest.approx(2.0)
+    assert p["claim_factor"] == pytest.approx(76 / 1.02) and set(p["per_sink"]) == {"Jupyter stream", "pipe"}
