@@ -264,3 +264,22 @@ def test_04_reading_title_and_payload():
                   pythonunbuffered_here="", sink_here="jupyter", batch_size=64, batches=10, repeats=2, summary=S, calls=C)
     assert p["unbuffered"] == [0] and p["print_us_per_call"]["pipe"] == pytest.approx(2.0)
     assert p["claim_factor"] == pytest.approx(76 / 1.02) and set(p["per_sink"]) == {"Jupyter stream", "pipe"}
+
+
+# ------------------------------------------------------------------ the notebooks stay thin
+
+
+@pytest.mark.parametrize("name", ["01_worker_scaling", "02_lmdb_vs_png", "03_pinned_memory_by_input_size",
+                                  "04_print_overhead", "09_batch_size_breakdown"])
+def test_notebook_reads_through_the_library(name):
+    """No reading helper defined in the notebook, the payload built by the library, one device choice."""
+    import json
+
+    from feedlab.paths import NOTEBOOKS_DIR
+
+    nb = json.loads((NOTEBOOKS_DIR / f"{name}.ipynb").read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "\ndef " not in f"\n{code}" and "payload = {" not in code
+    assert "torch.cuda.is_available" not in code and "resolve_device" not in code
+    if name != "04_print_overhead":  # 04's loop runs on the CPU by design
+        assert "from feedlab.experiments.loader_grid import default_device" in code
