@@ -98,6 +98,18 @@ def summarize(df, by: list[str] | tuple[str, ...], value: str = "value"):
     return out
 
 
+def summary_median(summary, column: str = "median", **where) -> float:
+    """The one value of ``column`` in the row of a :func:`summarize` table where every
+    ``key == value`` of ``where`` holds (the notebooks' readings: ``summary_median(s,
+    num_workers=2, batch_size=8)``). No such row: ``KeyError`` naming the selection."""
+    s = summary
+    for k, v in where.items():
+        s = s[s[k] == v]
+    if s.empty:
+        raise KeyError(f"no row with {', '.join(f'{k}={v!r}' for k, v in where.items())} in the summary")
+    return float(s[column].iloc[0])
+
+
 def median(values: Iterable[float]) -> float:
     """The median (mean of the two middle values for an even count); the one median
     every reading uses, instead of ``sorted(x)[n // 2]`` (the upper middle)."""

@@ -74,3 +74,76 @@ def plot(summary, ax_ms, ax_factor=None):
     if ax_factor is not None:
         ax_factor.axhline(1.0, color="#888888", linewidth=1, linestyle="--")
         ax_factor.set_ylabel("× the loop with no output")
+
+
+# ------------------------------------------------------------ reading, title, payload (notebook 04)
+
+CLAIM_FACTOR = 76 / 1.02  # write-up 004: 76 ms per batch with the print, 1.02 ms without
+
+
+def factors(summary) -> dict[str, dict]:
+    """Per sink (in the table's order): the no-output step, the costliest mode and its factor, and the
+    factor of a print every batch (None where that mode did not run)."""
+    out = {}
+    for lab, part in summary.groupby("sink_label", sort=False):
+        none = part[part.variant == "none"].iloc[0]
+        worst = part[part.variant != "none"].sort_values("median").iloc[-1]
+        pr = part[part.variant == "print"]
+        out[lab] = {"none_ms": float(none["median"]), "worst_mode": worst.variant,
+                    "worst_factor": float(worst.factor_vs_none),
+                    "print_factor": float(pr.factor_vs_none.iloc[0]) if len(pr) else None}
+    return out
+
+
+def calls_us(calls) -> dict[str, float]:
+    """µs per single ``print()`` per sink label."""
+    return {r.sink_label: float(r.median) for r in calls[calls.variant == "print"].itertuples()}
+
+
+def _ms(summary, label: str, mode: str) -> float:
+    return float(summary[(summary.sink_label == label) & (summary.variant == mode)]["median"].iloc[0])
+
+
+def readings(summary, calls) -> list[str]:
+    """Notebook 04's reading: per sink the no-output step and the costliest mode; one print()'s cost per
+    sink; then the largest factor a print per batch caused."""
+    lines = []
+    f = factors(summary)
+    for lab, x in f.items():
+        lines.append(f"{lab:38s} no output {x['none_ms']:.3f} ms/batch; costliest: {x['worst_mode']} "
+                     f"{_ms(summary, lab, x['worst_mode']):.3f} ms ({x['worst_factor']:.2f}×)"
+                     + (f"; print every batch {x['print_factor']:.2f}×" if x["print_factor"] is not None else ""))
+    for r in calls[calls.variant == "print"].itertuples():
+        lines.append(f"one print() into {r.sink_label:38s}: {r.median:.2f} µs (IQR {r.q25:.2f}–{r.q75:.2f})")
+    pf = [x["print_factor"] for x in f.values() if x["print_factor"]]
+    us = calls_us(calls)
+    if pf:
+        lines.append(f"A print per batch made a batch at most {max(pf):.2f}× slower in any sink measured"
+                     + (f"; one short print() costs {min(us.values()):.1f}–{max(us.values()):.1f} µs." if us else "."))
+    return lines
+
+
+def title(summary, batch_size: int) -> str:
+    """The costliest print per batch over the no-output loop: ``print every batch into pipe: ×1.3 the no-output
+    loop (step 1.1 ms, batch 64)``; without the print mode, the costliest mode of any sink."""
+    from feedlab.plots import finding_title
+
+    s = summary[summary.variant == "print"]
+    s = s if len(s) else summary[summary.variant != "none"]
+    if s.empty:
+        return f"ms per batch, batch {batch_size}"
+    r = s.sort_values("factor_vs_none").iloc[-1]
+    step = summary[summary.variant == "none"]["median"].median()
+    name = "print every batch" if r.variant == "print" else str(r.variant)
+    return (finding_title(f"{name} into {r.sink_label}", r.factor_vs_none, "no-output loop")
+            + f" (step ≈ {step:.2f} ms, batch {batch_size})")
+
+
+def payload(*, profile: str, modes, child_sinks, unbuffered, pythonunbuffered_here: str, sink_here: str,
+            batch_size: int, batches: int, repeats: int, summary, calls) -> dict:
+    """Notebook 04's recorded results (the keys tests/notebooks and feedlab.claims read)."""
+    return {"notebook": "04_print_overhead", "profile": profile, "modes": list(modes),
+            "child_sinks": list(child_sinks), "unbuffered": [int(u) for u in unbuffered],
+            "pythonunbuffered_here": pythonunbuffered_here, "sink_here": sink_here,
+            "batch_size": batch_size, "batches": batches, "repeats": repeats,
+            "per_sink": factors(summary), "print_us_per_call": calls_us(calls), "claim_factor": CLAIM_FACTOR}

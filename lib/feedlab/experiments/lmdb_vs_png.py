@@ -99,3 +99,89 @@ def map_size_growth(data_root, samples: int = 256, start_bytes: int = 64 * 1024)
 
 
 __all__ = ["FORMATS", "map_size_growth", "run_formats", "storage_table"]
+
+
+# ------------------------------------------------------------ readings, title, payload (notebook 02)
+
+def throughput_ratios(rate, formats: Sequence[str], worker_counts: Sequence[int], batch_sizes: Sequence[int],
+                      base: str = "png") -> dict[str, float]:
+    """``{"<format>_w<workers>_b<batch>": rate / rate of base}`` for every format but ``base``,
+    from a summary of ``steady_samples_per_s`` by num_workers, batch_size and format."""
+    from feedlab.results import summary_median
+
+    out = {}
+    for w in worker_counts:
+        for b in batch_sizes:
+            ref = summary_median(rate, num_workers=w, batch_size=b, format=base)
+            for f in formats:
+                if f != base:
+                    out[f"{f}_w{w}_b{b}"] = summary_median(rate, num_workers=w, batch_size=b, format=f) / ref
+    return out
+
+
+def title(ratios: dict[str, float], fmt: str = "lmdb") -> str:
+    """The best setting of ``fmt`` against PNG: ``LMDB (lz4): ×1.4 the PNG rate at 2 workers, batch 32``
+    (the median over settings follows in brackets when there are several)."""
+    from feedlab.plots import finding_title, workers_label
+    from feedlab.results import median
+
+    mine = {k: v for k, v in ratios.items() if k.startswith(f"{fmt}_w")}
+    if not mine:
+        return "PNG vs LMDB: per-phase time per batch"
+    key = max(mine, key=mine.get)
+    w, b = key[len(fmt) + 2:].split("_b")
+    name = {"lmdb": "LMDB (lz4)", "lmdb_raw": "LMDB (raw)"}.get(fmt, fmt)
+    t = finding_title(name, mine[key], "PNG rate", f"{workers_label(w)}, batch {b}")
+    return t + (f" (median ×{median(mine.values()):.2g} over {len(mine)} settings)" if len(mine) > 1 else "")
+
+
+def readings(wait, rate, store, formats: Sequence[str], worker_counts: Sequence[int],
+             batch_sizes: Sequence[int]) -> list[str]:
+    """Notebook 02's reading: per setting the data wait of each format and its rate over PNG; the
+    median LMDB (lz4) gain; whether lz4 paid against the raw LMDB; the smallest store on disk."""
+    from feedlab.plots import workers_label
+    from feedlab.results import median, summary_median
+
+    ratios = throughput_ratios(rate, formats, worker_counts, batch_sizes)
+    lines = []
+    for w in worker_counts:
+        for b in batch_sizes:
+            parts = [f"{workers_label(w)}, batch {b}: data wait PNG "
+                     f"{1e3 * summary_median(wait, num_workers=w, batch_size=b, format='png'):.2f} ms"]
+            for f in formats:
+                if f != "png":
+                    fw = summary_median(wait, num_workers=w, batch_size=b, format=f)
+                    parts.append(f"{f} {1e3 * fw:.2f} ms (throughput {ratios[f'{f}_w{w}_b{b}']:.2f}× PNG)")
+            lines.append("; ".join(parts))
+    lz = [v for k, v in ratios.items() if k.startswith("lmdb_w")]
+    if lz:
+        lines.append(f"LMDB (lz4) throughput over PNG: median {median(lz):.2f}× across {len(lz)} settings "
+                     f"(range {min(lz):.2f}–{max(lz):.2f}×).")
+    s = store.set_index("format")
+    if "lz4_ratio" in store.attrs and {"lmdb", "lmdb_raw"} <= set(formats):
+        rel = [summary_median(rate, num_workers=w, batch_size=b, format="lmdb")
+               / summary_median(rate, num_workers=w, batch_size=b, format="lmdb_raw")
+               for w in worker_counts for b in batch_sizes]
+        lines.append(f"lz4 shrank the LMDB by {store.attrs['lz4_ratio']:.2f}× on disk "
+                     f"({s.loc['lmdb_raw', 'MiB']:.1f} → {s.loc['lmdb', 'MiB']:.1f} MiB); lz4 LMDB ran at "
+                     f"{min(rel):.2f}–{max(rel):.2f}× the raw LMDB's throughput: compression "
+                     f"{'paid' if min(rel) > 1.05 else 'did not pay'} on this warm page cache.")
+    lines.append(f"smallest on disk here: {s['bytes'].idxmin()} ("
+                 + ", ".join(f"{f} {s.loc[f, 'MiB']:.1f} MiB" for f in formats) + ").")
+    return lines
+
+
+def payload(*, profile: str, device, model: str, df, store, ratios: dict, verify: bool, map_growth: dict) -> dict:
+    """Notebook 02's recorded results (the keys tests/notebooks and feedlab.claims read)."""
+    return {
+        "notebook": "02_lmdb_vs_png", "profile": profile, "device": str(device), "model": model,
+        "formats": sorted(df["format"].unique().tolist()),
+        "batch_sizes": sorted(int(b) for b in df["batch_size"].unique()),
+        "worker_counts": sorted(int(w) for w in df["num_workers"].unique()),
+        "throughput_ratio_vs_png": ratios,
+        "bytes_on_disk": {r.format: int(r.bytes) for r in store.itertuples()},
+        "build_s": {r.format: float(r.build_s) for r in store.itertuples()},
+        "lz4_ratio": float(store.attrs.get("lz4_ratio", float("nan"))),
+        "verify_checksums": verify,  # were the timed reads checked against the per-sample checksums?
+        "lmdb_map_growth": map_growth,  # an LMDB written from a 64 KiB map: does it grow?
+    }

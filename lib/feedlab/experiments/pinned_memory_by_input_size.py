@@ -30,6 +30,7 @@ import subprocess
 
 import numpy as np
 
+from feedlab.pipeline import default_device  # the one device choice of every notebook (re-exported)
 from feedlab.results import Results
 from feedlab.timing import autorange_number, close_iterator, time_callable
 
@@ -87,12 +88,6 @@ def pin_support() -> tuple[bool, str]:
     except Exception as exc:  # noqa: BLE001 - the message is the report
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return False, f"torch cannot pin memory on this machine: {type(exc).__name__}: {first}"
-
-
-def default_device():
-    import torch
-
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _rounds(fn, repeats: int, warmup: int, device=None, min_round_s: float = 0.02) -> list[float]:
@@ -386,3 +381,13 @@ def plot_steps(axes, df) -> None:
         ax.set_xlabel("input size")
     axes[0].set_ylabel("ms per training step (median, IQR)")
     axes[0].legend()
+
+
+# the reading, titles and payload of notebook 03 (a companion module keeps this one short)
+from feedlab.experiments._pinned_readings import (  # noqa: E402, F401
+    bandwidth_title,
+    batch_costs_title,
+    payload,
+    readings,
+    steps_title,
+)

@@ -37,7 +37,19 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from feedlab.experiments._print_tables import MODES, call_table, plot, sink_label, summary_table  # noqa: F401
+from feedlab.experiments._print_tables import (  # noqa: F401
+    CLAIM_FACTOR,
+    MODES,
+    call_table,
+    calls_us,
+    factors,
+    payload,
+    plot,
+    readings,
+    sink_label,
+    summary_table,
+    title,
+)
 from feedlab.results import Results
 
 EXPERIMENT = "print_overhead"

@@ -188,5 +188,140 @@ def speedup(summary, x: str, base, best=None, col: str = "median") -> float:
     return float(top / s.loc[base])
 
 
+# ------------------------------------------------------------ readings, titles, payload (notebook 01)
+
+def _by(summary, key: str, **where):
+    """``summary``'s medians indexed by ``key`` (ints) for the rows matching ``where``."""
+    s = summary
+    for k, v in where.items():
+        s = s[s[k] == v]
+    out = s.set_index(key)["median"]
+    out.index = [int(i) for i in out.index]
+    return out
+
+
+def timeline_title(tl_sum, slow_workers: int, many: int, batch_size: int) -> str:
+    """The sleep timeline's finding: ``3 workers: ×2.9 the 1-worker speed, batch 4 (ideal ×3)``."""
+    from feedlab.plots import finding_title, workers_label
+    from feedlab.results import summary_median
+
+    wall = tl_sum[tl_sum.metric == "wall_s"]
+    one = summary_median(wall, num_workers=slow_workers, batch_size=batch_size)
+    par = summary_median(wall, num_workers=many, batch_size=batch_size)
+    ideal = many / max(1, slow_workers)
+    return (finding_title(workers_label(many), one / par, f"{int(slow_workers)}-worker speed",
+                          f"batch {batch_size}") + f" (ideal ×{ideal:g})")
+
+
+def throughput_title(tp_sum, batch_size: int, model: str = "none") -> str:
+    """The best worker count's rate over one worker's, for ``model`` (``"none"``: the loader alone):
+    ``8 workers: ×3.1 the 1-worker rate at batch 32, loader alone``."""
+    from feedlab.plots import finding_title, workers_label
+
+    s = _by(tp_sum, "num_workers", model=model)
+    w1 = 1 if 1 in s.index else int(s.index.min())
+    best = int(s.idxmax())
+    if best == w1 and len(s) > 1:  # one worker was best: against the fewest other workers
+        w1 = int(min(i for i in s.index if i != best))
+    who = "loader alone" if model == "none" else f"feeding {model}"
+    return finding_title(workers_label(best), s.max() / s.loc[w1], f"{w1}-worker rate",
+                         f"batch {batch_size}, {who}")
+
+
+def batch_title(ms_sum, batch_sizes: Sequence[int]) -> str:
+    """Time per sample at the smallest batch over the largest, for the worker count where batching
+    mattered most: ``batch 8: ×2.4 the time per sample of batch 128 (2 workers)``."""
+    from feedlab.plots import finding_title, workers_label
+
+    b0, b1 = min(batch_sizes), max(batch_sizes)
+    best = None
+    for w in sorted({int(w) for w in ms_sum["num_workers"]}):
+        s = _by(ms_sum, "batch_size", num_workers=w)
+        if b0 in s.index and b1 in s.index and (best is None or s.loc[b0] / s.loc[b1] > best[0]):
+            best = (s.loc[b0] / s.loc[b1], w)
+    if best is None:
+        return f"time per sample, batch {b0} to {b1}"
+    return finding_title(f"batch {b0}", best[0], f"time per sample of batch {b1}", f"{workers_label(best[1])}")
+
+
+def readings(tl_sum, tp_sum, ms_sum, wait_sum, *, timeline_workers: Sequence[int], sleep_batch_size: int,
+             sleep_items: int, sleep_s: float, worker_counts: Sequence[int], batch_sizes: Sequence[int],
+             model: str, has_gpu_busy: bool, has_gpu_util: bool, nvml_note: str = "") -> list[str]:
+    """Notebook 01's reading, one line each: (a) the sleep timeline against the ideal speed-up,
+    (b) each line's worker speed-up, (c) the batch-size trend per worker count, then what was not
+    measured. Every number is read from the summaries given (medians over repeats)."""
+    from feedlab.plots import workers_label
+    from feedlab.results import summary_median
+
+    lines = []
+    tl = tl_sum[tl_sum.metric == "wall_s"]
+    few, many = min(timeline_workers), max(timeline_workers)
+    one = summary_median(tl, num_workers=few, batch_size=sleep_batch_size)
+    par = summary_median(tl, num_workers=many, batch_size=sleep_batch_size)
+    whole = summary_median(tl, num_workers=many, batch_size=sleep_items)
+    conc = summary_median(tl_sum[tl_sum.metric == "max_concurrency"], num_workers=many, batch_size=sleep_items)
+    lines.append(f"(a) {sleep_items} items × {sleep_s} s: {one:.2f} s with {workers_label(few)}, {par:.2f} s with "
+                 f"{workers_label(many)} and batch {sleep_batch_size} ({one / par:.2f}× ; ideal "
+                 f"{many / max(1, few):.0f}×). With one batch of all {sleep_items} items and "
+                 f"{workers_label(many)}: {whole:.2f} s, at most {conc:.0f} item(s) in flight"
+                 + (" (a worker builds a whole batch)." if conc <= 1 else "."))
+    for m in dict.fromkeys(tp_sum["model"]):
+        s = _by(tp_sum, "num_workers", model=m)
+        name = "loader alone" if m == "none" else f"with {m}"
+        w1 = 1 if 1 in s.index else int(s.index.min())
+        w0 = int(s.index.min())
+        lines.append(f"(b) {name}: {s.loc[w0]:.0f} samples/s at {w0} workers, {s.loc[w1]:.0f} at {w1}, best "
+                     f"{s.max():.0f} at {int(s.idxmax())} workers ({s.max() / s.loc[w1]:.2f}× over {workers_label(w1)}).")
+    b0, b1 = min(batch_sizes), max(batch_sizes)
+    for w in worker_counts:
+        s = _by(ms_sum, "batch_size", num_workers=w)
+        f = _by(wait_sum, "batch_size", num_workers=w)
+        lines.append(f"(c) {workers_label(w)}: {s.loc[b0]:.2f} ms/sample at batch {b0} vs {s.loc[b1]:.2f} at batch "
+                     f"{b1} (batch {b0} takes {s.loc[b0] / s.loc[b1]:.2f}× the time per sample of batch {b1}); "
+                     f"blocked on data {100 * f.loc[b0]:.0f}% vs {100 * f.loc[b1]:.0f}% of the time.")
+    if not has_gpu_busy:
+        lines.append("GPU busy could not be measured: no CUDA on this run.")
+    elif not has_gpu_util:
+        lines.append(f"NVML utilisation: {nvml_note}")
+    return lines
+
+
+def _keyed(summary) -> dict:
+    return {f"w{int(r.num_workers)}_b{int(r.batch_size)}": float(r.median) for r in summary.itertuples()}
+
+
+def payload(*, profile: str, device, model: str, tl_sum, cases, tp_df, tp_sum, bs_df, ms_sum, wait_sum,
+            min_timed_batches, time_budget_s, workload=None) -> dict:
+    """Notebook 01's recorded results (the keys tests/notebooks and feedlab.claims read)."""
+    import pandas as pd
+
+    from feedlab.experiments.loader_grid import metric_summary
+    from feedlab.results import summary_median
+
+    has_util = bool((bs_df["metric"] == "nvml_util").any())
+    has_busy = bool((bs_df["metric"] == "gpu_busy").any())
+    tl = tl_sum[tl_sum.metric == "wall_s"]
+    return {
+        "notebook": "01_worker_scaling", "profile": profile, "device": str(device), "model": model,
+        "batch_sizes": sorted(int(b) for b in bs_df["batch_size"].unique()),
+        "worker_counts": sorted(int(w) for w in bs_df["num_workers"].unique()),
+        "throughput_workers": sorted(int(w) for w in tp_df["num_workers"].unique()),
+        "sleep_wall_s": {f"w{w}_b{b}": summary_median(tl, num_workers=w, batch_size=b) for w, b in cases},
+        "samples_per_s_loader": {k: float(v) for k, v in _by(tp_sum, "num_workers", model="none").items()},
+        "samples_per_s_with_model": {k: float(v) for k, v in _by(tp_sum, "num_workers", model=model).items()},
+        "ms_per_sample": _keyed(ms_sum),
+        "data_wait_fraction": _keyed(wait_sum),
+        "gpu_util_measured": has_util,
+        # fair-measurement readings (issue 20): what each rate is, the GPU-busy meter, the workload chosen
+        "rate_kinds": {f"{e}_w{int(w)}_b{int(b)}": sorted(g["rate_kind"].unique().tolist())
+                       for (e, w, b), g in pd.concat([tp_df, bs_df]).groupby(["experiment", "num_workers", "batch_size"])},
+        "min_timed_batches": min_timed_batches, "time_budget_s": time_budget_s,
+        "gpu_busy": _keyed(metric_summary(bs_df, "gpu_busy", ["num_workers", "batch_size"])) if has_busy else {},
+        "nvml_util": _keyed(metric_summary(bs_df, "nvml_util", ["num_workers", "batch_size"])) if has_util else {},
+        "gpu_workload": workload,
+    }
+
+
 __all__ = ["SleepDataset", "fetch_timeline", "timeline_runs", "plot_timeline", "max_concurrency",
-           "throughput_vs_workers", "batch_size_table", "ms_per_sample", "speedup"]
+           "throughput_vs_workers", "batch_size_table", "ms_per_sample", "speedup",
+           "timeline_title", "throughput_title", "batch_title", "readings", "payload"]
