@@ -30,7 +30,7 @@ from feedlab import claims as C
 from feedlab.claims.core import NoData, Run, Unfair, is_smoke
 from feedlab.claims.fair import busy_caveat, steady_state, unsteady_reason
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
-from feedlab.targets import PCIE_FRACTION
+from feedlab.targets import PCIE_FRACTION, pcie_ceiling
 
 SUPPORTED, PARTLY, NOT_SUPPORTED, NOT_MEASURED = "supported", "partly", "not supported", "not measured"
 NOT_FAIR, SMOKE = C.NOT_FAIR, C.SMOKE
@@ -125,21 +125,6 @@ def pinned_by_input_size(run: Run) -> Reading:
     return Reading(SUPPORTED if pageable_wins_small else PARTLY,
                    f"crossover at input {cross}: pinned wins from there on; at input {small} "
                    f"{'pageable wins' if pageable_wins_small else 'a tie'} ({listing})")
-
-
-def pcie_ceiling(link: dict) -> tuple[float, str]:
-    """The payload ceiling of the link the run read (gen and width from nvidia-smi / NVML)."""
-    from feedlab.experiments.pinned_memory_by_input_size import pcie_theoretical_gbps
-
-    gen = (link or {}).get("gen_max") or (link or {}).get("gen_current")
-    width = (link or {}).get("width_max") or (link or {}).get("width_current")
-    if not gen or not width:
-        raise NoData("the run could not read the PCIe link generation and width (nvidia-smi); "
-                     "no ceiling is assumed")
-    try:
-        return pcie_theoretical_gbps(int(gen), int(width)), f"Gen{gen} x{width}"
-    except ValueError as e:
-        raise NoData(f"PCIe link read as Gen{gen} x{width}: {e}") from None
 
 
 def h2d_over_pcie(run: Run) -> Reading:

@@ -23,6 +23,7 @@ import os
 import re
 from pathlib import Path
 
+from feedlab.monitor import usable_cores  # noqa: F401  (one definition, re-exported)
 from feedlab.paths import FIGURES_DIR
 
 #: parameters whose values are worker counts (one int, or a list of ints)
@@ -32,21 +33,6 @@ _DROP = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "instinct", "g
          "sxm4", "sxm5", "nvl"}
 
 
-def usable_cores() -> int:
-    """Cores available to this process, or ``$FEEDLAB_CORES`` when set (a pretend count)."""
-    pretend = os.environ.get("FEEDLAB_CORES", "").strip()
-    if pretend:
-        try:
-            n = int(pretend)
-        except ValueError:
-            raise ValueError(f"FEEDLAB_CORES={pretend!r}: must be a whole number of cores") from None
-        if n < 1:
-            raise ValueError(f"FEEDLAB_CORES={pretend!r}: must be at least 1")
-        return n
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def worker_cap(cores: int | None = None) -> int:
@@ -190,3 +176,19 @@ def machine_fingerprints(notebook: str, figures_dir: Path | None = None) -> dict
         fp = path / "fingerprint.json"
         out[key] = json.loads(fp.read_text()) if fp.exists() else {}
     return out
+
+
+# --------------------------------------------------------------------------
+# the host ↔ device link (a fact of the hardware, read by 03 and the targets)
+# --------------------------------------------------------------------------
+
+#: Payload bandwidth per PCIe lane after line encoding, GB/s (1e9 B/s): Gen1/2 8b/10b,
+#: Gen3-5 128b/130b at 8/16/32 GT/s, Gen6 64 GT/s PAM4 with FLIT encoding.
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+def pcie_theoretical_gbps(gen: int, width: int) -> float:
+    """PCIe payload ceiling (before packet overhead) for a link generation and lane count."""
+    if gen not in PCIE_LANE_GBPS:
+        raise ValueError(f"unknown PCIe generation {gen}")
+    return PCIE_LANE_GBPS[gen] * width

@@ -24,10 +24,22 @@ import numpy as np
 
 
 def usable_cores() -> int:
-    """The cores this process may use (one definition: :func:`feedlab.machines.usable_cores`)."""
-    from feedlab.machines import usable_cores as cores
-
-    return cores()
+    """Cores available to this process, or ``$FEEDLAB_CORES`` when set (a pretend count). The one
+    definition (``feedlab.machines`` re-exports it): it lives on the ground floor, with what
+    measures the machine, so nothing below ``machines`` imports upward."""
+    pretend = os.environ.get("FEEDLAB_CORES", "").strip()
+    if pretend:
+        try:
+            n = int(pretend)
+        except ValueError:
+            raise ValueError(f"FEEDLAB_CORES={pretend!r}: must be a whole number of cores") from None
+        if n < 1:
+            raise ValueError(f"FEEDLAB_CORES={pretend!r}: must be at least 1")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 class _Sampler:

@@ -58,13 +58,13 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def figure_dir(notebook_name: str, out_dir: str | os.PathLike = "", profile: str = "quick",
-               create: bool = True, committed: bool | None = None) -> Path:
+               create: bool = True, committed: bool | None = None, machine: str = "") -> Path:
     """Where a notebook writes its results and figures; created if missing (unless ``create``
     is False).
 
     For ``feedlab.run`` (``committed``, by default read from :data:`RUNNER_ENV`):
-    ``figures/<notebook_name>/<machine_key>/`` (``cpu-2c``, ``h100-16c``: see
-    :mod:`feedlab.machines`), so a run on another machine lands beside ours instead of
+    ``figures/<notebook_name>/<machine>/`` (``cpu-2c``, ``h100-16c``: the caller passes
+    ``feedlab.machines.machine_key()``; paths, on the ground floor, knows no machine), so a run on another machine lands beside ours instead of
     over it. ``out_dir`` overrides it (tests point it at a temporary directory). The
     ``smoke`` profile, and every run outside the runner, writes under
     ``runs/<profile>/<notebook_name>/`` instead: an ``out_dir`` inside ``figures/`` given
@@ -78,9 +78,10 @@ def figure_dir(notebook_name: str, out_dir: str | os.PathLike = "", profile: str
     elif profile == "smoke" or not committed:
         path = scratch_dir(notebook_name, profile)
     else:
-        from feedlab.machines import machine_key
-
-        path = FIGURES_DIR / notebook_name / machine_key()
+        if not machine:
+            raise ValueError(f"figure_dir({notebook_name!r}): the committed folder needs the machine key "
+                             "(machine=feedlab.machines.machine_key())")
+        path = FIGURES_DIR / notebook_name / machine
     if not committed and _inside(path, FIGURES_DIR):
         path = scratch_dir(notebook_name, profile)
     if create:

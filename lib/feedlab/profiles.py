@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from feedlab.machines import WORKER_KEYS, expand_workers, usable_cores
-from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir, rel
+from feedlab.machines import WORKER_KEYS, expand_workers, machine_key, usable_cores
+from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir, rel, writes_committed
 
 PROFILES = ("smoke", "quick", "full", "gpu")
 # a profile that starts from another's values: ``gpu`` is ``quick`` sized for a borrowed GPU machine
@@ -144,7 +144,10 @@ def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **gi
     out["data_root"] = Path(data_root).expanduser() if data_root else default_sr_root(profile, patch)
     cls_root = given.get("cls_root") or ""
     out["cls_root"] = Path(cls_root).expanduser() if cls_root else default_cls_root(profile)
-    out["out_dir"] = figure_dir(notebook, given.get("out_dir") or "", profile, create=_create_out_dir)
+    given_out = given.get("out_dir") or ""
+    needs_key = not given_out and profile != "smoke" and writes_committed()  # the runner's figures/<nb>/<machine>
+    out["out_dir"] = figure_dir(notebook, given_out, profile, create=_create_out_dir,
+                                machine=machine_key() if needs_key else "")
     out["profile"] = profile
     out["notebook"] = notebook
     out["user_data"] = bool(data_root)

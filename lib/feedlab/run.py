@@ -31,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from feedlab.machines import machine_key
 from feedlab.nbparams import notebook_parameters
 from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, figure_dir
 from feedlab.profiles import PROFILES, choose_profile, profile_values
@@ -82,7 +83,8 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
             continue
         values = {k: v for k, v in vars(P).items() if k in names or k in ("cores",)}
         if "out_dir" in values and not given.get("out_dir"):  # where the runner writes, not a scratch run
-            values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True)
+            values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True,
+                                           machine=machine_key())
         ignored = sorted(k for k in params if k not in names)
         if ignored:
             values["(not a parameter here)"] = ", ".join(ignored)
@@ -92,7 +94,6 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
 
 def print_plan(rows, profile: str, cores: int) -> None:
     from feedlab.fingerprint import machine_fingerprint
-    from feedlab.machines import machine_key
 
     key = machine_key(dict(machine_fingerprint(), cpu_usable=cores))  # the machine with that many cores
     print(f"plan: profile {profile}, {cores} usable cores, results under figures/<notebook>/"

@@ -10,6 +10,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from feedlab.machines import machine_key
 from feedlab.paths import figure_dir
 
 
@@ -18,7 +19,6 @@ def tar_results(dest: Path, root: Path | None = None, key: str | None = None) ->
     names in it start at ``root``'s parent (``figures/01_x/h100-16c/...``). Returns the folders."""
     import tarfile
 
-    from feedlab.machines import machine_key
     from feedlab.paths import FIGURES_DIR
 
     root = Path(root or FIGURES_DIR)
@@ -47,7 +47,8 @@ def destination(name: str, profile: str, params: dict, out_root: Path | None) ->
         return out_root / name
     if params.get("out_dir"):
         return Path(params["out_dir"])
-    return figure_dir(name, "", profile, create=False, committed=True)  # the runner's own folder
+    return figure_dir(name, "", profile, create=False, committed=True,  # the runner's own folder
+                      machine=machine_key())
 
 
 @contextmanager

@@ -68,9 +68,22 @@ def _f(x) -> float:
 
 
 # ---------------------------------------------------------------- the lines
-def _pcie(t: Target, run: Run) -> list[str]:
-    from feedlab.gpu_readings import pcie_ceiling
+def pcie_ceiling(link: dict) -> tuple[float, str]:
+    """The payload ceiling of the link the run read (gen and width from nvidia-smi / NVML)."""
+    from feedlab.machines import pcie_theoretical_gbps
 
+    gen = (link or {}).get("gen_max") or (link or {}).get("gen_current")
+    width = (link or {}).get("width_max") or (link or {}).get("width_current")
+    if not gen or not width:
+        raise NoData("the run could not read the PCIe link generation and width (nvidia-smi); "
+                     "no ceiling is assumed")
+    try:
+        return pcie_theoretical_gbps(int(gen), int(width)), f"Gen{gen} x{width}"
+    except ValueError as e:
+        raise NoData(f"PCIe link read as Gen{gen} x{width}: {e}") from None
+
+
+def _pcie(t: Target, run: Run) -> list[str]:
     pinned = _f(run.get("h2d_pinned_gbps"))
     ceiling, basis = pcie_ceiling(run.payload.get("pcie") or {})
     r = pinned / ceiling

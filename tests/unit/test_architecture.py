@@ -118,3 +118,64 @@ def test_nothing_outside_formats_names_a_private_store_member():
         if "formats" in p.relative_to(LIB).parts:
             continue
         assert not bad.search(p.read_text()), p.relative_to(REPO)
+
+
+def _rooms_graph() -> dict[str, set[str]]:
+    """Room → rooms it imports: a room is a top-level module or package of feedlab (lazy imports
+    included; a package's own modules are one room)."""
+    graph: dict[str, set[str]] = {}
+    for p in sorted(LIB.rglob("*.py")):
+        own = p.relative_to(LIB).parts[0].removesuffix(".py")
+        if own == "__init__":
+            continue
+        graph.setdefault(own, set()).update(d for d in _feedlab_imports(p) if d != own)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of two or more rooms (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_a_circle_between_rooms_is_found():
+    g = {"paths": {"machines"}, "machines": {"fingerprint"}, "fingerprint": {"monitor"},
+         "monitor": {"machines"}, "errors": set()}
+    assert _circles(g) == [["fingerprint", "machines", "monitor"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_circle_between_rooms_even_on_one_level():
+    """Importing only downward or sideways is not enough: two rooms on one level that import
+    each other (even lazily, inside a function) are one room in two files."""
+    circles = _circles(_rooms_graph())
+    assert not circles, "import circles between rooms: " + "; ".join(" ↔ ".join(c) for c in circles)

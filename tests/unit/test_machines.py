@@ -62,9 +62,10 @@ def test_figure_dir_is_keyed_by_machine(monkeypatch, tmp_path):
     monkeypatch.setattr(paths, "FIGURES_DIR", tmp_path)
     monkeypatch.setenv("FEEDLAB_MACHINE", "h100-16c")
     monkeypatch.setenv(paths.RUNNER_ENV, "1")  # as inside a notebook feedlab.run executes
-    d = paths.figure_dir("01_worker_scaling", "", "quick", create=False)
+    key = machines.machine_key()
+    d = paths.figure_dir("01_worker_scaling", "", "quick", create=False, machine=key)
     assert d == tmp_path / "01_worker_scaling" / "h100-16c" and not d.exists()
-    assert paths.figure_dir("01_worker_scaling", "", "quick").is_dir()
+    assert paths.figure_dir("01_worker_scaling", "", "quick", machine=key).is_dir()
 
 
 def test_dry_run_plans_for_sixteen_cores(capsys, monkeypatch):

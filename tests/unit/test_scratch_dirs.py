@@ -27,12 +27,20 @@ def test_outside_the_runner_a_notebook_writes_under_runs(dirs):
 
 
 def test_the_runner_writes_the_machine_folder(dirs, monkeypatch):
+    from feedlab.machines import machine_key
+    from feedlab.profiles import resolve
+
     monkeypatch.setenv(paths.RUNNER_ENV, "1")
-    assert paths.figure_dir("03_x", "", "quick", create=False) == dirs / "figures" / "03_x" / "cpu-2c"
+    key = machine_key()
+    assert paths.figure_dir("03_x", "", "quick", create=False, machine=key) == dirs / "figures" / "03_x" / "cpu-2c"
     assert paths.figure_dir("03_x", "", "smoke", create=False) == dirs / "runs" / "smoke" / "03_x"
+    with pytest.raises(ValueError, match="machine key"):   # paths knows no machine: the caller says which
+        paths.figure_dir("03_x", "", "quick", create=False)
+    P = resolve("03_pinned_memory_by_input_size", "quick", _create_out_dir=False)
+    assert P.out_dir == dirs / "figures" / "03_pinned_memory_by_input_size" / "cpu-2c"
     # the runner's own process asks explicitly, without the variable
     monkeypatch.delenv(paths.RUNNER_ENV)
-    assert paths.figure_dir("03_x", "", "full", create=False, committed=True) == \
+    assert paths.figure_dir("03_x", "", "full", create=False, committed=True, machine=key) == \
         dirs / "figures" / "03_x" / "cpu-2c"
 
 

@@ -30,22 +30,12 @@ import subprocess
 
 import numpy as np
 
+from feedlab.machines import PCIE_LANE_GBPS, pcie_theoretical_gbps  # noqa: F401  (the link's ceiling, re-exported)
 from feedlab.pipeline import default_device  # the one device choice of every notebook (re-exported)
 from feedlab.results import Results
 from feedlab.timing import autorange_number, close_iterator, time_callable
 
 EXPERIMENT = "pinned_memory_by_input_size"
-
-#: Payload bandwidth per PCIe lane after line encoding, GB/s (1e9 B/s): Gen1/2 8b/10b,
-#: Gen3-5 128b/130b at 8/16/32 GT/s, Gen6 64 GT/s PAM4 with FLIT encoding.
-PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-
-
-def pcie_theoretical_gbps(gen: int, width: int) -> float:
-    """PCIe payload ceiling (before packet overhead) for a link generation and lane count."""
-    if gen not in PCIE_LANE_GBPS:
-        raise ValueError(f"unknown PCIe generation {gen}")
-    return PCIE_LANE_GBPS[gen] * width
 
 
 def pcie_link(device_index: int = 0) -> dict:
