@@ -29,6 +29,9 @@ def code_line(setting: str, value, rep: dict) -> str:
         return f"python -m data_prep pack {data} --to {value}   # then read it with --format {value}"
     if setting == "decode":
         return f"decode={value}   (python -m feedlab.doctor --data {data} --decode {value})"
+    if setting == "loader":
+        return (f"loader={value!r}   (feedlab.pipeline.make_loader(dataset, PipelineSpec(..., loader={value!r})); "
+                f"python -m feedlab.bench --data {data} --loader-kind {value})")
     if setting == "collate":
         return f"collate={value}   (feedlab.pipeline.make_collate({value!r}) as the DataLoader's collate_fn)"
     return f"{setting}={value}"

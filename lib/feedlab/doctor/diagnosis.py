@@ -46,6 +46,8 @@ def _stage_rows(doc: Doctor, spec) -> list[dict]:
         if kind in ("collate", "collate_worker", "handover_worker", "receive", "h2d", "h2d_copy") and \
                 (key[1], key[2]) != (spec.collate, spec.batch_size):
             continue
+        if kind == "ring_receive" and key[1] != spec.batch_size:
+            continue
         if kind == "h2d" and key[4] not in T:
             continue
         if kind == "model" and (key[1] != spec.batch_size or key[2] not in T):

@@ -20,9 +20,20 @@ import numpy as np
 
 from feedlab import pipeline as P
 from feedlab.formats import raw_nbytes
+from feedlab.loader_kinds import UINT8_COLLATES
 
 from .costs import CostTable, Machine, Stage
-from .probes import _split_xy, batch_nbytes, cpu_capacity, loop_h2d, measure_machine, probe_worker, startup_s, timed
+from .probes import (
+    _split_xy,
+    batch_nbytes,
+    cpu_capacity,
+    loop_h2d,
+    measure_machine,
+    probe_ring,
+    probe_worker,
+    startup_s,
+    timed,
+)
 from .split import StageSplit, decode_alternatives, open_split
 
 
@@ -160,7 +171,23 @@ class Doctor:
             per(pr["handover_cpu"]), bytes_per_sample=self.batch_bytes[(name, bs)] / bs)
         self.table[("receive", name, bs)] = Stage(
             "receive", f"worker → main, {name} batch {bs} (main side)", per(pr["receive_cpu"]),
-            per(pr["receive_cpu"]), note="main-process CPU per batch taken from a worker")
+            per(pr["receive_cpu"]), bytes_per_sample=self.batch_bytes[(name, bs)] / bs,
+            note="main-process CPU per batch taken from a worker")
+        if name in UINT8_COLLATES and ("ring_receive", bs) not in self.table:
+            self.measure_ring(bs)
+
+    def measure_ring(self, bs: int) -> None:
+        """The ring's hand-over (``loader="ring"``): the main process's CPU to receive a batch
+        whose worker filled a slot of the shared-memory ring (a slot index, no pickled tensor)."""
+        try:
+            pr = probe_ring(self._items(bs), bs, batches=max(6, 4 * self.budget.repeats))
+        except Exception as exc:  # e.g. no usable /dev/shm: the ring is then not priced
+            self.notes.append(f"ring probe: {type(exc).__name__}: {exc}")
+            return
+        self.table[("ring_receive", bs)] = Stage(
+            "receive", f"ring → main, batch {bs} (main side: a slot index)", pr["receive_cpu"],
+            pr["receive_cpu"], bytes_per_sample=pr["bytes_per_sample"],
+            note="main-process CPU per batch from a shared-memory ring slot")
 
     def measure_h2d(self, name: str, bs: int) -> None:
         """run_epoch's h2d phase at each thread count the main process may use, timed inside

@@ -34,6 +34,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from feedlab.gpu_decode import DEVICE_DECODERS
+from feedlab.loader_kinds import UINT8_COLLATES
 
 from .costs import BOUND_STAGES, MAIN_STAGES, WORKER_STAGES, CostTable
 
@@ -93,6 +94,16 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
     rc = table.get(("receive", c, B)) if W else None
     out["handover"] = (hw.t, hw.c) if hw else zero
     out["receive"] = (rc.t, rc.c) if rc else zero
+    kind = getattr(spec, "loader", "dataloader")
+    if kind == "ring":  # a worker copies each sample into a ring slot; the main process takes an index
+        if W < 1 or c not in UINT8_COLLATES:
+            return None
+        fill, ring = table.get(("collate", c, B)), table.get(("ring_receive", B))
+        if fill is None or ring is None:
+            return None
+        out["collate"], out["handover"], out["receive"] = (fill.t, fill.c), zero, (ring.t, ring.c)
+    elif kind != "dataloader":
+        return None   # not priced: the doctor measures the DataLoader and the ring
     h = _nearest_threads(table, ("h2d", c, B, pin), T)
     mo = _nearest_threads(table, ("model", B), T)
     if h is None or mo is None:
@@ -221,6 +232,13 @@ def candidates(table: CostTable, spec, max_workers: int) -> list[tuple[str, Any,
         out.append(("batch_size", bs, spec.replace(batch_size=bs)))
     if table.machine.cuda:
         out.append(("pin_memory", not spec.pin_memory, spec.replace(pin_memory=not spec.pin_memory)))
+    kind = getattr(spec, "loader", "dataloader")
+    # the loader kinds the table prices (the DataLoader and the ring), where the spec can use them as it is
+    if kind != "ring" and spec.num_workers >= 1 and spec.collate in UINT8_COLLATES \
+            and table.get(("ring_receive", spec.batch_size)) is not None:
+        out.append(("loader", "ring", spec.replace(loader="ring")))
+    if kind != "dataloader":
+        out.append(("loader", "dataloader", spec.replace(loader="dataloader")))
     return out
 
 
@@ -286,6 +304,9 @@ def why(table: CostTable, setting: str, old, new, base: dict) -> str:
         return f"model {us(co['model'][0])} → {us(cn['model'][0])} per sample"
     if setting == "pin_memory":
         return f"h2d {us(co['h2d'][0])} → {us(cn['h2d'][0])} per sample"
+    if setting == "loader":
+        return (f"the main process's hand-over {us(co['receive'][0])} → {us(cn['receive'][0])} per sample "
+                f"({'a shared-memory ring slot' if new.loader == 'ring' else 'a pickled batch'} per batch)")
     return ""
 
 

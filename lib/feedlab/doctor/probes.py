@@ -227,3 +227,55 @@ def loop_h2d(batch, device, threads: int, pin: bool = False, batches: int = 8, w
             busy = float(et.phases_s[1:].sum()) or h
             cpu.append((c1 - c0) * (h / busy) / n if busy > 0 else h / n)
     return wall, cpu
+
+
+class _Items:
+    """A list of samples as a map-style data set (what a ring worker reads with ``dataset[i]``)."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[int(i) % len(self.items)]
+
+
+def probe_ring(items: list, batch_size: int, batches: int = 12, skip: int = 3, workers: int = 1,
+               loader_cls=None) -> dict:
+    """The ring's hand-over measured: one worker fills slots of a shared-memory ring
+    (``feedlab.ring.RingLoader``) with ``items``; the main process's CPU time
+    (``time.thread_time``) per sample to receive each of ``batches`` batches after ``skip``.
+    Returns ``receive_cpu`` (s per sample, one value per batch) and ``bytes_per_sample``."""
+    if loader_cls is None:
+        from feedlab.ring import RingLoader as loader_cls
+
+    n = max(len(items), batch_size) * (skip + batches + 1)
+    ds = _Items([items[k % len(items)] for k in range(min(n, len(items) * 4 or 1))])
+    ld = loader_cls(ds, batch_size, num_workers=workers, shuffle=False, drop_last=True)
+    per: list[float] = []
+    nbytes = 0
+    seen = 0
+    try:
+        while seen < skip + batches:
+            it = iter(ld)
+            while seen < skip + batches:
+                c0 = time.thread_time()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+                c1 = time.thread_time()
+                if seen >= skip:
+                    per.append((c1 - c0) / batch_size)
+                    nbytes = sum(int(np.asarray(b).nbytes) for b in batch)
+                seen += 1
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+    finally:
+        close = getattr(ld, "close", None)
+        if close is not None:
+            close()
+    return {"receive_cpu": per, "bytes_per_sample": nbytes / batch_size if batch_size else 0.0}

@@ -66,7 +66,10 @@ def _stage_lines(report: dict) -> list[str]:
             continue
         spread = (f"{r['s_per_sample'] * 1e6:.1f} ({r['s_per_sample_q25'] * 1e6:.1f}–"
                   f"{r['s_per_sample_q75'] * 1e6:.1f})")
-        extra = f"  {r['bytes_per_s'] / 1e6:,.0f} MB/s" if r.get("bytes_per_s") else ""
+        if r.get("bytes_per_s") and r["stage"] in ("handover", "receive"):  # the hand-over in GB/s
+            extra = f"  {r['bytes_per_s'] / 1e9:,.2f} GB/s"
+        else:
+            extra = f"  {r['bytes_per_s'] / 1e6:,.0f} MB/s" if r.get("bytes_per_s") else ""
         extra += f"  [{r['note']}]" if r.get("note") else ""
         lines.append(f"{r['stage']:<10} {label:<48} {spread:>24} "
                      f"{fmt_rate(r['samples_per_s_per_core']):>11}{extra}")
