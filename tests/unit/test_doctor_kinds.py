@@ -78,3 +78,38 @@ def test_probe_ring_times_the_main_side_of_each_batch():
     r = probe_ring(items, 4, batches=5, skip=1)
     assert len(r["receive_cpu"]) == 5 and all(x >= 0 for x in r["receive_cpu"])
     assert r["bytes_per_sample"] == pytest.approx(4 * 4 * 3 + 8 * 8 * 3)
+
+
+def test_a_one_process_kind_is_priced_from_its_own_loop_and_advised_when_faster():
+    t = table()
+    t[("kind", "fake", "batched", 8)] = Stage("read", "batched", [1e-6], [1e-6])
+    spec = SPEC.replace(num_workers=0)
+    c = PR.costs(t, spec.replace(loader="batched"))
+    assert c["read"] == (1e-6, 1e-6) and c["decode"] == c["transform"] == c["collate"] == (0.0, 0.0)
+    assert PR.costs(t, SPEC.replace(loader="batched")) is None          # one process: no workers
+    cands = [(v, s.num_workers) for k, v, s in PR.candidates(t, SPEC, 2) if k == "loader"]
+    assert ("batched", 0) in cands                                       # the kind brings its own 0 workers
+    assert not [1 for k, v, _ in PR.candidates(t, spec.replace(collate="totensor"), 2)
+                if (k, v) == ("loader", "batched")]                      # it fills uint8 slots: not with totensor
+    adv = PR.advise(t, spec, 2)
+    assert adv[0]["setting"] == "loader" and adv[0]["value"] == "batched"
+    assert "reads whole batches" in adv[0]["why"]
+    t[("kind", "fake", "batched", 8)] = Stage("read", "batched", [50e-6], [50e-6])
+    assert not [a for a in PR.advise(t, spec, 0) if a["setting"] == "loader"]   # slower: not advised
+
+
+def test_the_doctor_measures_one_process_kinds_only_where_they_mean_the_same_pipeline():
+    from feedlab.doctor import Doctor
+
+    class Fake(Doctor):
+        def __init__(self, spec):
+            self.spec = spec
+
+    assert Fake(PipelineSpec(format="npy_mmap", collate="fast", transform="none")).one_process_kinds("npy_mmap") \
+        == ["batched", "chunk"]
+    assert Fake(PipelineSpec(format="npy_mmap", collate="fast", transform="default")).one_process_kinds(
+        "npy_mmap") == []                                                # they would drop the transform
+    assert Fake(PipelineSpec(format="png", collate="fast", transform="none")).one_process_kinds("png") == ["batched"]
+    assert Fake(PipelineSpec(format="npy", collate="fast", transform="none")).one_process_kinds("npy") == []
+    assert Fake(PipelineSpec(format="npy_mmap", collate="totensor", transform="none")).one_process_kinds(
+        "npy_mmap") == []

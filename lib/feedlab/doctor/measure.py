@@ -272,9 +272,45 @@ class Doctor:
                         self.log(f"measuring format {f}")
                         self.measure_items(f, formats.FORMATS[f].default_decode)
             self._samples = self._samples_of[(fmt, dec)]  # the spec's samples, for later collates
+            self.measure_kinds(spec.batch_size)
         after = cpu_capacity([1])
         self.table.machine.stage_speed = (speed_before + min(1.0, after[1])) / 2
         return self
+
+    def one_process_kinds(self, fmt: str) -> list[str]:
+        """The one-process loader kinds that read whole batches (``batched``, ``chunk``: no
+        DataLoader, no collate, no per-sample arrays) this spec could switch to on ``fmt``: its
+        collate already a uint8 one, and no transform (they hand out what is stored)."""
+        from feedlab import formats
+        from feedlab.loader_kinds import LOADER_KINDS, kind_problems
+
+        fs = formats.FORMATS.get(fmt)
+        if fs is None or self.spec.transform != "none":
+            return []
+        return [k.name for k in LOADER_KINDS.values() if k.workers == "none" and not k.collates
+                and not kind_problems(k.name, fs.capabilities(), 0, self.spec.collate)]
+
+    def measure_kinds(self, bs: int, batches: int = 8) -> None:
+        """Each one-process loader kind over each format measured (:meth:`one_process_kinds`): its
+        own loop per sample, ``batches`` batches a repeat (``("kind", fmt, kind, B)``)."""
+        from itertools import islice
+
+        for fmt, dec in sorted({(f, d) for k in self.table.stages if k[0] == "read"
+                                for f, d in [(k[1], k[2])] if len(k) == 3}):
+            for kind in self.one_process_kinds(fmt):
+                ds = self.split(fmt, dec).dataset
+                ld = P.make_loader(ds, self.spec.replace(format=fmt, loader=kind, num_workers=0, device="cpu"))
+                n = min(batches, len(ld))
+                if n < 1:
+                    continue
+                try:
+                    w, c = self._t(lambda: sum(1 for _ in islice(iter(ld), n)), n * bs)
+                except Exception as exc:  # reported, not fatal
+                    self.notes.append(f"loader {kind} over {fmt}: {type(exc).__name__}: {exc}")
+                    continue
+                self.table[("kind", fmt, kind, bs)] = Stage(
+                    "read", f"{fmt}: loader {kind} (one process, whole batches)", w, c,
+                    note="read + copy into the batch, no collate")
 
     def table_now(self, spec: P.PipelineSpec) -> CostTable:
         """The measured stages on the machine as it was while ``spec`` ran end to end: the
@@ -302,6 +338,8 @@ class Doctor:
             ds = EncodedView(split.dataset)
         else:
             ds = self.split(spec.format, spec.decode_backend)
+            if spec.loader in self.one_process_kinds(spec.format):  # reads whole batches from the store
+                ds = ds.dataset
         extra = {}
         n, b = len(ds), int(spec.batch_size)
         if batches and spec.loader == "dataloader" and b <= n < int(batches) * b:  # (a set without one

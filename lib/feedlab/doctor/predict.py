@@ -102,8 +102,11 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
         if fill is None or ring is None:
             return None
         out["collate"], out["handover"], out["receive"] = (fill.t, fill.c), zero, (ring.t, ring.c)
-    elif kind != "dataloader":
-        return None   # not priced: the doctor measures the DataLoader and the ring
+    elif kind != "dataloader":  # a one-process kind reading whole batches: its own loop, measured
+        k = table.get(("kind", fmt, kind, B))
+        if k is None or W:
+            return None
+        out["read"], out["decode"], out["transform"], out["collate"] = (k.t, k.c), zero, zero, zero
     h = _nearest_threads(table, ("h2d", c, B, pin), T)
     mo = _nearest_threads(table, ("model", B), T)
     if h is None or mo is None:
@@ -237,6 +240,10 @@ def candidates(table: CostTable, spec, max_workers: int) -> list[tuple[str, Any,
     if kind != "ring" and spec.num_workers >= 1 and spec.collate in UINT8_COLLATES \
             and table.get(("ring_receive", spec.batch_size)) is not None:
         out.append(("loader", "ring", spec.replace(loader="ring")))
+    for k in sorted({key[2] for key in table.stages if key[0] == "kind" and key[1] == spec.format
+                     and key[3] == spec.batch_size and table.get(key) is not None} - {kind}):
+        if spec.collate in UINT8_COLLATES:
+            out.append(("loader", k, spec.replace(loader=k, num_workers=0)))
     if kind != "dataloader":
         out.append(("loader", "dataloader", spec.replace(loader="dataloader")))
     return out
@@ -305,8 +312,12 @@ def why(table: CostTable, setting: str, old, new, base: dict) -> str:
     if setting == "pin_memory":
         return f"h2d {us(co['h2d'][0])} → {us(cn['h2d'][0])} per sample"
     if setting == "loader":
-        return (f"the main process's hand-over {us(co['receive'][0])} → {us(cn['receive'][0])} per sample "
-                f"({'a shared-memory ring slot' if new.loader == 'ring' else 'a pickled batch'} per batch)")
+        if new.loader in ("ring", "dataloader") and old.loader in ("ring", "dataloader"):
+            return (f"the main process's hand-over {us(co['receive'][0])} → {us(cn['receive'][0])} per sample "
+                    f"({'a shared-memory ring slot' if new.loader == 'ring' else 'a pickled batch'} per batch)")
+        o = sum(co[s][0] for s in ("read", "decode", "transform", "collate"))
+        return (f"read to batch {us(o)} → {us(cn['read'][0])} per sample: loader {new.loader} reads whole "
+                "batches in this process (no workers, no collate, no hand-over)")
     return ""
 
 
