@@ -105,6 +105,9 @@ def _alloc(shape: tuple[int, ...], shared: bool, pin: bool) -> torch.Tensor:
     return torch.empty(shape, dtype=torch.uint8, pin_memory=pin)
 
 
+alloc_batch = _alloc  # the public name: a uint8 batch buffer, in shared memory for a worker's batch
+
+
 class FastCollate:
     """Collate HWC uint8 images into one uint8 batch tensor with a single copy per item.
 

@@ -367,3 +367,31 @@ def test_published_numbers_sit_beside_the_measured_rate_per_core():
     spdl = pub[pub.peer == "SPDL"]
     assert len(spdl) and spdl.published.str.contains("none published").all() and spdl.published_vcpus.isna().all()
     assert all(r["source"] for r in PUBLISHED)
+
+
+def test_feedlab_best_is_the_doctors_advice_by_construction(sr_root, tmp_path, monkeypatch):
+    """Its SR loader is built by pipeline.make_loader from the spec advised_spec picks with the
+    doctor's own prediction, and the row names that spec; a one-process kind brings 0 workers."""
+    from feedlab.doctor import predict as PR
+    from feedlab.peers import feedlab_best as FB
+
+    src = Source("sr", sr_root, 20)
+    work = tmp_path / "work"
+    FB.convert(src, work)
+    for w in (0, 1):
+        best = FB.advised_spec(work, w, 6)
+        assert best.format == "npy_mmap" and best.num_workers <= w and best.transform == "none"
+        ld = FB.loader(src, work, Spec("sr", batch_size=6, workers=w))
+        assert ld.doctor_choice == best.label()
+    # the choice is the best prediction among the loader kinds and collates the doctor priced
+    seen = []
+    real = PR.predict
+
+    def spy(table, spec, batches=None):
+        seen.append(spec.loader)
+        return real(table, spec, batches)
+
+    monkeypatch.setattr(PR, "predict", spy)
+    FB._CHOICES.clear()
+    FB.advised_spec(work, 1, 6)
+    assert "dataloader" in seen and "ring" in seen

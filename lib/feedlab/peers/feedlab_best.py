@@ -1,11 +1,12 @@
 """feedlab's own fast paths, as the doctor advises them.
 
-SR: the memory-mapped ``.npy`` pair (``data_prep pack --to npy_mmap``) read a
-whole batch at a time by ``read_batch`` straight into uint8 batch buffers (one
-gather per side, no per-sample arrays, no collate). With 0 workers the
-single-process :class:`~feedlab.loaders.BatchReadLoader` refills two reused
-buffers; with workers each worker reads whole batches into shared memory
-(DataLoader over index batches, ``batch_size=None``, persistent workers).
+SR: the memory-mapped ``.npy`` pair (``data_prep pack --to npy_mmap``, the format the doctor
+advises for these pairs in notebook 10), read by the pipeline the doctor advises for this data
+and worker count (:func:`advised_spec`): the doctor measures the store (stage costs, collates, the
+DataLoader's and the ring's hand-over, the one-process loader kinds) and the spec it predicts
+fastest, among the loader kinds and uint8 collates at this worker count (a one-process kind
+brings 0 workers), is built by ``pipeline.make_loader``. No loader of its own: the row is the
+doctor's advice, by construction, and says which spec it chose (``doctor_choice``).
 
 Classification: the JPEG files read as they are; per sample simplejpeg reads
 the header, the random-resized-crop box is drawn (torchvision's rule), the
@@ -24,8 +25,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from feedlab.collate import _alloc
-from feedlab.loaders import BatchReadLoader, index_batches
+from feedlab.collate import alloc_batch
+from feedlab.loaders import index_batches
 
 from ._common import SRPairs
 from .base import Conversion, Source, Spec, rrc_box, timed_conversion
@@ -60,25 +61,6 @@ class EpochBatches:
         out = index_batches(self.n, self.batch_size, self.shuffle, self.seed, self.epoch)
         self.epoch += 1
         return iter(out)
-
-
-class SRBatches(Dataset):
-    """``ds[list of indices]`` -> one batch read into shared-memory tensors (for workers)."""
-
-    def __init__(self, root):
-        from feedlab.formats import open_dataset
-
-        self.ds = open_dataset(root, "npy_mmap")
-
-    def __len__(self) -> int:
-        return len(self.ds)
-
-    def __getitem__(self, idx):
-        n = len(idx)
-        lr = _alloc((n, *self.ds.lr_shape), shared=True, pin=False)
-        hr = _alloc((n, *self.ds.hr_shape), shared=True, pin=False)
-        self.ds.read_batch(idx, out=(lr.numpy(), hr.numpy()))
-        return lr, hr
 
 
 def _decode_crop(data: bytes, size: int, rng, augment: bool, sj) -> np.ndarray:
@@ -130,7 +112,7 @@ class JpegBatches(Dataset):
             self._rng = np.random.default_rng([self.seed, os.getpid()])
         n, s = len(idx), self.size
         if self.shared:
-            out = _alloc((n, s, s, 3), shared=True, pin=False)
+            out = alloc_batch((n, s, s, 3), shared=True, pin=False)
         else:  # one process: refill one buffer (the consumer is done with a batch before the next)
             if self._buf is None or len(self._buf) < n:
                 self._buf = torch.empty((n, s, s, 3), dtype=torch.uint8)
@@ -155,18 +137,47 @@ class _InProcess:
             yield self.ds[idx]
 
 
+_CHOICES: dict[tuple, object] = {}
+
+
+def advised_spec(work, workers: int, batch_size: int, fmt: str = "npy_mmap"):
+    """The spec the doctor advises for the store under ``work`` with at most ``workers`` workers:
+    the doctor measures it (a small budget, outside any timed epoch) and every single change it
+    can price among loader kinds and collates is predicted (``doctor.predict``); the fastest,
+    if faster than the start, wins. Cached per (store, workers, batch)."""
+    key = (str(work), int(workers), int(batch_size), fmt)
+    if key not in _CHOICES:
+        from feedlab.doctor import Budget, Doctor
+        from feedlab.doctor import predict as PR
+        from feedlab.pipeline import PipelineSpec
+
+        start = PipelineSpec(format=fmt, collate="fast_cl", transform="none", batch_size=int(batch_size),
+                             num_workers=int(workers), model="none", device="cpu")
+        doc = Doctor(work, start, max_workers=int(workers),
+                     budget=Budget(repeats=2, warmup=1, samples=64, e2e_batches=8, cold=False), alt_formats=[])
+        doc.measure()
+        best, rate = start, (PR.predict(doc.table, start) or {}).get("predicted_samples_per_s", 0.0)
+        for setting, value, new in PR.candidates(doc.table, start, int(workers)):
+            if setting not in ("loader", "collate") or new.num_workers > workers:
+                continue
+            p = PR.predict(doc.table, new)
+            if p and p["predicted_samples_per_s"] > rate:
+                best, rate = new, p["predicted_samples_per_s"]
+        _CHOICES[key] = best
+    return _CHOICES[key]
+
+
 def loader(source: Source, work, spec: Spec):
     batches = EpochBatches(source.n, spec.batch_size, spec.shuffle, spec.seed)
     if source.kind == "sr":
-        if spec.workers == 0:
-            from feedlab.formats import open_dataset
+        from feedlab import pipeline as P
 
-            return BatchReadLoader(open_dataset(work, "npy_mmap"), spec.batch_size, shuffle=spec.shuffle,
-                                   seed=spec.seed, reuse_buffers=True)
-        ds = SRBatches(work)
-    else:
-        ds = JpegBatches(source, spec.size, spec.augment, spec.seed, shared=spec.workers > 0)
-        if spec.workers == 0:
-            return _InProcess(ds, batches)
+        best = advised_spec(work, spec.workers, spec.batch_size)
+        ld = P.make_loader(P.open_dataset(work, best, verify=False), best, seed=spec.seed, shuffle=spec.shuffle)
+        ld.doctor_choice = best.label()   # which spec the doctor chose: the row says it
+        return ld
+    ds = JpegBatches(source, spec.size, spec.augment, spec.seed, shared=spec.workers > 0)
+    if spec.workers == 0:
+        return _InProcess(ds, batches)
     return DataLoader(ds, sampler=batches, batch_size=None, num_workers=spec.workers,
                       persistent_workers=True, prefetch_factor=2)

@@ -115,6 +115,8 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
     try:
         t0 = time.perf_counter()
         loader = peer.loader(source, work, spec)
+        if getattr(loader, "doctor_choice", None):   # feedlab's best: the spec the doctor advised
+            status["pipeline"] = loader.doctor_choice
         ep = run_epoch(loader, source.kind, device, source.n)
         status["first_batch_s"] = (time.perf_counter() - t0) - ep["wall_s"] + ep["first_batch_s"]
         res.add(EXPERIMENT, name, "first_batch_s", status["first_batch_s"], "s", **params)

@@ -42,7 +42,8 @@ def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
             continue
         for r in runs:
             w = r["num_workers"]
-            row = {**base, "num_workers": w, "run_ok": r["ok"], "error": r.get("error", "")}
+            row = {**base, "num_workers": w, "run_ok": r["ok"], "error": r.get("error", ""),
+                   "pipeline": r.get("pipeline", "")}   # feedlab's best: the spec the doctor advised
             if r["ok"] and not df.empty:
                 m, lo, hi = _med(df, info["name"], info["kind"], "samples_per_s", w)
                 row.update(samples_per_s=m, q25=lo, q75=hi,
@@ -177,7 +178,8 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
             lines.append(f"{kind}: no ratio ({r['why_missing']} has no checked, timed run).{without}")
             continue
         fb, p = r["feedlab"], r["best_peer"]
-        s = (f"{kind}: feedlab best ({int(fb['num_workers'])} workers) {_f(fb['samples_per_s'])} samples/s "
+        chosen = f", the doctor's advice: {fb['pipeline']}" if fb.get("pipeline") else ""
+        s = (f"{kind}: feedlab best ({int(fb['num_workers'])} workers{chosen}) {_f(fb['samples_per_s'])} samples/s "
              f"(IQR {_f(fb['q25'])}–{_f(fb['q75'])}) vs the best peer, {p['label']} ({int(p['num_workers'])} workers) "
              f"{_f(p['samples_per_s'])} (IQR {_f(p['q25'])}–{_f(p['q75'])}): ratio {r['ratio']:.2f} "
              f"(from the IQRs {r['ratio_low']:.2f}–{r['ratio_high']:.2f}); target >= 1.0: {r['verdict']}.")
