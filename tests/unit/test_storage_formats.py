@@ -245,3 +245,63 @@ def test_cold_mode_evicts_mapped_formats_before_every_repeat(sr_root, fmt, tmp_p
     df = S.measure(sr_root, _spec(fmt, "plain"), None, repeats=3, warmup=1, samples=16, mode="cold").frame()
     frac = df[df.metric == "resident_fraction_after_evict"].sort_values("repeat").value.tolist()
     assert len(frac) == 3 and all(f <= 0.1 for f in frac), frac
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _summary(extra_rows=()):
+    from feedlab.results import Results
+
+    res = Results()
+    rows = [("zarr", "chunk", 0, 9000.0), ("zarr", "plain", 0, 300.0), ("lmdb_raw", "batched", 0, 7000.0),
+            ("npy_mmap", "chunk", 0, 9500.0), ("png", "dataloader", 2, 800.0), ("png", "plain", 0, 400.0),
+            ("png", "dataloader", 1, 420.0), *extra_rows]
+    for fmt, lo, w, v in rows:
+        spec = S.as_spec(fmt, 32).replace(loader=lo, num_workers=w)
+        for r in range(2):
+            res.add(S.EXPERIMENT, S.variant(spec), "samples_per_s", v, "samples/s", repeat=r, format=fmt, loader=lo,
+                    num_workers=w, batch_size=32, mode="read", samples=0)
+    for name, v in (("memcpy_ceiling", 10000.0), ("ceiling_gather", 10000.0), ("ceiling_numpy_copy", 8000.0),
+                    ("memcpy_per_item", 5000.0), ("baseline_png_pil_totensor", 500.0)):
+        for r in range(2):
+            res.add(S.EXPERIMENT, name, "samples_per_s", v, "samples/s", repeat=r, format="ram", loader=name,
+                    num_workers=0, batch_size=32, mode="read", samples=0)
+    return S.summary(res)
+
+
+def test_reading_states_targets_in_words():
+    import pandas as pd
+
+    summ = _summary()
+    nums = S.numbers(summ)
+    assert nums["best_single_process"] == "npy_mmap, one process, whole chunks"
+    assert nums["ratio_best_single_to_ceiling"] == pytest.approx(0.95)
+    assert nums["ratio_best_lmdb_batched_to_ceiling"] == pytest.approx(0.70)
+    assert nums["ceiling_method"] == "gather" and nums["ratio_best_to_baseline"] == pytest.approx(19.0)
+    disk = pd.DataFrame([{"format": "png", "bytes": 2 << 20}, {"format": "lmdb_raw", "bytes": 1 << 20}])
+    lines = S.readings(summ, disk, nums)
+    text = "\n".join(lines)
+    assert "dl_w" not in text and "/batched" not in text and "/chunk" not in text
+    assert any(x.startswith("Target 1, ") and "meets the ≥ 0.9 target" in x for x in lines)
+    assert any(x.startswith("Target 1b, ") and "meets the ≥ 0.7 target" in x for x in lines)
+    assert any(x.startswith("Target 2, ") and "misses the ≥ 20× target" in x for x in lines)
+    assert "30×" in text  # zarr by chunks ÷ zarr one sample at a time: 9000 / 300
+    assert "PNG, a loop in one process vs the DataLoader with 1 worker: 400 vs 420" in text
+    assert S.figure_title(nums, 32).startswith("npy_mmap, one process, whole chunks: ×19 the PNG")
+    tab = S.table(summ)
+    assert "DataLoader, 2 workers" in set(tab["loader"]) and tab["samples/s (median)"].is_monotonic_decreasing
+
+
+def test_reading_has_the_handover_and_its_targets():
+    ho = [{"pipeline": "png_totensor_dataloader", "samples_per_s": 1000.0, "main_us_per_sample": 40.0,
+           "handover_gb_s": 0.5},
+          {"pipeline": "lmdb_fast_dataloader", "samples_per_s": 4000.0, "main_us_per_sample": 30.0,
+           "handover_gb_s": 0.6},
+          {"pipeline": "lmdb_ring", "samples_per_s": 6000.0, "main_us_per_sample": 2.0, "handover_gb_s": 9.0}]
+    nums = S.numbers(_summary(), ho)
+    lines = S.readings(_summary(), None, nums, handover_batch=128, handover_workers=2)
+    hand = [x for x in lines if "ring" in x]
+    assert any("0.60 GB/s" in x and "9.00 GB/s" in x for x in hand)
+    assert any("2.0 µs" in x and "meets the ≤ 5 µs target" in x for x in hand)
+    assert any("6.0×" in x and "meets the ≥ 5× target" in x and "the ring" in x for x in hand)

@@ -55,6 +55,15 @@ from feedlab.experiments._storage_readers import (  # noqa: F401  (re-exported: 
     store_files,
     variant,
 )
+from feedlab.experiments._storage_readings import (  # noqa: F401  (re-exported)
+    CEILING_WORDS,
+    ceiling_method,
+    figure_title,
+    numbers,
+    readings,
+    row_words,
+    table,
+)
 from feedlab.loaders import index_batches
 from feedlab.pipeline import PipelineSpec
 from feedlab.results import Results
@@ -176,10 +185,18 @@ def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples
     return res
 
 
-def ceiling_method(summ) -> str | None:
-    """Which copy method set the ceiling in a summary (the ``ceiling_<method>`` with the best median)."""
-    rows = summ[(summ.variant.str.startswith("ceiling_")) & (summ.metric == "samples_per_s")]
-    return None if rows.empty else str(rows.loc[rows["median"].idxmax()].variant).removeprefix("ceiling_")
+#: the pipelines 05's hand-over measures (``experiments.handover.PIPELINES``): the baseline, LMDB + fast
+#: collate through the DataLoader and through the shared-memory ring
+HANDOVER_PIPELINES = ("png_totensor_dataloader", "lmdb_fast_dataloader", "lmdb_ring")
+
+
+def handover(root, batch_size: int = 128, num_workers: int = 2, batches: int = 50, repeats: int = 1) -> list[dict]:
+    """The worker → main hand-over measured on this set (``experiments.handover.measure``): the
+    DataLoader against ``loader="ring"``, GB/s and main-side µs per sample, beside the PNG baseline."""
+    from feedlab.experiments import handover as H
+
+    return H.measure(root, HANDOVER_PIPELINES, batch_size=batch_size, num_workers=num_workers, batches=batches,
+                     repeats=repeats)
 
 
 def baseline(root, repeats: int, warmup: int = 1, samples: int | None = None, batch_size: int = 128,
@@ -313,7 +330,7 @@ def loader_label(loader: str, num_workers: int = 0) -> str:
 def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", ceiling_ms: float | None = None,
                 title: str = ""):
     """Grouped bars: one group per format, one bar per (loader, workers), log scale, IQR error bars."""
-    from feedlab.plots import PALETTE, legend_outside, readable_log_axis
+    from feedlab.plots import PALETTE, axis_label, legend_outside, readable_log_axis
 
     s = summ[(summ["mode"] == mode) & (summ["metric"] == metric) & summ["variant"].str.contains("/")]
     fmts = list(dict.fromkeys(s["format"]))
@@ -341,7 +358,7 @@ def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", cei
     readable_log_axis(ax, "y")
     ax.set_xticks(np.arange(len(fmts)))
     ax.set_xticklabels(fmts, rotation=20)
-    ax.set_ylabel("ms per batch (median, IQR bars)")
+    ax.set_ylabel(axis_label("batch_load_ms", "median, IQR bars"))
     ax.set_title(title)
     legend_outside(ax, "right", fontsize=7.5, title="loader")
     return ax
