@@ -305,3 +305,10 @@ def test_reading_has_the_handover_and_its_targets():
     assert any("0.60 GB/s" in x and "9.00 GB/s" in x for x in hand)
     assert any("2.0 µs" in x and "meets the ≤ 5 µs target" in x for x in hand)
     assert any("6.0×" in x and "meets the ≥ 5× target" in x and "the ring" in x for x in hand)
+
+
+def test_progress_lines_are_words(sr_root):
+    lines = []
+    S.run(sr_root, ["zarr"], [1], 8, repeats=1, warmup=0, samples=16, loaders=["chunk"], log=lines.append)
+    assert lines[0] == lines[0].split(": ")[0] + ": zarr, one process, whole chunks: " + lines[0].split(": ")[-1]
+    assert lines[0].startswith("reading alone: ") and not any("/" in x or "dl_w" in x for x in lines)

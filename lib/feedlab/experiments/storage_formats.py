@@ -297,7 +297,10 @@ def _log_last(res: Results, log) -> None:
         return
     last = r[-1]
     vals = [row["value"] for row in r if row["variant"] == last["variant"] and row["mode"] == last["mode"]]
-    log(f"{last['mode']:5s} {last['variant']:32s} {np.median(vals):9.3f} ms/batch")
+    words = {"baseline_png_pil_totensor": "baseline: png, PIL, ToTensor, DataLoader, 2 workers"}.get(
+        last["variant"]) or f"{last['format']}, {loader_words(last['loader'], int(last['num_workers']))}"
+    mode = {"read": "reading alone", "train": "with a training step", "cold": "cold page cache"}[last["mode"]]
+    log(f"{mode}: {words}: {np.median(vals):.3f} ms per batch")
 
 
 def summary(res: Results):
