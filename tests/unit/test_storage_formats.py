@@ -312,3 +312,9 @@ def test_progress_lines_are_words(sr_root):
     S.run(sr_root, ["zarr"], [1], 8, repeats=1, warmup=0, samples=16, loaders=["chunk"], log=lines.append)
     assert lines[0] == lines[0].split(": ")[0] + ": zarr, one process, whole chunks: " + lines[0].split(": ")[-1]
     assert lines[0].startswith("reading alone: ") and not any("/" in x or "dl_w" in x for x in lines)
+
+
+def test_worker_kinds_in_words():
+    assert S.loader_words("ring", 2) == "a shared-memory ring, 2 workers"
+    assert S.loader_words("threads", 2) == "one process, 2 threads filling batch slots"
+    assert S.loader_words("dataloader", 0) == "DataLoader, no workers"

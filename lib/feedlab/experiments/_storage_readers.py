@@ -127,7 +127,7 @@ def variant(spec: PipelineSpec) -> str:
 #: a loader kind in words: what a reader of a table or a legend reads
 KIND_WORDS = {"plain": "one process, a sample at a time", "batched": "one process, a batch per read",
               "chunk": "one process, whole chunks", "ring": "a shared-memory ring",
-              "threads": "threads of one process"}
+              "threads": "one process, threads filling batch slots"}
 
 
 def loader_words(loader: str, num_workers: int = 0) -> str:
@@ -135,8 +135,10 @@ def loader_words(loader: str, num_workers: int = 0) -> str:
     n = int(num_workers)
     if loader == "dataloader":
         return f"DataLoader, {n} worker{'s' if n != 1 else ''}" if n else "DataLoader, no workers"
+    if loader == "threads":
+        return f"one process, {n} thread{'s' if n != 1 else ''} filling batch slots"
     words = KIND_WORDS.get(loader, loader)
-    return f"{words}, {n} {'thread' if loader == 'threads' else 'worker'}{'s' if n != 1 else ''}" if n else words
+    return f"{words}, {n} worker{'s' if n != 1 else ''}" if n else words
 
 
 def setting_words(spec: PipelineSpec) -> str:

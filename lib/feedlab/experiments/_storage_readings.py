@@ -146,7 +146,8 @@ def readings(summ, disk, nums: dict, *, with_model: bool = False, cold: bool = F
             left = co[co.variant == r.variant]["max"]
             state = ("eviction not checked (no mincore)" if left.empty or left.iloc[0] < 0 else
                      f"{100 * (1 - left.iloc[0]):.0f}% of pages evicted" + (" — NOT cold" if left.iloc[0] > 0.1 else ""))
-            out.append(f"  {row_words(r)}: cold {float(r['median']):,.0f} vs warm {warm:,.0f} samples/s; {state}.")
+            vs = f" vs warm {warm:,.0f}" if not math.isnan(warm) else " (not read warm in this run)"
+            out.append(f"  {row_words(r)}: cold {float(r['median']):,.0f}{vs} samples/s; {state}.")
     if "handover" in nums:
         out += _handover_lines(nums["handover"], handover_batch, handover_workers)
     if disk is not None and len(disk):
