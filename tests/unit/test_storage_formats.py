@@ -289,6 +289,8 @@ def test_reading_states_targets_in_words():
     assert "30×" in text  # zarr by chunks ÷ zarr one sample at a time: 9000 / 300
     assert "PNG, a loop in one process vs the DataLoader with 1 worker: 400 vs 420" in text
     assert S.figure_title(nums, 32).startswith("npy_mmap, one process, whole chunks: ×19 the PNG")
+    assert S.panel_title(summ, "read", nums, 32) == S.figure_title(nums, 32)
+    assert S.panel_title(summ, "train", nums, 32) == "Batch load time, with a training step per batch"  # none here
     tab = S.table(summ)
     assert "DataLoader, 2 workers" in set(tab["loader"]) and tab["samples/s (median)"].is_monotonic_decreasing
 

@@ -167,6 +167,23 @@ def figure_title(nums: dict, batch_size: int) -> str:
                          "PNG + PIL + ToTensor baseline (DataLoader, 2 workers)", f"batch {batch_size}, reading alone")
 
 
+def panel_title(summ, mode: str, nums: dict, batch_size: int, step: str = "a training step") -> str:
+    """A panel's title, its finding: reading alone, the fastest setting against the baseline
+    (:func:`figure_title`); with a training step or a cold cache, the fastest setting against the
+    slowest in that mode."""
+    from feedlab.plots import finding_title
+
+    if mode == "read":
+        return figure_title(nums, batch_size)
+    rows = _settings(summ, mode)
+    where = {"train": f"with {step} per batch", "cold": "cold page cache"}.get(mode, mode)
+    if rows.empty:
+        return f"Batch load time, {where}"
+    best, worst = rows.loc[rows["median"].idxmax()], rows.loc[rows["median"].idxmin()]
+    return finding_title(f"{where[0].upper()}{where[1:]}, {row_words(best)}", float(best["median"]) / float(worst["median"]),
+                         f"slowest ({row_words(worst)})", f"batch {batch_size}")
+
+
 def table(summ, mode: str = "read"):
     """The samples/s table a reader reads: format, loader in words, median and IQR."""
     rows = _settings(summ, mode)

@@ -60,6 +60,7 @@ from feedlab.experiments._storage_readings import (  # noqa: F401  (re-exported)
     ceiling_method,
     figure_title,
     numbers,
+    panel_title,
     readings,
     row_words,
     table,
