@@ -288,7 +288,8 @@ def test_reading_states_targets_in_words():
     assert any(x.startswith("Target 2, ") and "misses the ≥ 20× target" in x for x in lines)
     assert "30×" in text  # zarr by chunks ÷ zarr one sample at a time: 9000 / 300
     assert "PNG, a loop in one process vs the DataLoader with 1 worker: 400 vs 420" in text
-    assert S.figure_title(nums, 32).startswith("npy_mmap, one process, whole chunks: ×19 the PNG")
+    assert S.figure_title(nums, 32) == ("Reading alone, npy_mmap, one process, whole chunks (batch 32): ×19 the PNG + "
+                                        "PIL + ToTensor baseline (DataLoader, 2 workers, batch 128)")
     assert S.panel_title(summ, "read", nums, 32) == S.figure_title(nums, 32)
     assert S.panel_title(summ, "train", nums, 32) == "Batch load time, with a training step per batch"  # none here
     tab = S.table(summ)

@@ -163,8 +163,8 @@ def figure_title(nums: dict, batch_size: int) -> str:
 
     if "best_read" not in nums:
         return f"Batch load time by storage format and loader, batch {batch_size}"
-    return finding_title(nums["best_read"], nums["ratio_best_to_baseline"],
-                         "PNG + PIL + ToTensor baseline (DataLoader, 2 workers)", f"batch {batch_size}, reading alone")
+    return finding_title(f"Reading alone, {nums['best_read']} (batch {batch_size})", nums["ratio_best_to_baseline"],
+                         "PNG + PIL + ToTensor baseline (DataLoader, 2 workers, batch 128)")
 
 
 def panel_title(summ, mode: str, nums: dict, batch_size: int, step: str = "a training step") -> str:
