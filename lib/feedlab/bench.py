@@ -92,7 +92,7 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
 
         d.reset()
         trace_run(dataset, out, Path(trace), batch_size=spec.batch_size, workers=spec.num_workers,
-                  collate=P.make_collate(spec.collate), max_batches=max_batches or 20)
+                  max_batches=max_batches or 20, loader=P.make_loader(dataset, spec))  # the timed kind, traced
     return out
 
 

@@ -211,6 +211,28 @@ class Tracer:
         return DataLoader(self.dataset(dataset), batch_sampler=bs, collate_fn=self.collate(collate_fn),
                           **loader_kw)
 
+    def wrap(self, loader):
+        """The loader ``pipeline.make_loader`` built, traced: a DataLoader is rebuilt around the same
+        dataset, batch sampler (so the same order), collate, workers and settings, with the dataset's
+        fetch and the collate traced and every batch tagged; any other loader kind (one that fills
+        batch slots itself) is returned as it is: its batches show as the main loop's waits
+        (:meth:`add_timer`)."""
+        from torch.utils.data import DataLoader
+
+        if not isinstance(loader, DataLoader):
+            return loader
+        if loader.batch_sampler is None:  # an iterable dataset or batch_size=None: nothing to tag
+            raise TypeError("trace: a DataLoader without a batch sampler (iterable dataset or batch_size=None) "
+                            "cannot be traced per batch; trace a map-style dataset")
+        workers = int(loader.num_workers)
+        kw = dict(num_workers=workers, pin_memory=loader.pin_memory, timeout=loader.timeout,
+                  worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
+                  generator=loader.generator)
+        if workers:
+            kw.update(prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers)
+        return DataLoader(self.dataset(loader.dataset), batch_sampler=TaggedBatchSampler(loader.batch_sampler),
+                          collate_fn=self.collate(loader.collate_fn), **kw)
+
     # main-side spans
     def add_timer(self, timer, epoch: int = 0, finished=None) -> None:
         """Turn a finished (or finishable) PhaseTimer into ``step`` spans with
@@ -390,9 +412,11 @@ def batches_in(obj: dict, name: str, epoch: int = 0) -> set[int]:
 
 def trace_run(dataset, out: dict | None, path: str | os.PathLike, batch_size: int, workers: int,
               collate: Callable | None = None, max_batches: int = 20, model=None, device="cpu",
-              optimizer=None, pin_memory: bool = False, shuffle: bool = True, **loader_kw) -> Path:
+              optimizer=None, pin_memory: bool = False, shuffle: bool = True, loader=None, **loader_kw) -> Path:
     """Run ``max_batches`` batches of ``dataset`` through a traced DataLoader
     (and the model step, when given) and write the Chrome trace to ``path``.
+    ``loader``: a loader already built (``pipeline.make_loader``), traced by :meth:`Tracer.wrap`
+    instead of a DataLoader built here, so the traced loader is the timed one.
     With ``out`` (a result dict), ``trace``, ``trace_batches`` and
     ``trace_events`` are added to it."""
     from feedlab.timing import PhaseTimer, run_epoch
@@ -400,8 +424,11 @@ def trace_run(dataset, out: dict | None, path: str | os.PathLike, batch_size: in
     with Tracer() as tr:
         tr.metadata.update({"batch_size": int(batch_size), "num_workers": int(workers),
                             "device": str(device)})
-        loader = tr.loader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
-                           num_workers=workers, pin_memory=bool(pin_memory), **loader_kw)
+        if loader is not None:
+            loader = tr.wrap(loader)
+        else:
+            loader = tr.loader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
+                               num_workers=workers, pin_memory=bool(pin_memory), **loader_kw)
         timer = PhaseTimer(device)
         res = run_epoch(loader, model, device, optimizer, max_batches=max_batches, timer=timer)
         tr.add_timer(timer, epoch=0)

@@ -23,6 +23,14 @@ def test_nb_05_storage_formats():
     assert (read.groupby("variant").size() == P["repeats"]).all()   # one row per repeat per setting
     assert (df[df.metric == "samples_per_s"].value > 0).all()
     assert {"zarr_chunk/chunk", "zarr/plain", "lmdb/batched"} <= set(read.variant)
+    # settings are (format, loader kind, num_workers) from the registries: Zarr by chunks is (zarr, chunk)
+    from feedlab.loader_kinds import LOADER_KINDS
+
+    assert set(read["loader"]) <= set(LOADER_KINDS) and ("zarr", "chunk") in set(zip(read["format"], read["loader"]))
+    assert "dl_w" not in payload["best_read"] and "/" not in payload["best_single_process"]
+    hand = payload["handover"]   # the worker -> main hand-over, DataLoader vs ring, and its targets
+    assert hand["ring_handover_gb_s"] > 0 and hand["dataloader_handover_gb_s"] > 0
+    assert isinstance(hand["ring_main_us_met"], bool) and hand["lmdb_vs_png"] > 0
     assert set(payload["bytes_on_disk"]) == set(fmts)
     assert (out / "batch_load_time.png").stat().st_size > 0
 

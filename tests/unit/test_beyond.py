@@ -55,3 +55,29 @@ def test_skewed_dataset_slows_only_its_worker(monkeypatch):
         monkeypatch.setattr(B, "get_worker_info", lambda info=info: info)
         ds[0]
     assert slept == [0.5, 1.5, 0.5]  # main process and worker 1 at item_s; worker 0 at 3×
+
+
+def test_batched_fetch_and_sharded_reads_build_through_the_registry(sr_root, tmp_path, monkeypatch):
+    """12's loaders come from pipeline.make_loader (the loader-kind registry), not a DataLoader of their own."""
+    import shutil
+
+    from feedlab import pipeline as P
+
+    built = []
+    make = P.make_loader
+
+    def spy(ds, spec, *a, **kw):
+        built.append(spec)
+        return make(ds, spec, *a, **kw)
+
+    monkeypatch.setattr(P, "make_loader", spy)
+    df = B.batched_fetch(sr_root, ["lmdb"], 8, [0], repeats=1, warmup=0, max_batches=2).frame()
+    assert set(df.fetch) == {"__getitems__", "__getitem__"} and (df.value > 0).all()
+    assert [s.loader for s in built] == ["dataloader", "dataloader"] and built[0].collate == "fast"
+    root = tmp_path / "sr"
+    shutil.copytree(sr_root, root)
+    built.clear()
+    res, info = B.sharded_reads(root, 8, 0, repeats=1, buffer=4, cold=False, shard_samples=16)
+    sps = res.frame()
+    assert set(sps.variant) == {"wds shards (sequential)", "npy per-sample files (random)"}
+    assert (sps.value > 0).all() and set(sps.samples) == {48} and len(built) == 4

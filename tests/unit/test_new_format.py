@@ -62,3 +62,21 @@ def test_cli_offers_a_registered_format(rawbin):
         main(["--data", str(rawbin), "--format", "rawbin", "--max-workers", "0", "--batch-size", "8", "--json",
               "--repeats", "1", "--samples", "8", "--batches", "2", "--no-cold"])
     assert json.loads(buf.getvalue())["format"] == "rawbin"
+
+
+def test_notebook_05_times_a_registered_format(rawbin):
+    """05's grid is built from the registries: a new format appears with every loader kind its
+    capabilities allow, and its rows are timed like any other, with no table to extend."""
+    from feedlab.experiments import storage_formats as S
+
+    assert "rawbin" in formats.present(rawbin)
+    got = {(s.loader, s.num_workers) for s in S.settings(formats.present(rawbin), [2], 8) if s.format == "rawbin"}
+    assert {("plain", 0), ("dataloader", 0), ("dataloader", 2)} <= got
+    assert not any(k in ("batched", "chunk") for k, _w in got)  # neither batched nor chunked: no such rows
+    res = S.run(rawbin, ["rawbin"], worker_counts=[1], batch_size=8, repeats=1, warmup=0, samples=16,
+                loaders=["plain", "dataloader"], log=None)
+    df = res.frame()
+    read = df[(df["format"] == "rawbin") & (df.metric == "samples_per_s")]
+    assert set(zip(read["loader"], read["num_workers"])) == {("plain", 0), ("dataloader", 0), ("dataloader", 1)}
+    assert (read.value > 0).all()
+    assert S.disk_table(rawbin, ["rawbin"]).bytes.iloc[0] > 0

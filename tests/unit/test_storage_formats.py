@@ -126,22 +126,47 @@ def test_batch_read_loader_partial_batch_and_readers_that_ignore_out(sr_root):
     np.testing.assert_array_equal(torch.cat([b[1] for b in got]).numpy(), hr_all)
 
 
+def _spec(fmt, loader="dataloader", num_workers=0, batch_size=8):
+    return S.as_spec(fmt, batch_size).replace(loader=loader, num_workers=num_workers)
+
+
 def test_measured_loaders_use_the_batched_fast_path(sr_root):
     from feedlab.formats.npy_store import NpyMmapDataset
 
-    ds = S.open_format(sr_root, "npy_mmap")
-    assert ds.read_batch.__func__ is NpyMmapDataset.read_batch
     for lo in ("chunk", "batched"):
-        ld = S.make_loader(ds, "npy_mmap", lo, 8)
-        assert isinstance(ld, BatchReadLoader) and ld.dataset is ds
+        ds = S.open_format(sr_root, _spec("npy_mmap", lo))
+        assert ds.read_batch.__func__ is NpyMmapDataset.read_batch
+        ld = S.make_loader(ds, _spec("npy_mmap", lo))
+        inner = getattr(ld, "loader", ld)  # slot-filling kinds come wrapped in an NCHW view
+        assert isinstance(inner, BatchReadLoader) and inner.dataset is ds
+        assert isinstance(inner, ChunkLoader) == (lo == "chunk")
+
+
+def test_settings_come_from_the_registries(sr_root):
+    """Which kinds read a format is its capabilities against each kind's requirements: no table."""
+    got = {(s.format, s.loader, s.num_workers) for s in S.settings(["hdf5", "zarr", "npy_mmap", "png"], [2], 8)}
+    assert ("zarr", "chunk", 0) in got and ("npy_mmap", "chunk", 0) in got
+    assert ("hdf5", "chunk", 0) not in got and ("png", "chunk", 0) not in got   # not chunked stores
+    assert {("npy_mmap", "dataloader", w) for w in (0, 1, 2)} <= got and ("npy_mmap", "ring", 2) in got
+    assert all(s.collate == S.COLLATE and not s.problems("cpu") for s in S.settings(["lmdb"], [2], 8))
+    only = S.settings(["lmdb"], [2], 8, loaders=["batched", "dataloader"])
+    assert {(s.loader, s.num_workers) for s in only} == {("batched", 0), ("dataloader", 0), ("dataloader", 1),
+                                                         ("dataloader", 2)}
+    # the keys the claims ledger reads, and words a reader reads
+    assert S.variant(_spec("zarr", "chunk")) == "zarr_chunk/chunk" and S.variant(_spec("png", num_workers=2)) == \
+        "png/dl_w2"
+    assert S.loader_words("dataloader", 2) == "DataLoader, 2 workers"
+    assert S.loader_words("chunk") == "one process, whole chunks"
+    assert S.loader_words("batched") == "one process, a batch per read"
+    assert all("dl_w" not in S.setting_words(s) for s in S.settings(["lmdb", "zarr"], [2], 8))
 
 
 # ---------------------------------------------------------------- experiment
 
 def test_per_sample_wrapper_hides_batched_reads(sr_root):
-    ds = S.open_format(sr_root, "zarr")
+    ds = S.open_format(sr_root, _spec("zarr", "plain"))
     assert not hasattr(ds, "__getitems__") and not hasattr(ds, "read_batch")
-    assert hasattr(S.open_format(sr_root, "zarr_chunk"), "read_batch")
+    assert hasattr(S.open_format(sr_root, _spec("zarr", "chunk")), "read_batch")
     assert len(S.open_format(sr_root, "lmdb", samples=7)) == 7
 
 
@@ -149,30 +174,24 @@ def test_timed_reads_skip_the_checksum_check_unless_asked(sr_root):
     """Rows are read speed alone: every store the experiment times is opened without the
     per-sample checksum check (the set has a checksum table, so the check would run)."""
     assert (Path(sr_root) / "crc32c.npy").is_file()
-    for fmt in ("png", "lmdb", "zarr", "zarr_chunk", "npy_mmap"):
-        ds = S.open_format(sr_root, fmt)
+    for spec in (_spec("png"), _spec("lmdb"), _spec("zarr"), _spec("zarr", "chunk"), _spec("npy_mmap")):
+        ds = S.open_format(sr_root, spec)
         inner = ds.base.base if isinstance(ds.base, S.PerSample) else ds.base
-        assert inner.verify is False, fmt
+        assert inner.verify is False, spec
     assert S.open_format(sr_root, "lmdb", verify=True).base.verify is True
 
 
-def test_sorted_block_loader_for_hdf5(sr_root):
-    ds = S.open_format(sr_root, "hdf5")
-    loader = S.make_loader(ds, "hdf5", "chunk", 8)
-    idx = list(loader.batch_sampler)
-    assert all(b == sorted(b) and b == list(range(b[0], b[0] + len(b))) for b in idx)
-
-
 def test_measure_rows(sr_root):
-    res = S.measure(sr_root, "lmdb", "plain", 8, repeats=2, warmup=0, samples=32)
+    res = S.measure(sr_root, _spec("lmdb", "plain"), None, repeats=2, warmup=0, samples=32)
     df = res.frame()
     assert set(df.metric) == {"batch_load_ms", "samples_per_s"}
     assert len(df) == 4 and (df.value > 0).all()
     assert set(df["format"]) == {"lmdb"} and set(df["batch_size"]) == {8}
+    assert set(df["loader"]) == {"plain"} and set(df["num_workers"]) == {0}
 
 
 def test_cold_mode_records_eviction(sr_root):
-    res = S.measure(sr_root, "npy", "plain", 8, repeats=1, warmup=0, samples=16, mode="cold")
+    res = S.measure(sr_root, _spec("npy", "plain"), None, repeats=1, warmup=0, samples=16, mode="cold")
     df = res.frame()
     frac = df[df.metric == "resident_fraction_after_evict"].value.iloc[0]
     # -1: mincore unavailable here; otherwise the eviction must have dropped (nearly) every page
@@ -180,13 +199,19 @@ def test_cold_mode_records_eviction(sr_root):
 
 
 def test_train_mode_runs_a_step(sr_root):
-    ds = S.open_format(sr_root, "npy_mmap")
-    model, opt = S.make_step_model("srcnn", ds.hr_shape, "cpu", f1=3, f2=1, f3=3, n1=4, n2=4)
+    model, opt = S.make_step_model("srcnn", "cpu", f1=3, f2=1, f3=3, n1=4, n2=4)
     before = [p.detach().clone() for p in model.parameters()]
-    res = S.measure(sr_root, "npy_mmap", "chunk", 8, repeats=1, warmup=0, mode="train", model=model,
+    res = S.measure(sr_root, _spec("npy_mmap", "chunk"), None, repeats=1, warmup=0, mode="train", model=model,
                     optimizer=opt)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert "step_ms" in set(res.frame().metric)
+
+
+def test_auto_model_is_the_pipelines_choice():
+    from feedlab.pipeline import make_training
+
+    model, _opt = S.make_step_model("auto", "cpu")
+    assert type(model) is type(make_training("auto", "cpu")[0])
 
 
 def test_ceiling_is_positive(sr_root):
@@ -217,6 +242,82 @@ def test_cold_mode_evicts_mapped_formats_before_every_repeat(sr_root, fmt, tmp_p
 
     if resident_pages([next(p for p in S.store_files(sr_root, fmt))]) is None:
         pytest.skip("mincore unavailable here")
-    df = S.measure(sr_root, fmt, "plain", 8, repeats=3, warmup=1, samples=16, mode="cold").frame()
+    df = S.measure(sr_root, _spec(fmt, "plain"), None, repeats=3, warmup=1, samples=16, mode="cold").frame()
     frac = df[df.metric == "resident_fraction_after_evict"].sort_values("repeat").value.tolist()
     assert len(frac) == 3 and all(f <= 0.1 for f in frac), frac
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _summary(extra_rows=()):
+    from feedlab.results import Results
+
+    res = Results()
+    rows = [("zarr", "chunk", 0, 9000.0), ("zarr", "plain", 0, 300.0), ("lmdb_raw", "batched", 0, 7000.0),
+            ("npy_mmap", "chunk", 0, 9500.0), ("png", "dataloader", 2, 800.0), ("png", "plain", 0, 400.0),
+            ("png", "dataloader", 1, 420.0), *extra_rows]
+    for fmt, lo, w, v in rows:
+        spec = S.as_spec(fmt, 32).replace(loader=lo, num_workers=w)
+        for r in range(2):
+            res.add(S.EXPERIMENT, S.variant(spec), "samples_per_s", v, "samples/s", repeat=r, format=fmt, loader=lo,
+                    num_workers=w, batch_size=32, mode="read", samples=0)
+    for name, v in (("memcpy_ceiling", 10000.0), ("ceiling_gather", 10000.0), ("ceiling_numpy_copy", 8000.0),
+                    ("memcpy_per_item", 5000.0), ("baseline_png_pil_totensor", 500.0)):
+        for r in range(2):
+            res.add(S.EXPERIMENT, name, "samples_per_s", v, "samples/s", repeat=r, format="ram", loader=name,
+                    num_workers=0, batch_size=32, mode="read", samples=0)
+    return S.summary(res)
+
+
+def test_reading_states_targets_in_words():
+    import pandas as pd
+
+    summ = _summary()
+    nums = S.numbers(summ)
+    assert nums["best_single_process"] == "npy_mmap, one process, whole chunks"
+    assert nums["ratio_best_single_to_ceiling"] == pytest.approx(0.95)
+    assert nums["ratio_best_lmdb_batched_to_ceiling"] == pytest.approx(0.70)
+    assert nums["ceiling_method"] == "gather" and nums["ratio_best_to_baseline"] == pytest.approx(19.0)
+    disk = pd.DataFrame([{"format": "png", "bytes": 2 << 20}, {"format": "lmdb_raw", "bytes": 1 << 20}])
+    lines = S.readings(summ, disk, nums)
+    text = "\n".join(lines)
+    assert "dl_w" not in text and "/batched" not in text and "/chunk" not in text
+    assert any(x.startswith("Target 1, ") and "meets the ≥ 0.9 target" in x for x in lines)
+    assert any(x.startswith("Target 1b, ") and "meets the ≥ 0.7 target" in x for x in lines)
+    assert any(x.startswith("Target 2, ") and "misses the ≥ 20× target" in x for x in lines)
+    assert "30×" in text  # zarr by chunks ÷ zarr one sample at a time: 9000 / 300
+    assert "PNG, a loop in one process vs the DataLoader with 1 worker: 400 vs 420" in text
+    assert S.figure_title(nums, 32) == ("Reading alone, npy_mmap, one process, whole chunks (batch 32): ×19 the PNG + "
+                                        "PIL + ToTensor baseline (DataLoader, 2 workers, batch 128)")
+    assert S.panel_title(summ, "read", nums, 32) == S.figure_title(nums, 32)
+    assert S.panel_title(summ, "train", nums, 32) == "Batch load time, with a training step per batch"  # none here
+    tab = S.table(summ)
+    assert "DataLoader, 2 workers" in set(tab["loader"]) and tab["samples/s (median)"].is_monotonic_decreasing
+
+
+def test_reading_has_the_handover_and_its_targets():
+    ho = [{"pipeline": "png_totensor_dataloader", "samples_per_s": 1000.0, "main_us_per_sample": 40.0,
+           "handover_gb_s": 0.5},
+          {"pipeline": "lmdb_fast_dataloader", "samples_per_s": 4000.0, "main_us_per_sample": 30.0,
+           "handover_gb_s": 0.6},
+          {"pipeline": "lmdb_ring", "samples_per_s": 6000.0, "main_us_per_sample": 2.0, "handover_gb_s": 9.0}]
+    nums = S.numbers(_summary(), ho)
+    lines = S.readings(_summary(), None, nums, handover_batch=128, handover_workers=2)
+    hand = [x for x in lines if "ring" in x]
+    assert any("0.60 GB/s" in x and "9.00 GB/s" in x for x in hand)
+    assert any("2.0 µs" in x and "meets the ≤ 5 µs target" in x for x in hand)
+    assert any("6.0×" in x and "meets the ≥ 5× target" in x and "the ring" in x for x in hand)
+
+
+def test_progress_lines_are_words(sr_root):
+    lines = []
+    S.run(sr_root, ["zarr"], [1], 8, repeats=1, warmup=0, samples=16, loaders=["chunk"], log=lines.append)
+    assert lines[0] == lines[0].split(": ")[0] + ": zarr, one process, whole chunks: " + lines[0].split(": ")[-1]
+    assert lines[0].startswith("reading alone: ") and not any("/" in x or "dl_w" in x for x in lines)
+
+
+def test_worker_kinds_in_words():
+    assert S.loader_words("ring", 2) == "a shared-memory ring, 2 workers"
+    assert S.loader_words("threads", 2) == "one process, 2 threads filling batch slots"
+    assert S.loader_words("dataloader", 0) == "DataLoader, no workers"

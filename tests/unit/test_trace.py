@@ -78,3 +78,29 @@ def test_two_epochs_are_tagged_apart():
     assert batches_in(obj, "batch", epoch=1) == set(range(4))
     assert batches_in(obj, "step", epoch=1) == set(range(4))
     assert check_trace(obj) == []
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_built_by_the_pipeline_is_traced_as_built(sr_root, tmp_path, workers):
+    """Tracing wraps the loader make_loader built (same dataset, order, collate and workers)."""
+    from feedlab import pipeline as P
+    from feedlab.trace import trace_run
+
+    spec = P.PipelineSpec(format="npy_mmap", collate="fast", batch_size=8, num_workers=workers, device="cpu")
+    ds = P.open_dataset(sr_root, spec)
+    built = P.make_loader(ds, spec, seed=3)
+    with Tracer() as tr:
+        traced = tr.wrap(built)
+        assert traced.num_workers == workers and traced.dataset.dataset is ds
+        assert traced.collate_fn.fn is built.collate_fn
+        got = [lr.clone() for lr, _hr in traced]
+    want = [lr.clone() for lr, _hr in P.make_loader(ds, spec, seed=3)]
+    assert all(torch.equal(a, b) for a, b in zip(got, want)) and len(got) == len(want)
+    out = {}
+    trace_run(None, out, tmp_path / "t.json", 8, workers, max_batches=3, loader=P.make_loader(ds, spec))
+    obj = json.loads((tmp_path / "t.json").read_text())
+    # workers may have fetched ahead of the 3 batches consumed
+    assert check_trace(obj) == [] and {0, 1, 2} <= batches_in(obj, "fetch") and out["trace_batches"] == 3
+    slots = P.make_loader(ds, spec.replace(loader="batched", num_workers=0))
+    with Tracer() as tr:
+        assert tr.wrap(slots) is slots   # a slot-filling kind: traced by the main loop's waits

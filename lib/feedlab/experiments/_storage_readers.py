@@ -1,11 +1,15 @@
-"""Notebook 05's stores and loops: what each row reads, and how (re-exported by
+"""Notebook 05's settings, stores and loops (re-exported by
 :mod:`feedlab.experiments.storage_formats`, which times them).
 
-``open_format`` opens a format's store (its first ``samples``; ``zarr`` hides batched
-reads behind :class:`PerSample`), ``loaders_for`` lists the loops a format is read by,
-``make_loader`` builds one (``plain``, ``batched``, ``chunk``, ``dl_w<N>``), ``read_epoch``
-times a pass that does nothing else, and ``_shutdown`` / ``_close`` release workers and
-every per-process handle (so an eviction can take the pages).
+Every setting is a :class:`feedlab.pipeline.PipelineSpec` of ``(format, loader, num_workers)``
+built from the registries: the formats (``feedlab.formats``) and the loader kinds
+(``feedlab.loader_kinds``); a format's capabilities decide which kinds apply (``settings``).
+A new format appears here by its store and its one registration. ``open_format`` opens a
+setting's store (its first ``samples``; Zarr read by any kind that is not chunk- or
+batch-aligned (``PER_SAMPLE_KINDS``) hides its batched reads behind :class:`PerSample`: one ``arr[i]`` per sample),
+``make_loader`` builds the loader through ``pipeline.make_loader``, ``read_epoch`` times a pass
+that does nothing else, ``_shutdown`` / ``_close`` release workers and every per-process handle
+(so an eviction can take the pages). ``loader_words`` says what a setting's loader is, in words.
 """
 
 from __future__ import annotations
@@ -14,22 +18,19 @@ import gc
 from pathlib import Path
 from typing import Sequence
 
-import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from feedlab import cache, formats
 from feedlab.formats._common import LazyHandle
-from feedlab.loaders import BatchReadLoader, ChunkLoader, plain_loop
+from feedlab.pipeline import PipelineSpec
+from feedlab.pipeline import make_loader as _pipeline_loader
 from feedlab.timing import PhaseTimer, owned_iterator
 
-FORMAT_NAMES = ("png", "hdf5", "zarr", "zarr_chunk", "npy", "npy_mmap", "pt", "lmdb", "lmdb_raw")
-# the store each row reads (zarr_chunk is the zarr store read chunk-aligned)
-STORE = {"zarr_chunk": "zarr"}
-BATCHED = ("lmdb", "lmdb_raw", "hdf5", "npy_mmap")
-CHUNKED = ("zarr_chunk", "npy_mmap", "hdf5")
-# files under the set's root that each store occupies (for eviction)
-STORE_PATHS = {"png": ("hr", "lr"), "lmdb": ("lmdb",), "lmdb_raw": ("lmdb_raw",), "hdf5": ("sr.h5",),
-               "zarr": ("sr.zarr",), "npy": ("npy",), "npy_mmap": ("npy_mmap",), "pt": ("pt",)}
+#: the collate every setting uses: a uint8 copy into the batch (slot-filling kinds require one)
+COLLATE = "fast"
+#: kinds that ask the dataset for one sample at a time: Zarr read by them is read one ``arr[i]``
+#: per sample ("random ids"); every other kind reads whole batches (``read_batch``)
+PER_SAMPLE_KINDS = ("dataloader", "plain")
 
 
 class Head(Dataset):
@@ -59,6 +60,9 @@ class PerSample(Dataset):
 
     def __init__(self, base):
         self.base = base
+        for attr in ("lr_shape", "hr_shape"):
+            if hasattr(base, attr):
+                setattr(self, attr, getattr(base, attr))
 
     def __len__(self) -> int:
         return len(self.base)
@@ -67,81 +71,105 @@ class PerSample(Dataset):
         return self.base[i]
 
 
-def store_of(fmt: str) -> str:
-    return STORE.get(fmt, fmt)
+def kinds_for(fmt: str, loaders: Sequence[str] | None = None) -> list[str]:
+    """The loader kinds that can read format ``fmt`` (its capabilities against each kind's
+    requirements), in registry order; ``loaders`` limits them."""
+    from feedlab.loader_kinds import LOADER_KINDS
+
+    caps = formats.get_format(fmt).capabilities()
+    return [k for k, kind in LOADER_KINDS.items() if (loaders is None or k in loaders)
+            and all(caps.get(c) for c in kind.requires)]
+
+
+def settings(fmts: Sequence[str], worker_counts: Sequence[int], batch_size: int,
+             loaders: Sequence[str] | None = None) -> list[PipelineSpec]:
+    """Every ``(format, loader, num_workers)`` 05 times: per format, each kind it can feed
+    (:func:`kinds_for`); the DataLoader with 0, 1 and each of ``worker_counts`` workers, the
+    other multi-process kinds with each of ``worker_counts``, the single-process kinds alone.
+    A setting whose ``problems()`` are not empty is left out."""
+    from feedlab.experiments.loader_grid import grid
+    from feedlab.loader_kinds import LOADER_KINDS
+
+    out: list[PipelineSpec] = []
+    for fmt in fmts:
+        for kind in kinds_for(fmt, loaders):
+            w = LOADER_KINDS[kind].workers
+            counts = [0] if w == "none" else sorted({0, 1, *worker_counts}) if w == "any" else \
+                sorted({int(n) for n in worker_counts if int(n) >= 1})
+            if not counts:
+                continue
+            out += [s for s in grid(format=fmt, loader=kind, num_workers=counts, batch_size=batch_size,
+                                    collate=COLLATE, persistent_workers=False, device="cpu")]
+    return [s.replace(persistent_workers=s.num_workers > 0) for s in out
+            if not s.replace(persistent_workers=s.num_workers > 0).problems("cpu")]
+
+
+def as_spec(setting, batch_size: int | None = None) -> PipelineSpec:
+    """A setting as a spec: a ``PipelineSpec`` as it is, or a format name read by the DataLoader."""
+    if isinstance(setting, PipelineSpec):
+        return setting if batch_size is None else setting.replace(batch_size=batch_size)
+    return PipelineSpec(format=setting, collate=COLLATE, batch_size=batch_size or 64, device="cpu")
+
+
+def variant(spec: PipelineSpec) -> str:
+    """The key a setting's rows and payload entries carry. It is the key the claims ledger and
+    the committed results read (``format/loader``, Zarr read chunk by chunk as ``zarr_chunk``,
+    the DataLoader by its worker count), so runs before and after the loader-kind registry
+    compare; readers never see it (:func:`loader_words`, :func:`setting_words`)."""
+    fmt = "zarr_chunk" if (spec.format == "zarr" and spec.loader == "chunk") else spec.format
+    if spec.loader == "dataloader":
+        return f"{fmt}/dl_w{spec.num_workers}"
+    if spec.num_workers:
+        return f"{fmt}/{spec.loader}_w{spec.num_workers}"
+    return f"{fmt}/{spec.loader}"
+
+
+#: a loader kind in words: what a reader of a table or a legend reads
+KIND_WORDS = {"plain": "one process, a sample at a time", "batched": "one process, a batch per read",
+              "chunk": "one process, whole chunks", "ring": "a shared-memory ring",
+              "threads": "one process, threads filling batch slots"}
+
+
+def loader_words(loader: str, num_workers: int = 0) -> str:
+    """``("dataloader", 2)`` → "DataLoader, 2 workers"; ``("chunk", 0)`` → "one process, whole chunks"."""
+    n = int(num_workers)
+    if loader == "dataloader":
+        return f"DataLoader, {n} worker{'s' if n != 1 else ''}" if n else "DataLoader, no workers"
+    if loader == "threads":
+        return f"one process, {n} thread{'s' if n != 1 else ''} filling batch slots"
+    words = KIND_WORDS.get(loader, loader)
+    return f"{words}, {n} worker{'s' if n != 1 else ''}" if n else words
+
+
+def setting_words(spec: PipelineSpec) -> str:
+    """A setting in words: "zarr, one process, whole chunks"."""
+    return f"{spec.format}, {loader_words(spec.loader, spec.num_workers)}"
 
 
 def store_files(root, fmt: str) -> list[Path]:
-    root = Path(root)
-    return cache.files_under(*(root / p for p in STORE_PATHS[store_of(fmt)]))
+    """The files of format ``fmt``'s store under ``root`` (the store says which: ``store_files``)."""
+    ds = formats.open_dataset(root, fmt, verify=False)
+    try:
+        files = ds.store_files(range(len(ds)))
+    finally:
+        _close(ds)
+    return cache.files_under(*files) if files else []
 
 
-def open_format(root, fmt: str, samples: int | None = None, verify: bool = False):
-    """The store ``fmt`` reads, its first ``samples``; ``verify``: the per-sample checksum
-    check on read (off: read speed alone)."""
-    store = store_of(fmt)
-    if fmt == "zarr":
+def open_format(root, setting, samples: int | None = None, verify: bool = False):
+    """The store a setting reads, its first ``samples``; ``verify``: the per-sample checksum
+    check on read (off: read speed alone). Zarr read by a per-sample kind (``PER_SAMPLE_KINDS``)
+    is read one ``arr[i]`` at a time (no chunk cache)."""
+    spec = as_spec(setting)
+    if spec.format == "zarr" and spec.loader in PER_SAMPLE_KINDS:
         ds = PerSample(formats.open_dataset(root, "zarr", cache_chunk=False, verify=verify))
         return Head(ds, samples)
-    return Head(formats.open_dataset(root, store, verify=verify), samples)
+    return Head(formats.open_dataset(root, spec.format, verify=verify), samples)
 
 
-def loaders_for(fmt: str, worker_counts: Sequence[int]) -> list[str]:
-    if fmt == "zarr_chunk":
-        return ["chunk", "dl_w0", "dl_w1", *[f"dl_w{w}" for w in worker_counts]]
-    out = ["plain", "dl_w0", "dl_w1", *[f"dl_w{w}" for w in worker_counts]]
-    if fmt in BATCHED:
-        out.append("batched")
-    if fmt in CHUNKED:
-        out.append("chunk")
-    return list(dict.fromkeys(out))
-
-
-class SortedBatches:
-    """Each batch of ``sampler`` with its indices sorted: the same set of samples (order
-    within a batch does not matter to SGD), but contiguous blocks become one read
-    (HDF5 ``read_direct`` of an aligned block)."""
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-
-    def __iter__(self):
-        for b in self.sampler:
-            yield sorted(b)
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-
-def make_loader(ds, fmt: str, loader: str, batch_size: int, seed: int = 0, collate_fn=None):
-    if loader == "plain":
-        return plain_loop(ds, batch_size, collate=collate_fn, seed=seed)
-    if loader == "batched":
-        return BatchReadLoader(ds, batch_size, seed=seed)
-    if loader == "chunk":
-        if getattr(ds, "chunk_len", None):
-            return ChunkLoader(ds, batch_size, seed=seed)
-        from feedlab.formats.chunks import ChunkBatchSampler
-
-        # no chunks (contiguous HDF5): blocks of batch_size in shuffled order, sorted within
-        return BatchReadLoader(ds, batch_size, seed=seed, batch_sampler=SortedBatches(
-            ChunkBatchSampler(len(ds), batch_size, batch_size, seed=seed)))
-    if loader.startswith("dl_w"):
-        w = int(loader[4:])
-        kw = dict(num_workers=w, persistent_workers=w > 0, collate_fn=collate_fn)
-        if fmt == "zarr_chunk":  # the chunk sampler: one slice per batch
-            from feedlab.formats.chunks import ChunkBatchSampler
-
-            return DataLoader(ds, batch_sampler=ChunkBatchSampler(len(ds), ds.chunk_len, batch_size,
-                                                                  seed=seed), **kw)
-        g = torch.Generator()
-        g.manual_seed(seed)
-        return DataLoader(ds, batch_size=batch_size, shuffle=True, generator=g, **kw)
-    raise ValueError(f"unknown loader {loader!r}")
-
-
-def num_workers_of(loader: str) -> int:
-    return int(loader[4:]) if loader.startswith("dl_w") else 0
+def make_loader(ds, spec: PipelineSpec, seed: int = 0, collate_fn=None):
+    """The setting's loader over ``ds``, built through the loader-kind registry."""
+    return _pipeline_loader(ds, spec, seed=seed, collate_fn=collate_fn)
 
 
 def read_epoch(loader) -> tuple[float, int, int]:
@@ -166,6 +194,9 @@ def _shutdown(loader) -> None:
     it = getattr(loader, "_iterator", None)
     if it is not None and hasattr(it, "_shutdown_workers"):
         it._shutdown_workers()
+    close = getattr(loader, "close", None)
+    if close is not None:
+        close()
 
 
 def _close(ds) -> None:

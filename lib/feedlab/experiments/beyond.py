@@ -242,18 +242,17 @@ def batched_fetch(root, formats: Sequence[str], batch_size: int, num_workers: Se
 
 
 def _batched_fetch(res, root, formats, batch_size, num_workers, repeats, warmup, max_batches):
-    from feedlab.collate import FastCollate
-    from feedlab.formats import open_dataset
+    from feedlab import pipeline as P
     from feedlab.timing import run_epoch
 
     for fmt in formats:
-        base = open_dataset(root, fmt)
+        spec = P.PipelineSpec(format=fmt, collate="fast", batch_size=batch_size, device="cpu")
+        base = P.open_dataset(root, spec)
         for mode in ("__getitems__", "__getitem__"):
             ds = base if mode == "__getitems__" else PerItemOnly(base)
             for w in num_workers:
-                loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=w,
-                                    collate_fn=FastCollate(), generator=torch.Generator().manual_seed(0),
-                                    persistent_workers=w > 0)
+                # the registry's DataLoader kind (pipeline.make_loader): seeded shuffle, the fast collate
+                loader = P.make_loader(ds, spec.replace(num_workers=w, persistent_workers=w > 0), seed=0)
                 for _ in range(warmup):
                     run_epoch(loader, None, "cpu", max_batches=max_batches)
                 for r in range(repeats):
@@ -322,21 +321,20 @@ def sharded_reads(root, batch_size: int, num_workers: int, repeats: int, buffer:
                   cold: bool = True, shard_samples: int = 256) -> tuple[Results, dict]:
     """Samples/s of (a) wds shards, shard shuffle + ``buffer``-sample shuffle, and
     (b) random access to one .npy per sample, warm and (where eviction works) cold."""
+    from feedlab import pipeline as P
     from feedlab.cache import evict, files_under
-    from feedlab.collate import FastCollate
-    from feedlab.formats import open_dataset
     from feedlab.timing import run_epoch
 
     shard_dir = write_shards(root, shard_samples)
     res = Results()
     info = {"shard_dir": str(shard_dir), "cold": None}
+    spec = P.PipelineSpec(format="npy", collate="fast", batch_size=batch_size, num_workers=num_workers, device="cpu")
     variants = {
-        "wds shards (sequential)": (lambda: DataLoader(wds_dataset(shard_dir, buffer), batch_size=batch_size,
-                                                       num_workers=num_workers, collate_fn=FastCollate()),
+        # the shards are an iterable dataset (shard shuffle + a sample buffer): the registry's DataLoader
+        # kind over it, unshuffled by the loader (the shards shuffle themselves)
+        "wds shards (sequential)": (lambda: P.make_loader(wds_dataset(shard_dir, buffer), spec, shuffle=False),
                                     files_under(shard_dir)),
-        "npy per-sample files (random)": (lambda: DataLoader(open_dataset(root, "npy"), batch_size=batch_size,
-                                                             shuffle=True, num_workers=num_workers,
-                                                             collate_fn=FastCollate()),
+        "npy per-sample files (random)": (lambda: P.make_loader(P.open_dataset(root, spec), spec, seed=0),
                                           files_under(Path(root) / "npy")),
     }
     caches = ["warm"]

@@ -1,15 +1,15 @@
 """Storage format × loader: how long does a batch take to arrive?
 
-The same SR samples, stored as PNG pairs, HDF5, Zarr (random per-sample reads,
-and chunk-aligned batches), one .npy per sample, one memory-mapped .npy,
-``torch.save`` files and LMDB (lz4 and raw), are read by:
-
-* ``dl_w0``, ``dl_w1``, ``dl_w<N>`` — ``torch.utils.data.DataLoader`` with 0, 1, N
-  workers (``persistent_workers`` so worker start-up is paid in the warm-up);
-* ``plain`` — :func:`feedlab.loaders.plain_loop`, one process, no DataLoader;
-* ``batched`` — :class:`feedlab.loaders.BatchReadLoader`: the format's
-  ``read_batch`` straight into preallocated batch arrays (lmdb, hdf5, npy_mmap);
-* ``chunk`` — :class:`feedlab.loaders.ChunkLoader` (Zarr / npy_mmap chunks).
+The same SR samples, in every storage format the registry holds that the set has packed
+(PNG pairs, HDF5, Zarr, one .npy per sample, one memory-mapped .npy, ``torch.save`` files,
+LMDB with lz4 and raw, and any format registered later), are read by every loader kind of
+:mod:`feedlab.loader_kinds` the format can feed: a setting is a ``PipelineSpec`` of
+``(format, loader, num_workers)`` (``_storage_readers.settings``), built by
+``pipeline.make_loader``. The DataLoader runs with 0, 1 and N workers (persistent, started in
+the warm-up); ``plain`` is one process without DataLoader; ``batched`` the format's
+``read_batch`` straight into reused batch slots; ``chunk`` whole chunks (Zarr, npy_mmap);
+``ring`` / ``threads`` fill reused slots from workers / threads. Zarr read by a kind that is
+not batch- or chunk-aligned is read one ``arr[i]`` per sample ("random ids").
 
 Per (format, loader) and repeat (one epoch each, after warm-up epochs): the mean
 time blocked in ``next(loader)`` per batch and samples per second of that
@@ -37,79 +37,72 @@ import torch
 
 from feedlab import cache, formats
 from feedlab.experiments._storage_readers import (  # noqa: F401  (re-exported: the notebook and tests use them here)
-    BATCHED,
-    CHUNKED,
-    FORMAT_NAMES,
-    STORE,
-    STORE_PATHS,
+    COLLATE,
+    KIND_WORDS,
+    PER_SAMPLE_KINDS,
     Head,
     PerSample,
-    SortedBatches,
     _close,
     _shutdown,
-    loaders_for,
+    as_spec,
+    kinds_for,
+    loader_words,
     make_loader,
-    num_workers_of,
     open_format,
     read_epoch,
+    setting_words,
+    settings,
     store_files,
-    store_of,
+    variant,
+)
+from feedlab.experiments._storage_readings import (  # noqa: F401  (re-exported)
+    CEILING_WORDS,
+    ceiling_method,
+    figure_title,
+    numbers,
+    panel_title,
+    readings,
+    row_words,
+    table,
 )
 from feedlab.loaders import index_batches
+from feedlab.pipeline import PipelineSpec
 from feedlab.results import Results
 from feedlab.timing import run_epoch, time_callable
 
 EXPERIMENT = "storage_formats"
 
 
-class NHWCSR(torch.nn.Module):
-    """Feeds NHWC float batches (as run_epoch delivers them) to an NCHW SR model and
-    returns NHWC, the shape of the HR target."""
-
-    def __init__(self, model, hr_hw: tuple[int, int]):
-        super().__init__()
-        self.model = model
-        self.hr_hw = tuple(hr_hw)
-
-    def forward(self, x):
-        x = x.permute(0, 3, 1, 2)
-        y = self.model(x, size=self.hr_hw)
-        return y.permute(0, 2, 3, 1)
-
-
-def make_step_model(name: str, hr_shape, device, **kw):
-    """The model stepped per batch. ``"auto"``: SRCNN as published with CUDA; on a CPU,
-    SRCNN shaped by ``kw`` (the profile's lighter filters), as in every notebook."""
+def make_step_model(name: str, device, **kw):
+    """``(model, optimizer)`` stepped per batch (NCHW batches, as every loader kind yields them):
+    ``"auto"`` is the pipeline's choice for ``device`` (``pipeline.resolve_model_name``: SRCNN as
+    published with CUDA, the small SRCNN on a CPU); another name is built with ``kw``."""
     from feedlab.models import make_model
+    from feedlab.pipeline import make_training
 
-    if name == "auto":
-        name = "srcnn"
-        if str(device).startswith("cuda"):
-            kw = {}
-    model = make_model(name, **kw)
-    if model is None:
-        return None, None
-    wrapped = NHWCSR(model, hr_shape[:2]).to(device)
-    opt = torch.optim.Adam(wrapped.parameters(), lr=1e-3)
-    return wrapped, opt
+    model = name if name == "auto" or not kw else make_model(name, **kw)
+    model, _loss, opt = make_training(model, device)
+    return model, opt
 
 
-def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: int = 1,
+def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warmup: int = 1,
             samples: int | None = None, mode: str = "read", model=None, optimizer=None,
             device="cpu", res: Results | None = None, collate_fn=None,
-            variant: str | None = None, verify: bool = False) -> Results:
-    """Time one (format, loader) in ``mode`` (read | train | cold); rows go to ``res``."""
+            variant_name: str | None = None, verify: bool = False) -> Results:
+    """Time one setting (a ``PipelineSpec`` of format, loader, num_workers; a format name: the
+    DataLoader without workers) in ``mode`` (read | train | cold); rows go to ``res``."""
     res = res if res is not None else Results()
-    params = dict(format=fmt, loader=loader, num_workers=num_workers_of(loader), batch_size=batch_size,
-                  mode=mode, samples=samples or 0)
-    variant = variant or f"{fmt}/{loader}"
-    def open_all():
-        d = open_format(root, fmt, samples, verify) if collate_fn is None else Head(
-            formats.open_dataset(root, store_of(fmt), verify=verify), samples)
-        return d, make_loader(d, fmt, loader, batch_size, collate_fn=collate_fn)
+    spec = as_spec(setting, batch_size)
+    params = dict(format=spec.format, loader=spec.loader, num_workers=spec.num_workers,
+                  batch_size=spec.batch_size, mode=mode, samples=samples or 0)
+    name = variant_name or variant(spec)
 
+    def open_all():
+        d = open_format(root, spec, samples, verify)
+        return d, make_loader(d, spec, collate_fn=collate_fn)
+
+    files = store_files(root, spec.format) if mode == "cold" else []
     ds, ld = open_all()
-    files = store_files(root, fmt) if mode == "cold" else []
     try:
         for _ in range(max(0, warmup)):
             read_epoch(ld) if mode != "train" else run_epoch(ld, model, device, optimizer)
@@ -121,7 +114,7 @@ def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: 
                 _shutdown(ld)
                 _close(ds)
                 rep = cache.evict(files)
-                res.add(EXPERIMENT, variant, "resident_fraction_after_evict",
+                res.add(EXPERIMENT, name, "resident_fraction_after_evict",
                         rep.resident_fraction_after if rep.resident_fraction_after is not None else -1.0,
                         "fraction", repeat=r, **params)
                 if not rep.supported:
@@ -130,14 +123,14 @@ def measure(root, fmt: str, loader: str, batch_size: int, repeats: int, warmup: 
             if mode == "train":
                 et = run_epoch(ld, model, device, optimizer)
                 wait, n, nb = et.data_wait_s, et.samples, et.batches
-                res.add(EXPERIMENT, variant, "step_ms", 1e3 * float(et.phases_s[:, 1:].sum()) / max(1, nb),
+                res.add(EXPERIMENT, name, "step_ms", 1e3 * float(et.phases_s[:, 1:].sum()) / max(1, nb),
                         "ms/batch", repeat=r, **params)
-                res.add(EXPERIMENT, variant, "wall_samples_per_s", et.samples_per_s, "samples/s",
+                res.add(EXPERIMENT, name, "wall_samples_per_s", et.samples_per_s, "samples/s",
                         repeat=r, **params)
             else:
                 wait, n, nb = read_epoch(ld)
-            res.add(EXPERIMENT, variant, "batch_load_ms", 1e3 * wait / max(1, nb), "ms/batch", repeat=r, **params)
-            res.add(EXPERIMENT, variant, "samples_per_s", n / wait if wait > 0 else float("nan"),
+            res.add(EXPERIMENT, name, "batch_load_ms", 1e3 * wait / max(1, nb), "ms/batch", repeat=r, **params)
+            res.add(EXPERIMENT, name, "samples_per_s", n / wait if wait > 0 else float("nan"),
                     "samples/s", repeat=r, **params)
     finally:
         _shutdown(ld)
@@ -184,19 +177,27 @@ def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples
     runs["memcpy_ceiling"] = ceil["runs"][ceil["method"]]
     runs["memcpy_per_item"] = time_callable(per_item, warmup=max(1, warmup), repeats=repeats)
     params = dict(format="ram", num_workers=0, batch_size=batch_size, mode="read", samples=samples or 0)
-    for variant, secs in runs.items():
+    for name, secs in runs.items():
         for r, sec in enumerate(secs):
-            res.add(EXPERIMENT, variant, "samples_per_s", n / sec, "samples/s", repeat=r, loader=variant, **params)
-            res.add(EXPERIMENT, variant, "batch_load_ms", 1e3 * sec / len(batches), "ms/batch",
-                    repeat=r, loader=variant, **params)
+            res.add(EXPERIMENT, name, "samples_per_s", n / sec, "samples/s", repeat=r, loader=name, **params)
+            res.add(EXPERIMENT, name, "batch_load_ms", 1e3 * sec / len(batches), "ms/batch",
+                    repeat=r, loader=name, **params)
     _close(ds)
     return res
 
 
-def ceiling_method(summ) -> str | None:
-    """Which copy method set the ceiling in a summary (the ``ceiling_<method>`` with the best median)."""
-    rows = summ[(summ.variant.str.startswith("ceiling_")) & (summ.metric == "samples_per_s")]
-    return None if rows.empty else str(rows.loc[rows["median"].idxmax()].variant).removeprefix("ceiling_")
+#: the pipelines 05's hand-over measures (``experiments.handover.PIPELINES``): the baseline, LMDB + fast
+#: collate through the DataLoader and through the shared-memory ring
+HANDOVER_PIPELINES = ("png_totensor_dataloader", "lmdb_fast_dataloader", "lmdb_ring")
+
+
+def handover(root, batch_size: int = 128, num_workers: int = 2, batches: int = 50, repeats: int = 1) -> list[dict]:
+    """The worker → main hand-over measured on this set (``experiments.handover.measure``): the
+    DataLoader against ``loader="ring"``, GB/s and main-side µs per sample, beside the PNG baseline."""
+    from feedlab.experiments import handover as H
+
+    return H.measure(root, HANDOVER_PIPELINES, batch_size=batch_size, num_workers=num_workers, batches=batches,
+                     repeats=repeats)
 
 
 def baseline(root, repeats: int, warmup: int = 1, samples: int | None = None, batch_size: int = 128,
@@ -205,8 +206,10 @@ def baseline(root, repeats: int, warmup: int = 1, samples: int | None = None, ba
     (no checksum check by default: the write-ups had none)."""
     from feedlab.collate import totensor_collate
 
-    return measure(root, "png", f"dl_w{num_workers}", batch_size, repeats, warmup, samples, "read",
-                   res=res, collate_fn=totensor_collate, variant="baseline_png_pil_totensor", verify=verify)
+    spec = PipelineSpec(format="png", collate="totensor", batch_size=batch_size, num_workers=num_workers,
+                        persistent_workers=num_workers > 0, device="cpu")
+    return measure(root, spec, None, repeats, warmup, samples, "read", res=res, collate_fn=totensor_collate,
+                   variant_name="baseline_png_pil_totensor", verify=verify)
 
 
 def disk_table(root, fmts: Iterable[str]):
@@ -215,8 +218,8 @@ def disk_table(root, fmts: Iterable[str]):
 
     man = formats.read_manifest(root)
     rows = []
-    for fmt in fmts:
-        store = store_of(fmt)
+    for fmt in dict.fromkeys(fmts):
+        store = fmt
         rec = man.get("formats", {}).get(store, {})
         if store == "png":
             size, write_s, note = formats.bytes_on_disk(root, "png"), man.get("build_seconds"), \
@@ -224,7 +227,7 @@ def disk_table(root, fmts: Iterable[str]):
         else:
             size, write_s, note = rec.get("bytes", formats.bytes_on_disk(root, store)), rec.get("write_seconds"), \
                 "pack: read the PNGs + write"
-        rows.append({"format": fmt, "store": store, "bytes": int(size),
+        rows.append({"format": fmt, "bytes": int(size),
                      "write_s": float("nan") if write_s is None else float(write_s), "write_note": note})
     return pd.DataFrame(rows)
 
@@ -244,51 +247,48 @@ def bytes_per_sample(root, bytes_on_disk: dict) -> dict:
             "bytes_per_sample_npy_mmap": bytes_on_disk["npy_mmap"] / n}
 
 
-def run(root, fmts: Sequence[str] = FORMAT_NAMES, worker_counts: Sequence[int] = (2,), batch_size: int = 128,
+def run(root, fmts: Sequence[str] | None = None, worker_counts: Sequence[int] = (2,), batch_size: int = 128,
         repeats: int = 3, warmup: int = 1, samples: int | None = None, with_model: bool = False,
-        model_name: str = "srcnn", model_kw: dict | None = None, cold: bool = False, device=None,
+        model_name: str = "auto", model_kw: dict | None = None, cold: bool = False, device=None,
         loaders: Sequence[str] | None = None, log: Callable[[str], None] | None = print,
         verify: bool = False) -> Results:
-    """The grid: read-alone for every (format, loader), then the references, then
-    (optionally) with a training step and cold-cache epochs. ``loaders`` limits the
-    loader kinds (names as in :func:`loaders_for`, ``dl_wN`` for "DataLoader with the
-    largest worker count"); None means all. ``verify``: the per-sample checksum check on
-    every timed read (off by default: read speed alone)."""
-    def keep(lo: str) -> bool:
-        if loaders is None:
-            return True
-        return lo in loaders or ("dl_wN" in loaders and lo == f"dl_w{max(worker_counts)}")
-
+    """The grid: read-alone for every setting (:func:`settings`: each format ``fmts``, None: every
+    registered SR format the set holds, by each loader kind it can feed; ``loaders`` limits the
+    kinds), then the references, then (optionally) with a training step (the single-process kinds
+    and the DataLoader with the most workers) and cold-cache epochs (one single-process kind per
+    format: chunks where it has them). ``verify``: the per-sample checksum check on every timed
+    read (off by default: read speed alone)."""
+    fmts = list(fmts) if fmts is not None else formats.present(root)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     res = Results()
-    for fmt in fmts:
-        for loader in filter(keep, loaders_for(fmt, worker_counts)):
-            measure(root, fmt, loader, batch_size, repeats, warmup, samples, "read", res=res, verify=verify)
-            if log:
-                _log_last(res, log)
+    grid_ = settings(fmts, worker_counts, batch_size, loaders)
+    for spec in grid_:
+        measure(root, spec, None, repeats, warmup, samples, "read", res=res, verify=verify)
+        if log:
+            _log_last(res, log)
     memcpy_ceiling(root, batch_size, repeats, warmup, samples, res=res)
     baseline(root, repeats, warmup, samples, batch_size=128, num_workers=2, res=res, verify=verify)
     if log:
         _log_last(res, log)
     if with_model:
-        ds = open_format(root, "npy_mmap", samples)
-        hr_shape = ds.hr_shape
-        _close(ds)
-        for fmt in fmts:
-            for loader in [lo for lo in loaders_for(fmt, worker_counts) if keep(lo) and (
-                    lo in ("plain", "chunk", "batched") or lo == f"dl_w{max(worker_counts)}")]:
+        most = max(worker_counts) if len(worker_counts) else 0
+        for spec in grid_:
+            if spec.num_workers == 0 and spec.loader != "dataloader" or \
+                    (spec.loader == "dataloader" and spec.num_workers == most):
                 torch.manual_seed(0)
-                model, opt = make_step_model(model_name, hr_shape, device, **(model_kw or {}))
-                measure(root, fmt, loader, batch_size, repeats, warmup, samples, "train", model, opt,
-                        device, res=res, verify=verify)
+                model, opt = make_step_model(model_name, device, **({} if model_name == "auto" else model_kw or {}))
+                measure(root, spec, None, repeats, warmup, samples, "train", model, opt, device, res=res,
+                        verify=verify)
                 if log:
                     _log_last(res, log)
     if cold:
         for fmt in fmts:
-            loader = "chunk" if fmt == "zarr_chunk" else "plain"
-            measure(root, fmt, loader, batch_size, repeats, 0, samples, "cold", res=res, verify=verify)
-            if log:
-                _log_last(res, log)
+            kinds = [k for k in ("chunk", "plain") if k in kinds_for(fmt)]
+            if kinds:
+                measure(root, PipelineSpec(format=fmt, loader=kinds[0], collate=COLLATE, batch_size=batch_size,
+                                           device="cpu"), None, repeats, 0, samples, "cold", res=res, verify=verify)
+                if log:
+                    _log_last(res, log)
     return res
 
 
@@ -298,7 +298,10 @@ def _log_last(res: Results, log) -> None:
         return
     last = r[-1]
     vals = [row["value"] for row in r if row["variant"] == last["variant"] and row["mode"] == last["mode"]]
-    log(f"{last['mode']:5s} {last['variant']:32s} {np.median(vals):9.3f} ms/batch")
+    words = {"baseline_png_pil_totensor": "baseline: png, PIL, ToTensor, DataLoader, 2 workers"}.get(
+        last["variant"]) or f"{last['format']}, {loader_words(last['loader'], int(last['num_workers']))}"
+    mode = {"read": "reading alone", "train": "with a training step", "cold": "cold page cache"}[last["mode"]]
+    log(f"{mode}: {words}: {np.median(vals):.3f} ms per batch")
 
 
 def summary(res: Results):
@@ -309,54 +312,49 @@ def summary(res: Results):
     return summarize(df, ["mode", "variant", "format", "loader", "num_workers", "metric"])
 
 
-def _loader_rank(loader: str) -> int:
-    """A fixed order (and so a fixed colour) per loader across every panel: the
-    single-process loops first, then the DataLoader by worker count."""
-    fixed = {"plain": 0, "batched": 1, "chunk": 2}
-    if loader in fixed:
-        return fixed[loader]
-    if loader.startswith("dl_w"):
-        return 3 + int(loader[4:])  # dl_w0 -> 3, dl_w1 -> 4, dl_w2 -> 5 ...
-    return 9
+def _loader_rank(loader: str, num_workers: int = 0) -> int:
+    """A fixed order (and so a fixed colour) per loader across every panel: the kinds in
+    registry order, the DataLoader by worker count, the worker kinds last."""
+    from feedlab.loader_kinds import LOADER_KINDS
+
+    kinds = [k for k in LOADER_KINDS if k != "dataloader"]
+    single = [k for k in kinds if LOADER_KINDS[k].workers == "none"]
+    if loader in single:
+        return single.index(loader)
+    if loader == "dataloader":
+        return len(single) + min(int(num_workers), 4)
+    return len(single) + 5 + (kinds.index(loader) if loader in kinds else len(kinds))
 
 
-def loader_label(loader: str) -> str:
-    """What a loader name means, for a legend."""
-    fixed = {"plain": "one process, a sample at a time", "batched": "one process, a batch per read",
-             "chunk": "one process, chunk-aligned reads"}
-    if loader in fixed:
-        return fixed[loader]
-    if loader.startswith("dl_w"):
-        n = int(loader[4:])
-        return f"DataLoader, {n} worker{'s' if n != 1 else ''}"
-    return loader
+def loader_label(loader: str, num_workers: int = 0) -> str:
+    """What a loader is, for a legend or a table (:func:`loader_words`)."""
+    return loader_words(loader, num_workers)
 
 
 def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", ceiling_ms: float | None = None,
                 title: str = ""):
-    """Grouped bars: one group per format, one bar per loader, log scale, IQR error bars."""
-    from feedlab.plots import PALETTE, legend_outside, readable_log_axis
+    """Grouped bars: one group per format, one bar per (loader, workers), log scale, IQR error bars."""
+    from feedlab.plots import PALETTE, axis_label, legend_outside, readable_log_axis
 
     s = summ[(summ["mode"] == mode) & (summ["metric"] == metric) & summ["variant"].str.contains("/")]
     fmts = list(dict.fromkeys(s["format"]))
-    loaders = sorted(dict.fromkeys(s["loader"]), key=_loader_rank)
-    width = 0.85 / max(1, len(loaders))
-    for j, lo in enumerate(loaders):
-        part = s[s["loader"] == lo].set_index("format")
+    keys = sorted(dict.fromkeys(zip(s["loader"], s["num_workers"].astype(int))), key=lambda k: _loader_rank(*k))
+    width = 0.85 / max(1, len(keys))
+    for j, (lo, nw) in enumerate(keys):
+        part = s[(s["loader"] == lo) & (s["num_workers"].astype(int) == nw)].groupby("format").first()
         xs, med, lo_e, hi_e = [], [], [], []
         for i, f in enumerate(fmts):
             if f in part.index:
                 row = part.loc[f]
-                xs.append(i + (j - (len(loaders) - 1) / 2) * width)
+                xs.append(i + (j - (len(keys) - 1) / 2) * width)
                 med.append(row["median"])
                 lo_e.append(row["median"] - row["q25"])
                 hi_e.append(row["q75"] - row["median"])
-        ax.bar(xs, med, width, yerr=[lo_e, hi_e], capsize=1.5, label=loader_label(lo),
-               color=PALETTE[_loader_rank(lo) % len(PALETTE)],
-               error_kw={"elinewidth": 0.8})
+        ax.bar(xs, med, width, yerr=[lo_e, hi_e], capsize=1.5, label=loader_label(lo, nw),
+               color=PALETTE[_loader_rank(lo, nw) % len(PALETTE)], error_kw={"elinewidth": 0.8})
     if ceiling_ms is not None:
         ax.axhline(ceiling_ms, color="#333333", linestyle="--", linewidth=1)
-        ax.annotate(f"memcpy into batch slots: {ceiling_ms:.3g} ms", xy=(1, ceiling_ms),
+        ax.annotate(f"the fastest copy of these bytes: {ceiling_ms:.3g} ms", xy=(1, ceiling_ms),
                     xycoords=("axes fraction", "data"), xytext=(-3, 4), textcoords="offset points",
                     ha="right", va="bottom", fontsize=7.5, color="#333333",
                     bbox={"boxstyle": "square,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85})
@@ -364,7 +362,7 @@ def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", cei
     readable_log_axis(ax, "y")
     ax.set_xticks(np.arange(len(fmts)))
     ax.set_xticklabels(fmts, rotation=20)
-    ax.set_ylabel("ms per batch (median, IQR bars)")
+    ax.set_ylabel(axis_label("batch_load_ms", "median, IQR bars"))
     ax.set_title(title)
     legend_outside(ax, "right", fontsize=7.5, title="loader")
     return ax

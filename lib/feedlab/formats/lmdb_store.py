@@ -260,10 +260,13 @@ class LmdbDataset(SRDataset):
         return [self._wrap(lr_b[k], hr_b[k]) for k in range(len(lr_b))]
 
     def read_batch(self, indices: Sequence[int], out=None):
-        """One read transaction; each value is copied from the mapped page straight into
-        its batch slot. A raw value whose header is the expected one is copied with two
-        memoryview slice assignments (no per-sample numpy objects); anything else (lz4,
-        a bad header) goes through ``_decode_into``."""
+        """One read transaction (``buffers=True``: each value is a view of its mapped page);
+        each value's bytes are copied once, straight into its batch slots: a raw value whose
+        header is the expected one by two memoryview slice assignments (views, no per-sample
+        numpy objects, no intermediate buffer); an lz4 value with the expected header is
+        decompressed (python-lz4 cannot decompress into a caller's buffer: one fresh buffer)
+        and that buffer copied into the slots the same way. Anything else (a bad header, a
+        non-contiguous ``out``) goes through ``_decode_into``, which names the sample."""
         lr_b, hr_b = self._batch_out(len(indices), out)
         idx = self._indices(indices).tolist()
         fast = lr_b.flags.c_contiguous and hr_b.flags.c_contiguous and len(idx) > 0
@@ -272,7 +275,9 @@ class LmdbDataset(SRDataset):
             hr_mv = memoryview(hr_b.reshape(-1))
             ls, hs = self._lr_size, self._hr_size
             raw_head = self._raw_header()
+            lz4_head = self._raw_header(COMP_LZ4)
             end = HEADER_SIZE + ls + hs
+            decompress = lz4.frame.decompress
         i = idx[0] if idx else -1
         try:
             with self._environment().begin(buffers=True) as txn:
@@ -281,11 +286,19 @@ class LmdbDataset(SRDataset):
                     buf = get(i.to_bytes(8, "big"))
                     if buf is None:
                         raise FormatError(f"{self.fmt}: key for sample {i} is missing")
-                    if fast and len(buf) == end and buf[:HEADER_SIZE] == raw_head:
-                        lr_mv[k * ls:(k + 1) * ls] = buf[HEADER_SIZE:HEADER_SIZE + ls]
-                        hr_mv[k * hs:(k + 1) * hs] = buf[HEADER_SIZE + ls:end]
-                    else:
-                        self._decode_into(buf, i, lr_b[k], hr_b[k])
+                    if fast:
+                        head = buf[:HEADER_SIZE].tobytes()
+                        if head == raw_head and len(buf) == end:
+                            lr_mv[k * ls:(k + 1) * ls] = buf[HEADER_SIZE:HEADER_SIZE + ls]
+                            hr_mv[k * hs:(k + 1) * hs] = buf[HEADER_SIZE + ls:end]
+                            continue
+                        if head == lz4_head:
+                            body = memoryview(decompress(buf[HEADER_SIZE:]))
+                            if len(body) == ls + hs:
+                                lr_mv[k * ls:(k + 1) * ls] = body[:ls]
+                                hr_mv[k * hs:(k + 1) * hs] = body[ls:]
+                                continue
+                    self._decode_into(buf, i, lr_b[k], hr_b[k])
         except Exception as exc:
             raise self._read_error(i, exc) from exc
         self._verify_batch(idx, lr_b, hr_b)
@@ -310,12 +323,14 @@ class LmdbDataset(SRDataset):
     def store_files(self, indices):
         return files_in(self.path)
 
-    def _raw_header(self) -> bytes:
-        head = self.__dict__.get("_raw_head")
+    def _raw_header(self, comp: int = COMP_RAW) -> bytes:
+        """The header every well-formed value of this store carries (``comp``: raw or lz4)."""
+        cache = self.__dict__.setdefault("_heads", {})
+        head = cache.get(comp)
         if head is None:
-            head = HEADER.pack(MAGIC, VERSION, DTYPE_UINT8, COMP_RAW, 0, *self.lr_shape, *self.hr_shape,
+            head = HEADER.pack(MAGIC, VERSION, DTYPE_UINT8, comp, 0, *self.lr_shape, *self.hr_shape,
                                self._lr_size + self._hr_size)
-            self._raw_head = head
+            cache[comp] = head
         return head
 
     def close(self) -> None:
