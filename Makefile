@@ -41,7 +41,7 @@ peers: $(STAMP) ## install notebook 13's peer loaders (the extra, and .venv-mosa
 
 figures: $(STAMP) peers ## prepare data and run every notebook (PROFILE=quick|full|smoke), writing figures/ and the README's figure section
 	$(PY) -m feedlab.run --profile $(PROFILE)
-	@if [ "$(PROFILE)" != smoke ]; then $(PY) -m feedlab.readme; fi
+	@if [ "$(PROFILE)" != smoke ]; then $(PY) -m feedlab.report.readme; fi
 
 test: $(STAMP) ## lint (ruff), the unit tests, then `make nbval`
 	$(PY) -m ruff check lib data_prep tests

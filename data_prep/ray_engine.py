@@ -23,7 +23,7 @@ def _decode(batch: dict, root: str) -> dict:
 def decode_all(root, n: int, lr_shape, hr_shape, num_cpus: int | None = None, batch: int = 256):
     """``(lr, hr)`` uint8 arrays of all ``n`` samples, decoded by Ray tasks; each sample
     is checked to arrive exactly once."""
-    from feedlab.remote_decode import available
+    from feedlab.scale.remote_decode import available
 
     ok, why = available()
     if not ok:

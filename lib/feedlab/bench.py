@@ -124,7 +124,7 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=STALL_S, metavar="S",
                     help=f"give up when no batch arrives for S seconds (default {STALL_S:g}; 0: wait for ever)")
     ap.add_argument("--ranks", type=int, default=None, help="launch R ranks with torch.distributed.run, each "
-                    "with its own loader and share of the cores (feedlab.ranks)")
+                    "with its own loader and share of the cores (feedlab.scale.ranks)")
     from feedlab.peers.cli import add_arguments as add_peer_arguments
 
     add_peer_arguments(ap)
@@ -149,7 +149,7 @@ def _main(argv: list[str] | None = None) -> int:
 
         args.data = default_sr_root("quick")
     if args.ranks is not None:
-        from feedlab.ranks import launch, render
+        from feedlab.scale.ranks import launch, render
 
         out = launch(args.ranks, args.data, spec, args.epochs, args.warmup, max_batches=args.max_batches)
         print(strict_json(out) if args.json else render(out))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from feedlab.claims import claims_for
+from feedlab.report.claims import claims_for
 from feedlab.experiments import print_overhead as PO
 from feedlab.experiments import totensor_vs_fast_collate as TC
 from nbrun import recorded, smoke

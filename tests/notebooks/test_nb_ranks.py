@@ -11,7 +11,7 @@ pytestmark = pytest.mark.notebook
 
 
 def test_ranks_notebook_smoke():
-    from feedlab.remote_decode import available
+    from feedlab.scale.remote_decode import available
 
     payload, df, out = recorded("14_ranks_and_remote_decode")
     assert payload["rank_counts"] == [2] and payload["notebook"] == "14_ranks_and_remote_decode"

@@ -1,4 +1,4 @@
-"""feedlab.compare: one figure per notebook question with every committed machine in it."""
+"""feedlab.report.compare: one figure per notebook question with every committed machine in it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from feedlab import compare
+from feedlab.report import compare
 
 CPU_FP = {"cpu_model": "Test CPU", "cpu_usable": 2, "memory_bytes": 2 ** 34, "gpus": [], "python": "3.11",
           "torch": "2", "git": {"commit": "abcdef123456", "dirty": False}, "time_utc": "2026-01-01T10:00"}
@@ -64,7 +64,7 @@ def test_two_machines_are_drawn_one_is_not(figs):
     assert compare.write_all(figs, log=lambda *_: None) == []  # one machine: nothing to compare
     assert compare.problems(figs) == []
     _machine(figs, "h100-16c", GPU_FP, {0: 900.0, 1: 1000.0, 8: 6000.0, 16: 5000.0})
-    assert compare.problems(figs) == ["01_worker_scaling/machines_workers: missing: run `python -m feedlab.readme`"]
+    assert compare.problems(figs) == ["01_worker_scaling/machines_workers: missing: run `python -m feedlab.report.readme`"]
     written = compare.write_all(figs, log=lambda *_: None)
     assert {p.suffix for p in written} == {".png", ".svg", ".json"}
     rec = json.loads((figs / "01_worker_scaling" / "machines_workers.json").read_text())
@@ -119,7 +119,7 @@ def test_every_registered_view_names_a_notebook_and_files_stay_unique():
 
 
 def test_committed_comparison_figures_are_current():
-    """figures/<notebook>/machines_* is what `python -m feedlab.readme` draws from the committed results."""
+    """figures/<notebook>/machines_* is what `python -m feedlab.report.readme` draws from the committed results."""
     assert compare.problems() == []
 
 

@@ -1,4 +1,4 @@
-"""feedlab.gpu_readings on synthetic GPU-shaped results (the rows and payloads the CUDA branches write).
+"""feedlab.report.gpu_readings on synthetic GPU-shaped results (the rows and payloads the CUDA branches write).
 
 Every number here is made up in the test to drive a verdict; nothing is committed as a result.
 """
@@ -10,8 +10,8 @@ import json
 import pandas as pd
 import pytest
 
-from feedlab import gpu_readings as G
-from feedlab.claims.core import Run
+from feedlab.report import gpu_readings as G
+from feedlab.report.claims.core import Run
 
 GPU = {"cuda_available": True, "gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cpu_usable": 16, "cpu_logical": 16,
        "cpu_model": "Test Xeon", "memory_bytes": 2 ** 37, "python": "3.12", "torch": "2.11",
@@ -249,7 +249,7 @@ def test_table_has_a_column_per_gpu_machine_only(tmp_path):
 
 def test_committed_gpu_readings_md_is_current():
     assert G.READINGS_MD.read_text() == G.markdown() + "\n", \
-        "docs/GPU_READINGS.md is stale: run `python -m feedlab.readme`"
+        "docs/GPU_READINGS.md is stale: run `python -m feedlab.report.readme`"
 
 
 def test_nvjpeg_prefers_the_steady_pass_over_the_one_call_of_the_same_set():

@@ -305,7 +305,7 @@ def _rank_pids(mark: str) -> dict[int, str]:
             cmd = Path(f"/proc/{d}/cmdline").read_bytes()
         except OSError:
             continue
-        if mark.encode() in env and b"feedlab.ranks" in cmd and b"torch.distributed.run" not in cmd:
+        if mark.encode() in env and b"feedlab.scale.ranks" in cmd and b"torch.distributed.run" not in cmd:
             rank = [x for x in env.split(b"\0") if x.startswith(b"RANK=")]
             out[int(d)] = rank[0].decode() if rank else "?"
     return out
@@ -448,7 +448,7 @@ def test_out_dir_over_two_notebooks_and_an_unwritable_tar_refuse_before_running(
 
 # ---------------------------------------------------------------- readme: inputs checked, nothing deleted
 def _readme_copy(tmp_path) -> Path:
-    """A copy of the tree feedlab.readme reads and writes (tracked files only)."""
+    """A copy of the tree feedlab.report.readme reads and writes (tracked files only)."""
     dst = tmp_path / "repo"
     files = subprocess.run(["git", "ls-files", "lib", "figures", "docs", "README.md", "notebooks", "data_prep",
                             "pyproject.toml"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout.split()
@@ -460,7 +460,7 @@ def _readme_copy(tmp_path) -> Path:
 
 def _readme(repo: Path):
     env = dict(os.environ, PYTHONPATH=f"{repo / 'lib'}{os.pathsep}{repo}", MPLBACKEND="Agg")
-    return subprocess.run([sys.executable, "-m", "feedlab.readme"], cwd=repo, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "feedlab.report.readme"], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=300)
 
 

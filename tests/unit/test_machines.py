@@ -104,7 +104,7 @@ def _fake_run(folder, machine_fp, reading):
 
 
 def test_readme_puts_machines_side_by_side(tmp_path, monkeypatch):
-    from feedlab import readme
+    from feedlab.report import readme
 
     monkeypatch.setattr(readme, "REPO_ROOT", tmp_path)
     figs = tmp_path / "figures"

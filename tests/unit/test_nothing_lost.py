@@ -299,7 +299,7 @@ def test_strict_json_and_readme_help_has_no_side_effects():
     assert json.loads(strict_json({"a": float("inf"), "b": [float("nan"), 1.0]})) == {"a": None, "b": [None, 1.0]}
     readme = (REPO / "README.md").read_bytes()
     mtime = (REPO / "README.md").stat().st_mtime_ns
-    r = _cli("-m", "feedlab.readme", "--help")
+    r = _cli("-m", "feedlab.report.readme", "--help")
     assert r.returncode == 0 and "usage" in r.stdout
     assert (REPO / "README.md").read_bytes() == readme and (REPO / "README.md").stat().st_mtime_ns == mtime
 

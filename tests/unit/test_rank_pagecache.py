@@ -1,4 +1,4 @@
-"""feedlab.rank_pagecache: the control flow of the shared-page-cache measurement on a tiny set
+"""feedlab.scale.pagecache: the control flow of the shared-page-cache measurement on a tiny set
 (no timing asserted): the documented fields, resident bytes within the store, every sample
 requested once per epoch, Pss within Rss for the mmap store, and a failing rank as one line."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from feedlab import cache
 from feedlab import pipeline as P
-from feedlab import rank_pagecache as PC
 from feedlab.formats import open_dataset
+from feedlab.scale import pagecache as PC
 
 FIELDS = {"ranks", "format", "split", "samples", "files", "file_bytes", "mmap", "requested_bytes_cold",
           "requested_bytes_total", "resident_bytes_before", "resident_bytes_after_cold",

@@ -1,4 +1,4 @@
-"""The format's own shard split (feedlab.rank_shards): a chunked store divided between ranks by
+"""The format's own shard split (feedlab.scale.shards): a chunked store divided between ranks by
 whole chunks. Every sample as often as ``shard_expected_counts`` promises, across ranks and
 workers, with a short last chunk and uneven chunk counts; no chunk read by two ranks in an
 epoch (chunk reads logged from inside the workers); new order each epoch, same for the seed."""
@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from torch.utils.data.distributed import DistributedSampler
 
-from feedlab import formats, ranks
+from feedlab import formats
 from feedlab import pipeline as P
-from feedlab.rank_shards import ChunkShardSampler, choose_split, shard_expected_counts, shard_sizes
+from feedlab.scale import ranks
+from feedlab.scale.shards import ChunkShardSampler, choose_split, shard_expected_counts, shard_sizes
 
 
 def _sha(pair):

@@ -1,4 +1,4 @@
-"""feedlab.ranks: each rank's loader over any SR format; every sample seen as often as the
+"""feedlab.scale.ranks: each rank's loader over any SR format; every sample seen as often as the
 sampler promises (exactly once without padding), a new order each epoch, the same order
 for the same seed; and one real 2-rank gloo launch through torch.distributed.run."""
 
@@ -12,8 +12,8 @@ import pytest
 from torch.utils.data import Subset
 
 from feedlab import pipeline as P
-from feedlab import ranks
 from feedlab.formats import sr_formats
+from feedlab.scale import ranks
 
 
 def _sha(pair):
@@ -188,7 +188,7 @@ def test_bench_ranks_missing_data_is_one_line(tmp_path, capsys):
 def test_ray_missing_is_reported_with_the_reason(monkeypatch):
     import sys
 
-    from feedlab import remote_decode
+    from feedlab.scale import remote_decode
 
     monkeypatch.setitem(sys.modules, "ray", None)           # import ray now fails as if not installed
     ok, why = remote_decode.available()

@@ -1,10 +1,10 @@
-"""feedlab.readme: the figures section's machines and time span, and the README it rewrites."""
+"""feedlab.report.readme: the figures section's machines and time span, and the README it rewrites."""
 
 from __future__ import annotations
 
 import json
 
-from feedlab import readme
+from feedlab.report import readme
 
 
 def _run(figures, nb, key, started, ended):
@@ -38,7 +38,7 @@ def test_update_readme_rewrites_between_markers_only(tmp_path, monkeypatch):
 def test_doctor_block_quotes_the_executed_notebook_without_machine_paths(tmp_path, monkeypatch):
     import nbformat
 
-    from feedlab import readme
+    from feedlab.report import readme
 
     monkeypatch.setattr(readme, "REPO_ROOT", tmp_path)
     folder = tmp_path / "figures" / "10_doctor" / "h100-16c"
@@ -60,8 +60,8 @@ def test_doctor_block_quotes_the_executed_notebook_without_machine_paths(tmp_pat
 
 # ---------------------------------------------------------------- no typed number beside a measured one
 def test_target_lines_are_generated_from_the_run_against_the_targets_as_they_stand(tmp_path):
-    from feedlab import targets
-    from feedlab.claims.core import Run
+    from feedlab.report import targets
+    from feedlab.report.claims.core import Run
 
     run = Run({"ratio_best_single_to_ceiling": 0.75, "best_single_process": "npy_mmap/chunk",
                "ceiling_samples_per_s": 698974.0, "ratio_best_to_baseline": 134.6, "best_read": "npy_mmap/chunk",
@@ -82,7 +82,7 @@ def test_target_lines_are_generated_from_the_run_against_the_targets_as_they_sta
 
 
 def test_met_and_missed_follow_the_bound():
-    from feedlab import targets
+    from feedlab.report import targets
 
     assert targets.verdict(0.9, ">=", 0.9) == "meets" and targets.verdict(0.89, ">=", 0.9) == "misses"
     assert targets.verdict(0.2, "<=", 0.2) == "meets" and targets.verdict(0.22, "<=", 0.2) == "misses"

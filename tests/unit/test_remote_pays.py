@@ -1,4 +1,4 @@
-"""Remote decode on a Ray test cluster (``feedlab.ray_cluster``) and when it pays
+"""Remote decode on a Ray test cluster (``feedlab.scale.ray_cluster``) and when it pays
 (``feedlab.experiments.remote_pays``): the arithmetic on synthetic rows, the pinning, the
 cluster's control flow, placement off the head and exactly-once on a tiny set. No timing
 is asserted."""
@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from feedlab import pipeline as P
-from feedlab import ray_cluster as RC
 from feedlab.experiments import remote_pays as RP
 from feedlab.results import Results
+from feedlab.scale import ray_cluster as RC
 
 
 # ---------------------------------------------------------------- the arithmetic

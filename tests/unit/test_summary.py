@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from feedlab import summary
+from feedlab.report import summary
 
 
 def _write(base, notebook, machine, payload):

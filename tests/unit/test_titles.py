@@ -8,9 +8,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from feedlab import compare, plots  # noqa: E402
+from feedlab import plots  # noqa: E402
 from feedlab.experiments import doctor_steps as DS  # noqa: E402
 from feedlab.figcheck import check_figure  # noqa: E402
+from feedlab.report import compare  # noqa: E402
 
 
 def test_words_a_person_reads():

@@ -1,6 +1,6 @@
 """``feedlab.doctor --ranks R``: workers per rank, predicted from the measured stage costs.
 
-R ranks on this machine split its cores (``feedlab.ranks.core_shares``: ``cores // R``
+R ranks on this machine split its cores (``feedlab.scale.ranks.core_shares``: ``cores // R``
 each). A rank is priced as a machine of its own: ``share`` cores, and for ``k`` busy
 processes of its own the CPU that ``R`` such ranks obtain together divided among them
 (the machine's measured capacity at ``R * min(k, share)`` processes, ÷ R). The stage

@@ -114,7 +114,7 @@ def steps_title(df, num_workers: int) -> str:
 
 def payload(*, profile: str, device, can_pin: bool, pin_reason: str, input_sizes, batch_sizes, sizes, link: dict,
             not_measured: Sequence[str], headline: dict) -> dict:
-    """Notebook 03's recorded results (the keys tests/notebooks and feedlab.claims read)."""
+    """Notebook 03's recorded results (the keys tests/notebooks and feedlab.report.claims read)."""
     return {"notebook": "03_pinned_memory_by_input_size", "profile": profile, "device": str(device),
             "cuda": str(device).startswith("cuda"), "pin_supported": can_pin, "pin_reason": pin_reason,
             "input_sizes": list(input_sizes), "batch_sizes": list(batch_sizes), "transfer_bytes": list(sizes),

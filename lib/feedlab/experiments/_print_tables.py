@@ -141,7 +141,7 @@ def title(summary, batch_size: int) -> str:
 
 def payload(*, profile: str, modes, child_sinks, unbuffered, pythonunbuffered_here: str, sink_here: str,
             batch_size: int, batches: int, repeats: int, summary, calls) -> dict:
-    """Notebook 04's recorded results (the keys tests/notebooks and feedlab.claims read)."""
+    """Notebook 04's recorded results (the keys tests/notebooks and feedlab.report.claims read)."""
     return {"notebook": "04_print_overhead", "profile": profile, "modes": list(modes),
             "child_sinks": list(child_sinks), "unbuffered": [int(u) for u in unbuffered],
             "pythonunbuffered_here": pythonunbuffered_here, "sink_here": sink_here,

@@ -4,7 +4,7 @@
 :func:`numbers` picks the readings a run is judged on (the fastest setting, the best
 single-process one, the ceiling, the baseline, the best batched LMDB reader; with a hand-over
 run, the DataLoader's and the ring's hand-over in GB/s and the issue-24 ratios);
-:func:`readings` writes them as sentences, every target line from :mod:`feedlab.targets` (or
+:func:`readings` writes them as sentences, every target line from :mod:`feedlab.report.targets` (or
 :mod:`feedlab.experiments.handover`'s bounds), met or missed computed, never typed;
 :func:`figure_title` states the finding. Settings appear in words (``setting_words``), never as keys.
 """
@@ -49,7 +49,7 @@ def ceiling_method(summ) -> str | None:
 
 
 def numbers(summ, handover_rows: list[dict] | None = None) -> dict:
-    """The numbers 05 is judged on (payload keys; the targets of :mod:`feedlab.targets` read them)."""
+    """The numbers 05 is judged on (payload keys; the targets of :mod:`feedlab.report.targets` read them)."""
     read = _settings(summ)
     out: dict = {}
     ceiling, base = _med(summ, "memcpy_ceiling"), _med(summ, "baseline_png_pil_totensor")
@@ -76,8 +76,8 @@ def numbers(summ, handover_rows: list[dict] | None = None) -> dict:
 
 
 def _target_lines(nums: dict) -> list[str]:
-    from feedlab import targets
-    from feedlab.claims.core import Run
+    from feedlab.report import targets
+    from feedlab.report.claims.core import Run
 
     run = Run(nums)
     return [line for t in targets.for_notebook("05_storage_formats") for line in t.lines(run)]
@@ -85,7 +85,7 @@ def _target_lines(nums: dict) -> list[str]:
 
 def _handover_lines(h: dict, batch_size: int, num_workers: int) -> list[str]:
     from feedlab.experiments.handover import TARGET_MAIN_US, TARGET_RATIO
-    from feedlab.targets import verdict
+    from feedlab.report.targets import verdict
 
     w = loader_words("dataloader", num_workers).removeprefix("DataLoader, ")
     lines = [f"Hand-over, worker → main process, batch {batch_size}, {w}: the DataLoader "

@@ -119,7 +119,7 @@ def timer_reading(overhead_s: float, smallest_s: float) -> str:
 
 def payload(*, profile: str, device, model: str, df, ms_sum, gain: dict, skipped, overhead_s: float,
             min_timed_batches, time_budget_s, workload=None) -> dict:
-    """Notebook 09's recorded results (the keys tests/notebooks and feedlab.claims read). ``df`` carries
+    """Notebook 09's recorded results (the keys tests/notebooks and feedlab.report.claims read). ``df`` carries
     the ``pipeline`` column (:func:`pipeline_of`)."""
     from feedlab.experiments.loader_grid import metric_summary
 

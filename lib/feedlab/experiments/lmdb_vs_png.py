@@ -172,7 +172,7 @@ def readings(wait, rate, store, formats: Sequence[str], worker_counts: Sequence[
 
 
 def payload(*, profile: str, device, model: str, df, store, ratios: dict, verify: bool, map_growth: dict) -> dict:
-    """Notebook 02's recorded results (the keys tests/notebooks and feedlab.claims read)."""
+    """Notebook 02's recorded results (the keys tests/notebooks and feedlab.report.claims read)."""
     return {
         "notebook": "02_lmdb_vs_png", "profile": profile, "device": str(device), "model": model,
         "formats": sorted(df["format"].unique().tolist()),

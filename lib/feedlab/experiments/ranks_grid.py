@@ -1,9 +1,9 @@
 """Notebook 14, part 1: ranks × workers per rank on a fixed core budget.
 
-Each setting is one launch of ``feedlab.ranks.launch``: ``R`` ranks split the budget's
+Each setting is one launch of ``feedlab.scale.ranks.launch``: ``R`` ranks split the budget's
 cores between them (each rank pinned to its share; its workers inherit it) and each
 reads its share of the epoch (``DistributedSampler``, or whole chunks for a chunked
-store: ``feedlab.rank_shards``) with ``w`` workers. The epochs after
+store: ``feedlab.scale.shards``) with ``w`` workers. The epochs after
 warm-up are the repeats. Rows: per-rank samples/s and data-wait share, the aggregate
 (all samples ÷ the slowest rank's wall), the reshuffle cost, the launch wall.
 """
@@ -11,8 +11,8 @@ warm-up are the repeats. Rows: per-rank samples/s and data-wait share, the aggre
 from __future__ import annotations
 
 from feedlab import pipeline as P
-from feedlab.ranks import launch
 from feedlab.results import Results
+from feedlab.scale.ranks import launch
 
 EXP = "ranks_workers"
 
@@ -120,7 +120,7 @@ def run_page_cache(data, spec: P.PipelineSpec, ranks: int, cores: list[int], see
     """``rank_pagecache.page_cache_share`` for each split (cache evicted first every time).
     Rows: per rank the cold and warm samples/s and the Rss / Pss of the store's maps; per run
     the resident bytes and the bytes requested. Returns ``(results, outs)``."""
-    from feedlab.rank_pagecache import page_cache_share
+    from feedlab.scale.pagecache import page_cache_share
 
     res, outs = Results(), []
     for split in splits:

@@ -25,9 +25,9 @@ from time import perf_counter, process_time
 import numpy as np
 
 from feedlab import pipeline as P
-from feedlab import ray_cluster as RC
-from feedlab import remote_decode as RD
 from feedlab.results import Results, median_iqr
+from feedlab.scale import ray_cluster as RC
+from feedlab.scale import remote_decode as RD
 
 EXP = "remote_pays"
 DL, REMOTE, LOCAL = "DataLoader (trainer cores)", "Ray remote (decode nodes)", "Ray local (trainer cores)"

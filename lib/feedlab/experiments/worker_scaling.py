@@ -292,7 +292,7 @@ def _keyed(summary) -> dict:
 
 def payload(*, profile: str, device, model: str, tl_sum, cases, tp_df, tp_sum, bs_df, ms_sum, wait_sum,
             min_timed_batches, time_budget_s, workload=None) -> dict:
-    """Notebook 01's recorded results (the keys tests/notebooks and feedlab.claims read)."""
+    """Notebook 01's recorded results (the keys tests/notebooks and feedlab.report.claims read)."""
     import pandas as pd
 
     from feedlab.experiments.loader_grid import metric_summary

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from feedlab.claims.core import (
+from feedlab.report.claims.core import (
     Claim,
     NoData,
     Outcome,
@@ -17,7 +17,7 @@ from feedlab.claims.core import (
     keyed,
     verdict,
 )
-from feedlab.claims.fair import GPU_BOUND, METER, STEADY, TIMING, steady_state, workers_named
+from feedlab.report.claims.fair import GPU_BOUND, METER, STEADY, TIMING, steady_state, workers_named
 
 NB01, NB06, NB10, NB12 = "01_worker_scaling", "06_decode_backends", "10_doctor", "12_beyond"
 
@@ -62,7 +62,7 @@ def sleep_whole_batch(run) -> Outcome:
 def _util(run):
     """Median GPU utilisation (%) per worker count with the model, and the meter (CUDA-event busy
     fraction where recorded, else NVML)."""
-    from feedlab.claims.w000 import UTIL_METERS
+    from feedlab.report.claims.w000 import UTIL_METERS
 
     for metric, scale, name in UTIL_METERS:
         try:

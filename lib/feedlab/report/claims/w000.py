@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from feedlab.claims.core import (
+from feedlab.report.claims.core import (
     NOT_REPRODUCED,
     NOT_TESTABLE,
     REPRODUCED,
@@ -19,7 +19,7 @@ from feedlab.claims.core import (
     loglog_slope,
     verdict,
 )
-from feedlab.claims.fair import (
+from feedlab.report.claims.fair import (
     GPU_BOUND,
     LOADER_CPU,
     METER,

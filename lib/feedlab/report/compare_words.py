@@ -1,6 +1,6 @@
-"""The words of a machine comparison (:mod:`feedlab.compare`): a title that states what the figure
+"""The words of a machine comparison (:mod:`feedlab.report.compare`): a title that states what the figure
 shows on each machine, computed from the medians it draws, and the baseline named as a reader
-says it. A view is a :class:`feedlab.compare.View` (read here by its attributes only)."""
+says it. A view is a :class:`feedlab.report.compare.View` (read here by its attributes only)."""
 
 from __future__ import annotations
 

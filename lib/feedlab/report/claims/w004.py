@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from feedlab.claims.core import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, NoData, Outcome, Unfair, at_least
-from feedlab.claims.fair import STEADY, TIMING, workers_named
+from feedlab.report.claims.core import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, NoData, Outcome, Unfair, at_least
+from feedlab.report.claims.fair import STEADY, TIMING, workers_named
 
 NB04, NB05, NB08 = "04_print_overhead", "05_storage_formats", "08_hdf5_concurrency"
 THEIR_FORMATS = ("png", "hdf5", "zarr", "zarr_chunk", "npy", "pt")  # png stands in for ImageFolder

@@ -27,7 +27,7 @@ from time import perf_counter
 import numpy as np
 
 from feedlab import pipeline as P
-from feedlab import remote_decode as RD
+from feedlab.scale import remote_decode as RD
 
 TRAINER_RES = "feedlab_trainer"
 DECODE_RES = "feedlab_decode"
@@ -140,7 +140,7 @@ class TestCluster:
 
         @ray.remote(num_cpus=0)
         def where():
-            import feedlab.remote_decode  # noqa: F401 - the decode tasks' imports, paid here and not in an epoch
+            import feedlab.scale.remote_decode  # noqa: F401 - the decode tasks' imports, paid here and not in an epoch
 
             return ray.get_runtime_context().get_node_id(), sorted(os.sched_getaffinity(0))
 

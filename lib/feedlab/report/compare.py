@@ -1,6 +1,6 @@
 """One figure per notebook question with every committed machine in it.
 
-    python -m feedlab.compare          (``python -m feedlab.readme`` runs it too)
+    python -m feedlab.report.compare          (``python -m feedlab.report.readme`` runs it too)
 
 Each notebook registers its comparison view(s) once, in :data:`VIEWS`: which rows of
 its tidy ``results.csv`` (experiment, metric, filters), the x column, the columns
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from feedlab.compare_words import baseline_words, finding, title  # noqa: F401  (re-exported)
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR
+from feedlab.report.compare_words import baseline_words, finding, title  # noqa: F401  (re-exported)
 
 PREFIX = "machines_"
 
@@ -390,7 +390,7 @@ def problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
             out.append(f"{rel}: stale (the committed results changed)")
     for old in _ours(figures_dir) - set(expected):
         out.append(f"{old.parent.name}/{old.stem}: drawn, but fewer than two machines measured it now")
-    return [f"{p}: run `python -m feedlab.readme`" for p in out]
+    return [f"{p}: run `python -m feedlab.report.readme`" for p in out]
 
 
 def figures_for(notebook: str, figures_dir: Path = FIGURES_DIR) -> list[Path]:
@@ -404,12 +404,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from feedlab.errors import cli_errors
 
-    ap = argparse.ArgumentParser(prog="python -m feedlab.compare", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m feedlab.report.compare", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="only say which comparison figures are stale")
     ap.add_argument("--redraw", action="store_true", help="redraw every figure, even those whose data is unchanged")
     args = ap.parse_args(argv)
-    with cli_errors("python -m feedlab.compare"):
+    with cli_errors("python -m feedlab.report.compare"):
         if args.check:
             found = problems()
             print("\n".join(found) or "comparison figures are current")

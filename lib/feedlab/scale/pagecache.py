@@ -86,7 +86,7 @@ def _rank(rank, world, data, spec, seed, split, share, files, barrier, queue, ti
     try:
         if share and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, share)
-        from feedlab.ranks import make_rank_loader
+        from feedlab.scale.ranks import make_rank_loader
 
         ds = P.open_dataset(data, spec)
         getattr(ds, "dataset", ds).verify = False
@@ -118,7 +118,7 @@ def _rank(rank, world, data, spec, seed, split, share, files, barrier, queue, ti
 def page_cache_share(data, spec: P.PipelineSpec, ranks: int, seed: int = 0, split: str = "auto",
                      cores: list[int] | None = None, evict_first: bool = True, timeout_s: float = 300) -> dict:
     """See the module doc. ``spec.num_workers`` is set to 0 (the rank maps the files itself)."""
-    from feedlab.ranks import core_shares
+    from feedlab.scale.ranks import core_shares
 
     if ranks < 1:
         raise ValueError(f"ranks {ranks}: need >= 1")

@@ -1,10 +1,10 @@
 """The workbook's own targets, in one place, and the met/missed of a run against them.
 
 A :class:`Target` is a bound on one number a notebook's run recorded (``results.json``,
-read through :class:`feedlab.claims.core.Run`). :meth:`Target.lines` writes the sentence
+read through :class:`feedlab.report.claims.core.Run`). :meth:`Target.lines` writes the sentence
 the README shows for that run — the measured number, the bound as it stands here, and
 "meets" / "misses" computed from the two — and nothing when the run lacks the number.
-``feedlab.readme`` puts these lines in place of the notebook's own target lines (a
+``feedlab.report.readme`` puts these lines in place of the notebook's own target lines (a
 run made before a target moved printed the old bound), so no target or verdict in the
 README is typed beside a measured number.
 """
@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from feedlab.claims.core import NoData, Run
+from feedlab.report.claims.core import NoData, Run
 
 PCIE_FRACTION = 0.75        # 03: pinned host→device bandwidth ÷ the link's payload ceiling
 SINGLE_OVER_CEILING = 0.9   # 05: best single-process loader ÷ the memcpy-into-batch-slot ceiling

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from feedlab.claims.core import (
+from feedlab.report.claims.core import (
     NOT_REPRODUCED,
     NOT_TESTABLE,
     PARTLY,
@@ -16,7 +16,7 @@ from feedlab.claims.core import (
     at_least,
     keyed,
 )
-from feedlab.claims.fair import DATA_BOUND_WAIT, TIMING, metric_median, rows_of, steady_state
+from feedlab.report.claims.fair import DATA_BOUND_WAIT, TIMING, metric_median, rows_of, steady_state
 
 NB05, NB06, NB09 = "05_storage_formats", "06_decode_backends", "09_batch_size_breakdown"
 IMAGENET_IMAGES, SIDE, CHANNELS = 1_280_000, 224, 3

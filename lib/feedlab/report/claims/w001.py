@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from feedlab.claims.core import NOT_TESTABLE, Claim, NoData, Outcome, Unfair, at_least, at_most, by_int, verdict
-from feedlab.claims.fair import STEADY, TIMING, steady_state, unsteady_reason
+from feedlab.report.claims.core import NOT_TESTABLE, Claim, NoData, Outcome, Unfair, at_least, at_most, by_int, verdict
+from feedlab.report.claims.fair import STEADY, TIMING, steady_state, unsteady_reason
 
 NB01, NB03, NB05, NB07, NB11 = ("01_worker_scaling", "03_pinned_memory_by_input_size", "05_storage_formats",
                                 "07_totensor_vs_fast_collate", "11_worker_hygiene")

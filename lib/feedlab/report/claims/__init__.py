@@ -1,21 +1,21 @@
 """The claims ledger: every write-up claim, tested by a notebook's results.
 
-``CLAIMS`` is the one registry (see :mod:`feedlab.claims.core` for a claim's
+``CLAIMS`` is the one registry (see :mod:`feedlab.report.claims.core` for a claim's
 fields). A notebook calls :func:`report` on its record-results payload: it judges
 that notebook's claims on this run, prints one line per claim (verdict, our
 number, theirs, the tolerance; "not tested fairly here" with the precondition that
 failed; "smoke: not judged" on a smoke run; a busy run's caveat) and adds ``verdicts``
 to the payload.
-``python -m feedlab.readme`` regenerates ``docs/CLAIMS.md`` from the committed
-results of every machine (:mod:`feedlab.claims.ledger`).
+``python -m feedlab.report.readme`` regenerates ``docs/CLAIMS.md`` from the committed
+results of every machine (:mod:`feedlab.report.claims.ledger`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from feedlab.claims import w000, w001, w002, w003, w004
-from feedlab.claims.core import (
+from feedlab.report.claims import w000, w001, w002, w003, w004
+from feedlab.report.claims.core import (
     JUDGED,
     NOT_FAIR,
     NOT_REPRODUCED,
@@ -37,7 +37,7 @@ from feedlab.claims.core import (
 CLAIMS: tuple[Claim, ...] = w000.CLAIMS + w001.CLAIMS + w002.CLAIMS + w003.CLAIMS + w004.CLAIMS
 BY_ID = {c.id: c for c in CLAIMS}
 if len(BY_ID) != len(CLAIMS):  # pragma: no cover - a registry edit gone wrong
-    raise RuntimeError("duplicate claim ids in feedlab.claims")
+    raise RuntimeError("duplicate claim ids in feedlab.report.claims")
 
 
 def claims_for(notebook: str) -> tuple[Claim, ...]:

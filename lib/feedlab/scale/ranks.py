@@ -14,12 +14,12 @@ simulate ranks in one process):
 * :func:`make_rank_loader` — ``pipeline.make_loader`` with the rank's sampler (the one
   loader builder); :func:`expected_counts` — how often each sample is seen in an epoch.
   Where the format's registry entry says ``chunked`` (never by its name), the split is
-  the format's own: whole chunks per rank (``feedlab.rank_shards.ChunkShardSampler``,
+  the format's own: whole chunks per rank (``feedlab.scale.shards.ChunkShardSampler``,
   same ``even`` / ``drop_last`` meaning, accounting in ``shard_expected_counts``);
   ``split="samples"`` forces the per-sample sampler.
 
 Launching: :func:`launch` runs ``python -m torch.distributed.run --standalone
---nproc-per-node R -m feedlab.ranks ...`` (gloo on CPU, nccl on CUDA). Each rank pins
+--nproc-per-node R -m feedlab.scale.ranks ...`` (gloo on CPU, nccl on CUDA). Each rank pins
 itself to its share of the cores (:func:`core_shares`; its workers inherit it), builds
 its own loader, and times ``epochs`` epochs after ``warmup`` (``timing.run_epoch``); with
 ``sync`` an all-reduce after every batch stands for DDP's gradient all-reduce, so the
@@ -77,7 +77,7 @@ def make_rank_loader(dataset, spec: P.PipelineSpec, rank: int, world_size: int, 
     ``drop_last`` is the sampler's (see the module doc); the loader keeps partial batches.
     ``split``: ``auto`` (whole chunks for a chunked format with a chunk per rank, see
     ``rank_shards.choose_split``), ``chunks`` or ``samples``; ``sampler.split`` says which."""
-    from feedlab.rank_shards import ChunkShardSampler, choose_split, chunk_len_of
+    from feedlab.scale.shards import ChunkShardSampler, choose_split, chunk_len_of
 
     how, why = choose_split(dataset, spec.format, world_size, split, even)
     if how == "chunks":
@@ -188,7 +188,7 @@ def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int 
                "warmup": warmup, "seed": seed, "max_batches": max_batches, "sync": sync, "device": device,
                "record_indices": record_indices, "cores": cores, "out": str(out), "split": split}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-               "-m", "feedlab.ranks", json.dumps(cfg)]
+               "-m", "feedlab.scale.ranks", json.dumps(cfg)]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         t = perf_counter()
         code, text = _run_launcher(cmd, env, Path(tmp), timeout_s)
@@ -209,7 +209,7 @@ def _alive_ranks(tmp: Path) -> list[int]:
         try:
             pid = int(f.read_text().strip())
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if b"feedlab.ranks" in fh.read():
+                if b"feedlab.scale.ranks" in fh.read():
                     out.append(pid)
         except (OSError, ValueError):
             continue

@@ -6,7 +6,7 @@ holds its headline numbers. :data:`EFFECTS` reads one effect from a payload: a f
 what was changed and what was measured. :func:`top_effects` ranks them per machine;
 :func:`summary_markdown` is the block at the top of the README's figures section.
 Nothing here is typed in: a payload without the numbers gives no effect. An effect
-computed from loader rates that were not steady (``feedlab.claims.fair``: epochs too
+computed from loader rates that were not steady (``feedlab.report.claims.fair``: epochs too
 short for the warm-up plus the timed batches) is kept but labelled, and ranked after
 the steady ones.
 """
@@ -177,8 +177,8 @@ def _checked(effect: Effect, folder: Path) -> Effect:
         return effect
     from dataclasses import replace
 
-    from feedlab.claims.core import Outcome, Run
-    from feedlab.claims.fair import unsteady_reason
+    from feedlab.report.claims.core import Outcome, Run
+    from feedlab.report.claims.fair import unsteady_reason
 
     why = unsteady_reason(Run(out_dir=folder), Outcome("partly", "", settings=effect.settings))
     return replace(effect, unsteady=why) if why else effect

@@ -3,7 +3,7 @@
 A :class:`Claim` names what a write-up said (in our words, with its number), the
 notebook whose results test it, the tolerance that counts as reproduced, what the
 machine needs (``gpu``, ``cores>=N``), the preconditions of a fair test
-(:class:`Precondition`, :mod:`feedlab.claims.fair`: steady batches, a GPU-bound step,
+(:class:`Precondition`, :mod:`feedlab.report.claims.fair`: steady batches, a GPU-bound step,
 the worker counts the claim names, a machine not busy, enough repeats, a meter that
 resolves its window), and a function of a :class:`Run` (that notebook's
 ``results.json`` payload, ``results.csv`` and ``fingerprint.json``) returning an
@@ -195,8 +195,8 @@ def is_smoke(run: Run) -> bool:
 def judge(claim: Claim, run: Run) -> Verdict:
     """The claim's verdict on this run: the machine's needs first, then its test, then the
     preconditions of a fair test (every unmet one named), then the smoke profile; a busy
-    machine adds a caveat (:func:`feedlab.claims.fair.busy_caveat`)."""
-    from feedlab.claims.fair import busy_caveat
+    machine adds a caveat (:func:`feedlab.report.claims.fair.busy_caveat`)."""
+    from feedlab.report.claims.fair import busy_caveat
 
     why = unmet_need(claim.needs, run)
     if why:

@@ -1,8 +1,8 @@
 """Regenerate the README's figures section from the last run's outputs.
 
-    python -m feedlab.readme
+    python -m feedlab.report.readme
 
-It first redraws the comparison figures (:mod:`feedlab.compare`: every committed
+It first redraws the comparison figures (:mod:`feedlab.report.compare`: every committed
 machine in one figure per notebook question, shown above the table). For every
 ``figures/<notebook>/<machine>/`` it lists the notebook's computed reading
 (``results.json`` → ``reading``: written by the notebook from that run's numbers)
@@ -18,12 +18,12 @@ import re
 import sys
 from pathlib import Path
 
-from feedlab import compare, gpu_readings, targets
-from feedlab.claims import ledger as claims_ledger
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
-from feedlab.summary import summary_markdown
+from feedlab.report import compare, gpu_readings, targets
+from feedlab.report.claims import ledger as claims_ledger
+from feedlab.report.summary import summary_markdown
 
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 MAX_LINES = 14
@@ -80,10 +80,10 @@ _VERDICT_LINE = re.compile(r"^\[[^\]]*\] (\d{3}-[\w-]+): ")
 
 def generated_targets(notebook: str, folder: Path, reading: list[str]) -> list[str]:
     """The reading with its target lines generated from the run's results and the targets as
-    they stand (:mod:`feedlab.targets`), never the bound a notebook typed when it ran; and each
+    they stand (:mod:`feedlab.report.targets`), never the bound a notebook typed when it ran; and each
     claim verdict the notebook printed re-judged by the claims as they stand (as docs/CLAIMS.md is)."""
-    from feedlab import claims
-    from feedlab.claims.core import Run
+    from feedlab.report import claims
+    from feedlab.report.claims.core import Run
 
     run = Run(out_dir=folder)
     out = []
@@ -372,10 +372,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from feedlab.errors import cli_errors
 
-    ap = argparse.ArgumentParser(prog="python -m feedlab.readme", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m feedlab.report.readme", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.parse_args(argv)  # --help prints and exits before anything is read or written
-    with cli_errors("python -m feedlab.readme"):
+    with cli_errors("python -m feedlab.report.readme"):
         bad = input_problems()
         if bad:
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""

@@ -16,7 +16,7 @@ disjoint set of whole chunks each epoch:
   lies in one chunk; otherwise a batch may span two of the rank's own chunks, never
   another rank's.
 
-Uneven chunk counts (``even``, as in ``feedlab.ranks``):
+Uneven chunk counts (``even``, as in ``feedlab.scale.ranks``):
 
 * ``even=False``: every sample exactly once, no padding, no dropping; ranks differ by
   up to one chunk (fine for evaluation or a loop without collectives, not for DDP).

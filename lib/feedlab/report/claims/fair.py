@@ -4,9 +4,9 @@ A claim's verdict means something only when the run could show it: rates measure
 after start-up (steady batches), a step the GPU bounds where the claim is about the
 GPU, the worker counts the claim names, a machine nobody else was loading, enough
 repeats for a median, and a meter that resolves the window it averages over. Each
-:class:`~feedlab.claims.core.Precondition` below checks one of them on the settings an
-:class:`~feedlab.claims.core.Outcome` compared and returns the reason it fails ('' when
-met); :func:`feedlab.claims.core.judge` then reads "not tested fairly here (reason)".
+:class:`~feedlab.report.claims.core.Precondition` below checks one of them on the settings an
+:class:`~feedlab.report.claims.core.Outcome` compared and returns the reason it fails ('' when
+met); :func:`feedlab.report.claims.core.judge` then reads "not tested fairly here (reason)".
 
 Results from before the columns that state these things (``rate_kind``,
 ``timed_batches``, ``warmup_batches``, ``gpu_busy``, ``nvml_util``,
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 
-from feedlab.claims.core import NoData, Outcome, Precondition, Run
 from feedlab.pipeline import MIN_TIMED_BATCHES  # timed batches after warm-up for a steady rate (one constant)
+from feedlab.report.claims.core import NoData, Outcome, Precondition, Run
 
 MIN_REPEATS = 3              # repeats of a setting for a median and its spread
 GPU_BOUND_BUSY = 0.5         # GPU busy fraction (CUDA events) from which a loop is GPU-bound
