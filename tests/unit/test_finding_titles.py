@@ -52,7 +52,7 @@ def test_hygiene_peers_and_ranks_titles():
     t = T.hygiene_title(pw, pf)
     assert "×50 sooner" in t and "prefetch_factor 8: ×1.2 the default 2" in t
     rat = {"sr": {"ratio": 0.5, "best_peer": {"label": "FFCV", "num_workers": 2.0}}}
-    assert T.peers_title(rat, "sr", "SR") == "SR: feedlab best ×0.5 the best peer, FFCV (2 workers)"
+    assert T.peers_title(rat, "sr", "SR") == "SR:\nfeedlab best ×0.5 the best peer, FFCV (2 workers)"
     assert "no ratio" in T.peers_title(rat, "cls", "JPEG")
     agg = _s([{"ranks": 1, "workers_per_rank": 2, "median": 100.0}, {"ranks": 2, "workers_per_rank": 1, "median": 150.0}])
     assert T.ranks_title(agg) == "2 rank(s) × 1 worker: ×1.5 1 rank at its best"

@@ -138,7 +138,7 @@ def peers_title(rat: dict, kind: str, fallback: str) -> str:
     if r.get("ratio") is None:
         return f"{fallback}: no ratio (feedlab best or every peer missing)"
     p = r["best_peer"]
-    return (f"{fallback}: feedlab best {times(r['ratio'])} the best peer, {p['label']} "
+    return (f"{fallback}:\nfeedlab best {times(r['ratio'])} the best peer, {p['label']} "
             f"({workers_label(p['num_workers'])})")
 
 

@@ -167,10 +167,16 @@ def figure_title(nums: dict, batch_size: int) -> str:
                          "PNG + PIL + ToTensor baseline (DataLoader, 2 workers, batch 128)")
 
 
-def panel_title(summ, mode: str, nums: dict, batch_size: int, step: str = "a training step") -> str:
+def panel_title(summ, mode: str, nums: dict, batch_size: int, step: str = "a training step", width: int = 52) -> str:
     """A panel's title, its finding: reading alone, the fastest setting against the baseline
     (:func:`figure_title`); with a training step or a cold cache, the fastest setting against the
-    slowest in that mode."""
+    slowest in that mode. Wrapped at ``width`` characters (a panel is narrow)."""
+    import textwrap
+
+    return textwrap.fill(_panel_title(summ, mode, nums, batch_size, step), width)
+
+
+def _panel_title(summ, mode: str, nums: dict, batch_size: int, step: str) -> str:
     from feedlab.plots import finding_title
 
     if mode == "read":
