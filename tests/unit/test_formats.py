@@ -360,3 +360,33 @@ def test_encoded_image_datasets_reach_a_spawn_worker_with_their_decode_backend(s
     assert [n for n, _ in there] == [n for n, _ in here]
     for (_n, a), (_m, b) in zip(here, there):
         np.testing.assert_array_equal(a, np.asarray(b))
+
+
+def test_lmdb_env_is_opened_once_when_threads_race(tmp_path):
+    """loader="threads" reads one LMDB set from several threads: the per-process env is opened
+    once (py-lmdb refuses a second open: "already open in this process"), never per thread."""
+    import threading
+
+    from feedlab.formats import lmdb_store as L
+
+    root = tmp_path / "set"
+    L.write(root, [(np.zeros((4, 4, 3), np.uint8), np.zeros((8, 8, 3), np.uint8)) for _ in range(4)])
+    path = str(root / "lmdb")
+    L.close_envs()
+    got, errors = [], []
+    start = threading.Barrier(8)
+
+    def grab():
+        start.wait()
+        try:
+            got.append(L._env_for(path))
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=grab) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    L.close_envs()
+    assert not errors and len({id(e) for e in got}) == 1

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -162,7 +163,15 @@ def _inode(path: str) -> int:
         return -1
 
 
+_ENVS_LOCK = threading.Lock()  # threads of one process (loader="threads") open the env once, not each
+
+
 def _env_for(path: str, check_inode: bool = False) -> lmdb.Environment:
+    with _ENVS_LOCK:
+        return _env_for_locked(path, check_inode)
+
+
+def _env_for_locked(path: str, check_inode: bool) -> lmdb.Environment:
     entry = _ENVS.get(path)
     pid = os.getpid()
     if entry is not None and entry[0] == pid and not (check_inode and entry[2] != _inode(path)):
