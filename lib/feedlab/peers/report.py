@@ -110,8 +110,9 @@ def ratios(tab: pd.DataFrame, field=None) -> dict:
         lo, hi = fb["q25"] / peer["q75"], fb["q75"] / peer["q25"]
         verdict = ("met (>= 1.0)" if lo >= 1.0 else "not met" if hi < 1.0 else "within this run's spread of 1.0")
         out[kind] = {"ratio": r, "ratio_low": lo, "ratio_high": hi, "verdict": verdict,
-                     "feedlab": {k: fb[k] for k in ("contender", "num_workers", "samples_per_s", "q25", "q75",
-                                                     "cpu_ms_per_sample", "first_batch_s", "peak_rss_mib")},
+                     "feedlab": {**{k: fb[k] for k in ("contender", "num_workers", "samples_per_s", "q25", "q75",
+                                                        "cpu_ms_per_sample", "first_batch_s", "peak_rss_mib")},
+                                 "pipeline": fb.get("pipeline") or ""},   # the spec the doctor advised
                      "best_peer": {k: peer[k] for k in ("contender", "label", "num_workers", "samples_per_s", "q25",
                                                         "q75", "cpu_ms_per_sample", "first_batch_s",
                                                         "peak_rss_mib")},
