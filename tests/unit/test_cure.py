@@ -114,3 +114,40 @@ def test_workload_is_measured_on_cuda_and_named_on_a_cpu(monkeypatch, tmp_path):
     assert seen == {"device": "cuda", "fmt": "png", "workers": 16}   # no npy_mmap packed: the baseline's format
     w = C.workload("auto", "cpu", tmp_path)
     assert w["model"] == "srcnn_small" and "not measured" in w["reading"]
+
+
+def test_cycled_gives_total_batches_over_several_epochs():
+    class Two:
+        num_workers = 3
+        epochs = 0
+
+        def __len__(self):
+            return 2
+
+        def __iter__(self):
+            Two.epochs += 1
+            return iter([Two.epochs * 10, Two.epochs * 10 + 1])
+
+    c = C.Cycled(Two(), 5)
+    assert len(c) == 5 and c.num_workers == 3
+    assert list(c) == [10, 11, 20, 21, 30]
+
+
+def test_measure_runs_a_kind_that_takes_no_sampler(monkeypatch):
+    """The ring and the thread loader shuffle per epoch and take no sampler: the steady pass
+    cycles their epochs instead (the H100 run failed here: 'ring takes no DataLoader options')."""
+    import feedlab.pipeline as P
+
+    doc = Doctor(None, SPEC, max_workers=2, budget=Budget(repeats=1, samples=8, e2e_batches=2, cold=False),
+                 splits=lambda f, d: StageSplit(Store(0.0)), model="none")
+    doc.measure(alternatives=False)
+    real, seen = P.make_loader, []
+
+    def no_sampler(ds, spec, **kw):
+        seen.append(sorted(kw))
+        return real(ds, spec.replace(loader="plain"), **kw)   # plain also refuses a sampler
+
+    monkeypatch.setattr(P, "make_loader", no_sampler)
+    m = C.measure(doc, SPEC.replace(loader="threads", num_workers=2), repeats=1, min_timed=12)
+    assert seen == [["drop_last", "seed"]]
+    assert m["samples_per_s"] > 0 and m["runs"]["timed_batches"] == [12]

@@ -61,6 +61,29 @@ def steady_window(et, skip: int, busy: dict | None = None) -> dict:
             "timed_batches": int(et.batches - skip)}
 
 
+class Cycled:
+    """``total`` batches from ``loader``, epoch after epoch (each epoch its own shuffle): a pass long
+    enough for the steady window over a small set, for loader kinds that take no sampler."""
+
+    def __init__(self, loader, total: int):
+        if len(loader) < 1:
+            raise ValueError("the loader yields no full batch: use a smaller batch_size or more samples")
+        self.loader, self.total = loader, int(total)
+        self.num_workers = getattr(loader, "num_workers", 0)
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __iter__(self):
+        n = 0
+        while n < self.total:
+            for batch in self.loader:
+                yield batch
+                n += 1
+                if n >= self.total:
+                    return
+
+
 def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed: int = 0) -> dict:
     """One setting, end to end with the doctor's training step: a warm-up pass, then ``repeats``
     steady passes over a sampler long enough for ``min_timed`` timed batches (the data set is
@@ -75,9 +98,12 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     spec = spec.replace(device=doc.device)
     skip, total = timed_plan(spec, min_timed)
     ds = doc.split(spec.format, spec.decode_backend)
-    sampler = RandomSampler(ds, num_samples=total * spec.batch_size,
-                            generator=torch.Generator().manual_seed(seed))
-    loader = make_loader(ds, spec, sampler=sampler, drop_last=True)
+    if spec.loader == "dataloader":
+        sampler = RandomSampler(ds, num_samples=total * spec.batch_size,
+                                generator=torch.Generator().manual_seed(seed))
+        loader = make_loader(ds, spec, sampler=sampler, drop_last=True)
+    else:  # kinds that take no sampler (ring, threads, ...) shuffle per epoch themselves
+        loader = Cycled(make_loader(ds, spec, seed=seed, drop_last=True), total)
     run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=min(total, skip + 2))
     rows = []
     for _ in range(repeats):
