@@ -209,7 +209,7 @@ def mark_cores(ax, cores: int | None = None, axis: str = "x") -> None:
 def legend_outside(ax, where: str = "right", **kw):
     """A legend beside the axes (``right``) or above it (``top``), never over the data."""
     if where == "top":
-        handles, _labels = ax.get_legend_handles_labels()
+        handles = kw.get("handles") or ax.get_legend_handles_labels()[0]
         opts = dict(loc="lower left", bbox_to_anchor=(0, 1.02, 1, 0.2), mode="expand",
                     ncols=min(len(handles), kw.pop("ncols", 4)), borderaxespad=0)
     else:

@@ -151,3 +151,20 @@ def test_measure_runs_a_kind_that_takes_no_sampler(monkeypatch):
     m = C.measure(doc, SPEC.replace(loader="threads", num_workers=2), repeats=1, min_timed=12)
     assert seen == [["drop_last", "seed"]]
     assert m["samples_per_s"] > 0 and m["runs"]["timed_batches"] == [12]
+
+
+def test_plot_shows_an_undone_step_as_a_hatched_swatch():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def step(label, rate, kept=True):
+        return {"label": label, "samples_per_s": rate, "q25": rate * 0.9, "q75": rate * 1.1, "kept": kept,
+                "data_wait_share": 0.3, "gpu_busy": 0.8}
+
+    fig, axes = plt.subplots(1, 2)
+    C.plot(axes, [step("baseline, 2 workers", 100.0), step("loader=ring", 50.0, kept=False)], cuda=True)
+    swatches = axes[0].get_legend().get_patches()
+    assert [p.get_hatch() for p in swatches] == [None, "//"]
+    assert axes[1].get_legend()._ncols == 2                     # four entries in two rows, none overlapping
+    plt.close(fig)

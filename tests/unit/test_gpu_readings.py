@@ -195,11 +195,37 @@ def test_smoke_and_busy_readings():
 
 def test_committed_h100_readings_are_not_tested_fairly_where_the_run_could_not_show_them():
     machines, t = G.table()
-    for qid in ("epoch-vs-batch", "gpu-util-by-batch", "nvjpeg-vs-cpu", "workers-all-cores"):
+    for qid in ("epoch-vs-batch", "gpu-util-by-batch", "workers-all-cores"):
         assert t[qid]["h100-16c"].status == G.NOT_FAIR, qid
     assert "start-up-bound" in t["epoch-vs-batch"]["h100-16c"].text
     assert "cannot see the epochs" in t["gpu-util-by-batch"]["h100-16c"].text
-    assert "64 images per repeat" in t["nvjpeg-vs-cpu"]["h100-16c"].text
+    assert "2,048 images per repeat" in t["nvjpeg-vs-cpu"]["h100-16c"].text   # the 2026-11-25 steady pass
+
+
+# ---------------------------------------------------------------- 15: the cure
+def _cure(wait, busy, undone_last=True, kind="steady"):
+    def step(label, rate, w, b, kept=True):
+        return {"label": label, "samples_per_s": rate, "data_wait_share": w, "gpu_busy": b, "kept": kept,
+                "rate_kind": kind}
+
+    steps = [step("baseline, 2 workers", 1000.0, 0.9, 0.15), step("collate=fast", 8000.0, wait, busy)]
+    if undone_last:
+        steps.append(step("loader=ring", 4000.0, 0.6, 0.4, kept=False))
+    return {"cuda": True, "steps": steps}
+
+
+@pytest.mark.parametrize("wait,busy,expect", [(0.04, 0.95, G.SUPPORTED), (0.26, 0.91, G.PARTLY),
+                                              (0.3, 0.5, G.NOT_SUPPORTED)])
+def test_the_cure_judges_the_last_kept_step(wait, busy, expect):
+    r = read("the-cure", _cure(wait, busy))
+    assert r.status == expect
+    assert r.text.startswith("collate=fast:") and "×8.0 the samples/s" in r.text   # the undone ring is not the cure
+
+
+def test_the_cure_needs_steady_rates_and_cuda():
+    assert read("the-cure", _cure(0.04, 0.95, kind="with start-up")).status == G.NOT_FAIR
+    assert read("the-cure", {**_cure(0.04, 0.95), "cuda": False}).status == G.NOT_MEASURED
+    assert read("the-cure", {"cuda": True, "steps": []}).status == G.NOT_MEASURED
 
 
 # ---------------------------------------------------------------- 10: the doctor on the GPU machine

@@ -27,11 +27,10 @@ import numpy as np
 
 from feedlab.doctor.predict import advise, predict
 from feedlab.pipeline import PipelineSpec, warmup_batches
+from feedlab.report.targets import TARGET_DATA_WAIT, TARGET_GPU_BUSY, final_step, target_verdict  # noqa: F401
 from feedlab.results import Results
 
 EXPERIMENT = "cure"
-TARGET_DATA_WAIT = 0.05   # data wait ≤ 5% of the loop's wall time ...
-TARGET_GPU_BUSY = 0.90    # ... and the GPU busy ≥ 90% of it, with the doctor's pipeline
 
 
 def timed_plan(spec: PipelineSpec, min_timed: int = 50) -> tuple[int, int]:
@@ -167,29 +166,6 @@ def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int =
     return res, steps
 
 
-def final_step(steps: list[dict]) -> dict | None:
-    """The last kept step: the doctor's pipeline as the cure leaves it."""
-    kept = [s for s in steps if s.get("kept", True)]
-    return kept[-1] if kept else None
-
-
-def target_verdict(steps: list[dict], cuda: bool, wait_target: float = TARGET_DATA_WAIT,
-                   busy_target: float = TARGET_GPU_BUSY) -> dict:
-    """The cure's target judged on the doctor's pipeline: ``met``/``missed`` per reading, or
-    ``not measured here`` with the reason (no CUDA device: nothing to keep busy)."""
-    last = final_step(steps)
-    if last is None:
-        return {"data_wait": "not measured", "gpu_busy": "not measured", "reason": "no step was measured"}
-    out = {"label": last["label"], "data_wait_share": last["data_wait_share"], "gpu_busy": last["gpu_busy"],
-           "data_wait": "met" if last["data_wait_share"] <= wait_target else "missed"}
-    if not cuda or math.isnan(last["gpu_busy"]):
-        out["gpu_busy_verdict"] = "not measured here"
-        out["reason"] = "no CUDA device: GPU busy needs CUDA events around the step"
-    else:
-        out["gpu_busy_verdict"] = "met" if last["gpu_busy"] >= busy_target else "missed"
-    return out
-
-
 def readings(steps: list[dict], cuda: bool) -> list[str]:
     """One sentence per step, then the target's verdict, all from the measured steps."""
     out = []
@@ -240,10 +216,12 @@ def plot(axes, steps: list[dict], cuda: bool) -> None:
             b.set_hatch("//")
             b.set_facecolor("#cccccc")
     ax1.errorbar(x, med, yerr=err, fmt="none", ecolor="#333333", capsize=3)
-    bars.set_label("kept (median, IQR bars)")
-    if any(not s.get("kept", True) for s in steps):
-        ax1.bar([], [], color="#cccccc", hatch="//", label="measured slower: undone")
-    legend_outside(ax1, "top")
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=PALETTE[0], label="kept (median, IQR bars)")]
+    if any(not s.get("kept", True) for s in steps):  # an explicit swatch: an empty bar has no hatch to show
+        handles.append(Patch(facecolor="#cccccc", hatch="//", edgecolor="#333333", label="measured slower: undone"))
+    legend_outside(ax1, "top", handles=handles)
     labels = [s["label"].replace(", ", ",\n").replace("=", "=\n") + ("\n(slower: undone)" if not s.get("kept", True)
                                                                      else "") for s in steps]
     for ax in (ax1, ax2):
@@ -259,7 +237,7 @@ def plot(axes, steps: list[dict], cuda: bool) -> None:
                     label=f"target: busy ≥ {100 * TARGET_GPU_BUSY:.0f}%")
     ax2.set_ylim(0, 105)
     ax2.set_ylabel("% of the training loop's wall time")
-    legend_outside(ax2, "top")
+    legend_outside(ax2, "top", ncols=2)
 
 
 def workload(model: str | None, device: str, data_root=None, batch_size: int = 128, num_workers: int = 0,

@@ -1,6 +1,6 @@
 """The GPU readings of issue #11, each computed from one machine's committed results.
 
-Seven questions a GPU run answers, each with its tolerance stated, judged per machine
+Eight questions a GPU run answers, each with its tolerance stated, judged per machine
 from ``figures/<notebook>/<machine>/`` (``results.json``, ``results.csv``,
 ``fingerprint.json``) by the functions below; ``docs/GPU_READINGS.md`` is generated
 from them by ``python -m feedlab.report.readme`` (a test compares). Where a write-up claim
@@ -230,6 +230,29 @@ def doctor_on_gpu(run: Run) -> Reading:
                    + (f" — {per}" if per else ""))
 
 
+def cure_on_gpu(run: Run) -> Reading:
+    """The cure's target on the doctor's pipeline (15_the_cure): data wait and GPU busy of the last
+    kept step, steady windows with CUDA events, judged by :func:`feedlab.experiments.cure.target_verdict`."""
+    from feedlab.report.targets import TARGET_DATA_WAIT, TARGET_GPU_BUSY, final_step, target_verdict
+
+    steps = run.payload.get("steps") or []
+    if len(steps) < 2:
+        raise NoData("no cure steps in results.json")
+    if any(s.get("rate_kind") != "steady" for s in steps):
+        raise Unfair("a step's rate was not steady (start-up inside the window)")
+    v = target_verdict(steps, cuda=bool(run.payload.get("cuda")))
+    if v.get("gpu_busy_verdict") == "not measured here":
+        raise NoData(v.get("reason", "GPU busy not measured"))
+    met = [v["data_wait"] == "met", v["gpu_busy_verdict"] == "met"]
+    first = steps[0]
+    status = SUPPORTED if all(met) else PARTLY if any(met) else NOT_SUPPORTED
+    return Reading(status, f"{v['label']}: data wait {100 * v['data_wait_share']:.0f}% (target ≤ "
+                   f"{100 * TARGET_DATA_WAIT:.0f}%: {v['data_wait']}), GPU busy {100 * v['gpu_busy']:.0f}% (target ≥ "
+                   f"{100 * TARGET_GPU_BUSY:.0f}%: {v['gpu_busy_verdict']}); from {first['label']}: data wait "
+                   f"{100 * first['data_wait_share']:.0f}%, GPU busy {100 * first['gpu_busy']:.0f}%, "
+                   f"×{final_step(steps)['samples_per_s'] / first['samples_per_s']:.1f} the samples/s")
+
+
 QUESTIONS: tuple[Question, ...] = (
     Question("epoch-vs-batch", "09_batch_size_breakdown", "Epoch time vs batch size with SRCNN on the GPU (000: 5.3×)",
              "claim 000-epoch-vs-batch: supported ≥ 2.65×, partly ≥ 1.25×", epoch_vs_batch),
@@ -251,6 +274,9 @@ QUESTIONS: tuple[Question, ...] = (
     Question("doctor-on-gpu", "10_doctor", "The doctor's verdict on the GPU machine: predicted vs measured gain",
              "supported: 80–125% of the predicted gain delivered; partly: the advice raised throughput (> ×1.05)",
              doctor_on_gpu),
+    Question("the-cure", "15_the_cure", "The cure: a starving training step brought to a busy GPU by the doctor's advice",
+             "supported: data wait ≤ 5% of the loop and GPU busy ≥ 90% (CUDA events, steady windows) on the "
+             "doctor's pipeline; partly: one of the two", cure_on_gpu),
 )
 
 

@@ -11,6 +11,7 @@ README is typed beside a measured number.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -200,4 +201,32 @@ def rewrite_reading(notebook: str, reading: list[str], run: Run) -> list[str]:
             out.extend(new)
         else:
             out[where:where] = new
+    return out
+
+
+# ---------------------------------------------------------------- the cure (15_the_cure, issue #27)
+TARGET_DATA_WAIT = 0.05   # data wait ≤ 5% of the loop's wall time ...
+TARGET_GPU_BUSY = 0.90    # ... and the GPU busy ≥ 90% of it, with the doctor's pipeline
+
+
+def final_step(steps: list[dict]) -> dict | None:
+    """The last kept step: the doctor's pipeline as the cure leaves it."""
+    kept = [s for s in steps if s.get("kept", True)]
+    return kept[-1] if kept else None
+
+
+def target_verdict(steps: list[dict], cuda: bool, wait_target: float = TARGET_DATA_WAIT,
+                   busy_target: float = TARGET_GPU_BUSY) -> dict:
+    """The cure's target judged on the doctor's pipeline: ``met``/``missed`` per reading, or
+    ``not measured here`` with the reason (no CUDA device: nothing to keep busy)."""
+    last = final_step(steps)
+    if last is None:
+        return {"data_wait": "not measured", "gpu_busy": "not measured", "reason": "no step was measured"}
+    out = {"label": last["label"], "data_wait_share": last["data_wait_share"], "gpu_busy": last["gpu_busy"],
+           "data_wait": "met" if last["data_wait_share"] <= wait_target else "missed"}
+    if not cuda or math.isnan(last["gpu_busy"]):
+        out["gpu_busy_verdict"] = "not measured here"
+        out["reason"] = "no CUDA device: GPU busy needs CUDA events around the step"
+    else:
+        out["gpu_busy_verdict"] = "met" if last["gpu_busy"] >= busy_target else "missed"
     return out
