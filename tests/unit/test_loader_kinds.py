@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from feedlab import loader_kinds as K
 from feedlab import pipeline as P
-from feedlab.loaders import BatchReadLoader, ChunkLoader, PlainLoop
-from feedlab.ring import RingLoader
+from feedlab.pipeline import kinds as K
+from feedlab.pipeline.loaders import BatchReadLoader, ChunkLoader, PlainLoop
+from feedlab.pipeline.ring import RingLoader
 
 
 class Store:

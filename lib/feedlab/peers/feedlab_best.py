@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from feedlab.collate import alloc_batch
-from feedlab.loaders import index_batches
+from feedlab.pipeline.loaders import index_batches
 
 from ._common import SRPairs
 from .base import Conversion, Source, Spec, rrc_box, timed_conversion
