@@ -30,10 +30,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset, default_collate
 
 from feedlab.formats import Hdf5Dataset, LmdbDataset, PngDataset
 from feedlab.formats.lmdb_store import _open_env
+from feedlab.pipeline import PipelineSpec, make_loader
 from feedlab.results import Results
 
 EXPERIMENT = "hdf5_concurrency"
@@ -210,10 +211,12 @@ def check_loader(dataset: Dataset, reference: tuple[np.ndarray, np.ndarray], num
 
     def new_loader():
         # persistent workers: one start-up for all epochs (spawn start-up costs seconds)
-        return DataLoader(Indexed(dataset), batch_size=batch_size, shuffle=True, generator=g,
-                          num_workers=num_workers, multiprocessing_context=ctx,
-                          persistent_workers=num_workers > 0,
-                          timeout=timeout_s if num_workers > 0 else 0)
+        # through the loader registry (kind "dataloader"); the experiment's own knobs are DataLoader
+        # options: the start method under test, one generator across re-created loaders, the deadline
+        spec = PipelineSpec(batch_size=batch_size, num_workers=num_workers, persistent_workers=num_workers > 0,
+                            device="cpu")
+        return make_loader(Indexed(dataset), spec, collate_fn=default_collate, generator=g,
+                           multiprocessing_context=ctx, timeout=timeout_s if num_workers > 0 else 0)
 
     loader = None
     out = []

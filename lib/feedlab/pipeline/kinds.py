@@ -102,8 +102,9 @@ def _dataloader(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=Fa
     if shuffle and "sampler" not in overrides and "batch_sampler" not in overrides:
         kw["shuffle"] = True
         kw["generator"] = torch.Generator().manual_seed(seed)
+    batch_size = overrides.pop("batch_size", spec.batch_size)  # None: the dataset yields whole batches
     kw.update(overrides)
-    return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.num_workers, pin_memory=pin,
+    return DataLoader(dataset, batch_size=batch_size, num_workers=spec.num_workers, pin_memory=pin,
                       collate_fn=collate_fn, drop_last=drop_last, **kw)
 
 
