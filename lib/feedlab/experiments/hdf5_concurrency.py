@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -188,7 +189,14 @@ def _error_name(exc: BaseException) -> str:
     text = msg[0] if msg else ""
     if len(msg) > 1:
         text = f"{msg[0]} ... {msg[-1]}"
-    return f"{type(exc).__name__}: {text[:300]}"
+    return f"{type(exc).__name__}: {_relative(text)[:300]}"
+
+
+def _relative(text: str) -> str:
+    """Files named relative to the repository before any cut: a record never ends in half a machine path."""
+    from feedlab.paths import REPO_ROOT
+
+    return text.replace(str(REPO_ROOT) + "/", "")
 
 
 def check_loader(dataset: Dataset, reference: tuple[np.ndarray, np.ndarray], num_workers: int,
@@ -227,7 +235,11 @@ def check_loader(dataset: Dataset, reference: tuple[np.ndarray, np.ndarray], num
         seen = np.zeros(n, dtype=np.int64)
         t0 = time.perf_counter()
         try:
-            for idx, lr, hr in loader:
+            with warnings.catch_warnings():  # spawn pickling a parent-opened handle is the experiment: its
+                warnings.filterwarnings(     # error is recorded below; torch's warning would say it twice
+                    "ignore", message="Got pickle error when attempting to start a worker", category=UserWarning)
+                batches = iter(loader)
+            for idx, lr, hr in batches:
                 idx = idx.numpy().astype(np.int64)
                 lr = lr.numpy()
                 hr = hr.numpy()
@@ -355,7 +367,7 @@ def run(root, readers: Sequence[str] = tuple(READERS), worker_counts: Sequence[i
                     if log:
                         log(f"{reader:16s} {method:5s} w={w} epoch {chk.epoch}: right {chk.right}/{n}, "
                             f"wrong {chk.wrong}, missing {chk.missing}"
-                            + (f", error {chk.error[:120]}" if chk.error else ""))
+                            + (f", error {_relative(chk.error)[:120]}" if chk.error else ""))
                 close = getattr(ds, "close", None)
                 if close:
                     close()
