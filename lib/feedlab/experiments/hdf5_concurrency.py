@@ -433,3 +433,7 @@ def plot(tab, ax=None):
     ax.set_ylim(0, top * 1.6)
     legend_outside(ax, "right", fontsize=7.5)
     return ax
+
+
+# the reading, figure title and payload of notebook 08 (a companion module keeps this one short)
+from feedlab.experiments._hdf5_readings import payload, readings, title  # noqa: E402, F401
