@@ -44,7 +44,7 @@ figures: $(STAMP) peers ## prepare data and run every notebook (PROFILE=quick|fu
 	@if [ "$(PROFILE)" != smoke ]; then $(PY) -m feedlab.report.readme; fi
 
 test: $(STAMP) ## lint (ruff), the unit tests, then `make nbval`
-	$(PY) -m ruff check lib data_prep tests
+	$(PY) -m ruff check lib data_prep tests notebooks
 	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests/unit
 	@$(MAKE) --no-print-directory nbval
 

@@ -152,10 +152,22 @@ def record_results(payload: dict, out_dir: str | os.PathLike | None = None) -> d
     try:
         from IPython.display import JSON, display
 
-        display(JSON(json.loads(text)), metadata={"feedlab": "results"})
+        display(JSON(_finite(json.loads(text))), metadata={"feedlab": "results"})
     except Exception:
         print(text)
     return payload
+
+
+def _finite(obj: Any) -> Any:
+    """``obj`` with NaN and ±inf as None: the notebook's display channel takes strict JSON only
+    (a NaN there gets a kernel warning in place of the numbers; ``results.json`` keeps NaN)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _json_default(obj: Any):

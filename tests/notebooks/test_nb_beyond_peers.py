@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from feedlab import peers
+
 from nbrun import recorded, smoke
 
 pytestmark = pytest.mark.notebook

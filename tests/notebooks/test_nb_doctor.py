@@ -3,6 +3,7 @@
 import pytest
 
 from feedlab.doctor import BOUND_STAGES, VERDICTS
+
 from nbrun import recorded, smoke
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from feedlab.report.claims import claims_for
 from feedlab.experiments import print_overhead as PO
 from feedlab.experiments import totensor_vs_fast_collate as TC
+from feedlab.report.claims import claims_for
+
 from nbrun import recorded, smoke
 
 pytestmark = pytest.mark.notebook

@@ -24,7 +24,7 @@ def test_nb_05_storage_formats():
     assert (df[df.metric == "samples_per_s"].value > 0).all()
     assert {"zarr_chunk/chunk", "zarr/plain", "lmdb/batched"} <= set(read.variant)
     # settings are (format, loader kind, num_workers) from the registries: Zarr by chunks is (zarr, chunk)
-    from feedlab.loader_kinds import LOADER_KINDS
+    from feedlab.pipeline.kinds import LOADER_KINDS
 
     assert set(read["loader"]) <= set(LOADER_KINDS) and ("zarr", "chunk") in set(zip(read["format"], read["loader"]))
     assert "dl_w" not in payload["best_read"] and "/" not in payload["best_single_process"]

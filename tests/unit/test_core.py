@@ -161,3 +161,19 @@ def test_runner_passes_absolute_paths(tmp_path, monkeypatch):
                      "-p", "data_root", "mine"]) == 0
     assert seen["out_root"] == tmp_path / "rel"
     assert seen["params"]["data_root"] == str(tmp_path / "mine")
+
+
+def test_record_results_displays_strict_json_and_keeps_nan_in_the_file(tmp_path, monkeypatch):
+    """A NaN in the payload must not reach the kernel's display channel (which rejects it with a
+    UserWarning in place of the numbers); results.json keeps it."""
+    import json
+    import math
+
+    import IPython.display as D
+
+    shown = []
+    monkeypatch.setattr(D, "display", lambda obj, **kw: shown.append(obj.data))
+    results.record_results({"a": float("nan"), "b": [1.0, float("inf")], "c": {"d": 2.0}}, tmp_path)
+    assert shown == [{"a": None, "b": [1.0, None], "c": {"d": 2.0}}]
+    json.dumps(shown[0], allow_nan=False)
+    assert math.isnan(json.loads((tmp_path / "results.json").read_text())["a"])

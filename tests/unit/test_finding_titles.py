@@ -28,6 +28,8 @@ def test_decode_and_pillow_titles():
     part = _s([{"variant": "pillow", "median": 10.0}, {"variant": "pillow-simd", "median": 25.0}])
     assert T.simd_title(part, "worker_decode_resize") == "decode + resize: Pillow-SIMD\n×2.5 Pillow"
     assert "Pillow only" in T.simd_title(part[part.variant == "pillow"], "worker_resize")
+    pil = part.replace({"variant": {"pillow": "pil"}})  # 06's rows name Pillow "pil"
+    assert T.simd_title(pil, "worker_decode") == "decode: Pillow-SIMD\n×2.5 Pillow"
     same = _s([{"variant": "tjbench (C)", "median": 1000.0}, {"variant": "simplejpeg", "median": 800.0}])
     assert "0.80 of C" in T.c_ceiling_title(same, 512)
     assert "unavailable" in T.c_ceiling_title(same[same.variant != "tjbench (C)"], 512)

@@ -106,3 +106,37 @@ def test_naive_lmdb_reopen_fails_after_parent_use(sr_root):
         pytest.skip("this py-lmdb allows a second open of one env per process")
     # py-lmdb refuses a second open of one env in a process; feedlab names the store and sample
     assert "already open" in c.error or ("cannot open" in c.error and "lmdb" in c.error), c.error
+
+
+class _Unpicklable(Dataset):
+    """A handle spawn cannot send to a worker (what a parent-opened HDF5/LMDB handle is)."""
+
+    def __init__(self, reference):
+        import threading
+
+        self.lr, self.hr = reference
+        self.lock = threading.Lock()
+
+    def __len__(self):
+        return len(self.lr)
+
+    def __getitem__(self, i):
+        return self.lr[i], self.hr[i]
+
+
+def test_spawn_pickle_failure_is_recorded_once_without_torchs_warning(reference):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        c, = H.check_loader(_Unpicklable(reference), reference, num_workers=1, start_method="spawn", epochs=1)
+    assert c.error and "pickle" in c.error.lower() and c.missing == len(reference[0])
+    assert not [w for w in seen if "Got pickle error" in str(w.message)]
+
+
+def test_error_lines_name_files_relative_to_the_repository():
+    from feedlab.paths import REPO_ROOT
+
+    long = "x" * 280
+    e = H._error_name(ValueError(f"{long} lmdb: sample 3 ({REPO_ROOT}/data/sr64/lmdb)"))
+    assert str(REPO_ROOT) not in e and "/work/" not in e

@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from feedlab import loader_kinds as K
 from feedlab import pipeline as P
-from feedlab.loaders import BatchReadLoader, ChunkLoader, PlainLoop
-from feedlab.ring import RingLoader
+from feedlab.pipeline import kinds as K
+from feedlab.pipeline.loaders import BatchReadLoader, ChunkLoader, PlainLoop
+from feedlab.pipeline.ring import RingLoader
 
 
 class Store:
@@ -84,3 +84,23 @@ def test_the_cli_flag_is_loader_kind_and_leaves_a_loader_flag_free():
     spec = P.spec_from_args(args)
     assert spec.loader == "ring" and spec.num_workers == 2
     assert P.PipelineSpec(loader="ring").label().endswith(" ring") and "ring" not in P.PipelineSpec().label()
+
+
+def test_dataloader_kind_takes_batch_size_none_for_a_dataset_of_whole_batches():
+    """13's JPEG contender reads whole batches in its workers: the registry's DataLoader with
+    automatic batching off, the batches passed through as they come."""
+    import torch
+    from torch.utils.data import Dataset, default_convert
+
+    from feedlab.pipeline import PipelineSpec, make_loader
+
+    class Batches(Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, idx):
+            return torch.full((4, 2), float(idx))
+
+    ld = make_loader(Batches(), PipelineSpec(batch_size=4, device="cpu"), shuffle=False, collate_fn=default_convert,
+                     sampler=[2, 0, 1], batch_size=None)
+    assert [b[0, 0].item() for b in ld] == [2.0, 0.0, 1.0] and ld.batch_size is None

@@ -225,3 +225,20 @@ def ranks_grid_readings(df):
     from feedlab.experiments.ranks_grid import readings
 
     return readings(df)
+
+
+def test_quiet_ray_data_silences_rays_loggers_and_restores_them():
+    """Ray Data's one INFO line per dataset names its /tmp session folder in the executed notebook:
+    off while measuring, even on a child logger Ray configured with its own level."""
+    import logging
+
+    from feedlab.scale import ray_cluster as RC
+    from feedlab.scale import remote_decode as RD
+
+    child = logging.getLogger("ray.data._internal.execution.streaming_executor")
+    child.setLevel(logging.INFO)
+    with RD.quiet_ray_data():
+        assert not child.isEnabledFor(logging.INFO) and not logging.getLogger("ray").isEnabledFor(logging.WARNING)
+        assert child.isEnabledFor(logging.ERROR)
+    assert child.level == logging.INFO
+    assert RC.quiet_ray_data is RD.quiet_ray_data

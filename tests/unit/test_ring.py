@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from feedlab.loaders import index_batches
-from feedlab.ring import RingLoader, RingWorkerError, check_shm
+from feedlab.pipeline.loaders import index_batches
+from feedlab.pipeline.ring import RingLoader, RingWorkerError, check_shm
 
 LR, HR = (2, 2, 3), (4, 4, 3)
 
@@ -200,7 +200,7 @@ def test_a_real_lmdb_store_through_the_ring(tmp_path, start, compress):
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("cls", [Samples, Batched])
 def test_threads_kind_ordered_exactly_once(threads, cls):
-    from feedlab.loaders import ThreadLoader
+    from feedlab.pipeline.loaders import ThreadLoader
 
     ld = ThreadLoader(cls(29), 4, num_threads=threads)
     for epoch in range(3):
@@ -210,7 +210,7 @@ def test_threads_kind_ordered_exactly_once(threads, cls):
 def test_threads_kind_raises_the_readers_error_and_leaves_no_thread():
     import threading
 
-    from feedlab.loaders import ThreadLoader
+    from feedlab.pipeline.loaders import ThreadLoader
 
     with pytest.raises(ValueError, match="sample 11 is broken"):
         list(ThreadLoader(Samples(30, fail_at=11), 4, num_threads=2))
@@ -229,7 +229,7 @@ def test_workers_of_a_main_process_killed_outright_exit_too(tmp_path):
         "import sys, time\n"
         f"sys.path[:0] = {sys.path!r}\n"
         "from test_ring import Batched\n"
-        "from feedlab.ring import RingLoader\n"
+        "from feedlab.pipeline.ring import RingLoader\n"
         "ld = RingLoader(Batched(40), 4, num_workers=2, start_method='fork')\n"
         "it = iter(ld); next(it)\n"
         "print(' '.join(str(p.pid) for p in ld._w.procs), flush=True)\n"

@@ -11,7 +11,7 @@ import torch
 
 from feedlab import cache, formats
 from feedlab.experiments import storage_formats as S
-from feedlab.loaders import BatchReadLoader, ChunkLoader, index_batches, plain_loop
+from feedlab.pipeline.loaders import BatchReadLoader, ChunkLoader, index_batches, plain_loop
 
 # ---------------------------------------------------------------- cache
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from feedlab import pipeline as P
 from feedlab.formats import raw_nbytes
-from feedlab.loader_kinds import UINT8_COLLATES
+from feedlab.pipeline.kinds import UINT8_COLLATES
 
 from .costs import CostTable, Machine, Stage
 from .probes import (
@@ -282,7 +282,7 @@ class Doctor:
         DataLoader, no collate, no per-sample arrays) this spec could switch to on ``fmt``: its
         collate already a uint8 one, and no transform (they hand out what is stored)."""
         from feedlab import formats
-        from feedlab.loader_kinds import LOADER_KINDS, kind_problems
+        from feedlab.pipeline.kinds import LOADER_KINDS, kind_problems
 
         fs = formats.FORMATS.get(fmt)
         if fs is None or self.spec.transform != "none":

@@ -34,7 +34,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from feedlab.gpu_decode import DEVICE_DECODERS
-from feedlab.loader_kinds import UINT8_COLLATES
+from feedlab.pipeline.kinds import UINT8_COLLATES
 
 from .costs import BOUND_STAGES, MAIN_STAGES, WORKER_STAGES, CostTable
 

@@ -245,11 +245,11 @@ class _Items:
 def probe_ring(items: list, batch_size: int, batches: int = 12, skip: int = 3, workers: int = 1,
                loader_cls=None) -> dict:
     """The ring's hand-over measured: one worker fills slots of a shared-memory ring
-    (``feedlab.ring.RingLoader``) with ``items``; the main process's CPU time
+    (``feedlab.pipeline.ring.RingLoader``) with ``items``; the main process's CPU time
     (``time.thread_time``) per sample to receive each of ``batches`` batches after ``skip``.
     Returns ``receive_cpu`` (s per sample, one value per batch) and ``bytes_per_sample``."""
     if loader_cls is None:
-        from feedlab.ring import RingLoader as loader_cls
+        from feedlab.pipeline.ring import RingLoader as loader_cls
 
     n = max(len(items), batch_size) * (skip + batches + 1)
     ds = _Items([items[k % len(items)] for k in range(min(n, len(items) * 4 or 1))])

@@ -72,8 +72,9 @@ def simd_title(part: pd.DataFrame, op: str) -> str:
     """06's Pillow panels: Pillow-SIMD against Pillow for one operation, where both ran."""
     name = op.replace("worker_", "").replace("_", " + ")
     s = part.groupby("variant")["median"].median()
-    if "pillow-simd" in s.index and "pillow" in s.index and _ok(s["pillow"]):
-        return f"{name}: Pillow-SIMD\n{times(s['pillow-simd'] / s['pillow'])} Pillow"
+    pil = "pil" if "pil" in s.index else "pillow"  # 06 records Pillow as "pil" (decode_backends)
+    if "pillow-simd" in s.index and pil in s.index and _ok(s[pil]):
+        return f"{name}: Pillow-SIMD\n{times(s['pillow-simd'] / s[pil])} Pillow"
     return f"{name}:\nPillow only (no SIMD build)"
 
 

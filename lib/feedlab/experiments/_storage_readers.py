@@ -3,7 +3,7 @@
 
 Every setting is a :class:`feedlab.pipeline.PipelineSpec` of ``(format, loader, num_workers)``
 built from the registries: the formats (``feedlab.formats``) and the loader kinds
-(``feedlab.loader_kinds``); a format's capabilities decide which kinds apply (``settings``).
+(``feedlab.pipeline.kinds``); a format's capabilities decide which kinds apply (``settings``).
 A new format appears here by its store and its one registration. ``open_format`` opens a
 setting's store (its first ``samples``; Zarr read by any kind that is not chunk- or
 batch-aligned (``PER_SAMPLE_KINDS``) hides its batched reads behind :class:`PerSample`: one ``arr[i]`` per sample),
@@ -74,7 +74,7 @@ class PerSample(Dataset):
 def kinds_for(fmt: str, loaders: Sequence[str] | None = None) -> list[str]:
     """The loader kinds that can read format ``fmt`` (its capabilities against each kind's
     requirements), in registry order; ``loaders`` limits them."""
-    from feedlab.loader_kinds import LOADER_KINDS
+    from feedlab.pipeline.kinds import LOADER_KINDS
 
     caps = formats.get_format(fmt).capabilities()
     return [k for k, kind in LOADER_KINDS.items() if (loaders is None or k in loaders)
@@ -88,7 +88,7 @@ def settings(fmts: Sequence[str], worker_counts: Sequence[int], batch_size: int,
     other multi-process kinds with each of ``worker_counts``, the single-process kinds alone.
     A setting whose ``problems()`` are not empty is left out."""
     from feedlab.experiments.loader_grid import grid
-    from feedlab.loader_kinds import LOADER_KINDS
+    from feedlab.pipeline.kinds import LOADER_KINDS
 
     out: list[PipelineSpec] = []
     for fmt in fmts:

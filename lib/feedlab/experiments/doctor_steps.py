@@ -238,3 +238,50 @@ def plot_calibration(ax, points: list[dict]) -> None:
     ax.set_xlabel("measured samples/s (median)")
     ax.set_ylabel("predicted samples/s")
     legend_outside(ax, fontsize=8)
+
+
+def overall_gain(steps: list[dict]) -> tuple[float, float]:
+    """``(measured, predicted)`` gain of the last kept step over the start."""
+    kept = [s for s in steps if s["kept"]]
+    return kept[-1]["measured"] / steps[0]["measured"], kept[-1]["predicted"] / steps[0]["predicted"]
+
+
+def readings(report: dict, steps: list[dict], start: PipelineSpec, calib: dict) -> list[str]:
+    """10's findings as text: the start's verdict, the machine, the calibration, each step
+    (kept or measured slower and undone) and the overall gain, all from the run."""
+    out = [f"Start ({start.label()}): {report['verdict']}, bounded by {report['bound_stage']}; "
+           f"predicted {report['predicted_samples_per_s']:,.0f} samples/s, measured {steps[0]['measured']:,.0f}.",
+           f"Machine: {report['cores']} cores, {report['effective_cores']:.2f} effective during the run "
+           "(a CPU-bound loop in every core; below the core count means others were using the machine).",
+           *calibration_lines(calib)]
+    for s in steps[1:]:
+        verdict = "kept" if s["kept"] else "measured SLOWER: undone"
+        out.append(f"  step {s['label']}: predicted ×{s['predicted_gain']:.2f}, measured ×{s['measured_gain']:.2f} "
+                   f"({s['measured']:,.0f} samples/s, IQR {s['measured_q25']:,.0f}–{s['measured_q75']:,.0f}); "
+                   f"{verdict}; bounded by {s['bound_stage']}")
+    total, promised = overall_gain(steps)
+    out.append(f"Overall (kept steps): measured ×{total:.2f} over the start, against ×{promised:.2f} predicted "
+               f"({100 * min(total / promised, 9.99):.0f}% of the promised gain delivered).")
+    out.append("The advice " + ("raised" if total > 1.05 else "did NOT measurably raise") + " throughput in this run.")
+    if (report.get("shm") or {}).get("warning"):
+        out.append("Shared memory: " + report["shm"]["warning"])
+    return out
+
+
+STEP_KEYS = ("step", "label", "config", "predicted", "measured", "measured_q25", "measured_q75", "bound_stage", "kept",
+             "predicted_gain", "measured_gain", "error")
+
+
+def payload(P, doc, report: dict, start: PipelineSpec, steps: list[dict], calib: dict) -> dict:
+    """What 10 records and the claims ledger and GPU readings read (``results.json``)."""
+    total, promised = overall_gain(steps)
+    return {"notebook": "10_doctor", "profile": P.profile, "batch_size": P.batch_size, "model": P.model,
+            "device": doc.device, "cuda": doc.cuda, "cores": report["cores"],
+            "effective_cores": report["effective_cores"], "start": start.as_dict(),
+            "verdict": report["verdict"], "bound_stage": report["bound_stage"],
+            "predicted_samples_per_s": report["predicted_samples_per_s"], "end_to_end": report["end_to_end"],
+            "advice": [{k: a[k] for k in ("setting", "value", "expected_gain", "predicted_samples_per_s")}
+                       for a in report["advice"]],
+            "steps": [{k: s.get(k) for k in STEP_KEYS} for s in steps],
+            "measured_gain_total": total, "predicted_gain_total": promised,
+            "max_abs_error": calib["max_abs_error"], "calibration": calib, "shm": report["shm"]}

@@ -24,16 +24,18 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset, default_collate
 
 from feedlab.formats import Hdf5Dataset, LmdbDataset, PngDataset
 from feedlab.formats.lmdb_store import _open_env
+from feedlab.pipeline import PipelineSpec, make_loader
 from feedlab.results import Results
 
 EXPERIMENT = "hdf5_concurrency"
@@ -187,7 +189,14 @@ def _error_name(exc: BaseException) -> str:
     text = msg[0] if msg else ""
     if len(msg) > 1:
         text = f"{msg[0]} ... {msg[-1]}"
-    return f"{type(exc).__name__}: {text[:300]}"
+    return f"{type(exc).__name__}: {_relative(text)[:300]}"
+
+
+def _relative(text: str) -> str:
+    """Files named relative to the repository before any cut: a record never ends in half a machine path."""
+    from feedlab.paths import REPO_ROOT
+
+    return text.replace(str(REPO_ROOT) + "/", "")
 
 
 def check_loader(dataset: Dataset, reference: tuple[np.ndarray, np.ndarray], num_workers: int,
@@ -210,10 +219,12 @@ def check_loader(dataset: Dataset, reference: tuple[np.ndarray, np.ndarray], num
 
     def new_loader():
         # persistent workers: one start-up for all epochs (spawn start-up costs seconds)
-        return DataLoader(Indexed(dataset), batch_size=batch_size, shuffle=True, generator=g,
-                          num_workers=num_workers, multiprocessing_context=ctx,
-                          persistent_workers=num_workers > 0,
-                          timeout=timeout_s if num_workers > 0 else 0)
+        # through the loader registry (kind "dataloader"); the experiment's own knobs are DataLoader
+        # options: the start method under test, one generator across re-created loaders, the deadline
+        spec = PipelineSpec(batch_size=batch_size, num_workers=num_workers, persistent_workers=num_workers > 0,
+                            device="cpu")
+        return make_loader(Indexed(dataset), spec, collate_fn=default_collate, generator=g,
+                           multiprocessing_context=ctx, timeout=timeout_s if num_workers > 0 else 0)
 
     loader = None
     out = []
@@ -224,7 +235,11 @@ def check_loader(dataset: Dataset, reference: tuple[np.ndarray, np.ndarray], num
         seen = np.zeros(n, dtype=np.int64)
         t0 = time.perf_counter()
         try:
-            for idx, lr, hr in loader:
+            with warnings.catch_warnings():  # spawn pickling a parent-opened handle is the experiment: its
+                warnings.filterwarnings(     # error is recorded below; torch's warning would say it twice
+                    "ignore", message="Got pickle error when attempting to start a worker", category=UserWarning)
+                batches = iter(loader)
+            for idx, lr, hr in batches:
                 idx = idx.numpy().astype(np.int64)
                 lr = lr.numpy()
                 hr = hr.numpy()
@@ -352,7 +367,7 @@ def run(root, readers: Sequence[str] = tuple(READERS), worker_counts: Sequence[i
                     if log:
                         log(f"{reader:16s} {method:5s} w={w} epoch {chk.epoch}: right {chk.right}/{n}, "
                             f"wrong {chk.wrong}, missing {chk.missing}"
-                            + (f", error {chk.error[:120]}" if chk.error else ""))
+                            + (f", error {_relative(chk.error)[:120]}" if chk.error else ""))
                 close = getattr(ds, "close", None)
                 if close:
                     close()
@@ -418,3 +433,7 @@ def plot(tab, ax=None):
     ax.set_ylim(0, top * 1.6)
     legend_outside(ax, "right", fontsize=7.5)
     return ax
+
+
+# the reading, figure title and payload of notebook 08 (a companion module keeps this one short)
+from feedlab.experiments._hdf5_readings import payload, readings, title  # noqa: E402, F401

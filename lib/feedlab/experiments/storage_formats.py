@@ -3,7 +3,7 @@
 The same SR samples, in every storage format the registry holds that the set has packed
 (PNG pairs, HDF5, Zarr, one .npy per sample, one memory-mapped .npy, ``torch.save`` files,
 LMDB with lz4 and raw, and any format registered later), are read by every loader kind of
-:mod:`feedlab.loader_kinds` the format can feed: a setting is a ``PipelineSpec`` of
+:mod:`feedlab.pipeline.kinds` the format can feed: a setting is a ``PipelineSpec`` of
 ``(format, loader, num_workers)`` (``_storage_readers.settings``), built by
 ``pipeline.make_loader``. The DataLoader runs with 0, 1 and N workers (persistent, started in
 the warm-up); ``plain`` is one process without DataLoader; ``batched`` the format's
@@ -65,8 +65,8 @@ from feedlab.experiments._storage_readings import (  # noqa: F401  (re-exported)
     row_words,
     table,
 )
-from feedlab.loaders import index_batches
 from feedlab.pipeline import PipelineSpec
+from feedlab.pipeline.loaders import index_batches
 from feedlab.results import Results
 from feedlab.timing import run_epoch, time_callable
 
@@ -315,7 +315,7 @@ def summary(res: Results):
 def _loader_rank(loader: str, num_workers: int = 0) -> int:
     """A fixed order (and so a fixed colour) per loader across every panel: the kinds in
     registry order, the DataLoader by worker count, the worker kinds last."""
-    from feedlab.loader_kinds import LOADER_KINDS
+    from feedlab.pipeline.kinds import LOADER_KINDS
 
     kinds = [k for k in LOADER_KINDS if k != "dataloader"]
     single = [k for k in kinds if LOADER_KINDS[k].workers == "none"]

@@ -210,3 +210,62 @@ def plot_split(ax, s, batch_size: int, legend: bool = True) -> None:
 def _med(s, kind, variant, size, bs) -> float:
     m = s[(s["kind"] == kind) & (s["variant"] == variant) & (s["image_size"] == size) & (s["batch_size"] == bs)]
     return float(m["median"].iloc[0]) if len(m) else float("nan")
+
+
+TARGET_FAST = 4.0  # the fast collate at least 4× the stock ToTensor + default_collate path
+
+
+def reference(image_sizes, batch_sizes) -> tuple[int, int]:
+    """``(image size, batch size)`` the readings quote: 96² and 128 where measured, else the largest."""
+    return (96 if 96 in image_sizes else list(image_sizes)[-1], 128 if 128 in batch_sizes else list(batch_sizes)[-1])
+
+
+def readings(s, image_sizes, batch_sizes) -> tuple[list[str], dict]:
+    """The printed findings at the reference setting, and the numbers they state (the payload's)."""
+    size, bs = reference(image_sizes, batch_sizes)
+
+    def med(kind, v):
+        return _med(s, kind, v, size, bs)
+
+    stock = med("collate", "totensor")
+    ratios = {v: stock / med("collate", v) for v in ("fast_nchw", "fast_channels_last", "memcpy_ceiling")}
+    pieces = {p: med("piece", p) for p in PIECES}
+    total = sum(pieces.values())
+    shares = {p: v / total for p, v in pieces.items()}
+    ceil = med("collate", "memcpy_ceiling")
+
+    def met(r):
+        return f"{'met' if r >= TARGET_FAST else 'NOT met'} ({r:.1f}×)"
+
+    lines = [
+        f"{bs} × {size}²×3: {LABELS['totensor']} {stock:.2f} ms; "
+        + "; ".join(f"{LABELS[v]} {med('collate', v):.2f} ms ({r:.1f}×)" for v, r in ratios.items()),
+        f"Target fast ≥ {TARGET_FAST:g}× stock: NCHW {met(ratios['fast_nchw'])}, "
+        f"channels_last {met(ratios['fast_channels_last'])}.",
+        f"Stock pieces timed alone sum to {total:.2f} ms (whole path measured: {stock:.2f} ms): "
+        + ", ".join(f"{LABELS[p]} {100 * sh:.0f}%" for p, sh in shares.items()),
+        f"Memcpy ceiling {ceil:.3f} ms: FastCollate NCHW is {med('collate', 'fast_nchw') / ceil:.1f}× it, "
+        f"channels_last {med('collate', 'fast_channels_last') / ceil:.1f}×.",
+    ]
+    numbers = {"reference": f"{bs}x{size}x{size}x3", "stock_ms": stock, "speedup": ratios, "stock_piece_ms": pieces,
+               "stock_piece_share": shares, "memcpy_ceiling_ms": ceil}
+    return lines, numbers
+
+
+def payload(P, numbers: dict) -> dict:
+    """What 07 records and the claims ledger reads (``results.json``)."""
+    return {"notebook": "07_totensor_vs_fast_collate", "profile": P.profile,
+            "image_sizes": P.image_sizes, "batch_sizes": P.batch_sizes, "threads": P.threads, **numbers}
+
+
+def titles(s, image_sizes, batch_sizes, split_batch_size: int, threads) -> dict:
+    """The two figures' titles, each stating its finding from the medians drawn."""
+    from feedlab.experiments import _finding_titles as FT
+
+    size, bs = reference(image_sizes, batch_sizes)
+    scaling = FT.collate_title(_med(s, "collate", "fast_channels_last", size, bs), _med(s, "collate", "totensor", size, bs),
+                               bs, size, threads, "FastCollate (channels_last)")
+    pieces = {LABELS[p]: _med(s, "piece", p, size, split_batch_size) for p in PIECES}
+    total = sum(pieces.values())
+    split = FT.split_title({k: v / total for k, v in pieces.items()}, split_batch_size)
+    return {"scaling": scaling, "split": split + " (left bar: its pieces timed separately)"}

@@ -394,8 +394,16 @@ def interrupt_methods_available() -> dict[str, bool]:
             and sys.platform != "win32"}
 
 
+# the figure, reading and payload of notebook 11 (a companion module keeps this one short)
+from feedlab.experiments._hygiene_readings import (  # noqa: E402
+    payload,
+    plot_persistent_and_prefetch,
+    readings,
+    title,
+)
+
 __all__ = ["SCENARIOS", "FailingDataset", "CountingDataset", "HygieneOutcome", "run_scenario",
            "hygiene_table", "epoch_first_batch_latency", "persistent_workers_table", "live_pids",
            "child_pids", "iterator_worker_pids", "wait_gone", "WorkerFailure",
            "interrupt_methods_available", "count_terminations", "error_cleanup", "error_cleanup_table",
-           "ERROR_LOOPS"]
+           "ERROR_LOOPS", "readings", "title", "plot_persistent_and_prefetch", "payload"]

@@ -29,7 +29,7 @@ PEERS: dict[str, Peer] = {p.name: p for p in [
     Peer("torch_stock", "DataLoader, stock", "torch_stock", ("torch", "torchvision"), "pip install torch torchvision",
          parallelism="DataLoader num_workers (processes)", shuffle="global permutation per epoch (RandomSampler)",
          recipe="PNG pairs / ImageFolder + ToTensor + default_collate"),
-    Peer("feedlab_best", "feedlab best", "feedlab_best", ("feedlab.loaders",), "pip install -e .[fast]",
+    Peer("feedlab_best", "feedlab best", "feedlab_best", ("feedlab.pipeline.loaders",), "pip install -e .[fast]",
          parallelism="0: one process; W: DataLoader workers reading whole batches",
          shuffle="global permutation per epoch",
          recipe="npy_mmap read_batch into reused buffers; JPEG: simplejpeg reduced-scale decode of the crop"),

@@ -23,10 +23,10 @@ import os
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from feedlab.collate import alloc_batch
-from feedlab.loaders import index_batches
+from feedlab.pipeline.loaders import index_batches
 
 from ._common import SRPairs
 from .base import Conversion, Source, Spec, rrc_box, timed_conversion
@@ -179,5 +179,11 @@ def loader(source: Source, work, spec: Spec):
     ds = JpegBatches(source, spec.size, spec.augment, spec.seed, shared=spec.workers > 0)
     if spec.workers == 0:
         return _InProcess(ds, batches)
-    return DataLoader(ds, sampler=batches, batch_size=None, num_workers=spec.workers,
-                      persistent_workers=True, prefetch_factor=2)
+    from torch.utils.data import default_convert
+
+    from feedlab import pipeline as P
+
+    # workers read whole batches (the dataset yields them): kind "dataloader" with automatic batching off
+    wspec = P.PipelineSpec(batch_size=spec.batch_size, num_workers=spec.workers, persistent_workers=True,
+                           prefetch_factor=2, device="cpu")
+    return P.make_loader(ds, wspec, shuffle=False, collate_fn=default_convert, sampler=batches, batch_size=None)

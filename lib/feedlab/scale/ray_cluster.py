@@ -19,7 +19,6 @@ is not measured here.
 
 from __future__ import annotations
 
-import logging
 import os
 from contextlib import contextmanager
 from time import perf_counter
@@ -226,13 +225,4 @@ def epoch(root, spec: P.PipelineSpec, order, seed: int, work: int, where: str, r
     return ds.iter_torch_batches(batch_size=spec.batch_size, collate_fn=rec.collate(), prefetch_batches=2)
 
 
-@contextmanager
-def quiet_ray_data():
-    """Ray Data's INFO lines (one per dataset executed) off while measuring; restored after."""
-    log = logging.getLogger("ray.data")
-    old = log.level
-    log.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        log.setLevel(old)
+quiet_ray_data = RD.quiet_ray_data  # one definition (remote_decode), used by both Ray measurements

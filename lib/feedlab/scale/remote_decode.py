@@ -17,6 +17,8 @@ are not the trainer's.
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from time import perf_counter
 
 import numpy as np
@@ -125,6 +127,28 @@ def start(num_cpus: int) -> tuple[bool, float]:
     return True, perf_counter() - t
 
 
+#: Ray's loggers that talk while a measurement runs: one INFO line per dataset executed (naming the
+#: session folder under /tmp), the progress-bar notice, the start-up's authentication notice
+RAY_LOGGERS = ("ray", "ray.data")
+
+
+@contextmanager
+def quiet_ray_data(level: int = logging.ERROR):
+    """Ray's and Ray Data's chatter off while measuring (errors still show); levels restored after.
+    The executed notebook then shows the readings, not Ray's session paths."""
+    logs = [logging.getLogger(n) for n in RAY_LOGGERS]
+    logs += [lg for name, lg in logging.root.manager.loggerDict.items()
+             if name.startswith("ray.data.") and isinstance(lg, logging.Logger)]
+    old = [lg.level for lg in logs]
+    for lg in logs:
+        lg.setLevel(level)
+    try:
+        yield
+    finally:
+        for lg, lv in zip(logs, old):
+            lg.setLevel(lv)
+
+
 def check_once(root, spec: P.PipelineSpec, n: int, seed: int = 0) -> dict:
     """One Ray epoch with ids: is every sample there exactly once?"""
     ids = np.concatenate([b["id"] for b in ray_epoch(root, spec, n, seed, 0, with_ids=True)])
@@ -162,19 +186,21 @@ def compare(root, spec: P.PipelineSpec, num_cpus: int, epochs: int, warmup: int,
         if e >= warmup:
             _rows(res, "DataLoader", et, e - warmup, common)
     del loader
-    started, init_s = start(num_cpus)
-    info["ray_init_s"] = init_s
-    try:
-        info["check"] = check_once(root, spec, n, seed)
-        for e in range(warmup + epochs):
-            t = perf_counter()
-            et = run_epoch(ray_epoch(root, spec, n, seed, e), model, spec.device, opt)
-            if e >= warmup:
-                _rows(res, "Ray Data", et, e - warmup, common)
-                res.add(EXP, "Ray Data", "epoch_with_setup_s", perf_counter() - t, "s", repeat=e - warmup, **common)
-    finally:
-        if started:
-            ray.shutdown()
+    with quiet_ray_data():
+        started, init_s = start(num_cpus)
+        info["ray_init_s"] = init_s
+        try:
+            info["check"] = check_once(root, spec, n, seed)
+            for e in range(warmup + epochs):
+                t = perf_counter()
+                et = run_epoch(ray_epoch(root, spec, n, seed, e), model, spec.device, opt)
+                if e >= warmup:
+                    _rows(res, "Ray Data", et, e - warmup, common)
+                    res.add(EXP, "Ray Data", "epoch_with_setup_s", perf_counter() - t, "s", repeat=e - warmup,
+                            **common)
+        finally:
+            if started:
+                ray.shutdown()
     return res, info
 
 

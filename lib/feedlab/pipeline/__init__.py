@@ -229,7 +229,7 @@ class PipelineSpec:
     persistent_workers: bool = False
     device: str = "auto"
     model: str = "none"
-    loader: str = "dataloader"             # a kind in feedlab.loader_kinds.LOADER_KINDS
+    loader: str = "dataloader"             # a kind in feedlab.pipeline.kinds.LOADER_KINDS
 
     def replace(self, **kw) -> "PipelineSpec":
         return dataclasses.replace(self, **kw)
@@ -298,7 +298,7 @@ class PipelineSpec:
                 out.append("decode=cuda decodes on the GPU: it needs a CUDA device")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             out.append("prefetch_factor / persistent_workers need num_workers > 0")
-        from feedlab.loader_kinds import kind_problems
+        from feedlab.pipeline.kinds import kind_problems
 
         caps = FORMATS[self.format].capabilities() if self.format in FORMATS else None
         return out + kind_problems(self.loader, caps, self.num_workers, self.collate)
@@ -325,12 +325,12 @@ def open_dataset(root, spec: PipelineSpec, crop: int = 96, seed: int = 0, **opts
 
 def make_loader(dataset, spec: PipelineSpec, seed: int = 0, shuffle: bool = True, drop_last: bool = False,
                 collate_fn: Callable | None = None, **overrides):
-    """The loader of kind ``spec.loader`` (``feedlab.loader_kinds``; default the DataLoader) over
+    """The loader of kind ``spec.loader`` (``feedlab.pipeline.kinds``; default the DataLoader) over
     ``dataset``: seeded shuffle, the spec's collate (or ``collate_fn``), pinning only where CUDA
     makes it meaningful. ``overrides`` go to the DataLoader as they are (e.g. ``sampler``)."""
     import torch
 
-    from feedlab import loader_kinds
+    from feedlab.pipeline import kinds as loader_kinds
 
     pin = bool(spec.pin_memory and resolve_device(spec.device).startswith("cuda") and torch.cuda.is_available())
     if collate_fn is None and hasattr(dataset, "encoded_size"):  # decode on the device: batches of bytes
@@ -341,7 +341,7 @@ def make_loader(dataset, spec: PipelineSpec, seed: int = 0, shuffle: bool = True
                               shuffle=shuffle, drop_last=drop_last, pin=pin, **overrides)
 
 
-from feedlab.rates import (  # noqa: E402,F401  (the rates of a timed epoch, re-exported)
+from feedlab.pipeline.rates import (  # noqa: E402,F401  (the rates of a timed epoch, re-exported)
     MIN_TIMED_BATCHES,
     RATE_KINDS,
     prefetch_depth,
@@ -374,7 +374,7 @@ def add_arguments(ap: argparse.ArgumentParser, defaults: PipelineSpec | None = N
         "prefetch_factor": ("DataLoader prefetch_factor (workers only)", dict(type=int)),
         "device": ("cpu, cuda or auto", {}),
         "model": ("the step fed by the loader", dict(choices=["auto", *MODEL_VARIANTS])),
-        "loader": ("loader kind (feedlab.loader_kinds)", {}),
+        "loader": ("loader kind (feedlab.pipeline.kinds)", {}),
     }
     for name in SPEC_FIELDS:
         if name in skip:

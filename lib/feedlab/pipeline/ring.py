@@ -49,7 +49,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from feedlab.loaders import index_batches
+from feedlab.pipeline.loaders import index_batches
 
 SHM_DIR = "/dev/shm"
 

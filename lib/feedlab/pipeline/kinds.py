@@ -102,8 +102,9 @@ def _dataloader(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=Fa
     if shuffle and "sampler" not in overrides and "batch_sampler" not in overrides:
         kw["shuffle"] = True
         kw["generator"] = torch.Generator().manual_seed(seed)
+    batch_size = overrides.pop("batch_size", spec.batch_size)  # None: the dataset yields whole batches
     kw.update(overrides)
-    return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.num_workers, pin_memory=pin,
+    return DataLoader(dataset, batch_size=batch_size, num_workers=spec.num_workers, pin_memory=pin,
                       collate_fn=collate_fn, drop_last=drop_last, **kw)
 
 
@@ -137,28 +138,28 @@ def _no_overrides(name: str, overrides: dict) -> None:
 
 
 def _plain(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
-    from feedlab.loaders import plain_loop
+    from feedlab.pipeline.loaders import plain_loop
 
     _no_overrides("plain", overrides)
     return plain_loop(dataset, spec.batch_size, collate_fn, shuffle, seed, drop_last)
 
 
 def _batched(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
-    from feedlab.loaders import BatchReadLoader
+    from feedlab.pipeline.loaders import BatchReadLoader
 
     _no_overrides("batched", overrides)
     return BatchReadLoader(dataset, spec.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
 
 
 def _chunk(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
-    from feedlab.loaders import ChunkLoader
+    from feedlab.pipeline.loaders import ChunkLoader
 
     _no_overrides("chunk", overrides)
     return ChunkLoader(dataset, spec.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
 
 
 def _threads(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
-    from feedlab.loaders import ThreadLoader
+    from feedlab.pipeline.loaders import ThreadLoader
 
     slots = overrides.pop("slots", None)
     _no_overrides("threads", overrides)
@@ -167,7 +168,7 @@ def _threads(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False
 
 
 def _ring(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
-    from feedlab.ring import RingLoader
+    from feedlab.pipeline.ring import RingLoader
 
     allowed = {"slots", "start_method", "timeout_s"}
     _no_overrides("ring", {k: v for k, v in overrides.items() if k not in allowed})

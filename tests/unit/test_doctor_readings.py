@@ -1,0 +1,51 @@
+"""10's readings and payload from a synthetic report and steps: kept and undone steps, the overall gain."""
+
+import json
+from types import SimpleNamespace
+
+from feedlab.experiments import doctor_steps as DS
+from feedlab.pipeline import PipelineSpec
+
+START = PipelineSpec(format="png", decode="pil", collate="totensor", batch_size=64, num_workers=0)
+REPORT = {"verdict": "data-bound", "bound_stage": "decode", "predicted_samples_per_s": 900.0, "cores": 2,
+          "effective_cores": 1.9, "end_to_end": {}, "advice": [], "shm": {}}
+
+
+def _step(k, label, pred, meas, kept=True):
+    return {"step": k, "label": label, "config": {}, "predicted": pred, "measured": meas, "measured_q25": meas * 0.95,
+            "measured_q75": meas * 1.05, "bound_stage": "decode", "kept": kept, "predicted_gain": pred / 900.0,
+            "measured_gain": meas / 1000.0, "error": pred / meas - 1}
+
+
+STEPS = [_step(0, "start", 900.0, 1000.0), _step(1, "num_workers=2", 1800.0, 2000.0),
+         _step(2, "collate=fast", 4000.0, 1500.0, kept=False)]
+CALIB = DS.calibration_summary([], {"note": "measured once"})
+
+
+def test_the_overall_gain_is_the_last_kept_step():
+    assert DS.overall_gain(STEPS) == (2.0, 2.0)
+
+
+def test_readings_name_the_start_each_step_and_the_overall_gain():
+    lines = DS.readings(REPORT, STEPS, START, CALIB)
+    assert lines[0].startswith("Start (") and "data-bound, bounded by decode" in lines[0]
+    assert any("step num_workers=2" in x and "; kept;" in x for x in lines)
+    assert any("step collate=fast" in x and "measured SLOWER: undone" in x for x in lines)
+    assert any("measured ×2.00 over the start, against ×2.00 predicted (100%" in x for x in lines)
+    assert lines[-1] == "The advice raised throughput in this run."
+
+
+def test_no_gain_is_said_plainly_and_a_shm_warning_is_shown():
+    flat = [_step(0, "start", 900.0, 1000.0), _step(1, "num_workers=2", 1800.0, 1010.0)]
+    lines = DS.readings({**REPORT, "shm": {"warning": "/dev/shm is 64 MiB"}}, flat, START, CALIB)
+    assert "did NOT measurably raise" in lines[-2] and lines[-1] == "Shared memory: /dev/shm is 64 MiB"
+
+
+def test_payload_holds_what_the_claims_and_gpu_readings_read():
+    P = SimpleNamespace(profile="quick", batch_size=64, model="none")
+    doc = SimpleNamespace(device="cpu", cuda=False)
+    p = DS.payload(P, doc, REPORT, START, STEPS, CALIB)
+    assert p["measured_gain_total"] == 2.0 and p["predicted_gain_total"] == 2.0
+    assert [s["label"] for s in p["steps"]] == ["start", "num_workers=2", "collate=fast"]
+    assert set(p["steps"][0]) == set(DS.STEP_KEYS)
+    json.dumps(p)
