@@ -96,8 +96,33 @@ def tree_hash(root: Path | str = REPO_ROOT, commit: str | None = None) -> str | 
     return h.hexdigest()[:16]
 
 
+def content_hash(root: Path | str = REPO_ROOT) -> str | None:
+    """16 hex digits naming the source files as they are on disk, whatever commit the copy's git
+    thinks it is at: the sha256 of every tracked or untracked, not ignored file outside
+    ``figures/`` that exists (name and content). Two copies of the same tree give the same hash
+    even when one's ``.git`` is older (the GPU machine's copy, docs/GPU_RUN.md)."""
+    import hashlib
+
+    try:
+        names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+                                *SOURCE_PATHSPEC], cwd=root, capture_output=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    h = hashlib.sha256()
+    for name in sorted(set(n for n in names.split(b"\0") if n)):
+        f = Path(root) / name.decode(errors="surrogateescape")
+        if f.is_file():  # a file the old index names but the copy no longer has is not code that ran
+            h.update(name + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+SOURCE_FILE = ".whl/SOURCE.json"  # written by .ci/gpu-wheels beside the carried wheels: the commit sent
+
+
 def git_state(root: Path | str = REPO_ROOT) -> dict:
-    """``{"commit", "dirty", "tree"}`` of the work tree at ``root`` (Nones outside git)."""
+    """``{"commit", "dirty", "tree"}`` of the work tree at ``root`` (Nones outside git). Where the
+    copy carries :data:`SOURCE_FILE` (the commit it was sent from and that commit's
+    :func:`content_hash`) and its files hash the same, that commit names the code: ``"sent": True``."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=root, capture_output=True,
                               text=True, timeout=10).stdout.strip()
@@ -106,9 +131,38 @@ def git_state(root: Path | str = REPO_ROOT) -> dict:
         # the run's own outputs (figures/) are tracked: their rewriting is not a dirty source tree;
         # an untracked source file (not ignored) is: the code that ran is not the commit's
         dirty = bool(git("status", "--porcelain", "--untracked-files=all", *SOURCE_PATHSPEC))
-        return {"commit": commit or None, "dirty": dirty, "tree": tree_hash(root, commit) if commit else None}
+        out = {"commit": commit or None, "dirty": dirty, "tree": tree_hash(root, commit) if commit else None}
     except Exception:
         return {"commit": None, "dirty": None, "tree": None}
+    sent = sent_source(root)
+    if dirty and sent and sent.get("content") == content_hash(root):
+        out.update(commit=sent["commit"], dirty=False, sent=True, copy_head=commit)
+    return out
+
+
+def sent_source(root: Path | str = REPO_ROOT) -> dict | None:
+    """The carried :data:`SOURCE_FILE`, or None (absent or unreadable)."""
+    import json
+
+    try:
+        d = json.loads((Path(root) / SOURCE_FILE).read_text())
+        return d if isinstance(d, dict) and d.get("commit") and d.get("content") else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_source(root: Path | str = REPO_ROOT) -> Path:
+    """Record the commit this checkout is at and its content hash in :data:`SOURCE_FILE` (run by
+    ``.ci/gpu-wheels`` on a clean tree, before the device calls). Refuses a dirty tree."""
+    import json
+
+    st = git_state(root)
+    if st.get("commit") is None or st.get("dirty"):
+        raise ValueError("commit first: the GPU run's fingerprint names the commit it was sent from")
+    path = Path(root) / SOURCE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"commit": st["commit"], "content": content_hash(root)}) + "\n")
+    return path
 
 
 def _git() -> dict:

@@ -393,3 +393,47 @@ def test_gpu_workload_measures_the_loader_and_the_candidates(sr_root):
     assert out["model"] in ("srcnn_small", "srcnn") and out["loader_batch_s"] > 0
     assert out["loader_rate_kind"] == "steady" and out["model"] in out["reading"]
     assert set(out["step_s"]) <= {"srcnn_small", "srcnn"} and all(v > 0 for v in out["step_s"].values())
+
+
+def test_a_copy_with_an_older_git_is_named_by_the_commit_it_was_sent_from(tmp_path):
+    """The GPU machine's copy carries an older .git with this commit's files over it: the carried
+    .whl/SOURCE.json names the commit where the files hash the same, and only there."""
+    import shutil
+    import subprocess
+
+    from feedlab.fingerprint import content_hash, fingerprint_line, git_state, write_source
+
+    def git(root, *a):
+        subprocess.run(["git", *a], cwd=root, check=True, capture_output=True)
+
+    src = tmp_path / "main"
+    src.mkdir()
+    (src / ".gitignore").write_text("/.whl/\n")
+    (src / "old.py").write_text("x = 1\n")
+    git(src, "init", "-q")
+    git(src, "-c", "user.email=a@b", "-c", "user.name=a", "add", ".")
+    git(src, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "old")
+    old_git = tmp_path / "old.git"
+    shutil.copytree(src / ".git", old_git)
+    (src / "old.py").unlink()
+    (src / "new.py").write_text("y = 2\n")
+    git(src, "-c", "user.email=a@b", "-c", "user.name=a", "add", "-A")
+    git(src, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "new")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
+    write_source(src)
+
+    dev = tmp_path / "device"                         # the new files, the old .git, the carried .whl
+    shutil.copytree(src, dev, ignore=shutil.ignore_patterns(".git"))
+    shutil.copytree(old_git, dev / ".git")
+    assert content_hash(dev) == content_hash(src)
+    st = git_state(dev)
+    assert st["commit"] == head and st["dirty"] is False and st["sent"] is True and st["copy_head"] != head
+    assert head[:8] in fingerprint_line({"git": st}) and "dirty" not in fingerprint_line({"git": st})
+
+    (dev / "new.py").write_text("y = 3\n")            # the code that ran is not the commit's: say so
+    st = git_state(dev)
+    assert st["dirty"] is True and st["commit"] != head and "sent" not in st
+
+    (src / "new.py").write_text("edited\n")           # a dirty tree is not a commit to send
+    with pytest.raises(ValueError, match="commit first"):
+        write_source(src)
