@@ -311,12 +311,32 @@ def _rank_pids(mark: str) -> dict[int, str]:
     return out
 
 
+def _as_from_a_terminal():
+    """The child starts as from a shell: no signal blocked, Ctrl-C not ignored. A mask or an ignored
+    SIGINT is inherited across exec, and a test run can leave the pytest process with one (seen in the
+    full suite only: the bench then never saw the SIGINT this test sends)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _where(pid: int) -> str:
+    """A stuck process in one line: its state, signal masks and kernel wait channel, its children."""
+    try:
+        st = Path(f"/proc/{pid}/status").read_text().splitlines()
+        keep = [ln.replace("\t", " ") for ln in st if ln.startswith(("State", "SigBlk", "SigIgn", "SigCgt", "Threads"))]
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return f"{'; '.join(keep)}; wchan {wchan}; children {kids}"
+    except OSError as e:
+        return f"(no /proc entry: {e})"
+
+
 def _bench_ranks(tmp_path, sr_root):
     mark = uuid.uuid4().hex
     p = subprocess.Popen([sys.executable, "-m", "feedlab.bench", "--data", str(sr_root), "--ranks", "2",
                           "--epochs", "100000", "--warmup", "0", "--batch-size", "4", "--num-workers", "0"],
                          cwd=REPO, env=_env(FEEDLAB_TEST_MARK=mark), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, preexec_fn=_as_from_a_terminal)
     t = time.monotonic()
     while len(_rank_pids(mark)) < 2 and time.monotonic() - t < 180 and p.poll() is None:
         time.sleep(0.3)
@@ -342,7 +362,10 @@ def test_bench_ranks_stop_with_the_launcher_and_a_killed_rank_is_named(tmp_path,
             p.send_signal(signal.SIGINT)
         else:
             os.kill(next(pid for pid, r in ranks.items() if r == "RANK=1"), signal.SIGKILL)
-        _out, err = p.communicate(timeout=120)
+        try:
+            _out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # say where the bench was, for the next reader of a failure
+            raise AssertionError(f"the bench did not stop: {_where(p.pid)}") from None
         if how == "sigint":
             assert p.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
         else:

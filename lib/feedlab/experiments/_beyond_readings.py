@@ -65,8 +65,8 @@ def first_batch_title(ldf, workers: int) -> str:
     later = later_epochs(ldf)
     if len(later) < 2:
         return f"Time to the first batch of each epoch ({workers} workers)"
-    return (f"First batch of later epochs: {later[False] * 1e3:.0f} ms without persistent workers, "
-            f"{later[True] * 1e3:.0f} ms with them ({workers} workers)")
+    return (f"Later epochs' first batch: {later[False] * 1e3:.0f} ms restarting {workers} workers, "
+            f"{later[True] * 1e3:.0f} ms persistent")
 
 
 def stall_title(sdf, slow_factor: float, workers: int) -> str:
@@ -80,13 +80,12 @@ def stall_title(sdf, slow_factor: float, workers: int) -> str:
 def fetch_title(bdf, batch_size: int) -> str:
     r = list(fetch_ratios(bdf).values())
     span = f"×{min(r):.2f}" if len(r) == 1 else f"×{min(r):.2f}–×{max(r):.2f}"
-    return f"One __getitems__ call per batch: {span} the per-sample fetch (batch {batch_size}, FastCollate)"
+    return f"__getitems__ per batch: {span} the per-sample fetch (batch {batch_size})"
 
 
 def shard_title(rdf, workers: int) -> str:
     r = shard_ratios(rdf)
-    return ("Tar shards vs random per-sample files: " + ", ".join(f"×{v:.2f} ({c} cache)" for c, v in r.items())
-            + f", {workers} workers")
+    return "Tar shards ÷ random per-sample files: " + ", ".join(f"×{v:.2f} {c}" for c, v in r.items())
 
 
 # ---------------------------------------------------------------- figures
