@@ -242,3 +242,12 @@ def test_quiet_ray_data_silences_rays_loggers_and_restores_them():
         assert child.isEnabledFor(logging.ERROR)
     assert child.level == logging.INFO
     assert RC.quiet_ray_data is RD.quiet_ray_data
+
+
+def test_grid_readings_of_a_grid_where_nothing_ran_say_so():
+    """Every setting failed (the smoke run saw it when ranks aborted): an empty frame has no columns."""
+    import pandas as pd
+
+    from feedlab.experiments import ranks_grid as RG
+
+    assert RG.readings(pd.DataFrame()) == ["No setting ran; the table above says why."]

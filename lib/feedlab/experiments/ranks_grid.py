@@ -75,6 +75,8 @@ def readings(df) -> list[str]:
     import numpy as np
 
     out = []
+    if "metric" not in df:  # no setting ran at all: the frame has no columns
+        return ["No setting ran; the table above says why."]
     agg = df[(df.metric == "aggregate_samples_per_s")]
     if agg.empty:
         return ["No setting ran; the table above says why."]
