@@ -19,8 +19,7 @@ import shutil
 import subprocess
 import threading
 import time
-
-import numpy as np
+from statistics import fmean
 
 
 def usable_cores() -> int:
@@ -111,14 +110,13 @@ class CpuMonitor(_Sampler):
         if not self.samples:
             return {"cpu_percent_mean": float("nan"), "process_tree_cpu_percent_mean": float("nan"),
                     "cpu_saturation": float("nan"), "cpu_system_saturation": float("nan"), "cores": cores}
-        a = np.asarray(self.samples, dtype=float)
-        system = float(a[:, 1].mean()) * cores  # psutil: 0..100 over all cores
-        tree = float(a[:, 2].mean())  # psutil: 100 per core, summed over the tree
+        system = fmean(float(s[1]) for s in self.samples) * cores  # psutil: 0..100 over all cores
+        tree = fmean(float(s[2]) for s in self.samples)  # psutil: 100 per core, summed over the tree
         return {"cpu_percent_mean": system,
                 "process_tree_cpu_percent_mean": tree,
                 "cpu_saturation": tree / (100.0 * cores),
                 "cpu_system_saturation": system / (100.0 * cores),
-                "cores": cores, "n_samples": len(a)}
+                "cores": cores, "n_samples": len(self.samples)}
 
 
 class GpuMonitor(_Sampler):
@@ -178,9 +176,9 @@ class GpuMonitor(_Sampler):
         if not self.available or not self.samples:
             return {"gpu_util_mean": float("nan"), "gpu_available": self.available,
                     "gpu_reason": self.reason or "no samples"}
-        a = np.asarray(self.samples, dtype=float)
-        return {"gpu_util_mean": float(a[:, 1].mean()), "gpu_util_max": float(a[:, 1].max()),
-                "gpu_available": True, "n_samples": len(a)}
+        util = [float(s[1]) for s in self.samples]
+        return {"gpu_util_mean": fmean(util), "gpu_util_max": max(util),
+                "gpu_available": True, "n_samples": len(util)}
 
 
 # ---- a busy machine: CPU used by other processes while we measure ---------------------

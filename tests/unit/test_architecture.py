@@ -179,3 +179,30 @@ def test_no_circle_between_rooms_even_on_one_level():
     each other (even lazily, inside a function) are one room in two files."""
     circles = _circles(_rooms_graph())
     assert not circles, "import circles between rooms: " + "; ".join(" ↔ ".join(c) for c in circles)
+
+
+_STDLIB_ONLY = '''
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        top = name.split(".")[0]
+        if top != "feedlab" and top not in sys.stdlib_module_names:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: not the standard library)")
+        return None
+sys.meta_path.insert(0, Block())
+import feedlab, feedlab.paths, feedlab.machines
+print("imports", feedlab.__version__)
+'''
+
+
+def test_the_ground_floor_imports_with_the_standard_library_alone():
+    """.ci/other-pythons installs feedlab without its dependencies under each other Python and imports
+    ``feedlab, feedlab.paths, feedlab.machines``: a third-party import on that floor (numpy in
+    ``monitor`` once) fails CI there although every test here passes."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _STDLIB_ONLY], capture_output=True, text=True,
+                         cwd=REPO, env={"PYTHONPATH": str(REPO / "lib"), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-600:]
+    assert out.stdout.startswith("imports ")
