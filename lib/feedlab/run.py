@@ -2,7 +2,7 @@
 
     python -m feedlab.run [--profile quick|full|smoke] [--only NAME ...]
                           [-p KEY VALUE ...] [--out-root DIR] [--data-only]
-                          [--dry-run [--cores N]] [--tar FILE]
+                          [--dry-run [--cores N]] [--tar FILE] [--limit-s N]
 
 Values after ``-p`` are parsed as YAML (``-p batch_sizes "[8, 32]"`` is a list).
 A ``-p`` key reaches only the notebooks that declare it; the runner says which do
@@ -19,11 +19,16 @@ machine (``--cores N`` pretends N usable cores), and runs nothing. ``--tar FILE`
 rewrites FILE (``.tar`` or ``.tar.gz``) after each notebook, ok or failed, with this
 machine's results (``figures/*/<machine_key>/``): on a borrowed machine whose tree is
 replaced between commands, that one file carries the results home (docs/GPU_RUN.md).
+``--limit-s N`` stops a notebook that runs past N seconds (its kernel and workers too) and
+keeps what it had executed, with ``STOPPED.json`` (the cell it was in, each finished cell's
+seconds), under ``runs/failed/<name>/``; ``--tar`` carries it home as
+``runs/stopped/<machine>/<name>/``, never as a result (:mod:`feedlab.run_limit`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -33,8 +38,18 @@ import yaml
 
 from feedlab.machines import machine_key
 from feedlab.nbparams import notebook_parameters
-from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, figure_dir
+from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, SCRATCH_DIR, figure_dir
 from feedlab.profiles import PROFILES, choose_profile, profile_values
+from feedlab.run_limit import (
+    NotebookLimit,
+    child_pids,
+    describe,
+    limit,
+    quiet_abandoned_tasks,
+    read_notebook,
+    stop_new_processes,
+    stopped_record,
+)
 from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's record, tests use them here)
     RunLocked,
     check_tar_dest,
@@ -179,12 +194,21 @@ def progress_options(name: str) -> dict:
     return {"desc": f"    {name}", "unit": "cell", "leave": False, "mininterval": 0.5}
 
 
+class NotebookStopped(Exception):
+    """A notebook ran past ``--limit-s``; ``kept`` is its partly executed folder (or None)."""
+
+    def __init__(self, line: str, kept: Path | None):
+        super().__init__(line)
+        self.kept = kept
+
+
 def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
-                 kernel: str = "python3") -> Path:
+                 kernel: str = "python3", limit_s: float | None = None) -> Path:
     """Execute ``nb`` into a temporary folder beside its destination (``<dest>.tmp-<pid>-XXXXXX``);
     only when every cell ran is that folder (executed notebook, results, figures) put in place
     of the old record, in one rename. A failed run's folder goes to ``runs/failed/<name>/`` for
-    a look; an interrupted one is removed. Either way the old record stays as it was."""
+    a look, as does one stopped at ``limit_s`` (with ``STOPPED.json``; raises
+    :class:`NotebookStopped`); an interrupted one is removed. The old record stays as it was."""
     import papermill as pm
 
     from feedlab.formats._io import _remove, replace_path, sweep_orphans, tmp_sibling
@@ -201,10 +225,16 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
         # the kernel inherits it: only the runner writes under figures/ (paths.RUNNER_ENV)
         before = os.environ.get(RUNNER_ENV)
         os.environ[RUNNER_ENV] = "1"
+        before_pids, t0 = child_pids(), time.perf_counter()
         try:
-            pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
-                                cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name), log_output=False,
-                                **kernel_options())
+            try:
+                with limit(limit_s, snapshot=lambda: read_notebook(executed)):
+                    pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
+                                        cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name),
+                                        log_output=False, **kernel_options())
+            except NotebookLimit as stop:
+                raise NotebookStopped(*_keep_stopped(tmp, stop.snapshot, name, limit_s, time.perf_counter() - t0,
+                                                     before_pids, final)) from None
             for path in tmp.rglob("*"):
                 if path.suffix in (".ipynb", ".json", ".csv", ".txt", ".md") and path.is_file():
                     scrub_paths(path, {str(tmp): str(final)})
@@ -224,6 +254,22 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
             else:
                 os.environ[RUNNER_ENV] = before
     return final / executed.name
+
+
+def _keep_stopped(tmp: Path, snapshot: dict | None, name: str, limit_s: float, elapsed: float,
+                  before_pids: set[int], final: Path) -> tuple[str, Path | None]:
+    """A notebook past its limit: stop its kernel and workers, write STOPPED.json beside the
+    partly executed notebook, keep the folder under runs/failed/<name>/."""
+    from feedlab.results import _atomic_write_text
+
+    stop_new_processes(before_pids)
+    quiet_abandoned_tasks()
+    rec = stopped_record(snapshot, limit_s, elapsed)
+    for path in tmp.rglob("*"):
+        if path.suffix in (".ipynb", ".json", ".txt") and path.is_file():
+            scrub_paths(path, {str(tmp): str(final)})
+    _atomic_write_text(tmp / "STOPPED.json", json.dumps(rec, indent=1) + "\n")
+    return describe(name, rec), keep_failed(tmp, name)
 
 
 def scrub_paths(path: Path, also: dict[str, str] | None = None) -> None:
@@ -284,7 +330,12 @@ def _main(argv: list[str] | None = None) -> int:
                     help="with --dry-run: resolve worker counts for N usable cores instead of this machine's")
     ap.add_argument("--tar", type=Path, metavar="FILE",
                     help="after each notebook, write FILE: a tar of this machine's results (figures/*/<machine>/)")
+    ap.add_argument("--limit-s", type=float, metavar="N",
+                    help="stop a notebook after N seconds and keep what it executed (runs/failed/<name>/, "
+                         "STOPPED.json; in --tar as runs/stopped/<machine>/<name>/)")
     args = ap.parse_args(argv)
+    if args.limit_s is not None and args.limit_s <= 0:
+        ap.error(f"--limit-s {args.limit_s:g}: must be more than 0 seconds")
     if args.cores is not None:
         if not args.dry_run:
             ap.error("--cores only applies with --dry-run (a real run uses the cores it has)")
@@ -340,25 +391,40 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"no notebooks found in {NOTEBOOKS_DIR}", file=sys.stderr)
         return 2
     failures = []
+    kept: dict[str, Path] = {}  # this invocation's stopped or failed runs, carried in --tar
     t_all = time.perf_counter()
     for i, nb in enumerate(notebooks, 1):
         print(f"[{i}/{len(notebooks)}] {nb.stem} (profile {profile}) ...", flush=True)
         t0 = time.perf_counter()
         try:
-            executed = run_notebook(nb, profile, params_for[nb], args.out_root)
+            executed = run_notebook(nb, profile, params_for[nb], args.out_root, limit_s=args.limit_s)
         except RunLocked:
             raise  # one line from cli_errors: nothing of this notebook was touched
+        except NotebookStopped as exc:
+            print(f"    STOPPED after {time.perf_counter() - t0:.1f} s: {exc}", flush=True)
+            failures.append(str(exc))
+            if exc.kept is not None:
+                kept[nb.stem] = exc.kept
+                print(f"    kept (not a result): {exc.kept}", flush=True)
+            if args.tar:
+                _tar(args.tar, args.out_root, kept)
+            if not args.keep_going:
+                break
+            continue
         except Exception as exc:  # papermill raises PapermillExecutionError with the cell
             msg = f"{nb.name} failed in {_failed_cell(exc)}"
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
             failures.append(msg)
+            failed_dir = SCRATCH_DIR / "failed" / nb.stem
+            if failed_dir.is_dir():
+                kept[nb.stem] = failed_dir
             if args.tar:
-                tar_results(args.tar, args.out_root)
+                _tar(args.tar, args.out_root, kept)
             if not args.keep_going:
                 break
             continue
         if args.tar:
-            tar_results(args.tar, args.out_root)
+            _tar(args.tar, args.out_root, kept)
         print(f"    ok in {time.perf_counter() - t0:.1f} s -> {executed.relative_to(executed.parents[2]) if len(executed.parents) > 2 else executed}",
               flush=True)
     total = time.perf_counter() - t_all
@@ -369,6 +435,11 @@ def _main(argv: list[str] | None = None) -> int:
         return 1
     print(f"all {len(notebooks)} notebook(s) ran in {total:.0f} s (profile {profile})")
     return 0
+
+
+def _tar(dest: Path, out_root: Path | None, kept: dict[str, Path]) -> None:
+    key = machine_key()
+    tar_results(dest, out_root, extra={f"runs/stopped/{key}/{name}": path for name, path in kept.items()})
 
 
 if __name__ == "__main__":

@@ -14,9 +14,12 @@ from feedlab.machines import machine_key
 from feedlab.paths import figure_dir
 
 
-def tar_results(dest: Path, root: Path | None = None, key: str | None = None) -> int:
+def tar_results(dest: Path, root: Path | None = None, key: str | None = None,
+                extra: dict[str, Path] | None = None) -> int:
     """Write ``dest``, a tar of ``root/*/<key>/`` (this machine's results), whole or not at all;
-    names in it start at ``root``'s parent (``figures/01_x/h100-16c/...``). Returns the folders."""
+    names in it start at ``root``'s parent (``figures/01_x/h100-16c/...``). ``extra`` adds
+    folders under names of their own (a stopped run's record: ``runs/stopped/<key>/<name>``).
+    Returns the result folders."""
     import tarfile
 
     from feedlab.paths import FIGURES_DIR
@@ -31,6 +34,9 @@ def tar_results(dest: Path, root: Path | None = None, key: str | None = None) ->
         with tarfile.open(tmp, "w:gz" if dest.name.endswith(".gz") else "w") as tf:
             for folder in folders:
                 tf.add(folder, arcname=folder.relative_to(root.parent).as_posix())
+            for arcname, folder in (extra or {}).items():
+                if Path(folder).is_dir():
+                    tf.add(folder, arcname=arcname)
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)

@@ -1,0 +1,110 @@
+"""``feedlab.run --limit-s``: a notebook past its limit is stopped with its kernel and the
+processes it started, and what it executed comes home (runs/failed/<name>/ with STOPPED.json,
+in --tar as runs/stopped/<machine>/<name>/), never as a result."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import time
+
+import nbformat
+import psutil
+import pytest
+
+from feedlab import paths, run
+from feedlab.run_limit import NotebookLimit, describe, limit, stopped_record
+
+SLOW_CELL = ("import subprocess, time\n"
+             "from pathlib import Path\n"
+             "child = subprocess.Popen(['sleep', '300'])\n"
+             "Path(out_dir, 'child.pid').write_text(str(child.pid))\n"
+             "time.sleep(300)")
+
+
+def _slow_notebook(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("profile = 'quick'\nout_dir = '.'")
+    params.metadata.tags = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("import time\ntime.sleep(0.3)\nprint('first')"),
+                nbformat.v4.new_code_cell(SLOW_CELL), nbformat.v4.new_code_cell("print('never reached')")]
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "nb" / "99_slow.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_notebook_past_its_limit_is_stopped_with_its_processes_and_its_record_comes_home(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")
+    monkeypatch.setattr(run, "SCRATCH_DIR", tmp_path / "runs")
+    nb = _slow_notebook(tmp_path)
+    monkeypatch.setattr(run, "list_notebooks", lambda: [nb])
+    figs, tar = tmp_path / "figs", tmp_path / "out" / "r.tar"
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    t0 = time.perf_counter()
+    rc = run.main(["--only", "99", "--no-data", "--out-root", str(figs), "--limit-s", "6", "--tar", str(tar)])
+    took = time.perf_counter() - t0
+    out = capsys.readouterr()
+    assert rc == 1
+    assert took < 40, f"the limit did not stop the notebook ({took:.0f} s)"
+    line = next(x for x in out.out.splitlines() if "STOPPED" in x)
+    # papermill's injected-parameters cell comes after the parameters cell: the slow cell is 3 of 5
+    assert "99_slow stopped at its limit of 6 s in cell 3" in line and "3 of 5 code cells finished" in line
+    assert "Traceback" not in out.err and "never retrieved" not in out.err
+    kept = tmp_path / "runs" / "failed" / "99_slow"
+    rec = json.loads((kept / "STOPPED.json").read_text())
+    assert rec["stopped_in"]["cell"] == 3 and rec["finished"] == 3 and set(rec["cell_seconds"]) == {"0", "1", "2"}
+    assert rec["cell_seconds"]["2"] >= 0.3
+    child = int((kept / "child.pid").read_text())
+    time.sleep(0.5)
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    # nothing of it is a result, and no kernel is left behind
+    assert not (figs / "99_slow").exists() or not any((figs / "99_slow").iterdir())
+    assert [p for p in psutil.Process().children(recursive=True) if p.pid not in before] == []
+    with tarfile.open(tar) as tf:
+        names = tf.getnames()
+    key = run.machine_key()
+    assert f"runs/stopped/{key}/99_slow/STOPPED.json" in names
+    assert not any(n.startswith("figures/") for n in names)
+
+
+def test_limit_raises_with_the_snapshot_taken_at_the_alarm_and_restores_the_timer():
+    import signal
+
+    with pytest.raises(NotebookLimit) as ex:
+        with limit(0.2, snapshot=lambda: {"taken": True}):
+            time.sleep(5)
+    assert ex.value.snapshot == {"taken": True} and ex.value.seconds == 0.2
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    with limit(None):  # no limit: no timer
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def _cell(status, duration=None, src="x = 1", start=None):
+    meta = {"status": status, "duration": duration}
+    if start:
+        meta["start_time"] = start
+    return {"cell_type": "code", "source": src, "metadata": {"papermill": meta}}
+
+
+def test_stopped_record_names_the_running_cell_and_the_finished_cells_seconds():
+    nb = {"cells": [{"cell_type": "markdown", "source": "# t", "metadata": {}},
+                    _cell("completed", 0.5), _cell("completed", 12.25, src="res = grid()\nplot(res)"),
+                    _cell("running", None, src="doc.measure()", start="2026-11-25T10:00:00Z"), _cell("pending")]}
+    rec = stopped_record(nb, 90, 91.04)
+    assert rec["cells"] == 4 and rec["finished"] == 2 and rec["cell_seconds"] == {"1": 0.5, "2": 12.25}
+    assert rec["stopped_in"] == {"cell": 3, "first_line": "doc.measure()", "started": "2026-11-25T10:00:00Z"}
+    assert rec["elapsed_s"] == 91.0
+    line = describe("10_doctor", rec)
+    assert "in cell 3 ('doc.measure()')" in line and "cell 2 12 s" in line
+    empty = stopped_record(None, 90, 1.0)
+    assert empty["stopped_in"] is None and "no partly executed notebook" in empty["note"]
+    assert "before its first cell" in describe("10_doctor", empty)
+
+
+def test_limit_s_must_be_positive(tmp_path):
+    with pytest.raises(SystemExit) as ex:
+        run.main(["--only", "01", "--no-data", "--limit-s", "0"])
+    assert ex.value.code == 2
