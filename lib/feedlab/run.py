@@ -2,7 +2,8 @@
 
     python -m feedlab.run [--profile quick|full|smoke] [--only NAME ...]
                           [-p KEY VALUE ...] [--out-root DIR] [--data-only]
-                          [--dry-run [--cores N]] [--tar FILE] [--limit-s N]
+                          [--dry-run [--cores N]] [--tar FILE]
+                          [--limit-s N [N ...]] [--deadline-s T]
 
 Values after ``-p`` are parsed as YAML (``-p batch_sizes "[8, 32]"`` is a list).
 A ``-p`` key reaches only the notebooks that declare it; the runner says which do
@@ -23,6 +24,8 @@ replaced between commands, that one file carries the results home (docs/GPU_RUN.
 keeps what it had executed, with ``STOPPED.json`` (the cell it was in, each finished cell's
 seconds), under ``runs/failed/<name>/``; ``--tar`` carries it home as
 ``runs/stopped/<machine>/<name>/``, never as a result (:mod:`feedlab.run_limit`).
+``--deadline-s T`` fits a list of notebooks into one command of T seconds: each limit is
+cut to what is left, and a notebook with too little left is not started (and named).
 """
 
 from __future__ import annotations
@@ -330,12 +333,18 @@ def _main(argv: list[str] | None = None) -> int:
                     help="with --dry-run: resolve worker counts for N usable cores instead of this machine's")
     ap.add_argument("--tar", type=Path, metavar="FILE",
                     help="after each notebook, write FILE: a tar of this machine's results (figures/*/<machine>/)")
-    ap.add_argument("--limit-s", type=float, metavar="N",
+    ap.add_argument("--limit-s", type=float, nargs="+", metavar="N",
                     help="stop a notebook after N seconds and keep what it executed (runs/failed/<name>/, "
-                         "STOPPED.json; in --tar as runs/stopped/<machine>/<name>/)")
+                         "STOPPED.json; in --tar as runs/stopped/<machine>/<name>/); one N for every "
+                         "notebook, or one per notebook in --only's order")
+    ap.add_argument("--deadline-s", type=float, metavar="T",
+                    help="this whole command's seconds: a notebook starts only with at least "
+                         f"{MIN_START_S:g} s left, and its limit is cut to what is left (less {STOP_MARGIN_S:g} s "
+                         "to stop it and write the tar); the ones not started are named")
     args = ap.parse_args(argv)
-    if args.limit_s is not None and args.limit_s <= 0:
-        ap.error(f"--limit-s {args.limit_s:g}: must be more than 0 seconds")
+    for value, flag in [(v, "--limit-s") for v in args.limit_s or []] + [(args.deadline_s, "--deadline-s")]:
+        if value is not None and value <= 0:
+            ap.error(f"{flag} {value:g}: must be more than 0 seconds")
     if args.cores is not None:
         if not args.dry_run:
             ap.error("--cores only applies with --dry-run (a real run uses the cores it has)")
@@ -390,14 +399,26 @@ def _main(argv: list[str] | None = None) -> int:
     if not notebooks:
         print(f"no notebooks found in {NOTEBOOKS_DIR}", file=sys.stderr)
         return 2
+    try:
+        limits = notebook_limits(notebooks, args.limit_s)
+    except ValueError as exc:
+        ap.error(str(exc))
     failures = []
     kept: dict[str, Path] = {}  # this invocation's stopped or failed runs, carried in --tar
     t_all = time.perf_counter()
     for i, nb in enumerate(notebooks, 1):
-        print(f"[{i}/{len(notebooks)}] {nb.stem} (profile {profile}) ...", flush=True)
+        limit_s = within_deadline(limits[nb], args.deadline_s, time.perf_counter() - t_all)
+        if limit_s == 0:
+            left = [n.stem for n in notebooks[i - 1:]]
+            msg = f"not started, {args.deadline_s:g} s --deadline-s nearly spent: {', '.join(left)}"
+            print(f"    {msg}", flush=True)
+            failures.append(msg)
+            break
+        print(f"[{i}/{len(notebooks)}] {nb.stem} (profile {profile}"
+              + (f", limit {limit_s:.0f} s" if limit_s else "") + ") ...", flush=True)
         t0 = time.perf_counter()
         try:
-            executed = run_notebook(nb, profile, params_for[nb], args.out_root, limit_s=args.limit_s)
+            executed = run_notebook(nb, profile, params_for[nb], args.out_root, limit_s=limit_s)
         except RunLocked:
             raise  # one line from cli_errors: nothing of this notebook was touched
         except NotebookStopped as exc:
@@ -435,6 +456,34 @@ def _main(argv: list[str] | None = None) -> int:
         return 1
     print(f"all {len(notebooks)} notebook(s) ran in {total:.0f} s (profile {profile})")
     return 0
+
+
+MIN_START_S = 30.0  # a notebook is not started with less left under --deadline-s
+STOP_MARGIN_S = 20.0  # what stopping a notebook and rewriting the tar may take
+
+
+def notebook_limits(notebooks: list[Path], limit_s: list[float] | None) -> dict[Path, float | None]:
+    """``--limit-s``: none, one value for every notebook, or one per notebook in order."""
+    if not limit_s:
+        return {nb: None for nb in notebooks}
+    if len(limit_s) == 1:
+        return {nb: limit_s[0] for nb in notebooks}
+    if len(limit_s) != len(notebooks):
+        raise ValueError(f"--limit-s has {len(limit_s)} values for {len(notebooks)} notebooks "
+                         f"({', '.join(nb.stem for nb in notebooks)}): give one, or one per notebook")
+    return dict(zip(notebooks, limit_s))
+
+
+def within_deadline(limit_s: float | None, deadline_s: float | None, elapsed_s: float) -> float | None:
+    """The limit a notebook runs with when ``elapsed_s`` of ``deadline_s`` are gone: its own,
+    cut to what is left less :data:`STOP_MARGIN_S`; 0 when fewer than :data:`MIN_START_S`
+    seconds would be left for it (do not start it)."""
+    if deadline_s is None:
+        return limit_s
+    left = deadline_s - elapsed_s - STOP_MARGIN_S
+    if left < MIN_START_S:
+        return 0
+    return left if limit_s is None else min(limit_s, left)
 
 
 def _tar(dest: Path, out_root: Path | None, kept: dict[str, Path]) -> None:

@@ -108,3 +108,45 @@ def test_limit_s_must_be_positive(tmp_path):
     with pytest.raises(SystemExit) as ex:
         run.main(["--only", "01", "--no-data", "--limit-s", "0"])
     assert ex.value.code == 2
+
+
+def test_limits_one_for_all_or_one_per_notebook_in_order():
+    a, b = run.list_notebooks()[:2]
+    assert run.notebook_limits([a, b], None) == {a: None, b: None}
+    assert run.notebook_limits([a, b], [90]) == {a: 90, b: 90}
+    assert run.notebook_limits([b, a], [90, 30]) == {b: 90, a: 30}
+    with pytest.raises(ValueError, match="3 values for 2 notebooks"):
+        run.notebook_limits([a, b], [1, 2, 3])
+
+
+def test_within_deadline_cuts_a_limit_to_what_is_left_and_starts_nothing_too_late():
+    assert run.within_deadline(200, None, 1000) == 200
+    assert run.within_deadline(200, 570, 0) == 200
+    assert run.within_deadline(200, 570, 400) == 570 - 400 - run.STOP_MARGIN_S
+    assert run.within_deadline(None, 570, 400) == 570 - 400 - run.STOP_MARGIN_S
+    assert run.within_deadline(200, 570, 570 - run.STOP_MARGIN_S - run.MIN_START_S + 1) == 0
+
+
+def test_a_deadline_runs_what_fits_with_cut_limits_and_names_the_rest(monkeypatch, capsys):
+    clock = {"t": 0.0}
+    monkeypatch.setattr(run.time, "perf_counter", lambda: clock["t"])
+    ran = []
+
+    def fake_run(nb, profile, params, out_root, limit_s=None):
+        ran.append((nb.stem[:2], limit_s))
+        clock["t"] += 150  # each notebook takes 150 s of the command
+        raise RuntimeError("stop here")  # a failure is fine: --keep-going goes on
+
+    monkeypatch.setattr(run, "run_notebook", fake_run)
+    rc = run.main(["--only", "10", "01", "09", "--no-data", "--keep-going",
+                   "--limit-s", "200", "100", "150", "--deadline-s", "400"])
+    out = capsys.readouterr().out
+    # 10: min(200, 400-0-20); 01: min(100, 400-150-20); 09: 400-300-20 = 80 left, more than 30: cut to 80
+    assert ran == [("10", 200), ("01", 100), ("09", 400 - 300 - run.STOP_MARGIN_S)]
+    assert rc == 1
+    clock["t"] = 0.0
+    ran.clear()
+    rc = run.main(["--only", "10", "01", "09", "--no-data", "--keep-going", "--limit-s", "200",
+                   "--deadline-s", "330"])
+    out = capsys.readouterr().out
+    assert [r[0] for r in ran] == ["10", "01"] and "not started" in out and "09_batch_size_breakdown" in out
