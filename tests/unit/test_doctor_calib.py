@@ -202,3 +202,15 @@ def test_loop_h2d_times_the_loops_own_phase_over_distinct_batches():
     assert all(w > 0 for w in wall) and all(c >= 0 for c in cpu)
     wall1, _ = loop_h2d(x, "cpu", threads=1, batches=3, warmup=0, repeats=1)
     assert len(wall1) == 1 and wall1[0] > 0
+
+
+def test_capacity_before_a_pass_samples_one_w_and_w_plus_one_not_every_count():
+    """At 16 workers every count 1..17 each pass was ~1,100 forks a round (notebook 10 ran past
+    4 minutes on the H100 machine); on two cores the counts are the same as before."""
+    from feedlab.doctor.measure import capacity_ks
+
+    assert capacity_ks(0) == [1]
+    assert capacity_ks(1) == [1, 2]
+    assert capacity_ks(2) == [1, 2, 3]
+    assert capacity_ks(16) == [1, 16, 17]
+    assert sum(sum(capacity_ks(w)) for w in range(17)) < 320  # forks a round of 0..16 workers (was 1,140)

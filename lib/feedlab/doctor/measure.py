@@ -51,6 +51,16 @@ class Budget:
 # ---------------------------------------------------------------- the doctor's measurements
 
 
+def capacity_ks(num_workers: int) -> list[int]:
+    """The process counts whose CPU capacity is sampled before a pass with ``num_workers``
+    workers: one, ``W`` and ``W + 1`` (the loader's processes with and without the main one).
+    Every count from 1 to ``W + 1`` once made ~1,100 forks a round at 16 workers (notebook 10
+    ran past 4 minutes on the H100 machine); the counts between come from the machine's first
+    measurement, interpolated (:meth:`feedlab.doctor.costs.Machine.cap`)."""
+    w = max(0, int(num_workers))
+    return sorted({1, max(1, w), w + 1})
+
+
 class Doctor:
     """Measures a :class:`CostTable` for a data set (or any ``splits`` factory) and the
     DataLoader end to end; prediction and advice are in ``feedlab.doctor.predict``.
@@ -380,7 +390,7 @@ class Doctor:
                 run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s])
         for _ in range(repeats or self.budget.repeats):
             for s in specs:
-                runs[s]["capacity"].append(cpu_capacity(range(1, s.num_workers + 2), seconds=0.1, repeats=1))
+                runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers), seconds=0.1, repeats=1))
                 r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s])
                 runs[s]["steady_runs"].append(P.steady_rate(r, skip=min(P.warmup_batches(s), r.batches - 1))
                                               or r.samples_per_s)
