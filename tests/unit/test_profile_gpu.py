@@ -18,3 +18,29 @@ def test_the_committed_gpu_profile_bounds_the_slow_notebooks():
     assert profile_values("03_pinned_memory_by_input_size", "gpu")["transfer_sizes"][-1] == "512MB"
     # a section without a gpu block is quick's
     assert profile_values("02_lmdb_vs_png", "gpu") == profile_values("02_lmdb_vs_png", "quick")
+    # cut where the 2026-11-25 run was stopped (docs/GPU_RUN.md)
+    assert profile_values("01_worker_scaling", "gpu")["max_workers"] == "cores"
+    assert len(profile_values("09_batch_size_breakdown", "gpu")["batch_sizes"]) == 3
+    assert profile_values("04_print_overhead", "gpu")["repeats"] < profile_values("04_print_overhead", "quick")["repeats"]
+
+
+def _gpu_call_plan() -> dict[str, list[tuple[str, int]]]:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / ".ci" / "gpu-call").read_text()
+    block = text[text.index("declare -A PLAN=("):text.index(")\nORDER=")]
+    return {g: [(nb, int(lim)) for nb, lim in re.findall(r"(\d\d):(\d+)", items)]
+            for g, items in re.findall(r'\[(\w+)\]="([^"]*)"', block)}
+
+
+def test_the_gpu_calls_run_every_notebook_once_and_each_fits_its_command():
+    """.ci/gpu-call's groups: every notebook in one call, and each call's limits within the command's
+    540 s less a minute and a half for the wheels and the data (2026-11-25: about 60 s)."""
+    from feedlab.run import list_notebooks
+
+    plan = _gpu_call_plan()
+    named = [nb for items in plan.values() for nb, _ in items]
+    assert sorted(named) == sorted(p.stem[:2] for p in list_notebooks())
+    for group, items in plan.items():
+        assert sum(lim for _, lim in items) <= 540 - 90, group
