@@ -222,6 +222,13 @@ def test_the_cure_judges_the_last_kept_step(wait, busy, expect):
     assert r.text.startswith("collate=fast:") and "×8.0 the samples/s" in r.text   # the undone ring is not the cure
 
 
+def test_the_cure_says_how_long_the_gpu_idled_where_only_the_host_wait_missed():
+    busy_but_waiting = read("the-cure", _cure(0.26, 0.91)).text
+    assert "the GPU itself was idle 9% of the steady window" in busy_but_waiting
+    for wait, busy in ((0.04, 0.95), (0.3, 0.5)):  # both met, or the GPU not busy: nothing to explain
+        assert "idle" not in read("the-cure", _cure(wait, busy)).text
+
+
 def test_the_cure_needs_steady_rates_and_cuda():
     assert read("the-cure", _cure(0.04, 0.95, kind="with start-up")).status == G.NOT_FAIR
     assert read("the-cure", {**_cure(0.04, 0.95), "cuda": False}).status == G.NOT_MEASURED

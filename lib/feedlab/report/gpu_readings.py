@@ -250,7 +250,18 @@ def cure_on_gpu(run: Run) -> Reading:
                    f"{100 * TARGET_DATA_WAIT:.0f}%: {v['data_wait']}), GPU busy {100 * v['gpu_busy']:.0f}% (target ≥ "
                    f"{100 * TARGET_GPU_BUSY:.0f}%: {v['gpu_busy_verdict']}); from {first['label']}: data wait "
                    f"{100 * first['data_wait_share']:.0f}%, GPU busy {100 * first['gpu_busy']:.0f}%, "
-                   f"×{final_step(steps)['samples_per_s'] / first['samples_per_s']:.1f} the samples/s")
+                   f"×{final_step(steps)['samples_per_s'] / first['samples_per_s']:.1f} the samples/s"
+                   + _host_wait_note(v))
+
+
+def _host_wait_note(v: dict) -> str:
+    """Data wait is the training loop's (host) time blocked on the next batch; the step is
+    asynchronous, so the host can wait while the GPU works through queued steps. Where the wait
+    misses its target and the GPU is busy, say how long the GPU itself sat idle."""
+    if v.get("data_wait") != "missed" or v.get("gpu_busy_verdict") != "met":
+        return ""
+    return (f"; the loop's wait is host time, overlapped by queued GPU work: the GPU itself was idle "
+            f"{100 * (1 - v['gpu_busy']):.0f}% of the steady window")
 
 
 QUESTIONS: tuple[Question, ...] = (
