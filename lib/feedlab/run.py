@@ -416,7 +416,7 @@ def _main(argv: list[str] | None = None) -> int:
             break
         print(f"[{i}/{len(notebooks)}] {nb.stem} (profile {profile}"
               + (f", limit {limit_s:.0f} s" if limit_s else "") + ") ...", flush=True)
-        t0 = time.perf_counter()
+        t0, started_wall = time.perf_counter(), time.time()
         try:
             executed = run_notebook(nb, profile, params_for[nb], args.out_root, limit_s=limit_s)
         except RunLocked:
@@ -437,7 +437,7 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
             failures.append(msg)
             failed_dir = SCRATCH_DIR / "failed" / nb.stem
-            if failed_dir.is_dir():
+            if failed_dir.is_dir() and failed_dir.stat().st_mtime >= started_wall - 1:  # this run's, not an older one
                 kept[nb.stem] = failed_dir
             if args.tar:
                 _tar(args.tar, args.out_root, kept)

@@ -150,3 +150,22 @@ def test_a_deadline_runs_what_fits_with_cut_limits_and_names_the_rest(monkeypatc
                    "--deadline-s", "330"])
     out = capsys.readouterr().out
     assert [r[0] for r in ran] == ["10", "01"] and "not started" in out and "09_batch_size_breakdown" in out
+
+
+def test_an_older_failed_folder_is_not_carried_as_this_runs(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(run, "SCRATCH_DIR", tmp_path / "runs")
+    stale = tmp_path / "runs" / "failed" / "01_worker_scaling"
+    stale.mkdir(parents=True)
+    (stale / "STOPPED.json").write_text("{}")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))  # an earlier invocation's
+    tars = []
+    monkeypatch.setattr(run, "tar_results", lambda dest, root=None, key=None, extra=None: tars.append(extra))
+
+    def fails(nb, profile, params, out_root, limit_s=None):
+        raise RuntimeError("cell 3")  # failed before anything was kept
+
+    monkeypatch.setattr(run, "run_notebook", fails)
+    assert run.main(["--only", "01", "--no-data", "--tar", str(tmp_path / "r.tar")]) == 1
+    assert tars == [{}]
