@@ -86,7 +86,9 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
     """What each notebook would run with: ``(name, resolved parameters)`` or ``(name, error)``."""
     from feedlab.profiles import resolve
 
-    out = []
+    from feedlab.paths import REPO_ROOT
+
+    out, key = [], None
     for nb in notebooks:
         names = notebook_parameters(nb)
         given = {k: v for k, v in names.items() if k != "profile"}
@@ -101,8 +103,11 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
             continue
         values = {k: v for k, v in vars(P).items() if k in names or k in ("cores",)}
         if "out_dir" in values and not given.get("out_dir"):  # where the runner writes, not a scratch run
-            values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True,
-                                           machine=machine_key())
+            key = key or planned_machine_key()
+            values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True, machine=key)
+        for k in ("out_dir", "data_root", "cls_root"):  # named from the repository, as the records do
+            if isinstance(values.get(k), (str, Path)) and Path(values[k]).is_relative_to(REPO_ROOT):
+                values[k] = Path(values[k]).relative_to(REPO_ROOT)
         ignored = sorted(k for k in params if k not in names)
         if ignored:
             values["(not a parameter here)"] = ", ".join(ignored)
@@ -110,10 +115,17 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
     return out
 
 
-def print_plan(rows, profile: str, cores: int) -> None:
+def planned_machine_key(cores: int | None = None) -> str:
+    """This machine's key with ``cores`` usable cores (``--dry-run --cores N``: the folder a
+    machine like this one with N cores would write)."""
     from feedlab.fingerprint import machine_fingerprint
+    from feedlab.machines import usable_cores
 
-    key = machine_key(dict(machine_fingerprint(), cpu_usable=cores))  # the machine with that many cores
+    return machine_key(dict(machine_fingerprint(), cpu_usable=cores or usable_cores()))
+
+
+def print_plan(rows, profile: str, cores: int) -> None:
+    key = planned_machine_key(cores)  # the machine with that many cores
     print(f"plan: profile {profile}, {cores} usable cores, results under figures/<notebook>/"
           f"{key}/ (nothing is run)")
     for name, values in rows:

@@ -81,6 +81,10 @@ def test_dry_run_plans_for_sixteen_cores(capsys, monkeypatch):
     assert "[0, 2, 16]" in blocks["02_lmdb_vs_png"]
     assert "[2, 16]" in blocks["09_batch_size_breakdown"]
     assert "max_workers              16" in blocks["10_doctor"]
+    from feedlab.paths import REPO_ROOT  # the folders named from the repository, for the planned machine
+
+    assert "out_dir                  figures/01_worker_scaling/test-box" in blocks["01_worker_scaling"]
+    assert "data_root                data/sr64" in blocks["01_worker_scaling"] and str(REPO_ROOT) not in out
     assert main(["--dry-run", "--profile", "quick", "--cores", "2", "--only", "01"]) == 0
     assert "[0, 2]\n" in capsys.readouterr().out
 
@@ -146,3 +150,19 @@ def test_a_cuda_spec_on_a_machine_without_cuda_is_refused(monkeypatch):
     assert resolve_device("cuda", check=False) == "cuda"  # what a spec would mean there
     assert resolve_device("auto") == "cpu"
     assert not PipelineSpec(device="cuda").problems()  # the spec itself is fine for a GPU box
+
+
+def test_dry_run_names_the_folder_of_the_planned_machine(capsys, monkeypatch):
+    """--cores 16 plans for a 16-core machine: its out_dir is that machine's folder, as the header says
+    (it used to name this machine's own folder)."""
+    import re
+
+    from feedlab.run import main
+
+    monkeypatch.delenv("FEEDLAB_MACHINE", raising=False)
+    monkeypatch.delenv("FEEDLAB_CORES", raising=False)
+    assert main(["--dry-run", "--profile", "gpu", "--cores", "16", "--only", "01"]) == 0
+    out = capsys.readouterr().out
+    key = re.search(r"results under figures/<notebook>/([^/]+)/", out).group(1)
+    assert key.endswith("-16c")
+    assert re.search(rf"out_dir\s+figures/01_worker_scaling/{re.escape(key)}\n", out)
