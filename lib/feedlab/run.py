@@ -84,9 +84,8 @@ def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
 
 def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, dict | str]]:
     """What each notebook would run with: ``(name, resolved parameters)`` or ``(name, error)``."""
-    from feedlab.profiles import resolve
-
     from feedlab.paths import REPO_ROOT
+    from feedlab.profiles import resolve
 
     out, key = [], None
     for nb in notebooks:
