@@ -41,18 +41,24 @@ import yaml
 
 from feedlab.machines import machine_key
 from feedlab.nbparams import notebook_parameters
-from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, SCRATCH_DIR, figure_dir
+from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, SCRATCH_DIR
 from feedlab.profiles import PROFILES, choose_profile, profile_values
-from feedlab.run_limit import (
+from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline and the margins re-exported)
+    MIN_START_S,
+    STOP_MARGIN_S,
     NotebookLimit,
+    NotebookStopped,
     child_pids,
     describe,
     limit,
+    notebook_limits,
     quiet_abandoned_tasks,
     read_notebook,
     stop_new_processes,
     stopped_record,
+    within_deadline,
 )
+from feedlab.run_plan import plan, planned_machine_key, print_plan  # noqa: F401  (re-exported)
 from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's record, tests use them here)
     RunLocked,
     check_tar_dest,
@@ -80,60 +86,6 @@ def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
             raise SystemExit(f"--only {want!r}: no such notebook; choose from: {names}")
         chosen.extend(h for h in hits if h not in chosen)
     return chosen
-
-
-def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, dict | str]]:
-    """What each notebook would run with: ``(name, resolved parameters)`` or ``(name, error)``."""
-    from feedlab.paths import REPO_ROOT
-    from feedlab.profiles import resolve
-
-    out, key = [], None
-    for nb in notebooks:
-        names = notebook_parameters(nb)
-        given = {k: v for k, v in names.items() if k != "profile"}
-        given.update({k: v for k, v in params.items() if k in names})
-        values_of = profile_values(nb.stem, profile)   # "" means "the profile's value" only where it has one
-        given = {k: (None if v == "" and k in values_of and k not in ("data_root", "out_dir", "cls_root") else v)
-                 for k, v in given.items()}
-        try:
-            P = resolve(nb.stem, profile, _create_out_dir=False, **given)
-        except (KeyError, ValueError) as exc:
-            out.append((nb.stem, f"cannot resolve: {exc}"))
-            continue
-        values = {k: v for k, v in vars(P).items() if k in names or k in ("cores",)}
-        if "out_dir" in values and not given.get("out_dir"):  # where the runner writes, not a scratch run
-            key = key or planned_machine_key()
-            values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True, machine=key)
-        for k in ("out_dir", "data_root", "cls_root"):  # named from the repository, as the records do
-            if isinstance(values.get(k), (str, Path)) and Path(values[k]).is_relative_to(REPO_ROOT):
-                values[k] = Path(values[k]).relative_to(REPO_ROOT)
-        ignored = sorted(k for k in params if k not in names)
-        if ignored:
-            values["(not a parameter here)"] = ", ".join(ignored)
-        out.append((nb.stem, values))
-    return out
-
-
-def planned_machine_key(cores: int | None = None) -> str:
-    """This machine's key with ``cores`` usable cores (``--dry-run --cores N``: the folder a
-    machine like this one with N cores would write)."""
-    from feedlab.fingerprint import machine_fingerprint
-    from feedlab.machines import usable_cores
-
-    return machine_key(dict(machine_fingerprint(), cpu_usable=cores or usable_cores()))
-
-
-def print_plan(rows, profile: str, cores: int) -> None:
-    key = planned_machine_key(cores)  # the machine with that many cores
-    print(f"plan: profile {profile}, {cores} usable cores, results under figures/<notebook>/"
-          f"{key}/ (nothing is run)")
-    for name, values in rows:
-        print(f"\n{name}")
-        if isinstance(values, str):
-            print(f"  {values}")
-            continue
-        for k, v in values.items():
-            print(f"  {k:<24} {v}")
 
 
 def prepare_data(profile: str, log=print) -> None:
@@ -206,14 +158,6 @@ def kernel_options() -> dict:
 def progress_options(name: str) -> dict:
     """papermill's per-cell bar, labelled with the notebook."""
     return {"desc": f"    {name}", "unit": "cell", "leave": False, "mininterval": 0.5}
-
-
-class NotebookStopped(Exception):
-    """A notebook ran past ``--limit-s``; ``kept`` is its partly executed folder (or None)."""
-
-    def __init__(self, line: str, kept: Path | None):
-        super().__init__(line)
-        self.kept = kept
 
 
 def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
@@ -467,34 +411,6 @@ def _main(argv: list[str] | None = None) -> int:
         return 1
     print(f"all {len(notebooks)} notebook(s) ran in {total:.0f} s (profile {profile})")
     return 0
-
-
-MIN_START_S = 30.0  # a notebook is not started with less left under --deadline-s
-STOP_MARGIN_S = 20.0  # what stopping a notebook and rewriting the tar may take
-
-
-def notebook_limits(notebooks: list[Path], limit_s: list[float] | None) -> dict[Path, float | None]:
-    """``--limit-s``: none, one value for every notebook, or one per notebook in order."""
-    if not limit_s:
-        return {nb: None for nb in notebooks}
-    if len(limit_s) == 1:
-        return {nb: limit_s[0] for nb in notebooks}
-    if len(limit_s) != len(notebooks):
-        raise ValueError(f"--limit-s has {len(limit_s)} values for {len(notebooks)} notebooks "
-                         f"({', '.join(nb.stem for nb in notebooks)}): give one, or one per notebook")
-    return dict(zip(notebooks, limit_s))
-
-
-def within_deadline(limit_s: float | None, deadline_s: float | None, elapsed_s: float) -> float | None:
-    """The limit a notebook runs with when ``elapsed_s`` of ``deadline_s`` are gone: its own,
-    cut to what is left less :data:`STOP_MARGIN_S`; 0 when fewer than :data:`MIN_START_S`
-    seconds would be left for it (do not start it)."""
-    if deadline_s is None:
-        return limit_s
-    left = deadline_s - elapsed_s - STOP_MARGIN_S
-    if left < MIN_START_S:
-        return 0
-    return left if limit_s is None else min(limit_s, left)
 
 
 def _tar(dest: Path, out_root: Path | None, kept: dict[str, Path]) -> None:

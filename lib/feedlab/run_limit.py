@@ -157,3 +157,41 @@ def quiet_abandoned_tasks() -> int:
             except Exception:  # pragma: no cover - a future of another loop in a strange state
                 pass
     return n
+
+
+class NotebookStopped(Exception):
+    """A notebook ran past ``--limit-s``; ``kept`` is its partly executed folder (or None)."""
+
+    def __init__(self, line: str, kept: Path | None):
+        super().__init__(line)
+        self.kept = kept
+
+
+MIN_START_S = 30.0  # a notebook is not started with less left under --deadline-s
+STOP_MARGIN_S = 20.0  # what stopping a notebook and rewriting the tar may take
+
+
+def notebook_limits(notebooks: list[Path], limit_s: list[float] | None) -> dict[Path, float | None]:
+    """``--limit-s``: none, one value for every notebook, or one per notebook in order."""
+    if not limit_s:
+        return {nb: None for nb in notebooks}
+    if len(limit_s) == 1:
+        return {nb: limit_s[0] for nb in notebooks}
+    if len(limit_s) != len(notebooks):
+        raise ValueError(f"--limit-s has {len(limit_s)} values for {len(notebooks)} notebooks "
+                         f"({', '.join(nb.stem for nb in notebooks)}): give one, or one per notebook")
+    return dict(zip(notebooks, limit_s))
+
+
+def within_deadline(limit_s: float | None, deadline_s: float | None, elapsed_s: float) -> float | None:
+    """The limit a notebook runs with when ``elapsed_s`` of ``deadline_s`` are gone: its own,
+    cut to what is left less :data:`STOP_MARGIN_S`; 0 when fewer than :data:`MIN_START_S`
+    seconds would be left for it (do not start it)."""
+    if deadline_s is None:
+        return limit_s
+    left = deadline_s - elapsed_s - STOP_MARGIN_S
+    if left < MIN_START_S:
+        return 0
+    return left if limit_s is None else min(limit_s, left)
+
+

@@ -1,0 +1,68 @@
+"""What the runner would run, without running it (``python -m feedlab.run --dry-run [--cores N]``):
+each notebook's parameters once its profile is resolved for a machine with N usable cores, and
+the folder its record would land in on that machine (:func:`plan`, :func:`print_plan`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from feedlab.machines import machine_key
+from feedlab.nbparams import notebook_parameters
+from feedlab.paths import figure_dir
+from feedlab.profiles import profile_values
+
+
+def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, dict | str]]:
+    """What each notebook would run with: ``(name, resolved parameters)`` or ``(name, error)``."""
+    from feedlab.paths import REPO_ROOT
+    from feedlab.profiles import resolve
+
+    out, key = [], None
+    for nb in notebooks:
+        names = notebook_parameters(nb)
+        given = {k: v for k, v in names.items() if k != "profile"}
+        given.update({k: v for k, v in params.items() if k in names})
+        values_of = profile_values(nb.stem, profile)   # "" means "the profile's value" only where it has one
+        given = {k: (None if v == "" and k in values_of and k not in ("data_root", "out_dir", "cls_root") else v)
+                 for k, v in given.items()}
+        try:
+            P = resolve(nb.stem, profile, _create_out_dir=False, **given)
+        except (KeyError, ValueError) as exc:
+            out.append((nb.stem, f"cannot resolve: {exc}"))
+            continue
+        values = {k: v for k, v in vars(P).items() if k in names or k in ("cores",)}
+        if "out_dir" in values and not given.get("out_dir"):  # where the runner writes, not a scratch run
+            key = key or planned_machine_key()
+            values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True, machine=key)
+        for k in ("out_dir", "data_root", "cls_root"):  # named from the repository, as the records do
+            if isinstance(values.get(k), (str, Path)) and Path(values[k]).is_relative_to(REPO_ROOT):
+                values[k] = Path(values[k]).relative_to(REPO_ROOT)
+        ignored = sorted(k for k in params if k not in names)
+        if ignored:
+            values["(not a parameter here)"] = ", ".join(ignored)
+        out.append((nb.stem, values))
+    return out
+
+
+def planned_machine_key(cores: int | None = None) -> str:
+    """This machine's key with ``cores`` usable cores (``--dry-run --cores N``: the folder a
+    machine like this one with N cores would write)."""
+    from feedlab.fingerprint import machine_fingerprint
+    from feedlab.machines import usable_cores
+
+    return machine_key(dict(machine_fingerprint(), cpu_usable=cores or usable_cores()))
+
+
+def print_plan(rows, profile: str, cores: int) -> None:
+    key = planned_machine_key(cores)  # the machine with that many cores
+    print(f"plan: profile {profile}, {cores} usable cores, results under figures/<notebook>/"
+          f"{key}/ (nothing is run)")
+    for name, values in rows:
+        print(f"\n{name}")
+        if isinstance(values, str):
+            print(f"  {values}")
+            continue
+        for k, v in values.items():
+            print(f"  {k:<24} {v}")
+
+
