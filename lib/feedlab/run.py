@@ -23,7 +23,8 @@ replaced between commands, that one file carries the results home (docs/GPU_RUN.
 ``--limit-s N`` stops a notebook that runs past N seconds (its kernel and workers too) and
 keeps what it had executed, with ``STOPPED.json`` (the cell it was in, each finished cell's
 seconds), under ``runs/failed/<name>/``; ``--tar`` carries it home as
-``runs/stopped/<machine>/<name>/``, never as a result (:mod:`feedlab.run_limit`).
+``runs/failed/<machine>/<name>/`` (as is a failed notebook's folder), never as a result
+(:mod:`feedlab.run_limit`).
 ``--deadline-s T`` fits a list of notebooks into one command of T seconds: each limit is
 cut to what is left, and a notebook with too little left is not started (and named).
 """
@@ -41,20 +42,22 @@ import yaml
 
 from feedlab.machines import machine_key
 from feedlab.nbparams import notebook_parameters
-from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, SCRATCH_DIR
+from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV
 from feedlab.profiles import PROFILES, choose_profile, profile_values
 from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline and the margins re-exported)
     MIN_START_S,
     STOP_MARGIN_S,
     NotebookLimit,
     NotebookStopped,
-    child_pids,
+    all_cells_finished,
+    descendants,
     describe,
     limit,
+    mark_stopped_cell,
     notebook_limits,
     quiet_abandoned_tasks,
     read_notebook,
-    stop_new_processes,
+    stop_processes,
     stopped_record,
     within_deadline,
 )
@@ -183,7 +186,7 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
         # the kernel inherits it: only the runner writes under figures/ (paths.RUNNER_ENV)
         before = os.environ.get(RUNNER_ENV)
         os.environ[RUNNER_ENV] = "1"
-        before_pids, t0 = child_pids(), time.perf_counter()
+        before_pids, t0 = {p.pid for p in descendants()}, time.perf_counter()
         try:
             try:
                 with limit(limit_s, snapshot=lambda: read_notebook(executed)):
@@ -191,8 +194,12 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
                                         cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name),
                                         log_output=False, **kernel_options())
             except NotebookLimit as stop:
-                raise NotebookStopped(*_keep_stopped(tmp, stop.snapshot, name, limit_s, time.perf_counter() - t0,
-                                                     before_pids, final)) from None
+                stop_processes([p for p in stop.procs if p.pid not in before_pids])
+                quiet_abandoned_tasks()
+                rec = stopped_record(stop.snapshot, limit_s, time.perf_counter() - t0)
+                if not all_cells_finished(rec):
+                    raise NotebookStopped(*_keep_stopped(tmp, executed, rec, name, final)) from None
+                print(f"    {name}: the limit came after its last cell had finished: kept as a result", flush=True)
             for path in tmp.rglob("*"):
                 if path.suffix in (".ipynb", ".json", ".csv", ".txt", ".md") and path.is_file():
                     scrub_paths(path, {str(tmp): str(final)})
@@ -200,8 +207,14 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
 
             add_findings(executed)  # what this run found, as the notebook's first cell
             replace_path(tmp, final)
-        except Exception:
-            keep_failed(tmp, name)
+        except NotebookStopped:
+            raise
+        except Exception as exc:
+            kept = keep_failed(tmp, name)
+            try:
+                exc.feedlab_kept = kept  # the runner carries this run's folder in --tar
+            except AttributeError:  # pragma: no cover - an exception without a __dict__
+                pass
             raise
         except BaseException:
             _remove(tmp)
@@ -214,15 +227,12 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
     return final / executed.name
 
 
-def _keep_stopped(tmp: Path, snapshot: dict | None, name: str, limit_s: float, elapsed: float,
-                  before_pids: set[int], final: Path) -> tuple[str, Path | None]:
-    """A notebook past its limit: stop its kernel and workers, write STOPPED.json beside the
-    partly executed notebook, keep the folder under runs/failed/<name>/."""
+def _keep_stopped(tmp: Path, executed: Path, rec: dict, name: str, final: Path) -> tuple[str, Path | None]:
+    """A notebook stopped at its limit: STOPPED.json beside the partly executed notebook (whose
+    cut cell says so), the folder kept under runs/failed/<name>/ (never a result)."""
     from feedlab.results import _atomic_write_text
 
-    stop_new_processes(before_pids)
-    quiet_abandoned_tasks()
-    rec = stopped_record(snapshot, limit_s, elapsed)
+    mark_stopped_cell(executed, rec)
     for path in tmp.rglob("*"):
         if path.suffix in (".ipynb", ".json", ".txt") and path.is_file():
             scrub_paths(path, {str(tmp): str(final)})
@@ -269,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
+    t_command = time.perf_counter()  # --deadline-s counts from here: the data build is inside it
     ap = argparse.ArgumentParser(prog="python -m feedlab.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="", help=f"one of {', '.join(PROFILES)} "
@@ -290,7 +301,7 @@ def _main(argv: list[str] | None = None) -> int:
                     help="after each notebook, write FILE: a tar of this machine's results (figures/*/<machine>/)")
     ap.add_argument("--limit-s", type=float, nargs="+", metavar="N",
                     help="stop a notebook after N seconds and keep what it executed (runs/failed/<name>/, "
-                         "STOPPED.json; in --tar as runs/stopped/<machine>/<name>/); one N for every "
+                         "STOPPED.json; in --tar as runs/failed/<machine>/<name>/); one N for every "
                          "notebook, or one per notebook in --only's order")
     ap.add_argument("--deadline-s", type=float, metavar="T",
                     help="this whole command's seconds: a notebook starts only with at least "
@@ -346,6 +357,10 @@ def _main(argv: list[str] | None = None) -> int:
                  "replace the last one's results; use --out-root DIR (DIR/<notebook>/) or --only one notebook")
     if args.tar is not None and not args.data_only:
         check_tar_dest(args.tar.expanduser().resolve())
+    try:
+        limits = notebook_limits(notebooks, args.limit_s)
+    except ValueError as exc:
+        ap.error(str(exc))
     params_for = plan_parameters(notebooks, params) if not args.data_only else {}
     if not args.no_data and not params.get("data_root"):
         prepare_data(profile)  # with data_root, notebooks build only the built-in data they use
@@ -354,15 +369,11 @@ def _main(argv: list[str] | None = None) -> int:
     if not notebooks:
         print(f"no notebooks found in {NOTEBOOKS_DIR}", file=sys.stderr)
         return 2
-    try:
-        limits = notebook_limits(notebooks, args.limit_s)
-    except ValueError as exc:
-        ap.error(str(exc))
     failures = []
     kept: dict[str, Path] = {}  # this invocation's stopped or failed runs, carried in --tar
-    t_all = time.perf_counter()
+    t_all = time.perf_counter()  # the notebooks' time (the summary line)
     for i, nb in enumerate(notebooks, 1):
-        limit_s = within_deadline(limits[nb], args.deadline_s, time.perf_counter() - t_all)
+        limit_s = within_deadline(limits[nb], args.deadline_s, time.perf_counter() - t_command)
         if limit_s == 0:
             left = [n.stem for n in notebooks[i - 1:]]
             msg = f"not started, {args.deadline_s:g} s --deadline-s nearly spent: {', '.join(left)}"
@@ -371,7 +382,7 @@ def _main(argv: list[str] | None = None) -> int:
             break
         print(f"[{i}/{len(notebooks)}] {nb.stem} (profile {profile}"
               + (f", limit {limit_s:.0f} s" if limit_s else "") + ") ...", flush=True)
-        t0, started_wall = time.perf_counter(), time.time()
+        t0 = time.perf_counter()
         try:
             executed = run_notebook(nb, profile, params_for[nb], args.out_root, limit_s=limit_s)
         except RunLocked:
@@ -391,9 +402,8 @@ def _main(argv: list[str] | None = None) -> int:
             msg = f"{nb.name} failed in {_failed_cell(exc)}"
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
             failures.append(msg)
-            failed_dir = SCRATCH_DIR / "failed" / nb.stem
-            if failed_dir.is_dir() and failed_dir.stat().st_mtime >= started_wall - 1:  # this run's, not an older one
-                kept[nb.stem] = failed_dir
+            if getattr(exc, "feedlab_kept", None) is not None:  # this run's folder, never an older one
+                kept[nb.stem] = exc.feedlab_kept
             if args.tar:
                 _tar(args.tar, args.out_root, kept)
             if not args.keep_going:
@@ -415,7 +425,7 @@ def _main(argv: list[str] | None = None) -> int:
 
 def _tar(dest: Path, out_root: Path | None, kept: dict[str, Path]) -> None:
     key = machine_key()
-    tar_results(dest, out_root, extra={f"runs/stopped/{key}/{name}": path for name, path in kept.items()})
+    tar_results(dest, out_root, extra={f"runs/failed/{key}/{name}": path for name, path in kept.items()})
 
 
 if __name__ == "__main__":

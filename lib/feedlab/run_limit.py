@@ -5,12 +5,13 @@ comes home as nothing, not even where it was. With ``python -m feedlab.run --lim
 the runner stops the notebook itself after N seconds: the kernel and its workers are
 stopped, and the partly executed notebook (papermill saves it after every cell) is kept
 under ``runs/failed/<name>/`` with ``STOPPED.json`` — the cell it was in, the seconds each
-finished cell took — and goes into ``--tar`` beside the finished results. The next run is
-sized from that record instead of a guess (docs/GPU_RUN.md). A stopped notebook is never a
-result: nothing of it lands in ``figures/``.
+finished cell took — and goes into ``--tar`` beside the finished results (as
+``runs/failed/<machine>/<name>/``). The next run is sized from that record instead of a
+guess (docs/GPU_RUN.md). A stopped notebook is never a result: nothing of it lands in
+``figures/`` (a limit that comes after its last cell has finished keeps the run whole).
 
 * :func:`limit` — raises :class:`NotebookLimit` in the main thread after ``seconds``.
-* :func:`stop_new_processes` — stops the processes started since a snapshot (the kernel, its workers).
+* :func:`stop_processes` — stops the processes taken at the alarm (the kernel, its workers, what they started).
 * :func:`stopped_record` — what a partly executed notebook says about where it stopped.
 """
 
@@ -23,21 +24,37 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-class NotebookLimit(BaseException):
-    """The notebook ran past ``--limit-s``. A BaseException, as KeyboardInterrupt is: the
-    kernel client's tasks must not take it for a cell's error and carry on."""
+class NotebookLimit(KeyboardInterrupt):
+    """The notebook ran past ``--limit-s``. A KeyboardInterrupt, so that it leaves asyncio's
+    tasks at once (asyncio keeps any other exception on the task it hit, and the kernel
+    client's background tasks are never awaited: the limit would be lost or wait for the cell
+    to end). ``snapshot``: the partly executed notebook as saved at the alarm; ``procs``: the
+    runner's descendants then (the kernel, its workers, anything they started)."""
 
-    def __init__(self, seconds: float, snapshot=None):
+    def __init__(self, seconds: float, snapshot=None, procs=()):
         super().__init__(f"stopped at its limit of {seconds:g} s")
-        self.seconds, self.snapshot = seconds, snapshot
+        self.seconds, self.snapshot, self.procs = seconds, snapshot, list(procs)
+
+
+def descendants() -> list:
+    """This process's descendants now, as psutil processes (the kernel client's clean-up shuts
+    the kernel down before the runner can look; something started in its own session is then
+    no longer below the runner: take them at the alarm)."""
+    try:
+        import psutil
+
+        return psutil.Process().children(recursive=True)
+    except Exception:  # pragma: no cover - psutil is a dependency; a process gone mid-walk
+        return []
 
 
 @contextmanager
 def limit(seconds: float | None, snapshot=None) -> Iterator[None]:
     """Raise :class:`NotebookLimit` in the main thread once ``seconds`` have passed (None or
-    <= 0: no limit). SIGALRM's timer, restored on the way out. ``snapshot()`` is called at
-    the alarm, before anything unwinds (the kernel client's clean-up interrupts the running
-    cell and marks it finished): its value rides on the exception."""
+    <= 0: no limit). SIGALRM's timer; on the way out the handler and any timer that was set
+    before (what is left of it) are put back. ``snapshot()`` is called at the alarm, before
+    anything unwinds (the kernel client's clean-up interrupts the running cell and marks it
+    finished): its value rides on the exception, with the descendants then."""
     if not seconds or seconds <= 0:
         yield
         return
@@ -47,8 +64,12 @@ def limit(seconds: float | None, snapshot=None) -> Iterator[None]:
             taken = snapshot() if snapshot is not None else None
         except Exception:  # a half-written file: the record says it could not read one
             taken = None
-        raise NotebookLimit(seconds, taken)
+        raise NotebookLimit(seconds, taken, descendants())
 
+    import time
+
+    outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
+    t0 = time.monotonic()
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, float(seconds))
     try:
@@ -56,39 +77,31 @@ def limit(seconds: float | None, snapshot=None) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        if outer_left > 0:  # an outer deadline on the same timer keeps what is left of it
+            signal.setitimer(signal.ITIMER_REAL, max(0.001, outer_left - (time.monotonic() - t0)))
 
 
-def child_pids() -> set[int]:
-    """This process's descendants now (psutil; empty without it)."""
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        return set()
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-def stop_new_processes(before: set[int], grace_s: float = 3.0) -> int:
-    """Stop this process's descendants that were not in ``before``: SIGTERM, then SIGKILL to
-    whatever is left after ``grace_s``. Returns how many were stopped."""
+def stop_processes(procs, grace_s: float = 3.0) -> int:
+    """Stop ``procs`` (psutil processes) that are still running: SIGTERM, then SIGKILL to
+    whatever is left after ``grace_s``. Returns how many were still running."""
     import psutil
 
-    try:
-        procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    except psutil.Error:
-        return 0
+    alive = []
     for p in procs:
         try:
-            p.terminate()
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                p.terminate()
+                alive.append(p)
         except psutil.Error:
             pass
-    _gone, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
+    _gone, left = psutil.wait_procs(alive, timeout=grace_s)
+    for p in left:
         try:
             p.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=grace_s)
-    return len(procs)
+    psutil.wait_procs(left, timeout=grace_s)
+    return len(alive)
 
 
 def read_notebook(executed: Path) -> dict | None:
@@ -107,7 +120,7 @@ def stopped_record(nb: dict | None, limit_s: float, elapsed_s: float) -> dict:
     rec: dict = {"limit_s": limit_s, "elapsed_s": round(elapsed_s, 1), "cells": None, "finished": 0,
                  "stopped_in": None, "cell_seconds": {}}
     if nb is None:
-        rec["note"] = "no partly executed notebook had been saved when the limit came"
+        rec["note"] = "before its first cell ran (no partly executed notebook had been saved)"
         return rec
     code = [(i, c) for i, c in enumerate(nb.get("cells", [])) if c.get("cell_type") == "code"]
     rec["cells"] = len(code)
@@ -117,26 +130,49 @@ def stopped_record(nb: dict | None, limit_s: float, elapsed_s: float) -> dict:
         if status == "completed" and meta.get("duration") is not None:
             rec["finished"] += 1
             rec["cell_seconds"][str(i)] = round(float(meta["duration"]), 2)
-        elif status == "running" or (rec["stopped_in"] is None and status != "completed"):
+        elif status == "running":
             src = cell.get("source", "")
             first = (src if isinstance(src, str) else "".join(src)).strip().splitlines()
             rec["stopped_in"] = {"cell": i, "first_line": first[0][:120] if first else ""}
-            if status == "running":
-                started = meta.get("start_time")
-                if started:
-                    rec["stopped_in"]["started"] = started
-                break
+            if meta.get("start_time"):
+                rec["stopped_in"]["started"] = meta["start_time"]
+            break
+    if rec["stopped_in"] is None:
+        rec["note"] = ("after its last cell (kernel shut-down or saving)" if code and rec["finished"] == len(code)
+                       else "before its first cell ran (kernel start-up)" if rec["finished"] == 0
+                       else "between cells")
     return rec
+
+
+def all_cells_finished(rec: dict) -> bool:
+    """The limit came after the notebook's last cell had finished: the run is whole."""
+    return bool(rec.get("cells")) and rec.get("finished") == rec.get("cells")
+
+
+def mark_stopped_cell(executed: Path, rec: dict) -> None:
+    """The kept notebook says which cell was cut (papermill's clean-up marks every cell
+    completed on its way out): that cell's status becomes ``stopped at the limit``."""
+    from feedlab.results import _atomic_write_text
+
+    where = rec.get("stopped_in")
+    nb = read_notebook(executed)
+    if not where or nb is None or where["cell"] >= len(nb.get("cells", [])):
+        return
+    meta = nb["cells"][where["cell"]].setdefault("metadata", {}).setdefault("papermill", {})
+    meta["status"] = "stopped at the limit"
+    meta["duration"] = None
+    _atomic_write_text(executed, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def describe(name: str, rec: dict) -> str:
     """One line for the runner's log."""
-    where = rec.get("stopped_in") or {}
-    cell = f"cell {where['cell']} ({where['first_line']!r})" if where else "before its first cell"
+    where = rec.get("stopped_in")
+    place = f"in cell {where['cell']} ({where['first_line']!r})" if where else rec.get("note", "between cells")
+    done = (f"{rec['finished']} of {rec['cells']} code cells finished" if rec.get("cells") is not None
+            else "no cell finished")
     slow = sorted(rec.get("cell_seconds", {}).items(), key=lambda kv: -kv[1])[:3]
     slow_s = ", ".join(f"cell {k} {v:.0f} s" for k, v in slow)
-    return (f"{name} stopped at its limit of {rec['limit_s']:g} s in {cell}; "
-            f"{rec['finished']} of {rec['cells']} code cells finished" + (f" (slowest: {slow_s})" if slow else ""))
+    return f"{name} stopped at its limit of {rec['limit_s']:g} s {place}; {done}" + (f" (slowest: {slow_s})" if slow else "")
 
 
 def quiet_abandoned_tasks() -> int:
@@ -186,12 +222,13 @@ def notebook_limits(notebooks: list[Path], limit_s: list[float] | None) -> dict[
 def within_deadline(limit_s: float | None, deadline_s: float | None, elapsed_s: float) -> float | None:
     """The limit a notebook runs with when ``elapsed_s`` of ``deadline_s`` are gone: its own,
     cut to what is left less :data:`STOP_MARGIN_S`; 0 when fewer than :data:`MIN_START_S`
-    seconds would be left for it (do not start it)."""
+    seconds (or than its own limit, if shorter) would be left for it (do not start it)."""
     if deadline_s is None:
         return limit_s
     left = deadline_s - elapsed_s - STOP_MARGIN_S
-    if left < MIN_START_S:
+    if left < (MIN_START_S if limit_s is None else min(MIN_START_S, limit_s)):
         return 0
+    left = float(int(left))  # whole seconds: the log and STOPPED.json read "limit of 127 s"
     return left if limit_s is None else min(limit_s, left)
 
 

@@ -18,7 +18,7 @@ def tar_results(dest: Path, root: Path | None = None, key: str | None = None,
                 extra: dict[str, Path] | None = None) -> int:
     """Write ``dest``, a tar of ``root/*/<key>/`` (this machine's results), whole or not at all;
     names in it start at ``root``'s parent (``figures/01_x/h100-16c/...``). ``extra`` adds
-    folders under names of their own (a stopped run's record: ``runs/stopped/<key>/<name>``).
+    folders under names of their own (a stopped or failed run's record: ``runs/failed/<key>/<name>``).
     Returns the result folders."""
     import tarfile
 

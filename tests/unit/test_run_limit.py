@@ -13,12 +13,13 @@ import psutil
 import pytest
 
 from feedlab import paths, run
-from feedlab.run_limit import NotebookLimit, describe, limit, stopped_record
+from feedlab.run_limit import NotebookLimit, all_cells_finished, describe, limit, stopped_record
 
 SLOW_CELL = ("import subprocess, time\n"
              "from pathlib import Path\n"
              "child = subprocess.Popen(['sleep', '300'])\n"
-             "Path(out_dir, 'child.pid').write_text(str(child.pid))\n"
+             "loner = subprocess.Popen(['sleep', '301'], start_new_session=True)  # its own session, as a daemon\n"
+             "Path(out_dir, 'child.pid').write_text(f'{child.pid} {loner.pid}')\n"
              "time.sleep(300)")
 
 
@@ -38,35 +39,37 @@ def _slow_notebook(tmp_path):
 def test_a_notebook_past_its_limit_is_stopped_with_its_processes_and_its_record_comes_home(
         tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")
-    monkeypatch.setattr(run, "SCRATCH_DIR", tmp_path / "runs")
     nb = _slow_notebook(tmp_path)
     monkeypatch.setattr(run, "list_notebooks", lambda: [nb])
     figs, tar = tmp_path / "figs", tmp_path / "out" / "r.tar"
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     t0 = time.perf_counter()
-    rc = run.main(["--only", "99", "--no-data", "--out-root", str(figs), "--limit-s", "6", "--tar", str(tar)])
+    rc = run.main(["--only", "99", "--no-data", "--out-root", str(figs), "--limit-s", "12", "--tar", str(tar)])
     took = time.perf_counter() - t0
     out = capsys.readouterr()
     assert rc == 1
-    assert took < 40, f"the limit did not stop the notebook ({took:.0f} s)"
+    assert took < 60, f"the limit did not stop the notebook ({took:.0f} s)"
     line = next(x for x in out.out.splitlines() if "STOPPED" in x)
     # papermill's injected-parameters cell comes after the parameters cell: the slow cell is 3 of 5
-    assert "99_slow stopped at its limit of 6 s in cell 3" in line and "3 of 5 code cells finished" in line
+    assert "99_slow stopped at its limit of 12 s in cell 3" in line and "3 of 5 code cells finished" in line
     assert "Traceback" not in out.err and "never retrieved" not in out.err
     kept = tmp_path / "runs" / "failed" / "99_slow"
     rec = json.loads((kept / "STOPPED.json").read_text())
     assert rec["stopped_in"]["cell"] == 3 and rec["finished"] == 3 and set(rec["cell_seconds"]) == {"0", "1", "2"}
     assert rec["cell_seconds"]["2"] >= 0.3
-    child = int((kept / "child.pid").read_text())
     time.sleep(0.5)
-    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    for pid in map(int, (kept / "child.pid").read_text().split()):  # the kernel's child and a loner
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
+    # the kept notebook says which cell was cut (papermill's clean-up marks every cell completed)
+    cells = json.loads((kept / "99_slow.executed.ipynb").read_text())["cells"]
+    assert cells[3]["metadata"]["papermill"]["status"] == "stopped at the limit"
     # nothing of it is a result, and no kernel is left behind
     assert not (figs / "99_slow").exists() or not any((figs / "99_slow").iterdir())
     assert [p for p in psutil.Process().children(recursive=True) if p.pid not in before] == []
     with tarfile.open(tar) as tf:
         names = tf.getnames()
     key = run.machine_key()
-    assert f"runs/stopped/{key}/99_slow/STOPPED.json" in names
+    assert f"runs/failed/{key}/99_slow/STOPPED.json" in names
     assert not any(n.startswith("figures/") for n in names)
 
 
@@ -99,9 +102,15 @@ def test_stopped_record_names_the_running_cell_and_the_finished_cells_seconds():
     assert rec["elapsed_s"] == 91.0
     line = describe("10_doctor", rec)
     assert "in cell 3 ('doc.measure()')" in line and "cell 2 12 s" in line
+    whole = stopped_record({"cells": [_cell("completed", 1.0), _cell("completed", 2.0)]}, 90, 90.5)
+    assert whole["stopped_in"] is None and "after its last cell" in describe("x", whole)
+    assert all_cells_finished(whole) and not all_cells_finished(rec)
+    starting = stopped_record({"cells": [_cell("pending"), _cell("pending")]}, 90, 90.5)
+    assert "before its first cell ran" in describe("x", starting) and not all_cells_finished(starting)
     empty = stopped_record(None, 90, 1.0)
     assert empty["stopped_in"] is None and "no partly executed notebook" in empty["note"]
-    assert "before its first cell" in describe("10_doctor", empty)
+    assert describe("10_doctor", empty).startswith("10_doctor stopped at its limit of 90 s before its first cell ran")
+    assert "no cell finished" in describe("10_doctor", empty)
 
 
 def test_limit_s_must_be_positive(tmp_path):
@@ -125,6 +134,7 @@ def test_within_deadline_cuts_a_limit_to_what_is_left_and_starts_nothing_too_lat
     assert run.within_deadline(200, 570, 400) == 570 - 400 - run.STOP_MARGIN_S
     assert run.within_deadline(None, 570, 400) == 570 - 400 - run.STOP_MARGIN_S
     assert run.within_deadline(200, 570, 570 - run.STOP_MARGIN_S - run.MIN_START_S + 1) == 0
+    assert run.within_deadline(10, 570, 570 - run.STOP_MARGIN_S - 15) == 10  # a short limit that fits starts
 
 
 def test_a_deadline_runs_what_fits_with_cut_limits_and_names_the_rest(monkeypatch, capsys):
@@ -155,7 +165,6 @@ def test_a_deadline_runs_what_fits_with_cut_limits_and_names_the_rest(monkeypatc
 def test_an_older_failed_folder_is_not_carried_as_this_runs(tmp_path, monkeypatch):
     import os
 
-    monkeypatch.setattr(run, "SCRATCH_DIR", tmp_path / "runs")
     stale = tmp_path / "runs" / "failed" / "01_worker_scaling"
     stale.mkdir(parents=True)
     (stale / "STOPPED.json").write_text("{}")
@@ -169,3 +178,14 @@ def test_an_older_failed_folder_is_not_carried_as_this_runs(tmp_path, monkeypatc
     monkeypatch.setattr(run, "run_notebook", fails)
     assert run.main(["--only", "01", "--no-data", "--tar", str(tmp_path / "r.tar")]) == 1
     assert tars == [{}]
+    # a folder this run kept is carried, under the machine's name
+    mine = tmp_path / "runs" / "failed" / "01_worker_scaling-now"
+
+    def fails_and_keeps(nb, profile, params, out_root, limit_s=None):
+        exc = RuntimeError("cell 4")
+        exc.feedlab_kept = mine
+        raise exc
+
+    monkeypatch.setattr(run, "run_notebook", fails_and_keeps)
+    assert run.main(["--only", "01", "--no-data", "--tar", str(tmp_path / "r.tar")]) == 1
+    assert tars[-1] == {f"runs/failed/{run.machine_key()}/01_worker_scaling": mine}
