@@ -204,13 +204,14 @@ def test_loop_h2d_times_the_loops_own_phase_over_distinct_batches():
     assert len(wall1) == 1 and wall1[0] > 0
 
 
-def test_capacity_before_a_pass_samples_one_w_and_w_plus_one_not_every_count():
+def test_capacity_before_a_pass_samples_the_counts_the_predictor_reads_not_every_count():
     """At 16 workers every count 1..17 each pass was ~1,100 forks a round (notebook 10 ran past
-    4 minutes on the H100 machine); on two cores the counts are the same as before."""
+    4 minutes on the H100 machine); on two cores the counts with workers are the same as before."""
     from feedlab.doctor.measure import capacity_ks
 
-    assert capacity_ks(0) == [1]
+    assert capacity_ks(0, 2) == [1, 2]  # no workers: the main process's threads
     assert capacity_ks(1) == [1, 2]
-    assert capacity_ks(2) == [1, 2, 3]
-    assert capacity_ks(16) == [1, 16, 17]
-    assert sum(sum(capacity_ks(w)) for w in range(17)) < 320  # forks a round of 0..16 workers (was 1,140)
+    assert capacity_ks(2) == [1, 2, 3]  # 2 cores: as before (1..W+1)
+    assert capacity_ks(16) == [1, 15, 16, 17]
+    assert capacity_ks(8, 2) == [1, 7, 8, 9, 10]
+    assert sum(sum(capacity_ks(w)) for w in range(17)) < 500  # forks a round of 0..16 workers (was 1,140)

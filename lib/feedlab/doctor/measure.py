@@ -51,14 +51,15 @@ class Budget:
 # ---------------------------------------------------------------- the doctor's measurements
 
 
-def capacity_ks(num_workers: int) -> list[int]:
-    """The process counts whose CPU capacity is sampled before a pass with ``num_workers``
-    workers: one, ``W`` and ``W + 1`` (the loader's processes with and without the main one).
-    Every count from 1 to ``W + 1`` once made ~1,100 forks a round at 16 workers (notebook 10
-    ran past 4 minutes on the H100 machine); the counts between come from the machine's first
-    measurement, interpolated (:meth:`feedlab.doctor.costs.Machine.cap`)."""
-    w = max(0, int(num_workers))
-    return sorted({1, max(1, w), w + 1})
+def capacity_ks(num_workers: int, main_threads: int = 1) -> list[int]:
+    """The process counts whose CPU capacity is sampled before a pass with ``W`` workers and
+    ``T`` main threads: one, and the counts the predictor reads for that spec — ``W - 1`` to
+    ``W`` (a worker beside the others) and ``W`` to ``W + T`` (the main process's threads beside
+    the workers; :mod:`feedlab.doctor.predict`). Every count from 1 to ``W + 1`` once made ~1,100
+    forks a round of 0..16 workers (notebook 10 ran past 4 minutes on the H100 machine); counts
+    outside these come from the machine's first measurement (:meth:`feedlab.doctor.costs.Machine.cap`)."""
+    w, t = max(0, int(num_workers)), max(1, int(main_threads))
+    return sorted({1, *range(max(1, w - 1), w + t + 1)})
 
 
 class Doctor:
@@ -390,7 +391,8 @@ class Doctor:
                 run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s])
         for _ in range(repeats or self.budget.repeats):
             for s in specs:
-                runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers), seconds=0.1, repeats=1))
+                threads = self.table.machine.threads(s.num_workers)
+                runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers, threads), seconds=0.1, repeats=1))
                 r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s])
                 runs[s]["steady_runs"].append(P.steady_rate(r, skip=min(P.warmup_batches(s), r.batches - 1))
                                               or r.samples_per_s)
