@@ -110,13 +110,14 @@ class CpuMonitor(_Sampler):
         if not self.samples:
             return {"cpu_percent_mean": float("nan"), "process_tree_cpu_percent_mean": float("nan"),
                     "cpu_saturation": float("nan"), "cpu_system_saturation": float("nan"), "cores": cores}
-        system = fmean(float(s[1]) for s in self.samples) * cores  # psutil: 0..100 over all cores
-        tree = fmean(float(s[2]) for s in self.samples)  # psutil: 100 per core, summed over the tree
+        samples = list(self.samples)  # one copy: the sampler thread may still append
+        system = fmean(float(s[1]) for s in samples) * cores  # psutil: 0..100 over all cores
+        tree = fmean(float(s[2]) for s in samples)  # psutil: 100 per core, summed over the tree
         return {"cpu_percent_mean": system,
                 "process_tree_cpu_percent_mean": tree,
                 "cpu_saturation": tree / (100.0 * cores),
                 "cpu_system_saturation": system / (100.0 * cores),
-                "cores": cores, "n_samples": len(self.samples)}
+                "cores": cores, "n_samples": len(samples)}
 
 
 class GpuMonitor(_Sampler):
