@@ -68,6 +68,10 @@ def test_readings_and_title_come_from_the_steps():
     assert "×9.00 the first baseline" in lines[1] and "not measured (no CUDA device)" in lines[1]
     assert "target with the doctor's pipeline (format=npy_mmap)" in lines[-1] and "met" in lines[-1]
     assert C.title(_steps(0.02, 0.95), cuda=True).startswith("The doctor's pipeline: ×9.0 the PNG baseline, GPU busy 10% → 95%")
+    # the host waited with the GPU's queue full: the reading says how long the GPU itself idled
+    busy_waiting = C.readings(_steps(0.26, 0.91), cuda=True)[-1]
+    assert "data wait 26.0% (target ≤ 5%): missed" in busy_waiting and "the GPU itself was idle 9%" in busy_waiting
+    assert "idle" not in C.readings(_steps(0.02, 0.95), cuda=True)[-1]
 
 
 class Store:

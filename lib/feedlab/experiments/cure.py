@@ -27,7 +27,13 @@ import numpy as np
 
 from feedlab.doctor.predict import advise, predict
 from feedlab.pipeline import PipelineSpec, warmup_batches
-from feedlab.report.targets import TARGET_DATA_WAIT, TARGET_GPU_BUSY, final_step, target_verdict  # noqa: F401
+from feedlab.report.targets import (  # noqa: F401  (re-exported: the cure's target)
+    TARGET_DATA_WAIT,
+    TARGET_GPU_BUSY,
+    final_step,
+    host_wait_note,
+    target_verdict,
+)
 from feedlab.results import Results
 
 EXPERIMENT = "cure"
@@ -185,7 +191,7 @@ def readings(steps: list[dict], cuda: bool) -> list[str]:
         busy = (f"GPU busy {100 * v['gpu_busy']:.0f}% (target ≥ {100 * TARGET_GPU_BUSY:.0f}%): {v['gpu_busy_verdict']}"
                 if v["gpu_busy_verdict"] != "not measured here" else f"GPU busy: not measured here ({v['reason']})")
         out.append(f"target with the doctor's pipeline ({v['label']}): data wait {100 * v['data_wait_share']:.1f}% "
-                   f"(target ≤ {100 * TARGET_DATA_WAIT:.0f}%): {v['data_wait']}; {busy}")
+                   f"(target ≤ {100 * TARGET_DATA_WAIT:.0f}%): {v['data_wait']}; {busy}{host_wait_note(v)}")
     return out
 
 

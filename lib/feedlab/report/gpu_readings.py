@@ -233,7 +233,7 @@ def doctor_on_gpu(run: Run) -> Reading:
 def cure_on_gpu(run: Run) -> Reading:
     """The cure's target on the doctor's pipeline (15_the_cure): data wait and GPU busy of the last
     kept step, steady windows with CUDA events, judged by :func:`feedlab.experiments.cure.target_verdict`."""
-    from feedlab.report.targets import TARGET_DATA_WAIT, TARGET_GPU_BUSY, final_step, target_verdict
+    from feedlab.report.targets import TARGET_DATA_WAIT, TARGET_GPU_BUSY, final_step, host_wait_note, target_verdict
 
     steps = run.payload.get("steps") or []
     if len(steps) < 2:
@@ -251,17 +251,7 @@ def cure_on_gpu(run: Run) -> Reading:
                    f"{100 * TARGET_GPU_BUSY:.0f}%: {v['gpu_busy_verdict']}); from {first['label']}: data wait "
                    f"{100 * first['data_wait_share']:.0f}%, GPU busy {100 * first['gpu_busy']:.0f}%, "
                    f"×{final_step(steps)['samples_per_s'] / first['samples_per_s']:.1f} the samples/s"
-                   + _host_wait_note(v))
-
-
-def _host_wait_note(v: dict) -> str:
-    """Data wait is the training loop's (host) time blocked on the next batch; the step is
-    asynchronous, so the host can wait while the GPU works through queued steps. Where the wait
-    misses its target and the GPU is busy, say how long the GPU itself sat idle."""
-    if v.get("data_wait") != "missed" or v.get("gpu_busy_verdict") != "met":
-        return ""
-    return (f"; the loop's wait is host time, overlapped by queued GPU work: the GPU itself was idle "
-            f"{100 * (1 - v['gpu_busy']):.0f}% of the steady window")
+                   + host_wait_note(v))
 
 
 QUESTIONS: tuple[Question, ...] = (

@@ -230,3 +230,14 @@ def target_verdict(steps: list[dict], cuda: bool, wait_target: float = TARGET_DA
     else:
         out["gpu_busy_verdict"] = "met" if last["gpu_busy"] >= busy_target else "missed"
     return out
+
+
+def host_wait_note(v: dict) -> str:
+    """Data wait is the training loop's (host) time blocked on the next batch; the step is
+    asynchronous, so the host can wait while the GPU works through queued steps. Where the wait
+    misses its target and the GPU is busy (``v``: :func:`target_verdict`), say how long the GPU
+    itself sat idle."""
+    if v.get("data_wait") != "missed" or v.get("gpu_busy_verdict") != "met":
+        return ""
+    return (f"; the loop's wait is host time, overlapped by queued GPU work: the GPU itself was idle "
+            f"{100 * (1 - v['gpu_busy']):.0f}% of the steady window")
