@@ -296,6 +296,41 @@ def test_reading_states_targets_in_words():
     assert "DataLoader, 2 workers" in set(tab["loader"]) and tab["samples/s (median)"].is_monotonic_decreasing
 
 
+def _rows(variant: str, fmt: str, loader: str, samples: int, batch_size: int = 128) -> dict:
+    return {"experiment": "storage_formats", "variant": variant, "format": fmt, "loader": loader, "num_workers": 0,
+            "batch_size": batch_size, "mode": "read", "samples": samples, "repeat": 0, "metric": "samples_per_s",
+            "value": 1.0, "unit": "samples/s"}
+
+
+@pytest.mark.parametrize("samples,fair", [(512, False), (128 * 51, True)])
+def test_a_target_of_rates_not_timed_steady_is_shown_not_judged(samples, fair):
+    """4 batches an epoch (512 samples at batch 128) are all start-up: Target 1, 1b and 2 say so, as the
+    claims do; 51 batches (the first + 50 timed) are judged."""
+    import pandas as pd
+
+    summ = _summary()
+    nums = S.numbers(summ)
+    frame = pd.DataFrame([_rows("npy_mmap/chunk", "npy_mmap", "chunk", samples),
+                          _rows("lmdb_raw/batched", "lmdb_raw", "batched", samples),
+                          _rows("png/dl_w2", "png", "dataloader", samples)])
+    lines = [x for x in S.readings(summ, pd.DataFrame(columns=["format", "bytes"]), nums, frame=frame)
+             if x.startswith("Target 1") or x.startswith("Target 2")]
+    assert len(lines) == 3
+    for line in lines:
+        if fair:
+            assert "not tested fairly" not in line and ("meets" in line or "misses" in line)
+        else:
+            assert "not tested fairly here against the" in line and "ran 4 batches < 51" in line
+            assert "meets" not in line and "misses" not in line and line.endswith("measured, not judged.")
+
+
+def test_the_targets_floor_of_timed_batches_is_the_pipelines():
+    from feedlab.pipeline import MIN_TIMED_BATCHES
+    from feedlab.report.targets import MIN_TIMED
+
+    assert MIN_TIMED == MIN_TIMED_BATCHES
+
+
 def test_reading_has_the_handover_and_its_targets():
     ho = [{"pipeline": "png_totensor_dataloader", "samples_per_s": 1000.0, "main_us_per_sample": 40.0,
            "handover_gb_s": 0.5},

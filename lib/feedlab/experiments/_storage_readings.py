@@ -75,11 +75,11 @@ def numbers(summ, handover_rows: list[dict] | None = None) -> dict:
     return out
 
 
-def _target_lines(nums: dict) -> list[str]:
+def _target_lines(nums: dict, frame=None) -> list[str]:
     from feedlab.report import targets
     from feedlab.report.claims.core import Run
 
-    run = Run(nums)
+    run = Run(nums, frame=frame)  # with the run's table: a ratio of rates not timed steady is not judged
     return [line for t in targets.for_notebook("05_storage_formats") for line in t.lines(run)]
 
 
@@ -103,8 +103,9 @@ def _handover_lines(h: dict, batch_size: int, num_workers: int) -> list[str]:
 
 
 def readings(summ, disk, nums: dict, *, with_model: bool = False, cold: bool = False,
-             handover_batch: int = 128, handover_workers: int = 2) -> list[str]:
-    """This run's reading, one sentence a line (every number measured in this run)."""
+             handover_batch: int = 128, handover_workers: int = 2, frame=None) -> list[str]:
+    """This run's reading, one sentence a line (every number measured in this run). ``frame``: the
+    run's rows (``Results.frame()``), so a target whose rates were not timed steady says so."""
     read = _settings(summ)
     out = []
     if len(read):
@@ -115,7 +116,7 @@ def readings(summ, disk, nums: dict, *, with_model: bool = False, cold: bool = F
     out.append(f"Ceiling (one core, warm cache, the fastest of several copies of these bytes into a batch buffer, "
                f"here {method}): {nums['ceiling_samples_per_s']:,.0f} samples/s; one Python-level copy per sample "
                f"and side: {_med(summ, 'memcpy_per_item'):,.0f} samples/s.")
-    out += _target_lines(nums)
+    out += _target_lines(nums, frame)
     zc, zr = _find(read, "zarr", "chunk"), _find(read, "zarr", "plain")
     if not (math.isnan(zc) or math.isnan(zr)):
         out.append(f"Zarr read by whole chunks vs one sample at a time, one process: {zc:,.0f} vs {zr:,.0f} "

@@ -92,16 +92,57 @@ def _pcie(t: Target, run: Run) -> list[str]:
             f"the {t.bound_text} target."]
 
 
-def _ratio_line(label: str, key: str, what_key: str | None = None, fmt: str = "{:.2f}", of_key: str | None = None):
+def _ratio_line(label: str, key: str, what_key: str | None = None, fmt: str = "{:.2f}", of_key: str | None = None,
+                settings: Callable[[Run], list[dict]] | None = None):
     """``label`` may hold ``{who}`` (the payload's ``what_key``: the loader that made the number) and
-    ``{of}`` (the payload's ``of_key``: the rate it is divided by, samples/s)."""
+    ``{of}`` (the payload's ``of_key``: the rate it is divided by, samples/s). ``settings``: the
+    rows the ratio's rates come from; where the run's table shows one of them not steady, the
+    ratio is shown, not judged (:func:`unsteady`)."""
     def render(t: Target, run: Run) -> list[str]:
         r = _f(run.get(key))
         who = f" ({run.payload.get(what_key)})" if what_key and run.payload.get(what_key) else ""
         of = f" ({_f(run.payload[of_key]):,.0f} samples/s)" if of_key and run.payload.get(of_key) else ""
+        why = unsteady(run, settings(run)) if settings else []
+        if why:
+            return [f"{label.format(who=who, of=of)} = {fmt.format(r)}: not tested fairly here against the "
+                    f"{t.bound_text} target (start-up-bound: {', '.join(why)} per epoch, where a steady rate needs "
+                    f"the warm-up + {MIN_TIMED} timed batches); measured, not judged."]
         return [f"{label.format(who=who, of=of)} = {fmt.format(r)}: {verdict(r, t.op, t.bound)} the "
                 f"{t.bound_text} target."]
     return render
+
+
+MIN_TIMED = 50  # feedlab.pipeline.MIN_TIMED_BATCHES (checked by a test; this floor imports no pipeline)
+
+
+def unsteady(run: Run, settings: list[dict]) -> list[str]:
+    """What the run's table shows of each setting that was not timed steady (``claims.fair``: its
+    ``rate_kind``, else batches per epoch against the warm-up + the timed batches a steady rate
+    needs); empty when every one was steady or the table does not say (a payload alone)."""
+    from feedlab.report.claims.fair import steady_state
+
+    out = []
+    for setting in settings:
+        ok, how = steady_state(run, setting)
+        if ok is False:
+            out.append(how)
+    return out
+
+
+def _storage_read(*payload_keys: str, lmdb_batched: bool = False):
+    """05's settings behind a ratio: the read-mode rows of the payload's named variants (``best_x_variant``;
+    a run before 2026-11-24 named the variant in ``best_x`` itself), and with ``lmdb_batched`` the
+    batched LMDB readers."""
+    def variant_of(run: Run, k: str) -> str | None:
+        v = run.payload.get(k) or run.payload.get(k.removesuffix("_variant"))
+        return v if isinstance(v, str) and "/" in v and " " not in v else None
+
+    def settings(run: Run) -> list[dict]:
+        out = [{"variant": v, "mode": "read"} for v in (variant_of(run, k) for k in payload_keys) if v]
+        if lmdb_batched:
+            out += [{"format": f, "loader": "batched", "mode": "read"} for f in ("lmdb", "lmdb_raw")]
+        return out
+    return settings
 
 
 def _fast(t: Target, run: Run) -> list[str]:
@@ -157,16 +198,18 @@ TARGETS: tuple[Target, ...] = (
     Target("single-over-ceiling", "05_storage_formats", ">=", SINGLE_OVER_CEILING,
            "best single-process loader ÷ the memcpy-into-batch-slot ceiling",
            _ratio_line("Target 1, best single-process loader{who} ÷ ceiling{of}", "ratio_best_single_to_ceiling",
-                       "best_single_process", of_key="ceiling_samples_per_s"), r"^Target 1, "),
+                       "best_single_process", of_key="ceiling_samples_per_s",
+                       settings=_storage_read("best_single_process_variant")), r"^Target 1, "),
     Target("lmdb-over-ceiling", "05_storage_formats", ">=", LMDB_OVER_CEILING,
            "best batched LMDB reader ÷ the memcpy-into-batch-slot ceiling",
            _ratio_line("Target 1b, best batched LMDB reader ÷ ceiling{of}", "ratio_best_lmdb_batched_to_ceiling",
-                       of_key="ceiling_samples_per_s"),
+                       of_key="ceiling_samples_per_s", settings=_storage_read(lmdb_batched=True)),
            r"^Target 1b, "),
     Target("best-over-baseline", "05_storage_formats", ">=", BEST_OVER_BASELINE,
            "best loader ÷ the PNG + PIL + ToTensor + default_collate baseline",
            _ratio_line("Target 2, best loader{who} ÷ baseline (PNG+PIL+ToTensor+default_collate){of}",
-                       "ratio_best_to_baseline", "best_read", "{:.1f}×", "baseline_samples_per_s"), r"^Target 2, ", "×"),
+                       "ratio_best_to_baseline", "best_read", "{:.1f}×", "baseline_samples_per_s",
+                       settings=_storage_read("best_read_variant")), r"^Target 2, ", "×"),
     Target("fast-over-stock", "07_totensor_vs_fast_collate", ">=", FAST_OVER_STOCK,
            "uint8 fast collate ÷ ToTensor + default_collate", _fast, r"^Target fast ", "×"),
     Target("doctor-error", "10_doctor", "<=", DOCTOR_ERROR,
