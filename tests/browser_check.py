@@ -50,6 +50,14 @@ def find_chromium() -> str | None:
     return None
 
 
+def unshown_figures(nb_path: Path) -> str | None:
+    """A record that holds fewer images than the figure files (PNG) its run wrote beside it: the
+    reader of the notebook would miss figures that exist only as files. Checked without a browser."""
+    files = len(list(nb_path.parent.glob("*.png")))
+    shown = len(expected(nb_path)["images"])
+    return f"shows {shown} of the {files} figure files beside it" if shown < files else None
+
+
 def expected(nb_path: Path) -> dict:
     """What the notebook holds: image outputs (with their pixel sizes) and error outputs."""
     nb = json.loads(nb_path.read_text(encoding="utf-8"))
@@ -192,6 +200,10 @@ def to_html(nb: Path, out_dir: Path) -> Path:
     return out_dir / (nb.stem + ".html")
 
 
+def _name(nb: Path) -> str:
+    return str(nb.resolve().relative_to(REPO)) if nb.resolve().is_relative_to(REPO) else str(nb)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python tests/browser_check.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -199,25 +211,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--html", action="store_true", help="check nbconvert's HTML instead of JupyterLab")
     ap.add_argument("--budget", type=int, default=25000, help="ms of page time Lab gets to render (default 25000)")
     args = ap.parse_args(argv)
-    chromium = find_chromium()
-    if chromium is None:
-        print("browser check skipped: no Chromium here (install the system package chromium, or set CHROMIUM=path)")
-        return 0
     paths = args.paths or sorted(REPO.glob("figures/*/*/*.executed.ipynb"))
     missing = [p for p in paths if not p.is_file()]
     if missing:
         print(f"{missing[0]}: no such notebook", file=sys.stderr)
         return 2
+    unshown = [f"{_name(p)}: {why}" for p in paths if (why := unshown_figures(p))]
+    for line in unshown:
+        print(f"FAIL {line}")
+    chromium = find_chromium()
+    if chromium is None:
+        print("browser check skipped: no Chromium here (install the system package chromium, or set CHROMIUM=path)")
+        return 1 if unshown else 0
     if not paths:
         print("browser check: no executed notebooks under figures/ (run make figures first)")
         return 0
-    failures, warned = [], 0
+    failures, warned = list(unshown), 0
     with tempfile.TemporaryDirectory(prefix="feedlab-browser-") as tmp:
         tmp = Path(tmp)
         lab = None if args.html else Lab(REPO).__enter__()
         try:
             for nb in paths:
-                name = str(nb.resolve().relative_to(REPO)) if nb.resolve().is_relative_to(REPO) else str(nb)
+                name = _name(nb)
                 want = expected(nb)
                 try:
                     url = to_html(nb, tmp).as_uri() if args.html else lab.url(nb)

@@ -145,6 +145,10 @@ def plan_parameters(notebooks: list[Path], params: dict, log=print) -> dict[Path
     return {nb: {k: v for k, v in params.items() if k in declared[nb]} for nb in notebooks}
 
 
+# the environment a notebook's kernel runs in (set around each notebook, then restored)
+KERNEL_ENV = {RUNNER_ENV: "1", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+
+
 def kernel_options() -> dict:
     """papermill keyword arguments for the kernel: IPC sockets instead of TCP, so the
     kernel has nothing to warn about ("running over TCP without encryption") and its
@@ -183,9 +187,10 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
         tmp.mkdir()
         executed = tmp / f"{name}.executed.ipynb"
         parameters = {"profile": profile, **params, "out_dir": str(tmp)}
-        # the kernel inherits it: only the runner writes under figures/ (paths.RUNNER_ENV)
-        before = os.environ.get(RUNNER_ENV)
-        os.environ[RUNNER_ENV] = "1"
+        # the kernel inherits these: only the runner writes under figures/ (paths.RUNNER_ENV), and its
+        # figures show inline in the executed record even where the caller set MPLBACKEND=Agg
+        before = {k: os.environ.get(k) for k in KERNEL_ENV}
+        os.environ.update(KERNEL_ENV)
         before_pids, t0 = {p.pid for p in descendants()}, time.perf_counter()
         try:
             try:
@@ -220,10 +225,11 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
             _remove(tmp)
             raise
         finally:
-            if before is None:
-                os.environ.pop(RUNNER_ENV, None)
-            else:
-                os.environ[RUNNER_ENV] = before
+            for k, v in before.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     return final / executed.name
 
 

@@ -1,17 +1,22 @@
 """The runner's records: where a notebook's record lands (:func:`destination`), one run at a
 time into it (:func:`run_lock`), a failed run's folder kept outside the committed results
 (:func:`keep_failed`), and this machine's results carried in one tar (:func:`tar_results`,
-checked writable before anything runs: :func:`check_tar_dest`). Used by :mod:`feedlab.run`."""
+checked writable before anything runs: :func:`check_tar_dest`), and the figure files a record's
+cells saved but did not display shown in it (:func:`show_figure_files`). Used by :mod:`feedlab.run`."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from feedlab.machines import machine_key
 from feedlab.paths import figure_dir
+from feedlab.results import _atomic_write_text
 
 
 def tar_results(dest: Path, root: Path | None = None, key: str | None = None,
@@ -121,3 +126,36 @@ def check_tar_dest(dest: Path) -> None:
     except OSError as exc:
         raise ValueError(f"--tar {dest}: cannot write there ({exc.strerror or exc}); "
                          "give a writable path") from None
+
+
+_SAVES = re.compile(r"save_figure\([^\n]*?[\"']([\w.-]+)[\"']")
+SHOWN_FROM_FILE = ("the kernel ran with a non-inline matplotlib backend, so this cell did not display the "
+                   "figure it saved; the figure file this run wrote is shown in its place")
+
+
+def show_figure_files(executed: Path) -> list[str]:
+    """Show in ``executed`` each ``NAME.png`` beside it that the cell calling ``save_figure(..., "NAME")``
+    saved but did not display (a kernel started with ``MPLBACKEND=Agg``): the file this run wrote becomes
+    that cell's image output, marked ``metadata.feedlab.shown_from_file``. Returns the names shown;
+    a record whose cells already hold as many images as they saved is left as it is."""
+    nb = json.loads(executed.read_text(encoding="utf-8"))
+    shown = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        source = "".join(cell.get("source", ""))
+        outputs = cell.setdefault("outputs", [])
+        if any("image/png" in o.get("data", {}) for o in outputs):
+            continue
+        for name in _SAVES.findall(source):
+            png = executed.parent / f"{name}.png"
+            if not png.is_file():
+                continue
+            outputs.append({"output_type": "display_data",
+                            "data": {"image/png": base64.b64encode(png.read_bytes()).decode("ascii"),
+                                     "text/plain": [f"<figure {name}.png>"]},
+                            "metadata": {"feedlab": {"shown_from_file": png.name, "why": SHOWN_FROM_FILE}}})
+            shown.append(name)
+    if shown:
+        _atomic_write_text(executed, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return shown

@@ -66,3 +66,32 @@ def test_without_chromium_it_says_so_in_one_line_and_passes(monkeypatch, capsys)
     assert B.main([]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("browser check skipped: no Chromium")
+
+
+def _record(folder, images: int, pngs: int):
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    outs = [{"output_type": "display_data", "data": {"image/png": _png(300, 200)}, "metadata": {}}] * images
+    nb = folder / "x.executed.ipynb"
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "", "outputs": outs}]}))
+    for i in range(pngs):
+        (folder / f"f{i}.png").write_bytes(b"png")
+    return nb
+
+
+def test_a_record_that_shows_fewer_figures_than_its_run_wrote_fails_without_a_browser(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """The h100 records made under MPLBACKEND=Agg held their figures only as files: a reader saw none."""
+    monkeypatch.setattr(B, "find_chromium", lambda: None)
+    bare, full = _record(tmp_path / "a", 0, 2), _record(tmp_path / "b", 2, 2)
+    assert B.unshown_figures(bare) == "shows 0 of the 2 figure files beside it"
+    assert B.unshown_figures(full) is None
+    assert B.main([str(full)]) == 0
+    assert B.main([str(bare)]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_the_committed_records_show_every_figure_file_they_wrote():
+    bad = [str(p) for p in sorted(B.REPO.glob("figures/*/*/*.executed.ipynb")) if B.unshown_figures(p)]
+    assert bad == []

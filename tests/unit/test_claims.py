@@ -488,24 +488,26 @@ def test_cpu_saturation_counts_the_loaders_own_processes():
 
 
 # ---------------------------------------------------------------- the committed results, as they stand
-START_UP_BOUND_H100 = ("000-wait-share-falls", "000-cpu-saturated", "001-too-many-workers", "004-prefetch-overlap",
-                       "004-hdf5-with-training")
+# 05's read-mode epochs on the H100 (the 2026-11-23 quick run) are still 4 batches: not judged
+START_UP_BOUND_H100 = ("004-prefetch-overlap", "004-hdf5-with-training")
 GPU_UTIL = ("000-gpu-util-small-batch", "000-gpu-util-rises", "002-gpu-util-one-worker", "002-gpu-util-many-workers")
 
 
-def test_committed_h100_verdicts_read_not_tested_fairly_with_the_reason():
+def test_committed_h100_verdicts_are_judged_on_steady_windows_or_say_why_not():
+    """01 and 09 re-run on the H100 (2026-11-26, gpu profile): steady windows and the CUDA-event busy
+    meter, so their claims carry verdicts; 05's start-up-bound rows still read not tested fairly."""
     machines, table = ledger.table()
     assert "h100-16c" in machines
     h100 = {cid: row["h100-16c"] for cid, row in table.items()}
     epoch = h100["000-epoch-vs-batch"]
-    assert epoch.status == C.NOT_FAIR and "start-up-bound" in epoch.note and "data-bound" in epoch.note
+    assert epoch.status != C.NOT_FAIR and "start-up-bound" not in (epoch.note or "")
     for cid in GPU_UTIL:
-        assert h100[cid].status == C.NOT_FAIR, cid
-        assert "GPU meter cannot see the epochs" in h100[cid].note, cid
+        assert "GPU meter cannot see the epochs" not in (h100[cid].note or ""), cid
+        assert "CUDA events" in (h100[cid].ours or "") + (h100[cid].note or ""), cid
     for cid in START_UP_BOUND_H100:
         assert h100[cid].status == C.NOT_FAIR and "start-up-bound" in h100[cid].note, cid
     md = ledger.CLAIMS_MD.read_text()
-    for cid in ("000-epoch-vs-batch", *GPU_UTIL, *START_UP_BOUND_H100):
+    for cid in START_UP_BOUND_H100:
         row = next(line for line in md.splitlines() if line.startswith(f"| `{cid}`"))
         assert row.split(" | ")[-1].startswith("**not tested fairly here** ("), cid
 
@@ -541,7 +543,8 @@ def test_code_of_names_the_code_or_says_it_cannot():
 def test_claims_md_says_which_code_measured_each_column():
     md = ledger.CLAIMS_MD.read_text()
     assert "the same code the notebook ran" not in md
-    assert "- **h100-16c**: code not identified: the tree was dirty (02882770+dirty" in md
+    # the 2026-11-26 loan names the commit it was sent (7dc3393, sent: true); older runs say they were dirty
+    assert "- **h100-16c**: 7dc33932 (01, 03, 09); code not identified: the tree was dirty (02882770+dirty" in md
     assert "- **cpu-2c**: " in md
 
 
