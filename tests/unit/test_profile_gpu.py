@@ -44,3 +44,18 @@ def test_the_gpu_calls_run_every_notebook_once_and_each_fits_its_command():
     assert sorted(named) == sorted(p.stem[:2] for p in list_notebooks())
     for group, items in plan.items():
         assert sum(lim for _, lim in items) <= 540 - 90, group
+
+
+def test_the_gpu_runbook_is_written_for_a_person_renting_a_machine():
+    """docs/GPU_RUN.md: no path of a developer's checkout, no word of the project's own lending tool,
+    and every call of the plan in its table with the limits the script uses."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "GPU_RUN.md").read_text()
+    for word in ("/work/", "device time", "device-minutes", "loan", "lease", "budget_left", "files_at", "`run` tool"):
+        assert word not in text.lower(), word
+    for group, items in _gpu_call_plan().items():
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{group}` |"))
+        assert [(nb, lim) for nb, lim in re.findall(r"\b(\d\d) [^(|]*\((\d+)\)", row)] == \
+            [(nb, str(lim)) for nb, lim in items], group
