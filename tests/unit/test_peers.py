@@ -132,13 +132,17 @@ def test_rrc_box_stays_inside_and_covers_the_scale_range():
     assert min(areas) < 0.2 and max(areas) > 0.6  # at most 120 x 160 fits the aspect range
 
 
-def _tab(fb, peer, fb_cpu=1.0, peer_cpu=0.5):
+def _tab(fb, peer, fb_cpu=1.0, peer_cpu=0.5, **side):
+    """Two like-for-like sides (same order, pixels, batch, workers; windows of 2 s) unless ``side`` changes
+    feedlab's."""
     rows = []
     for name, label, m, cpu in (("feedlab_best", "feedlab best", fb, fb_cpu), ("dali", "DALI", peer, peer_cpu)):
-        rows.append({"kind": "sr", "contender": name, "label": label, "available": True, "reason": "",
-                     "check_ok": True, "run_ok": True, "num_workers": 0, "samples_per_s": m, "q25": 0.95 * m,
-                     "q75": 1.05 * m, "cpu_ms_per_sample": cpu, "first_batch_s": 0.1, "peak_rss_mib": 100.0,
-                     "check": "x"})
+        row = {"kind": "sr", "contender": name, "label": label, "available": True, "reason": "",
+               "check_ok": True, "run_ok": True, "num_workers": 0, "samples_per_s": m, "q25": 0.95 * m,
+               "q75": 1.05 * m, "cpu_ms_per_sample": cpu, "first_batch_s": 0.1, "peak_rss_mib": 100.0,
+               "check": "x", "shuffle": "global permutation per epoch", "pixel_error": 0.0, "batch_size": 64,
+               "samples": 2048, "epochs_per_window": max(2, round(2 * m / 2048)), "pipeline": ""}
+        rows.append({**row, **side} if name == "feedlab_best" else row)
     rows.append({"kind": "sr", "contender": "ffcv", "label": "FFCV", "available": False, "reason": "no wheel",
                  "check_ok": None, "num_workers": None})
     return pd.DataFrame(rows)
@@ -157,6 +161,13 @@ def test_ratio_and_readings_are_computed_from_the_table():
     assert "less CPU per sample" in text and "FFCV" in text and "no wheel" in text
     close = ratios(_tab(1000.0, 1020.0))["sr"]
     assert close["verdict"].startswith("within")
+    # the same ratio between sides that differ is shown, not judged, and the table shows both sides
+    chunk = ratios(_tab(2000.0, 1000.0, pipeline="npy_mmap fast_cl b64 w0 chunk"))
+    assert chunk["sr"]["ratio"] == pytest.approx(2.0)
+    assert chunk["sr"]["verdict"].startswith("not like for like (order: chunk-local")
+    from feedlab.peers.report import ratio_table
+
+    assert "order chunk / global" in ratio_table(chunk)["feedlab / peer"].iloc[0]
 
 
 def test_bench_peer_flag(sr_root, capsys, tmp_path, monkeypatch):

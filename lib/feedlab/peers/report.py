@@ -1,10 +1,15 @@
-"""Tables and readings of notebook 13, computed from one run's rows and status dicts."""
+"""Tables and readings of notebook 13, computed from one run's rows and status dicts. A ratio between
+feedlab's best and the best peer is judged only where both sides share order, pixels, batch size, workers,
+cache and a long enough window (:mod:`feedlab.like_for_like`); the table shows each side's values."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import pandas as pd
+
+from feedlab.like_for_like import Side, differences, judged, order_of, workers_of
 
 from . import BASELINE, FEEDLAB
 from .measure import EXPERIMENT
@@ -35,7 +40,8 @@ def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
                 "check_ok": (info.get("check") or {}).get("ok"),
                 "check": (info.get("check") or {}).get("method", (info.get("check") or {}).get("error", "")),
                 "shuffle": info["shuffle"], "parallelism": info["parallelism"],
-                "interpreter": info.get("interpreter", "")}
+                "interpreter": info.get("interpreter", ""), "pixel_error": pixel_error(info.get("check")),
+                "samples": info.get("samples"), "batch_size": _batch_size(df, info["name"], info["kind"])}
         runs = info.get("runs") or []
         if not runs:
             rows.append({**base, "num_workers": None})
@@ -43,7 +49,8 @@ def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
         for r in runs:
             w = r["num_workers"]
             row = {**base, "num_workers": w, "run_ok": r["ok"], "error": r.get("error", ""),
-                   "pipeline": r.get("pipeline", "")}   # feedlab's best: the spec the doctor advised
+                   "pipeline": r.get("pipeline", ""),   # feedlab's best: the spec the doctor advised
+                   "epochs_per_window": r.get("epochs_per_window")}
             if r["ok"] and not df.empty:
                 m, lo, hi = _med(df, info["name"], info["kind"], "samples_per_s", w)
                 row.update(samples_per_s=m, q25=lo, q75=hi,
@@ -54,6 +61,59 @@ def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
                            cpu_ms_per_sample=_med(df, info["name"], info["kind"], "cpu_ms_per_sample", w)[0])
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _batch_size(df: pd.DataFrame, name: str, kind: str) -> int | None:
+    if df.empty or "batch_size" not in df:
+        return None
+    b = df[(df.variant == name) & (df.kind == kind)].batch_size.dropna()
+    return int(b.iloc[0]) if len(b) else None
+
+
+def pixel_error(check: dict | None) -> float | None:
+    """A contender's largest mean |diff| from the reference decode (0.0 where every pair matched the
+    source's sha1); None where its pixels were not compared."""
+    if not check or check.get("ok") is False:
+        return None
+    if "max_mean_abs_diff" in check:
+        v = check["max_mean_abs_diff"]
+        return None if v is None or v != v else float(v)
+    return 0.0 if "sha1" in str(check.get("method", "")) else None
+
+
+def side(row: dict) -> Side:
+    """A table row (feedlab's best or a peer, at one worker count) as one side of the ratio. Its timed
+    window: ``epochs_per_window`` epochs of ``samples`` (one where a run did not record it)."""
+    pipeline = str(row.get("pipeline") or "")
+    words = pipeline.split()
+    bs = row.get("batch_size")
+    if not bs and any(w.startswith("b") and w[1:].isdigit() for w in words):
+        bs = int(next(w[1:] for w in words if w.startswith("b") and w[1:].isdigit()))
+    n, rate = row.get("samples"), row.get("samples_per_s")
+    epw = row.get("epochs_per_window")
+    epw = 1 if epw is None or (isinstance(epw, float) and math.isnan(epw)) else int(epw)
+    timed = epw * -(-int(n) // int(bs)) if n and bs else None
+    window = epw * n / rate if n and rate and rate == rate and rate > 0 else None
+    return Side(str(row.get("label") or row.get("contender")), order_of(row.get("shuffle"), words[-1] if words else None),
+                row.get("pixel_error"), None if bs is None else int(bs), workers_of(pipeline, row.get("num_workers")),
+                "warm", timed, window)
+
+
+def sides_of_record(payload: dict, kind: str) -> tuple[Side, Side] | None:
+    """The two sides of a committed run's ratio on ``kind`` (its ``results.json``), from its table and checks."""
+    r = (payload.get("ratios") or {}).get(kind) or {}
+    if r.get("ratio") is None or not r.get("feedlab") or not r.get("best_peer"):
+        return None
+    rows = []
+    for who in ("feedlab", "best_peer"):
+        want = r[who]
+        row = next((x for x in payload.get("table") or [] if x.get("kind") == kind
+                    and x.get("contender") == want.get("contender") and x.get("num_workers") == want.get("num_workers")),
+                   {})
+        check = (payload.get("checks") or {}).get(f"{kind}/{want.get('contender')}")
+        rows.append({"pixel_error": pixel_error(check), "samples": (payload.get("samples") or {}).get(kind),
+                     "batch_size": payload.get("batch_size"), **row, **want})
+    return side(rows[0]), side(rows[1])
 
 
 def _best(tab: pd.DataFrame, kind: str, names) -> dict | None:
@@ -109,7 +169,10 @@ def ratios(tab: pd.DataFrame, field=None) -> dict:
         r = fb["samples_per_s"] / peer["samples_per_s"]
         lo, hi = fb["q25"] / peer["q75"], fb["q75"] / peer["q25"]
         verdict = ("met (>= 1.0)" if lo >= 1.0 else "not met" if hi < 1.0 else "within this run's spread of 1.0")
-        out[kind] = {"ratio": r, "ratio_low": lo, "ratio_high": hi, "verdict": verdict,
+        a, b = side(fb), side(peer)
+        cold = _ratio(fb.get("cold_samples_per_s"), peer.get("cold_samples_per_s"))
+        out[kind] = {"ratio": r, "ratio_low": lo, "ratio_high": hi, "verdict": judged(verdict, a, b),
+                     "cold_ratio": cold, "differs": differences(a, b), "sides": [asdict(a), asdict(b)],
                      "feedlab": {**{k: fb[k] for k in ("contender", "num_workers", "samples_per_s", "q25", "q75",
                                                         "cpu_ms_per_sample", "first_batch_s", "peak_rss_mib")},
                                  "pipeline": fb.get("pipeline") or ""},   # the spec the doctor advised
@@ -118,6 +181,29 @@ def ratios(tab: pd.DataFrame, field=None) -> dict:
                                                         "peak_rss_mib")},
                      "missing_peers": missing, "complete_field": not missing}
     return out
+
+
+def _ratio(x, y) -> float | None:
+    ok = all(v is not None and v == v and v > 0 for v in (x, y))
+    return x / y if ok else None
+
+
+def shared(sides: list[dict]) -> str:
+    """Each side's value of every invariant, ``feedlab / peer``: what a reader checks the ratio against."""
+    if not sides or len(sides) != 2:
+        return ""
+    a, b = sides
+
+    def val(s, k):
+        v = s.get(k)
+        if v is None:
+            return "?"
+        if k == "window_s":
+            return f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.1f} s"
+        return f"{v:.1f}" if k == "pixel_error" else str(v)
+
+    return "; ".join(f"{k.replace('_', ' ')} {val(a, k)} / {val(b, k)}"
+                     for k in ("order", "pixel_error", "batch_size", "workers", "cache", "timed_batches", "window_s"))
 
 
 def ratio_table(rat: dict) -> pd.DataFrame:
@@ -129,6 +215,7 @@ def ratio_table(rat: dict) -> pd.DataFrame:
         rows.append({"kind": kind, "ratio": r.get("ratio"), "ratio_low": r.get("ratio_low"),
                      "ratio_high": r.get("ratio_high"), "verdict": r.get("verdict", r.get("why_missing", "")),
                      "best_peer": (r.get("best_peer") or {}).get("label", ""),
+                     "cold_ratio": r.get("cold_ratio"), "feedlab / peer": shared(r.get("sides") or []),
                      "field": "every peer" if not miss else f"without {len(miss)}: " + ", ".join(miss),
                      "missing_peers": "; ".join(f"{k} ({v})" for k, v in miss.items())})
     return pd.DataFrame(rows)
@@ -180,10 +267,14 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
             continue
         fb, p = r["feedlab"], r["best_peer"]
         chosen = f", the doctor's advice: {fb['pipeline']}" if fb.get("pipeline") else ""
-        s = (f"{kind}: feedlab best ({int(fb['num_workers'])} workers{chosen}) {_f(fb['samples_per_s'])} samples/s "
+        s = (f"{kind}: feedlab best ({workers_of(fb.get('pipeline'), fb['num_workers'])} workers{chosen}) {_f(fb['samples_per_s'])} samples/s "
              f"(IQR {_f(fb['q25'])}–{_f(fb['q75'])}) vs the best peer, {p['label']} ({int(p['num_workers'])} workers) "
              f"{_f(p['samples_per_s'])} (IQR {_f(p['q25'])}–{_f(p['q75'])}): ratio {r['ratio']:.2f} "
              f"(from the IQRs {r['ratio_low']:.2f}–{r['ratio_high']:.2f}); target >= 1.0: {r['verdict']}.")
+        if r.get("cold_ratio") is not None:
+            s += f" Cold page cache: ratio {r['cold_ratio']:.2f}."
+        if r.get("sides"):
+            s += f" Each side (feedlab / peer): {shared(r['sides'])}."
         if r["ratio"] < 1.0:
             a, b = fb["cpu_ms_per_sample"], p["cpu_ms_per_sample"]
             if not (math.isnan(a) or math.isnan(b)):
@@ -208,5 +299,5 @@ def rows_frame(res) -> pd.DataFrame:
     return df[df.experiment == EXPERIMENT] if not df.empty else df
 
 
-__all__ = ["BASELINE", "FEEDLAB", "STAGE", "missing_peers", "published_table", "ratio_table", "ratios", "readings",
-           "rows_frame", "table"]
+__all__ = ["BASELINE", "FEEDLAB", "STAGE", "missing_peers", "pixel_error", "published_table", "ratio_table", "ratios",
+           "readings", "rows_frame", "shared", "side", "sides_of_record", "table"]

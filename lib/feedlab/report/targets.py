@@ -17,6 +17,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
+from feedlab.like_for_like import NOT_LIKE, judged
+from feedlab.peers.report import sides_of_record
 from feedlab.report.claims.core import NoData, Run
 
 PCIE_FRACTION = 0.75        # 03: pinned host→device bandwidth ÷ the link's payload ceiling
@@ -175,7 +177,7 @@ _TIMER = re.compile(r"([\d.]+)% of the smallest batch time timed here \(([^;]+);
 _PEER = re.compile(r"ratio ([\d.]+) (\(from the IQRs [^)]*\)); target .*$")
 
 
-def timer_line(line: str, t: Target) -> str:
+def timer_line(line: str, t: Target, run: Run | None = None) -> str:
     """09's timer line with its target clause computed from the share it printed."""
     def sub(m):
         share = float(m.group(1)) / 100
@@ -184,11 +186,17 @@ def timer_line(line: str, t: Target) -> str:
     return _TIMER.sub(sub, line)
 
 
-def peer_line(line: str, t: Target) -> str:
-    """13's per-data-set line with its target clause computed from the ratio it printed."""
+def peer_line(line: str, t: Target, run: Run | None = None) -> str:
+    """13's per-data-set line (``sr: ...``) with its target clause computed from the ratio it printed, and
+    judged only where the run's two sides are like for like (:func:`feedlab.peers.report.sides_of_record`)."""
+    kind = line.split(":", 1)[0]
+    sides = sides_of_record(run.payload, kind) if run is not None else None
+
     def sub(m):
         r = float(m.group(1))
-        return f"ratio {m.group(1)} {m.group(2)}; {verdict(r, t.op, t.bound)} the {t.bound_text} target."
+        clause = f"{verdict(r, t.op, t.bound)} the {t.bound_text} target"
+        clause = judged(clause, *sides) if sides else f"{NOT_LIKE} (its sides were not recorded)"
+        return f"ratio {m.group(1)} {m.group(2)}; {clause}."
     return _PEER.sub(sub, line)
 
 
@@ -234,7 +242,7 @@ def rewrite_reading(notebook: str, reading: list[str], run: Run) -> list[str]:
     out = list(reading)
     if notebook in CLAUSES:
         t, fn = CLAUSES[notebook]
-        out = [fn(x, t) for x in out]
+        out = [fn(x, t, run) for x in out]
     for t in for_notebook(notebook):
         pat = re.compile(t.replaces)
         where = next((i for i, x in enumerate(out) if pat.search(x)), None)

@@ -192,8 +192,10 @@ def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
     peer loader per data set (notebook 13), per committed machine, with the run's spread."""
     import json
 
+    from feedlab.like_for_like import NOT_LIKE, judged
     from feedlab.machines import machine_dirs
     from feedlab.peers import PEERS
+    from feedlab.peers.report import sides_of_record
     from feedlab.report.targets import PEER, verdict
 
     rows = []
@@ -218,16 +220,19 @@ def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
                 rows.append(f"| {machine} | {kind} | n/a ({why}) | {field.strip()} | |")
                 continue
             peer = r.get("best_peer") or {}
-            met = verdict(float(r["ratio"]), PEER.op, PEER.bound)
+            target = f"{verdict(float(r['ratio']), PEER.op, PEER.bound)} the {PEER.bound_text} target"
+            sides = sides_of_record(payload, kind)
+            target = judged(target, *sides) if sides else f"{NOT_LIKE} (its sides were not recorded)"
             rows.append(f"| {machine} | {kind} | ×{r['ratio']:.2f} ({r.get('ratio_low', float('nan')):.2f}–"
                         f"{r.get('ratio_high', float('nan')):.2f}) | {peer.get('label') or peer.get('contender', '?')}"
-                        f"{field} | {met} the {PEER.bound_text} target |")
+                        f"{field} | {target} |")
     if not rows:
         return []
     return ["feedlab's recommended pipeline ÷ the best peer loader on the same data and machine "
             f"([notebook 13](notebooks/13_peer_loaders.ipynb); target {PEER.bound_text}, `feedlab.report.targets`; the "
             "range is the ratio of the interquartile bounds; a ratio computed without part of the field names the "
-            "peers that did not run):", "",
+            "peers that did not run; a ratio whose two sides differ in order, pixels, batch size, workers, cache or "
+            "timed window is not judged, `feedlab.like_for_like`):", "",
             "| machine | data set | feedlab ÷ best peer | best peer | target |", "|---|---|---|---|---|", *rows, ""]
 
 

@@ -1,0 +1,119 @@
+"""Like for like: what both sides of a comparison must share before a ratio between them is judged.
+
+A comparison names its two sides as :class:`Side` records — sample order, output pixels (mean absolute
+error against the reference decode), batch size, workers that ran, cache state, and the timed window —
+and :func:`differences` lists every invariant on which they differ, or that one side did not record.
+A ratio whose sides differ is shown with :func:`judged` as "not like for like (what differs)", never as a
+verdict or a target met. Standard library only: the peer table (notebook 13), the cure (15), the
+storage-format ratios (05) and the claims ledger all call it."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+# a timed window long enough to give a rate: the steady rule's 50 timed batches, and at least a second of
+# wall time so a timer's resolution, a scheduler tick or one slow batch cannot move the rate by much
+MIN_TIMED_BATCHES = 50
+MIN_WINDOW_S = 1.0
+# two decodes give "the same pixels" when their mean |difference| from the reference decode (0–255 scale)
+# differ by at most this much (a reduced-scale DCT decode sits ~10 off; libjpeg-turbo builds 0–0.2)
+PIXEL_TOLERANCE = 1.0
+
+ORDERS = {"global": "global permutation per epoch", "chunk": "chunk-local shuffle (each batch from one chunk)",
+          "quasi": "quasi-random (shuffled pages)", "sequential": "in storage order"}
+NOT_LIKE = "not like for like"
+
+
+def order_of(shuffle: str | None, loader: str | None = None) -> str | None:
+    """The order class (a key of :data:`ORDERS`) of a free-text shuffle description, with the loader kind
+    first: feedlab's ``chunk`` kind draws each batch from one contiguous chunk whatever its sampler says."""
+    if loader == "chunk":
+        return "chunk"
+    text = (shuffle or "").lower()
+    if not text:
+        return None
+    for key, words in (("quasi", ("quasi",)), ("chunk", ("chunk",)),
+                       ("sequential", ("sequential", "in order", "no shuffle", "storage order")),
+                       ("global", ("global", "permutation", "randomsampler", "random", "shuffle"))):
+        if any(w in text for w in words):
+            return key
+    return None
+
+
+def workers_of(pipeline: str | None, recorded) -> int | None:
+    """The worker count that ran: a pipeline's own ``w<N>`` (feedlab's best names its spec) over the
+    harness's count, which a loader that takes no workers ignores."""
+    m = re.search(r"\bw(\d+)\b", pipeline or "")
+    if m:
+        return int(m.group(1))
+    return None if _missing(recorded) else int(recorded)
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison, with what it shares (or not) with the other. ``None``: not recorded."""
+    label: str
+    order: str | None = None          # a key of ORDERS
+    pixel_error: float | None = None  # mean |diff| against the reference decode, 0–255; 0.0 = bit-exact
+    batch_size: int | None = None
+    workers: int | None = None
+    cache: str | None = None          # "warm" or "cold"
+    timed_batches: int | None = None  # per timed window (repeat)
+    window_s: float | None = None     # wall time of one timed window
+
+    def window_short(self) -> str | None:
+        """Why this side's window cannot give a rate, or None."""
+        if _missing(self.timed_batches) or _missing(self.window_s):
+            return f"{self.label}'s timed window was not recorded"
+        why = []
+        if self.timed_batches < MIN_TIMED_BATCHES:
+            why.append(f"{int(self.timed_batches)} batches < {MIN_TIMED_BATCHES}")
+        if self.window_s < MIN_WINDOW_S:
+            why.append(f"{_secs(self.window_s)} < {MIN_WINDOW_S:g} s")
+        return f"{self.label} timed {' and '.join(why)}" if why else None
+
+
+def _secs(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.1f} s"
+
+
+def differences(a: Side, b: Side) -> list[str]:
+    """Every invariant on which ``a`` and ``b`` differ or one of them is not recorded, in words; empty
+    when the comparison is like for like."""
+    out = []
+    for name, words in (("order", lambda s: ORDERS.get(s.order, s.order)), ("batch_size", None),
+                        ("workers", None), ("cache", None)):
+        va, vb = getattr(a, name), getattr(b, name)
+        label = name.replace("_", " ")
+        if _missing(va) or _missing(vb):
+            out.append(f"{label} not recorded for {a.label if _missing(va) else b.label}")
+        elif va != vb:
+            fa, fb = (words(a), words(b)) if words else (va, vb)
+            out.append(f"{label}: {fa} vs {fb}")
+    ea, eb = a.pixel_error, b.pixel_error
+    if _missing(ea) or _missing(eb):
+        out.append(f"pixels not compared with the reference for {a.label if _missing(ea) else b.label}")
+    elif abs(ea - eb) > PIXEL_TOLERANCE:
+        out.append(f"pixels: mean error {ea:.1f} vs {eb:.1f} against the reference decode "
+                   f"(more than {PIXEL_TOLERANCE:g} apart)")
+    for side in (a, b):
+        short = side.window_short()
+        if short:
+            out.append(f"window: {short}")
+    return out
+
+
+def judged(verdict: str, a: Side, b: Side) -> str:
+    """``verdict`` where the sides are like for like, else "not like for like (what differs)"."""
+    diff = differences(a, b)
+    return f"{NOT_LIKE} ({'; '.join(diff)})" if diff else verdict
+
+
+def is_like(a: Side, b: Side) -> bool:
+    return not differences(a, b)

@@ -1,0 +1,90 @@
+"""A ratio is judged only where both sides did the same work: each invariant, alone, stops the verdict;
+the committed notebook-13 ratios (chunk order against a full shuffle, a reduced-scale decode against a
+full one, windows of milliseconds) read "not like for like" with what differs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from feedlab import like_for_like as L
+from feedlab.paths import FIGURES_DIR
+
+BASE = L.Side("a", order="global", pixel_error=0.0, batch_size=64, workers=2, cache="warm", timed_batches=64,
+              window_s=1.5)
+
+
+def test_identical_sides_are_like_for_like_and_keep_their_verdict():
+    b = replace(BASE, label="b", pixel_error=0.2)  # within the pixel tolerance
+    assert L.differences(BASE, b) == [] and L.judged("met", BASE, b) == "met"
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(order="chunk"), "order: global permutation per epoch vs chunk-local"),
+    (dict(pixel_error=10.4), "pixels: mean error 0.0 vs 10.4"),
+    (dict(batch_size=256), "batch size: 64 vs 256"),
+    (dict(workers=16), "workers: 2 vs 16"),
+    (dict(cache="cold"), "cache: warm vs cold"),
+    (dict(timed_batches=32), "window: b timed 32 batches < 50"),
+    (dict(window_s=0.0075), "window: b timed 7.5 ms < 1 s"),
+    (dict(order=None), "order not recorded for b"),
+    (dict(pixel_error=None), "pixels not compared with the reference for b"),
+])
+def test_each_invariant_alone_stops_the_verdict(change, words):
+    b = replace(BASE, label="b", **change)
+    diff = L.differences(BASE, b)
+    assert len(diff) == 1 and diff[0].startswith(words), diff
+    assert L.judged("met", BASE, b).startswith("not like for like (" + words)
+
+
+def test_order_classes_follow_the_loader_before_the_sampler_text():
+    assert L.order_of("global permutation per epoch", "chunk") == "chunk"
+    assert L.order_of("OrderOption.RANDOM (global permutation)") == "global"
+    assert L.order_of("OrderOption.QUASI_RANDOM") == "quasi"
+    assert L.order_of("sequential") == "sequential" and L.order_of("") is None
+    assert L.workers_of("npy_mmap fast_cl b64 w0 chunk", 1) == 0 and L.workers_of("", 2) == 2
+
+
+def _committed_13():
+    path = FIGURES_DIR / "13_peer_loaders" / "cpu-2c" / "results.json"
+    return json.loads(path.read_text())
+
+
+def test_the_committed_peer_ratios_are_not_like_for_like_and_say_why():
+    from feedlab.peers.report import sides_of_record
+
+    payload = _committed_13()
+    sr = L.differences(*sides_of_record(payload, "sr"))
+    assert any(d.startswith("order: chunk-local") for d in sr)          # chunk order vs FFCV's full shuffle
+    assert any(d.startswith("workers: 0 vs 1") for d in sr)             # the table said 1; 0 ran
+    assert any("ms < 1 s" in d for d in sr)                             # 7.5–9.7 ms windows
+    cls = L.differences(*sides_of_record(payload, "cls"))
+    assert any(d.startswith("pixels: mean error 10.4 vs 0.2") for d in cls)   # reduced-scale DCT vs full decode
+
+
+def test_the_claims_ledger_and_the_readme_do_not_judge_the_committed_peer_ratios():
+    from feedlab.report.claims.ledger import peer_ratio_rows
+
+    rows = [r for r in peer_ratio_rows() if r.startswith("| cpu-2c |")]
+    assert len(rows) == 2 and all("not like for like (" in r and "target |" not in r for r in rows)
+
+
+def test_a_run_whose_sides_match_is_judged():
+    from feedlab.peers.report import sides_of_record
+
+    payload = _committed_13()
+    for row in payload["table"]:
+        row["shuffle"] = "global permutation per epoch"
+        row["epochs_per_window"] = 200
+        if row.get("contender") == "feedlab_best":
+            row["pipeline"] = "npy_mmap fast_cl b64 w1 dataloader"
+    payload["ratios"]["sr"]["feedlab"]["pipeline"] = "npy_mmap fast_cl b64 w1 dataloader"
+    assert L.differences(*sides_of_record(payload, "sr")) == []
+    from feedlab.report import targets
+    from feedlab.report.claims.core import Run
+
+    line = "sr: feedlab best 10 vs 5: ratio 0.95 (from the IQRs 0.90–1.10); target >= 1.0: met (>= 1.0)."
+    assert targets.peer_line(line, targets.PEER, Run(payload, fingerprint={})).endswith(
+        "ratio 0.95 (from the IQRs 0.90–1.10); misses the ≥ 1 target.")
