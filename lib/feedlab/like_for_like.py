@@ -66,6 +66,7 @@ class Side:
     cache: str | None = None          # "warm" or "cold"
     timed_batches: int | None = None  # per timed window (repeat)
     window_s: float | None = None     # wall time of one timed window
+    epoch_batches: int | None = None  # batches per loader epoch in the timed pass (compared where recorded)
 
     def window_short(self) -> str | None:
         """Why this side's window cannot give a rate, or None."""
@@ -96,6 +97,11 @@ def differences(a: Side, b: Side) -> list[str]:
         elif va != vb:
             fa, fb = (words(a), words(b)) if words else (va, vb)
             out.append(f"{label}: {fa} vs {fb}")
+    if not (_missing(a.epoch_batches) and _missing(b.epoch_batches)):
+        if _missing(a.epoch_batches) or _missing(b.epoch_batches):
+            out.append(f"epochs not recorded for {a.label if _missing(a.epoch_batches) else b.label}")
+        elif a.epoch_batches != b.epoch_batches:
+            out.append(f"epochs: {int(a.epoch_batches)} vs {int(b.epoch_batches)} batches per epoch")
     ea, eb = a.pixel_error, b.pixel_error
     if _missing(ea) or _missing(eb):
         out.append(f"pixels not compared with the reference for {a.label if _missing(ea) else b.label}")

@@ -18,8 +18,9 @@ def test_15_the_cure_smoke():
     for s in steps:
         if s["kind"] == "advice":
             assert s["kept"] == (s["gain"] >= 1.0)
+        assert s["config"]["batch_size"] == res["batch_size"]   # the recipe's batch size is held
     assert res["target"]["data_wait"] in ("met", "missed")
     if not res["cuda"]:
-        assert res["target"]["gpu_busy_verdict"] == "not measured here"
+        assert res["target"]["gpu_idle_verdict"] == "not measured here"
         assert "gpu_busy" not in set(df.metric)
     assert (out / "cure_steps.png").is_file()

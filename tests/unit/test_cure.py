@@ -45,33 +45,56 @@ def test_too_short_a_pass_is_refused_not_mixed():
         C.steady_window(_et([0.1, 0.1], [0.1, 0.1]), skip=2)
 
 
-def _steps(wait, busy, kept=True):
-    return [{"label": "baseline, 2 workers", "kind": "baseline", "samples_per_s": 100.0, "q25": 90, "q75": 110,
-             "data_wait_share": 0.8, "gpu_busy": 0.1, "bound_stage": "decode", "kept": True},
-            {"label": "format=npy_mmap", "kind": "advice", "samples_per_s": 900.0, "q25": 880, "q75": 950,
-             "data_wait_share": wait, "gpu_busy": busy, "bound_stage": "model", "kept": kept,
-             "against": "baseline, 2 workers", "gain": 9.0}]
+def _steps(wait, busy, kept=True, batch=128, all_cores=False):
+    base = {"kind": "baseline", "q25": 90, "q75": 110, "bound_stage": "decode", "kept": True}
+    steps = [{**base, "label": "baseline, 2 workers", "samples_per_s": 100.0, "data_wait_share": 0.8, "gpu_busy": 0.1,
+              "config": {"batch_size": 128, "num_workers": 2}}]
+    if all_cores:
+        steps.append({**base, "label": "baseline, 16 workers", "samples_per_s": 600.0, "data_wait_share": 0.3,
+                      "gpu_busy": 0.9, "config": {"batch_size": 128, "num_workers": 16}})
+    steps.append({"label": "format=npy_mmap", "kind": "advice", "samples_per_s": 900.0, "q25": 880, "q75": 950,
+                  "data_wait_share": wait, "gpu_busy": busy, "bound_stage": "model", "kept": kept,
+                  "against": steps[-1]["label"], "gain": 9.0, "config": {"batch_size": batch, "num_workers": 16}})
+    return steps
 
 
 def test_target_met_missed_and_not_measured():
-    assert C.target_verdict(_steps(0.02, 0.95), cuda=True)["gpu_busy_verdict"] == "met"
-    v = C.target_verdict(_steps(0.2, 0.5), cuda=True)
-    assert v["data_wait"] == "missed" and v["gpu_busy_verdict"] == "missed"
+    v = C.target_verdict(_steps(0.02, 0.96), cuda=True)
+    assert v["gpu_idle_verdict"] == "met" and v["gpu_idle"] == pytest.approx(0.04)
+    v = C.target_verdict(_steps(0.2, 0.91), cuda=True)   # 9% idle: the GPU's target missed, whatever the host waited
+    assert v["data_wait"] == "missed" and v["gpu_idle_verdict"] == "missed"
     v = C.target_verdict(_steps(0.02, math.nan), cuda=False)
-    assert v["data_wait"] == "met" and v["gpu_busy_verdict"] == "not measured here" and "CUDA" in v["reason"]
+    assert v["data_wait"] == "met" and v["gpu_idle_verdict"] == "not measured here" and "CUDA" in v["reason"]
     # an undone step is not the doctor's pipeline: the verdict falls on the last kept one
     assert C.target_verdict(_steps(0.02, 0.95, kept=False), cuda=True)["label"] == "baseline, 2 workers"
 
 
-def test_readings_and_title_come_from_the_steps():
+def test_a_larger_batch_or_other_epochs_make_the_credit_not_like_for_like():
+    assert C.target_verdict(_steps(0.02, 0.96), cuda=True)["not_like_for_like"] == []
+    v = C.target_verdict(_steps(0.02, 0.96, batch=256), cuda=True)
+    assert v["not_like_for_like"] == ["batch size: 128 vs 256"]
+    line = C.readings(_steps(0.02, 0.96, batch=256), cuda=True)[-1]
+    assert "not like for like (batch size: 128 vs 256): measured, not judged" in line
+    ring = _steps(0.02, 0.96, all_cores=True)
+    ring[1]["epoch_batches"], ring[2]["epoch_batches"] = 83, 16   # the ring cycles epochs of 16 batches
+    assert C.cure_differences(ring) == ["epochs: 83 vs 16 batches per epoch (format=npy_mmap against baseline, "
+                                        "16 workers)"]
+
+
+def test_readings_and_title_credit_the_doctor_from_the_all_core_baseline():
     lines = C.readings(_steps(0.02, math.nan), cuda=False)
-    assert "×9.00 the first baseline" in lines[1] and "not measured (no CUDA device)" in lines[1]
-    assert "target with the doctor's pipeline (format=npy_mmap)" in lines[-1] and "met" in lines[-1]
-    assert C.title(_steps(0.02, 0.95), cuda=True).startswith("The doctor's pipeline: ×9.0 the PNG baseline, GPU busy 10% → 95%")
+    assert "×9.00 the first baseline" not in lines[1] and "×9.00 the all-core baseline" in lines[1]
+    assert "not measured (no CUDA device)" in lines[1] and "batch size held at 128" in lines[2]
+    assert "target with the doctor's pipeline (format=npy_mmap)" in lines[-1] and ": met" in lines[-1]
+    allc = _steps(0.02, 0.96, all_cores=True)
+    assert "×1.50 the all-core baseline" in C.readings(allc, cuda=True)[2]
+    assert C.title(allc, cuda=True) == ("The doctor's changes: ×1.5 the all-core PNG baseline, GPU busy 90% → 96%; "
+                                        "every core ×6.0 over baseline, 2 workers")
     # the host waited with the GPU's queue full: the reading says how long the GPU itself idled
-    busy_waiting = C.readings(_steps(0.26, 0.91), cuda=True)[-1]
-    assert "data wait 26.0% (target ≤ 5%): missed" in busy_waiting and "the GPU itself was idle 9%" in busy_waiting
-    assert "idle" not in C.readings(_steps(0.02, 0.95), cuda=True)[-1]
+    busy_waiting = C.readings(_steps(0.26, 0.97), cuda=True)[-1]
+    assert "GPU idle 3% of the steady window (target ≤ 5%): met" in busy_waiting
+    assert "the GPU itself was idle 3%" in busy_waiting
+    assert "itself" not in C.readings(_steps(0.02, 0.97), cuda=True)[-1]
 
 
 class Store:
@@ -101,6 +124,8 @@ def test_cure_measures_the_baseline_then_follows_the_advice():
     assert (df[df.metric == "samples_per_s"].groupby("variant").size() == 2).all()
     for s in steps[1:]:
         assert s["kind"] == "advice" and s["kept"] == (s["gain"] >= 1.0)
+        assert s["label"].split("=")[0] != "batch_size"   # the recipe's batch size is held
+    assert steps[0]["epoch_batches"] == 6 + steps[0]["skip"]   # one sampler epoch holds the whole pass
     assert torch.get_num_threads() >= 1
 
 

@@ -206,30 +206,38 @@ def test_committed_h100_readings_are_judged_where_the_run_was_steady():
 
 
 # ---------------------------------------------------------------- 15: the cure
-def _cure(wait, busy, undone_last=True, kind="steady"):
-    def step(label, rate, w, b, kept=True):
+def _cure(wait, busy, undone_last=True, kind="steady", batch=128):
+    def step(label, rate, w, b, kept=True, step_kind="advice", workers=16, bs=batch):
         return {"label": label, "samples_per_s": rate, "data_wait_share": w, "gpu_busy": b, "kept": kept,
-                "rate_kind": kind}
+                "rate_kind": kind, "kind": step_kind, "config": {"batch_size": bs, "num_workers": workers}}
 
-    steps = [step("baseline, 2 workers", 1000.0, 0.9, 0.15), step("collate=fast", 8000.0, wait, busy)]
+    steps = [step("baseline, 2 workers", 1000.0, 0.9, 0.15, step_kind="baseline", workers=2, bs=128),
+             step("baseline, 16 workers", 4000.0, 0.4, 0.8, step_kind="baseline", bs=128),
+             step("collate=fast", 8000.0, wait, busy)]
     if undone_last:
         steps.append(step("loader=ring", 4000.0, 0.6, 0.4, kept=False))
     return {"cuda": True, "steps": steps}
 
 
-@pytest.mark.parametrize("wait,busy,expect", [(0.04, 0.95, G.SUPPORTED), (0.26, 0.91, G.PARTLY),
+@pytest.mark.parametrize("wait,busy,expect", [(0.04, 0.96, G.SUPPORTED), (0.26, 0.91, G.PARTLY),
                                               (0.3, 0.5, G.NOT_SUPPORTED)])
-def test_the_cure_judges_the_last_kept_step(wait, busy, expect):
+def test_the_cure_judges_the_gpu_idle_share_of_the_last_kept_step(wait, busy, expect):
     r = read("the-cure", _cure(wait, busy))
     assert r.status == expect
-    assert r.text.startswith("collate=fast:") and "×8.0 the samples/s" in r.text   # the undone ring is not the cure
+    assert r.text.startswith("collate=fast:")   # the undone ring is not the cure
+    assert "the doctor's changes ×2.00 over baseline, 16 workers" in r.text          # credited from all cores
+    assert "every core ×4.0 over baseline, 2 workers" in r.text
 
 
-def test_the_cure_says_how_long_the_gpu_idled_where_only_the_host_wait_missed():
-    busy_but_waiting = read("the-cure", _cure(0.26, 0.91)).text
-    assert "the GPU itself was idle 9% of the steady window" in busy_but_waiting
-    for wait, busy in ((0.04, 0.95), (0.3, 0.5)):  # both met, or the GPU not busy: nothing to explain
-        assert "idle" not in read("the-cure", _cure(wait, busy)).text
+def test_the_cure_is_not_judged_where_the_doctors_pipeline_changed_the_batch_size():
+    r = read("the-cure", _cure(0.04, 0.96, batch=256))
+    assert r.status == G.NOT_FAIR and "batch size: 128 vs 256" in r.text
+
+
+def test_the_committed_h100_cure_changed_the_batch_size_and_is_not_judged():
+    machines, t = G.table()
+    r = t["the-cure"]["h100-16c"]
+    assert r.status == G.NOT_FAIR and "batch size: 128 vs 256" in r.text
 
 
 def test_the_cure_needs_steady_rates_and_cuda():
