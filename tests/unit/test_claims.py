@@ -11,8 +11,10 @@ from feedlab.paths import NOTEBOOKS_DIR
 from feedlab.report import claims as C
 from feedlab.report.claims import ledger
 
-CPU = {"cuda_available": False, "gpus": [], "cpu_usable": 2, "cpu_logical": 2}
-GPU = {"cuda_available": True, "gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cpu_usable": 16, "cpu_logical": 16}
+QUIET = {"other_load": {"whole_run": {"available": True, "other_fraction": 0.01}}}   # a recorded, quiet machine
+CPU = {"cuda_available": False, "gpus": [], "cpu_usable": 2, "cpu_logical": 2, **QUIET}
+GPU = {"cuda_available": True, "gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cpu_usable": 16, "cpu_logical": 16,
+       **QUIET}
 
 
 def verdict(claim_id, payload=None, fp=GPU, frame=None):
@@ -552,3 +554,15 @@ def test_a_partial_run_missing_a_compared_setting_is_not_testable_not_a_crash():
     frame = pd.DataFrame(_bst(16, 128, 0.1, busy=0.8) + _bst(8, 8, 0.1, busy=0.3))  # no (16, 8)
     v = verdict("000-gpu-util-rises", frame=frame)
     assert v.status == C.NOT_TESTABLE and "(16, 8)" in v.note
+
+
+def test_a_run_without_a_load_record_is_not_quiet_but_unknown():
+    """NOT_BUSY used to pass when the fingerprint had no other_load (all nine 2026-11-23 h100 folders)."""
+    from feedlab.report.claims import fair
+
+    bare = {k: v for k, v in GPU.items() if k != "other_load"}
+    why = fair.busy_reason(C.Run({}, fingerprint=bare))
+    assert why.startswith("no record of the machine's other load")
+    assert fair.busy_reason(C.Run({}, fingerprint=GPU)) == ""
+    busy = {**GPU, "other_load": {"whole_run": {"available": True, "other_fraction": 0.6}}}
+    assert fair.busy_reason(C.Run({}, fingerprint=busy)).startswith("the machine was busy")

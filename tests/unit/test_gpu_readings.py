@@ -15,7 +15,8 @@ from feedlab.report.claims.core import Run
 
 GPU = {"cuda_available": True, "gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cpu_usable": 16, "cpu_logical": 16,
        "cpu_model": "Test Xeon", "memory_bytes": 2 ** 37, "python": "3.12", "torch": "2.11",
-       "git": {"commit": "abcdef123456"}, "time_utc": "2026-01-01T10:00"}
+       "git": {"commit": "abcdef123456"}, "time_utc": "2026-01-01T10:00",
+       "other_load": {"whole_run": {"available": True, "other_fraction": 0.01}}}
 CPU = {**GPU, "cuda_available": False, "gpus": [], "cpu_usable": 2, "cpu_logical": 2}
 LINK = {"gen_current": 5, "width_current": 16, "gen_max": 5, "width_max": 16}
 

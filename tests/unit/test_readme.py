@@ -26,6 +26,14 @@ def test_span_starts_at_the_run_start_not_at_the_first_write(tmp_path, monkeypat
     assert "- 01_a read" in text and "- 02_b read" in text
 
 
+def test_span_includes_a_run_that_recorded_no_start(tmp_path, monkeypatch):
+    """The h100 span left out nine 2026-11-23 folders: their fingerprints had no run start."""
+    monkeypatch.setattr(readme, "REPO_ROOT", tmp_path)
+    _run(tmp_path, "01_a", "cpu-2c", None, "2026-01-01T08:00:00+00:00")
+    _run(tmp_path, "02_b", "cpu-2c", "2026-01-02T10:20:30+00:00", "2026-01-02T10:45:00+00:00")
+    assert "2026-01-01T08:00Z – 2026-01-02T10:45Z" in readme.section(tmp_path)
+
+
 def test_update_readme_rewrites_between_markers_only(tmp_path, monkeypatch):
     monkeypatch.setattr(readme, "section", lambda *a, **k: "NEW SECTION")
     path = tmp_path / "README.md"

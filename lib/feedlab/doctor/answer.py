@@ -11,8 +11,8 @@ import math
 
 from .report import fit, fmt_rate, stage_value
 
-RESIZE_AHEAD = ("resize once ahead: store the images at the size you train at (notebook 06 measured ×15 for "
-                "decoding and resizing once ahead of training instead of every epoch)")
+RESIZE_AHEAD = ("resize once ahead: store the images at the size you train at (notebook 06 measures what decoding "
+                "pre-resized images saves against decoding and resizing every epoch, on your machine)")
 
 
 def code_line(setting: str, value, rep: dict) -> str:

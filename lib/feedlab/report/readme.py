@@ -159,7 +159,9 @@ def section(figures_dir: Path = FIGURES_DIR) -> str:
         bodies = sorted({" · ".join(parts[:6]) for parts in lines})
         commits = sorted({parts[6] for parts in lines if len(parts) > 6})
         whens = sorted(parts[7] for parts in lines if len(parts) > 7)
-        starts = sorted(_run_start(fp) for fp in fps if _run_start(fp)) or whens
+        # a run without a recorded start counts from its end: every folder is inside the span
+        starts = sorted(s for s in (_run_start(fp) or (parts[7] if len(parts) > 7 else None)
+                                    for fp, parts in zip(fps, lines)) if s) or whens
         span = (whens[-1] if starts[0] == whens[-1] else f"{starts[0]} – {whens[-1]}") if whens else ""
         busy = sum(any(x.startswith("BUSY") for x in parts) for parts in lines)
         flag = f" · busy-machine check flagged {busy} of {len(lines)} notebook runs" if busy else ""

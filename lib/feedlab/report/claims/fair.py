@@ -213,9 +213,14 @@ def other_load(fp: dict | None) -> float | None:
 
 
 def busy_reason(run: Run, out: Outcome | None = None) -> str:
+    """Why the run cannot count as quiet: other processes over the house threshold, or no load record at
+    all (a run that did not look cannot say it was quiet)."""
     frac = other_load(run.fingerprint)
     thr = busy_threshold()
-    if frac is None or frac <= thr:
+    if frac is None:
+        return ("no record of the machine's other load (the fingerprint has no other_load): whether it was "
+                "busy cannot be told")
+    if frac <= thr:
         return ""
     return (f"the machine was busy: other processes used {frac:.0%} of the usable cores while it measured "
             f"(house threshold {thr:.0%}, fingerprint other_load)")
