@@ -1,12 +1,16 @@
 """What the runner would run, without running it (``python -m feedlab.run --dry-run [--cores N]``):
-each notebook's parameters once its profile is resolved for a machine with N usable cores, and
-the folder its record would land in on that machine (:func:`plan`, :func:`print_plan`)."""
+each notebook's parameters once its profile is resolved for a machine with N usable cores, the
+folder its record would land in on that machine, and its seconds as recorded by the last run of the
+same profile on a machine with those cores (:func:`recorded_seconds`; "no record" where none ran),
+with the plan's total (:func:`plan`, :func:`print_plan`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
-from feedlab.machines import machine_key
+from feedlab.machines import machine_dirs, machine_key
 from feedlab.nbparams import notebook_parameters
 from feedlab.paths import figure_dir
 from feedlab.profiles import profile_values
@@ -53,16 +57,44 @@ def planned_machine_key(cores: int | None = None) -> str:
     return machine_key(dict(machine_fingerprint(), cpu_usable=cores or usable_cores()))
 
 
-def print_plan(rows, profile: str, cores: int) -> None:
+def recorded_seconds(notebook: str, key: str, profile: str, figures_dir: Path | None = None) -> dict | None:
+    """The last committed run of ``notebook`` under ``profile`` on machine ``key``, or else on another
+    machine with the same number of cores (``h100-16c`` for a CPU box planning ``--cores 16``):
+    ``{"seconds", "machine", "when"}`` from the executed record's papermill duration; None: no record."""
+    cores = re.search(r"-(\d+)c$", key)
+    dirs = machine_dirs(notebook, figures_dir)
+    order = [k for k in dirs if k == key] + [k for k in dirs if k != key and cores and k.endswith(f"-{cores[1]}c")]
+    for k in order:
+        for rec in sorted(dirs[k].glob("*.executed.ipynb")):
+            try:
+                pm = json.loads(rec.read_text(encoding="utf-8"))["metadata"]["papermill"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if (pm.get("parameters") or {}).get("profile") == profile and pm.get("duration"):
+                return {"seconds": float(pm["duration"]), "machine": k, "when": str(pm.get("end_time", ""))[:10]}
+    return None
+
+
+def print_plan(rows, profile: str, cores: int, figures_dir: Path | None = None) -> None:
     key = planned_machine_key(cores)  # the machine with that many cores
     print(f"plan: profile {profile}, {cores} usable cores, results under figures/<notebook>/"
           f"{key}/ (nothing is run)")
+    known, missing = 0.0, []
     for name, values in rows:
         print(f"\n{name}")
+        rec = recorded_seconds(name, key, profile, figures_dir)
+        if rec:
+            known += rec["seconds"]
+            print(f"  {'recorded seconds':<24} {rec['seconds']:.0f} (the {profile} run on {rec['machine']}, {rec['when']})")
+        else:
+            missing.append(name)
+            print(f"  {'recorded seconds':<24} no record of a {profile} run on {cores} cores")
         if isinstance(values, str):
             print(f"  {values}")
             continue
         for k, v in values.items():
             print(f"  {k:<24} {v}")
+    without = f"; no record for {len(missing)}: {', '.join(missing)}" if missing else ""
+    print(f"\ntotal: {known:.0f} s of notebooks from records ({len(rows) - len(missing)} of {len(rows)}){without}")
 
 
