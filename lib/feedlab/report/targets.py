@@ -28,6 +28,7 @@ BEST_OVER_BASELINE = 20.0   # 05: best loader ÷ the PNG + PIL + ToTensor + defa
 FAST_OVER_STOCK = 4.0       # 07: uint8 fast collate ÷ ToTensor + default_collate
 TIMER_SHARE = 0.01          # 09: the phase timer's cost ÷ the smallest batch time
 DOCTOR_ERROR = 0.20         # 10: |predicted ÷ measured − 1| of every setting measured
+BUSY_SPEED = 0.90           # 10: the doctor's probe found less of a core per process than this: too busy to judge
 PEER_RATIO = 1.0            # 13: feedlab's recommended pipeline ÷ the best peer loader
 
 
@@ -158,10 +159,15 @@ def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
     """``(the doctor's own worker counts, every setting the run measured)``: |predicted ÷ measured − 1|
     of notebook 10's ``end_to_end`` rows, and of those plus its steps."""
     own = [abs(_f(e["predicted_samples_per_s"]) / _f(e["samples_per_s"]) - 1)
-           for e in payload.get("end_to_end") or [] if e.get("samples_per_s")]
-    steps = [abs(_f(s["predicted"]) / _f(s["measured"]) - 1)
-             for s in payload.get("steps") or [] if s.get("predicted") and s.get("measured")]
+           for e in payload.get("end_to_end") or [] if e.get("samples_per_s") and not too_busy(e.get("capacity_now"))]
+    steps = [abs(_f(s["predicted"]) / _f(s["measured"]) - 1) for s in payload.get("steps") or []
+             if s.get("predicted") and s.get("measured") and not too_busy(s.get("speed"))]
     return own, own + steps
+
+
+def too_busy(speed) -> bool:
+    """The doctor's own CPU probe, beside a measurement, found another program taking the cores."""
+    return speed is not None and math.isfinite(speed) and speed < BUSY_SPEED
 
 
 def _doctor(t: Target, run: Run) -> list[str]:
