@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--report", type=Path, default=None, help="also write the report with its figure to "
                     "FILE.md or FILE.html")
     ap.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, help="seconds to wait for one batch "
-                    "of your loader before giving up (your DataLoader(timeout=...) when it has one)")
+                    "of your loader before giving up (your DataLoader(timeout=...) when it has one); with --script "
+                    "also the longest your script may go without asking for a batch, or take to end once stopped")
     ap.add_argument("--no-step-trials", action="store_true", help="with --loader/--step: do not try the "
                     "step-side changes (threads, channels_last, autocast, torch.compile) on your step")
     return ap
@@ -115,7 +116,8 @@ def _emit(args, rep: dict, text: str) -> None:
     if args.report is not None:
         from .share import write_report
 
-        files = write_report(args.report, text, rep)
+        files = write_report(args.report, text, rep,
+                             say=lambda m: print(m, file=sys.stderr, flush=True))
         print(f"report: {', '.join(str(f) for f in files)}", file=sys.stderr)
 
 
@@ -150,6 +152,22 @@ def _user_loader(args, loader=None, step_cost_s=None, head: str = "") -> int:
     return 0
 
 
+def _script_ended(args, summary: dict | None, why: str) -> int:
+    """The doctor ended a script it could not stop (its watchdog): what was measured, or
+    the one line that says why nothing was; the exit status."""
+    from .script import PROG, render_script
+
+    if summary is None:
+        print(f"{PROG}: error: {why}", file=sys.stderr, flush=True)
+        return 2
+    _emit(args, summary, render_script(summary, offer=False))
+    sys.stdout.flush()
+    if args.diagnose:
+        print(f"{PROG}: error: --diagnose could not follow: {why}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
 def _script(args, script_args: list[str]) -> int:
     from .script import render_script, run_script
 
@@ -157,7 +175,8 @@ def _script(args, script_args: list[str]) -> int:
         raise SystemExit("python -m feedlab.doctor: error: --script runs your script as it is; "
                          "give either --script or --loader/--step")
     summary, loader = run_script(args.script, script_args, max_batches=max(args.batches, 4),
-                                 deadline_s=args.deadline, log=_log(args))
+                                 deadline_s=args.deadline, log=_log(args),
+                                 report=lambda summary, why: _script_ended(args, summary, why))
     head = render_script(summary, offer=not args.diagnose)
     if not args.diagnose:
         _emit(args, summary, head)
@@ -194,10 +213,11 @@ def _main(argv: list[str] | None = None) -> int:
     if args.deadline is not None and args.deadline <= 0:
         ap.error("--deadline must be > 0 seconds")
     if args.report is not None:
-        from .share import SUFFIXES
+        from .share import report_problem
 
-        if args.report.suffix.lower() not in SUFFIXES or not args.report.parent.is_dir():
-            ap.error(f"--report {args.report}: name a .md or .html file in an existing folder")
+        problem = report_problem(args.report)     # before anything runs: never a whole diagnosis lost
+        if problem:
+            ap.error(problem)
     if args.script is not None:
         refuse_options(ap, args, "--script")
         if not args.diagnose:

@@ -10,6 +10,15 @@ not catch), the verdict printed, and the full stage-by-stage diagnosis of that l
 offered (``--diagnose`` runs it: :func:`feedlab.doctor.user.diagnose_loader`, with
 the step priced as your script ran it). What ``torch.utils.bottleneck`` does for CPU
 profiles, done for the input pipeline.
+
+Nothing the script does holds the doctor past its deadline: a :class:`Watchdog` thread
+ends the process, after printing what was measured, when the script asks for no batch in
+``deadline_s`` (no DataLoader built, a step that never returns, loaders in ``mp.spawn``
+children), does not end ``deadline_s`` after the doctor's stop, or catches the stop (a
+bare ``except:``) and asks for more; the processes the script started go with it. Only
+the process that started the doctor speaks: a forked copy of the script ends silently
+at the stop. ``os._exit`` in the script ends the script, not the doctor: what was
+measured up to then is reported.
 """
 
 from __future__ import annotations
@@ -17,19 +26,44 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .guard import DEFAULT_DEADLINE_S, UserCodeError, deadline
+from feedlab.errors import one_line
+from feedlab.run_limit import descendants, stop_processes
+
+from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, deadline
 
 DATA_BOUND_FRACTION = 0.2   # the step waits for data this share of the time or more: the input pipeline bounds
+PROG = "python -m feedlab.doctor"
+_real_exit = os._exit
+
+
+def _quiet_exit(code: int) -> None:
+    """End this process now, its buffered output written (a forked copy of the script, or
+    the doctor after its last line)."""
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:  # a closed or broken stream: nothing more can be said on it
+            pass
+    _real_exit(code)
 
 
 class Enough(BaseException):
     """Raised from inside the instrumented loader once enough batches were seen."""
+
+
+class OsExit(BaseException):
+    """The script called ``os._exit(code)`` in the doctor's main thread: the script ends there."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
 
 
 def loader_settings(loader) -> dict[str, Any]:
@@ -52,10 +86,35 @@ class Recorder:
     def __init__(self, max_batches: int, batch_deadline_s: float | None):
         self.max_batches, self.limit = int(max_batches), batch_deadline_s
         self.loaders: dict[int, dict] = {}
+        self.owner = os.getpid()                 # the process that started the doctor: the one that speaks
+        self.t_progress = time.monotonic()       # the script's last request for a batch (or its start)
+        self.waiting: float | None = None        # while it waits for one: that wait's own deadline (0: none)
+        self.stop: tuple[str, bool] | None = None   # (why, an error?) once the doctor stopped the script
+        self.t_stop: float | None = None
+        self.parked = False                      # the script caught the stop and asked for more
+
+    def stopping(self, why: str, error: bool = False) -> None:
+        if self.stop is None:
+            self.stop, self.t_stop = (why, error), time.monotonic()
+
+    def batches(self) -> int:
+        main = self.main()
+        return len(main["wait"]) if main else 0
+
+    def park(self) -> None:
+        """The script caught the doctor's stop and asked for another batch: wait here for
+        the watchdog to end the process (a forked copy ends at once, silently)."""
+        if os.getpid() != self.owner:
+            _quiet_exit(0)
+        self.parked = True
+        while True:
+            time.sleep(1)
 
     def wrap(self, loader, it):
         from .user import _batch_len
 
+        if self.stop is not None:
+            self.park()
         rec = self.loaders.setdefault(id(loader), {"loader": loader, "wait": [], "step": [], "step_cpu": [],
                                                    "n": [], "iters": 0})
         rec["iters"] += 1
@@ -67,13 +126,23 @@ class Recorder:
                 rec["step"].append(t0 - t_last)
                 rec["step_cpu"].append(c0 - c_last)
             if len(rec["wait"]) >= self.max_batches:
+                if os.getpid() != self.owner:
+                    _quiet_exit(0)           # a forked copy of the script: stopped without a word
+                self.stopping(f"stopped after {self.max_batches} batches")
                 raise Enough()
-            with deadline(limit, f"batch {len(rec['wait'])} of your script's DataLoader",
-                          "a sample that never returns hangs training too"):
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    return
+            self.t_progress, self.waiting = time.monotonic(), limit or 0.0
+            try:
+                with deadline(limit, f"batch {len(rec['wait'])} of your script's DataLoader",
+                              "a sample that never returns hangs training too"):
+                    try:
+                        batch = next(it)
+                    except StopIteration:
+                        return
+            except Hung as exc:
+                self.stopping(str(exc), error=True)
+                raise
+            finally:
+                self.t_progress, self.waiting = time.monotonic(), None
             t_last, c_last = time.perf_counter(), time.process_time()
             rec["wait"].append(t_last - t0)
             rec["n"].append(_batch_len(batch) or 0)
@@ -105,10 +174,143 @@ def summarize(rec: dict) -> dict:
     return out
 
 
+class Watchdog(threading.Thread):
+    """Ends the script the doctor cannot stop by an exception: no batch asked for in
+    ``deadline_s`` (beyond a wait's own deadline), not ended ``deadline_s`` after the
+    doctor's stop, or the stop caught and another batch asked for. ``end(why)`` reports
+    and ends the process; :meth:`close` stands it down once the script has ended."""
+
+    def __init__(self, rec: Recorder, deadline_s: float | None, end):
+        super().__init__(name="feedlab-doctor-watchdog", daemon=True)
+        self.rec, self.limit, self.end = rec, deadline_s, end
+        self.done, self.lock = threading.Event(), threading.Lock()
+
+    def overdue(self) -> str | None:
+        rec, now = self.rec, time.monotonic()
+        if rec.parked:
+            return "caught"
+        if not self.limit:
+            return None
+        if rec.t_stop is not None:
+            return "late" if now - rec.t_stop > self.limit else None
+        return "idle" if now - rec.t_progress > self.limit + (rec.waiting or 0.0) else None
+
+    def run(self) -> None:
+        while not self.done.wait(0.1):
+            why = self.overdue()
+            if why is not None:
+                self.fire(why)
+
+    def fire(self, why: str) -> None:
+        self.lock.acquire()          # once: a second caller waits here for the end of the process
+        try:
+            self.end(why)
+        finally:
+            _quiet_exit(2)
+
+    def close(self) -> None:
+        self.done.set()
+        self.lock.acquire()          # held for good by a watchdog that is ending the process
+
+
+def _summary(rec: Recorder, path: Path, args, stopped: str) -> dict | None:
+    main = rec.main()
+    if main is None:
+        return None
+    out = summarize(main)
+    out.update(script=str(path), args=list(args), stopped=stopped, loaders_seen=len(rec.loaders))
+    return out
+
+
+def _ended(rec: Recorder, path: Path, args, why: str, limit: float | None) -> tuple[dict | None, str]:
+    """(summary of what was measured or None, the line that says why the doctor ended the script)."""
+    n, stop = rec.batches(), rec.stop
+    if why == "caught" or why == "late":
+        tail = ("caught the doctor's stop (a bare `except:` around its loop?) and asked for more" if why == "caught"
+                else f"did not end within {limit:g} s of the doctor's stop (it caught the stop, or its clean-up "
+                     "hangs)")
+        what = f"{stop[0]}; your script {tail}, so the doctor ended it"
+        return (None, f"--script {path}: {what}") if stop[1] else (_summary(rec, path, args, what), what)
+    if why == "idle" and rec.waiting is not None:
+        return None, (f"--script {path}: batch {n} of your script's DataLoader did not return within "
+                      f"{limit + rec.waiting:g} s: a sample that never returns hangs training too")
+    if why == "idle":
+        kids = len(descendants())
+        if n:
+            what = (f"{n} batches, then no batch asked for in {limit:g} s (a step or your script's own code that "
+                    "does not return?), so the doctor ended it (--deadline)")
+            return _summary(rec, path, args, what), what
+        started = (f"; it started {kids} other process(es) (mp.spawn, multiprocessing?) whose loaders the doctor does "
+                   "not see — run the training loop in this one process for the diagnosis; stopped them"
+                   if kids else "")
+        return None, (f"--script {path}: no batch from a DataLoader in this process within {limit:g} s (--deadline)"
+                      f"{started}; raise --deadline if its set-up takes longer")
+    return (None if n == 0 else _summary(rec, path, args, why)), f"--script {path}: {why}"
+
+
+def _outcome(exc: BaseException | None, path: Path, max_batches: int, n: int) -> str:
+    """How the script ended, as the summary says it (what it raised: one UserCodeError line)."""
+    if exc is None:
+        return "the script ended"
+    if isinstance(exc, Enough):
+        return f"stopped after {max_batches} batches"
+    if isinstance(exc, OsExit):
+        if exc.code:
+            raise UserCodeError(f"--script {path} called os._exit({exc.code}) after {n} batches") from None
+        return f"your script called os._exit(0) after {n} batches"
+    if isinstance(exc, SystemExit):
+        if exc.code not in (None, 0):
+            raise UserCodeError(f"--script {path} exited with status {exc.code} before {max_batches} batches") from None
+        return "the script ended"
+    if isinstance(exc, UserCodeError) or not isinstance(exc, Exception):
+        raise exc
+    tb, where = exc.__traceback__, ""
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == str(path.resolve()):
+            where = f" at {path.name}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    raise UserCodeError(f"--script {path} raised {type(exc).__name__}{where}: {one_line(exc)}") from None
+
+
+def _status(outcome: BaseException | None) -> int:
+    """The exit status of a script that ended so (a forked copy's, ended silently)."""
+    if outcome is None or isinstance(outcome, (Enough, OsExit)):
+        return 0
+    if isinstance(outcome, SystemExit):
+        return outcome.code if isinstance(outcome.code, int) else 0 if outcome.code is None else 1
+    return 1
+
+
+def _say_and_end(report, summary: dict | None, why: str) -> None:
+    """The watchdog's last act: ``report(summary, why)`` (or the line alone), the script's
+    processes stopped, this process ended with the report's status."""
+    try:
+        rc = report(summary, why)
+    except Exception as exc:  # the report could not be written: one line, still the end
+        print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr, flush=True)
+        rc = 2
+    for f in (sys.stdout, sys.stderr):   # the last word was the doctor's: what the script says as it goes is not
+        try:
+            f.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), f.fileno())
+        except (OSError, ValueError):
+            pass
+    stop_processes(descendants(), grace_s=2.0)
+    _quiet_exit(rc)
+
+
+def _say(summary: dict | None, why: str) -> int:
+    print(f"{PROG}: error: {why}", file=sys.stderr, flush=True)
+    return 2
+
+
 def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = DEFAULT_DEADLINE_S,
-               log=lambda m: None) -> tuple[dict, Any]:
+               log=lambda m: None, report=_say) -> tuple[dict, Any]:
     """Run ``path`` as ``__main__`` with ``args`` until one DataLoader delivered
-    ``max_batches`` batches (or the script ended); returns (summary, that loader)."""
+    ``max_batches`` batches (or the script ended); returns (summary, that loader).
+    Where the script cannot be stopped so (see :class:`Watchdog`), ``report(summary or
+    None, why)`` says what was measured and returns the exit status of this process,
+    which then ends."""
     from torch.utils.data import DataLoader
 
     path = Path(path)
@@ -116,45 +318,51 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
         raise UserCodeError(f"--script {path}: no such file")
     rec = Recorder(max_batches, deadline_s)
     original = DataLoader.__iter__
+    dog = Watchdog(rec, deadline_s, lambda why: _say_and_end(report, *_ended(rec, path, args, why, deadline_s)))
 
     def __iter__(self):
         return rec.wrap(self, original(self))
 
-    argv, cwd_path = sys.argv, list(sys.path)
+    def _exit(code=0):
+        if os.getpid() != rec.owner or dog.done.is_set():   # a DataLoader worker, a forked copy: as asked
+            _real_exit(code)
+        why = f"your script called os._exit({code}) after {rec.batches()} batches"
+        if threading.current_thread() is not threading.main_thread():
+            dog.fire(why)                            # from one of its threads: report and end here
+        rec.stopping(why, error=bool(code))
+        raise OsExit(code)
+
+    def excepthook(a, hook=threading.excepthook):
+        if not issubclass(a.exc_type, (Enough, OsExit)):   # the doctor's stop ends a thread of the script quietly
+            hook(a)
+
+    argv, cwd_path, os_exit, thread_hook = sys.argv, list(sys.path), os._exit, threading.excepthook
     sys.argv = [str(path), *args]
     sys.path.insert(0, str(path.resolve().parent))
-    DataLoader.__iter__ = __iter__
-    stopped = "the script ended"
+    DataLoader.__iter__, os._exit, threading.excepthook = __iter__, _exit, excepthook
     log(f"running {path} {' '.join(args)} for at most {max_batches} batches of its DataLoader")
+    outcome: BaseException | None = None
+    dog.start()
     try:
         runpy.run_path(str(path), run_name="__main__")
-    except Enough:
-        stopped = f"stopped after {max_batches} batches"
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            raise UserCodeError(f"--script {path} exited with status {exc.code} before {max_batches} batches") from None
-    except UserCodeError:
-        raise
-    except Exception as exc:
-        from feedlab.errors import one_line
-
-        tb = exc.__traceback__
-        where = ""
-        while tb is not None:
-            if os.path.abspath(tb.tb_frame.f_code.co_filename) == str(path.resolve()):
-                where = f" at {path.name}:{tb.tb_lineno}"
-            tb = tb.tb_next
-        raise UserCodeError(f"--script {path} raised {type(exc).__name__}{where}: {one_line(exc)}") from None
+    except BaseException as exc:  # how the script ended, said below (a KeyboardInterrupt goes on)
+        outcome = exc
     finally:
-        DataLoader.__iter__ = original
+        if os.getpid() != rec.owner:                 # a forked copy of the script ends here, silently
+            _quiet_exit(_status(outcome))
+        dog.close()
+        DataLoader.__iter__, os._exit, threading.excepthook = original, os_exit, thread_hook
         sys.argv, sys.path[:] = argv, cwd_path
+    stopped = _outcome(outcome, path, max_batches, rec.batches())
+    if outcome is None and rec.stop is not None:    # stopped in one of its threads (or the stop caught), then ended
+        if rec.stop[1]:
+            raise UserCodeError(f"--script {path}: {rec.stop[0]}")
+        stopped = rec.stop[0]
     main = rec.main()
     if main is None:
         raise UserCodeError(f"--script {path}: no torch.utils.data.DataLoader delivered a batch ({stopped}); "
                             "does the script build its loader under `if __name__ == '__main__':`?")
-    out = summarize(main)
-    out.update(script=str(path), args=list(args), stopped=stopped, loaders_seen=len(rec.loaders))
-    return out, main["loader"]
+    return _summary(rec, path, args, stopped), main["loader"]
 
 
 def render_script(s: dict, offer: bool = True) -> str:

@@ -4,6 +4,11 @@ The text report as rendered on the console, and one figure (the stage costs per
 sample; the predicted and measured rate per worker count): beside a Markdown file as
 ``FILE.png``, embedded in an HTML file. Each file is written to a temporary name and
 moved into place, so an interrupted write leaves nothing half-written.
+
+The doctor replaces only files it wrote (each carries :data:`MARK`): :func:`report_problem`
+refuses, before anything runs, a report path held by another file or in a folder that cannot
+be written; a figure name held by another file (the user's own ``notes.png``) is left alone
+and the figure written as ``notes-doctor.png`` (said so).
 """
 
 from __future__ import annotations
@@ -16,17 +21,79 @@ import tempfile
 from pathlib import Path
 
 SUFFIXES = (".md", ".html", ".htm")
+MARK = "feedlab doctor report"      # the title of every file the doctor writes (the figure's PNG Title too)
+SIGNS = {".md": (b"# " + MARK.encode() + b"\n", b""), ".html": (b"<!doctype html>", f"<title>{MARK}</title>".encode()),
+         ".htm": (b"<!doctype html>", f"<title>{MARK}</title>".encode()),
+         ".png": (b"\x89PNG\r\n\x1a\n", b"tEXtTitle\x00" + MARK.encode())}   # (how it starts, what it holds)
+
+
+def _ours(path: Path) -> bool:
+    """Whether ``path`` is a regular file the doctor wrote (a report or its figure), by its first bytes."""
+    start, holds = SIGNS.get(path.suffix.lower(), (None, None))
+    if start is None or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith(start) and holds in head
+
+
+def _taken(path: Path) -> bool:
+    """A file (or anything else) is at ``path`` that the doctor did not write."""
+    return (path.exists() or path.is_symlink()) and not _ours(path)
+
+
+def report_problem(path) -> str | None:
+    """Why the report cannot go to ``path``, in one line, or None: checked before anything
+    is measured (the suffix, the folder, a file of someone else's, the folder writable)."""
+    path = Path(path)
+    if path.suffix.lower() not in SUFFIXES:
+        return f"--report {path}: name a .md or .html file in an existing folder"
+    folder = path.parent
+    if not folder.is_dir():
+        return f"--report {path}: no such folder {folder}; name a .md or .html file in an existing folder"
+    if _taken(path):
+        return (f"--report {path}: that file is not a report the doctor wrote, and the doctor replaces only its "
+                "own: name another file")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".feedlab-doctor-probe.", dir=folder)
+    except OSError as exc:
+        return (f"--report {path}: the folder {folder} cannot be written ({exc.strerror or type(exc).__name__}); "
+                "name a file in a folder you can write")
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def figure_path(path: Path) -> Path:
+    """Where the figure of the Markdown report ``path`` goes: ``FILE.png``, or where that is
+    another file than the doctor's, the first free (or the doctor's own) ``FILE-doctor[-k].png``."""
+    names = [path.with_suffix(".png"), *(path.with_name(f"{path.stem}-doctor{f'-{k}' if k > 1 else ''}.png")
+                                         for k in range(1, 100))]
+    for fig in names:
+        if not _taken(fig):
+            return fig
+    raise ValueError(f"--report {path}: {names[0].name} and {len(names) - 1} other names for its figure are taken "
+                     "by files the doctor did not write: name another report file")
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise OSError(f"--report: cannot write {path.name} in the folder {path.parent} "
+                      f"({exc.strerror or type(exc).__name__})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise OSError(f"--report: cannot write {path} ({exc.strerror or type(exc).__name__})") from None
         raise
 
 
@@ -61,25 +128,27 @@ def figure_png(rep: dict) -> bytes | None:
     b.legend(fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None, "Title": MARK})
     plt.close(fig)
     return buf.getvalue()
 
 
-def write_report(path, text: str, rep: dict) -> list[Path]:
-    """Write the report to ``path`` (.md or .html) with its figure; the files written."""
+def write_report(path, text: str, rep: dict, say=lambda m: None) -> list[Path]:
+    """Write the report to ``path`` (.md or .html) with its figure; the files written. A
+    figure name held by a file the doctor did not write is left alone: ``say`` names the one used."""
     path = Path(path)
-    if path.suffix.lower() not in SUFFIXES:
-        raise ValueError(f"--report {path}: name a .md or .html file")
-    if not path.parent.is_dir():
-        raise ValueError(f"--report {path}: no such folder {path.parent}")
+    problem = report_problem(path)
+    if problem:
+        raise ValueError(problem)
     png = figure_png(rep)
     written = []
     title = "feedlab doctor report"
     if path.suffix.lower() == ".md":
         body = f"# {title}\n\n```text\n{text}\n```\n"
         if png:
-            fig = path.with_suffix(".png")
+            fig = figure_path(path)
+            if fig != path.with_suffix(".png"):
+                say(f"report: {path.with_suffix('.png').name} is not the doctor's, left as it is: the figure is {fig}")
             _atomic_write(fig, png)
             written.append(fig)
             body += f"\n![stage costs and rate per worker count]({fig.name})\n"

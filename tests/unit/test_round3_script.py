@@ -1,0 +1,227 @@
+"""Issue 33, the doctor's --script and --report (round three): nothing hung, nothing lost.
+
+* ``--script`` has an overall deadline no script can swallow: a script that never builds a
+  DataLoader, a bare ``except:`` around its loop, ``mp.spawn`` — each ends with its line
+  within ``--deadline``, and leaves no process behind;
+* a script that forks: only the process that started the doctor prints a verdict;
+* a script that calls ``os._exit`` after 10 batches: the verdict of what was measured, and
+  how the script ended;
+* ``--report`` into a folder that cannot be written is refused before anything runs, in one
+  line naming the folder; it never replaces a file the doctor did not write (the report's
+  figure beside ``notes.md`` is never the user's ``notes.png``).
+
+Every doctor runs as a subprocess in its own session under a deadline; what is left in that
+session afterwards fails the test (and is then stopped).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT_S = 240          # the test's own deadline on one doctor run (a hung doctor fails, never hangs)
+
+
+def _left_in_session(sid: int) -> list[str]:
+    import psutil
+
+    left = []
+    for p in psutil.process_iter(["pid", "status", "cmdline"]):
+        try:
+            if p.pid != os.getpid() and os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                left.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:120]}")
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            pass
+    return left
+
+
+def _doctor(args, cwd) -> subprocess.CompletedProcess:
+    """``python -m feedlab.doctor ARGS`` in its own session; fails the test when it runs past
+    LIMIT_S or leaves a process behind (both are stopped here either way)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "lib"), str(ROOT), str(cwd)]),
+               MPLBACKEND="Agg")
+    p = subprocess.Popen([sys.executable, "-m", "feedlab.doctor", *args], cwd=cwd, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    left: list[str] = []
+    try:
+        out, err = p.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"doctor {' '.join(args)} did not end within {LIMIT_S} s; stderr: {err[-1500:]}")
+    finally:
+        t_end = time.monotonic() + 15           # what it stopped may take a moment to go
+        while time.monotonic() < t_end and (left := _left_in_session(p.pid)):
+            time.sleep(0.2)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    assert not left, f"the doctor left processes behind: {left}"
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def _error_lines(r) -> list[str]:
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    return [ln for ln in r.stderr.splitlines() if "error:" in ln]
+
+
+HEAD = "import os, sys, time\nimport torch\nfrom torch.utils.data import DataLoader\n"
+
+NO_LOADER = HEAD + "print('setting up', flush=True)\nwhile True:\n    time.sleep(0.05)\n"
+
+BARE_EXCEPT = HEAD + '''
+loader = DataLoader(list(range(4000)), batch_size=10)
+while True:
+    try:
+        for x in loader:
+            time.sleep(0.005)
+    except:                      # swallows everything, the doctor's stop included
+        pass
+'''
+
+SPAWN = HEAD + '''
+import torch.multiprocessing as mp
+
+def train(rank):
+    for x in DataLoader(list(range(10 ** 6)), batch_size=10):
+        time.sleep(0.05)
+
+if __name__ == "__main__":
+    mp.spawn(train, nprocs=2)
+'''
+
+FORKS = HEAD + '''
+child = os.fork()                # both processes train
+loader = DataLoader(list(range(4000)), batch_size=10)
+for x in loader:
+    time.sleep(0.005)
+'''
+
+OS_EXIT = HEAD + '''
+loader = DataLoader(list(range(4000)), batch_size=10)
+for i, x in enumerate(loader):
+    time.sleep(0.005)
+    if i == 9:
+        print("done early", flush=True)
+        os._exit(0)
+'''
+
+QUICK = HEAD + '''
+for x in DataLoader(list(range(4000)), batch_size=10):
+    time.sleep(0.002)
+'''
+
+
+def _write(tmp_path, name, text) -> str:
+    (tmp_path / name).write_text(text)
+    return name
+
+
+def test_a_script_that_never_builds_a_loader_ends_at_the_deadline(tmp_path):
+    r = _doctor(["--script", _write(tmp_path, "idle.py", NO_LOADER), "--deadline", "4"], tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = _error_lines(r)
+    assert len(err) == 1, r.stderr[-2000:]
+    assert "idle.py" in err[0] and "no batch" in err[0] and "4 s" in err[0] and "--deadline" in err[0], err[0]
+
+
+def test_a_bare_except_around_the_loop_cannot_swallow_the_stop(tmp_path):
+    r = _doctor(["--script", _write(tmp_path, "greedy.py", BARE_EXCEPT), "--batches", "8", "--deadline", "20"],
+                tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("VERDICT:") == 1, r.stdout
+    assert "8 batches" in r.stdout and "except" in r.stdout and "ended it" in r.stdout, r.stdout
+    assert not _error_lines(r)
+
+
+def test_mp_spawn_ends_at_the_deadline_with_its_children(tmp_path):
+    r = _doctor(["--script", _write(tmp_path, "ddp.py", SPAWN), "--deadline", "8"], tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = _error_lines(r)
+    assert len(err) == 1, r.stderr[-2000:]
+    assert "ddp.py" in err[0] and "no batch" in err[0] and "process" in err[0] and "stopped" in err[0], err[0]
+
+
+def test_a_script_that_forks_gives_one_verdict(tmp_path):
+    r = _doctor(["--script", _write(tmp_path, "forks.py", FORKS), "--batches", "8"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (r.stdout + r.stderr).count("VERDICT") == 1, r.stdout + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
+def test_os_exit_after_10_batches_reports_what_was_measured(tmp_path):
+    r = _doctor(["--script", _write(tmp_path, "quits.py", OS_EXIT), "--batches", "30"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "done early" in r.stdout
+    assert "VERDICT:" in r.stdout and "os._exit(0) after 10 batches" in r.stdout, r.stdout
+
+
+def _unwritable_folder(tmp_path) -> Path:
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o555)
+    try:
+        (d / "probe").write_text("x")     # root writes anyway: use a folder the kernel refuses
+        (d / "probe").unlink()
+    except OSError:
+        return d
+    for sys_dir in (Path("/sys"), Path("/proc/sys")):
+        try:
+            (sys_dir / "feedlab-probe.md").write_text("x")
+        except OSError:
+            return sys_dir
+        (sys_dir / "feedlab-probe.md").unlink()
+    pytest.skip("no folder this user cannot write")
+
+
+def test_report_into_a_read_only_folder_is_refused_before_the_run(tmp_path):
+    folder = _unwritable_folder(tmp_path)
+    try:
+        r = _doctor(["--script", _write(tmp_path, "quick.py", QUICK), "--report", str(folder / "r.md")], tmp_path)
+    finally:
+        if folder.is_relative_to(tmp_path):
+            folder.chmod(0o755)
+    assert r.returncode == 2
+    err = _error_lines(r)
+    assert len(err) == 1, r.stderr[-2000:]
+    assert f"{folder} " in err[0] or f"{folder}:" in err[0] or f"{folder})" in err[0], err[0]
+    assert ".r.md." not in err[0], err[0]                   # never a temporary file's name
+    assert "VERDICT" not in r.stdout and "running" not in r.stderr, "refused only after the run"
+
+
+REP = {"verdict": "data-bound", "bound_stage": "decode",
+       "stages": [{"stage": "decode", "variant": "pil", "measurable": True, "s_per_sample": 2e-4}],
+       "end_to_end": [{"num_workers": 0, "predicted_samples_per_s": 900.0, "samples_per_s": 800.0}]}
+
+
+def test_report_never_replaces_a_png_it_did_not_write(tmp_path):
+    from feedlab.doctor.share import write_report
+
+    mine = b"\x89PNG\r\n\x1a\n my holiday photo"
+    (tmp_path / "notes.png").write_bytes(mine)
+    files = write_report(tmp_path / "notes.md", "VERDICT: data-bound", REP)
+    assert (tmp_path / "notes.png").read_bytes() == mine
+    fig = [f for f in files if f.suffix == ".png"]
+    assert len(fig) == 1 and fig[0].name != "notes.png" and fig[0].is_file()
+    assert f"]({fig[0].name})" in (tmp_path / "notes.md").read_text()
+    again = write_report(tmp_path / "notes.md", "VERDICT: data-bound", REP)   # a rerun replaces its own
+    assert [f.name for f in again] == [f.name for f in files]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["notes.png", "notes.md", fig[0].name])
+
+
+def test_report_never_replaces_a_notes_file_it_did_not_write(tmp_path):
+    (tmp_path / "notes.md").write_text("# my notes\n")
+    r = _doctor(["--script", _write(tmp_path, "quick.py", QUICK), "--report", "notes.md"], tmp_path)
+    assert (tmp_path / "notes.md").read_text() == "# my notes\n"
+    assert r.returncode == 2
+    err = _error_lines(r)
+    assert len(err) == 1 and "notes.md" in err[0], r.stderr[-2000:]
+    assert "VERDICT" not in r.stdout
