@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from feedlab.report import summary
 
 
@@ -16,7 +18,7 @@ def _write(base, notebook, machine, payload):
 def test_effects_ranked_per_machine_and_split_by_scope(tmp_path):
     _write(tmp_path, "01_worker_scaling", "cpu-2c",
            {"samples_per_s_with_model": {"0": 100.0, "2": 150.0, "4": 120.0}, "model": "m"})
-    _write(tmp_path, "10_doctor", "cpu-2c", {"measured_gain_total": 3.0, "predicted_gain_total": 4.0})
+    _write(tmp_path, "10_doctor", "cpu-2c", {"measured_gain_total": 3.0, "predicted_gain_total": 4.0, "model": "srcnn"})
     _write(tmp_path, "07_totensor_vs_fast_collate", "cpu-2c", {"speedup": {"fast_channels_last": 20.0}})
     _write(tmp_path, "03_pinned_memory_by_input_size", "h100-16c",
            {"h2d_pinned_gbps": 50.0, "h2d_pageable_gbps": 10.0})
@@ -63,3 +65,14 @@ def test_an_effect_from_start_up_bound_rates_is_labelled_and_ranked_after_the_st
     assert [e.notebook for e in steady] == ["01_worker_scaling", "10_doctor"] and steady[0].unsteady == ""
     text = summary.summary_markdown(tmp_path)
     assert text.count("start-up-inclusive rates, not a steady comparison") == 1
+
+
+def test_a_loader_alone_run_of_the_doctor_is_one_stage_not_training_and_no_change_is_no_effect():
+    """README's top list called 10's loader-alone ×11.5 'training' and listed `num_workers=0` instead of 0."""
+    from feedlab.report import summary as S
+
+    e = S._doctor({"measured_gain_total": 11.5, "predicted_gain_total": 10.1, "model": "none"})
+    assert e.scope == "stage" and "the loader alone (no model step)" in e.text
+    assert S._doctor({"measured_gain_total": 3.0, "model": "srcnn"}).scope == "training"
+    assert S._workers({"samples_per_s_with_model": {"0": 310.0, "2": 305.0}, "model": "srcnn_small"}) is None
+    assert S._workers({"samples_per_s_with_model": {"0": 310.0, "2": 600.0}}).factor == pytest.approx(600 / 310)

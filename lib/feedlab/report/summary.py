@@ -46,6 +46,8 @@ def _workers(p: dict) -> Effect | None:
     if 0 not in rates or len(rates) < 2:
         return None
     best = max(rates, key=rates.get)
+    if best == 0:   # no worker count beat the main process: nothing changed, no effect to list
+        return None
     model = p.get("model", "the model")
     where = dict(experiment="throughput_vs_workers", model=model) if p.get("model") else \
         dict(experiment="throughput_vs_workers")
@@ -127,6 +129,9 @@ def _doctor(p: dict) -> Effect | None:
         return None
     pred = _num(p.get("predicted_gain_total"))
     promised = f"; it promised ×{pred:.1f}" if pred else ""
+    if str(p.get("model") or "none") == "none":   # the loader alone: one stage, not training
+        return Effect("10_doctor", gain, f"the doctor's advice applied step by step, the loader alone (no model "
+                      f"step){promised}")
     return Effect("10_doctor", gain, f"the doctor's advice applied step by step, measured end to end{promised}",
                   "training")
 
