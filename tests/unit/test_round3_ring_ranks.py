@@ -292,3 +292,162 @@ def test_bench_with_a_ring_worker_killed_prints_one_line(sr_root, no_leaks):
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1, (attempt, proc.returncode, err[-3000:])
         assert "ring worker" in lines[0] and "SIGKILL" in lines[0] and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- bench --ranks: signals and a stopped rank
+
+
+def _bench_ranks(sr_root, tmp: Path, timeout: int) -> subprocess.Popen:
+    tmp.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-m", "feedlab.bench", "--data", str(sr_root), "--format", "npy", "--ranks", "2",
+           "--num-workers", "0", "--batch-size", "4", "--epochs", "100000", "--warmup", "0", "--model", "none",
+           "--device", "cpu", "--timeout", str(timeout)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "TMPDIR": str(tmp)}, start_new_session=True)
+
+
+def _rank_pids(pid: int) -> list[int]:
+    out = []
+    for p in _tree(pid):
+        try:
+            cmd = " ".join(psutil.Process(p).cmdline())
+        except psutil.Error:
+            continue
+        if "feedlab.scale.ranks" in cmd and "torch.distributed.run" not in cmd:
+            out.append(p)
+    return out
+
+
+def _wait_for_ranks(proc: subprocess.Popen, tmp: Path, wait_s: float = 120.0) -> list[int]:
+    """The two ranks' pids once both run (and, where they write one, both beat: the launcher's sign of life)."""
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end and proc.poll() is None:
+        if len(_rank_pids(proc.pid)) == 2:
+            break
+        time.sleep(0.1)
+    ranks = _rank_pids(proc.pid)
+    assert len(ranks) == 2, proc.communicate(timeout=30)
+    end = time.monotonic() + 30
+    while len(list(tmp.glob("feedlab-ranks-*/beat-*"))) < 2 and time.monotonic() < end:
+        time.sleep(0.1)
+    return ranks
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_bench_ranks_stopped_by_a_signal_stops_the_launcher_and_its_ranks(sr_root, tmp_path, sig, no_leaks):
+    """SIGTERM / SIGHUP to ``bench --ranks 2``: torchrun and both ranks end with it (before: orphaned)."""
+    proc = _bench_ranks(sr_root, tmp_path / "tmp", 120)
+    pids = []
+    try:
+        _wait_for_ranks(proc, tmp_path / "tmp")
+        pids = _tree(proc.pid)
+        assert len(pids) >= 4  # bench, torchrun, two ranks
+        os.kill(proc.pid, sig)
+        _out, err = proc.communicate(timeout=60)
+        assert not _gone(pids, 30.0), "the launcher or a rank outlived bench"
+    finally:
+        _kill_all(pids + _tree(proc.pid))
+        proc.wait(timeout=10)
+    assert proc.returncode == 128 + sig, (proc.returncode, err[-2000:])
+    assert err.strip().splitlines()[-1] == f"ranks: {sig.name}: the launcher and its ranks were stopped"
+    assert not list((tmp_path / "tmp").iterdir())  # its temporary folder went with it
+
+
+def test_bench_ranks_a_stopped_rank_ends_the_run_at_timeout_with_one_line(sr_root, tmp_path, no_leaks):
+    """A rank stopped with SIGSTOP: ``--timeout`` reaches the launcher: one line naming the stopped rank,
+    exit 2, nothing left running (before: no limit but launch()'s own 600 s)."""
+    proc = _bench_ranks(sr_root, tmp_path / "tmp", 30)
+    pids = []
+    try:
+        ranks = _wait_for_ranks(proc, tmp_path / "tmp")
+        pids = _tree(proc.pid)
+        os.kill(max(ranks), signal.SIGSTOP)
+        _out, err = proc.communicate(timeout=120)
+        assert not _gone(pids, 30.0), "the launcher or a rank outlived bench"
+    finally:
+        _kill_all(pids + _tree(proc.pid))
+        proc.wait(timeout=10)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, err[-3000:])
+    assert "no progress in 30 s: rank" in lines[0] and "is stopped" in lines[0] and "stopped" in lines[0]
+    assert not list((tmp_path / "tmp").iterdir())
+
+
+# ---------------------------------------------------------------- bench --peer: a hung peer venv
+
+_HUNG_PEER = """#!/bin/sh
+# a peer venv's python that hangs, with a child of its own
+sleep 300 &
+echo $! > {pidfile}
+wait
+"""
+
+
+def _hung_python(tmp_path: Path) -> tuple[Path, Path]:
+    pidfile = tmp_path / "grandchild.pid"
+    py = tmp_path / "venv-python"
+    py.write_text(_HUNG_PEER.format(pidfile=pidfile))
+    py.chmod(0o755)
+    return py, pidfile
+
+
+def _grandchild(pidfile: Path) -> int:
+    end = time.monotonic() + 10
+    while not (pidfile.is_file() and pidfile.read_text().strip()) and time.monotonic() < end:
+        time.sleep(0.05)
+    return int(pidfile.read_text())
+
+
+def _request(tmp_path):
+    from feedlab.peers import remote
+
+    src = type("S", (), {"kind": "sr", "root": tmp_path, "limit": 4})()
+    return remote.request("ffcv", src, tmp_path, 8, [0], 64, 1, 1, False, "cpu", 0, True)
+
+
+@pytest.mark.parametrize("limit", ["timeout", "stall_s"])
+def test_a_hung_peer_venv_is_stopped_with_its_own_children(tmp_path, limit, no_leaks):
+    """At the run's limit (the whole run, or no progress for stall_s) the peer's process group goes:
+    its own child too (before: the child of a timed-out peer kept running; no stall_s at all)."""
+    from feedlab.errors import deadline
+    from feedlab.peers import remote
+
+    py, pidfile = _hung_python(tmp_path)
+    grandchild = None
+    try:
+        with deadline(60, "the hung peer's run"):
+            res, info = remote.run(py, _request(tmp_path), **({limit: 2} if limit == "timeout" else
+                                                               {"timeout": 600, limit: 2}))
+        grandchild = _grandchild(pidfile)
+        assert not _gone([grandchild], 5.0), "the peer's own child was left running"
+    finally:
+        if grandchild is None and pidfile.is_file():
+            grandchild = int(pidfile.read_text())
+        _kill_all([grandchild] if grandchild else [])
+    assert len(res) == 0 and not info["available"] and "\n" not in info["reason"]
+    assert ("ran past 2 s" if limit == "timeout" else "made no progress in 2 s") in info["reason"]
+
+
+def test_bench_peer_timeout_reaches_the_peers_venv_run(sr_root, tmp_path, monkeypatch, capsys, no_leaks):
+    """``bench --peer NAME --timeout 3``: a hung peer venv is stopped after 3 s without progress, its child
+    too, and said in one line (before: FEEDLAB_PEER_TIMEOUT_S, 4 h by default)."""
+    from feedlab import bench
+    from feedlab.errors import deadline
+    from feedlab.peers import venvs
+
+    py, pidfile = _hung_python(tmp_path)
+    monkeypatch.setattr(venvs, "python_for", lambda name, root=None: py)
+    monkeypatch.delenv("FEEDLAB_PEER_IN_VENV", raising=False)
+    grandchild = None
+    try:
+        with deadline(60, "bench --peer on a hung venv"):
+            rc = bench.main(["--peer", "ffcv", "--data", str(sr_root), "--kind", "sr", "--num-workers", "0",
+                             "--batch-size", "8", "--epochs", "1", "--timeout", "3"])
+        grandchild = _grandchild(pidfile)
+        assert not _gone([grandchild], 5.0), "the peer's own child was left running"
+    finally:
+        if grandchild is None and pidfile.is_file():
+            grandchild = int(pidfile.read_text())
+        _kill_all([grandchild] if grandchild else [])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert rc == 3 and len(out) == 1 and "made no progress in 3 s" in out[0] and str(py) in out[0]
