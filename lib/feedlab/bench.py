@@ -151,7 +151,8 @@ def _main(argv: list[str] | None = None) -> int:
     if args.ranks is not None:
         from feedlab.scale.ranks import launch, render
 
-        out = launch(args.ranks, args.data, spec, args.epochs, args.warmup, max_batches=args.max_batches)
+        out = launch(args.ranks, args.data, spec, args.epochs, args.warmup, max_batches=args.max_batches,
+                     timeout_s=None, stall_s=args.timeout or None)  # --timeout: a rank without a batch
         print(strict_json(out) if args.json else render(out))
         return 0
     out = bench(args.data, spec, args.epochs, args.warmup, args.max_batches, args.trace, verify=not args.no_verify,

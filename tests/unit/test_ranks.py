@@ -159,8 +159,8 @@ def test_bench_ranks_hands_the_flags_to_launch_and_prints_its_summary(sr_root, c
             for e, walls in enumerate([(0.1, 0.2), (0.3, 0.1)]) for r, w in enumerate(walls)]
     got = {}
 
-    def fake_launch(n, data, spec, epochs, warmup, max_batches=None):
-        got.update(n=n, data=data, spec=spec, epochs=epochs, warmup=warmup)
+    def fake_launch(n, data, spec, epochs, warmup, max_batches=None, **limits):
+        got.update(n=n, data=data, spec=spec, epochs=epochs, warmup=warmup, **limits)
         return {**ranks.summarize_ranks(rows), "ranks": n, "backend": "gloo", "launch_s": 1.0, "sync": True,
                 **spec.as_dict()}
 
@@ -169,6 +169,7 @@ def test_bench_ranks_hands_the_flags_to_launch_and_prints_its_summary(sr_root, c
                        "--device", "cpu", "--ranks", "2", "--epochs", "2", "--warmup", "0", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert got["n"] == 2 and got["spec"].format == "npy" and got["epochs"] == 2 and got["warmup"] == 0
+    assert got["stall_s"] == bench.STALL_S and got["timeout_s"] is None  # --timeout reaches the launcher
     assert out["slowest_rank_per_epoch"] == [1, 0]                   # the rank with the longest wall
     assert out["aggregate_runs"] == pytest.approx([48 / 0.2, 48 / 0.3])  # all samples ÷ the slowest wall
     assert [p["rank"] for p in out["per_rank"]] == [0, 1]

@@ -42,7 +42,8 @@ def main_peer(args) -> int:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     res, info = run_peer(args.peer, source, DATA_DIR / "peers", args.batch_size, [args.workers], warmup=args.warmup,
-                         repeats=args.epochs, cold=args.cold, device=device)
+                         repeats=args.epochs, cold=args.cold, device=device,
+                         stall_s=getattr(args, "timeout", None) or None)  # --timeout: a peer without progress
     tab = table([info], rows_frame(res))
     row = tab.iloc[-1].to_dict()
     if args.json:

@@ -30,6 +30,7 @@ from feedlab.results import Results
 from . import get
 from .base import Source, Spec
 from .check import EpochCounter, verify
+from .remote import beat
 
 EXPERIMENT = "peers"
 # a timed window spans at least this many batches (whole epochs back to back): loaders that prefetch
@@ -92,6 +93,7 @@ def run_epoch(loader, kind: str, device, n: int, first_only: bool = False) -> di
             first = time.perf_counter() - t0
         count.add(batch)
         to_device(batch, kind, device)
+        beat()  # progress, for a parent bounding a venv run (at most a file touch a second)
     _sync(device)
     wall = time.perf_counter() - t0
     return {"wall_s": wall, "first_batch_s": first if first is not None else float("nan"), **count.result(n)}
@@ -164,9 +166,10 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
 
 def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker_counts, size: int = 64,
              warmup: int = 1, repeats: int = 3, cold: bool = False, device="cpu", seed: int = 0,
-             check: bool = True) -> tuple[Results, dict]:
+             check: bool = True, stall_s: float | None = None) -> tuple[Results, dict]:
     """Availability, conversion, the output check, then every worker count. Never raises for a
-    contender's failure: the info dict says what happened."""
+    contender's failure: the info dict says what happened. ``stall_s``: a peer in its own venv
+    is stopped (with its processes) after that long without progress."""
     from . import remote, venvs
 
     peer = get(name)
@@ -174,7 +177,7 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
     if python is not None:  # a peer with a venv of its own: the same code, run by that venv's Python
         req = remote.request(name, source, work_root, batch_size, worker_counts, size, warmup, repeats, cold,
                              device, seed, check)
-        res, info = remote.run(python, req)
+        res, info = remote.run(python, req, stall_s=stall_s)
         info.setdefault("samples", source.n)
         return res, info
     info = {"name": name, "label": peer.label, "kind": source.kind, "parallelism": peer.parallelism,
@@ -188,6 +191,7 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
         info.update(available=False, reason=f"no {source.kind} pipeline")
         return res, info
     work = Path(work_root) / source.key() / name
+    beat()
     try:
         conv = peer.convert(source, work)
     except Exception as exc:
@@ -198,6 +202,7 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
     res.add(EXPERIMENT, name, "bytes_on_disk", conv.bytes, "B", kind=source.kind)
     spec = Spec(source.kind, batch_size=batch_size, workers=min(worker_counts), size=size, seed=seed)
     if check:
+        beat()
         try:
             info["check"] = verify(peer, source, work, spec)
         except Exception as exc:

@@ -14,15 +14,21 @@ child measures in-process and does not hand on again). The child rebuilds the sa
 The parent turns the rows back into :class:`~feedlab.results.Results` and records the
 interpreter in the info. A child that crashes, times out or writes no answer leaves the
 peer *unavailable* with the last line of its error.
+
+The child runs in its own process group, killed whole (the peer's own workers and helpers too)
+at ``timeout`` seconds, after ``stall_s`` seconds without a sign of progress (:func:`beat`:
+a batch, a phase begun; ``bench --peer --timeout S``), or when the caller is interrupted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 IN_VENV = "FEEDLAB_PEER_IN_VENV"
@@ -31,8 +37,62 @@ IN_VENV = "FEEDLAB_PEER_IN_VENV"
 TIMEOUT_S = float(os.environ.get("FEEDLAB_PEER_TIMEOUT_S", 4 * 3600))
 
 
+BEAT = "FEEDLAB_PEER_BEAT"   # the file the child touches as it makes progress
+_last_beat = [0.0]
+
+
 def in_venv() -> bool:
     return os.environ.get(IN_VENV) == "1"
+
+
+def beat() -> None:
+    """The child's sign of progress to its parent (a file's mtime, at most once a second); a no-op
+    outside a venv run."""
+    path = os.environ.get(BEAT)
+    if path and time.monotonic() - _last_beat[0] > 1.0:
+        _last_beat[0] = time.monotonic()
+        Path(path).touch()
+
+
+class Stalled(subprocess.TimeoutExpired):
+    """The child made no progress (no :func:`beat`) for ``timeout`` seconds."""
+
+
+def run_group(cmd, input: str = "", timeout: float | None = None, env=None, stall_s: float | None = None,
+              beat_file: Path | None = None, **_kw) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, input=..., capture_output=True, text=True, timeout=...)`` in a process group
+    of its own: at the limit (``TimeoutExpired``), after ``stall_s`` s without a touch of ``beat_file``
+    (:class:`Stalled`) or when interrupted, the whole group is killed, the child's children too."""
+    with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        fin.write(input.encode())
+        fin.seek(0)
+        proc = subprocess.Popen(cmd, stdin=fin, stdout=out, stderr=err, env=env, start_new_session=True)
+        t0 = time.time()
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.time()
+                if timeout is not None and now - t0 > timeout:
+                    raise subprocess.TimeoutExpired(cmd, timeout)
+                try:
+                    last = max(t0, beat_file.stat().st_mtime) if beat_file is not None else now
+                except OSError:
+                    last = t0
+                if stall_s and now - last > stall_s:
+                    raise Stalled(cmd, stall_s)
+        except BaseException:
+            if proc.returncode is None:  # the leader is not reaped yet: the group is still its own
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, code, out.read().decode("utf-8", "replace"),
+                                           err.read().decode("utf-8", "replace"))
 
 
 def request(name: str, source, work_root, batch_size: int, worker_counts, size: int, warmup: int, repeats: int,
@@ -61,7 +121,7 @@ def _versions(name: str) -> dict:
     return out
 
 
-def check_imports(python, names, timeout: float = 300, run_=subprocess.run) -> str:
+def check_imports(python, names, timeout: float = 300, run_=run_group) -> str:
     """"" when ``names`` import in the venv of ``python``, else one line naming the failing import."""
     code = "; ".join(f"import {n}" for n in names)
     try:
@@ -76,8 +136,9 @@ def check_imports(python, names, timeout: float = 300, run_=subprocess.run) -> s
     return f"in its venv ({python}): {lines[-1] if lines else f'exit {r.returncode}'}"
 
 
-def run(python, req: dict, timeout: float = TIMEOUT_S, run_=subprocess.run):
-    """Run ``req`` in the venv of ``python``. Returns ``(Results, info)``; never raises for the child's failure."""
+def run(python, req: dict, timeout: float = TIMEOUT_S, run_=run_group, stall_s: float | None = None):
+    """Run ``req`` in the venv of ``python`` (:func:`run_group`: its process group killed at ``timeout``
+    s, or ``stall_s`` s without progress). Returns ``(Results, info)``; never raises for the child's failure."""
     from feedlab.results import Results
 
     from . import get
@@ -88,12 +149,17 @@ def run(python, req: dict, timeout: float = TIMEOUT_S, run_=subprocess.run):
     env = {**os.environ, IN_VENV: "1",
            "PYTHONPATH": os.pathsep.join([str(_lib_dir()), *filter(None, [os.environ.get("PYTHONPATH")])])}
     with tempfile.TemporaryDirectory(prefix="feedlab-peer-") as tmp:
-        answer = Path(tmp) / "answer.json"
+        answer, beat_file = Path(tmp) / "answer.json", Path(tmp) / "beat"
+        limits = {"stall_s": stall_s, "beat_file": beat_file} if stall_s else {}
         try:
             r = run_([str(python), "-m", "feedlab.peers.remote", str(answer)], input=json.dumps(req),
-                     capture_output=True, text=True, timeout=timeout, env=env)
+                     capture_output=True, text=True, timeout=timeout, env={**env, BEAT: str(beat_file)}, **limits)
+        except Stalled:
+            info["reason"] = (f"its venv's run ({python}) made no progress in {stall_s:g} s: it and its processes "
+                              "were stopped (a hung peer? --timeout 0 waits)")
+            return Results(), info
         except subprocess.TimeoutExpired:
-            info["reason"] = f"its venv's run ({python}) ran past {timeout:.0f} s"
+            info["reason"] = f"its venv's run ({python}) ran past {timeout:.0f} s: it and its processes were stopped"
             return Results(), info
         if not answer.is_file():
             lines = [ln for ln in (r.stderr or r.stdout or "").splitlines() if ln.strip()]

@@ -20,13 +20,16 @@ slots of uint8 ``(batch_size, *lr_shape)`` + ``(batch_size, *hr_shape)`` in one 
 * **Shutdown**: a worker that raises sends its error's one line; the main process stops
   every worker (≤ 1 s: a polite stop, then terminate, then kill) and raises
   ``RingWorkerError`` naming the worker, the batch and the error. A worker that dies
-  without a word (killed, segfault) is noticed within ``poll_s`` and named the same way.
-* **No leaks**: the ring's file is unlinked as soon as every worker has mapped it (so
-  even a killed main process leaves nothing in ``/dev/shm``), and workers are stopped
-  by :meth:`RingLoader.close`, by leaving a ``with`` block, or when the loader is
-  garbage collected.
-* **/dev/shm**: too little free space for the ring is one line naming the size needed
-  and the way out (fewer ``slots``, a smaller batch, ``docker run --shm-size``).
+  without a word (killed, segfault) is named the same way with its exit code or signal,
+  whichever pipe notices it (a ``ChildProcessError``: a command prints its one line).
+* **No leaks**: the ring's file has no name (``O_TMPFILE``; else unlinked once created);
+  workers get its descriptor (inherited, or passed under spawn/forkserver), so even a main
+  process killed during start-up leaves nothing in ``/dev/shm``. Workers are stopped by
+  :meth:`RingLoader.close`, by leaving a ``with`` block, or when the loader is collected.
+* **Room**: every page is reserved before use (``posix_fallocate``: two rings that each fit
+  but not together get an error, not a SIGBUS), and the ring must fit the memory available
+  too. A shortage is one line naming the size needed and the way out (fewer ``slots``, a
+  smaller batch, ``docker run --shm-size``).
 * **Pinned**: with ``pin=True`` (CUDA present) the ring is page-locked once with
   ``cudaHostRegister``, so ``batch.to("cuda", non_blocking=True)`` is an async DMA
   with no second pinned copy.
@@ -37,25 +40,30 @@ the platform's). The dataset is pickled to them under spawn.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import multiprocessing as mp
 import os
+import signal
 import tempfile
 import time
 import traceback
 import weakref
+from multiprocessing.reduction import DupFd
 from typing import Iterator
 
 import numpy as np
+import psutil
 import torch
 
 from feedlab.pipeline.loaders import index_batches
 
 SHM_DIR = "/dev/shm"
+_WAY_OUT, _MORE = "use fewer slots or a smaller batch", ", or give the container more (docker run --shm-size=...)"
 
 
-class RingWorkerError(RuntimeError):
-    """A ring worker failed; the message is one line naming it, the batch and the error."""
+class RingWorkerError(ChildProcessError, RuntimeError):
+    """A ring worker failed or died; the message is one line naming it, the batch and the error."""
 
 
 def _shapes(dataset) -> tuple[tuple, tuple]:
@@ -74,14 +82,51 @@ def shm_free_bytes(path: str = SHM_DIR) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def check_shm(nbytes: int, path: str = SHM_DIR, free: int | None = None) -> str | None:
-    """One line when ``path`` has less than ``nbytes`` free (None: fine or not a thing here)."""
+def check_shm(nbytes: int, path: str = SHM_DIR, free: int | None = None, available: int | None = None) -> str | None:
+    """One line when ``path`` has less than ``nbytes`` free, or the memory available
+    (``psutil.virtual_memory().available``) is less (None: fine or not a thing here)."""
     free = shm_free_bytes(path) if free is None else free
-    if free is None or free >= nbytes:
-        return None
-    return (f"ring: {path} has {free / 2**20:.0f} MiB free, the ring needs {nbytes / 2**20:.0f} MiB "
-            "(slots x batch bytes): use fewer slots or a smaller batch, or give the container more "
-            "(docker run --shm-size=...)")
+    if free is not None and free < nbytes:
+        return (f"ring: {path} has {free / 2**20:.0f} MiB free, the ring needs {nbytes / 2**20:.0f} MiB "
+                f"(slots x batch bytes): {_WAY_OUT}{_MORE}")
+    available = psutil.virtual_memory().available if available is None else available
+    if available < nbytes:
+        return (f"ring: the ring needs {nbytes / 2**20:.0f} MiB of memory (slots x batch bytes, held in {path}) "
+                f"and {available / 2**20:.0f} MiB is available: {_WAY_OUT}")
+    return None
+
+
+def _ring_file(nbytes: int) -> int:
+    """A descriptor of a file in ``/dev/shm`` with no name (nothing to leak), its ``nbytes`` reserved."""
+    where = SHM_DIR if os.path.isdir(SHM_DIR) else tempfile.gettempdir()
+    try:
+        fd = os.open(where, os.O_TMPFILE | os.O_RDWR, 0o600)
+    except (AttributeError, OSError):  # no O_TMPFILE here: a name for a moment
+        fd, path = tempfile.mkstemp(prefix="feedlab-ring-", dir=where)
+        os.unlink(path)
+    try:  # every page now: no SIGBUS later when another ring took them first
+        getattr(os, "posix_fallocate", lambda f, _o, n: os.ftruncate(f, n))(fd, 0, nbytes)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.ENOSPC, errno.ENOMEM):
+            raise
+        raise ValueError(f"ring: {where} has no room for the ring's {nbytes / 2**20:.0f} MiB (slots x batch "
+                         f"bytes; other rings or files hold the rest): {_WAY_OUT}{_MORE}") from None
+    return fd
+
+
+class _RingFd:
+    """The ring's descriptor as a worker's argument: inherited, or passed when pickled (spawn)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        return _RingFd._rebuild, (DupFd(self.fd),)
+
+    @staticmethod
+    def _rebuild(dup) -> "_RingFd":
+        return _RingFd(dup.detach())
 
 
 class _Layout:
@@ -105,14 +150,6 @@ class _Layout:
         return out
 
 
-def _map(path: str, nbytes: int) -> mmap.mmap:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        return mmap.mmap(fd, nbytes)
-    finally:
-        os.close(fd)
-
-
 def _fill(dataset, idx, lr: np.ndarray, hr: np.ndarray) -> None:
     n = len(idx)
     read_batch = getattr(dataset, "read_batch", None)
@@ -127,12 +164,15 @@ def _fill(dataset, idx, lr: np.ndarray, hr: np.ndarray) -> None:
         hr[k] = y.numpy() if isinstance(y, torch.Tensor) else y
 
 
-def _worker(rank: int, dataset, path: str, layout: _Layout, tasks, results) -> None:
+def _worker(rank: int, dataset, ring_fd: _RingFd, layout: _Layout, tasks, results) -> None:
     """Map the ring, say ready, then fill slots until told to stop (``None``)."""
     torch.set_num_threads(1)
     batch = -1
     try:
-        ring = _map(path, layout.nbytes)
+        try:
+            ring = mmap.mmap(ring_fd.fd, layout.nbytes)
+        finally:
+            os.close(ring_fd.fd)
         views = layout.arrays(ring)
         results.send(("ready", rank))
         parent = os.getppid()
@@ -164,16 +204,13 @@ class _Workers:
 
     def __init__(self, dataset, layout: _Layout, num_workers: int, start_method: str | None, timeout_s: float):
         ctx = mp.get_context(start_method)
-        fd, self.path = tempfile.mkstemp(prefix="feedlab-ring-", dir=SHM_DIR if os.path.isdir(SHM_DIR) else None)
         self.procs, self.tasks, self.results = [], [], []
         self.ring = None
         self.nbytes = layout.nbytes
         self.on_stop: list = []
+        fd = _ring_file(layout.nbytes)
         try:
-            os.ftruncate(fd, layout.nbytes)
-            os.close(fd)
-            fd = -1
-            self.ring = _map(self.path, layout.nbytes)
+            self.ring = mmap.mmap(fd, layout.nbytes)
             self.views = layout.arrays(self.ring)
             for v in self.views:  # fault the pages in now, not while timed
                 v[0].fill(0)
@@ -181,7 +218,7 @@ class _Workers:
             for r in range(num_workers):
                 t_recv, t_send = ctx.Pipe(duplex=False)
                 r_recv, r_send = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_worker, args=(r, dataset, self.path, layout, t_recv, r_send),
+                p = ctx.Process(target=_worker, args=(r, dataset, _RingFd(fd), layout, t_recv, r_send),
                                 name=f"feedlab-ring-{r}", daemon=True)
                 p.start()
                 t_recv.close()
@@ -189,7 +226,9 @@ class _Workers:
                 self.procs.append(p)
                 self.tasks.append(t_send)
                 self.results.append(r_recv)
-            for r in range(num_workers):  # every worker has mapped the ring: the name can go
+            os.close(fd)  # every worker has it (or its copy on the way): the mappings keep the pages
+            fd = -1
+            for r in range(num_workers):
                 msg = self._recv(r, timeout_s, batch=-1)
                 if msg[0] != "ready":  # pragma: no cover - protocol
                     raise RingWorkerError(f"ring worker {r}: unexpected first message {msg!r}")
@@ -198,14 +237,6 @@ class _Workers:
                 os.close(fd)
             self.stop()
             raise
-        finally:
-            self._unlink()
-
-    def _unlink(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
     def _recv(self, r: int, timeout_s: float, batch: int, poll_s: float = 0.05):
         conn, proc = self.results[r], self.procs[r]
@@ -224,8 +255,18 @@ class _Workers:
                 break
             if time.monotonic() > deadline:
                 raise RingWorkerError(f"ring worker {r}: no batch {batch} within {timeout_s:.0f} s")
-        raise RingWorkerError(f"ring worker {r} exited (code {proc.exitcode}) before batch {batch} "
-                              "without a word: killed, out of memory or crashed")
+        raise self.died(r, batch)
+
+    def died(self, r: int, batch: int) -> RingWorkerError:
+        """The one line for worker ``r`` gone without a word (its exit code, or the signal that killed it)."""
+        proc = self.procs[r]
+        proc.join(0.5)
+        code = proc.exitcode
+        how = f"exited (code {code})"
+        if code is not None and -code in signal.valid_signals():
+            how = f"was killed by {signal.Signals(-code).name}"
+        return RingWorkerError(f"ring worker {r} {how} before batch {batch} without a word: "
+                               "killed, out of memory or crashed")
 
     def stop(self, grace_s: float = 0.4) -> None:
         while self.on_stop:
@@ -353,6 +394,10 @@ class RingLoader:
             except RingWorkerError:
                 self.close()
             raise
+        except (BrokenPipeError, ConnectionResetError):  # the worker sent batch `sent` is gone
+            err = w.died(sent % nw, sent)
+            self.close()
+            raise err from None
         except BaseException:
             self.close()
             raise

@@ -24,6 +24,9 @@ itself to its share of the cores (:func:`core_shares`; its workers inherit it), 
 its own loader, and times ``epochs`` epochs after ``warmup`` (``timing.run_epoch``); with
 ``sync`` an all-reduce after every batch stands for DDP's gradient all-reduce, so the
 slowest rank sets everyone's step. Rank 0 gathers the ranks' rows into one JSON file.
+The launcher runs in its own process group, stopped with its ranks at ``timeout_s``, when a
+rank makes no progress for ``stall_s`` (a stopped rank, a sample that never arrives: each rank
+beats a file as its batches arrive), on SIGTERM / SIGHUP, and when the caller dies.
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from time import perf_counter
 
@@ -127,6 +133,8 @@ def _rank_main(cfg: dict) -> None:
     from feedlab.timing import run_epoch
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    beat = Path(cfg["out"]).parent / f"beat-{rank}"   # the launcher's sign of life: started, then batches
+    beat.write_text(str(os.getpid()))
     local = int(os.environ.get("LOCAL_RANK", rank))
     cuda = cfg["device"].startswith("cuda") and torch.cuda.is_available()
     if cuda:
@@ -143,16 +151,21 @@ def _rank_main(cfg: dict) -> None:
                                        split=cfg.get("split", "auto"))
     model, _loss, opt = P.make_training(spec.model, device)
     flag = torch.zeros(1, device=device)
+    last = [perf_counter()]
 
-    def step_sync(_i, _batch):
-        dist.all_reduce(flag)
+    def step(_i, _batch):
+        if cfg["sync"]:
+            dist.all_reduce(flag)
+        if perf_counter() - last[0] > 1.0:
+            last[0] = perf_counter()
+            beat.write_text(str(os.getpid()))
 
     rows = []
     for e in range(cfg["warmup"] + cfg["epochs"]):
         shuffle_s = reshuffle_s(sampler, e)
         dist.barrier()
-        et = run_epoch(loader, model, device, opt, max_batches=cfg.get("max_batches"),
-                       on_batch=step_sync if cfg["sync"] else None, main_threads=None)
+        et = run_epoch(loader, model, device, opt, max_batches=cfg.get("max_batches"), on_batch=step,
+                       main_threads=None)
         dist.barrier()
         if e >= cfg["warmup"]:
             rows.append({"rank": rank, "epoch": e, "cores": share, "split": sampler.split,
@@ -174,9 +187,12 @@ def _rank_main(cfg: dict) -> None:
 
 def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int = 1, seed: int = 0,
            max_batches: int | None = None, sync: bool = True, record_indices: bool = False,
-           cores: list[int] | None = None, timeout_s: float = 600, split: str = "auto") -> dict:
+           cores: list[int] | None = None, timeout_s: float | None = 600, split: str = "auto",
+           stall_s: float | None = None) -> dict:
     """Launch ``ranks`` ranks on this host; returns :func:`summarize_ranks` of their rows.
-    ``split`` as in :func:`make_rank_loader` (``out["split"]`` says which the ranks used)."""
+    ``split`` as in :func:`make_rank_loader` (``out["split"]`` says which the ranks used).
+    ``timeout_s`` bounds the whole launch, ``stall_s`` a rank without a batch (None: no bound);
+    past either the launcher and every rank are stopped and ``TimeoutError`` says which rank."""
     if ranks < 1:
         raise ValueError(f"ranks {ranks}: need >= 1")
     if not Path(data).exists():
@@ -189,9 +205,10 @@ def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int 
                "record_indices": record_indices, "cores": cores, "out": str(out), "split": split}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
                "-m", "feedlab.scale.ranks", json.dumps(cfg)]
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+               "TMPDIR": tmp}  # what torchrun leaves (torchelastic_*, when stopped) goes with the launch
         t = perf_counter()
-        code, text = _run_launcher(cmd, env, Path(tmp), timeout_s)
+        code, text = _run_launcher(cmd, env, Path(tmp), timeout_s, ranks, stall_s)
         launch_s = perf_counter() - t
         if code != 0 or not out.is_file():
             raise ChildProcessError(f"{ranks} ranks via torch.distributed.run failed: {failed_rank(text, code)}")
@@ -219,18 +236,14 @@ def _alive_ranks(tmp: Path) -> list[int]:
 def _stop(proc: subprocess.Popen, tmp: Path, grace_s: float = 10.0) -> None:
     """Stop the launcher and every rank: SIGTERM to the launcher's process group (it passes it
     on to its ranks), then SIGKILL to whatever is left of the group and of the ranks."""
-    import signal
 
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for pid in _alive_ranks(tmp):
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        for pid in [-proc.pid, *_alive_ranks(tmp)]:
+            for s in (sig, signal.SIGCONT):  # a stopped process acts on its SIGTERM once continued
+                try:
+                    os.kill(pid, s)
+                except (ProcessLookupError, PermissionError):
+                    pass
         try:
             proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:
@@ -240,21 +253,91 @@ def _stop(proc: subprocess.Popen, tmp: Path, grace_s: float = 10.0) -> None:
     proc.wait()
 
 
-def _run_launcher(cmd: list[str], env: dict, tmp: Path, timeout_s: float) -> tuple[int, str]:
+def _stalled(tmp: Path, ranks: int, since: float, stall_s: float) -> str | None:
+    """One line when no rank made progress (its beat) for ``stall_s`` seconds, naming the rank
+    that holds them up (stopped, in uninterruptible IO, else the one silent longest); else None."""
+    now, ages = time.time(), {}
+    for r in range(ranks):
+        try:
+            ages[r] = now - max(since, (tmp / f"beat-{r}").stat().st_mtime)
+        except OSError:
+            ages[r] = now - since
+    if min(ages.values()) <= stall_s:
+        return None
+    late = max(ages, key=ages.get)
+    how = f"had no batch for {ages[late]:.0f} s"
+    for r in range(ranks):  # a rank stopped (SIGSTOP, a debugger) or in uninterruptible IO is the one
+        try:
+            pid = int((tmp / f"beat-{r}").read_text())
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        if state in ("T", "t", "D"):
+            late, how = r, ("is stopped (SIGSTOP?)" if state in ("T", "t") else "is stuck in uninterruptible IO")
+            break
+    return f"ranks: no progress in {stall_s:g} s: rank {late} {how}"
+
+
+class _Signalled(BaseException):
+    """SIGTERM or SIGHUP while the ranks ran (raised by the handler :func:`_run_launcher` installs)."""
+
+
+def _on_signals(handler) -> dict:
+    """``handler`` for SIGTERM and SIGHUP where they have their default action (never over one
+    that is ignored, as under nohup, or someone else's); returns what to restore."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, _raise_signalled):
+            old[sig] = signal.signal(sig, handler)
+    return old
+
+
+def _raise_signalled(signum, _frame):
+    raise _Signalled(signum)
+
+
+def _run_launcher(cmd: list[str], env: dict, tmp: Path, timeout_s: float | None, ranks: int = 1,
+                  stall_s: float | None = None) -> tuple[int, str]:
     """Run the launcher in its own process group (a Ctrl-C reaches only us, and we stop the
-    launcher and its ranks together: no rank outlives it). Returns ``(exit code, output)``."""
+    launcher and its ranks together: no rank outlives it, nor us: SIGTERM / SIGHUP stop them
+    first, and the launcher gets SIGTERM when we die). Returns ``(exit code, output)``."""
     log = tmp / "launcher.log"
     with open(log, "w+b") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        start, t0 = time.time(), time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=lambda: _pdeathsig(signal.SIGTERM))
+        old: dict = {}
         try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+            old = _on_signals(_raise_signalled)
+            while True:
+                try:
+                    code = proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                late = _stalled(tmp, ranks, start, stall_s) if stall_s else None
+                if late is None and timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                    late = f"ranks: no result in {timeout_s:g} s"
+                if late:
+                    _on_signals(signal.SIG_IGN)
+                    _stop(proc, tmp)
+                    raise TimeoutError(f"{late}: the launcher and its ranks were stopped (a rank stuck on a "
+                                       "sample? try `python -m data_prep verify DATA`)")
+        except _Signalled as sig:
+            _on_signals(signal.SIG_IGN)
             _stop(proc, tmp)
-            raise TimeoutError(f"ranks: no result in {timeout_s:g} s: the launcher and its ranks were stopped "
-                               "(a rank stuck on a sample? try `python -m data_prep verify DATA`)") from None
-        except BaseException:  # KeyboardInterrupt, SIGTERM turned into an exception: stop them all
+            name = signal.Signals(sig.args[0]).name
+            print(f"ranks: {name}: the launcher and its ranks were stopped", file=sys.stderr)
+            raise SystemExit(128 + sig.args[0]) from None
+        except BaseException:  # KeyboardInterrupt, an error of ours: stop them all
+            _on_signals(signal.SIG_IGN)
             _stop(proc, tmp)
             raise
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
         if _alive_ranks(tmp):
             _stop(proc, tmp)
         fh.seek(0)
@@ -266,7 +349,6 @@ def failed_rank(text: str, code: int) -> str:
     """One line naming the rank that failed first and how: the signal that killed it, or its
     exit status and its last error line (read from torchrun's "Root Cause" report)."""
     import re
-    import signal
 
     root = text.split("Root Cause", 1)[1] if "Root Cause" in text else text
     m = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", root, re.S)
@@ -329,15 +411,19 @@ def render(out: dict) -> str:
     return "\n".join(lines)
 
 
-def _die_with_parent(tmp: Path) -> None:
-    """A rank ends when its launcher does (``PR_SET_PDEATHSIG``), and says where it runs."""
+def _pdeathsig(sig: int) -> None:
+    """This process gets ``sig`` when its parent dies (``PR_SET_PDEATHSIG``; Linux)."""
     import ctypes
-    import signal
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig))
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         pass
+
+
+def _die_with_parent(tmp: Path) -> None:
+    """A rank ends when its launcher does (``PR_SET_PDEATHSIG``), and says where it runs."""
+    _pdeathsig(signal.SIGKILL)
     if os.getppid() == 1:  # the launcher is already gone
         os._exit(1)
     try:
