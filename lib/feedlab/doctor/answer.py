@@ -37,21 +37,62 @@ def code_line(setting: str, value, rep: dict) -> str:
     return f"{setting}={value}"
 
 
-def _gain(a: dict) -> str:
-    if a.get("measured_gain") is not None and math.isfinite(a["measured_gain"]):
-        return f"×{a['measured_gain']:.2f} measured (×{a['expected_gain']:.2f} predicted)"
-    return f"×{a['expected_gain']:.2f} predicted"
+# the field's words for how input-bound a job is, by the share of the loop spent outside the step
+# (TensorFlow's profiler and the loaders' guides: under 5% not, 5-20% moderately, 20% or more highly)
+FIELD = ((0.05, "not input-bound"), (0.20, "moderately input-bound"), (math.inf, "highly input-bound"))
+
+
+def field_words(share: float) -> str:
+    return next(words for bound, words in FIELD if share < bound)
+
+
+def headspace(rep: dict) -> dict | None:
+    """The most any loader change can give: the step alone (timed on a cached batch, loading removed)
+    over the pipeline measured end to end; and the share of the loop outside the step, in the field's
+    words. None without a measured step or an end-to-end rate."""
+    step = next((r for r in rep.get("stages") or [] if r.get("stage") == "model" and r.get("s_per_sample")), None)
+    meas = rep.get("measured_samples_per_s")
+    if not step or not meas or not math.isfinite(meas) or meas <= 0:
+        return None
+    step_rate = 1.0 / step["s_per_sample"]
+    share = max(0.0, 1.0 - meas / step_rate)
+    return {"step_samples_per_s": step_rate, "most": max(1.0, step_rate / meas), "input_share": share,
+            "words": field_words(share)}
+
+
+def headspace_line(rep: dict) -> str | None:
+    h = headspace(rep)
+    if h is None:
+        return None
+    return (f"the most any loader change can give here: ×{h['most']:.2f} (your step alone, loading removed: "
+            f"{fmt_rate(h['step_samples_per_s'])} samples/s; end to end {fmt_rate(rep['measured_samples_per_s'])}); "
+            f"{h['words']}: {100 * h['input_share']:.0f}% of the loop is outside the step (under 5% not, 5–20% "
+            f"moderately, 20% or more highly input-bound)")
+
+
+def _gain(a: dict, most: float | None = None) -> str:
+    share = ""
+    g = a.get("measured_gain") if a.get("measured_gain") is not None and math.isfinite(a["measured_gain"]) else None
+    if most is not None and most > 1.0:
+        share = f", {100 * (min(g or a['expected_gain'], most) - 1) / (most - 1):.0f}% of the most possible"
+    if g is not None:
+        return f"×{g:.2f} measured (×{a['expected_gain']:.2f} predicted{share})"
+    return f"×{a['expected_gain']:.2f} predicted{share}"
 
 
 def top_changes(rep: dict, n: int = 3) -> list[dict]:
     """The best change per setting, best first, at most ``n``: advice (input side) and
     step-side changes measured faster, each ``{what, gain, code, gain_value}``."""
     best: dict[str, dict] = {}
-    for a in rep.get("advice") or []:
+    h = headspace(rep)
+    loader_advice = rep.get("advice") or []
+    if h is not None and h["words"] == "not input-bound":
+        loader_advice = []   # the step bounds the loop: no loader change is a gain here (headspace_line says so)
+    for a in loader_advice:
         g = a.get("measured_gain") or a["expected_gain"]
         if a["setting"] not in best or g > best[a["setting"]]["gain_value"]:
-            best[a["setting"]] = {"what": f"{a['setting']} = {a['value']}", "gain": _gain(a), "gain_value": g,
-                                  "code": code_line(a["setting"], a["value"], rep)}
+            best[a["setting"]] = {"what": f"{a['setting']} = {a['value']}", "gain": _gain(a, h and h["most"]),
+                                  "gain_value": g, "code": code_line(a["setting"], a["value"], rep)}
     for s in rep.get("step_changes") or []:
         if s.get("kept"):
             what = f"threads = {s['threads']}" if s["change"] == "threads" else s["change"].replace("_", " ")
@@ -91,9 +132,9 @@ def answer_lines(rep: dict) -> list[str]:
     lines = [f"VERDICT: {rep.get('verdict') or 'not measured'} — bounded by {rep.get('bound_stage') or '—'} "
              f"({rep.get('binding_term') or '—'}); predicted {fmt_rate(pred)} samples/s, "
              f"measured {fmt_rate(meas) if meas else 'not measured'}"]
-    h = headroom_line(rep)
-    if h:
-        lines.append(h)
+    for line in (headspace_line(rep), headroom_line(rep)):
+        if line:
+            lines.append(line)
     changes = top_changes(rep)
     if changes:
         lines.append("what to change (each alone; best first):")

@@ -1,0 +1,47 @@
+"""Every answer states the most a loader change can give (the step alone, loading removed, over the
+pipeline end to end) in the field's words, shows each advised change as a share of it, and advises
+no loader change on a job the step bounds."""
+
+from __future__ import annotations
+
+from feedlab.doctor import answer as A
+
+
+def _rep(step_s_per_sample, measured, advice=None, verdict="data-bound"):
+    return {"verdict": verdict, "bound_stage": "decode", "binding_term": "decode", "num_workers": 2,
+            "measured_samples_per_s": measured, "predicted_samples_per_s": measured, "end_to_end": [],
+            "stages": [{"stage": "decode", "s_per_sample": 0.001},
+                       {"stage": "model", "s_per_sample": step_s_per_sample}],
+            "advice": advice or [{"setting": "num_workers", "value": 8, "expected_gain": 1.5}],
+            "data": "DIR", "cuda": False}
+
+
+def test_the_field_words_follow_the_share_outside_the_step():
+    assert [A.field_words(s) for s in (0.0, 0.049, 0.05, 0.19, 0.2, 0.9)] == [
+        "not input-bound", "not input-bound", "moderately input-bound", "moderately input-bound",
+        "highly input-bound", "highly input-bound"]
+
+
+def test_a_starving_job_reads_its_headspace_and_each_change_as_a_share_of_it():
+    rep = _rep(1 / 1000, 400.0)   # the step alone: 1,000 samples/s; end to end 400
+    h = A.headspace(rep)
+    assert round(h["most"], 2) == 2.5 and h["words"] == "highly input-bound" and round(h["input_share"], 2) == 0.6
+    lines = A.answer_lines(rep)
+    assert any(x.startswith("the most any loader change can give here: ×2.50") and "highly input-bound" in x
+               for x in lines)
+    assert any("num_workers = 8: ×1.50 predicted, 33% of the most possible" in x for x in lines)
+
+
+def test_a_job_the_step_bounds_gets_no_loader_change_however_much_it_was_predicted():
+    rep = _rep(1 / 100, 98.0, advice=[{"setting": "num_workers", "value": 0, "expected_gain": 2.37}],
+               verdict="compute-bound")
+    lines = A.answer_lines(rep)
+    assert any("not input-bound: 2% of the loop is outside the step" in x for x in lines)
+    assert not any("num_workers = 0" in x for x in lines)
+    assert any(x.startswith("what to change: no single change") for x in lines)
+
+
+def test_without_a_step_there_is_no_headspace_line():
+    rep = _rep(None, 400.0)
+    rep["stages"] = [r for r in rep["stages"] if r["stage"] != "model"]
+    assert A.headspace(rep) is None and not any("the most any" in x for x in A.answer_lines(rep))
