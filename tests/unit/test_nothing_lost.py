@@ -22,7 +22,7 @@ import data_prep
 from data_prep import DataPrepError
 from feedlab import formats as F
 from feedlab.errors import ChecksumError, SampleError, one_line, strict_json
-from feedlab.formats._common import sweep_orphans, write_json_atomic
+from feedlab.formats._common import _remove, sweep_orphans, write_json_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = dict(log=lambda _m: None)
@@ -175,7 +175,7 @@ def test_sweep_removes_only_our_dead_and_old_temporaries(tmp_path):
     removed = {p.name for p in sweep_orphans(tmp_path)}
     assert removed == {n for n, gone in names.items() if gone}
     assert (tmp_path / young).exists()
-    shutil.rmtree(tmp_path / young)
+    _remove(tmp_path / young)  # and off the registry
 
 
 def test_sigterm_is_handled_like_sigint(tmp_path):
