@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from feedlab.errors import FormatError
-from feedlab.formats._common import MANIFEST, _remove, read_manifest, replace_path, tmp_sibling
+from feedlab.formats._common import MANIFEST, _remove, read_manifest, release, replace_path, tmp_sibling
 
 from .errors import DataPrepError
 
@@ -78,6 +78,7 @@ def install(tmp: Path, out: Path, kind: str, mode: str) -> None:
         if out.is_dir():
             out.rmdir()  # empty: checked just before
         os.replace(tmp, out)
+        release(tmp)
         return
     if mode == "replace":
         old_names = _set_entries(kind, read_manifest(out))
@@ -106,3 +107,4 @@ def install(tmp: Path, out: Path, kind: str, mode: str) -> None:
     for p in entries:
         os.replace(p, out / p.name)
     tmp.rmdir()
+    release(tmp)

@@ -17,6 +17,7 @@ from feedlab.formats._common import (
     MANIFEST,
     checksum_rows,
     read_manifest,
+    release,
     sweep_orphans,
     tmp_sibling,
     write_json_atomic,
@@ -207,6 +208,7 @@ def add_checksums(root, ref: "_Reference | None" = None, *, log: Callable[[str],
         os.replace(tmp, root / CHECKSUMS)
     finally:
         tmp.unlink(missing_ok=True)
+        release(tmp)
     man = read_manifest(root)
     man["checksums"] = CHECKSUMS_ENTRY
     write_json_atomic(root / MANIFEST, man)

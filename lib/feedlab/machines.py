@@ -79,6 +79,12 @@ def machine_key(fp: dict | None = None) -> str:
     return f"{count}{short}-{cores}c"
 
 
+def key_has_gpu(key: str) -> bool:
+    """A machine key names a GPU unless it is ``cpu-...`` (what :func:`machine_key` gives a
+    machine without one)."""
+    return not key.startswith("cpu-")
+
+
 # --------------------------------------------------------------------------
 # worker counts written against the core count
 # --------------------------------------------------------------------------

@@ -7,6 +7,7 @@ tests all start from here, so the workbook works from any working directory.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -97,3 +98,34 @@ def rel(path: str | os.PathLike) -> str:
         return str(p.resolve().relative_to(REPO_ROOT)) or "."
     except (ValueError, OSError):
         return str(p)
+
+
+def scrub_data_paths(text: str) -> str:
+    """``text`` (what a command printed) with each absolute path that leads to a ``data/<set>`` folder
+    (``/root/repo/data/sr64/lmdb``) from its ``data/`` on, as the repository names the set, not the
+    machine that ran it (the README quotes the doctor so). One pass over each word, linear in its
+    length (a regular expression with a lazy ``\\S*?`` before ``/data/`` went quadratic on a long
+    word of slashes)."""
+    return re.sub(r"\S+", lambda m: _scrub_word(m.group()), text)
+
+
+def _scrub_word(word: str) -> str:
+    out, i, n = [], 0, len(word)
+    start = word.find("/")
+    while start != -1:
+        if start and (word[start - 1].isalnum() or word[start - 1] in "_."):  # inside a name: not a path's start
+            start = word.find("/", start + 1)
+            continue
+        k = word.find("/data/", start + 1)
+        while k != -1 and (k + 6 >= n or word[k + 6] == "/"):
+            k = word.find("/data/", k + 1)
+        if k == -1:
+            break  # no set named after this start, nor after any later one in this word
+        end = k + 6
+        while end < n and word[end] != "/":
+            end += 1
+        out.append(word[i:start] + word[k + 1:end])
+        i = end
+        start = word.find("/", end)
+    out.append(word[i:])
+    return "".join(out)

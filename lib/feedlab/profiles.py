@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from feedlab.machines import WORKER_KEYS, expand_workers, machine_key, usable_cores
+from feedlab.machines import WORKER_KEYS, expand_workers, machine_key, usable_cores, worker_cap
 from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir, rel, writes_committed
 
 PROFILES = ("smoke", "quick", "full", "gpu")
@@ -206,6 +206,23 @@ def check_values(notebook: str, values: dict) -> None:
         for x in items:
             if isinstance(x, bool) or not isinstance(x, int) or x < low:
                 raise ValueError(f"{notebook}: {key}={v!r}: each value must be an integer >= {low}")
+    check_workers(values, f"{notebook}: ", values.get("cores"))
+
+
+def check_workers(values: dict, where: str = "", cores: int | None = None) -> None:
+    """``ValueError`` naming a worker-count parameter (:data:`~feedlab.machines.WORKER_KEYS`) with a
+    count over :func:`~feedlab.machines.worker_cap`: the cap bench and the doctor keep holds for a
+    notebook's parameters too (``feedlab.run -p worker_counts "[3000]"`` is refused before anything runs)."""
+    cores = usable_cores() if cores is None else int(cores)
+    cap = worker_cap(cores)
+    for key in WORKER_KEYS:
+        if values.get(key) is None:
+            continue
+        counts = expand_workers(values[key], cores, key)
+        for x in counts if isinstance(counts, list) else [counts]:
+            if x > cap:
+                raise ValueError(f"{where}{key}={values[key]!r}: {x} workers is over the cap of {cap} (4 per "
+                                 "usable core, at least 16; FEEDLAB_MAX_WORKERS sets another)")
 
 
 def _start_load_watch() -> None:

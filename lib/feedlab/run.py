@@ -13,7 +13,10 @@ Each executed notebook is kept beside its figures (``figures/<name>/<name>.execu
 as the record of the run. A notebook runs into a temporary folder beside its record; only a
 run that ends well replaces the record, whole, in one rename (a failed one is kept under
 ``runs/failed/<name>/``); a second run of the same notebook into the same folder refuses.
-``-p out_dir DIR`` takes one notebook (``--out-root DIR`` several: ``DIR/<name>/``). The data the notebooks need is built first if missing.
+``--out-root DIR`` writes each notebook's record in ``DIR/<name>/``; ``-p out_dir DIR`` one notebook's
+in DIR. A folder that holds anything but that notebook's record, or lies inside ``figures/``
+elsewhere than the runner's own folder, is refused before anything runs; only the files a record
+consists of are replaced (:func:`feedlab.run_record.check_destination`). The data the notebooks need is built first if missing.
 Exits non-zero naming the notebook and the cell that failed. ``--dry-run`` prints,
 per notebook, the parameters it would run with once the profile is resolved for this
 machine (``--cores N`` pretends N usable cores), and runs nothing. ``--tar FILE``
@@ -43,7 +46,7 @@ import yaml
 from feedlab.machines import machine_key
 from feedlab.nbparams import notebook_parameters
 from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV
-from feedlab.profiles import PROFILES, choose_profile, profile_values
+from feedlab.profiles import PROFILES, check_workers, choose_profile, profile_values
 from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline and the margins re-exported)
     MIN_START_S,
     STOP_MARGIN_S,
@@ -64,8 +67,10 @@ from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline
 from feedlab.run_plan import plan, planned_machine_key, print_plan  # noqa: F401  (re-exported)
 from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's record, tests use them here)
     RunLocked,
+    check_destination,
     check_tar_dest,
     destination,
+    install_record,
     keep_failed,
     run_lock,
     tar_results,
@@ -176,12 +181,13 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
     :class:`NotebookStopped`); an interrupted one is removed. The old record stays as it was."""
     import papermill as pm
 
-    from feedlab.formats._io import _remove, replace_path, sweep_orphans, tmp_sibling
+    from feedlab.formats._io import _remove, sweep_orphans, tmp_sibling
 
     name = nb.stem
     final = destination(name, profile, params, out_root)
     final.parent.mkdir(parents=True, exist_ok=True)
     with run_lock(final):
+        check_destination(name, profile, params, out_root)  # again, under the lock
         sweep_orphans(final.parent)
         tmp = tmp_sibling(final)
         tmp.mkdir()
@@ -194,7 +200,8 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
         before_pids, t0 = {p.pid for p in descendants()}, time.perf_counter()
         try:
             try:
-                with limit(limit_s, snapshot=lambda: read_notebook(executed)):
+                with limit(limit_s, snapshot=lambda: read_notebook(executed),
+                           stop=lambda procs: stop_processes([p for p in procs if p.pid not in before_pids])):
                     pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
                                         cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name),
                                         log_output=False, **kernel_options())
@@ -211,7 +218,7 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
             from feedlab.findings import add_findings
 
             add_findings(executed)  # what this run found, as the notebook's first cell
-            replace_path(tmp, final)
+            install_record(tmp, final, name, whole=bool(out_root) or not params.get("out_dir"))
         except NotebookStopped:
             raise
         except Exception as exc:
@@ -360,14 +367,18 @@ def _main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
     if params.get("out_dir") and len(notebooks) > 1 and not args.data_only:
         ap.error(f"-p out_dir {params['out_dir']} names one folder for {len(notebooks)} notebooks: each would "
-                 "replace the last one's results; use --out-root DIR (DIR/<notebook>/) or --only one notebook")
+                 "replace the last one's results; use --out-root DIR (each notebook's record in a folder of its "
+                 "own, DIR/<notebook>/)")
     if args.tar is not None and not args.data_only:
         check_tar_dest(args.tar.expanduser().resolve())
     try:
         limits = notebook_limits(notebooks, args.limit_s)
     except ValueError as exc:
         ap.error(str(exc))
+    check_workers(params, "-p ")  # a worker count over the cap is refused here, not in a notebook's cell
     params_for = plan_parameters(notebooks, params) if not args.data_only else {}
+    for nb, given in params_for.items():  # a folder that is not the runner's own: refused before anything runs
+        check_destination(nb.stem, profile, given, args.out_root)
     if not args.no_data and not params.get("data_root"):
         prepare_data(profile)  # with data_root, notebooks build only the built-in data they use
     if args.data_only:

@@ -49,12 +49,16 @@ def descendants() -> list:
 
 
 @contextmanager
-def limit(seconds: float | None, snapshot=None) -> Iterator[None]:
+def limit(seconds: float | None, snapshot=None, stop=None) -> Iterator[None]:
     """Raise :class:`NotebookLimit` in the main thread once ``seconds`` have passed (None or
     <= 0: no limit). SIGALRM's timer; on the way out the handler and any timer that was set
     before (what is left of it) are put back. ``snapshot()`` is called at the alarm, before
     anything unwinds (the kernel client's clean-up interrupts the running cell and marks it
-    finished): its value rides on the exception, with the descendants then."""
+    finished): its value rides on the exception, with the descendants then. ``stop(procs)``
+    is called next, with those descendants, before anything unwinds: a kernel stopped there
+    is not shut down by the client's clean-up, whose shutdown would close the kernel's sockets
+    under the cell's reply (ipykernel then prints a ``ZMQError: Socket operation on
+    non-socket`` traceback wall on every stopped run; the runner's STOPPED line says it all)."""
     if not seconds or seconds <= 0:
         yield
         return
@@ -64,7 +68,10 @@ def limit(seconds: float | None, snapshot=None) -> Iterator[None]:
             taken = snapshot() if snapshot is not None else None
         except Exception:  # a half-written file: the record says it could not read one
             taken = None
-        raise NotebookLimit(seconds, taken, descendants())
+        procs = descendants()
+        if stop is not None:
+            stop(procs)
+        raise NotebookLimit(seconds, taken, procs)
 
     import time
 

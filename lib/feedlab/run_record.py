@@ -1,6 +1,9 @@
-"""The runner's records: where a notebook's record lands (:func:`destination`), one run at a
-time into it (:func:`run_lock`), a failed run's folder kept outside the committed results
-(:func:`keep_failed`), and this machine's results carried in one tar (:func:`tar_results`,
+"""The runner's records: where a notebook's record lands (:func:`destination`), checked before
+anything runs (:func:`check_destination`: a folder holding anything but that notebook's record, a
+folder inside ``figures/`` that is not the runner's own layout, a gpu run into a machine folder
+without a GPU are refused), put in place without touching anything else (:func:`install_record`),
+one run at a time into it (:func:`run_lock`), a failed run's folder kept outside the committed
+results (:func:`keep_failed`), and this machine's results carried in one tar (:func:`tar_results`,
 checked writable before anything runs: :func:`check_tar_dest`), and the figure files a record's
 cells saved but did not display shown in it (:func:`show_figure_files`). Used by :mod:`feedlab.run`."""
 
@@ -14,8 +17,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from feedlab.machines import machine_key
-from feedlab.paths import figure_dir
+from feedlab.machines import key_has_gpu, machine_key
+from feedlab.paths import FIGURES_DIR, figure_dir, rel
 from feedlab.results import _atomic_write_text
 
 
@@ -60,6 +63,84 @@ def destination(name: str, profile: str, params: dict, out_root: Path | None) ->
         return Path(params["out_dir"])
     return figure_dir(name, "", profile, create=False, committed=True,  # the runner's own folder
                       machine=machine_key())
+
+
+#: the files a notebook's record holds besides ``<name>.executed.ipynb``: its tables and payloads
+#: (``results.csv``, ``results.json``, ``fingerprint.json``, ``STOPPED.json``, a notebook's own
+#: ``*.csv`` / ``*.json``) and its figures (``*.png``, ``*.svg``: ``plots.save_figure``)
+RECORD_SUFFIXES = (".json", ".csv", ".png", ".svg")
+
+
+def is_record_file(name: str, path: Path) -> bool:
+    """``path`` is a file a record of notebook ``name`` consists of (a plain file, not a link or folder)."""
+    return (path.is_file() and not path.is_symlink() and not path.name.startswith(".")
+            and (path.name == f"{name}.executed.ipynb" or path.suffix in RECORD_SUFFIXES))
+
+
+def record_problem(name: str, final: Path) -> str:
+    """"" where ``final`` may take notebook ``name``'s record: missing, empty, or a record of that
+    notebook (its executed notebook and record files, nothing else); otherwise one line naming
+    the folder, what it holds and what to do."""
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        return f"{rel(final)} is not a folder: give a new or empty folder for {name}'s record"
+    entries = sorted(final.iterdir()) if final.is_dir() else []
+    foreign = [p.name + ("/" if p.is_dir() else "") for p in entries if not is_record_file(name, p)]
+    if not entries or (not foreign and (final / f"{name}.executed.ipynb").is_file()):
+        return ""
+    what = (", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")) if foreign \
+        else "files but no record"
+    return (f"{rel(final)} holds {what}, not a record of {name}: the runner replaces only its own records "
+            f"and never removes what it did not write; give a new or empty folder, or --out-root DIR "
+            f"(it writes DIR/{name}/)")
+
+
+def check_destination(name: str, profile: str, params: dict, out_root: Path | None) -> Path:
+    """Where ``name``'s record would land, refused (``ValueError``, one line) before anything runs
+    when the folder holds anything that is not a record of that notebook; when ``--out-root`` or
+    ``-p out_dir`` lies inside ``figures/`` elsewhere than the runner's own folder for this run
+    (``figures/<notebook>/<machine>/``, never for a smoke run); when a gpu-profile run would
+    write the folder of a machine without a GPU (this machine's committed CPU records)."""
+    final = destination(name, profile, params, out_root)
+    flag = f"--out-root {out_root}" if out_root else f"-p out_dir {params['out_dir']}" if params.get("out_dir") else ""
+    key = machine_key()
+    inside = final.resolve().is_relative_to(FIGURES_DIR.resolve())
+    if flag and inside:
+        own = figure_dir(name, "", profile, create=False, committed=True, machine=key)
+        if final.resolve() != own.resolve():
+            raise ValueError(f"{flag}: {rel(final)} lies inside figures/, where the runner writes only its own "
+                             f"folder for this run ({rel(own)}); leave {flag.split()[0]} out to write there, "
+                             f"or give a folder outside figures/")
+    if profile == "gpu" and inside and not key_has_gpu(key):
+        raise ValueError(f"--profile gpu on {key}, a machine without a GPU: it would replace {rel(final)} "
+                         "(this machine's committed records); run it on a GPU machine, or give --out-root DIR "
+                         "outside figures/")
+    why = record_problem(name, final)
+    if why:
+        raise ValueError(why)
+    return final
+
+
+def install_record(tmp: Path, final: Path, name: str, whole: bool) -> None:
+    """Put a finished run's folder ``tmp`` at ``final``. ``whole`` (a folder the runner names
+    itself: its figure folder, ``--out-root``'s ``DIR/<name>/``) or a missing ``final``: in
+    one rename. A folder the user named (``-p out_dir``) is kept: its old record files (all it
+    holds, checked again here) are replaced file by file."""
+    from feedlab.formats._io import release, replace_path
+
+    why = record_problem(name, final)
+    if why:  # changed while the notebook ran: this run is kept as a failed one
+        raise ValueError(why)
+    if whole or not final.exists():
+        replace_path(tmp, final)
+        return
+    new = {p.name for p in tmp.iterdir()}
+    for p in final.iterdir():
+        if p.name not in new and is_record_file(name, p):
+            p.unlink()
+    for p in tmp.iterdir():
+        os.replace(p, final / p.name)
+    tmp.rmdir()
+    release(tmp)
 
 
 @contextmanager

@@ -22,7 +22,7 @@ import data_prep
 from data_prep import DataPrepError
 from feedlab import formats as F
 from feedlab.errors import ChecksumError, SampleError, one_line, strict_json
-from feedlab.formats._common import sweep_orphans, write_json_atomic
+from feedlab.formats._common import _remove, sweep_orphans, write_json_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = dict(log=lambda _m: None)
@@ -158,18 +158,24 @@ def test_writers_stop_an_iterator_that_outlives_its_length(sr_reference, tmp_pat
 
 
 def test_sweep_removes_only_our_dead_and_old_temporaries(tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    # temporaries a feedlab process made (registered by tmp_sibling), that process gone
+    made = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path\n"
+                           "from feedlab.formats._io import tmp_sibling\n"
+                           "for final, kind in (('sr64', 'tmp'), ('lmdb', 'old'), ('young', 'tmp')):\n"
+                           "    t = tmp_sibling(Path(sys.argv[1]) / final, kind); t.mkdir(); print(t.name)",
+                           str(tmp_path)], capture_output=True, text=True, env=_env(), timeout=60, check=True)
+    ours, young = made.stdout.split()[:2], made.stdout.split()[2]
+    dead_pid = int(ours[0].split("-")[-2])
     old = time.time() - 3600
-    names = {f"sr64.tmp-{dead.pid}-abcdef": True, f"lmdb.old-{dead.pid}-0a1b2c": True,
-             f"sr64.tmp-{os.getppid()}-abcdef": False, "sr64.tmp-notes": False, "photos": False}
+    names = {**{n: True for n in ours}, f"sr64.tmp-{os.getppid()}-abcdef": False, "sr64.tmp-notes": False,
+             "photos": False, f"thesis.tmp-{dead_pid}-abcdef": False}  # the right shape, not ours
     for n in names:
-        (tmp_path / n).mkdir()
+        (tmp_path / n).mkdir(exist_ok=True)
         os.utime(tmp_path / n, (old, old))
-    (tmp_path / f"young.tmp-{dead.pid}-abcdef").mkdir()
     removed = {p.name for p in sweep_orphans(tmp_path)}
     assert removed == {n for n, gone in names.items() if gone}
-    assert (tmp_path / f"young.tmp-{dead.pid}-abcdef").exists()
+    assert (tmp_path / young).exists()
+    _remove(tmp_path / young)  # and off the registry
 
 
 def test_sigterm_is_handled_like_sigint(tmp_path):

@@ -27,6 +27,7 @@ from feedlab.formats._io import (  # noqa: F401  (re-exported: writers and data_
     max_file_bytes,
     open_regular,
     read_regular,
+    release,
     replace_path,
     sweep_orphans,
     tmp_sibling,

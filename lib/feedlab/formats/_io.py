@@ -1,13 +1,17 @@
 """Writing to disk without leaving anything half-written, and without touching what is not ours.
 
 Temporaries are siblings named ``<name>.tmp-<pid>-<6 hex>`` (``.old-`` for a replaced
-set), swapped into place atomically; ``sweep_orphans`` removes only such names whose
-process is gone; files are created with the process umask (shareable data sets).
+set), swapped into place atomically; each is entered in a registry (``runs/temps/``, one
+small file per temporary) when its name is made, and ``sweep_orphans`` removes only
+registered ones whose process is gone, never a name by its shape alone (a user's
+``thesis.tex.tmp-4242-c0ffee`` stays); files are created with the process umask
+(shareable data sets).
 Re-exported by :mod:`feedlab.formats._common`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -34,8 +38,77 @@ def current_umask() -> int:
 
 
 def tmp_sibling(final: Path, kind: str = "tmp") -> Path:
-    """``<final>.tmp-<pid>-<6 hex>``: the only names :func:`sweep_orphans` removes."""
-    return final.with_name(f"{final.name}.{kind}-{os.getpid()}-{os.urandom(3).hex()}")
+    """``<final>.tmp-<pid>-<6 hex>``, registered as this process's temporary: the only names
+    :func:`sweep_orphans` removes (once this process is gone). :func:`release` (called by
+    :func:`replace_path` and :func:`_remove`) takes it off the registry."""
+    tmp = final.with_name(f"{final.name}.{kind}-{os.getpid()}-{os.urandom(3).hex()}")
+    _register(tmp)
+    return tmp
+
+
+def _registry() -> Path:
+    from feedlab import paths  # read at call time: tests point SCRATCH_DIR elsewhere
+
+    return Path(paths.SCRATCH_DIR) / "temps"
+
+
+def _entry(path: Path) -> Path:
+    full = os.path.join(os.path.realpath(path.parent), path.name)
+    return _registry() / hashlib.sha256(full.encode()).hexdigest()[:32]
+
+
+def _register(tmp: Path) -> None:
+    """Enter ``tmp`` (its full path, this pid) in the registry. Where the registry cannot be
+    written the temporary is simply not swept later: safe, never a reason to fail a write."""
+    try:
+        entry = _entry(tmp)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        record = json.dumps({"path": os.path.join(os.path.realpath(tmp.parent), tmp.name), "pid": os.getpid()})
+        fd = os.open(entry, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(record)
+    except OSError:
+        pass
+
+
+def release(tmp: str | os.PathLike) -> None:
+    """``tmp`` was put in place or removed: take it off the registry."""
+    try:
+        _entry(Path(tmp)).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _registered(path: Path, pid: int) -> bool:
+    """Did process ``pid`` of feedlab make ``path`` (a registry entry for exactly this path and pid)?"""
+    try:
+        with open(_entry(path), encoding="utf-8") as fh:
+            rec = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    full = os.path.join(os.path.realpath(path.parent), path.name)
+    return isinstance(rec, dict) and rec.get("path") == full and rec.get("pid") == pid
+
+
+def _prune_registry() -> None:
+    """Drop the entries of processes that are gone whose temporary is gone too (put in place
+    by a caller that did not :func:`release` it)."""
+    try:
+        entries = list(os.scandir(_registry()))
+    except OSError:
+        return
+    for e in entries:
+        try:
+            with open(e.path, encoding="utf-8") as fh:
+                rec = json.load(fh)
+            gone = not os.path.lexists(rec["path"]) and not _pid_alive(int(rec["pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            gone = True  # unreadable: not an entry anything can match
+        if gone:
+            try:
+                os.unlink(e.path)
+            except OSError:
+                pass
 
 
 def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
@@ -49,6 +122,7 @@ def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
             json.dump(payload, fh, indent=2, sort_keys=True)
             fh.write("\n")
         os.replace(tmp, path)
+        release(tmp)
     except BaseException:
         _remove(tmp)
         raise
@@ -70,9 +144,10 @@ def _pid_alive(pid: int) -> bool:
 
 def sweep_orphans(parent: str | os.PathLike, min_age_s: float = ORPHAN_MIN_AGE_S) -> list[Path]:
     """Remove the temporaries a killed writer left in ``parent``: only entries named
-    ``<name>.tmp-<pid>-<6 hex>`` or ``<name>.old-<pid>-<6 hex>`` (what feedlab writes),
-    whose process is gone and that were last changed ``min_age_s`` ago or more.
-    Returns what was removed."""
+    ``<name>.tmp-<pid>-<6 hex>`` or ``<name>.old-<pid>-<6 hex>`` that a feedlab process made
+    (registered by :func:`tmp_sibling` under that pid: a name of that shape the user wrote is
+    never touched), whose process is gone and that were last changed ``min_age_s`` ago or
+    more. Returns what was removed."""
     parent = Path(parent)
     removed: list[Path] = []
     try:
@@ -89,10 +164,11 @@ def sweep_orphans(parent: str | os.PathLike, min_age_s: float = ORPHAN_MIN_AGE_S
             age = now - e.stat(follow_symlinks=False).st_mtime
         except OSError:
             continue
-        if pid == os.getpid() or _pid_alive(pid) or age < min_age_s:
+        if pid == os.getpid() or _pid_alive(pid) or age < min_age_s or not _registered(Path(e.path), pid):
             continue
         _remove(Path(e.path))
         removed.append(Path(e.path))
+    _prune_registry()
     return removed
 
 
@@ -101,6 +177,7 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():
         path.unlink()
+    release(path)
 
 
 def replace_path(tmp: Path, final: Path) -> None:
@@ -116,6 +193,7 @@ def replace_path(tmp: Path, final: Path) -> None:
         _remove(old)
     else:
         os.replace(tmp, final)
+    release(tmp)
 
 
 @contextmanager

@@ -20,13 +20,14 @@ from pathlib import Path
 
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
-from feedlab.paths import FIGURES_DIR, REPO_ROOT
+from feedlab.paths import FIGURES_DIR, REPO_ROOT, scrub_data_paths
 from feedlab.report import compare, gpu_readings, targets
 from feedlab.report.claims import ledger as claims_ledger
 from feedlab.report.summary import summary_markdown
 
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 MAX_LINES = 14
+MAX_LINE_CHARS = 2000  # one reading line in the README (the longest committed one has about 600)
 
 
 def _title(name: str) -> str:
@@ -106,7 +107,7 @@ def _notebook_block(nb_dir: Path, machines: dict[str, Path], fps: dict[str, dict
         reading = _reading(folder, name)
         fp_line = fingerprint_line(fps[key]) if fps.get(key) else "no fingerprint"
         parts.append(f"**{key}** ({fp_line})\n")
-        parts.extend(f"- {line}" for line in reading)
+        parts.extend(f"- {_one_line(line)}" for line in reading)
         if reading:
             parts.append("")
     # the figures, one row per figure, one column per machine
@@ -124,6 +125,37 @@ def _notebook_block(nb_dir: Path, machines: dict[str, Path], fps: dict[str, dict
             parts.append(f"| {Path(fig).stem.replace('_', ' ')} | " + " | ".join(cells) + " |")
         parts.append("")
     return parts
+
+
+def _one_line(line: str) -> str:
+    """A reading line as one README line: no line breaks, no HTML comment (a marker of a
+    generated block would cut the README there), at most :data:`MAX_LINE_CHARS` characters."""
+    line = re.sub(r"[\r\n]+", " ", str(line)).replace("<!--", "&lt;!--")
+    return line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS - 1] + "…"
+
+
+def _defuse(body: str) -> str:
+    """``body`` with no marker of a generated block in it (a printed one would be read as the
+    block's end next time, and the README would grow by a copy of the block each time)."""
+    from feedlab.report.claims.ledger import END as CLAIMS_END
+    from feedlab.report.claims.ledger import START as CLAIMS_START
+
+    for marker in (START, END, DOCTOR_START, DOCTOR_END, CLAIMS_START, CLAIMS_END):
+        body = body.replace(marker, marker.replace("<!--", "&lt;!--"))
+    return body
+
+
+_LISTED = re.compile(r"\]\(figures/(\d\d_[^/)\s]+)/([^/)\s]+)/\)")
+
+
+def vanished_records(text: str, figures_dir: Path | None = None) -> list[str]:
+    """The machine folders the README's figures section lists (``results: [`key`](figures/<nb>/<key>/)``)
+    that hold no record now: deleted or moved, their section would vanish without a word."""
+    if START not in text or END not in text:
+        return []
+    figures_dir = FIGURES_DIR if figures_dir is None else figures_dir
+    listed = sorted(set(_LISTED.findall(text.split(START, 1)[1].split(END, 1)[0])))
+    return [f"figures/{nb}/{key}" for nb, key in listed if key not in machine_dirs(nb, figures_dir)]
 
 
 def _run_start(fp: dict) -> str:
@@ -185,8 +217,7 @@ def doctor_output(executed) -> str:
         if cell.cell_type == "code" and "render(" in cell.source:
             text = "".join(o.get("text", "") for o in cell.get("outputs", [])
                            if o.get("output_type") == "stream" and o.get("name") == "stdout").rstrip()
-            # the data path as the repository names it, not as the machine that ran it did
-            return re.sub(r"(?<![\w.])/\S*?/(data/[^\s/]+)", r"\1", text)
+            return scrub_data_paths(text)  # the data path as the repository names it
     return ""
 
 
@@ -261,8 +292,8 @@ def update_readme(path=REPO_ROOT / "README.md") -> bool:
     text = path.read_text()
     if START not in text or END not in text:
         raise SystemExit(f"{path}: markers {START} / {END} missing")
-    new = text.split(START)[0] + START + "\n" + section() + "\n" + END + text.split(END, 1)[1]
-    new = _replace_between(new, DOCTOR_START, DOCTOR_END, doctor_block())
+    new = text.split(START)[0] + START + "\n" + _defuse(section()) + "\n" + END + text.split(END, 1)[1]
+    new = _replace_between(new, DOCTOR_START, DOCTOR_END, _defuse(doctor_block()))
     new = claims_ledger.update_readme_block(new)  # the verdict counts; docs/CLAIMS.md by write_claims()
     changed = new != text
     if changed:
@@ -376,8 +407,17 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m feedlab.report.readme", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.parse_args(argv)  # --help prints and exits before anything is read or written
+    ap.add_argument("--drop-missing", action="store_true",
+                    help="regenerate although results the README lists are gone from figures/ (their "
+                         "sections are dropped); without it the command stops and names them")
+    args = ap.parse_args(argv)  # --help prints and exits before anything is read or written
     with cli_errors("python -m feedlab.report.readme"):
+        gone = vanished_records((REPO_ROOT / "README.md").read_text())
+        if gone and not args.drop_missing:
+            more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+            raise ValueError(f"{gone[0]}{more}: the README lists these results but they are gone; restore them "
+                             f"(git checkout -- {gone[0]}) or pass --drop-missing to drop them from the README; "
+                             "nothing was written or removed")
         bad = input_problems()
         if bad:
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""

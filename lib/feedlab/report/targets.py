@@ -179,7 +179,7 @@ def _doctor(t: Target, run: Run) -> list[str]:
             f"largest {100 * worst:.0f}%: {verdict(worst, t.op, t.bound)} the ±{100 * t.bound:.0f}% target."]
 
 
-_TIMER = re.compile(r"([\d.]+)% of the smallest batch time timed here \(([^;]+); target [^)]*\)")
+_TIMER = re.compile(r"(?<![\d.])([\d.]+)% of the smallest batch time timed here \(([^;]+); target [^)]*\)")
 _PEER = re.compile(r"ratio ([\d.]+) (\(from the IQRs [^)]*\)); target .*$")
 
 
