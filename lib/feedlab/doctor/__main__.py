@@ -22,6 +22,7 @@ diagnoses that loader stage by stage.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -91,11 +92,16 @@ def refuse_options(ap, args, flag: str) -> None:
 
 
 def _load_callable(ref: str, flag: str):
+    """``package.module:function`` imported as ``python -m`` would: the current folder first on the path
+    (the ``feedlab-doctor`` console script does not put it there, so the README's example needed
+    ``PYTHONPATH=.``)."""
     import importlib
 
     mod, _, name = ref.partition(":")
     if not mod or not name:
         raise SystemExit(f"{flag} {ref!r}: write it as package.module:function")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         fn = getattr(importlib.import_module(mod), name)
     except (ImportError, AttributeError) as exc:
