@@ -45,3 +45,18 @@ def test_without_a_step_there_is_no_headspace_line():
     rep = _rep(None, 400.0)
     rep["stages"] = [r for r in rep["stages"] if r["stage"] != "model"]
     assert A.headspace(rep) is None and not any("the most any" in x for x in A.answer_lines(rep))
+
+
+def test_a_change_predicted_inside_the_predictions_own_error_is_not_advised():
+    """The committed run advised num_workers=0 at ×1.50 with a 44% prediction error; it measured ×0.99–1.04."""
+    rep = _rep(1 / 1000, 400.0, advice=[{"setting": "num_workers", "value": 0, "expected_gain": 1.40},
+                                        {"setting": "format", "value": "npy_mmap", "expected_gain": 3.0},
+                                        {"setting": "collate", "value": "fast", "expected_gain": 1.2,
+                                         "measured_gain": 1.25}])
+    rep["calibration"] = {"max_abs_error": 0.44}
+    lines = A.answer_lines(rep)
+    assert not any("num_workers = 0:" in x for x in lines)
+    assert any("format = npy_mmap: ×3.00 predicted" in x for x in lines)
+    assert any("collate = fast: ×1.25 measured" in x for x in lines)        # measured: advised whatever the error
+    assert any(x.startswith("not advised, predicted within this run's own prediction error (±44%): num_workers = 0")
+               for x in lines)

@@ -88,7 +88,10 @@ def top_changes(rep: dict, n: int = 3) -> list[dict]:
     loader_advice = rep.get("advice") or []
     if h is not None and h["words"] == "not input-bound":
         loader_advice = []   # the step bounds the loop: no loader change is a gain here (headspace_line says so)
+    err = (rep.get("calibration") or {}).get("max_abs_error")
     for a in loader_advice:
+        if within_error(a, err):
+            continue   # predicted only, and no larger than the prediction's own error: answer_lines names it
         g = a.get("measured_gain") or a["expected_gain"]
         if a["setting"] not in best or g > best[a["setting"]]["gain_value"]:
             best[a["setting"]] = {"what": f"{a['setting']} = {a['value']}", "gain": _gain(a, h and h["most"]),
@@ -100,6 +103,14 @@ def top_changes(rep: dict, n: int = 3) -> list[dict]:
                                            "gain": f"×{s['gain']:.2f} measured on your step",
                                            "gain_value": s["gain"], "code": s["code"]}
     return sorted(best.values(), key=lambda c: -c["gain_value"])[:n]
+
+
+def within_error(a: dict, err: float | None) -> bool:
+    """An advised change predicted (not measured) to gain no more than the prediction's own largest
+    error in this run: the gain cannot be told from the error, so it is not advised."""
+    measured = a.get("measured_gain") is not None and math.isfinite(a["measured_gain"])
+    return (not measured and err is not None and math.isfinite(err)
+            and a.get("expected_gain", 0) - 1.0 <= err)
 
 
 def headroom_line(rep: dict) -> str | None:
@@ -143,6 +154,11 @@ def answer_lines(rep: dict) -> list[str]:
             lines.append(f"       {c['code']}")
     else:
         lines.append("what to change: no single change is predicted (or measured) to gain 5% or more")
+    err = (rep.get("calibration") or {}).get("max_abs_error")
+    held = [a for a in rep.get("advice") or [] if within_error(a, err)]
+    if held:
+        lines.append(f"not advised, predicted within this run's own prediction error (±{100 * err:.0f}%): "
+                     + ", ".join(f"{a['setting']} = {a['value']} (×{a['expected_gain']:.2f})" for a in held))
     r = resize_line(rep)
     if r:
         lines.append(r)
