@@ -72,6 +72,7 @@ from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's recor
     destination,
     install_record,
     keep_failed,
+    restore_env,
     run_lock,
     tar_results,
 )
@@ -232,11 +233,7 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
             _remove(tmp)
             raise
         finally:
-            for k, v in before.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            restore_env(before)
     return final / executed.name
 
 
@@ -283,12 +280,14 @@ def main(argv: list[str] | None = None) -> int:
         old = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread
         old = None
+    env = {k: os.environ.get(k) for k in ("FEEDLAB_PROFILE", "FEEDLAB_CORES")}   # _main sets them for its kernels
     try:
         with cli_errors("python -m feedlab.run"):
             return _main(argv)
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
+        restore_env(env)   # a caller in the same process (a test, a notebook) gets its own back
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,15 @@ from feedlab.paths import FIGURES_DIR, figure_dir, rel
 from feedlab.results import _atomic_write_text
 
 
+def restore_env(before: dict[str, str | None]) -> None:
+    """Put the environment variables of ``before`` back as they were (None: unset)."""
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def tar_results(dest: Path, root: Path | None = None, key: str | None = None,
                 extra: dict[str, Path] | None = None) -> int:
     """Write ``dest``, a tar of ``root/*/<key>/`` (this machine's results), whole or not at all;

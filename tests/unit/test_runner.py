@@ -68,3 +68,14 @@ def test_executed_records_name_files_relative_to_the_repository(tmp_path):
     assert str(REPO_ROOT) not in text and '"notebooks/x.ipynb"' in text and "data: data/sr64" in text
     record_results({"root": f"{REPO_ROOT}/data/sr64"}, tmp_path)
     assert json.loads((tmp_path / "results.json").read_text())["root"] == "data/sr64"
+
+
+def test_main_gives_the_caller_its_environment_back(monkeypatch):
+    """run.main set FEEDLAB_PROFILE for its kernels and left it set: a later --profile-less run in the same
+    process (the test suite) ran as gpu and was refused on a CPU machine."""
+    import os
+
+    monkeypatch.delenv("FEEDLAB_PROFILE", raising=False)
+    monkeypatch.delenv("FEEDLAB_CORES", raising=False)
+    assert run.main(["--dry-run", "--profile", "gpu", "--cores", "16", "--only", "04"]) == 0
+    assert "FEEDLAB_PROFILE" not in os.environ and "FEEDLAB_CORES" not in os.environ
