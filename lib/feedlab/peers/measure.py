@@ -26,6 +26,7 @@ import torch
 
 from feedlab.monitor import CpuMonitor, _Sampler
 from feedlab.results import Results
+from feedlab.timing import _sync
 
 from . import get
 from .base import Source, Spec
@@ -75,11 +76,6 @@ def to_device(batch, kind: str, device) -> None:
             t = t.float().div_(255)
     if kind == "cls":
         torch.as_tensor(batch[1]).to(device, non_blocking=True)
-
-
-def _sync(device) -> None:
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def run_epoch(loader, kind: str, device, n: int, first_only: bool = False) -> dict:
