@@ -115,7 +115,7 @@ def add_findings(executed: str | Path) -> bool:
     """Put the findings cell at the top of ``executed`` (replacing an earlier one), reading
     ``results.json`` and ``fingerprint.json`` beside it. Returns False (and changes nothing)
     where the run recorded no ``results.json`` or the file is not a notebook. Rewritten atomically."""
-    from feedlab.results import _atomic_write_text
+    from feedlab.results import atomic_write
 
     path = Path(executed)
     folder = path.parent
@@ -139,7 +139,7 @@ def add_findings(executed: str | Path) -> bool:
     if nb.get("nbformat", 4) >= 4 and nb.get("nbformat_minor", 0) >= 5:
         cell["id"] = "feedlab-findings"
     nb["cells"] = [cell] + cells
-    _atomic_write_text(path, json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    atomic_write(path, json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     return True
 
 

@@ -20,15 +20,17 @@ BASE_COLUMNS = ("experiment", "variant")
 TAIL_COLUMNS = ("repeat", "metric", "value", "unit")
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write beside ``path`` under a unique temporary name, then rename over it. The file
-    gets the usual permissions (0666 less the umask; ``mkstemp`` would make it 0600)."""
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text or bytes) beside ``path`` under a unique temporary name, then rename it over
+    ``path``: a reader sees the old file or the whole new one, and an interrupted write leaves nothing.
+    The one permission rule: the usual permissions (0666 less the umask; ``mkstemp`` would make it 0600)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -80,8 +82,8 @@ class Results:
         """Write ``<name>.csv`` and ``fingerprint.json`` into ``out_dir``; returns the CSV path."""
         out = Path(out_dir)
         csv_path = out / f"{name}.csv"
-        _atomic_write_text(csv_path, self.frame().to_csv(index=False))
-        _atomic_write_text(out / "fingerprint.json",
+        atomic_write(csv_path, self.frame().to_csv(index=False))
+        atomic_write(out / "fingerprint.json",
                            json.dumps(fingerprint or machine_fingerprint(), indent=2, default=str))
         return csv_path
 
@@ -148,7 +150,7 @@ def record_results(payload: dict, out_dir: str | os.PathLike | None = None) -> d
 
     text = text.replace(str(REPO_ROOT) + "/", "")
     if out_dir is not None:
-        _atomic_write_text(Path(out_dir) / "results.json", text)
+        atomic_write(Path(out_dir) / "results.json", text)
     try:
         from IPython.display import JSON, display
 

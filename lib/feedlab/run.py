@@ -240,13 +240,13 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
 def _keep_stopped(tmp: Path, executed: Path, rec: dict, name: str, final: Path) -> tuple[str, Path | None]:
     """A notebook stopped at its limit: STOPPED.json beside the partly executed notebook (whose
     cut cell says so), the folder kept under runs/failed/<name>/ (never a result)."""
-    from feedlab.results import _atomic_write_text
+    from feedlab.results import atomic_write
 
     mark_stopped_cell(executed, rec)
     for path in tmp.rglob("*"):
         if path.suffix in (".ipynb", ".json", ".txt") and path.is_file():
             scrub_paths(path, {str(tmp): str(final)})
-    _atomic_write_text(tmp / "STOPPED.json", json.dumps(rec, indent=1) + "\n")
+    atomic_write(tmp / "STOPPED.json", json.dumps(rec, indent=1) + "\n")
     return describe(name, rec), keep_failed(tmp, name)
 
 
@@ -256,7 +256,7 @@ def scrub_paths(path: Path, also: dict[str, str] | None = None) -> None:
     printed paths would carry it), and by the folder it ends up in (``also``: the temporary
     folder it ran in → its destination). Rewritten atomically."""
     from feedlab.paths import REPO_ROOT
-    from feedlab.results import _atomic_write_text
+    from feedlab.results import atomic_write
 
     text = path.read_text(encoding="utf-8")
     clean = text
@@ -264,7 +264,7 @@ def scrub_paths(path: Path, also: dict[str, str] | None = None) -> None:
         clean = clean.replace(old, new)
     clean = clean.replace(str(REPO_ROOT) + "/", "").replace(str(REPO_ROOT), ".")
     if clean != text:
-        _atomic_write_text(path, clean)
+        atomic_write(path, clean)
 
 
 def _on_sigterm(_signum, _frame):

@@ -159,7 +159,7 @@ def all_cells_finished(rec: dict) -> bool:
 def mark_stopped_cell(executed: Path, rec: dict) -> None:
     """The kept notebook says which cell was cut (papermill's clean-up marks every cell
     completed on its way out): that cell's status becomes ``stopped at the limit``."""
-    from feedlab.results import _atomic_write_text
+    from feedlab.results import atomic_write
 
     where = rec.get("stopped_in")
     nb = read_notebook(executed)
@@ -168,7 +168,7 @@ def mark_stopped_cell(executed: Path, rec: dict) -> None:
     meta = nb["cells"][where["cell"]].setdefault("metadata", {}).setdefault("papermill", {})
     meta["status"] = "stopped at the limit"
     meta["duration"] = None
-    _atomic_write_text(executed, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    atomic_write(executed, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def describe(name: str, rec: dict) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from feedlab.machines import key_has_gpu, machine_key
 from feedlab.paths import FIGURES_DIR, figure_dir, rel
-from feedlab.results import _atomic_write_text
+from feedlab.results import atomic_write
 
 
 def restore_env(before: dict[str, str | None]) -> None:
@@ -247,5 +247,5 @@ def show_figure_files(executed: Path) -> list[str]:
                             "metadata": {"feedlab": {"shown_from_file": png.name, "why": SHOWN_FROM_FILE}}})
             shown.append(name)
     if shown:
-        _atomic_write_text(executed, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+        atomic_write(executed, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     return shown

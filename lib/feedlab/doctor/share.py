@@ -20,6 +20,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from feedlab.results import atomic_write
+
 SUFFIXES = (".md", ".html", ".htm")
 MARK = "feedlab doctor report"      # the title of every file the doctor writes (the figure's PNG Title too)
 SIGNS = {".md": (b"# " + MARK.encode() + b"\n", b""), ".html": (b"<!doctype html>", f"<title>{MARK}</title>".encode()),
@@ -80,21 +82,12 @@ def figure_path(path: Path) -> Path:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """:func:`feedlab.results.atomic_write`, with a failure named as the report's (never a temporary file)."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        atomic_write(path, data)
     except OSError as exc:
-        raise OSError(f"--report: cannot write {path.name} in the folder {path.parent} "
+        raise OSError(f"--report: cannot write {path} in the folder {path.parent} "
                       f"({exc.strerror or type(exc).__name__})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise OSError(f"--report: cannot write {path} ({exc.strerror or type(exc).__name__})") from None
-        raise
 
 
 def figure_png(rep: dict) -> bytes | None:

@@ -395,9 +395,9 @@ def input_problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    from feedlab.results import _atomic_write_text
+    from feedlab.results import atomic_write
 
-    _atomic_write_text(path, text)
+    atomic_write(path, text)
 
 
 def main(argv: list[str] | None = None) -> int:
