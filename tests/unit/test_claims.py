@@ -566,3 +566,13 @@ def test_a_run_without_a_load_record_is_not_quiet_but_unknown():
     assert fair.busy_reason(C.Run({}, fingerprint=GPU)) == ""
     busy = {**GPU, "other_load": {"whole_run": {"available": True, "other_fraction": 0.6}}}
     assert fair.busy_reason(C.Run({}, fingerprint=busy)).startswith("the machine was busy")
+
+
+def test_claims_whose_run_measured_something_else_are_not_judged_with_what_was_measured():
+    """001-chunks-warm-cache timed Zarr's call overhead, not chunking under a shuffle; 004-hdf5-read-413us set
+    an LR+HR pair of 64² patches against a transformed 224² image."""
+    machines, table = ledger.table()
+    for cid, words in (("001-chunks-warm-cache", "not chunked against unchunked storage"),
+                       ("004-hdf5-read-413us", "a time per sample of another size")):
+        v = table[cid]["cpu-2c"]
+        assert v.status == C.NOT_FAIR and words in v.note and "measured, not judged:" in v.note, cid
