@@ -138,8 +138,13 @@ def test_08_hdf5_verdicts():
 def test_02_lmdb_median_is_a_real_median():
     ratios = {"lmdb_w0_b8": 1.0, "lmdb_w0_b32": 1.2, "lmdb_w2_b8": 1.4, "lmdb_w2_b32": 3.0,
               "lmdb_raw_w0_b8": 9.0}
-    v = verdict("000-lmdb-modest", {"throughput_ratio_vs_png": ratios}, CPU)
+    steady = pd.DataFrame([{"experiment": "lmdb_vs_png", "format": f, "num_workers": w, "batch_size": b,
+                            "metric": "samples_per_s", "value": 1.0, "repeat": r, "rate_kind": "steady"}
+                           for f in ("lmdb", "png") for w in (0, 2) for b in (8, 32) for r in range(3)])
+    v = verdict("000-lmdb-modest", {"throughput_ratio_vs_png": ratios}, CPU, frame=steady)
     assert "1.30×" in v.ours and v.status == C.REPRODUCED  # (1.2 + 1.4) / 2, raw LMDB excluded
+    short = steady.assign(rate_kind="startup_inclusive")
+    assert verdict("000-lmdb-modest", {"throughput_ratio_vs_png": ratios}, CPU, frame=short).status == C.NOT_FAIR
 
 
 # ---------------------------------------------------------------- report()
