@@ -332,7 +332,7 @@ def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
               non_blocking: bool = True, timer: PhaseTimer | None = None,
               on_batch: Callable[[int, Any], None] | None = None,
               main_threads: int | str | None = "auto", busy=None, time_budget_s: float | None = None,
-              min_batches: int = 0) -> EpochTiming:
+              min_batches: int = 0, stop: Callable[[int, float], bool] | None = None) -> EpochTiming:
     """One timed pass over ``loader``.
 
     Each batch is ``(inputs, targets)`` (or a single tensor). The inputs/targets
@@ -348,19 +348,21 @@ def run_epoch(loader: Iterable, model=None, device="cpu", optimizer=None,
     last step done) and its events bracket each batch's device work (copy + step).
     ``time_budget_s``: stop once this many seconds have passed since the first batch was
     asked for and at least ``min_batches`` batches ran (``max_batches`` still caps).
+    ``stop(batches_done, perf_counter())``, called after each batch, ends the pass when it says so
+    (:class:`feedlab.pipeline.rates.SteadyStop`: once the steady rate is known to a stated precision).
     """
     import torch
 
     threads = main_threads_for(loader, device) if main_threads == "auto" else main_threads
     with torch_threads(threads):
         et = _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_blocking,
-                        timer, on_batch, busy, time_budget_s, min_batches)
+                        timer, on_batch, busy, time_budget_s, min_batches, stop)
     et.extra["main_threads"] = int(threads or torch.get_num_threads())
     return et
 
 
 def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_blocking, timer,
-               on_batch, busy=None, time_budget_s=None, min_batches=0) -> EpochTiming:
+               on_batch, busy=None, time_budget_s=None, min_batches=0, stop=None) -> EpochTiming:
     from feedlab.models import backward_step, forward
 
     timer = timer or PhaseTimer(device)
@@ -408,6 +410,9 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
                 on_batch(i, batch)
             timer.end_batch()
             i += 1
+            if stop is not None and stop(i, perf_counter()):
+                stopped_early = True
+                break
     except BaseException:
         close_iterator(loader, it, final=True)
         raise

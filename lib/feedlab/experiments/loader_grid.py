@@ -48,6 +48,7 @@ from feedlab.pipeline import (
     MIN_TIMED_BATCHES,
     MODEL_VARIANTS,
     PipelineSpec,
+    SteadyStop,
     build_model,
     default_device,
     make_loader,
@@ -140,6 +141,7 @@ def cycling_loader(ds, s: PipelineSpec, batches: int | None, seed: int = 0):
 
 BUDGET_MIN_TIMED = 10  # a time-budgeted epoch's fewest timed batches for a steady rate
 BUDGET_CAP_BATCHES = 100_000  # a time-budgeted epoch's sampler length: the budget ends it first
+PRECISE_MIN_TIMED = 20        # a precision-timed epoch's fewest timed batches (then a second, then the interval)
 
 
 def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats: int = 3, warmup: int = 1,
@@ -147,7 +149,8 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
              max_samples: int | None = None, device=None,
              experiment: str = "loader_grid", seed: int = 0, monitor_interval: float = 0.05,
              dataset_opts: dict | None = None, log: Callable[[str], None] | None = None,
-             min_timed_batches: int | None = None, time_budget_s: float | None = None) -> Results:
+             min_timed_batches: int | None = None, time_budget_s: float | None = None,
+             rate_precision: float | None = None, rate_cap_s: float = 20.0) -> Results:
     """Time every setting: ``warmup`` epochs of at most ``warmup_batches`` batches,
     then ``repeats`` epochs of at most ``max_batches`` batches (None: the whole set).
     ``max_samples`` caps an epoch by samples instead (rounded up to whole batches), so
@@ -158,6 +161,10 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
     timed batches (:func:`epoch_batches`; a set too small for it is cycled, :func:`cycling_loader`);
     ``time_budget_s`` instead runs each timed epoch for that many seconds after its first batch
     was asked for (and never fewer than warm-up + ``min_timed_batches or 10`` batches).
+    ``rate_precision`` (say 0.05) instead times each epoch until its steady rate is known to that
+    relative half-width (95%, :class:`~feedlab.pipeline.SteadyStop`: at least ``min_timed_batches or 20``
+    timed batches and a second), or ``rate_cap_s`` seconds of timed batches, where the rate is labelled
+    ``imprecise``; every row then carries ``rate_half_width``, the precision reached.
     Every row carries ``rate_kind`` (``steady`` / ``startup_inclusive``, :func:`feedlab.pipeline.rate_of`),
     ``timed_batches`` and ``warmup_batches``: a row of an epoch too short for a steady rate
     (a smoke run) says so, and ``steady_samples_per_s`` is then the whole-epoch rate, labelled.
@@ -171,8 +178,11 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
     if time_budget_s is not None and time_budget_s <= 0:
         raise ValueError(f"time_budget_s={time_budget_s}: must be > 0 seconds")
     device = torch.device(device) if device is not None else default_device()
+    if rate_precision is not None and not 0 < rate_precision < 1:
+        raise ValueError(f"rate_precision={rate_precision}: a relative half-width between 0 and 1 (0.05 is 5%)")
     min_timed = int(min_timed_batches) if min_timed_batches is not None else (
-        BUDGET_MIN_TIMED if time_budget_s is not None else MIN_TIMED_BATCHES)
+        BUDGET_MIN_TIMED if time_budget_s is not None else PRECISE_MIN_TIMED if rate_precision is not None
+        else MIN_TIMED_BATCHES)
     datasets: dict[str, object] = {}
     res = Results()
     for s in settings:
@@ -189,7 +199,7 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
         torch.manual_seed(seed)
         model, _loss, optimizer = make_training(s.model, device)
         warm = warmup_batches_of(s)
-        if time_budget_s is not None:
+        if time_budget_s is not None or rate_precision is not None:
             max_batches_s = epoch_batches(s, max_batches=BUDGET_CAP_BATCHES, min_timed_batches=min_timed)
             min_batches = warm + min_timed
         else:
@@ -206,11 +216,16 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
         kinds = []
         for r in range(repeats):
             busy = BusyMeter(device)
+            stop = (SteadyStop(warm, min_timed=min_timed, half_width=rate_precision, max_window_s=rate_cap_s)
+                    if rate_precision is not None else None)
             with CpuMonitor(monitor_interval) as cpu, NvmlWindow(device) as nv:
                 et = run_epoch(loader, model, device, optimizer=optimizer, max_batches=max_batches_s,
-                               busy=busy, time_budget_s=time_budget_s, min_batches=min_batches)
+                               busy=busy, time_budget_s=time_budget_s, min_batches=min_batches, stop=stop)
             rate, kind, timed = rate_of(et, warm, min_timed)
             row = dict(params, rate_kind=kind, timed_batches=timed, warmup_batches=warm)
+            if stop is not None:   # steady by the rule, but timed to its cap before it was precise: labelled
+                row.update(rate_kind="imprecise" if kind == "steady" and not stop.precise else kind,
+                           rate_half_width=stop.achieved)
             add = lambda metric, value, unit: res.add(experiment, variant, metric, value, unit, r, **row)  # noqa: E731
             rates.append(et.samples_per_s)
             kinds.append(kind)

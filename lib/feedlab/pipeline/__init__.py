@@ -344,8 +344,10 @@ def make_loader(dataset, spec: PipelineSpec, seed: int = 0, shuffle: bool = True
 from feedlab.pipeline.rates import (  # noqa: E402,F401  (the rates of a timed epoch, re-exported)
     MIN_TIMED_BATCHES,
     RATE_KINDS,
+    SteadyStop,
     prefetch_depth,
     rate_of,
+    rel_half_width,
     steady_batches,
     steady_rate,
     warmup_batches,
@@ -398,5 +400,5 @@ __all__ = ["PipelineSpec", "SPEC_FIELDS", "COLLATES", "register_collate", "make_
            "make_transform", "PairFlip", "CenterCrop", "center_crop_resize", "Transformed", "MODEL_VARIANTS",
            "default_device", "resolve_device", "resolve_model_name", "build_model", "make_training", "train_step",
            "prefetch_depth", "steady_rate", "rate_of", "warmup_batches", "steady_batches", "MIN_TIMED_BATCHES",
-           "RATE_KINDS",
+           "RATE_KINDS", "SteadyStop", "rel_half_width",
            "open_dataset", "make_loader", "add_arguments", "spec_from_args"]

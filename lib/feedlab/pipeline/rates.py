@@ -1,8 +1,15 @@
 """Steady rates by construction: how many batches a timed epoch leaves out for start-up, how
 many it times, and the rate of a timed epoch labelled ``steady`` or ``startup_inclusive`` — never
-one posing as the other. Re-exported by ``feedlab.pipeline``; ``spec`` is a ``PipelineSpec``."""
+one posing as the other; and a steady rate at the cost of its window (:class:`SteadyStop`: timed
+until its confidence interval is within a stated half-width, :func:`rel_half_width`, or labelled
+``imprecise`` at its cap). Re-exported by ``feedlab.pipeline``; ``spec`` is a ``PipelineSpec``."""
 
 from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
 
 
 def prefetch_depth(spec) -> int:
@@ -14,7 +21,7 @@ def prefetch_depth(spec) -> int:
 
 
 MIN_TIMED_BATCHES = 50  # timed batches after warm-up a steady rate needs, unless a profile says otherwise
-RATE_KINDS = ("steady", "startup_inclusive")
+RATE_KINDS = ("steady", "startup_inclusive", "imprecise")   # imprecise: steady, but its cap came first
 
 
 def warmup_batches(spec) -> int:
@@ -53,3 +60,60 @@ def steady_rate(et, skip: int = 1, min_timed: int = 1) -> float | None:
     (never a silent whole-epoch rate); :func:`rate_of` returns the rate with its kind."""
     rate, kind, _ = rate_of(et, skip, min_timed)
     return rate if kind == "steady" else None
+
+
+# t(0.975, k - 1) for k batch means: the 95% interval of a mean from k block means
+_T975 = {5: 2.776, 8: 2.365, 10: 2.262, 16: 2.131, 20: 2.093}
+
+
+def rel_half_width(durations: Sequence[float], blocks: int = 10) -> float:
+    """The half-width of the 95% confidence interval of the mean batch time, relative to that mean, by
+    batch means: the timed batches split into ``blocks`` consecutive blocks (batches next to each other
+    are correlated through the workers' prefetch queue; block means much less), then Student's t over the
+    block means. ``inf`` with fewer than two batches per block."""
+    d = np.asarray(durations, float)
+    k = int(blocks)
+    if k not in _T975:
+        raise ValueError(f"blocks={blocks}: one of {sorted(_T975)}")
+    if d.size < 2 * k:
+        return math.inf
+    means = np.array([b.mean() for b in np.array_split(d, k)])
+    m = float(means.mean())
+    if m <= 0:
+        return math.inf
+    return _T975[k] * float(means.std(ddof=1)) / math.sqrt(k) / m
+
+
+class SteadyStop:
+    """When a timed pass has a steady rate to a stated precision (``run_epoch(..., stop=SteadyStop(...))``):
+    after ``warmup`` batches, at least ``min_timed`` timed batches and ``min_window_s`` seconds, and a
+    batch-time mean whose 95% interval is within ``half_width`` of it (:func:`rel_half_width`); or at the
+    cap (``max_window_s`` seconds or ``max_timed`` batches timed), where the rate is *not* precise and is
+    labelled so (``precise`` False, ``capped`` True). Checked every ``every`` batches: one clock read and
+    one append per batch otherwise."""
+
+    def __init__(self, warmup: int, min_timed: int = 20, half_width: float = 0.05, min_window_s: float = 1.0,
+                 max_window_s: float = 20.0, max_timed: int | None = None, every: int = 5, blocks: int = 10):
+        self.warmup, self.min_timed, self.half_width = int(warmup), int(min_timed), float(half_width)
+        self.min_window_s, self.max_window_s, self.max_timed = float(min_window_s), float(max_window_s), max_timed
+        self.every, self.blocks = max(1, int(every)), int(blocks)
+        self.ends: list[float] = []
+        self.precise = self.capped = False
+        self.achieved = math.inf
+
+    def __call__(self, done: int, now: float) -> bool:
+        self.ends.append(now)
+        timed = done - self.warmup
+        if timed < 1:
+            return False
+        window = now - self.ends[self.warmup - 1] if self.warmup >= 1 else now - self.ends[0]
+        if (self.max_timed is not None and timed >= self.max_timed) or window >= self.max_window_s:
+            self.achieved = rel_half_width(np.diff(self.ends[max(0, self.warmup - 1):]), self.blocks)
+            self.precise = self.achieved <= self.half_width
+            self.capped = not self.precise
+            return True
+        if timed < self.min_timed or window < self.min_window_s or timed % self.every:
+            return False
+        self.achieved = rel_half_width(np.diff(self.ends[max(0, self.warmup - 1):]), self.blocks)
+        self.precise = self.achieved <= self.half_width
+        return self.precise

@@ -99,7 +99,9 @@ def steady_state(run: Run, setting: dict) -> tuple[bool | None, str]:
         warm = _num(rows["warmup_batches"].median()) if "warmup_batches" in rows.columns else None
         ok = kinds == {"steady"}
         how = f"{timed:.0f} timed batches after {warm:.0f} warm-up" if timed is not None and warm is not None else ""
-        return ok, f"{label(setting)}: {'steady' if ok else 'start-up-inclusive'} rate" + (f" ({how})" if how else "")
+        what = "steady" if ok else ("imprecise (timed to its cap before its interval closed)"
+                                    if "imprecise" in kinds else "start-up-inclusive")
+        return ok, f"{label(setting)}: {what} rate" + (f" ({how})" if how else "")
     batches = metric_median(rows, "batches")
     bs = _num(rows["batch_size"].iloc[0]) if "batch_size" in rows.columns else None
     if batches is None and bs:

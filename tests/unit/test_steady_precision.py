@@ -1,0 +1,74 @@
+"""A steady rate at the cost of its window: timed until the 95% interval of its mean batch time is within a
+stated half-width (after a floor of batches and a second), or to a cap, where it is labelled imprecise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from feedlab.experiments import loader_grid as G
+from feedlab.pipeline import PipelineSpec, SteadyStop, rel_half_width
+
+
+def test_the_interval_of_the_mean_batch_time_by_batch_means():
+    assert rel_half_width([0.01] * 40) == pytest.approx(0.0, abs=1e-12)
+    assert rel_half_width([0.01] * 19) == math.inf               # fewer than two batches per block
+    rng = np.random.default_rng(0)
+    noisy = rng.normal(0.01, 0.002, 400)
+    assert 0.0 < rel_half_width(noisy) < 0.03                     # 20% noise per batch, 400 batches: ~1.4%
+    assert rel_half_width(noisy[:40]) > rel_half_width(noisy)     # fewer batches, a wider interval
+    with pytest.raises(ValueError, match="blocks"):
+        rel_half_width(noisy, blocks=7)
+
+
+def _drive(stop, durations):
+    t, n = 0.0, 0
+    for n, d in enumerate(durations, 1):
+        t += d
+        if stop(n, t):
+            return n
+    return None
+
+
+def test_a_steady_stream_stops_at_its_floor_once_a_second_has_passed():
+    stop = SteadyStop(warmup=3, min_timed=20, half_width=0.05, min_window_s=1.0)
+    n = _drive(stop, [0.5] * 3 + [0.02] * 1000)
+    assert stop.precise and not stop.capped and n == 3 + 50        # 50 × 20 ms = the first whole second
+    fast = SteadyStop(warmup=3, min_timed=20, half_width=0.05, min_window_s=0.1)
+    assert _drive(fast, [0.5] * 3 + [0.02] * 1000) == 3 + 20        # the floor
+
+
+def test_a_noisy_stream_runs_to_its_cap_and_is_labelled_not_precise():
+    rng = np.random.default_rng(1)
+    wild = np.abs(rng.standard_cauchy(5000)) * 0.01 + 0.001        # heavy tails: the interval never closes
+    stop = SteadyStop(warmup=2, min_timed=20, half_width=0.01, min_window_s=0.1, max_window_s=2.0)
+    n = _drive(stop, [0.1, 0.1, *wild])
+    assert n is not None and stop.capped and not stop.precise and stop.achieved > 0.01
+
+
+def test_run_grid_times_to_the_precision_and_labels_every_row(sr_root):
+    spec = PipelineSpec(format="npy_mmap", batch_size=4, num_workers=0, model="none")
+    df = G.run_grid(sr_root, [spec], repeats=1, warmup=0, rate_precision=0.5, rate_cap_s=5.0, device="cpu").frame()
+    assert set(df["rate_kind"]) <= {"steady", "imprecise"} and "rate_half_width" in df.columns
+    assert df[df.metric == "batches"]["value"].iloc[0] >= 1 + G.PRECISE_MIN_TIMED
+    hw = df["rate_half_width"].iloc[0]
+    assert (hw <= 0.5) == (df["rate_kind"].iloc[0] == "steady")
+    capped = G.run_grid(sr_root, [spec], repeats=1, warmup=0, rate_precision=1e-9, rate_cap_s=0.3,
+                        device="cpu").frame()
+    assert set(capped["rate_kind"]) == {"imprecise"}                # its cap came before that precision
+    with pytest.raises(ValueError, match="rate_precision"):
+        G.run_grid(sr_root, [spec], rate_precision=5, device="cpu")
+
+
+def test_an_imprecise_rate_is_not_steady_for_the_claims_and_says_why():
+    import pandas as pd
+
+    from feedlab.report.claims.core import Run
+    from feedlab.report.claims.fair import steady_state
+
+    rows = pd.DataFrame([{"variant": "a", "metric": "samples_per_s", "value": 1.0, "rate_kind": "imprecise",
+                          "timed_batches": 400, "warmup_batches": 3}])
+    ok, why = steady_state(Run({}, fingerprint={}, frame=rows), {"variant": "a"})
+    assert ok is False and "imprecise" in why
