@@ -12,13 +12,18 @@
 * :func:`strict_json` — JSON without ``NaN``/``Infinity`` (they become ``null``).
 * :func:`deadline` — a wait with a limit: :class:`DeadlineError` (a ``TimeoutError``, so
   :func:`cli_errors` prints it on one line) naming what was being waited for; re-armed by
-  ``reset()`` on progress, so it bounds a stall rather than a whole run.
+  ``reset()`` on progress, so it bounds a stall rather than a whole run. Deadlines nest: when
+  an inner one ends, the outer one is armed again.
+* :func:`leave_stuck` — after a deadline, a thread still blocked in what timed out (zarr's IO
+  pool, a reader thread) would be joined at interpreter exit and hang it: a command line ends
+  its process at once instead (flushed, its worker processes stopped).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -87,14 +92,17 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
 def cli_errors(prog: str, hint: str = "") -> Iterator[None]:
     """``with cli_errors("python -m feedlab.bench"): ...`` turns a user-fixable failure
     into one line on stderr and ``SystemExit(2)``."""
+    fired = deadlines_fired()
     try:
         yield
     except _user_error_types() as exc:
         msg = one_line(exc)
         print(f"{prog}: error: {msg}{' (' + hint + ')' if hint else ''}", file=sys.stderr)
+        leave_stuck(2, since=fired)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
+        leave_stuck(130, since=fired)
         raise SystemExit(130) from None
 
 
@@ -106,10 +114,11 @@ class Deadline:
     """What :func:`deadline` yields: ``reset(what=None)`` re-arms it (progress was made),
     ``what`` updates the description the error will carry."""
 
-    def __init__(self, seconds: float | None, what: str | Callable[[], str]):
+    def __init__(self, seconds: float | None, what: str | Callable[[], str], on_progress: bool = False):
         self.seconds = seconds
         self.what = what
         self.armed = False
+        self.on_progress = on_progress
 
     def describe(self) -> str:
         return self.what() if callable(self.what) else str(self.what)
@@ -117,16 +126,31 @@ class Deadline:
     def reset(self, what: str | Callable[[], str] | None = None) -> None:
         if what is not None:
             self.what = what
-        if self.armed:
+        if self.armed and _ACTIVE and _ACTIVE[-1] is self:
             signal.setitimer(signal.ITIMER_REAL, float(self.seconds))
 
 
+_ACTIVE: list[Deadline] = []   # the armed deadlines, innermost last (one timer: the innermost's)
+_FIRED = [0]                   # deadlines that have fired in this process
+
+
+def progress() -> None:
+    """Progress was made (a batch, a timed call): re-arms the innermost deadline when it was
+    opened with ``on_progress=True``; costs nothing without one."""
+    if _ACTIVE and _ACTIVE[-1].on_progress:
+        _ACTIVE[-1].reset()
+
+
 @contextmanager
-def deadline(seconds: float | None, what: str | Callable[[], str], hint: str = "") -> Iterator[Deadline]:
+def deadline(seconds: float | None, what: str | Callable[[], str], hint: str = "",
+             on_progress: bool = False) -> Iterator[Deadline]:
     """Raise :class:`DeadlineError` in this (main) thread when ``seconds`` pass without a
-    ``reset()``: ``"<what>: no progress in N s (<hint>)"``. ``None`` or ``0``: no limit.
+    ``reset()``: ``"<what>: no progress in N s (<hint>)"``. ``None`` or ``0``: no limit (an
+    outer deadline still runs). ``on_progress``: :func:`progress` (called by the measuring
+    loops) re-arms it too. Inside another deadline this one holds the timer until it
+    ends; the outer one is then armed again (a finished inner wait is progress).
     Off the main thread (where no signal can be delivered) it is a no-op, said by ``armed``."""
-    d = Deadline(seconds, what)
+    d = Deadline(seconds, what, on_progress)
     usable = bool(seconds) and seconds > 0 and threading.current_thread() is threading.main_thread()
     if not usable:
         yield d
@@ -134,19 +158,57 @@ def deadline(seconds: float | None, what: str | Callable[[], str], hint: str = "
 
     def on_alarm(_signum, _frame):
         d.armed = False
+        _FIRED[0] += 1
         signal.setitimer(signal.ITIMER_REAL, 0)
         tail = f" ({hint})" if hint else ""
         raise DeadlineError(f"{d.describe()}: no progress in {seconds:g} s{tail}")
 
     old = signal.signal(signal.SIGALRM, on_alarm)
     d.armed = True
+    _ACTIVE.append(d)
     signal.setitimer(signal.ITIMER_REAL, float(seconds))
     try:
         yield d
     finally:
         d.armed = False
         signal.setitimer(signal.ITIMER_REAL, 0)
+        if d in _ACTIVE:
+            _ACTIVE.remove(d)
         signal.signal(signal.SIGALRM, old)
+        if _ACTIVE and _ACTIVE[-1].armed:
+            signal.setitimer(signal.ITIMER_REAL, float(_ACTIVE[-1].seconds))
+
+
+def deadlines_fired() -> int:
+    """How many deadlines have fired in this process (``since`` for :func:`leave_stuck`)."""
+    return _FIRED[0]
+
+
+def leave_stuck(code: int, since: int = 0) -> None:
+    """End this process now with ``code`` when a deadline fired after ``since`` (a count of
+    :func:`deadlines_fired`) and another thread is still alive: it may be blocked in what timed out
+    (a read that never returns in zarr's IO pool), and interpreter exit joins such threads, daemon
+    or not (``concurrent.futures`` joins its own). Output flushed, worker processes stopped, then
+    ``os._exit``. Otherwise return (the caller exits as usual). For a command line's last step."""
+    if _FIRED[0] <= since:
+        return
+    if not any(t.is_alive() and t is not threading.main_thread() for t in threading.enumerate()):
+        return
+    import multiprocessing
+
+    children = multiprocessing.active_children()
+    for p in children:
+        p.terminate()
+    for p in children:
+        p.join(2.0)
+        if p.is_alive():
+            p.kill()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _finite(obj: Any) -> Any:

@@ -9,7 +9,8 @@ one named line (never a traceback) when the user's loader or step fails.
   (:func:`feedlab.errors.deadline`: ``SIGALRM``, so a blocking read or sleep is
   interrupted; off the main thread it cannot interrupt).
 * :func:`user_call` — calls the user's code, turning what it raises into a
-  :class:`UserCodeError` that names ``what``.
+  :class:`UserCodeError` that names ``what``; with ``limit_s``, one that does not return is
+  :class:`Hung`, naming it (the length, the loader factory, the step).
 """
 
 from __future__ import annotations
@@ -49,10 +50,17 @@ def deadline(seconds: float | None, what: str, hint: str = "") -> Iterator[None]
         raise Hung(f"{what} did not return within {seconds:g} s{': ' + hint if hint else ''}") from None
 
 
-def user_call(what: str, fn: Callable[..., Any], *args, hint: str = "", **kw) -> Any:
-    """``fn(*args, **kw)``; what it raises becomes one :class:`UserCodeError` line."""
+#: what a :class:`Hung` line says to do
+HUNG_HINT = "a call that never returns hangs training too; --deadline S waits longer if it is only slow"
+
+
+def user_call(what: str, fn: Callable[..., Any], *args, hint: str = "", limit_s: float | None = None,
+              **kw) -> Any:
+    """``fn(*args, **kw)``; what it raises becomes one :class:`UserCodeError` line. ``limit_s``:
+    a call that has not returned by then is :class:`Hung`, naming ``what``."""
     try:
-        return fn(*args, **kw)
+        with deadline(limit_s, what, HUNG_HINT):
+            return fn(*args, **kw)
     except (UserCodeError, DeadlineError):   # a deadline around the call is the deadline's to report
         raise
     except KeyboardInterrupt:
