@@ -302,6 +302,20 @@ def test_an_inner_deadline_leaves_the_outer_one_armed():
     assert time.monotonic() - t0 < 6
 
 
+def test_an_inner_deadline_never_lengthens_the_outer_one_nor_takes_its_name():
+    from feedlab.doctor.guard import deadline as guard_deadline
+
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineError, match="the whole run: no progress in 1 s"):
+        with deadline(1.0, "the whole run"):
+            with guard_deadline(30.0, "one call"):
+                time.sleep(8)
+    assert time.monotonic() - t0 < 6
+    with deadline(5.0, "disarmed on the way out"):
+        pass
+    time.sleep(0.01)
+
+
 # ---------------------------------------------------------------- bounded reads, links to devices
 def _as_limit():
     four_gb = 4 << 30

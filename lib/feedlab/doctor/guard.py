@@ -43,10 +43,13 @@ def deadline(seconds: float | None, what: str, hint: str = "") -> Iterator[None]
     <= 0: no deadline): :func:`feedlab.errors.deadline`, its error as one of the user's."""
     from feedlab.errors import deadline as _deadline
 
+    d = None
     try:
-        with _deadline(seconds, what, hint):
+        with _deadline(seconds, what, hint) as d:
             yield
-    except DeadlineError:
+    except DeadlineError as exc:
+        if d is None or exc.deadline is not d:   # an outer deadline's: its own line
+            raise
         raise Hung(f"{what} did not return within {seconds:g} s{': ' + hint if hint else ''}") from None
 
 
