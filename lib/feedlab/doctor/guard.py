@@ -20,7 +20,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from feedlab.errors import DeadlineError, one_line
+from feedlab.errors import Deadline, DeadlineError, one_line
 
 DEFAULT_DEADLINE_S = 120.0
 
@@ -38,15 +38,16 @@ def can_interrupt() -> bool:
 
 
 @contextmanager
-def deadline(seconds: float | None, what: str, hint: str = "") -> Iterator[None]:
+def deadline(seconds: float | None, what: str, hint: str = "") -> Iterator[Deadline]:
     """Raise :class:`Hung` naming ``what`` when the block runs past ``seconds`` (None or
-    <= 0: no deadline): :func:`feedlab.errors.deadline`, its error as one of the user's."""
+    <= 0: no deadline; ``reset()`` on what it yields re-arms it): :func:`feedlab.errors.deadline`,
+    its error as one of the user's."""
     from feedlab.errors import deadline as _deadline
 
     d = None
     try:
         with _deadline(seconds, what, hint) as d:
-            yield
+            yield d
     except DeadlineError as exc:
         if d is None or exc.deadline is not d:   # an outer deadline's: its own line
             raise

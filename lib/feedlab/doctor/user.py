@@ -32,7 +32,7 @@ from feedlab.errors import DeadlineError
 from . import predict as PR
 from .answer import render_user  # noqa: F401  (feedlab.doctor.user.render_user, as before)
 from .costs import CostTable, Stage
-from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, collate_hint, deadline, user_call
+from .guard import DEFAULT_DEADLINE_S, HUNG_HINT, Hung, UserCodeError, collate_hint, deadline, user_call
 from .probes import measure_machine, probe_worker, startup_s, timed
 from .wrap import (  # noqa: F401
     TimedCollate,
@@ -160,14 +160,16 @@ def _step_costs(step, kept, device, repeats: int, step_name: str, T: int, limit:
     with torch_threads(T):
         user_call(step_name, step, on_dev[0][0], hint="the step gets the batch as your loader yields it, "
                   f"already on {device}", limit_s=limit)
-        for _ in range(repeats):
-            for b, m in on_dev:
-                _sync(device)
-                t0, c0 = time.perf_counter(), time.process_time()
-                user_call(step_name, step, b, limit_s=limit)
-                _sync(device)
-                walls.append((time.perf_counter() - t0) / m)
-                cpus.append((time.process_time() - c0) / m)
+        with deadline(limit, step_name, HUNG_HINT) as d:   # armed outside the clock: re-armed per call
+            for _ in range(repeats):
+                for b, m in on_dev:
+                    d.reset()
+                    _sync(device)
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    user_call(step_name, step, b)
+                    _sync(device)
+                    walls.append((time.perf_counter() - t0) / m)
+                    cpus.append((time.process_time() - c0) / m)
     return walls, cpus
 
 
