@@ -77,6 +77,16 @@ def _on_sigterm(_signum, _frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from feedlab.errors import deadlines_fired, leave_stuck
+
+    fired = deadlines_fired()
+    rc = _main(argv)
+    if rc:
+        leave_stuck(rc, since=fired)  # a read that never returned (zarr's IO thread) must not hold the exit
+    return rc
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from feedlab.errors import FormatError, one_line
 

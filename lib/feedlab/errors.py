@@ -12,16 +12,22 @@
 * :func:`strict_json` — JSON without ``NaN``/``Infinity`` (they become ``null``).
 * :func:`deadline` — a wait with a limit: :class:`DeadlineError` (a ``TimeoutError``, so
   :func:`cli_errors` prints it on one line) naming what was being waited for; re-armed by
-  ``reset()`` on progress, so it bounds a stall rather than a whole run.
+  ``reset()`` on progress, so it bounds a stall rather than a whole run. Deadlines nest, each
+  keeping its own time.
+* :func:`leave_stuck` — after a deadline, a thread still blocked in what timed out (zarr's IO
+  pool, a reader thread) would be joined at interpreter exit and hang it: a command line ends
+  its process at once instead (flushed, its worker processes stopped).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -87,29 +93,39 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
 def cli_errors(prog: str, hint: str = "") -> Iterator[None]:
     """``with cli_errors("python -m feedlab.bench"): ...`` turns a user-fixable failure
     into one line on stderr and ``SystemExit(2)``."""
+    fired = deadlines_fired()
     try:
         yield
     except _user_error_types() as exc:
         msg = one_line(exc)
         print(f"{prog}: error: {msg}{' (' + hint + ')' if hint else ''}", file=sys.stderr)
+        leave_stuck(2, since=fired)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
+        leave_stuck(130, since=fired)
         raise SystemExit(130) from None
 
 
 class DeadlineError(TimeoutError):
-    """A wait ran past its deadline (the message names what was waited for and the limit)."""
+    """A wait ran past its deadline (the message names what was waited for and the limit);
+    ``deadline`` is the :class:`Deadline` that fired."""
+
+    deadline: "Deadline | None" = None
 
 
 class Deadline:
     """What :func:`deadline` yields: ``reset(what=None)`` re-arms it (progress was made),
     ``what`` updates the description the error will carry."""
 
-    def __init__(self, seconds: float | None, what: str | Callable[[], str]):
+    def __init__(self, seconds: float | None, what: str | Callable[[], str], on_progress: bool = False,
+                 hint: str = ""):
         self.seconds = seconds
         self.what = what
+        self.hint = hint
         self.armed = False
+        self.on_progress = on_progress
+        self.due = 0.0   # time.monotonic() at which it fires, while armed
 
     def describe(self) -> str:
         return self.what() if callable(self.what) else str(self.what)
@@ -118,35 +134,106 @@ class Deadline:
         if what is not None:
             self.what = what
         if self.armed:
-            signal.setitimer(signal.ITIMER_REAL, float(self.seconds))
+            self.due = time.monotonic() + float(self.seconds)
+            _arm()
+
+
+_ACTIVE: list[Deadline] = []   # the open deadlines, innermost last; one timer, for the earliest due
+_OLD_HANDLER: list = []        # SIGALRM's handler before the outermost deadline
+_FIRED = [0]                   # deadlines that have fired in this process
+
+
+def _arm() -> None:
+    dues = [d.due for d in _ACTIVE if d.armed]
+    signal.setitimer(signal.ITIMER_REAL, max(1e-3, min(dues) - time.monotonic()) if dues else 0)
+
+
+def _on_alarm(_signum, _frame) -> None:
+    late = [d for d in _ACTIVE if d.armed and d.due <= time.monotonic() + 1e-3]
+    if not late:   # woke early (a deadline reset meanwhile): wait for the earliest one
+        _arm()
+        return
+    d = late[-1]   # the innermost that is late names the wait most closely
+    d.armed = False
+    _FIRED[0] += 1
+    _arm()
+    err = DeadlineError(f"{d.describe()}: no progress in {d.seconds:g} s{f' ({d.hint})' if d.hint else ''}")
+    err.deadline = d
+    raise err
+
+
+def progress() -> None:
+    """Progress was made (a batch, a timed call): re-arms each open deadline opened with
+    ``on_progress=True``; costs nothing without one."""
+    if _ACTIVE:
+        for d in _ACTIVE:
+            if d.on_progress and d.armed:
+                d.due = time.monotonic() + float(d.seconds)
+        _arm()
 
 
 @contextmanager
-def deadline(seconds: float | None, what: str | Callable[[], str], hint: str = "") -> Iterator[Deadline]:
+def deadline(seconds: float | None, what: str | Callable[[], str], hint: str = "",
+             on_progress: bool = False) -> Iterator[Deadline]:
     """Raise :class:`DeadlineError` in this (main) thread when ``seconds`` pass without a
-    ``reset()``: ``"<what>: no progress in N s (<hint>)"``. ``None`` or ``0``: no limit.
-    Off the main thread (where no signal can be delivered) it is a no-op, said by ``armed``."""
-    d = Deadline(seconds, what)
+    ``reset()``: ``"<what>: no progress in N s (<hint>)"``. ``None`` or ``0``: no limit (an
+    outer deadline still runs). ``on_progress``: :func:`progress` (called by the measuring
+    loops) re-arms it too. Deadlines nest, each keeping its own time: an inner one never
+    lengthens or cancels an outer one. Off the main thread (where no signal can be
+    delivered) it is a no-op, said by ``armed``."""
+    d = Deadline(seconds, what, on_progress, hint)
     usable = bool(seconds) and seconds > 0 and threading.current_thread() is threading.main_thread()
     if not usable:
         yield d
         return
-
-    def on_alarm(_signum, _frame):
-        d.armed = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        tail = f" ({hint})" if hint else ""
-        raise DeadlineError(f"{d.describe()}: no progress in {seconds:g} s{tail}")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    d.armed = True
-    signal.setitimer(signal.ITIMER_REAL, float(seconds))
+    if not _ACTIVE:
+        _OLD_HANDLER[:] = [signal.signal(signal.SIGALRM, _on_alarm)]
+    _ACTIVE.append(d)
+    d.armed, d.due = True, time.monotonic() + float(seconds)
+    _arm()
     try:
         yield d
     finally:
         d.armed = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        if d in _ACTIVE:
+            _ACTIVE.remove(d)
+        if _ACTIVE:
+            _arm()
+        else:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, _OLD_HANDLER[0] if _OLD_HANDLER else signal.SIG_DFL)
+
+
+def deadlines_fired() -> int:
+    """How many deadlines have fired in this process (``since`` for :func:`leave_stuck`)."""
+    return _FIRED[0]
+
+
+def leave_stuck(code: int, since: int = 0) -> None:
+    """End this process now with ``code`` when a deadline fired after ``since`` (a count of
+    :func:`deadlines_fired`) and another thread is still alive: it may be blocked in what timed out
+    (a read that never returns in zarr's IO pool), and interpreter exit joins such threads, daemon
+    or not (``concurrent.futures`` joins its own). Output flushed, worker processes stopped, then
+    ``os._exit``. Otherwise return (the caller exits as usual). For a command line's last step."""
+    if _FIRED[0] <= since:
+        return
+    if not any(t.is_alive() and t is not threading.main_thread() for t in threading.enumerate()):
+        return
+    import multiprocessing
+
+    children = multiprocessing.active_children()
+    for p in children:
+        p.terminate()
+    for p in children:
+        p.join(2.0)
+        if p.is_alive():
+            p.kill()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _finite(obj: Any) -> Any:

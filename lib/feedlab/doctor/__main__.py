@@ -63,8 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--report", type=Path, default=None, help="also write the report with its figure to "
                     "FILE.md or FILE.html")
     ap.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, help="seconds to wait for one batch "
-                    "of your loader before giving up (your DataLoader(timeout=...) when it has one); with --script "
-                    "also the longest your script may go without asking for a batch, or take to end once stopped")
+                    "of your loader, its length, make_loader() or one step before giving up (your "
+                    "DataLoader(timeout=...) when it has one); with --script also the longest your script may go "
+                    "without asking for a batch, or take to end once stopped; with --data, seconds without progress")
     ap.add_argument("--no-step-trials", action="store_true", help="with --loader/--step: do not try the "
                     "step-side changes (threads, channels_last, autocast, torch.compile) on your step")
     return ap
@@ -142,7 +143,7 @@ def _user_loader(args, loader=None, step_cost_s=None, head: str = "") -> int:
 
     if loader is None:
         factory = _load_callable(args.loader, "--loader")
-        loader = user_call(f"--loader {args.loader}", factory,
+        loader = user_call(f"--loader {args.loader} (your make_loader())", factory, limit_s=args.deadline,
                            hint="make_loader() is called with no arguments and must return your DataLoader")
     step = _load_callable(args.step, "--step") if args.step else None
     rep = diagnose_loader(loader, step=step, batches=args.batches, repeats=args.repeats,
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     from feedlab import formats
+    from feedlab.errors import deadline
 
     from .diagnosis import diagnose
     from .measure import Budget, Doctor
@@ -252,25 +254,34 @@ def _main(argv: list[str] | None = None) -> int:
     why = [p for p in spec.replace(num_workers=0).problems() if "pin_memory" not in p]
     if why:
         ap.error("; ".join(why))
-    log = (lambda m: None) if args.json else (lambda m: print(f"  … {m}", file=sys.stderr, flush=True))
     budget = Budget(args.repeats, 1, args.samples, args.batches, cold=not args.no_cold)
-    try:
-        doc = Doctor(args.data, spec, args.max_workers, budget, log=log)
-        spec = spec.replace(num_workers=doc.max_workers if args.num_workers is None else args.num_workers)
-        doc.measure()
-    except (FileNotFoundError, ValueError) as exc:
-        raise SystemExit(f"doctor: {args.data} as {fmt}: {exc}") from None
-    report = diagnose(doc, spec)
-    if args.ranks is not None:
-        from .ranks import advise_ranks
+    where = [f"opening {args.data} as {fmt}"]
+    hint = ("a sample that never answers? `python -m data_prep verify DATA` names it; --deadline S waits longer")
+    with deadline(args.deadline, lambda: f"doctor --data {args.data}: {where[0]}", hint, on_progress=True) as d:
+        def log(m: str) -> None:   # each step said is progress; the deadline names the step it waits in
+            where[0] = m
+            d.reset()
+            if not args.json:
+                print(f"  … {m}", file=sys.stderr, flush=True)
 
-        report["ranks_advice"] = advise_ranks(doc.table, spec, args.ranks)
-    if args.trace is not None:
-        from feedlab.trace import trace_run
+        try:
+            doc = Doctor(args.data, spec, args.max_workers, budget, log=log)
+            spec = spec.replace(num_workers=doc.max_workers if args.num_workers is None else args.num_workers)
+            doc.measure()
+        except (FileNotFoundError, ValueError) as exc:
+            raise SystemExit(f"doctor: {args.data} as {fmt}: {exc}") from None
+        report = diagnose(doc, spec)
+        if args.ranks is not None:
+            from .ranks import advise_ranks
 
-        trace_run(doc.split(spec.format, spec.decode_backend), report, args.trace, batch_size=spec.batch_size,
-                  workers=spec.num_workers, collate=P.make_collate(spec.collate), max_batches=20,
-                  model=doc.model, device=doc.device, optimizer=doc.optimizer, pin_memory=spec.pin_memory and doc.cuda)
+            report["ranks_advice"] = advise_ranks(doc.table, spec, args.ranks)
+        if args.trace is not None:
+            from feedlab.trace import trace_run
+
+            log("tracing 20 batches")
+            trace_run(doc.split(spec.format, spec.decode_backend), report, args.trace, batch_size=spec.batch_size,
+                      workers=spec.num_workers, collate=P.make_collate(spec.collate), max_batches=20, model=doc.model,
+                      device=doc.device, optimizer=doc.optimizer, pin_memory=spec.pin_memory and doc.cuda)
     text = render(report)
     if "ranks_advice" in report:
         from .ranks import render_ranks

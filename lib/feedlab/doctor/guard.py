@@ -9,7 +9,8 @@ one named line (never a traceback) when the user's loader or step fails.
   (:func:`feedlab.errors.deadline`: ``SIGALRM``, so a blocking read or sleep is
   interrupted; off the main thread it cannot interrupt).
 * :func:`user_call` — calls the user's code, turning what it raises into a
-  :class:`UserCodeError` that names ``what``.
+  :class:`UserCodeError` that names ``what``; with ``limit_s``, one that does not return is
+  :class:`Hung`, naming it (the length, the loader factory, the step).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from feedlab.errors import DeadlineError, one_line
+from feedlab.errors import Deadline, DeadlineError, one_line
 
 DEFAULT_DEADLINE_S = 120.0
 
@@ -37,22 +38,33 @@ def can_interrupt() -> bool:
 
 
 @contextmanager
-def deadline(seconds: float | None, what: str, hint: str = "") -> Iterator[None]:
+def deadline(seconds: float | None, what: str, hint: str = "") -> Iterator[Deadline]:
     """Raise :class:`Hung` naming ``what`` when the block runs past ``seconds`` (None or
-    <= 0: no deadline): :func:`feedlab.errors.deadline`, its error as one of the user's."""
+    <= 0: no deadline; ``reset()`` on what it yields re-arms it): :func:`feedlab.errors.deadline`,
+    its error as one of the user's."""
     from feedlab.errors import deadline as _deadline
 
+    d = None
     try:
-        with _deadline(seconds, what, hint):
-            yield
-    except DeadlineError:
+        with _deadline(seconds, what, hint) as d:
+            yield d
+    except DeadlineError as exc:
+        if d is None or exc.deadline is not d:   # an outer deadline's: its own line
+            raise
         raise Hung(f"{what} did not return within {seconds:g} s{': ' + hint if hint else ''}") from None
 
 
-def user_call(what: str, fn: Callable[..., Any], *args, hint: str = "", **kw) -> Any:
-    """``fn(*args, **kw)``; what it raises becomes one :class:`UserCodeError` line."""
+#: what a :class:`Hung` line says to do
+HUNG_HINT = "a call that never returns hangs training too; --deadline S waits longer if it is only slow"
+
+
+def user_call(what: str, fn: Callable[..., Any], *args, hint: str = "", limit_s: float | None = None,
+              **kw) -> Any:
+    """``fn(*args, **kw)``; what it raises becomes one :class:`UserCodeError` line. ``limit_s``:
+    a call that has not returned by then is :class:`Hung`, naming ``what``."""
     try:
-        return fn(*args, **kw)
+        with deadline(limit_s, what, HUNG_HINT):
+            return fn(*args, **kw)
     except (UserCodeError, DeadlineError):   # a deadline around the call is the deadline's to report
         raise
     except KeyboardInterrupt:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from feedlab import pipeline as P
+from feedlab.errors import progress
 from feedlab.formats import raw_nbytes
 from feedlab.pipeline.kinds import UINT8_COLLATES
 
@@ -49,6 +50,8 @@ class Budget:
 
 
 # ---------------------------------------------------------------- the doctor's measurements
+def _tick(_i, _batch) -> None:   # a batch arrived: progress for the command's deadline (--deadline)
+    progress()
 
 
 def capacity_ks(num_workers: int, main_threads: int = 1) -> list[int]:
@@ -388,12 +391,12 @@ class Doctor:
         runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": []} for s in specs}
         for s in specs:
             for _ in range(self.budget.warmup):
-                run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s])
+                run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
         for _ in range(repeats or self.budget.repeats):
             for s in specs:
                 threads = self.table.machine.threads(s.num_workers)
                 runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers, threads), seconds=0.1, repeats=1))
-                r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s])
+                r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
                 runs[s]["steady_runs"].append(P.steady_rate(r, skip=min(P.warmup_batches(s), r.batches - 1))
                                               or r.samples_per_s)
                 spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0

@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from feedlab.errors import progress
+
 from .costs import Machine
 
 
@@ -25,6 +27,7 @@ def timed(fn: Callable[[], Any], per: int, warmup: int, repeats: int, device=Non
         c0 = time.process_time()
         fn()
         cpu.append(time.process_time() - c0)
+        progress()
 
     wall = time_callable(call, warmup=warmup, repeats=repeats, device=device, setup=setup)
     cpu = cpu[len(cpu) - repeats:]
@@ -173,6 +176,7 @@ def startup_s(workers: int, repeats: int = 3) -> list[float]:
         next(it)
         out.append(time.perf_counter() - t0)
         del it, loader
+        progress()
     return out
 
 

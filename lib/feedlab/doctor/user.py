@@ -32,7 +32,7 @@ from feedlab.errors import DeadlineError
 from . import predict as PR
 from .answer import render_user  # noqa: F401  (feedlab.doctor.user.render_user, as before)
 from .costs import CostTable, Stage
-from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, collate_hint, deadline, user_call
+from .guard import DEFAULT_DEADLINE_S, HUNG_HINT, Hung, UserCodeError, collate_hint, deadline, user_call
 from .probes import measure_machine, probe_worker, startup_s, timed
 from .wrap import (  # noqa: F401
     TimedCollate,
@@ -84,7 +84,7 @@ def _next(it, k: int, limit: float | None, whose: str):
 
 
 def _run(loader, step, device, batches: int, skip: int, limit: float | None = None,
-         whose: str = "", step_name: str = "your step(batch)") -> dict:
+         whose: str = "", step_name: str = "your step(batch)", step_limit: float | None = None) -> dict:
     """Samples/s of ``batches`` batches, after the first ``skip`` (start-up, prefetch).
 
     The clock starts before batch ``skip`` is asked for, so its wait is counted with its
@@ -111,7 +111,7 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
             t_start = t_start or time.perf_counter()
             batch = _to_device(batch, device)
             if step is not None:
-                user_call(step_name, step, batch)
+                user_call(step_name, step, batch, limit_s=step_limit)
         _sync(device)
         end = time.perf_counter()
     finally:
@@ -149,24 +149,27 @@ def _isolation(loader, q, batches: int, limit, whose, log) -> tuple[list, list[i
     return kept, lens
 
 
-def _step_costs(step, kept, device, repeats: int, step_name: str, T: int):
-    """(wall, cpu) per sample of ``step`` over the kept batches, after one untimed call;
-    each call divided by the samples of its own batch."""
+def _step_costs(step, kept, device, repeats: int, step_name: str, T: int, limit: float | None = None):
+    """(wall, cpu) per sample of ``step`` over the kept batches, after one untimed call (a call
+    that does not return within ``limit`` is :class:`Hung`); each call divided by the samples
+    of its own batch."""
     from feedlab.timing import _sync, torch_threads
 
     on_dev = [(_to_device(b, device), m or 1) for b, m in kept]
     walls, cpus = [], []
     with torch_threads(T):
         user_call(step_name, step, on_dev[0][0], hint="the step gets the batch as your loader yields it, "
-                  f"already on {device}")
-        for _ in range(repeats):
-            for b, m in on_dev:
-                _sync(device)
-                t0, c0 = time.perf_counter(), time.process_time()
-                user_call(step_name, step, b)
-                _sync(device)
-                walls.append((time.perf_counter() - t0) / m)
-                cpus.append((time.process_time() - c0) / m)
+                  f"already on {device}", limit_s=limit)
+        with deadline(limit, step_name, HUNG_HINT) as d:   # armed outside the clock: re-armed per call
+            for _ in range(repeats):
+                for b, m in on_dev:
+                    d.reset()
+                    _sync(device)
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    user_call(step_name, step, b)
+                    _sync(device)
+                    walls.append((time.perf_counter() - t0) / m)
+                    cpus.append((time.process_time() - c0) / m)
     return walls, cpus
 
 
@@ -193,7 +196,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     from feedlab.timing import torch_threads
 
     log = log or (lambda m: None)
-    check_loader(loader)
+    check_loader(loader, deadline_s)   # a __len__ that blocks: Hung, named
     window = LoadWindow()
     device = P.resolve_device(device)
     cuda = device.startswith("cuda")
@@ -277,7 +280,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
                                            note="not measured: no step given (--step)")
         else:
             log(f"your step on {len(kept)} full batch(es), {T} thread(s)")
-            w, c = _step_costs(step, kept, device, repeats, step_name, T)
+            w, c = _step_costs(step, kept, device, repeats, step_name, T, deadline_s)
             table[("model", B, T)] = Stage("model", f"your step, {T} thread(s)", w, c)
     # 4. your loader as built, end to end
     spec = P.PipelineSpec(format="user", decode="user", collate="user", batch_size=B, num_workers=W,
@@ -294,7 +297,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
         runs = []
         for r in range(repeats):
             log(f"your loader as built, end to end: pass {r + 1}/{repeats}")
-            runs.append(_run(loader, step, device, batches, skip, limit, whose, step_name))
+            runs.append(_run(loader, step, device, batches, skip, limit, whose, step_name, deadline_s))
         steady = [r["steady"] for r in runs if np.isfinite(r["steady"]) and r["steady"] > 0]
         measured = float(np.median(steady)) if steady else None
     rep = _report(table, spec, machine, max_workers, measured, W, B, device, notes, repeats, batches)

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from .guard import UserCodeError
+from .guard import UserCodeError, user_call
 
 
 class _Timed:
@@ -60,8 +60,9 @@ class TimedCollate(_Timed):
 # ---------------------------------------------------------------- what a loader is and yields
 
 
-def check_loader(loader) -> None:
-    """One line when ``loader`` is not a DataLoader the doctor can rebuild, or is empty."""
+def check_loader(loader, limit_s: float | None = None) -> None:
+    """One line when ``loader`` is not a DataLoader the doctor can rebuild, or is empty; a
+    dataset's ``__len__`` that does not return within ``limit_s`` is :class:`Hung`, named."""
     from torch.utils.data import DataLoader, IterableDataset
 
     if not isinstance(loader, DataLoader):
@@ -72,11 +73,11 @@ def check_loader(loader) -> None:
                             "run your training script under `python -m feedlab.doctor --script train.py` instead")
     if loader.batch_sampler is None:
         raise UserCodeError("the loader has batch_size=None (no automatic batching): give it a batch_size")
-    try:
-        n = len(loader.dataset)
-    except TypeError:
-        raise UserCodeError(f"the loader's dataset ({type(loader.dataset).__name__}) has no __len__") from None
-    if n == 0 or len(loader) == 0:
+    what = f"your dataset's __len__ ({type(loader.dataset).__name__})"
+    if not callable(getattr(loader.dataset, "__len__", None)):
+        raise UserCodeError(f"the loader's dataset ({type(loader.dataset).__name__}) has no __len__")
+    n = user_call(what, len, loader.dataset, limit_s=limit_s)
+    if n == 0 or user_call(f"{what}, through len(loader)", len, loader, limit_s=limit_s) == 0:
         raise UserCodeError(f"the loader is empty ({n} samples, {len(loader)} batches"
                             f"{', drop_last=True' if getattr(loader, 'drop_last', False) else ''}): "
                             "nothing to measure; point its dataset at your data")

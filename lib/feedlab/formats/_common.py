@@ -213,17 +213,19 @@ class SRDataset(Dataset):
                 f"`python -m data_prep pack {self.root} --to {self.fmt}` rewrites it")
 
     def _read_error(self, i: int, exc: BaseException):
-        from feedlab.errors import SampleError, sample_error
+        from feedlab.errors import DeadlineError, SampleError, sample_error
 
-        if isinstance(exc, (SampleError, IndexError, MemoryError)):
+        if isinstance(exc, (SampleError, IndexError, MemoryError, DeadlineError)):  # a deadline: its own line
             return exc
         return sample_error(self.fmt, i, self._sample_path(i), exc)
 
     def _raise_batch_error(self, idx, exc: BaseException):
-        """A batched read failed: find the sample that fails alone and name it."""
-        from feedlab.errors import SampleError
+        """A batched read failed: find the sample that fails alone and name it. A deadline that
+        fired is raised as it is: reading the batch again, sample by sample, would wait on the
+        read that never returned with no deadline left."""
+        from feedlab.errors import DeadlineError, SampleError
 
-        if isinstance(exc, (SampleError, IndexError, MemoryError)):
+        if isinstance(exc, (SampleError, IndexError, MemoryError, DeadlineError)):
             raise exc
         for i in np.asarray(idx).reshape(-1).tolist():
             try:

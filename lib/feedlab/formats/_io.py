@@ -243,19 +243,26 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _refuse_irregular(path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        link = " (a link, followed)" if os.path.islink(path) else ""
+        raise OSError(f"{path}{link} is {_kind(mode)}, not a regular file: only regular files are read "
+                      "(replace it with the file itself)")
+
+
 def open_regular(path: str | os.PathLike, limit: int | None = None):
     """Open ``path`` for binary reading only if it is a regular file of at most ``limit``
     bytes (default :func:`max_file_bytes`); returns the file object. A FIFO, socket or
-    device is refused at once (opened non-blocking, checked with ``fstat`` on the opened
-    descriptor, so it never blocks and cannot be swapped in between check and read):
-    ``OSError`` naming the file and what it is."""
+    device, or a link to one, is refused at once (the link followed, checked before it is
+    opened, then opened non-blocking and checked again with ``fstat`` on the descriptor, so it
+    never blocks and cannot be swapped in between check and read): ``OSError`` naming the file
+    and what it is."""
     limit = max_file_bytes() if limit is None else int(limit)
+    _refuse_irregular(path, os.stat(path).st_mode)   # a link to a device is never even opened
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{path} is {_kind(st.st_mode)}, not a regular file: only regular files are read "
-                          "(replace it with the file itself)")
+        _refuse_irregular(path, st.st_mode)
         if st.st_size > limit:
             raise OSError(f"{path} is {st.st_size} bytes, over the {limit}-byte bound of one read "
                           "(set FEEDLAB_MAX_FILE_BYTES to allow it)")
@@ -294,11 +301,23 @@ def check_regular_tree(path: str | os.PathLike, limit: int = 10_000) -> None:
 def read_regular(path: str | os.PathLike, limit: int | None = None) -> bytes:
     """The bytes of ``path``, a regular file of at most ``limit`` bytes (see :func:`open_regular`)."""
     lim = max_file_bytes() if limit is None else int(limit)
+    parts, total = [], 0
     with open_regular(path, lim) as fh:
-        data = fh.read(lim + 1)
-    if len(data) > lim:  # grew after the check
+        want = os.fstat(fh.fileno()).st_size + 1   # its size, and one byte more to see it grew
+        while total <= lim:
+            part = fh.read(min(want, lim + 1 - total))   # never a buffer of the whole bound at once
+            if not part:
+                break
+            parts.append(part)
+            total += len(part)
+            want = READ_CHUNK
+    if total > lim:  # grew after the check
         raise OSError(f"{path} grew past the {lim}-byte bound of one read while it was read")
-    return data
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+#: bytes :func:`read_regular` asks for at a time past a file's stated size
+READ_CHUNK = 1 << 20
 
 
 def tree_bytes(path: str | os.PathLike) -> int:

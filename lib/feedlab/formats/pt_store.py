@@ -4,6 +4,7 @@ tensors, loaded with ``torch.load(weights_only=True)`` (no arbitrary unpickling)
 from __future__ import annotations
 
 import io
+import pickle
 from pathlib import Path
 
 import torch
@@ -52,8 +53,20 @@ class PtDataset(SRDataset):
 
     def _load(self, i: int):
         with open_regular(self.dir / pt_name(i)) as fh:
-            d = torch.load(fh, weights_only=True, map_location="cpu")
+            d = self._unpickle(fh, f"sample {i} ({self.dir / pt_name(i)})")
         return d["lr"], d["hr"]
+
+    def _unpickle(self, fh, what: str) -> dict:
+        """``torch.load(weights_only=True)``; a file holding other pickled objects is one line
+        naming it (not torch's advice to load it with ``weights_only=False``)."""
+        try:
+            return torch.load(fh, weights_only=True, map_location="cpu")
+        except pickle.UnpicklingError:
+            from feedlab.errors import SampleError
+
+            raise SampleError(f"pt: {what} holds pickled objects, not only tensors: "
+                              "feedlab refuses pickle in stored samples (unpickling can run code); rebuild the store "
+                              f"with `python -m data_prep pack {self.root} --to pt`") from None
 
     def _read(self, i: int):
         lr, hr = self._load(i)
@@ -68,7 +81,7 @@ class PtDataset(SRDataset):
         return read_files((self.dir / pt_name(self._index(i)),))
 
     def decode_raw(self, raw):
-        d = torch.load(io.BytesIO(raw[0]), weights_only=True, map_location="cpu")
+        d = self._unpickle(io.BytesIO(raw[0]), f"a sample under {self.dir}")
         return d["lr"].numpy(), d["hr"].numpy()
 
     def store_files(self, indices):

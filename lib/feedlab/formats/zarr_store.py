@@ -16,6 +16,7 @@ Arrays are (N,H,W,3) uint8, chunked along the sample axis only
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import zarr
@@ -83,15 +84,23 @@ class ZarrDataset(ChunkedSRDataset):
 
     def _check_chunks(self, lo: int, hi: int) -> None:
         """zarr reads an absent chunk as ``fill_value`` (zeros): every chunk of this store
-        was written, so an absent one is an error naming it."""
+        was written, so an absent one is an error naming it; so is a chunk that is not a
+        regular file (a FIFO would block zarr's IO thread for ever), wherever it lies in the
+        store (``open_dataset`` stats only the first entries of a large one)."""
+        from feedlab.errors import SampleError
+        from feedlab.formats._io import _kind
+
         for c in range(lo // self.chunk_len, (hi - 1) // self.chunk_len + 1):
             for name in ("lr", "hr"):
                 f = self._chunk_file(name, c)
-                if not os.path.exists(f):
-                    from feedlab.errors import SampleError
-
+                try:
+                    mode = os.stat(f).st_mode
+                except FileNotFoundError:
+                    mode = None
+                if mode is None or not stat.S_ISREG(mode):
                     first, last = c * self.chunk_len, min((c + 1) * self.chunk_len, self._n) - 1
-                    raise SampleError(f"zarr: chunk {c} of {name} (samples {first}–{last}) is missing: {f}; "
+                    what = "missing" if mode is None else f"{_kind(mode)}, not a regular file"
+                    raise SampleError(f"zarr: chunk {c} of {name} (samples {first}–{last}) is {what}: {f}; "
                                       f"repack with `python -m data_prep pack {self.root} --to zarr`")
 
     def _sample_path(self, i: int) -> str:

@@ -21,6 +21,11 @@ Every loop yields ``(lr, hr)`` uint8 NHWC tensors, like ``DataLoader`` with
 
 from __future__ import annotations
 
+import queue
+import sys
+import threading
+import time
+from concurrent.futures import Future
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -170,7 +175,9 @@ class ThreadLoader(BatchReadLoader):
     ``slots`` preallocated uint8 NHWC batch arrays (default ``num_threads + 1``); batch ``b`` is
     filled by ``dataset.read_batch(idx, out=slot)`` (else per sample) in a pool thread while the
     consumer holds batch ``b - 1``; yielded in order. A batch is valid until the next ``next()``
-    (its slot is then refilled). A reader's exception is raised in the consumer as it is."""
+    (its slot is then refilled). A reader's exception is raised in the consumer as it is. The
+    readers are daemon threads: when the loop stops (a deadline, Ctrl-C) one stuck in a read is
+    abandoned, never joined (:meth:`_let_go`)."""
 
     def __init__(self, dataset, batch_size: int, num_threads: int = 2, slots: int | None = None,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False):
@@ -199,19 +206,23 @@ class ThreadLoader(BatchReadLoader):
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         from collections import deque
-        from concurrent.futures import ThreadPoolExecutor
 
         batches = list(self._batches())
         self.epoch += 1
-        pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="feedlab-threads")
+        jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threads = [threading.Thread(target=_reader, args=(jobs, self._fill), name=f"feedlab-threads-{k}",
+                                    daemon=True) for k in range(self.num_threads)]
+        for t in threads:
+            t.start()
         pending: deque = deque()
         free = list(range(self.slots))
         nxt = 0
         try:
             while nxt < len(batches) or pending:
                 while free and nxt < len(batches):
-                    slot = free.pop()
-                    pending.append((slot, pool.submit(self._fill, slot, batches[nxt])))
+                    slot, fut = free.pop(), Future()
+                    jobs.put((fut, slot, batches[nxt]))
+                    pending.append((slot, fut))
                     nxt += 1
                 slot, fut = pending.popleft()
                 n = fut.result()
@@ -219,4 +230,43 @@ class ThreadLoader(BatchReadLoader):
                 yield (lr, hr) if n == len(lr) else (lr[:n], hr[:n])
                 free.append(slot)  # the consumer asked for the next batch: this one is done with
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            for _slot, fut in pending:
+                fut.cancel()
+            self._let_go(threads, jobs)
+
+    def _let_go(self, threads: list, jobs) -> None:
+        """Stop the reader threads: each is told to end and given :data:`LET_GO_S` to finish the
+        read in hand. One still reading then (a read that never returns: a hung mount, a FIFO)
+        is abandoned, never joined, said in one line: a daemon thread, it ends with the process,
+        and the slots it may still write into are replaced. A Ctrl-C here ends the wait at once."""
+        for _ in threads:
+            jobs.put(None)
+        end = time.monotonic() + LET_GO_S
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))
+        stuck = [t for t in threads if t.is_alive()]
+        if stuck:
+            self._slots = [self._alloc(self.batch_size) for _ in range(self.slots)]
+            self._tensors = [tuple(torch.from_numpy(b) for b in s) for s in self._slots]
+            print(f"feedlab: loader threads: {len(stuck)} reader thread(s) of {type(self.dataset).__name__} still "
+                  f"in a read after {LET_GO_S:g} s: abandoned, not joined (they end with the process)",
+                  file=sys.stderr, flush=True)
+
+
+#: seconds the threads kind gives its reader threads to finish the read in hand when it stops
+LET_GO_S = 2.0
+
+
+def _reader(jobs, fill) -> None:
+    """A reader thread of :class:`ThreadLoader`: fills the slots it is given until told to end."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        fut, slot, idx = job
+        if not fut.set_running_or_notify_cancel():
+            continue
+        try:
+            fut.set_result(fill(slot, idx))
+        except BaseException as exc:  # the consumer raises it as it is
+            fut.set_exception(exc)
