@@ -1,12 +1,15 @@
-"""A command line's refusals, checked in this process: ``main(argv)`` run as ``python -m <module>`` runs it.
+"""A command line run in this process: ``main(argv)`` as ``python -m <module>`` runs it.
 
-A refusal (a bad flag, a bad manifest, a missing file) is decided before anything is measured, so
-the separate interpreter a subprocess costs (about 2 s of CPU each: torch's import) buys nothing there.
-:func:`run_cli` gives what ``subprocess.run([sys.executable, "-m", module, *argv])`` gives: the exit
-status (``SystemExit``'s code; a message is printed to stderr with status 1, as the interpreter
-does), stdout and stderr. An exception the command lets out is raised here and fails the test, as
-a traceback on a subprocess's stderr would. Runs that measure, hang, take signals or start workers
-stay subprocesses: each test file keeps at least one real ``python -m`` call per command.
+A subprocess costs about 2 s of CPU before the command does anything (torch's import), and most
+command-line tests check what the command decides, not the process: a refusal (a bad flag, a bad
+manifest, a missing file) or a small run whose output is read. :func:`run_cli` gives what
+``subprocess.run([sys.executable, "-m", module, *argv])`` gives: the exit status (``SystemExit``'s
+code; a message is printed to stderr with status 1, as the interpreter does), stdout and stderr. An
+exception the command lets out is raised here and fails the test, as a traceback on a subprocess's
+stderr would. What needs the process stays a subprocess: hangs and deadlines, signals, FIFOs, a
+SIGBUS, ranks, ``--script`` runs, environment read at import (``FEEDLAB_DATA``), another checkout's
+code; and every command keeps real ``python -m`` runs in the suite (test_doctor_job, test_doctor_user,
+test_hostile_hand, test_nothing_lost, test_data_prep).
 """
 
 from __future__ import annotations
