@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from inproc import run_cli
 
 from feedlab import bench
 
@@ -37,7 +36,6 @@ def test_bench_pin_memory_without_cuda_is_reported_not_applied(sr_root, capsys):
 
 def test_bench_missing_data_names_it_and_the_fix(tmp_path):
     missing = tmp_path / "nope"
-    r = subprocess.run([sys.executable, "-m", "feedlab.bench", "--data", str(missing), "--json"],
-                       capture_output=True, text=True)
+    r = run_cli("feedlab.bench", "--data", str(missing), "--json")  # as python -m runs it, in this process
     assert r.returncode != 0
     assert str(missing) in r.stderr and "data_prep sr" in r.stderr

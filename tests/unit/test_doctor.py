@@ -3,14 +3,13 @@ measurement naming a deliberately slow stage, the CLI, and the doctor on a user'
 
 import io
 import json
-import subprocess
-import sys
 import time
 from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
 import torch
+from inproc import run_cli
 
 from feedlab import doctor
 from feedlab.doctor import BOUND_STAGES, VERDICTS, Budget, CostTable, Doctor, Machine, Stage, StageSplit
@@ -152,8 +151,8 @@ def run_doctor(store, model=None, workers=1):
 
 
 def test_slow_decode_is_named():
-    # 20 ms per decoded sample: far above read/collate (µs) on any machine
-    _doc, rep = run_doctor(FakeStore(decode_sleep=0.02))
+    # 5 ms per decoded sample: far above read/collate (µs) on any machine
+    _doc, rep = run_doctor(FakeStore(decode_sleep=0.005))
     assert rep["bound_stage"] == "decode" and rep["verdict"] == "data-bound"
     assert rep["measured_samples_per_s"] > 0
     assert {"read", "decode", "transform", "collate", "handover", "receive", "h2d", "model"} <= \
@@ -226,6 +225,5 @@ def test_a_folder_of_images_is_data(tmp_path):
 
 
 def test_cli_bad_data_is_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "feedlab.doctor", "--data", str(tmp_path / "nope")],
-                       capture_output=True, text=True)
+    r = run_cli("feedlab.doctor", "--data", str(tmp_path / "nope"))  # as python -m runs it, in this process
     assert r.returncode != 0 and "Traceback" not in r.stderr and "nope" in r.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from inproc import run_cli
 from torch.utils.data import DataLoader, Dataset
 
 from feedlab.doctor import diagnose_loader, render_user
@@ -195,6 +196,12 @@ def _doctor(args, cwd, timeout=240, env_extra=None):
                           env=env, cwd=cwd, timeout=timeout)
 
 
+def _in_process(args, cwd):
+    """``python -m feedlab.doctor`` in this process (inproc.run_cli): refusals, and runs where the process
+    is not what is tested; --script runs, hung loaders and the first --loader run stay real processes."""
+    return run_cli("feedlab.doctor", *args, cwd=cwd, user_path=cwd)
+
+
 def _one_line(r, *words):
     assert r.returncode != 0, r.stdout[-500:]
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
@@ -213,7 +220,7 @@ def _one_line(r, *words):
 def test_cli_user_failures_are_one_line(usermod, factory, step, words):
     args = ["--loader", f"mymod:{factory}", "--max-workers", "0", "--repeats", "1", "--batches", "2",
             "--device", "cpu", "--no-step-trials"] + (["--step", f"mymod:{step}"] if step else [])
-    _one_line(_doctor(args, usermod), *words)
+    _one_line(_in_process(args, usermod), *words)
 
 
 def _alive(pid: int) -> bool:
@@ -270,25 +277,25 @@ def test_cli_loader_honours_its_options(usermod):
     assert rep["ranks_advice"]["ranks"] == 2                                    # --ranks
     assert any("pin" in n for n in rep["notes"])                                # --pin-memory (no CUDA: said)
     assert out.exists() and json.loads(out.read_text())                         # --trace
-    r = _doctor(["--loader", "mymod:make_loader", "--max-workers", "0", "--repeats", "1", "--batches", "3",
-                 "--device", "cpu"], usermod)
+    r = _in_process(["--loader", "mymod:make_loader", "--max-workers", "0", "--repeats", "1", "--batches", "3",
+                     "--device", "cpu"], usermod)
     assert r.returncode == 0 and "VERDICT" in r.stdout
     assert "fetch + collate in isolation" in r.stderr and "end to end" in r.stderr   # progress, stage by stage
     for flag in (["--batch-size", "4"], ["--format", "png"], ["--num-workers", "2"], ["--samples", "9"]):
-        _one_line(_doctor(["--loader", "mymod:make_loader", *flag], usermod), flag[0], "make_loader")
+        _one_line(_in_process(["--loader", "mymod:make_loader", *flag], usermod), flag[0], "make_loader")
 
 
 def test_cli_report_md_and_html(usermod):
     for name in ("r.md", "r.html"):
-        r = _doctor(["--loader", "mymod:make_loader", "--max-workers", "0", "--repeats", "1", "--batches", "3",
-                     "--device", "cpu", "--report", str(usermod / name)], usermod)
+        r = _in_process(["--loader", "mymod:make_loader", "--max-workers", "0", "--repeats", "1", "--batches", "3",
+                         "--device", "cpu", "--report", str(usermod / name)], usermod)
         assert r.returncode == 0, r.stderr[-2000:]
         text = (usermod / name).read_text()
         assert "VERDICT" in text
     assert (usermod / "r.png").exists() and "r.png" in (usermod / "r.md").read_text()
     assert "data:image/png;base64," in (usermod / "r.html").read_text()
     for bad in (usermod / "r.txt", usermod / "no" / "r.md"):   # refused before anything is measured
-        r = _doctor(["--loader", "mymod:make_loader", "--report", str(bad)], usermod)
+        r = _in_process(["--loader", "mymod:make_loader", "--report", str(bad)], usermod)
         _one_line(r, ".md")
         assert "…" not in r.stderr
 
@@ -338,9 +345,9 @@ def test_script_runs_an_unmodified_training_script(tmp_path):
     assert r.stderr.splitlines()[-1].endswith("--script train.py exited with status 2 before 16 batches")
     (tmp_path / "crash.py").write_text("import torch\nx = torch.zeros(2) @ torch.zeros(3)\n")
     _one_line(_doctor(["--script", "crash.py"], tmp_path), "crash.py:2", "RuntimeError")
-    _one_line(_doctor(["--script", "nope.py"], tmp_path), "nope.py")
-    _one_line(_doctor(["--script", "train.py", "--ranks", "2"], tmp_path), "--ranks", "--diagnose")
-    _one_line(_doctor(["--script", "train.py", "--batch-size", "2"], tmp_path), "--batch-size", "your script")
+    _one_line(_in_process(["--script", "nope.py"], tmp_path), "nope.py")
+    _one_line(_in_process(["--script", "train.py", "--ranks", "2"], tmp_path), "--ranks", "--diagnose")
+    _one_line(_in_process(["--script", "train.py", "--batch-size", "2"], tmp_path), "--batch-size", "your script")
 
 
 # ---------------------------------------------------------------- small folders (the 20-JPEG case)
@@ -355,8 +362,8 @@ def test_twenty_jpegs_in_a_flat_folder(tmp_path, fmt):
     d.mkdir()
     for k in range(20):
         Image.fromarray(rng.integers(0, 255, (60 + k, 50, 3), dtype=np.uint8)).save(d / f"{k}.jpg")
-    r = subprocess.run([sys.executable, "-m", "feedlab.doctor", "--data", str(d), *fmt, "--max-workers", "1",
-                        "--no-cold", "--repeats", "1", "--samples", "8"], capture_output=True, text=True, timeout=300)
+    r = run_cli("feedlab.doctor", "--data", str(d), *fmt, "--max-workers", "1", "--no-cold", "--repeats", "1",
+                "--samples", "8")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "too few samples" in r.stdout and "nan" not in r.stdout
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from inproc import run_cli
 from user_loader import make_loader, train_step
 
 from feedlab.doctor import diagnose, render_user
@@ -31,8 +32,7 @@ def test_cli_loader_and_step():
     assert r.returncode == 0, r.stderr[-2000:]
     rep = json.loads(r.stdout)
     assert rep["batch_size"] == 8 and rep["measured_samples_per_s"] > 0
-    bad = subprocess.run([sys.executable, "-m", "feedlab.doctor", "--loader", "no_such_mod:f"],
-                         capture_output=True, text=True, env=env)
+    bad = run_cli("feedlab.doctor", "--loader", "no_such_mod:f")  # refused: checked in this process
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "no_such_mod" in bad.stderr
 
 

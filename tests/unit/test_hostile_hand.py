@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from inproc import run_cli
 from PIL import Image
 
 import data_prep
@@ -33,6 +34,12 @@ def _env(**extra):
 def _cli(*args, timeout=300, env=None):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO, env=env or _env(),
                           timeout=timeout)
+
+
+def _refused(module, *args):
+    """A refusal decided before anything runs, checked in this process (inproc.run_cli, as ``python -m``
+    runs it); the other tests here run each command as a real ``python -m`` process."""
+    return run_cli(module, *args, cwd=REPO)
 
 
 def _one_line_error(r):
@@ -123,8 +130,8 @@ def test_classify_refuses_a_manifest_naming_folders_outside_the_set(tmp_path, ev
     _edit_manifest(out, classes=man["classes"] + [name])
     (out / "extra.txt").write_text("a foreign file, so the install goes entry by entry")
     before = _snapshot(tmp_path)
-    r = _cli("-m", "data_prep", "classify", "--out", str(out), "--source", str(tmp_path / "ph"),
-             "--per-class", "3", "--min-size", "16", "--max-size", "32")
+    r = _refused("data_prep", "classify", "--out", str(out), "--source", str(tmp_path / "ph"),
+                 "--per-class", "3", "--min-size", "16", "--max-size", "32")
     line = _one_line_error(r)
     assert "classes" in line and repr(name) in line
     assert _snapshot(tmp_path) == before
@@ -136,7 +143,7 @@ def test_classify_refuses_a_manifest_naming_folders_outside_the_set(tmp_path, ev
 def test_manifest_fields_of_the_wrong_type_are_one_line(sr_root, tmp_path, field, value):
     root = _copy_set(sr_root, tmp_path)
     _edit_manifest(root, **{field: value})
-    r = _cli("-m", "data_prep", "verify", str(root))
+    r = _refused("data_prep", "verify", str(root))
     line = _one_line_error(r)
     assert field in line and "manifest.json" in line
 
@@ -144,8 +151,8 @@ def test_manifest_fields_of_the_wrong_type_are_one_line(sr_root, tmp_path, field
 def test_bench_refuses_a_malformed_hr_shape(sr_root, tmp_path):
     root = _copy_set(sr_root, tmp_path)
     _edit_manifest(root, hr_shape=[32, 32])
-    r = _cli("-m", "feedlab.bench", "--data", str(root), "--format", "png", "--num-workers", "0",
-             "--epochs", "1", "--batch-size", "8", timeout=120)
+    r = _refused("feedlab.bench", "--data", str(root), "--format", "png", "--num-workers", "0",
+                 "--epochs", "1", "--batch-size", "8")
     assert "hr_shape" in _one_line_error(r)
 
 
@@ -156,8 +163,8 @@ def test_force_never_replaces_the_users_format_folders(tmp_path):
         (out / name).mkdir()
         (out / name / "keep.txt").write_text(name)
     before = _snapshot(out)
-    r = _cli("-m", "data_prep", "sr", "--out", str(out), "--source", str(_photos(tmp_path / "ph")),
-             "--patch", "32", "--count", "4", "--force", "--pack", "npy")
+    r = _refused("data_prep", "sr", "--out", str(out), "--source", str(_photos(tmp_path / "ph")),
+                 "--patch", "32", "--count", "4", "--force", "--pack", "npy")
     line = _one_line_error(r)
     assert str(out / "npy") in line and "manifest does not record" in line
     after = _snapshot(out)
@@ -176,7 +183,8 @@ def test_force_never_replaces_the_users_format_folders(tmp_path):
 def test_a_users_set_at_the_default_path_is_never_rebuilt(tmp_path):
     root = tmp_path / "data" / "sr32-smoke"
     photos = _photos(tmp_path / "ph")
-    r = _cli("-m", "data_prep", "sr", "--out", str(root), "--source", str(photos), "--patch", "32", "--count", "5")
+    r = run_cli("data_prep", "sr", "--out", str(root), "--source", str(photos), "--patch", "32", "--count", "5",
+                cwd=REPO)
     assert r.returncode == 0, r.stderr
     before = _snapshot(root)
     with pytest.raises(DataPrepError) as err:
@@ -194,7 +202,8 @@ def test_a_users_set_at_the_default_path_is_never_rebuilt(tmp_path):
 def test_make_figures_refuses_a_users_set_at_the_default_path_in_one_line(tmp_path):
     data = tmp_path / "data"
     root = data / "sr64-smoke"
-    r = _cli("-m", "data_prep", "sr", "--out", str(root), "--source", str(_photos(tmp_path / "ph")), "--count", "5")
+    r = run_cli("data_prep", "sr", "--out", str(root), "--source", str(_photos(tmp_path / "ph")), "--count", "5",
+                cwd=REPO)
     assert r.returncode == 0, r.stderr
     before = _snapshot(root)
     r = _cli("-m", "feedlab.run", "--data-only", "--profile", "smoke", env=_env(FEEDLAB_DATA=str(data)))

@@ -16,6 +16,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 import pytest
+from inproc import run_cli
 from PIL import Image
 
 import data_prep
@@ -23,6 +24,7 @@ from data_prep import DataPrepError
 from feedlab import formats as F
 from feedlab.errors import ChecksumError, SampleError, one_line, strict_json
 from feedlab.formats._common import _remove, sweep_orphans, write_json_atomic
+from feedlab.timing import close_iterator
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = dict(log=lambda _m: None)
@@ -76,7 +78,7 @@ def test_out_on_a_foreign_folder_is_refused_and_left_byte_identical(tmp_path, cm
     before = _snapshot(photos)
     extra = ["--patch", "32", "--count", "4"] if cmd == "sr" else ["--per-class", "2", "--min-size", "16",
                                                                    "--max-size", "32"]
-    r = _cli("-m", "data_prep", cmd, "--out", str(photos), "--source", str(photos), *extra)
+    r = run_cli("data_prep", cmd, "--out", str(photos), "--source", str(photos), *extra, cwd=REPO)
     line = _one_line_error(r)
     assert "--force" in line and str(photos) in line
     assert _snapshot(photos) == before
@@ -237,9 +239,14 @@ def test_corrupt_png_names_index_and_path_even_through_workers(sr_root, tmp_path
     ds = F.open_dataset(root, "png")
     with pytest.raises(SampleError, match=r"sample 5 .*000005\.png"):
         ds[5]
-    with pytest.raises(Exception) as err:
-        for _ in DataLoader(ds, batch_size=4, num_workers=2):
-            pass
+    loader = DataLoader(ds, batch_size=4, num_workers=2)
+    it = iter(loader)
+    try:
+        with pytest.raises(Exception) as err:
+            for _ in it:
+                pass
+    finally:  # err's traceback holds the iterator: stop its workers now, not at a later test's gc (2 x 5 s joins)
+        close_iterator(loader, it)
     line = one_line(err.value)
     assert "sample 5" in line and "000005.png" in line and "\n" not in line
     r = _cli("-m", "feedlab.bench", "--data", str(root), "--format", "png", "--workers", "2",
@@ -250,7 +257,7 @@ def test_corrupt_png_names_index_and_path_even_through_workers(sr_root, tmp_path
 def test_invalid_manifest_is_one_line(sr_root, tmp_path):
     root = _copy_set(sr_root, tmp_path, [])
     (root / "manifest.json").write_text("{ not json")
-    r = _cli("-m", "data_prep", "verify", str(root))
+    r = run_cli("data_prep", "verify", str(root), cwd=REPO)
     assert "manifest.json" in _one_line_error(r)
 
 
@@ -275,9 +282,12 @@ def test_every_unreadable_source_is_named_in_one_run(tmp_path):
     (["-m", "feedlab.run", "--only", "03", "--no-data", "-p", "batchsizes", "[8]"], "batch_sizes"),
 ])
 def test_bad_parameters_are_one_line(tmp_path, args, word):
+    """Refused while parsing: checked in this process (inproc.run_cli, as ``python -m`` runs it);
+    each command's real ``python -m`` process is tested by the other tests here."""
     root = tmp_path / "set"
     data_prep.build_sr(root, 32, 2, 4, **QUIET)
-    r = _cli(*[a.format(root=root) for a in args])
+    assert args[0] == "-m"
+    r = run_cli(*[a.format(root=root) for a in args[1:]], cwd=REPO)
     assert word in _one_line_error(r)
     assert not (REPO / "notebooks" / "p").exists()
 
