@@ -66,7 +66,8 @@ class Side:
     cache: str | None = None          # "warm" or "cold"
     timed_batches: int | None = None  # per timed window (repeat)
     window_s: float | None = None     # wall time of one timed window
-    epoch_batches: int | None = None  # batches per loader epoch in the timed pass (compared where recorded)
+    epoch_batches: int | None = None  # batches per loader epoch in the timed pass, 0: one epoch holds the whole
+                                      # pass (compared where recorded)
 
     def window_short(self) -> str | None:
         """Why this side's window cannot give a rate, or None."""
@@ -78,6 +79,10 @@ class Side:
         if self.window_s < MIN_WINDOW_S:
             why.append(f"{_secs(self.window_s)} < {MIN_WINDOW_S:g} s")
         return f"{self.label} timed {' and '.join(why)}" if why else None
+
+
+def _epochs(n: int) -> str:
+    return "one epoch for the whole pass" if int(n) == 0 else f"{int(n)} batches per epoch"
 
 
 def _secs(s: float) -> str:
@@ -101,7 +106,7 @@ def differences(a: Side, b: Side) -> list[str]:
         if _missing(a.epoch_batches) or _missing(b.epoch_batches):
             out.append(f"epochs not recorded for {a.label if _missing(a.epoch_batches) else b.label}")
         elif a.epoch_batches != b.epoch_batches:
-            out.append(f"epochs: {int(a.epoch_batches)} vs {int(b.epoch_batches)} batches per epoch")
+            out.append(f"epochs: {_epochs(a.epoch_batches)} vs {_epochs(b.epoch_batches)}")
     ea, eb = a.pixel_error, b.pixel_error
     if _missing(ea) or _missing(eb):
         out.append(f"pixels not compared with the reference for {a.label if _missing(ea) else b.label}")

@@ -113,7 +113,7 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
         sampler = RandomSampler(ds, num_samples=total * spec.batch_size,
                                 generator=torch.Generator().manual_seed(seed))
         loader = make_loader(ds, spec, sampler=sampler, drop_last=True)
-        epoch_batches = total   # one sampler epoch holds the whole pass
+        epoch_batches = 0   # 0: one sampler epoch holds the whole pass (like_for_like.Side.epoch_batches)
     else:  # kinds that take no sampler (ring, threads, ...) shuffle per epoch themselves
         loader = Cycled(make_loader(ds, spec, seed=seed, drop_last=True), total)
         epoch_batches = len(loader.loader)   # the pass restarts the kind's epoch this often
