@@ -80,20 +80,45 @@ def destination(name: str, profile: str, params: dict, out_root: Path | None) ->
 RECORD_SUFFIXES = (".json", ".csv", ".png", ".svg")
 
 
+#: the list of the files a run wrote, kept in its record: only those are ever replaced or removed
+MANIFEST = ".feedlab-record.json"
+
+
 def is_record_file(name: str, path: Path) -> bool:
-    """``path`` is a file a record of notebook ``name`` consists of (a plain file, not a link or folder)."""
+    """``path`` has the shape of a file of notebook ``name``'s record (a plain file, not a link or folder)."""
     return (path.is_file() and not path.is_symlink() and not path.name.startswith(".")
             and (path.name == f"{name}.executed.ipynb" or path.suffix in RECORD_SUFFIXES))
 
 
+def written_by_run(name: str, final: Path) -> set[str]:
+    """The files of ``final`` that a run of ``name`` wrote: those its manifest lists; a record from before
+    manifests counts by its files' shape only inside ``figures/`` (the runner's own committed folders),
+    never in a folder a user named, where a ``holiday.png`` beside an old record is the user's."""
+    listed = None
+    try:
+        listed = set(json.loads((final / MANIFEST).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    legacy = listed is None and final.resolve().is_relative_to(FIGURES_DIR.resolve())
+    return {p.name for p in (final.iterdir() if final.is_dir() else [])
+            if is_record_file(name, p) and (p.name in listed if listed is not None else legacy)}
+
+
+def write_manifest(folder: Path) -> None:
+    """List the files a finished run wrote (``folder``: its temporary folder, before it is put in place)."""
+    atomic_write(folder / MANIFEST, json.dumps({"files": sorted(p.name for p in folder.iterdir()
+                                                                  if p.name != MANIFEST)}) + "\n")
+
+
 def record_problem(name: str, final: Path) -> str:
     """"" where ``final`` may take notebook ``name``'s record: missing, empty, or a record of that
-    notebook (its executed notebook and record files, nothing else); otherwise one line naming
-    the folder, what it holds and what to do."""
+    notebook (the files a run of it wrote, :func:`written_by_run`, nothing else); otherwise one line
+    naming the folder, what it holds and what to do."""
     if final.is_symlink() or (final.exists() and not final.is_dir()):
         return f"{rel(final)} is not a folder: give a new or empty folder for {name}'s record"
     entries = sorted(final.iterdir()) if final.is_dir() else []
-    foreign = [p.name + ("/" if p.is_dir() else "") for p in entries if not is_record_file(name, p)]
+    ours = written_by_run(name, final)
+    foreign = [p.name + ("/" if p.is_dir() else "") for p in entries if p.name not in ours and p.name != MANIFEST]
     if not entries or (not foreign and (final / f"{name}.executed.ipynb").is_file()):
         return ""
     what = (", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")) if foreign \
@@ -101,6 +126,13 @@ def record_problem(name: str, final: Path) -> str:
     return (f"{rel(final)} holds {what}, not a record of {name}: the runner replaces only its own records "
             f"and never removes what it did not write; give a new or empty folder, or --out-root DIR "
             f"(it writes DIR/{name}/)")
+
+
+def cuda_here() -> bool:
+    """This process sees a CUDA device (a machine key may be any name a user set)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def check_destination(name: str, profile: str, params: dict, out_root: Path | None) -> Path:
@@ -119,7 +151,7 @@ def check_destination(name: str, profile: str, params: dict, out_root: Path | No
             raise ValueError(f"{flag}: {rel(final)} lies inside figures/, where the runner writes only its own "
                              f"folder for this run ({rel(own)}); leave {flag.split()[0]} out to write there, "
                              f"or give a folder outside figures/")
-    if profile == "gpu" and inside and not key_has_gpu(key):
+    if profile == "gpu" and inside and not (key_has_gpu(key) and cuda_here()):   # a FEEDLAB_MACHINE name too
         raise ValueError(f"--profile gpu on {key}, a machine without a GPU: it would replace {rel(final)} "
                          "(this machine's committed records); run it on a GPU machine, or give --out-root DIR "
                          "outside figures/")
@@ -139,13 +171,13 @@ def install_record(tmp: Path, final: Path, name: str, whole: bool) -> None:
     why = record_problem(name, final)
     if why:  # changed while the notebook ran: this run is kept as a failed one
         raise ValueError(why)
+    write_manifest(tmp)
     if whole or not final.exists():
         replace_path(tmp, final)
         return
     new = {p.name for p in tmp.iterdir()}
-    for p in final.iterdir():
-        if p.name not in new and is_record_file(name, p):
-            p.unlink()
+    for name_ in written_by_run(name, final) - new:   # the old run's own files only
+        (final / name_).unlink()
     for p in tmp.iterdir():
         os.replace(p, final / p.name)
     tmp.rmdir()

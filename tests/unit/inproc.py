@@ -20,6 +20,15 @@ import io
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
+
+
+def _no_exit_here(code: int, since: int = 0) -> None:
+    from feedlab.errors import deadlines_fired
+
+    if deadlines_fired() > since:
+        raise AssertionError("a deadline fired in a command run in-process: as a process of its own it may end "
+                             "itself (errors.leave_stuck, os._exit); test this case in a subprocess")
 
 
 def _main_of(module: str):
@@ -37,7 +46,11 @@ def run_cli(module: str, *argv: str, cwd: Path | None = None, user_path: Path | 
     main = _main_of(module)
     out, err = io.StringIO(), io.StringIO()
     before = set(sys.modules)
+    saved_path = list(sys.path)   # a command may put its folder on the path (the doctor's --loader does)
     with contextlib.ExitStack() as stack:
+        stack.callback(sys.path.__setitem__, slice(None), saved_path)
+        # a deadline that fires here would end the test process (errors.leave_stuck's os._exit): say so instead
+        stack.enter_context(mock.patch("feedlab.errors.leave_stuck", _no_exit_here))
         if cwd is not None:
             stack.enter_context(contextlib.chdir(cwd))
         if user_path is not None:

@@ -199,3 +199,11 @@ def test_plot_shows_an_undone_step_as_a_hatched_swatch():
     assert [p.get_hatch() for p in swatches] == [None, "//"]
     assert axes[1].get_legend()._ncols == 2                     # four entries in two rows, none overlapping
     plt.close(fig)
+
+
+def test_a_stored_run_with_null_gpu_busy_and_no_config_is_read_not_crashed():
+    """results.json stores NaN as null (strict JSON); an older run's steps may lack their config."""
+    steps = _steps(0.02, None)
+    steps[0].pop("config")
+    v = C.target_verdict(steps, cuda=True)
+    assert v["gpu_idle_verdict"] == "not measured here" and C.all_core_baseline(steps) is not None

@@ -128,6 +128,26 @@ def test_out_dir_a_new_or_empty_folder_takes_the_record_and_is_kept_as_the_users
     assert "fig2.png" in {p.name for p in mine.iterdir()}
 
 
+def test_a_users_png_or_json_beside_a_record_is_theirs_and_never_removed(tmp_path, runner, capsys):
+    """Review: any .png/.json/.csv counted as the record's, so a user's holiday.png beside a record in their
+    -p out_dir folder was unlinked by the next run. Only the files the run listed (its manifest) are its own."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    assert _main(runner, capsys, "-p", "out_dir", str(mine))[0] == 0
+    (mine / "holiday.png").write_bytes(b"\x89PNG mine")
+    (mine / "budget.json").write_text("{}")
+    rc, out = _main(runner, capsys, "-p", "out_dir", str(mine))
+    line = _one_error_line(out.err)
+    assert rc == 2 and "holiday.png" in line and "budget.json" in line
+    assert (mine / "holiday.png").read_bytes() == b"\x89PNG mine" and (mine / "budget.json").is_file()
+    legacy = tmp_path / "legacy"   # a record from before manifests, outside figures/: nothing is assumed ours
+    legacy.mkdir()
+    (legacy / "04_print_overhead.executed.ipynb").write_text("{}")
+    (legacy / "holiday.png").write_bytes(b"mine")
+    rc, out = _main(runner, capsys, "-p", "out_dir", str(legacy))
+    assert rc == 2 and (legacy / "holiday.png").read_bytes() == b"mine"
+
+
 def test_out_root_figures_is_refused_and_every_machines_records_stay(tmp_path, runner, capsys):
     figs = paths.FIGURES_DIR
     before = _snapshot(figs)
@@ -150,6 +170,7 @@ def test_a_gpu_profile_run_never_writes_a_machine_folder_without_a_gpu(tmp_path,
     assert rc == 2 and "--profile gpu on cpu-2c" in line and "without a GPU" in line
     assert _snapshot(figs) == before and runner.ran == []
     monkeypatch.setenv("FEEDLAB_MACHINE", "h100-16c")  # a GPU machine writes its own folder
+    monkeypatch.setattr("feedlab.run_record.cuda_here", lambda: True)
     rc, _ = _main(runner, capsys, "--profile", "gpu")
     assert rc == 0 and (figs / "04_print_overhead" / "h100-16c" / "fig1.png").is_file()
     assert (figs / "04_print_overhead" / "cpu-2c" / "fig.png").read_text() == "cpu-2c fig.png"
@@ -399,3 +420,15 @@ def test_a_sigterm_to_gpu_call_stops_its_steps_and_what_they_started(tmp_path):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=10)
+
+
+def test_a_gpu_run_under_a_custom_machine_name_on_a_cpu_box_is_refused(tmp_path, runner, capsys, monkeypatch):
+    """Review: key_has_gpu trusted any FEEDLAB_MACHINE name, so `--profile gpu` could replace its records here."""
+    from feedlab import run_record
+
+    monkeypatch.setenv("FEEDLAB_MACHINE", "mybox-16c")
+    monkeypatch.setattr(run_record, "cuda_here", lambda: False)
+    before = _snapshot(paths.FIGURES_DIR)
+    rc, out = _main(runner, capsys, "--profile", "gpu")
+    assert rc == 2 and "without a GPU" in _one_error_line(out.err) and runner.ran == []
+    assert _snapshot(paths.FIGURES_DIR) == before

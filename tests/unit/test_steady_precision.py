@@ -40,6 +40,13 @@ def test_a_steady_stream_stops_at_its_floor_once_a_second_has_passed():
     assert _drive(fast, [0.5] * 3 + [0.02] * 1000) == 3 + 20        # the floor
 
 
+def test_the_cap_never_cuts_a_pass_below_its_floor():
+    """Review: a 0.3 s cap at 50 ms a batch stopped after 6 timed batches, and the row read startup_inclusive."""
+    stop = SteadyStop(warmup=1, min_timed=20, half_width=1e-9, min_window_s=0.1, max_window_s=0.3)
+    jittered = np.random.default_rng(2).uniform(0.04, 0.06, 200)
+    assert _drive(stop, jittered) == 1 + 20 and stop.capped and not stop.precise
+
+
 def test_a_noisy_stream_runs_to_its_cap_and_is_labelled_not_precise():
     rng = np.random.default_rng(1)
     wild = np.abs(rng.standard_cauchy(5000)) * 0.01 + 0.001        # heavy tails: the interval never closes

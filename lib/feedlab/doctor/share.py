@@ -93,17 +93,16 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def figure_png(rep: dict) -> bytes | None:
     """The stage costs (µs/sample, measured stages) and the rate per worker count; None
     when nothing was measured."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no backend switched, safe off the main thread
+    from matplotlib.ticker import MaxNLocator
 
     stages = [r for r in rep.get("stages", []) if r.get("measurable") and r.get("s_per_sample")
               and r["stage"] != "startup" and not str(r.get("note", "")).startswith("not measured")]
     rows = [r for r in rep.get("end_to_end", []) if r.get("predicted_samples_per_s")]
     if not stages and not rows:
         return None
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig = Figure(figsize=(10, 3.6))
+    a, b = fig.subplots(1, 2)
     labels = [f"{r['stage']}: {r['variant'][:28]}" for r in stages]
     a.barh(range(len(stages)), [r["s_per_sample"] * 1e6 for r in stages], color="#4c72b0")
     a.set_yticks(range(len(stages)), labels, fontsize=7)
@@ -116,13 +115,13 @@ def figure_png(rep: dict) -> bytes | None:
     if meas:
         b.plot(*zip(*meas), "s", color="#dd8452", label="measured")
     b.set_xlabel("num_workers")
+    b.xaxis.set_major_locator(MaxNLocator(integer=True))   # worker counts are whole
     b.set_ylabel("samples/s")
     b.set_title(f"verdict: {rep.get('verdict')}, bounded by {rep.get('bound_stage')}", fontsize=9)
     b.legend(fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, metadata={"Software": None, "Title": MARK})
-    plt.close(fig)
     return buf.getvalue()
 
 

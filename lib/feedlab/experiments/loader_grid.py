@@ -223,7 +223,8 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
                                busy=busy, time_budget_s=time_budget_s, min_batches=min_batches, stop=stop)
             rate, kind, timed = rate_of(et, warm, min_timed)
             row = dict(params, rate_kind=kind, timed_batches=timed, warmup_batches=warm)
-            if stop is not None:   # steady by the rule, but timed to its cap before it was precise: labelled
+            if stop is not None:   # steady by the rule, but not known to the precision asked for: labelled
+                stop.precise or stop.finish()   # a pass that ended before a check still gets its precision
                 row.update(rate_kind="imprecise" if kind == "steady" and not stop.precise else kind,
                            rate_half_width=stop.achieved)
             add = lambda metric, value, unit: res.add(experiment, variant, metric, value, unit, r, **row)  # noqa: E731

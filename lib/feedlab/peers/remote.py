@@ -89,6 +89,11 @@ def run_group(cmd, input: str = "", timeout: float | None = None, env=None, stal
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
+        finally:   # whatever the peer left running in its group (a daemon, a grandchild) ends with it;
+            try:   # the group's id is not reused while a member lives, so this reaches only the peer's
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         out.seek(0)
         err.seek(0)
         return subprocess.CompletedProcess(cmd, code, out.read().decode("utf-8", "replace"),

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from feedlab.errors import deadlines_fired
 from feedlab.formats.chunks import ChunkBatchSampler
 
 
@@ -214,6 +215,7 @@ class ThreadLoader(BatchReadLoader):
                                     daemon=True) for k in range(self.num_threads)]
         for t in threads:
             t.start()
+        fired = deadlines_fired()
         pending: deque = deque()
         free = list(range(self.slots))
         nxt = 0
@@ -232,16 +234,18 @@ class ThreadLoader(BatchReadLoader):
         finally:
             for _slot, fut in pending:
                 fut.cancel()
-            self._let_go(threads, jobs)
+            interrupted = deadlines_fired() > fired or isinstance(sys.exc_info()[1], KeyboardInterrupt)
+            self._let_go(threads, jobs, LET_GO_S if interrupted else LET_GO_NORMAL_S)
 
-    def _let_go(self, threads: list, jobs) -> None:
-        """Stop the reader threads: each is told to end and given :data:`LET_GO_S` to finish the
-        read in hand. One still reading then (a read that never returns: a hung mount, a FIFO)
-        is abandoned, never joined, said in one line: a daemon thread, it ends with the process,
-        and the slots it may still write into are replaced. A Ctrl-C here ends the wait at once."""
+    def _let_go(self, threads: list, jobs, wait_s: float = 2.0) -> None:
+        """Stop the reader threads: each is told to end and given ``wait_s`` to finish the read in hand
+        (:data:`LET_GO_S` after a deadline or a Ctrl-C, :data:`LET_GO_NORMAL_S` at a normal stop, where a
+        slow read on a loaded machine is no hang). One still reading then (a read that never returns: a
+        hung mount, a FIFO) is abandoned, never joined, said in one line: a daemon thread, it ends with
+        the process, and the slots it may still write into are replaced. A Ctrl-C here ends the wait at once."""
         for _ in threads:
             jobs.put(None)
-        end = time.monotonic() + LET_GO_S
+        end = time.monotonic() + wait_s
         for t in threads:
             t.join(max(0.0, end - time.monotonic()))
         stuck = [t for t in threads if t.is_alive()]
@@ -249,12 +253,14 @@ class ThreadLoader(BatchReadLoader):
             self._slots = [self._alloc(self.batch_size) for _ in range(self.slots)]
             self._tensors = [tuple(torch.from_numpy(b) for b in s) for s in self._slots]
             print(f"feedlab: loader threads: {len(stuck)} reader thread(s) of {type(self.dataset).__name__} still "
-                  f"in a read after {LET_GO_S:g} s: abandoned, not joined (they end with the process)",
+                  f"in a read after {wait_s:g} s: abandoned, not joined (they end with the process)",
                   file=sys.stderr, flush=True)
 
 
-#: seconds the threads kind gives its reader threads to finish the read in hand when it stops
+#: seconds the threads kind gives its reader threads to finish the read in hand when it stops after a
+#: deadline or a Ctrl-C, and when it stops normally (the consumer had its batches)
 LET_GO_S = 2.0
+LET_GO_NORMAL_S = 30.0
 
 
 def _reader(jobs, fill) -> None:

@@ -107,13 +107,18 @@ class SteadyStop:
         if timed < 1:
             return False
         window = now - self.ends[self.warmup - 1] if self.warmup >= 1 else now - self.ends[0]
+        if timed < self.min_timed:   # the floor first: a cap never cuts a pass below it
+            return False
         if (self.max_timed is not None and timed >= self.max_timed) or window >= self.max_window_s:
-            self.achieved = rel_half_width(np.diff(self.ends[max(0, self.warmup - 1):]), self.blocks)
-            self.precise = self.achieved <= self.half_width
+            self.finish()
             self.capped = not self.precise
             return True
-        if timed < self.min_timed or window < self.min_window_s or timed % self.every:
+        if window < self.min_window_s or timed % self.every:
             return False
+        return self.finish()
+
+    def finish(self) -> bool:
+        """The precision of the batches timed so far (also where the pass ended before a check): precise?"""
         self.achieved = rel_half_width(np.diff(self.ends[max(0, self.warmup - 1):]), self.blocks)
         self.precise = self.achieved <= self.half_width
         return self.precise

@@ -21,6 +21,7 @@ a smoke run's reads ``smoke: not judged``; a busy run's carries the caveat.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,10 +247,12 @@ def cure_on_gpu(run: Run) -> Reading:
     if v.get("gpu_idle_verdict") == "not measured here":
         raise NoData(v.get("reason", "GPU busy not measured"))
     first, allcore, last = steps[0], all_core_baseline(steps), final_step(steps)
+    base_busy = allcore.get("gpu_busy")
+    there = (f" (GPU idle {100 * (1 - base_busy):.0f}% there)" if isinstance(base_busy, (int, float))
+             and math.isfinite(base_busy) else "")
     measured = (f"{v['label']}: GPU idle {100 * v['gpu_idle']:.0f}% of the steady window, host data wait "
                 f"{100 * v['data_wait_share']:.0f}% of the loop; the doctor's changes ×"
-                f"{last['samples_per_s'] / allcore['samples_per_s']:.2f} over {allcore['label']} (GPU idle "
-                f"{100 * (1 - allcore['gpu_busy']):.0f}% there); every core ×"
+                f"{last['samples_per_s'] / allcore['samples_per_s']:.2f} over {allcore['label']}{there}; every core ×"
                 f"{allcore['samples_per_s'] / first['samples_per_s']:.1f} over {first['label']}")
     if v.get("not_like_for_like"):
         raise Unfair("not like for like: " + "; ".join(v["not_like_for_like"]) + f" — measured, not judged: {measured}")

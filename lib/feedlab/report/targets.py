@@ -277,7 +277,7 @@ def all_core_baseline(steps: list[dict]) -> dict | None:
     """The baseline at the most workers: where the doctor's changes are credited from (going from 2
     workers to every core is the machine's cores, not the doctor's insight)."""
     base = [s for s in steps if s.get("kind") == "baseline"]
-    return max(base, key=lambda s: s["config"].get("num_workers", 0)) if base else None
+    return max(base, key=lambda s: (s.get("config") or {}).get("num_workers", 0)) if base else None
 
 
 def step_side(s: dict):
@@ -314,14 +314,16 @@ def target_verdict(steps: list[dict], cuda: bool, wait_target: float = TARGET_DA
     last = final_step(steps)
     if last is None:
         return {"data_wait": "not measured", "gpu_idle_verdict": "not measured", "reason": "no step was measured"}
-    out = {"label": last["label"], "data_wait_share": last["data_wait_share"], "gpu_busy": last["gpu_busy"],
+    busy = last.get("gpu_busy")
+    busy = math.nan if busy is None else float(busy)   # a results.json stores NaN as null (strict JSON)
+    out = {"label": last["label"], "data_wait_share": last["data_wait_share"], "gpu_busy": busy,
            "data_wait": "met" if last["data_wait_share"] <= wait_target else "missed",
            "not_like_for_like": cure_differences(steps)}
-    if not cuda or math.isnan(last["gpu_busy"]):
+    if not cuda or math.isnan(busy):
         out["gpu_idle_verdict"] = "not measured here"
         out["reason"] = "no CUDA device: GPU busy needs CUDA events around the step"
     else:
-        out["gpu_idle"] = 1.0 - last["gpu_busy"]
+        out["gpu_idle"] = 1.0 - busy
         out["gpu_idle_verdict"] = "met" if out["gpu_idle"] <= idle_target else "missed"
     return out
 

@@ -306,8 +306,9 @@ def _run_launcher(cmd: list[str], env: dict, tmp: Path, timeout_s: float | None,
     log = tmp / "launcher.log"
     with open(log, "w+b") as fh:
         start, t0 = time.time(), time.monotonic()
+        prctl = _prctl()   # looked up here: after fork, in a parent with threads, the child must not dlopen
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=lambda: _pdeathsig(signal.SIGTERM))
+                                preexec_fn=(lambda: prctl(1, int(signal.SIGTERM))) if prctl else None)
         old: dict = {}
         try:
             old = _on_signals(_raise_signalled)
@@ -411,14 +412,21 @@ def render(out: dict) -> str:
     return "\n".join(lines)
 
 
-def _pdeathsig(sig: int) -> None:
-    """This process gets ``sig`` when its parent dies (``PR_SET_PDEATHSIG``; Linux)."""
+def _prctl():
+    """libc's ``prctl`` (Linux), or None."""
     import ctypes
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig))
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
+        return None
+
+
+def _pdeathsig(sig: int) -> None:
+    """This process gets ``sig`` when its parent dies (``PR_SET_PDEATHSIG``; Linux)."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(1, int(sig))
 
 
 def _die_with_parent(tmp: Path) -> None:
