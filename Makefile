@@ -43,10 +43,14 @@ figures: $(STAMP) peers ## prepare data and run every notebook (PROFILE=quick|fu
 	$(PY) -m feedlab.run --profile $(PROFILE)
 	@if [ "$(PROFILE)" != smoke ]; then $(PY) -m feedlab.report.readme; fi
 
+# the suite writes its temporaries (pytest's, multiprocessing's, the peers' caches, Ray's session, torch's
+# compile cache) under a TMPDIR of its own, removed at the end: yours is left as it was; tests/conftest.py
+# fails the run if /dev/shm gained a file
 test: $(STAMP) ## lint (ruff), the unit tests, then `make nbval`
 	$(PY) -m ruff check lib data_prep tests notebooks
-	FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests/unit
-	@$(MAKE) --no-print-directory nbval
+	@tmp=$$(mktemp -d -t feedlab-test.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
+	  TMPDIR=$$tmp FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests/unit && \
+	  TMPDIR=$$tmp $(MAKE) --no-print-directory nbval
 
 # each notebook runs once, under nbval, writing under runs/nbval/ (never figures/); then
 # tests/notebooks checks what each recorded (tests/notebooks/nbrun.py)

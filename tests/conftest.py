@@ -18,6 +18,31 @@ for _p in (_REPO / "lib", _REPO):  # work without `pip install -e .`
 # test that draws it; notebooks executed by the tests inherit this
 os.environ.setdefault("FEEDLAB_STRICT_FIGURES", "1")
 
+_SHM = Path("/dev/shm")
+
+
+def _shm_names() -> set[str]:
+    try:
+        return {p.name for p in _SHM.iterdir()}
+    except OSError:
+        return set()
+
+
+def pytest_sessionstart(session):
+    session.config._feedlab_shm = _shm_names()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A test run leaves /dev/shm as it found it: a ring or loader file left behind fails the run, named."""
+    before = getattr(session.config, "_feedlab_shm", None)
+    if before is None:
+        return
+    left = sorted(_shm_names() - before)
+    if left:
+        print(f"\n/dev/shm: the tests left {len(left)} file(s) behind: {', '.join(left[:5])}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 SR_COUNT = 48
 SR_PATCH = 32
 SR_SCALE = 2
