@@ -420,6 +420,9 @@ def test_an_interrupted_or_failed_run_leaves_the_old_record_intact(tmp_path, mon
     old.mkdir(parents=True)
     (old / "results.json").write_text('{"reading": "old"}')
     (old / "01_worker_scaling.executed.ipynb").write_text('{"cells": "old"}')
+    from feedlab.run_record import write_manifest
+
+    write_manifest(old)   # an earlier run's record lists its files: only those are the runner's
     before = _snapshot(figs)
 
     def boom(_out):

@@ -413,7 +413,7 @@ def render(out: dict) -> str:
 
 
 def _prctl():
-    """libc's ``prctl`` (Linux), or None."""
+    """libc's ``prctl`` (Linux), or None. ``prctl(1, sig)``: this process gets ``sig`` when its parent dies."""
     import ctypes
 
     try:
@@ -423,10 +423,7 @@ def _prctl():
 
 
 def _pdeathsig(sig: int) -> None:
-    """This process gets ``sig`` when its parent dies (``PR_SET_PDEATHSIG``; Linux)."""
-    prctl = _prctl()
-    if prctl is not None:
-        prctl(1, int(sig))
+    (_prctl() or (lambda *a: None))(1, int(sig))
 
 
 def _die_with_parent(tmp: Path) -> None:
