@@ -30,6 +30,8 @@ from feedlab import pipeline as P
 
 from .guard import DEFAULT_DEADLINE_S
 from .report import json_default, render
+from .whatif import add_arguments as add_whatif_arguments
+from .whatif import problem as whatif_problem
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,9 +68,20 @@ def _parser() -> argparse.ArgumentParser:
                     "of your loader, its length, make_loader() or one step before giving up (your "
                     "DataLoader(timeout=...) when it has one); with --script also the longest your script may go "
                     "without asking for a batch, or take to end once stopped; with --data, seconds without progress")
+    add_whatif_arguments(ap)   # --what-if: doctor.whatif
     ap.add_argument("--no-step-trials", action="store_true", help="with --loader/--step: do not try the "
                     "step-side changes (threads, channels_last, autocast, torch.compile) on your step")
     return ap
+
+
+def _whatif(args, report: dict, spec) -> str:
+    from .whatif import render as render_whatif
+    from .whatif import run_whatif
+
+    report["what_if"] = run_whatif(report, args.data, spec, samples=args.what_if_samples,
+                                   peers=tuple(args.what_if_peers.split(",")), device=report["device"],
+                                   limit_s=args.what_if_limit, stall_s=args.deadline, say=_log(args))
+    return "\n".join(render_whatif(report["what_if"]))
 
 
 # --loader / --script: the options they honour; every other one set away from its default is refused
@@ -220,6 +233,8 @@ def _main(argv: list[str] | None = None) -> int:
         ap.error("--samples and --batches must be >= 1, --num-workers >= 0")
     if args.deadline is not None and args.deadline <= 0:
         ap.error("--deadline must be > 0 seconds")
+    if whatif_problem(args):
+        ap.error(whatif_problem(args))
     if args.report is not None:
         from .share import report_problem
 
@@ -287,6 +302,8 @@ def _main(argv: list[str] | None = None) -> int:
         from .ranks import render_ranks
 
         text += "\n" + "\n".join(render_ranks(report["ranks_advice"]))
+    if args.what_if:
+        text += "\n" + _whatif(args, report, spec)
     if args.trace is not None:
         text += f"\ntrace: {report['trace']} (open in https://ui.perfetto.dev or chrome://tracing)"
     _emit(args, report, text)   # --json: no bare Infinity/NaN, null

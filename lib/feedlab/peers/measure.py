@@ -162,17 +162,18 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
 
 def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker_counts, size: int = 64,
              warmup: int = 1, repeats: int = 3, cold: bool = False, device="cpu", seed: int = 0,
-             check: bool = True, stall_s: float | None = None) -> tuple[Results, dict]:
+             check: bool = True, stall_s: float | None = None, augment: bool = True) -> tuple[Results, dict]:
     """Availability, conversion, the output check, then every worker count. Never raises for a
     contender's failure: the info dict says what happened. ``stall_s``: a peer in its own venv
-    is stopped (with its processes) after that long without progress."""
+    is stopped (with its processes) after that long without progress. ``augment=False``: the timed
+    epochs run the un-augmented pipeline too (classification: decode + resize; the doctor's what-if)."""
     from . import remote, venvs
 
     peer = get(name)
     python = None if remote.in_venv() else venvs.python_for(name)
     if python is not None:  # a peer with a venv of its own: the same code, run by that venv's Python
         req = remote.request(name, source, work_root, batch_size, worker_counts, size, warmup, repeats, cold,
-                             device, seed, check)
+                             device, seed, check, augment=augment)
         res, info = remote.run(python, req, stall_s=stall_s)
         info.setdefault("samples", source.n)
         return res, info
@@ -196,7 +197,7 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
     info.update(convert_s=conv.seconds, bytes_on_disk=conv.bytes, convert_note=conv.note)
     res.add(EXPERIMENT, name, "convert_s", conv.seconds, "s", kind=source.kind)
     res.add(EXPERIMENT, name, "bytes_on_disk", conv.bytes, "B", kind=source.kind)
-    spec = Spec(source.kind, batch_size=batch_size, workers=min(worker_counts), size=size, seed=seed)
+    spec = Spec(source.kind, batch_size=batch_size, workers=min(worker_counts), size=size, seed=seed, augment=augment)
     if check:
         beat()
         try:
