@@ -58,7 +58,10 @@ def test_a_peer_in_another_order_is_not_like_for_like_and_never_the_answer():
     assert text.startswith("no peer could be compared like for like (LITDATA: order")
     slower_but_like = W.peer_row(info("dali", rate=600.0), BASE, 1000.0, 2.5)
     text = W.answer([chunked, slower_but_like], REP)
-    assert text.startswith("switching to DALI would give ×1.50 (conversion 3.0 s)")
+    assert text.startswith("switching to DALI would give ×1.50 (conversion 3.0 s; its loader alone ×1.50)")
+    # a step that bounds every loader: the loop gains tie at ×1.00, the faster loader is named
+    tie = [W.peer_row(info(n, rate=r), BASE, 300.0, 1.0) for n, r in (("webdataset", 450.0), ("dali", 900.0))]
+    assert W.answer(tie, REP).startswith("switching to DALI would give ×1.00 (conversion 3.0 s; its loader alone ×2.25)")
 
 
 def test_the_answer_reads_switch_then_the_doctors_changes_then_the_most():
@@ -66,8 +69,8 @@ def test_the_answer_reads_switch_then_the_doctors_changes_then_the_most():
             W.peer_row({"name": "ffcv", "label": "FFCV", "available": False, "reason": "venv not built"}, BASE,
                        1000.0, 2.5)]
     text = W.answer(rows, REP)
-    assert text == ("switching to DALI would give ×2.00 (conversion 3.0 s); the doctor's changes give ×1.60 without "
-                    "migrating (num_workers = 2); the most possible is ×2.50")
+    assert text == ("switching to DALI would give ×2.00 (conversion 3.0 s; its loader alone ×2.00); the doctor's changes "
+                    "give ×1.60 without migrating (num_workers = 2); the most possible is ×2.50")
     w = {"samples": 3200, "how": "x", "batch_size": 64, "workers": 2, "device": "cpu", "peers": rows,
          "baseline": {"rate": 400.0, "order": "global", "pixel_error": 0.0}, "answer": text}
     lines = W.render(w)

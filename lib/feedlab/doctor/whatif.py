@@ -162,9 +162,9 @@ def answer(rows: list[dict], rep: dict) -> str:
     mine = f"the doctor's changes give ×{c:.2f} without migrating ({what})"
     like = [r for r in rows if r.get("measured") and r.get("like_for_like")]
     if like:
-        best = max(like, key=lambda r: r["gain"])
+        best = max(like, key=lambda r: (round(r["gain"], 2), r["loader_ratio"]))   # a tie on the loop: the faster loader
         head = (f"switching to {best['label']} would give ×{best['gain']:.2f} "
-                f"(conversion {best['convert_s'] or 0:.1f} s)")
+                f"(conversion {best['convert_s'] or 0:.1f} s; its loader alone ×{best['loader_ratio']:.2f})")
     else:
         measured = [r for r in rows if r.get("measured")]
         head = ("no peer could be compared like for like" + (
