@@ -76,6 +76,10 @@ def test_the_answer_reads_switch_then_the_doctors_changes_then_the_most():
     lines = W.render(w)
     assert any(ln.strip().startswith("DALI") and "yes" in ln for ln in lines)
     assert "  FFCV: venv not built" in lines and lines[-1] == f"  ANSWER: {text}"
+    fast = W.peer_row(info("ffcv", rate=9000.0, window_s=0.2), BASE, 1000.0, 2.5)
+    assert fast["differs"] == ["window: FFCV timed 200.0 ms < 1 s"]
+    hint = W.render({**w, "peers": [fast]})[-2]
+    assert hint.startswith("  only the window kept FFCV from a verdict: a larger --what-if-samples (now 3,200)")
     no_step = W.answer(rows, {"advice": []})
     assert "×1.00 without migrating (no change advised)" in no_step and "the most possible is not measured" in no_step
 

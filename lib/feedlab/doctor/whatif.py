@@ -207,6 +207,11 @@ def render(w: dict) -> list[str]:
     for r in w["peers"]:
         if not r.get("measured"):
             lines.append(f"  {r['label']}: {r['reason']}")
+    short = [r["label"] for r in w["peers"] if r.get("measured") and r["differs"]
+             and all(d.startswith("window:") for d in r["differs"])]
+    if short:
+        lines.append(f"  only the window kept {', '.join(short)} from a verdict: a larger --what-if-samples (now "
+                     f"{w['samples']:,}) times a longer one")
     lines.append(f"  ANSWER: {w['answer']}")
     return lines
 
