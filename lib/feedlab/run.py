@@ -64,7 +64,7 @@ from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline
     stopped_record,
     within_deadline,
 )
-from feedlab.run_plan import plan, planned_machine_key, print_plan  # noqa: F401  (re-exported)
+from feedlab.run_plan import list_notebooks, plan, planned_machine_key, print_plan  # noqa: F401  (re-exported)
 from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's record, tests use them here)
     RunLocked,
     check_destination,
@@ -76,11 +76,6 @@ from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's recor
     run_lock,
     tar_results,
 )
-
-
-def list_notebooks() -> list[Path]:
-    return sorted(p for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")
-                  if ".executed" not in p.name and not p.name.startswith("."))
 
 
 def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
