@@ -179,3 +179,20 @@ def test_cache_warm_reads_a_file_back_in(tmp_path):
         pytest.skip("mincore unavailable here")
     cache.evict([f])
     assert cache.warm([f]) == 1.0
+
+
+def test_the_notebooks_target_lines_are_the_readmes():
+    """The executed record and the README word a target alike: the README's rewrite of the notebook's own
+    reading (report.targets.rewrite_reading on the same run) changes nothing, steady or not."""
+    from feedlab.report.targets import rewrite_reading
+
+    summ = _summ()
+    nums = S.numbers(summ)
+    for kind in ("steady", "startup_inclusive"):
+        frame = pd.DataFrame([dict(experiment=S.EXPERIMENT, variant="lmdb/batched", format="lmdb", loader="batched",
+                                   num_workers=0, batch_size=32, mode="read", samples=0, repeat=0,
+                                   metric="samples_per_s", value=7000.0, rate_kind=kind, timed_batches=60,
+                                   warmup_batches=1, rate_half_width=0.02)])
+        lines = S.readings(summ, None, nums, frame=frame)
+        assert any(x.startswith("Target 2, ") for x in lines)
+        assert rewrite_reading("05_storage_formats", lines, Run(nums, frame=frame)) == lines
