@@ -85,10 +85,20 @@ def test_the_grid_keeps_its_budget_and_names_what_it_left_out(sr_root):
 
 
 def test_the_grid_runs_the_most_telling_settings_first():
-    specs = S.settings(["lmdb"], [2], 8, None)
-    order = [(s.loader, s.num_workers) for s in sorted(specs, key=S.priority)]
-    assert order[:3] == [("batched", 0), ("plain", 0), ("dataloader", 1)]
-    assert order.index(("dataloader", 2)) < order.index(("ring", 2)) < order.index(("dataloader", 0))
+    """A budget spends on the targets' readers first, then what the write-ups' claims compare (PNG, HDF5,
+    Zarr: a sample at a time, 1 and the most workers, the training step), the DataLoader without workers
+    and threads last."""
+    fmts = ["png", "hdf5", "zarr", "lmdb", "npy"]
+    todo = S.plan(S.settings(fmts, [2], 8, None), fmts, 8, with_model=True, cold=True, most=2)
+    keys = [(m, s.format, s.loader, s.num_workers) for m, s in todo]
+    assert {k[2] for k in keys[:4]} <= {"batched", "chunk"} and all(k[0] == "read" for k in keys[:4])
+    first = keys.index(("train", "png", "dataloader", 2))
+    for claimed in (("read", "zarr", "plain", 0), ("read", "png", "dataloader", 1), ("read", "hdf5", "plain", 0),
+                    ("train", "hdf5", "dataloader", 2)):
+        assert keys.index(claimed) < keys.index(("read", "npy", "plain", 0)) and first < keys.index(("cold", "png", "plain", 0))
+    assert keys.index(("read", "lmdb", "ring", 2)) < keys.index(("train", "lmdb", "plain", 0))
+    assert {k[2:] for k in keys[-2 * len(fmts):]} == {("threads", 2), ("dataloader", 0)}
+    assert len(keys) == len(set(keys))
 
 
 # ---------------------------------------------------------------- the hand-over

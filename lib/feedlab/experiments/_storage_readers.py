@@ -105,6 +105,64 @@ def settings(fmts: Sequence[str], worker_counts: Sequence[int], batch_size: int,
             if not s.replace(persistent_workers=s.num_workers > 0).problems("cpu")]
 
 
+MODE_WORDS = {"read": "reading alone", "train": "with a training step", "cold": "cold page cache"}
+
+#: the order of kinds within a tier: one process (a batch per read, whole chunks, a sample at a time),
+#: the DataLoader with 1 then more workers, the ring, threads, the DataLoader without workers last
+_KIND_ORDER = ("batched", "chunk", "plain", "dataloader", "ring", "threads")
+#: the formats the write-ups' claims compare (PNG standing in for their ImageFolder), first in their tier
+CLAIM_FORMATS = ("png", "hdf5", "zarr")
+
+
+def priority(spec: PipelineSpec) -> tuple:
+    """A setting's place within its tier (:data:`_KIND_ORDER`; the DataLoader by 1 then more workers,
+    without workers after every other kind)."""
+    if spec.loader == "dataloader" and not spec.num_workers:
+        return (len(_KIND_ORDER) + 1, 0)
+    return (_KIND_ORDER.index(spec.loader) if spec.loader in _KIND_ORDER else len(_KIND_ORDER), spec.num_workers)
+
+
+def tier(mode: str, spec: PipelineSpec, most: int) -> int:
+    """How telling a timed setting is, 0 first: 0 the batch- and chunk-aligned readers (the targets
+    against the ceiling and the baseline, Zarr by chunks); 1 what the write-ups' claims compare on PNG,
+    HDF5 and Zarr (a sample at a time, the DataLoader with 1 and with the most workers, reading alone and
+    with a training step); 2 a sample at a time and 1 worker on the other formats; 3 the most workers and
+    the ring; 4 the other training steps and the cold cache; 5 threads and the DataLoader without workers."""
+    dl = spec.loader == "dataloader"
+    one_or_most = dl and spec.num_workers in (1, most) and spec.num_workers > 0
+    if mode == "read" and spec.loader in ("batched", "chunk"):
+        return 0
+    if spec.format in CLAIM_FORMATS and ((mode == "read" and (spec.loader == "plain" or one_or_most))
+                                         or (mode == "train" and dl and spec.num_workers == most > 0)):
+        return 1
+    if mode == "read" and (spec.loader == "plain" or (dl and spec.num_workers == 1)):
+        return 2
+    if mode == "read" and ((dl and spec.num_workers == most > 0) or spec.loader == "ring"):
+        return 3
+    return 4 if mode in ("train", "cold") else 5
+
+
+def plan(grid_: Sequence[PipelineSpec], fmts: Sequence[str], batch_size: int, with_model: bool, cold: bool,
+         most: int) -> list[tuple[str, PipelineSpec]]:
+    """``(mode, spec)`` in the order a budget should spend on them (:func:`tier`, then :func:`priority`, then
+    the formats' order): every setting read alone; with ``with_model`` the single-process kinds and the
+    DataLoader with ``most`` workers with a training step; with ``cold`` one single-process kind per
+    format (whole chunks where it has them) after an eviction."""
+    todo = [("read", s) for s in grid_]
+    if with_model:
+        todo += [("train", s) for s in grid_ if (s.num_workers == 0 and s.loader != "dataloader")
+                 or (s.loader == "dataloader" and s.num_workers == most)]
+    if cold:
+        for fmt in fmts:
+            kinds = [k for k in ("chunk", "plain") if k in kinds_for(fmt)]
+            if kinds:
+                todo.append(("cold", PipelineSpec(format=fmt, loader=kinds[0], collate=COLLATE,
+                                                  batch_size=batch_size, device="cpu")))
+    order = list(fmts)
+    return sorted(todo, key=lambda t: (tier(t[0], t[1], most), priority(t[1]),
+                                       order.index(t[1].format) if t[1].format in order else len(order)))
+
+
 def as_spec(setting, batch_size: int | None = None) -> PipelineSpec:
     """A setting as a spec: a ``PipelineSpec`` as it is, or a format name read by the DataLoader."""
     if isinstance(setting, PipelineSpec):

@@ -29,6 +29,7 @@ that keeps the check would use them.
 from __future__ import annotations
 
 import gc
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -39,6 +40,7 @@ from feedlab import cache, formats
 from feedlab.experiments._storage_readers import (  # noqa: F401  (re-exported: the notebook and tests use them here)
     COLLATE,
     KIND_WORDS,
+    MODE_WORDS,
     PER_SAMPLE_KINDS,
     Cycling,
     Head,
@@ -50,6 +52,8 @@ from feedlab.experiments._storage_readers import (  # noqa: F401  (re-exported: 
     loader_words,
     make_loader,
     open_format,
+    plan,
+    priority,
     read_epoch,
     read_steady,
     setting_words,
@@ -93,7 +97,7 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
             samples: int | None = None, mode: str = "read", model=None, optimizer=None,
             device="cpu", res: Results | None = None, collate_fn=None,
             variant_name: str | None = None, verify: bool = False, min_timed: int = MIN_TIMED_BATCHES,
-            precision: float | None = None, cap_s: float = 10.0) -> Results:
+            precision: float | None = None, cap_s: float = 3.0) -> Results:
     """Time one setting (a ``PipelineSpec`` of format, loader, num_workers; a format name: the
     DataLoader without workers) in ``mode`` (read | train | cold); rows go to ``res``.
 
@@ -272,37 +276,22 @@ def bytes_per_sample(root, bytes_on_disk: dict) -> dict:
             "bytes_per_sample_npy_mmap": bytes_on_disk["npy_mmap"] / n}
 
 
-MODE_WORDS = {"read": "reading alone", "train": "with a training step", "cold": "cold page cache"}
-
-#: the order the grid spends its time in, most telling first (the claims' and targets' settings): one
-#: process (a batch per read, whole chunks, a sample at a time), the DataLoader with 1 then more workers,
-#: the ring, threads, the DataLoader without workers last
-_KIND_ORDER = ("batched", "chunk", "plain", "dataloader", "ring", "threads")
-
-
-def priority(spec: PipelineSpec) -> tuple:
-    """A setting's place in the grid's order (:data:`_KIND_ORDER`; the DataLoader by 1 then more workers,
-    without workers after every other kind); settings of one rank keep the formats' order."""
-    if spec.loader == "dataloader" and not spec.num_workers:
-        return (len(_KIND_ORDER) + 1, 0)
-    return (_KIND_ORDER.index(spec.loader) if spec.loader in _KIND_ORDER else len(_KIND_ORDER), spec.num_workers)
-
-
 def run(root, fmts: Sequence[str] | None = None, worker_counts: Sequence[int] = (2,), batch_size: int = 128,
         repeats: int = 3, warmup: int = 1, samples: int | None = None, with_model: bool = False,
         model_name: str = "auto", model_kw: dict | None = None, cold: bool = False, device=None,
         loaders: Sequence[str] | None = None, log: Callable[[str], None] | None = print,
         verify: bool = False, min_timed: int = MIN_TIMED_BATCHES, precision: float | None = None,
-        cap_s: float = 10.0, budget=None) -> Results:
-    """The grid: read-alone for every setting (:func:`settings`: each format ``fmts``, None: every
-    registered SR format the set holds, by each loader kind it can feed; ``loaders`` limits the
-    kinds), then the references, then (optionally) with a training step (the single-process kinds
-    and the DataLoader with the most workers) and cold-cache epochs (one single-process kind per
-    format: chunks where it has them). ``verify``: the per-sample checksum check on every timed
-    read (off by default: read speed alone). ``min_timed``, ``precision``, ``cap_s``: each window's
-    (:func:`measure`). ``budget`` (a :class:`feedlab.budget.Budget`): settings are tried most telling first
-    (:func:`priority`; the references always run) and one that would run past it is left out, named in
-    ``budget.note()``."""
+        cap_s: float = 3.0, budget=None) -> Results:
+    """The references (the copy ceilings, the write-ups' baseline), then the grid: read-alone for every
+    setting (:func:`settings`: each format ``fmts``, None: every registered SR format the set holds, by
+    each loader kind it can feed; ``loaders`` limits the kinds), optionally with a training step (the
+    single-process kinds and the DataLoader with the most workers) and cold-cache epochs (one
+    single-process kind per format: chunks where it has them), in :func:`plan`'s order, most telling
+    first. ``verify``: the per-sample checksum check on every timed read (off by default: read speed
+    alone). ``min_timed``, ``precision``, ``cap_s``: each window's (:func:`measure`). ``budget`` (a
+    :class:`feedlab.budget.Budget`): the references always run; a setting whose expected cost (the
+    dearest of its mode and format so far, else of its format read alone) would run past it is left out,
+    named in ``budget.note()``."""
     from feedlab.budget import Budget
 
     budget = budget if budget is not None else Budget(None)
@@ -310,41 +299,33 @@ def run(root, fmts: Sequence[str] | None = None, worker_counts: Sequence[int] = 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     res = Results()
     window = dict(min_timed=min_timed, precision=precision, cap_s=cap_s)
-    grid_ = sorted(settings(fmts, worker_counts, batch_size, loaders), key=priority)
-
-    def timed(spec, mode, group, **kw):
-        what = f"{MODE_WORDS[mode]}: {setting_words(spec)}"
-        if not budget.allows(what, group=f"{mode}/{group}"):
-            return
-        with budget.setting(what, group=f"{mode}/{group}"):
-            measure(root, spec, None, repeats if mode != "cold" else 1, warmup if mode != "cold" else 0, samples,
-                    mode, res=res, verify=verify, **window, **kw)
-        if log:
-            _log_last(res, log)
+    most = max(worker_counts) if len(worker_counts) else 0
+    cost: dict[tuple[str, str], float] = {}
 
     with budget.setting("references: the copy ceilings and the baseline", group="references"):
         memcpy_ceiling(root, batch_size, max(3, repeats), warmup, samples, res=res)
         baseline(root, repeats, warmup, samples, batch_size=128, num_workers=2, res=res, verify=verify, **window)
     if log:
         _log_last(res, log)
-    for spec in grid_:
-        timed(spec, "read", f"{spec.format}/{spec.loader}/{spec.num_workers}")
-    if with_model:
-        most = max(worker_counts) if len(worker_counts) else 0
-        train = [s for s in grid_ if (s.num_workers == 0 and s.loader != "dataloader")
-                 or (s.loader == "dataloader" and s.num_workers == most)]
-        # the write-ups' comparisons first: the DataLoader with the most workers, png and hdf5 ahead
-        train.sort(key=lambda s: (s.loader != "dataloader", s.format not in ("png", "hdf5")))
-        for spec in train:
+    for mode, spec in plan(settings(fmts, worker_counts, batch_size, loaders), fmts, batch_size,
+                           with_model=with_model, cold=cold, most=most):
+        what = f"{MODE_WORDS[mode]}: {setting_words(spec)}"
+        expect = cost.get((mode, spec.format), cost.get(("read", spec.format), 0.0))
+        if not budget.allows(what, cost_s=expect, group=mode):
+            continue
+        kw = {}
+        if mode == "train":
             torch.manual_seed(0)
             model, opt = make_step_model(model_name, device, **({} if model_name == "auto" else model_kw or {}))
-            timed(spec, "train", f"{spec.format}/{spec.loader}", model=model, optimizer=opt, device=device)
-    if cold:
-        for fmt in fmts:
-            kinds = [k for k in ("chunk", "plain") if k in kinds_for(fmt)]
-            if kinds:
-                timed(PipelineSpec(format=fmt, loader=kinds[0], collate=COLLATE, batch_size=batch_size, device="cpu"),
-                      "cold", fmt)
+            kw = dict(model=model, optimizer=opt, device=device)
+        with budget.setting(what, group=mode):
+            t0 = time.monotonic()
+            measure(root, spec, None, repeats if mode != "cold" else 1, warmup if mode != "cold" else 0, samples,
+                    mode, res=res, verify=verify, **window, **kw)
+            took = time.monotonic() - t0
+        cost[(mode, spec.format)] = max(cost.get((mode, spec.format), 0.0), took)
+        if log:
+            _log_last(res, log)
     return res
 
 
