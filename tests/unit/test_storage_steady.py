@@ -206,3 +206,16 @@ def test_the_notebooks_target_lines_are_the_readmes():
         lines = S.readings(summ, None, nums, frame=frame)
         assert any(x.startswith("Target 2, ") for x in lines)
         assert rewrite_reading("05_storage_formats", lines, Run(nums, frame=frame)) == lines
+
+
+def test_the_ring_is_set_beside_the_dataloader_on_the_same_format():
+    def row(fmt, loader, value, window=1.5, cache_="warm"):
+        return dict(variant=f"{fmt}/{loader}", format=fmt, loader=loader, num_workers=2, batch_size=128, mode="read",
+                    metric="samples_per_s", value=value, rate_kind="steady", timed_batches=60, window_s=window,
+                    cache=cache_)
+    frame = pd.DataFrame([row("lmdb", "ring", 9000.0), row("lmdb", "dataloader", 3000.0),
+                          row("png", "ring", 1100.0, window=0.2), row("png", "dataloader", 1000.0)])
+    line = S.ring_lines(frame)[0]
+    assert "lmdb 3.00× (like for like)" in line
+    assert "png 1.10× (not like for like (window: the ring timed" in line
+    assert S.ring_lines(frame[frame["loader"] != "ring"]) == []

@@ -112,6 +112,40 @@ def _window_lines(frame) -> list[str]:
     return [line + (f"; {'; '.join(rest)}" if rest else "") + "."]
 
 
+def _side(frame, fmt: str, loader: str, workers: int, label: str):
+    from feedlab.like_for_like import Side
+
+    r = frame[(frame["metric"] == SPS) & (frame["mode"] == "read") & (frame["format"] == fmt)
+              & (frame["loader"] == loader) & (frame["num_workers"].astype(int) == workers)]
+    if r.empty:
+        return None, float("nan")
+    col = lambda c: r[c] if c in r.columns else None  # noqa: E731
+    timed, window = col("timed_batches"), col("window_s")
+    return Side(label, order="global", pixel_error=0.0, batch_size=int(r["batch_size"].iloc[0]), workers=workers,
+                cache=str(r["cache"].iloc[0]) if col("cache") is not None else None,
+                timed_batches=None if timed is None or timed.isna().any() else int(timed.min()),
+                window_s=None if window is None or window.isna().any() else float(window.min())), \
+        float(r["value"].median())
+
+
+def ring_lines(frame) -> list[str]:
+    """What the ring adds, per format: the ring ÷ the DataLoader with the same workers, format, decode and
+    batch, reading alone, judged like for like (:mod:`feedlab.like_for_like`: a ratio whose windows,
+    cache or batch differ says so). [] without both in the run's table."""
+    from feedlab.like_for_like import judged
+
+    if frame is None or not {"format", "loader", "num_workers", "mode"} <= set(frame.columns):
+        return []
+    ring = frame[(frame["loader"] == "ring") & (frame["mode"] == "read") & (frame["metric"] == SPS)]
+    parts = []
+    for fmt, w in sorted(set(zip(ring["format"], ring["num_workers"].astype(int)))):
+        (a, ra), (b, rb) = _side(frame, fmt, "ring", w, "the ring"), _side(frame, fmt, "dataloader", w, "the DataLoader")
+        if a is not None and b is not None:
+            parts.append(f"{fmt} {ra / rb:.2f}× ({judged('like for like', a, b)})")
+    return ([f"What the ring adds, reading alone, the ring ÷ the DataLoader with the same workers, format, decode "
+             f"and batch: {'; '.join(parts)}."] if parts else [])
+
+
 def _target_lines(nums: dict, frame=None) -> list[str]:
     from feedlab.report import targets
     from feedlab.report.claims.core import Run
@@ -172,6 +206,7 @@ def readings(summ, disk, nums: dict, *, with_model: bool = False, cold: bool = F
                    f"{g:,.0f} samples/s ({g / c:.2f} of the contiguous copy).")
     out += _window_lines(frame)
     out += _target_lines(nums, frame)
+    out += ring_lines(frame)
     zc, zr = _find(read, "zarr", "chunk"), _find(read, "zarr", "plain")
     if not (math.isnan(zc) or math.isnan(zr)):
         out.append(f"Zarr read by whole chunks vs one sample at a time, one process: {zc:,.0f} vs {zr:,.0f} "

@@ -70,6 +70,7 @@ from feedlab.experiments._storage_readings import (  # noqa: F401  (re-exported)
     numbers,
     panel_title,
     readings,
+    ring_lines,
     row_words,
     table,
 )
@@ -101,16 +102,17 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
     """Time one setting (a ``PipelineSpec`` of format, loader, num_workers; a format name: the
     DataLoader without workers) in ``mode`` (read | train | cold); rows go to ``res``.
 
-    read and train: ``warmup`` untimed epochs, then per repeat one steady window (the setting's warm-up
-    batches left out, then ``min_timed`` timed batches or more, epochs chained where the set is short;
-    with ``precision`` timed until the 95% interval of its mean batch time is within it, or ``cap_s``
-    seconds). Every row carries ``rate_kind`` (steady / imprecise / startup_inclusive), ``timed_batches``,
+    read and train: the store read into the page cache (``cache.warm``), ``warmup`` untimed epochs, then
+    per repeat one steady window (the setting's warm-up batches left out, then ``min_timed`` timed batches
+    or more, epochs chained where the set is short; with ``precision`` timed until the 95% interval of its
+    mean batch time is within it, or ``cap_s`` seconds). Every row carries ``rate_kind`` (steady / imprecise / startup_inclusive), ``timed_batches``,
     ``warmup_batches``, ``window_s`` and ``rate_half_width``. cold: one pass over the set after its
     eviction (a second pass would read what the first brought back), labelled start-up inclusive."""
     res = res if res is not None else Results()
     spec = as_spec(setting, batch_size)
     params = dict(format=spec.format, loader=spec.loader, num_workers=spec.num_workers,
-                  batch_size=spec.batch_size, mode=mode, samples=samples or 0)
+                  batch_size=spec.batch_size, mode=mode, samples=samples or 0,
+                  cache="cold" if mode == "cold" else "warm")
     name = variant_name or variant(spec)
     warm = warmup_batches(spec)
 
@@ -118,7 +120,9 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
         d = open_format(root, spec, samples, verify)
         return d, make_loader(d, spec, collate_fn=collate_fn)
 
-    files = store_files(root, spec.format) if mode == "cold" else []
+    files = store_files(root, spec.format)
+    if mode != "cold":
+        cache.warm(files)   # warm means warm: whatever ran before (a cold-cache setting) evicted nothing here
     ds, ld = open_all()
     try:
         for _ in range(max(0, warmup)):
