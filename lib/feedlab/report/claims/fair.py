@@ -192,6 +192,16 @@ def meter_reason(run: Run, out: Outcome) -> str:
 
 
 # ---------------------------------------------------------------- repeats
+def precise_window(rows) -> bool:
+    """Every row a steady window timed to a stated precision (``rate_kind`` steady, a finite
+    ``rate_half_width``: the 95% interval of its mean batch time, ``pipeline.SteadyStop``): the window's
+    own spread stands for the repeats' (issue 31: a steady rate at the cost of its window)."""
+    if "rate_half_width" not in rows.columns or "rate_kind" not in rows.columns:
+        return False
+    finite = rows["rate_half_width"].map(lambda v: _num(v) is not None and math.isfinite(_num(v)))
+    return bool(len(rows)) and bool((rows["rate_kind"].astype(str) == "steady").all()) and bool(finite.all())
+
+
 def repeats_reason(run: Run, out: Outcome) -> str:
     bad = []
     for s in out.settings:
@@ -199,7 +209,7 @@ def repeats_reason(run: Run, out: Outcome) -> str:
         if rows.empty or "repeat" not in rows.columns:
             continue
         n = rows["repeat"].nunique()
-        if n < MIN_REPEATS:
+        if n < MIN_REPEATS and not precise_window(rows):
             bad.append(f"{label(s)}: {n}")
     return (f"too few repeats ({_listing(bad)}; a median and its spread need ≥ {MIN_REPEATS})" if bad else "")
 
@@ -240,7 +250,8 @@ GPU_BOUND = Precondition("GPU-bound", f"a GPU-bound step at the largest batch (G
                          f"a loop waiting for data > {DATA_BOUND_WAIT:.0%} of its time is not)", gpu_bound_reason)
 METER = Precondition("meter", "a GPU meter that resolves its window (CUDA events, or NVML over ≥ "
                      f"{NVML_MIN_PERIODS} of its sample periods)", meter_reason)
-REPEATS = Precondition("repeats", f"≥ {MIN_REPEATS} repeats of every setting compared", repeats_reason)
+REPEATS = Precondition("repeats", f"≥ {MIN_REPEATS} repeats of every setting compared, or a steady window timed "
+                       "to a stated precision", repeats_reason)
 NOT_BUSY = Precondition("not busy", "a machine not busy (other processes ≤ the house threshold of the usable "
                         "cores, fingerprint other_load)", busy_reason)
 TIMING = (NOT_BUSY, REPEATS)  # every timing claim
