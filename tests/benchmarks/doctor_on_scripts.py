@@ -467,6 +467,9 @@ def main(argv=None) -> int:
         print(f"{NAME}: no copy of {UPSTREAM} at {MIRROR}: give --examples PATH_OR_URL", file=sys.stderr)
         return 2
     cases = [c for c in CASES if a.cases is None or c.name in a.cases.split(",")]
+    if not cases:
+        ap.error(f"--cases {a.cases!r}: none of {', '.join(c.name for c in CASES)}")
+    from data_prep.errors import DataPrepError
     from feedlab.errors import strict_json
     from feedlab.fingerprint import fingerprint_line, machine_fingerprint
     from feedlab.results import atomic_write
@@ -475,8 +478,19 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix=f"{NAME}-"))
     try:
         scripts, data = tmp / "scripts", tmp / "images"
-        origins = fetch_scripts(source, scripts, sorted({c.script for c in cases}), a.timeout)
-        build_images(data, a.images, a.classes, a.min_size, a.max_size)
+        try:
+            origins = fetch_scripts(source, scripts, sorted({c.script for c in cases}), a.timeout)
+        except (subprocess.SubprocessError, OSError) as exc:
+            said = getattr(exc, "stderr", None) or b""
+            said = (said.decode(errors="replace") if isinstance(said, bytes) else said).strip().splitlines()
+            print(f"{NAME}: --examples {source}: cannot read the scripts from it ({said[-1] if said else exc}); "
+                  f"give a git checkout, bare git folder or URL of {UPSTREAM}", file=sys.stderr)
+            return 2
+        try:
+            build_images(data, a.images, a.classes, a.min_size, a.max_size)
+        except DataPrepError as exc:
+            print(f"{NAME}: the image folder: {exc}", file=sys.stderr)
+            return 2
         rows = []
         for c in cases:
             print(f"{NAME}: {c.name} …", file=sys.stderr, flush=True)

@@ -168,3 +168,21 @@ def test_no_copy_of_the_examples_is_one_line(B, monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "give --examples PATH_OR_URL" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_examples_that_are_not_a_git_copy_is_one_line_and_nothing_left(B, monkeypatch, tmp_path, capsys):
+    import tempfile
+
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))     # git must not find a repository above it
+    assert B.main(["--out", str(tmp_path / "out"), "--examples", str(tmp_path / "plain")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot read the scripts from it" in err[0], err
+    assert not (tmp_path / "out").exists() and not any((tmp_path / "tmp").iterdir())
+
+
+def test_unknown_case_name_is_refused(B, tmp_path):
+    with pytest.raises(SystemExit):
+        B.main(["--out", str(tmp_path / "out"), "--examples", str(tmp_path), "--cases", "nope"])
