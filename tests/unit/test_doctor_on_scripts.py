@@ -186,3 +186,12 @@ def test_examples_that_are_not_a_git_copy_is_one_line_and_nothing_left(B, monkey
 def test_unknown_case_name_is_refused(B, tmp_path):
     with pytest.raises(SystemExit):
         B.main(["--out", str(tmp_path / "out"), "--examples", str(tmp_path), "--cases", "nope"])
+
+
+def test_a_busy_case_says_so_in_its_cells_and_once_below(B):
+    busy = _row(B, load=BUSY)
+    md = B.markdown({"origins": {}, "cases": [busy], "images": 8, "classes": 2, "min_size": 8, "max_size": 8,
+                     "machine": "m"})
+    row = next(line for line in md.splitlines() if line.startswith(f"| {busy['case']} |"))
+    assert "| 1.10 | too busy to judge |" in row and "other processes" not in row
+    assert md.count("other processes used 1.50 of 2 cores") == 1
