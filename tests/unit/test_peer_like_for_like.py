@@ -124,6 +124,10 @@ def test_the_ratio_sets_feedlab_at_the_workers_the_peer_ran_and_judges_cold_too(
     # no feedlab row at the peer's workers: its best row, read as not like for like
     alone = tab[tab.num_workers == 0].pipe(lambda d: pd.concat([d, tab.iloc[[2]]]))
     assert ratios(alone)["sr"]["verdict"].startswith("not like for like (workers: 0 vs 1")
+    from feedlab.experiments._finding_titles import peers_title  # the figure's title says so too
+
+    assert peers_title(ratios(alone), "sr", "SR").endswith("— not like for like")
+    assert "like for like" not in peers_title(ratios(tab), "sr", "SR")
 
 
 def test_a_rate_is_the_median_of_its_windows_with_its_spread():
@@ -195,4 +199,12 @@ def test_a_budget_measures_most_telling_first_and_names_what_it_left_out(monkeyp
     assert ran == [("feedlab_best", "sr"), ("feedlab_best", "cls")]
     left = [i for i in infos if i.get("left_out")]
     assert len(left) == 4 and all("time budget" in i["reason"] for i in left)
+    # each data set's best peer of the committed run next (DALI on JPEG before DALI on SR), then the stock one
+    assert [i["label"] + " " + i["kind"] for i in left] == ["NVIDIA DALI (CPU) cls", "DataLoader, stock sr",
+                                                            "DataLoader, stock cls", "NVIDIA DALI (CPU) sr"]
     assert "DALI (CPU) on sr" in budget.note() and "DataLoader, stock on cls" in budget.note()
+    from feedlab.peers.report import missing_peers
+
+    tab = pd.DataFrame([{"kind": i["kind"], "contender": i["name"], "label": i["label"], "available": False,
+                         "reason": i["reason"], "check_ok": None} for i in left])
+    assert missing_peers(tab, "cls", ["dali"]) == {"NVIDIA DALI (CPU)": left[0]["reason"]}

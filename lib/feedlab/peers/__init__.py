@@ -67,20 +67,34 @@ PEERS: dict[str, Peer] = {p.name: p for p in [
 ]}
 
 
-# most telling first (a budgeted run measures in this order): feedlab's best, the best peers of the
-# committed cpu-2c run (FFCV on SR, DALI on JPEG), the stock DataLoader, then the rest by their rates there
-PRIORITY = ("feedlab_best", "ffcv", "dali", "torch_stock", "torchdata_nodes", "litdata", "spdl", "hf_datasets",
-            "webdataset", "mosaic_streaming")
+# most telling first (a budgeted run measures in this order), per data set: feedlab's best, then the peers
+# by their rates in the committed cpu-2c run (FFCV best on SR, DALI on JPEG), the stock DataLoader early
+PRIORITY = {"sr": ("feedlab_best", "ffcv", "torch_stock", "torchdata_nodes", "litdata", "dali", "spdl",
+                   "hf_datasets", "mosaic_streaming", "webdataset"),
+            "cls": ("feedlab_best", "dali", "ffcv", "torch_stock", "litdata", "hf_datasets", "mosaic_streaming",
+                    "torchdata_nodes", "webdataset", "spdl")}
 
 
 def names() -> list[str]:
     return list(PEERS)
 
 
+def _rank(name: str, kind: str) -> int:
+    order = PRIORITY.get(kind, ())
+    return order.index(name) if name in order else len(PEERS)
+
+
 def by_priority(selected) -> list[str]:
-    """``selected`` most telling first (:data:`PRIORITY`; any other name after them, in its order)."""
-    rank = {n: i for i, n in enumerate(PRIORITY)}
-    return sorted(selected, key=lambda n: rank.get(n, len(rank)))
+    """``selected`` most telling first (its best rank on any data set in :data:`PRIORITY`)."""
+    return sorted(selected, key=lambda n: min(_rank(n, k) for k in PRIORITY))
+
+
+def plan(selected, kinds) -> list[tuple[str, str]]:
+    """Every (contender, data set) of ``selected`` × ``kinds``, most telling first: rank by rank in
+    :data:`PRIORITY`, the data sets alternating (feedlab on both, then each data set's best peer, ...)."""
+    kinds = list(kinds)
+    pairs = [(n, k) for n in selected for k in kinds]
+    return sorted(pairs, key=lambda p: (_rank(*p), kinds.index(p[1])))
 
 
 def get(name: str) -> Peer:
@@ -95,5 +109,5 @@ def availability(selected=None) -> dict[str, tuple[bool, str]]:
     return {n: get(n).check() for n in (selected or PEERS)}
 
 
-__all__ = ["BASELINE", "FEEDLAB", "KINDS", "PEERS", "PRIORITY", "by_priority", "Conversion", "Peer", "Source", "Spec", "availability",
+__all__ = ["BASELINE", "FEEDLAB", "KINDS", "PEERS", "PRIORITY", "by_priority", "plan", "Conversion", "Peer", "Source", "Spec", "availability",
            "get", "names"]

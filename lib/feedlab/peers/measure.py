@@ -36,7 +36,7 @@ from feedlab.pipeline.rates import rel_half_width
 from feedlab.results import Results
 from feedlab.timing import _sync
 
-from . import get
+from . import get, plan
 from .base import Source, Spec
 from .check import EpochCounter, verify
 from .remote import beat
@@ -200,6 +200,8 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
                 res.add(EXPERIMENT, name, "window_s", win["wall_s"], "s", r, **row)
                 if np.isfinite(win["half_width"]):
                     res.add(EXPERIMENT, name, "rate_half_width", win["half_width"], "fraction", r, **row)
+                if window.precision is not None:   # 0: the window reached its cap first (imprecise)
+                    res.add(EXPERIMENT, name, "precise", float(win["precise"]), "bool", r, **row)
                 res.add(EXPERIMENT, name, "peak_rss_mib", rss.peak() / 2**20, "MiB", r, **row)
                 if np.isfinite(c["cpu_saturation"]):
                     res.add(EXPERIMENT, name, "cpu_saturation", c["cpu_saturation"], "fraction", r, **row)
@@ -281,28 +283,28 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
 def run_all(names, sources: dict, work_root, batch_size: int, worker_counts, size: int = 64, warmup: int = 1,
             repeats: int = 3, cold: bool = False, device="cpu", seed: int = 0, log=print,
             window: Window | None = None, budget=None) -> tuple[Results, list]:
-    """Every contender on every source (``{kind: Source}``), contender by contender in the order of
-    ``names`` (most telling first); rows and one info dict per (kind, contender). ``budget``
+    """Every contender on every source (``{kind: Source}``), most telling first (:func:`feedlab.peers.plan`);
+    rows and one info dict per (kind, contender). ``budget``
     (:class:`feedlab.budget.Budget`): a (contender, data set) whose expected cost no longer fits is left
     out, and its info says so (``left_out``)."""
     res, infos = Results(), []
-    for name in names:
-        for kind, source in sources.items():
-            what = f"{get(name).label} on {kind}"
-            if budget is not None and not budget.allows(what, group=kind):
-                p = get(name)
-                infos.append({"name": name, "label": p.label, "kind": kind, "parallelism": p.parallelism,
-                              "shuffle": p.shuffle, "recipe": p.recipe, "samples": source.n, "available": False,
-                              "left_out": True, "reason": f"left out by this run's time budget ({budget.left_out[-1][1]})"})
-                continue
-            t0 = time.perf_counter()
-            with budget.setting(what, kind) if budget is not None else nullcontext():
-                r, info = run_peer(name, source, work_root, batch_size, worker_counts, size, warmup, repeats,
-                                   cold, device, seed, window=window)
-            res.extend(r)
-            infos.append(info)
-            if log is not None:
-                state = ("unavailable: " + info["reason"]) if not info["available"] else (
-                    info["reason"] or "ok")
-                log(f"{kind:4s} {name:18s} {time.perf_counter() - t0:6.1f} s  {state[:160]}")
+    for name, kind in plan(names, sources):
+        source = sources[kind]
+        what = f"{get(name).label} on {kind}"
+        if budget is not None and not budget.allows(what, group=kind):
+            p = get(name)
+            infos.append({"name": name, "label": p.label, "kind": kind, "parallelism": p.parallelism,
+                          "shuffle": p.shuffle, "recipe": p.recipe, "samples": source.n, "available": False,
+                          "left_out": True, "reason": f"left out by this run's time budget ({budget.left_out[-1][1]})"})
+            continue
+        t0 = time.perf_counter()
+        with budget.setting(what, kind) if budget is not None else nullcontext():
+            r, info = run_peer(name, source, work_root, batch_size, worker_counts, size, warmup, repeats,
+                               cold, device, seed, window=window)
+        res.extend(r)
+        infos.append(info)
+        if log is not None:
+            state = ("unavailable: " + info["reason"]) if not info["available"] else (
+                info["reason"] or "ok")
+            log(f"{kind:4s} {name:18s} {time.perf_counter() - t0:6.1f} s  {state[:160]}")
     return res, infos

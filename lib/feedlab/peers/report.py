@@ -48,6 +48,9 @@ def _rate(df, name, kind, workers, cache) -> dict:
         lo, hi, spread = m / (1 + hw), m / max(1e-9, 1 - hw), f"95% interval of {n} window(s)"
     else:
         spread = f"IQR of {n} windows"
+    precise = _rows(df, name, kind, "precise", workers, cache).value
+    if len(precise) and precise.min() < 1:
+        spread += ", imprecise (a window reached its cap first)"
     tb = _rows(df, name, kind, "timed_batches", workers, cache).value
     ws = _rows(df, name, kind, "window_s", workers, cache).value
     return {"median": m, "low": lo, "high": hi, "spread": spread, "windows": n,
@@ -184,7 +187,7 @@ def missing_peers(tab: pd.DataFrame, kind: str, field=None) -> dict[str, str]:
             continue
         first = rows.iloc[0]
         if not bool(first.available):
-            out[label] = f"unavailable: {first.reason}"
+            out[label] = first.reason if str(first.reason).startswith("left out by") else f"unavailable: {first.reason}"
         elif first.check_ok is not True and first.check_ok != True:  # noqa: E712
             out[label] = "failed the output check"
         elif "run_ok" not in rows or not (rows.run_ok == True).any():  # noqa: E712
@@ -358,9 +361,13 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
                     s += (f" {p['label']} spends as much or more CPU per sample ({b:.3f} vs {a:.3f} ms) and wins "
                           f"by running the {STAGE[kind]} stage on more cores at once.")
         lines.append(s + without)
-    unavailable = tab[~tab.available.astype(bool)].drop_duplicates("contender")
-    for row in unavailable.itertuples():
+    out = tab[~tab.available.astype(bool)]
+    budget = out.reason.astype(str).str.startswith("left out by")
+    for row in out[~budget].drop_duplicates("contender").itertuples():
         lines.append(f"unavailable: {row.label} — {row.reason}")
+    if budget.any():
+        lines.append("left out by this run's time budget: "
+                     + ", ".join(f"{r.label} on {r.kind}" for r in out[budget].itertuples()) + ".")
     failed = tab[(tab.available.astype(bool)) & (tab.check_ok == False)]  # noqa: E712
     for row in failed.drop_duplicates(["kind", "contender"]).itertuples():
         lines.append(f"{row.kind}: {row.label} failed the output check ({row.check}); it is not ranked.")
