@@ -123,6 +123,7 @@ class Peer:
     parallelism: str = ""          # what "workers" means for it
     shuffle: str = ""              # how it shuffles (stated in the table)
     recipe: str = ""               # what its documentation recommends, as used here
+    min_workers: int = 0           # the fewest workers it runs (threads that start at one): 0 asked runs this
     extra_check: Callable[[], str] | None = field(default=None, repr=False)
 
     def _impl(self):

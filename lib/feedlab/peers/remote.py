@@ -101,12 +101,12 @@ def run_group(cmd, input: str = "", timeout: float | None = None, env=None, stal
 
 
 def request(name: str, source, work_root, batch_size: int, worker_counts, size: int, warmup: int, repeats: int,
-            cold: bool, device, seed: int, check: bool) -> dict:
+            cold: bool, device, seed: int, check: bool, window: dict | None = None) -> dict:
     return {"peer": name, "kind": source.kind, "root": str(Path(source.root).resolve()), "limit": source.limit,
             "work_root": str(Path(work_root).resolve()), "batch_size": int(batch_size),
             "worker_counts": [int(w) for w in worker_counts], "size": int(size), "warmup": int(warmup),
             "repeats": int(repeats), "cold": bool(cold), "device": str(device), "seed": int(seed),
-            "check": bool(check)}
+            "check": bool(check), "window": dict(window or {})}
 
 
 def _lib_dir() -> Path:
@@ -183,12 +183,13 @@ def run(python, req: dict, timeout: float = TIMEOUT_S, run_=run_group, stall_s: 
 def serve(req: dict) -> dict:
     """The child's side: the same measurement, in this interpreter."""
     from feedlab.peers.base import Source
-    from feedlab.peers.measure import run_peer
+    from feedlab.peers.measure import Window, run_peer
 
     source = Source(req["kind"], req["root"], req["limit"])
     res, info = run_peer(req["peer"], source, Path(req["work_root"]), req["batch_size"], req["worker_counts"],
                          size=req["size"], warmup=req["warmup"], repeats=req["repeats"], cold=req["cold"],
-                         device=req["device"], seed=req["seed"], check=req["check"])
+                         device=req["device"], seed=req["seed"], check=req["check"],
+                         window=Window(**(req.get("window") or {})))
     info.pop("trace", None)
     for st in info.get("runs") or []:
         st.pop("trace", None)

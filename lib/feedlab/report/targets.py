@@ -180,7 +180,7 @@ def _doctor(t: Target, run: Run) -> list[str]:
 
 
 _TIMER = re.compile(r"(?<![\d.])([\d.]+)% of the smallest batch time timed here \(([^;]+); target [^)]*\)")
-_PEER = re.compile(r"ratio ([\d.]+) (\(from the IQRs [^)]*\)); target .*$")
+_PEER = re.compile(r"ratio ([\d.]+) (\(from the (?:IQRs|spreads) [^)]*\)); target .*$")
 
 
 def timer_line(line: str, t: Target, run: Run | None = None) -> str:
