@@ -129,6 +129,19 @@ def test_an_imprecise_rate_is_drawn_and_named_not_dropped():
     assert "IMPRECISE" in note and "batch_size=128" in note and "±5%" in note
 
 
+def test_a_claim_over_an_imprecise_rate_says_so_not_start_up_bound():
+    from feedlab.report.claims.core import Outcome, Run
+    from feedlab.report.claims.fair import unsteady_reason
+
+    rows = pd.DataFrame([{"format": f, "metric": "steady_samples_per_s", "value": 1.0, "rate_kind": kind,
+                          "timed_batches": 30, "warmup_batches": 5} for f, kind in (("png", "steady"),
+                                                                                   ("lmdb", "imprecise"))])
+    run = Run({}, fingerprint={}, frame=rows)
+    why = unsteady_reason(run, Outcome("partly", "", settings=({"format": "png"}, {"format": "lmdb"})))
+    assert why.startswith("rates not known to their precision") and "lmdb: imprecise" in why
+    assert unsteady_reason(run, Outcome("partly", "", settings=({"format": "png"},))) == ""
+
+
 # ---------------------------------------------------------------- grids in the order their claims need
 def test_batch_sizes_spend_on_the_ends_first():
     assert S.extremes_first([8, 16, 32, 64, 128]) == [8, 128, 16, 32, 64]
