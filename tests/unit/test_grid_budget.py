@@ -100,6 +100,17 @@ def test_run_grid_keeps_the_budget_and_names_what_it_left_out(sr_root):
     assert S.left_out_table().empty and list(S.left_out_table().columns) == ["setting", "why"]
 
 
+def test_a_budget_never_leaves_out_a_setting_a_claim_reads(sr_root):
+    specs = [PipelineSpec(format="npy_mmap", batch_size=b, num_workers=0, model="none") for b in (4, 16, 8)]
+    budget = Budget(10, "nb", clock=_stepping_clock())
+    with deadline(LIMIT_S, "run_grid with essential settings"):
+        res = G.run_grid(sr_root, specs, repeats=1, warmup=0, max_batches=2, device="cpu", budget=budget,
+                         essential=S.ends([4, 8, 16]))   # the batch ends: 4 and 16 run whatever is left
+    assert set(res.frame()["batch_size"]) == {4, 16}
+    assert [w for w, _ in res.left_out] == ["npy_mmap totensor b8 w0 model=none"]
+    assert set(budget.costs) == {"npy_mmap totensor b4 w0 model=none", "npy_mmap totensor b16 w0 model=none"}
+
+
 # ---------------------------------------------------------------- rates carry their precision
 def test_rates_timed_to_a_precision_carry_it_their_interval_and_their_timed_batches(sr_root):
     spec = PipelineSpec(format="npy_mmap", batch_size=4, num_workers=0, model="none")

@@ -75,6 +75,35 @@ def claim_workers(ladder: Sequence[int], cores: int, beyond_cores: bool) -> set[
     return {w for w in ladder if w in want}
 
 
+def setting_name(s) -> str:
+    """A setting as a reader (and :class:`~feedlab.budget.Budget`) names it: ``png/pil totensor b8 w2 model=srcnn``."""
+    return f"{s.label()} model={s.model}"
+
+
+def budget_group(s) -> str:
+    """What costs alike in a loader grid (the budget's estimate for a setting not yet run): batch size and model."""
+    return f"b{s.batch_size} {s.model}"
+
+
+def left_out_why(s, res, budget=None, skip=None, essential=None) -> str:
+    """Why a grid leaves setting ``s`` out ("" runs it), recorded in ``res.left_out``: ``skip(s, res)``'s reason,
+    else the budget's where ``s`` does not fit in what is left; an ``essential(s)`` setting (one a claim reads)
+    is never refused by the budget (it is charged all the same)."""
+    why = skip(s, res) if skip is not None else ""
+    if not why and budget is not None and not (essential is not None and essential(s)) \
+            and not budget.allows(setting_name(s), group=budget_group(s)):
+        why = budget.left_out[-1][1]
+    if why:
+        res.left_out.append((setting_name(s), why))
+    return why
+
+
+def ends(values) -> Callable:
+    """An ``essential`` predicate: the setting's batch size is the smallest or the largest of ``values``."""
+    keep = {min(values), max(values)} if len(values) else set()
+    return lambda s: int(s.batch_size) in keep
+
+
 def extremes_first(values: Sequence[int]) -> list[int]:
     """Batch sizes in the order a budget should spend on them: the smallest and the largest (the ends every
     batch-size claim and title compares), then the rest from small to large."""
@@ -103,5 +132,6 @@ def spend_record(budget, *results, rate_precision=None, rate_cap_s=None) -> dict
             "left_out": [{"setting": w, "why": y} for r in results for w, y in getattr(r, "left_out", [])]}
 
 
-__all__ = ["curve_turned", "ladder_points", "turned_ladder", "claim_workers", "extremes_first",
+__all__ = ["curve_turned", "ladder_points", "turned_ladder", "claim_workers", "extremes_first", "ends",
+           "setting_name", "budget_group", "left_out_why",
            "left_out_table", "spend_record", "TURN_POINTS"]

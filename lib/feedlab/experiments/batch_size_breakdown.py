@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from feedlab.experiments._grid_spend import extremes_first
+from feedlab.experiments._grid_spend import ends, extremes_first
 from feedlab.experiments.loader_grid import grid, run_grid, split_applicable
 from feedlab.results import Results
 
@@ -37,8 +37,9 @@ def run(data_root, settings, repeats: int = 3, max_samples: int | None = None, d
         log=None, **sizing) -> Results:
     """``sizing``: ``min_timed_batches`` / ``time_budget_s`` / ``rate_precision`` / ``rate_cap_s`` (steady epochs)
     and ``budget``, see ``run_grid``."""
+    sizes = [s.batch_size for s in settings]   # both pipelines at the batch ends: never left out for the budget
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
-                    warmup=warmup, experiment="batch_size_breakdown", log=log, **sizing)
+                    warmup=warmup, experiment="batch_size_breakdown", log=log, essential=ends(sizes), **sizing)
 
 
 def pipeline_of(fmt: str, collate: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from feedlab.experiments._grid_spend import extremes_first
+from feedlab.experiments._grid_spend import ends, extremes_first
 from feedlab.experiments.loader_grid import grid, run_grid
 from feedlab.results import Results
 
@@ -53,8 +53,10 @@ def run_formats(data_root, formats: Sequence[str], batch_sizes: Sequence[int], w
 
     device = device if device is not None else default_device()
     settings = plan(formats, batch_sizes, worker_counts, model, str(device).startswith("cuda"), raw_batch_sizes)
+    claimed = ends(batch_sizes)   # PNG and LMDB (lz4) at the batch ends: 000's claims; never left out for the budget
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
                     warmup=warmup, experiment="lmdb_vs_png", log=log,
+                    essential=lambda s: s.format in ("png", "lmdb") and claimed(s),
                     dataset_opts={f: {"verify": verify} for f in formats}, **sizing)
 
 

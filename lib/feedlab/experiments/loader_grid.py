@@ -12,7 +12,9 @@ optimizer are built (``model="none"`` measures the loader alone), a
 ``DataLoader`` is made, ``warmup`` short untimed epochs run, then ``repeats``
 timed epochs, each wrapped in a :class:`~feedlab.monitor.CpuMonitor`, a
 :class:`~feedlab.gpu_busy.BusyMeter` and a :class:`~feedlab.gpu_busy.NvmlWindow`.
-Every epoch starts its workers afresh (unless ``persistent_workers``), as a training loop does.
+Every epoch starts its workers afresh (unless ``persistent_workers``), as a training loop does: not kept
+across settings (a fork start, ``first_batch_s``, is ~0.07 s an epoch on cpu-2c; a DataLoader's batch size and
+sampler are fixed when it is built, so a grid's batch sizes cannot share its workers).
 
 Metrics per (setting, repeat): ``samples_per_s``, ``steady_samples_per_s``
 (the same after the warm-up batches, labelled by ``rate_kind``: see :func:`run_grid`), ``epoch_s``
@@ -43,6 +45,7 @@ import numpy as np
 import torch
 
 from feedlab.budget import Budget
+from feedlab.experiments._grid_spend import budget_group, left_out_why, setting_name
 from feedlab.experiments._rate_kinds import RATE_METRICS, label_rate_kinds, rate_kind_note, steady_rows
 from feedlab.gpu_busy import BusyMeter, NvmlWindow
 from feedlab.monitor import CpuMonitor
@@ -155,7 +158,8 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
              dataset_opts: dict | None = None, log: Callable[[str], None] | None = None,
              min_timed_batches: int | None = None, time_budget_s: float | None = None,
              rate_precision: float | None = None, rate_cap_s: float | None = 20.0, budget: Budget | None = None,
-             skip: Callable[[PipelineSpec, Results], str] | None = None) -> Results:
+             skip: Callable[[PipelineSpec, Results], str] | None = None,
+             essential: Callable[[PipelineSpec], bool] | None = None) -> Results:
     """Time every setting: ``warmup`` epochs of at most ``warmup_batches`` batches,
     then ``repeats`` epochs of at most ``max_batches`` batches (None: the whole set).
     ``max_samples`` caps an epoch by samples instead (rounded up to whole batches), so
@@ -174,9 +178,10 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
     instead of 10. Rows then also carry ``rate_target`` (the half-width asked for), and the
     ``steady_samples_per_s`` row its interval, ``rate_low`` and ``rate_high`` (samples/s).
     ``budget`` (:class:`~feedlab.budget.Budget`) is asked before each setting, in the order given, whether
-    it fits (its group: batch size and model); ``skip(setting, results so far)`` gives a reason to leave a
-    setting out ("" runs it; a worker ladder that has turned, :mod:`feedlab.experiments._ladder`). Each
-    setting left out is named, with why, in the returned results' ``left_out``.
+    it fits (its group: batch size and model) unless ``essential(setting)`` (a claim reads it: run, and
+    charged, whatever is left); ``skip(setting, results so far)`` gives a reason to leave a setting out
+    ("" runs it; a worker ladder that has turned, :mod:`feedlab.experiments._grid_spend`). Each setting left
+    out is named, with why, in the returned results' ``left_out``.
     Every row carries ``rate_kind`` (``steady`` / ``startup_inclusive``, :func:`feedlab.pipeline.rate_of`),
     ``timed_batches`` and ``warmup_batches``: a row of an epoch too short for a steady rate
     (a smoke run) says so, and ``steady_samples_per_s`` is then the whole-epoch rate, labelled.
@@ -209,17 +214,15 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
         if not ok:
             raise ValueError(f"{s}: {why}")
         s = replace(s, device=str(device))
-        what, group = f"{s.label()} model={s.model}", f"b{s.batch_size} {s.model}"
-        why = skip(s, res) if skip is not None else ""
-        if why or (budget is not None and not budget.allows(what, group=group)):
-            res.left_out.append((what, why or budget.left_out[-1][1]))
+        why = left_out_why(s, res, budget, skip, essential)
+        if why:
             if log:
-                log(f"{what}: left out ({res.left_out[-1][1]})")
+                log(f"{setting_name(s)}: left out ({why})")
             continue
         key = (s.format, s.decode, s.transform)
         if key not in datasets:
             datasets[key] = open_dataset(data_root, s, **(dataset_opts or {}).get(s.format, {}))
-        with budget.setting(what, group) if budget is not None else nullcontext():
+        with budget.setting(setting_name(s), budget_group(s)) if budget is not None else nullcontext():
             _time_setting(res, s, datasets[key], device, seed=seed, warmup=warmup, warmup_batches=warmup_batches,
                           max_batches=max_batches, max_samples=max_samples, min_timed_batches=min_timed_batches,
                           min_timed=min_timed, time_budget_s=time_budget_s, rate_precision=rate_precision,

@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from feedlab.experiments._grid_spend import claim_workers, extremes_first, turned_ladder
+from feedlab.experiments._grid_spend import claim_workers, ends, extremes_first, turned_ladder
 from feedlab.experiments.loader_grid import grid, run_grid
 from feedlab.results import Results
 from feedlab.timing import owned_iterator
@@ -146,19 +146,19 @@ def throughput_vs_workers(data_root, max_workers: int, batch_size: int, models: 
     leaves out the counts no claim names once two successive counts were no faster than its best beyond
     their spread (:func:`~feedlab.experiments._grid_spend.turned_ladder`; the results' ``left_out`` names
     them). ``sizing``: ``min_timed_batches``, ``time_budget_s``, ``rate_precision``, ``rate_cap_s``, ``budget``
-    of :func:`~feedlab.experiments.loader_grid.run_grid`."""
+    of :func:`~feedlab.experiments.loader_grid.run_grid` (a budget never leaves out a count a claim names)."""
     from feedlab.machines import usable_cores, worker_ladder
 
     cores = usable_cores()
     ladder = worker_ladder(max_workers, also=(7, cores - 1))
     settings = grid(batch_size=batch_size, num_workers=ladder,
                     format=fmt, model=list(models))
-    skip = None
-    if stop_when_turned:  # each line stops once it has turned, keeping the counts a claim names
-        need = {m: claim_workers(ladder, cores, beyond_cores=(m == "none")) for m in models}
-        skip = turned_ladder(lambda m: need.get(m, need.get("auto", ladder)))
+    need = {m: claim_workers(ladder, cores, beyond_cores=(m == "none")) for m in models}
+    needed = lambda m: need.get(m, need.get("auto", ladder))  # noqa: E731  (after run_grid resolves "auto")
+    skip = turned_ladder(needed) if stop_when_turned else None  # each line stops once turned, keeping claims' counts
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
-                    warmup=warmup, experiment="throughput_vs_workers", log=log, skip=skip, **sizing)
+                    warmup=warmup, experiment="throughput_vs_workers", log=log, skip=skip,
+                    essential=lambda s: s.num_workers in needed(s.model), **sizing)
 
 
 def batch_size_table(data_root, batch_sizes: Sequence[int], worker_counts: Sequence[int], model: str = "auto",
@@ -175,7 +175,7 @@ def batch_size_table(data_root, batch_sizes: Sequence[int], worker_counts: Seque
     settings = grid(batch_size=extremes_first(batch_sizes), num_workers=list(worker_counts), format=fmt,
                     model=model, pin_memory=pin)  # the ends a claim compares first: a budget leaves out the middle
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
-                    warmup=warmup, experiment="batch_size_table", log=log, **sizing)
+                    warmup=warmup, experiment="batch_size_table", log=log, essential=ends(batch_sizes), **sizing)
 
 
 def ms_per_sample(df, metric: str = "steady_samples_per_s"):
