@@ -13,12 +13,12 @@ TURN_POINTS = 2   # successive points no faster than the best before them: the c
 
 
 def curve_turned(points: Sequence[tuple[int, float, float]], last: int = TURN_POINTS) -> int | None:
-    """The worker count of the best rate once the curve has turned, else None.
+    """The worker count of the fastest point measured (highest median) once the curve has turned, else None.
 
     ``points``: ``(workers, rate, spread)`` in ladder order (rate: the median over repeats; spread: how
     far it may move, in the same unit). Turned: each of the ``last`` latest points is no faster than the
-    best point before them beyond its own spread (``rate <= best + spread``). Fewer than ``last + 1``
-    points: None (a curve needs a best and ``last`` points after it)."""
+    best point before them beyond its own spread (``rate <= best + spread``): a rise inside the noise is
+    no rise. Fewer than ``last + 1`` points: None (a curve needs a best and ``last`` points after it)."""
     if last < 1:
         raise ValueError(f"last={last}: at least one point after the best")
     if len(points) < last + 1:
@@ -26,7 +26,7 @@ def curve_turned(points: Sequence[tuple[int, float, float]], last: int = TURN_PO
     before, tail = points[:-last], points[-last:]
     best = max(before, key=lambda p: p[1])
     if all(rate <= best[1] + max(0.0, spread) for _, rate, spread in tail):
-        return int(best[0])
+        return int(max(points, key=lambda p: p[1])[0])
     return None
 
 
@@ -59,8 +59,8 @@ def turned_ladder(required: Callable[[str], Iterable[int]]) -> Callable:
         best = curve_turned(ladder_points(res.frame(), s.model, below=int(s.num_workers)))
         if best is None:
             return ""
-        return (f"the curve had turned: {best} workers fastest, the {TURN_POINTS} counts after it no faster "
-                "beyond their spread")
+        return (f"the curve had turned: the last {TURN_POINTS} counts no faster than the best before them "
+                f"beyond their spread (fastest measured: {best} workers)")
     return skip
 
 
