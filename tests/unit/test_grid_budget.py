@@ -84,19 +84,19 @@ def test_run_grid_keeps_the_budget_and_names_what_it_left_out(sr_root):
         res = G.run_grid(sr_root, specs, repeats=1, warmup=0, max_batches=2, device="cpu", budget=budget)
     df = res.frame()
     assert set(df["batch_size"]) == {4}
-    assert [w for w, _ in res.left_out] == ["npy_mmap totensor b8 w0 model=none"]
+    assert [w for w, _ in res.left_out] == ["loader_grid: npy_mmap totensor b8 w0 model=none"]
     table = S.left_out_table(res)
-    assert list(table["setting"]) == ["npy_mmap totensor b8 w0 model=none"] and "no time left" in table["why"][0]
-    assert "npy_mmap totensor b8 w0" in budget.note()
+    assert list(table["setting"]) == ["loader_grid: npy_mmap totensor b8 w0 model=none"] and "no time left" in table["why"][0]
+    assert "loader_grid: npy_mmap totensor b8 w0" in budget.note()
     rec = S.spend_record(budget, res, rate_precision=0.05, rate_cap_s=15)
-    assert rec["left_out"] == [{"setting": "npy_mmap totensor b8 w0 model=none", "why": table["why"][0]}]
+    assert rec["left_out"] == [{"setting": "loader_grid: npy_mmap totensor b8 w0 model=none", "why": table["why"][0]}]
     assert rec["budget"]["budget_s"] == 10 and rec["rate_precision"] == 0.05
     merged = Results()
     merged.extend(res)
     assert merged.left_out == res.left_out            # a notebook's merged results keep what was left out
     none = G.run_grid(sr_root, specs[:1], repeats=1, warmup=0, max_batches=2, device="cpu",
                       budget=Budget(None), skip=lambda s, r: "a reason")
-    assert none.left_out == [("npy_mmap totensor b4 w0 model=none", "a reason")] and len(none) == 0
+    assert none.left_out == [("loader_grid: npy_mmap totensor b4 w0 model=none", "a reason")] and len(none) == 0
     assert S.left_out_table().empty and list(S.left_out_table().columns) == ["setting", "why"]
 
 
@@ -107,8 +107,19 @@ def test_a_budget_never_leaves_out_a_setting_a_claim_reads(sr_root):
         res = G.run_grid(sr_root, specs, repeats=1, warmup=0, max_batches=2, device="cpu", budget=budget,
                          essential=S.ends([4, 8, 16]))   # the batch ends: 4 and 16 run whatever is left
     assert set(res.frame()["batch_size"]) == {4, 16}
-    assert [w for w, _ in res.left_out] == ["npy_mmap totensor b8 w0 model=none"]
-    assert set(budget.costs) == {"npy_mmap totensor b4 w0 model=none", "npy_mmap totensor b16 w0 model=none"}
+    assert [w for w, _ in res.left_out] == ["loader_grid: npy_mmap totensor b8 w0 model=none"]
+    assert set(budget.costs) == {"loader_grid: npy_mmap totensor b4 w0 model=none",
+                                 "loader_grid: npy_mmap totensor b16 w0 model=none"}
+
+
+def test_one_setting_in_two_grids_of_a_notebook_keeps_two_names():
+    """01's throughput ladder and batch table both hold png b32 w0 with the model: one cost each, one left-out line each."""
+    spec = PipelineSpec(format="png", batch_size=32, num_workers=0, model="srcnn_small")
+    assert S.setting_name(spec, "throughput_vs_workers") != S.setting_name(spec, "batch_size_table")
+    budget = Budget(100)
+    for exp in ("throughput_vs_workers", "batch_size_table"):
+        budget.charge(S.setting_name(spec, exp), 1.0, S.budget_group(spec))
+    assert len(budget.costs) == 2
 
 
 # ---------------------------------------------------------------- rates carry their precision

@@ -35,7 +35,8 @@ def test_a_notebook_over_its_budget_names_what_it_left_out_and_keeps_the_ends(ex
     nb, out_dir = executed
     payload = json.loads((out_dir / "results.json").read_text())
     left = {row["setting"] for row in payload["left_out"]}
-    assert left == {"png/pil totensor b6 w2 model=srcnn_small", "lmdb/lz4 fast b6 w2 model=srcnn_small"}
+    assert left == {"batch_size_breakdown: png/pil totensor b6 w2 model=srcnn_small",
+                    "batch_size_breakdown: lmdb/lz4 fast b6 w2 model=srcnn_small"}
     assert payload["batch_sizes"] == [4, 8]                      # the ends ran whatever the budget said
     assert payload["budget"]["budget_s"] == 0.001 and payload["rate_precision"] == 0.5
     text = "\n".join(o.get("text", "") + json.dumps(o.get("data", {})) for c in nb.cells if c.cell_type == "code"

@@ -75,9 +75,10 @@ def claim_workers(ladder: Sequence[int], cores: int, beyond_cores: bool) -> set[
     return {w for w in ladder if w in want}
 
 
-def setting_name(s) -> str:
-    """A setting as a reader (and :class:`~feedlab.budget.Budget`) names it: ``png/pil totensor b8 w2 model=srcnn``."""
-    return f"{s.label()} model={s.model}"
+def setting_name(s, experiment: str = "") -> str:
+    """A setting as a reader (and :class:`~feedlab.budget.Budget`) names it, with its experiment where given (one
+    notebook's grids may share a setting): ``batch_size_table: png/pil totensor b8 w2 model=srcnn``."""
+    return (f"{experiment}: " if experiment else "") + f"{s.label()} model={s.model}"
 
 
 def budget_group(s) -> str:
@@ -85,16 +86,16 @@ def budget_group(s) -> str:
     return f"b{s.batch_size} {s.model}"
 
 
-def left_out_why(s, res, budget=None, skip=None, essential=None) -> str:
+def left_out_why(s, res, budget=None, skip=None, essential=None, experiment: str = "") -> str:
     """Why a grid leaves setting ``s`` out ("" runs it), recorded in ``res.left_out``: ``skip(s, res)``'s reason,
     else the budget's where ``s`` does not fit in what is left; an ``essential(s)`` setting (one a claim reads)
     is never refused by the budget (it is charged all the same)."""
     why = skip(s, res) if skip is not None else ""
     if not why and budget is not None and not (essential is not None and essential(s)) \
-            and not budget.allows(setting_name(s), group=budget_group(s)):
+            and not budget.allows(setting_name(s, experiment), group=budget_group(s)):
         why = budget.left_out[-1][1]
     if why:
-        res.left_out.append((setting_name(s), why))
+        res.left_out.append((setting_name(s, experiment), why))
     return why
 
 

@@ -214,15 +214,15 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
         if not ok:
             raise ValueError(f"{s}: {why}")
         s = replace(s, device=str(device))
-        why = left_out_why(s, res, budget, skip, essential)
+        why = left_out_why(s, res, budget, skip, essential, experiment)
         if why:
             if log:
-                log(f"{setting_name(s)}: left out ({why})")
+                log(f"{setting_name(s, experiment)}: left out ({why})")
             continue
         key = (s.format, s.decode, s.transform)
         if key not in datasets:
             datasets[key] = open_dataset(data_root, s, **(dataset_opts or {}).get(s.format, {}))
-        with budget.setting(setting_name(s), budget_group(s)) if budget is not None else nullcontext():
+        with budget.setting(setting_name(s, experiment), budget_group(s)) if budget is not None else nullcontext():
             _time_setting(res, s, datasets[key], device, seed=seed, warmup=warmup, warmup_batches=warmup_batches,
                           max_batches=max_batches, max_samples=max_samples, min_timed_batches=min_timed_batches,
                           min_timed=min_timed, time_budget_s=time_budget_s, rate_precision=rate_precision,
