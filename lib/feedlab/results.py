@@ -47,6 +47,7 @@ class Results:
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
+        self.left_out: list[tuple[str, str]] = []   # (setting, why) a grid left out (a budget, a turned ladder)
 
     def add(self, experiment: str, variant: str, metric: str, value: float, unit: str,
             repeat: int = 0, **params: Any) -> None:
@@ -64,6 +65,7 @@ class Results:
 
     def extend(self, other: "Results") -> None:
         self.rows.extend(other.rows)
+        self.left_out.extend(getattr(other, "left_out", []))
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -17,7 +17,7 @@ def test_the_committed_gpu_profile_bounds_the_slow_notebooks():
     assert profile_values("11_worker_hygiene", "gpu")["num_workers"] == 8
     assert profile_values("03_pinned_memory_by_input_size", "gpu")["transfer_sizes"][-1] == "512MB"
     # a section without a gpu block is quick's
-    assert profile_values("02_lmdb_vs_png", "gpu") == profile_values("02_lmdb_vs_png", "quick")
+    assert profile_values("07_totensor_vs_fast_collate", "gpu") == profile_values("07_totensor_vs_fast_collate", "quick")
     # cut where the 2026-11-25 run was stopped (docs/GPU_RUN.md)
     assert profile_values("01_worker_scaling", "gpu")["max_workers"] == "cores"
     assert len(profile_values("09_batch_size_breakdown", "gpu")["batch_sizes"]) == 3

@@ -132,6 +132,9 @@ def unsteady_reason(run: Run, out: Outcome) -> str:
     bad = [why for ok, why in (steady_state(run, s) for s in out.settings) if not ok]
     if not bad:
         return ""
+    if all("imprecise" in why for why in bad):   # steady after warm-up, but its cap came before its precision
+        return (f"rates not known to their precision: {_listing(bad)}; a steady rate timed to a precision needs "
+                "its 95% interval within the half-width the run asked for before its cap")
     return (f"start-up-bound: {_listing(bad)} per epoch, where a steady rate needs the warm-up "
             f"(workers × prefetch + the first batch) + {MIN_TIMED_BATCHES} timed batches, or a rate the run "
             "labelled steady")
