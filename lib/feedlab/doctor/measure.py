@@ -1,7 +1,8 @@
 """Measuring the stage-cost table (and the DataLoader end to end) for a data set.
 
-Each stage is timed alone, from memory prepared outside the clock, with ``warmup``
-untimed rounds and ``repeats`` timed ones (wall and process-CPU seconds per sample).
+Each stage is timed from memory prepared outside the clock, with ``warmup`` untimed
+rounds and ``repeats`` timed ones (wall and process-CPU seconds per sample); read,
+decode and transform one sample after another, as the loop runs them.
 What a worker does is timed inside a real DataLoader worker (one intra-op thread, the
 batch allocated in shared memory, the hand-over of each batch to the main process);
 what the main process does is timed at the threads ``run_epoch`` gives it beside
@@ -33,6 +34,7 @@ from .probes import (
     probe_ring,
     probe_worker,
     startup_s,
+    stream_stages,
     timed,
 )
 from .split import StageSplit, decode_alternatives, open_split
@@ -120,22 +122,17 @@ class Doctor:
         """read (warm; cold when eviction works), decode and transform of one split."""
         p = self.split(fmt, decode)
         idx = self._indices(len(p))
-        m = len(idx)
         raws = [p.read(i) for i in idx]
         nbytes = float(np.mean([raw_nbytes(r) for r in raws]))
-        w, c = self._t(lambda: [p.read(i) for i in idx], m)
-        self.table[("read", fmt, decode)] = Stage("read", f"{fmt} (warm cache)", w, c, nbytes)
+        chain = [("read", p.read), ("decode", p.decode)] + [("transform", p.transform)] * (p.transform is not None)
+        got, samples = stream_stages(chain, idx, self.budget.warmup, self.budget.repeats)  # as the loop runs them
+        self.table[("read", fmt, decode)] = Stage("read", f"{fmt} (warm cache)", *got["read"], nbytes)
         if cold:
             self._measure_cold(p, fmt, decode, idx, nbytes)
-        w, c = self._t(lambda: [p.decode(r) for r in raws], m)
-        self.table[("decode", fmt, decode)] = Stage("decode", f"{fmt}: {p.decode_name}", w, c)
-        samples = [p.decode(r) for r in raws]
-        if p.transform is not None:
-            w, c = self._t(lambda: [p.transform(s) for s in samples], m)
-            self.table[("transform", fmt, decode)] = Stage("transform", type(p.transform).__name__, w, c)
-            samples = [p.transform(s) for s in samples]
-        else:
-            self.table[("transform", fmt, decode)] = Stage("transform", "none", [0.0], [0.0])
+        self.table[("decode", fmt, decode)] = Stage("decode", f"{fmt}: {p.decode_name}", *got["decode"])
+        self.table[("transform", fmt, decode)] = (Stage("transform", type(p.transform).__name__, *got["transform"])
+                                                  if p.transform is not None else
+                                                  Stage("transform", "none", [0.0], [0.0]))
         self._samples_of[(fmt, decode)] = samples
         self._samples = samples
 
