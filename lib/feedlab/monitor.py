@@ -185,6 +185,7 @@ class GpuMonitor(_Sampler):
 # ---- a busy machine: CPU used by other processes while we measure ---------------------
 
 BUSY_THRESHOLD = float(os.environ.get("FEEDLAB_BUSY_THRESHOLD", "0.25"))  # of the usable cores
+BUSY_SPEED = 0.90   # the doctor's own probe found less of a core per process: too busy to judge (report.targets)
 
 
 def _usable_cpus() -> list[int] | None:

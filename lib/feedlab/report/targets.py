@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from feedlab.like_for_like import NOT_LIKE, Side, differences, judged
+from feedlab.monitor import BUSY_SPEED  # noqa: F401  (10: the doctor's probe under it: too busy to judge)
 from feedlab.peers.report import sides_of_record
 from feedlab.report.claims.core import NoData, Run
 
@@ -28,7 +29,6 @@ BEST_OVER_BASELINE = 20.0   # 05: best loader ÷ the PNG + PIL + ToTensor + defa
 FAST_OVER_STOCK = 4.0       # 07: uint8 fast collate ÷ ToTensor + default_collate
 TIMER_SHARE = 0.01          # 09: the phase timer's cost ÷ the smallest batch time
 DOCTOR_ERROR = 0.20         # 10: |predicted ÷ measured − 1| of every setting measured
-BUSY_SPEED = 0.90           # 10: the doctor's probe found less of a core per process than this: too busy to judge
 PEER_RATIO = 1.0            # 13: feedlab's recommended pipeline ÷ the best peer loader
 
 
