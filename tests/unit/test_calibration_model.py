@@ -76,3 +76,77 @@ def test_stream_stages_with_no_items_times_nothing():
     got, last = probes.stream_stages([("read", lambda i: i)], [], warmup=0, repeats=1)
     assert last == [] and got["read"] == ([0.0], [0.0])
 
+
+
+# ---------------------------------------------------------------- the machine beside each measurement
+
+
+def _doc(workers=0):
+    from test_doctor import FakeStore
+
+    return Doctor(None, SPEC.replace(device="cpu", num_workers=workers), max_workers=workers,
+                  budget=Budget(repeats=1, warmup=0, samples=8, e2e_batches=2, cold=False),
+                  splits=lambda f, d: StageSplit(FakeStore(n=64)))
+
+
+def test_a_zero_worker_pass_records_the_share_of_a_core_it_got(monkeypatch):
+    from feedlab.doctor import measure
+
+    monkeypatch.setattr(measure, "cpu_capacity", lambda ks, **k: {k_: float(min(k_, 2)) for k_ in ks})
+    doc = _doc(0)
+    doc.table.machine.cores = 2
+    doc.measure_e2e(SPEC.replace(num_workers=0))
+    call = doc.e2e_calls[SPEC.replace(device="cpu", num_workers=0)][-1]
+    assert 0.0 < call["cpu_share"] <= 1.0 and call["speed"] == 1.0
+
+
+def test_the_probe_speed_beside_workers_is_against_what_an_idle_machine_gives(monkeypatch):
+    """3 busy processes (2 workers + the main) on 2 idle cores get 2 CPU-s/s: a speed of 1.0, not 0.67
+    (which read every 2-worker step on cpu-2c as 'too busy to judge')."""
+    from feedlab.doctor import measure
+
+    monkeypatch.setattr(measure, "cpu_capacity", lambda ks, **k: {k_: float(min(k_, 2)) for k_ in ks})
+    doc = _doc(2)
+    doc.table.machine.cores = 2
+    doc.measure_e2e(SPEC.replace(num_workers=2))
+    call = doc.e2e_calls[SPEC.replace(device="cpu", num_workers=2)][-1]
+    assert call["speed"] == 1.0 and call["cpu_share"] is None
+
+
+def test_a_diagnosis_row_is_too_busy_by_its_speed_per_process_and_its_own_passes():
+    from feedlab.experiments import doctor_steps as DS
+
+    report = {"cores": 2, "end_to_end": [
+        # 0 workers: the probe found a free core, but the passes themselves got 0.55 of one
+        {"num_workers": 0, "samples_per_s": 1801.0, "predicted_samples_per_s": 2515.0, "capacity_now": 0.99,
+         "pass_cpu_share": 0.55},
+        # 1 worker: 2 busy processes got 1.2 CPU-s/s of 2 cores, 0.6 each (the old reading took 1.2 as a speed)
+        {"num_workers": 1, "samples_per_s": 1543.0, "predicted_samples_per_s": 2227.0, "capacity_now": 1.2},
+        # 2 workers on an idle 2-core machine: 1.98 CPU-s/s for 3 processes, 0.99 of what it can give
+        {"num_workers": 2, "samples_per_s": 3900.0, "predicted_samples_per_s": 4127.0, "capacity_now": 1.98}]}
+    rows = DS.calibration_rows(report, [])
+    assert [r["too_busy"] for r in rows] == [True, True, False]
+    assert [round(r["speed"], 2) for r in rows] == [0.55, 0.6, 0.99]
+    from feedlab.report import targets
+
+    assert targets.doctor_errors(report)[0] == [4127.0 / 3900.0 - 1]
+
+
+class _Calls:
+    def __init__(self, calls):
+        self.device, self.e2e_calls = "cpu", {SPEC.replace(device="cpu"): calls}
+
+
+def test_the_start_repeat_is_also_read_per_unit_of_the_cpu_its_passes_got():
+    from feedlab.experiments import doctor_steps as DS
+
+    calls = [{"steady": 1801.0, "speed": 1.0, "cpu_share": 0.83}, {"steady": 2172.0, "speed": 0.99, "cpu_share": 1.0},
+             {"steady": 2147.0, "speed": 1.0, "cpu_share": 0.99}]
+    b = DS.baseline_repeat(_Calls(calls), SPEC)
+    assert round(b["spread"], 3) == round((2172 - 1801) / 2147, 3) and not b["within_10pct"]
+    assert b["speed_from"] == "pass" and b["speeds"] == [0.83, 1.0, 0.99]
+    assert b["spread_per_speed"] < 0.03    # 2,170, 2,172, 2,169 samples per CPU-second of the pass
+    text = "\n".join(DS.calibration_lines(DS.calibration_summary([], b)))
+    assert "per unit of the CPU each measurement's passes got (0.83, 1.00, 0.99 of a core)" in text
+    probe = DS.baseline_repeat(_Calls([{k: v for k, v in c.items() if k != "cpu_share"} for c in calls]), SPEC)
+    assert probe["speed_from"] == "probe" and probe["speeds"] == [1.0, 0.99, 1.0]

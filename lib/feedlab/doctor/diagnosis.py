@@ -115,6 +115,8 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
             row.update({"samples_per_s": r["steady"], "samples_per_s_q25": float(q25),
                         "samples_per_s_q75": float(q75), "epoch_samples_per_s": r["epoch"],
                         "repeats": len(r["steady_runs"])})
+            if w == 0 and r.get("cpu_share"):   # the share of a core the 0-worker passes themselves got
+                row["pass_cpu_share"] = float(np.median(r["cpu_share"]))
             if p and _rate(r["steady"]):
                 row["error"] = p["predicted_samples_per_s"] / r["steady"] - 1.0
             if p and _rate(r["epoch"]):

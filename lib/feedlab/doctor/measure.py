@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from time import perf_counter, process_time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -376,7 +377,8 @@ class Doctor:
         (``e2e_batches`` timed after the warm-up), fresh workers each pass, after one untimed
         pass each. The specs take turns, pass
         by pass (so a change in the machine's load falls on all of them alike), and the CPU
-        capacity for ``W + 1`` processes is sampled before each pass. Per spec: ``steady``
+        capacity for ``W + 1`` processes is sampled before each pass (with 0 workers, ``cpu_share``: the CPU
+        the pass itself got per second, the load beside it). Per spec: ``steady``
         (after the prefetched batches), ``epoch`` (from ``iter()``, start-up included).
         Every call is also kept in ``e2e_calls[spec]`` (a setting measured again keeps its
         earlier measurements: their spread is the run's repeatability)."""
@@ -385,7 +387,7 @@ class Doctor:
         specs = [s.replace(device=self.device) for s in specs]
         loaders = {s: self.loader(s, self.pass_batches(s)) for s in specs}
         nbs = {s: max(2, min(self.pass_batches(s), len(loaders[s]))) for s in specs}
-        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": []} for s in specs}
+        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": [], "cpu_share": []} for s in specs}
         for s in specs:
             for _ in range(self.budget.warmup):
                 run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
@@ -393,7 +395,9 @@ class Doctor:
             for s in specs:
                 threads = self.table.machine.threads(s.num_workers)
                 runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers, threads), seconds=0.1, repeats=1))
+                c0, t0 = process_time(), perf_counter()   # with 0 workers: the share of a core the pass itself got
                 r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
+                runs[s]["cpu_share"].append(min(1.0, (process_time() - c0) / max(1e-9, perf_counter() - t0)))
                 runs[s]["steady_runs"].append(P.steady_rate(r, skip=min(P.warmup_batches(s), r.batches - 1))
                                               or r.samples_per_s)
                 spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
@@ -403,9 +407,9 @@ class Doctor:
             out.update(steady=float(np.median(out["steady_runs"])), epoch=float(np.median(out["epoch_runs"])),
                        batches=nbs[s])
             self.e2e[s] = out
-            k = s.num_workers + 1
-            speed = float(np.median([min(1.0, c[k] / k) for c in out["capacity"] if k in c] or [np.nan]))
+            k, top = s.num_workers + 1, min(s.num_workers + 1, self.table.machine.cores or s.num_workers + 1)
+            speed = float(np.median([min(1.0, c[k] / top) for c in out["capacity"] if k in c] or [np.nan]))
             self.e2e_calls.setdefault(s, []).append(
                 {"steady": out["steady"], "steady_runs": list(out["steady_runs"]), "with": len(specs),
-                 "speed": speed})
+                 "speed": speed, "cpu_share": float(np.median(out["cpu_share"])) if s.num_workers == 0 else None})
         return {s: runs[s] for s in specs}

@@ -159,10 +159,21 @@ def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
     """``(the doctor's own worker counts, every setting the run measured)``: |predicted ÷ measured − 1|
     of notebook 10's ``end_to_end`` rows, and of those plus its steps."""
     own = [abs(_f(e["predicted_samples_per_s"]) / _f(e["samples_per_s"]) - 1)
-           for e in payload.get("end_to_end") or [] if e.get("samples_per_s") and not too_busy(e.get("capacity_now"))]
+           for e in payload.get("end_to_end") or [] if e.get("samples_per_s")
+           and not too_busy(row_speed(e, payload.get("cores")))]
     steps = [abs(_f(s["predicted"]) / _f(s["measured"]) - 1) for s in payload.get("steps") or []
              if s.get("predicted") and s.get("measured") and not too_busy(s.get("speed"))]
     return own, own + steps
+
+
+def row_speed(row: dict, cores: int | None) -> float | None:
+    """One process's share of a core beside a worker count of notebook 10's diagnosis: the CPU-s/s its
+    ``num_workers + 1`` busy processes got (``capacity_now``) over what an idle machine gives them
+    (``min(k, cores)``), and with 0 workers the share the passes themselves got, whichever is lower."""
+    cap, k = row.get("capacity_now"), int(row.get("num_workers", 0)) + 1
+    v = [x for x in (cap / min(k, cores or k) if cap is not None else None, row.get("pass_cpu_share"))
+         if x is not None and math.isfinite(x)]
+    return min(v) if v else None
 
 
 def too_busy(speed) -> bool:
