@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from time import perf_counter, process_time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -23,6 +22,7 @@ import numpy as np
 from feedlab import pipeline as P
 from feedlab.errors import progress
 from feedlab.formats import raw_nbytes
+from feedlab.monitor import LoadWindow, speed_left
 from feedlab.pipeline.kinds import UINT8_COLLATES
 
 from .costs import CostTable, Machine, Stage
@@ -53,6 +53,11 @@ class Budget:
 
 
 # ---------------------------------------------------------------- the doctor's measurements
+def _median(xs) -> float | None:
+    v = [x for x in xs if x is not None]
+    return float(np.median(v)) if v else None
+
+
 def _tick(_i, _batch) -> None:   # a batch arrived: progress for the command's deadline (--deadline)
     progress()
 
@@ -377,8 +382,8 @@ class Doctor:
         (``e2e_batches`` timed after the warm-up), fresh workers each pass, after one untimed
         pass each. The specs take turns, pass
         by pass (so a change in the machine's load falls on all of them alike), and the CPU
-        capacity for ``W + 1`` processes is sampled before each pass (with 0 workers, ``cpu_share``: the CPU
-        the pass itself got per second, the load beside it). Per spec: ``steady``
+        capacity for ``W + 1`` processes is sampled before each pass (and ``pass_speed``: what other programs
+        left each of them during the pass, ``monitor.speed_left``). Per spec: ``steady``
         (after the prefetched batches), ``epoch`` (from ``iter()``, start-up included).
         Every call is also kept in ``e2e_calls[spec]`` (a setting measured again keeps its
         earlier measurements: their spread is the run's repeatability)."""
@@ -387,7 +392,7 @@ class Doctor:
         specs = [s.replace(device=self.device) for s in specs]
         loaders = {s: self.loader(s, self.pass_batches(s)) for s in specs}
         nbs = {s: max(2, min(self.pass_batches(s), len(loaders[s]))) for s in specs}
-        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": [], "cpu_share": []} for s in specs}
+        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": [], "pass_speed": []} for s in specs}
         for s in specs:
             for _ in range(self.budget.warmup):
                 run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
@@ -395,9 +400,9 @@ class Doctor:
             for s in specs:
                 threads = self.table.machine.threads(s.num_workers)
                 runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers, threads), seconds=0.1, repeats=1))
-                c0, t0 = process_time(), perf_counter()   # with 0 workers: the share of a core the pass itself got
+                window = LoadWindow()   # the load beside this pass, seen from inside it
                 r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
-                runs[s]["cpu_share"].append(min(1.0, (process_time() - c0) / max(1e-9, perf_counter() - t0)))
+                runs[s]["pass_speed"].append(speed_left(window.summary(), s.num_workers + 1))
                 runs[s]["steady_runs"].append(P.steady_rate(r, skip=min(P.warmup_batches(s), r.batches - 1))
                                               or r.samples_per_s)
                 spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
@@ -411,5 +416,5 @@ class Doctor:
             speed = float(np.median([min(1.0, c[k] / top) for c in out["capacity"] if k in c] or [np.nan]))
             self.e2e_calls.setdefault(s, []).append(
                 {"steady": out["steady"], "steady_runs": list(out["steady_runs"]), "with": len(specs),
-                 "speed": speed, "cpu_share": float(np.median(out["cpu_share"])) if s.num_workers == 0 else None})
+                 "speed": speed, "pass_speed": _median(out["pass_speed"])})
         return {s: runs[s] for s in specs}

@@ -31,9 +31,9 @@ def _record(doc: Doctor, spec: PipelineSpec, r: dict, res: Results, k: int, labe
     res.add(EXPERIMENT, label, "predicted_samples_per_s", pred["predicted_samples_per_s"], "samples/s", **params)
     runs = r["steady_runs"]
     calls = doc.e2e_calls.get(spec.replace(device=doc.device)) or [{}]
-    speed = _slowest(calls[-1].get("speed"), calls[-1].get("cpu_share"))
+    speed = _slowest(calls[-1].get("speed"), calls[-1].get("pass_speed"))
     return {"step": k, "label": label, "config": spec.as_dict(), "predicted": pred["predicted_samples_per_s"],
-            "speed": speed,   # the doctor's CPU probe beside this measurement (with 0 workers, the pass's own share)
+            "speed": speed,   # the doctor's CPU probe beside it, or what others left its passes
             "bound_stage": pred["bound_stage"], "verdict": pred["verdict"], "measured": r["steady"],
             "measured_q25": float(np.percentile(runs, 25)), "measured_q75": float(np.percentile(runs, 75)),
             "error": pred["predicted_samples_per_s"] / r["steady"] - 1.0 if r["steady"] > 0 else None}
@@ -113,8 +113,8 @@ def baseline_repeat(doc, start: PipelineSpec) -> dict:
     rounds, step 0, its turns beside step 1) as :func:`repeat_spread`."""
     calls = doc.e2e_calls.get(start.replace(device=doc.device), [])
     out = dict(repeat_spread([c["steady"] for c in calls]), setting=start.label())
-    own = all(c.get("cpu_share") for c in calls)   # 0 workers: the CPU each pass itself got, not a probe beside it
-    speeds = [c.get("cpu_share") if own else c.get("speed") for c in calls]
+    own = all(c.get("pass_speed") for c in calls)   # what others left each pass, not a probe beside it
+    speeds = [c.get("pass_speed") if own else c.get("speed") for c in calls]
     out["speed_from"] = "pass" if own else "probe"
     if out["spread"] is not None and all(v is not None and np.isfinite(v) and v > 0 for v in speeds):
         # the same rates per unit of the CPU speed sampled beside each pass: what is left is not others' load
@@ -196,7 +196,7 @@ def calibration_lines(summary: dict) -> list[str]:
                    f"spread {100 * b['spread']:.0f}% of the median (target within {100 * TARGET_REPEAT:.0f}%: {ok}).")
         if b.get("spread_per_speed") is not None:
             sp = ", ".join(f"{v:.2f}" for v in b["speeds"])
-            where = "the CPU each measurement's passes got" if b.get("speed_from") == "pass" else \
+            where = "what other programs left each measurement's passes" if b.get("speed_from") == "pass" else \
                 "the CPU speed sampled beside each measurement"
             out.append(f"  per unit of {where} ({sp} of a core): spread "
                        f"{100 * b['spread_per_speed']:.0f}% (what the load on the machine does not explain).")

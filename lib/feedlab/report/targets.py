@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from feedlab.like_for_like import NOT_LIKE, Side, differences, judged
-from feedlab.monitor import BUSY_SPEED  # noqa: F401  (10: the doctor's probe under it: too busy to judge)
+from feedlab.monitor import BUSY_SPEED, process_speed  # BUSY_SPEED (10): the doctor's probe under it: too busy
 from feedlab.peers.report import sides_of_record
 from feedlab.report.claims.core import NoData, Run
 
@@ -169,11 +169,8 @@ def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
 def row_speed(row: dict, cores: int | None) -> float | None:
     """One process's share of a core beside a worker count of notebook 10's diagnosis: the CPU-s/s its
     ``num_workers + 1`` busy processes got (``capacity_now``) over what an idle machine gives them
-    (``min(k, cores)``), and with 0 workers the share the passes themselves got, whichever is lower."""
-    cap, k = row.get("capacity_now"), int(row.get("num_workers", 0)) + 1
-    v = [x for x in (cap / min(k, cores or k) if cap is not None else None, row.get("pass_cpu_share"))
-         if x is not None and math.isfinite(x)]
-    return min(v) if v else None
+    (``min(k, cores)``), and what other programs left them during the passes (``pass_speed``), whichever is lower."""
+    return process_speed(row.get("capacity_now"), int(row.get("num_workers", 0)) + 1, cores, row.get("pass_speed"))
 
 
 def too_busy(speed) -> bool:
