@@ -116,14 +116,16 @@ def _log(args):
     return (lambda m: None) if args.json else (lambda m: print(f"  … {m}", file=sys.stderr, flush=True))
 
 
-def _emit(args, rep: dict, text: str) -> None:
+def _emit(args, rep: dict, text: str, head: str = "") -> None:
+    """The answer on the console (or its JSON); with ``--report``, the file with ``head`` (the script
+    phase, already printed before the diagnosis ran) above the answer."""
     from feedlab.errors import strict_json
 
     print(strict_json(rep, default=json_default) if args.json else text)
     if args.report is not None:
         from .share import write_report
 
-        files = write_report(args.report, text, rep,
+        files = write_report(args.report, f"{head}\n\n{text}" if head else text, rep,
                              say=lambda m: print(m, file=sys.stderr, flush=True))
         print(f"report: {', '.join(str(f) for f in files)}", file=sys.stderr)
 
@@ -137,7 +139,7 @@ def _trace_user(args, loader, rep: dict) -> None:
                                        "without your step; open it in https://ui.perfetto.dev)")
 
 
-def _user_loader(args, loader=None, step_cost_s=None, head: str = "") -> int:
+def _user_loader(args, loader=None, step_cost_s=None, head: str = "", script: dict | None = None) -> int:
     from .guard import user_call
     from .user import diagnose_loader, render_user
 
@@ -152,10 +154,15 @@ def _user_loader(args, loader=None, step_cost_s=None, head: str = "") -> int:
                           step_trials=() if args.no_step_trials else None, ranks=args.ranks,
                           step_name=f"--step {args.step}" if args.step else "your step(batch)",
                           step_cost_s=step_cost_s)
+    if script is not None:   # --script --diagnose: the script phase travels with the report (and its JSON)
+        rep["script"] = script
+        W = script["loader"]["num_workers"]
+        rep["step_priced"] = (f"as it ran in your script, beside its {W} loader worker(s) prefetching (alone it may "
+                              "run faster)" if W else "as it ran in your script, with nothing loading beside it "
+                              "(num_workers=0)")
     if args.trace is not None:
         _trace_user(args, loader, rep)
-    text = render_user(rep)
-    _emit(args, rep, f"{head}\n\n{text}" if head else text)
+    _emit(args, rep, render_user(rep), head)
     return 0
 
 
@@ -191,7 +198,7 @@ def _script(args, script_args: list[str]) -> int:
     print(head if not args.json else "", file=sys.stderr if args.json else sys.stdout, flush=True)
     cost = (summary["step_s_per_sample"], summary["step_cpu_s_per_sample"]) if summary.get("step_s_per_sample") \
         else None
-    return _user_loader(args, loader=loader, step_cost_s=cost)
+    return _user_loader(args, loader=loader, step_cost_s=cost, head=head, script=summary)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,11 +95,17 @@ def render(report: dict) -> str:
         ep = (f"{fmt_rate(r['predicted_epoch_samples_per_s'])}/{fmt_rate(r.get('epoch_samples_per_s'))}"
               if r.get("epoch_samples_per_s") else "")
         lines.append(f"{r['num_workers']:>7} {r['main_threads']:>7} {fmt_rate(r['predicted_samples_per_s']):>12} "
-                     f"{meas:>26} {_pct(r.get('error')):>7} {ep:>18}")
+                     f"{meas:>26} {'busy' if r.get('too_busy') else _pct(r.get('error')):>7} {ep:>18}")
     cal = report["calibration"]
+    busy = cal.get("too_busy") or []
+    if busy:
+        lines.append(f"calibration: machine too busy to judge with {', '.join(map(str, busy))} worker(s) (the doctor's "
+                     "own probe, or the 0-worker passes themselves, got under 0.9 of a core: another program was "
+                     "using the CPU); those errors are not figures")
     if cal["max_abs_error"] is not None:
         lines.append(f"calibration: largest error {100 * cal['max_abs_error']:.0f}% "
-                     f"({'within' if cal['within_20pct'] else 'OUTSIDE'} the ±20% target) over the worker counts run")
+                     f"({'within' if cal['within_20pct'] else 'OUTSIDE'} the ±20% target) over the worker counts run"
+                     + (" quietly" if busy else ""))
     if report["advice"]:
         lines.append("every change predicted to pay (each alone; measured where this run ran it):")
         for a in report["advice"]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from feedlab.like_for_like import NOT_LIKE, Side, differences, judged
+from feedlab.monitor import BUSY_SPEED, process_speed  # BUSY_SPEED (10): the doctor's probe under it: too busy
 from feedlab.peers.report import sides_of_record
 from feedlab.report.claims.core import NoData, Run
 
@@ -28,7 +29,6 @@ BEST_OVER_BASELINE = 20.0   # 05: best loader ÷ the PNG + PIL + ToTensor + defa
 FAST_OVER_STOCK = 4.0       # 07: uint8 fast collate ÷ ToTensor + default_collate
 TIMER_SHARE = 0.01          # 09: the phase timer's cost ÷ the smallest batch time
 DOCTOR_ERROR = 0.20         # 10: |predicted ÷ measured − 1| of every setting measured
-BUSY_SPEED = 0.90           # 10: the doctor's probe found less of a core per process than this: too busy to judge
 PEER_RATIO = 1.0            # 13: feedlab's recommended pipeline ÷ the best peer loader
 
 
@@ -159,10 +159,18 @@ def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
     """``(the doctor's own worker counts, every setting the run measured)``: |predicted ÷ measured − 1|
     of notebook 10's ``end_to_end`` rows, and of those plus its steps."""
     own = [abs(_f(e["predicted_samples_per_s"]) / _f(e["samples_per_s"]) - 1)
-           for e in payload.get("end_to_end") or [] if e.get("samples_per_s") and not too_busy(e.get("capacity_now"))]
+           for e in payload.get("end_to_end") or [] if e.get("samples_per_s")
+           and not too_busy(row_speed(e, payload.get("cores")))]
     steps = [abs(_f(s["predicted"]) / _f(s["measured"]) - 1) for s in payload.get("steps") or []
              if s.get("predicted") and s.get("measured") and not too_busy(s.get("speed"))]
     return own, own + steps
+
+
+def row_speed(row: dict, cores: int | None) -> float | None:
+    """One process's share of a core beside a worker count of notebook 10's diagnosis: the CPU-s/s its
+    ``num_workers + 1`` busy processes got (``capacity_now``) over what an idle machine gives them
+    (``min(k, cores)``), and what other programs left them during the passes (``pass_speed``), whichever is lower."""
+    return process_speed(row.get("capacity_now"), int(row.get("num_workers", 0)) + 1, cores, row.get("pass_speed"))
 
 
 def too_busy(speed) -> bool:
