@@ -23,8 +23,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from feedlab.errors import one_line
+from feedlab.monitor import usable_cores
+from feedlab.timing import _sync, torch_threads
+
 from .guard import deadline
 from .predict import MIN_GAIN
+from .wrap import _to_device
 
 TRIALS = ("threads", "channels_last", "autocast_bf16", "compile")
 CODE = {
@@ -97,8 +102,6 @@ def variant(name: str, step: Callable, device: str, cores: int):
 
     import torch
 
-    from feedlab.timing import torch_threads
-
     none = contextlib.nullcontext
     if name == "threads":
         return (lambda: torch_threads(cores)), step
@@ -114,8 +117,6 @@ def variant(name: str, step: Callable, device: str, cores: int):
 def time_step(step, batches, device, repeats: int, ctx=None) -> float:
     """Median seconds per sample of ``step`` over ``batches`` ``(batch, n)``, after one untimed call."""
     import contextlib
-
-    from feedlab.timing import _sync
 
     ctx = ctx or contextlib.nullcontext
     walls = []
@@ -137,16 +138,9 @@ def try_step_changes(step, kept, device: str, repeats: int, step_name: str = "yo
     """Each applicable trial timed against the step as it is, on the same batches.
     ``timer(step, batches, device, repeats, ctx)`` (default :func:`time_step`) is the
     clock; a test passes a fake one."""
-    from feedlab.errors import one_line
-    from feedlab.monitor import usable_cores
-
-    from .user import _to_device
-
     cores = usable_cores() if cores is None else int(cores)
     timer = timer or time_step
     on_dev = [(_to_device(b, device), m) for b, m in kept]
-    from feedlab.timing import torch_threads
-
     base = timer(step, on_dev, device, repeats, lambda: torch_threads(threads))
     out = []
     trials = [(name, n) for name in available(device, threads, cores, on_dev[0][0], only, workers)

@@ -34,6 +34,8 @@ from .answer import render_user  # noqa: F401  (feedlab.doctor.user.render_user,
 from .costs import CostTable, Stage
 from .guard import DEFAULT_DEADLINE_S, HUNG_HINT, Hung, UserCodeError, collate_hint, deadline, user_call
 from .probes import measure_machine, probe_worker, startup_s, timed
+from .ranks import advise_ranks
+from .stepside import try_step_changes
 from .wrap import (  # noqa: F401
     TimedCollate,
     TimedDataset,
@@ -303,12 +305,8 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     rep = _report(table, spec, machine, max_workers, measured, W, B, device, notes, repeats, batches)
     rep["batches_seen"] = lens
     if ranks is not None:
-        from .ranks import advise_ranks
-
         rep["ranks_advice"] = advise_ranks(table, spec, int(ranks))
     if step is not None and not step_cost_s and rep["verdict"] == "compute-bound":
-        from .stepside import try_step_changes
-
         log("the step bounds: trying step-side changes on your step")
         rep["step_changes"] = try_step_changes(step, kept, device, repeats, step_name=step_name,
                                                threads=T_user, only=step_trials, workers=W)

@@ -28,7 +28,7 @@ from feedlab.monitor import CpuMonitor, _Sampler
 from feedlab.results import Results
 from feedlab.timing import _sync
 
-from . import get
+from . import get, remote, venvs
 from .base import Source, Spec
 from .check import EpochCounter, verify
 from .remote import beat
@@ -166,8 +166,6 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
     """Availability, conversion, the output check, then every worker count. Never raises for a
     contender's failure: the info dict says what happened. ``stall_s``: a peer in its own venv
     is stopped (with its processes) after that long without progress."""
-    from . import remote, venvs
-
     peer = get(name)
     python = None if remote.in_venv() else venvs.python_for(name)
     if python is not None:  # a peer with a venv of its own: the same code, run by that venv's Python
