@@ -39,6 +39,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from feedlab.timing import PHASES, PhaseTimer, run_epoch
+
 perf_counter = time.perf_counter
 
 MAIN_TID = 1
@@ -237,8 +239,6 @@ class Tracer:
     def add_timer(self, timer, epoch: int = 0, finished=None) -> None:
         """Turn a finished (or finishable) PhaseTimer into ``step`` spans with
         their phases, batch ``k`` tagged ``(epoch, k)``."""
-        from feedlab.timing import PHASES
-
         durations = finished if finished is not None else (
             timer._finished if timer._finished is not None else timer.finish())
         n = timer.n
@@ -419,8 +419,6 @@ def trace_run(dataset, out: dict | None, path: str | os.PathLike, batch_size: in
     instead of a DataLoader built here, so the traced loader is the timed one.
     With ``out`` (a result dict), ``trace``, ``trace_batches`` and
     ``trace_events`` are added to it."""
-    from feedlab.timing import PhaseTimer, run_epoch
-
     with Tracer() as tr:
         tr.metadata.update({"batch_size": int(batch_size), "num_workers": int(workers),
                             "device": str(device)})

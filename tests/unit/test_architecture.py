@@ -2,6 +2,7 @@
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -236,6 +237,131 @@ def test_no_circle_between_modules_even_inside_a_package():
     room test above cannot see it) are one module in two files: move the shared piece down."""
     circles = _circles(_module_graph())
     assert not circles, "import circles between modules: " + "; ".join(" ↔ ".join(c) for c in circles)
+
+
+# ---------------------------------------------------------------- imports at the top
+# The third-party packages a module may import at its top: feedlab's dependencies (pyproject). torch and
+# torchvision are dependencies too, but heavy (seconds to import): they enter only a module that already
+# imports them. Anything else (ray, the peers' loaders, simplejpeg, pynvml, ...) is optional.
+CORE = frozenset({"numpy", "PIL", "pandas", "matplotlib", "psutil", "lmdb", "lz4", "h5py", "zarr", "google_crc32c",
+                  "yaml", "skimage", "sklearn", "tqdm", "webdataset", "papermill", "nbformat", "IPython",
+                  "traitlets", "data_prep"})
+HEAVY = frozenset({"torch", "torchvision"})
+# what a peer's own venv holds (feedlab.peers.venvs.BASE): the modules it runs import nothing else
+PEER_VENV = frozenset({"torch", "torchvision", "numpy", "PIL", "psutil", "h5py", "lmdb", "lz4", "zarr", "google_crc32c"})
+STDLIB_FLOOR = ("feedlab", "feedlab.paths", "feedlab.machines")  # other Pythons import these without dependencies
+PEER_CHILD = ("feedlab.peers.child", "feedlab.peers.ffcv_peer", "feedlab.peers.mosaic_streaming",
+              "feedlab.peers.spdl_peer")                          # run by a peer venv's Python
+# an import of feedlab inside a function that no package explains, with its reason
+LAZY: dict[tuple[str, str], str] = {
+    ("feedlab.doctor", "feedlab.doctor.__main__"): "runpy: `python -m feedlab.doctor` runs __main__ afresh; "
+                                                   "the package importing it first would warn",
+}
+# files other changes were editing when the imports moved up (issue 35): their in-function imports wait
+PENDING = ("doctor/predict.py", "doctor/measure.py", "doctor/answer.py", "experiments/doctor_steps.py",
+           "experiments/storage_formats.py", "experiments/handover.py", "experiments/loader_grid.py", "peers/")
+
+
+def _in_function(tree: ast.AST) -> set[ast.AST]:
+    """The import nodes inside a function body (run when it is called, not when the module is imported)."""
+    out = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            out.update(n for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    for node in ast.walk(tree):   # `if TYPE_CHECKING:` imports never run
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out.update(n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return out
+
+
+def _third_party(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and not node.level:
+        names = [node.module or ""]
+    else:
+        return set()
+    tops = {n.split(".")[0] for n in names}
+    return {t for t in tops if t and t not in ("feedlab", "__future__") and t not in sys.stdlib_module_names}
+
+
+def _scan(lib: Path = LIB) -> dict[str, dict]:
+    """Per module: the feedlab modules and third-party packages it imports at its top, and its imports of
+    feedlab inside functions as ``(module, line)``."""
+    paths = {_dotted(p, lib): p for p in sorted(lib.rglob("*.py"))}
+    out = {}
+    for m, p in paths.items():
+        tree = ast.parse(p.read_text())
+        lazy_nodes = _in_function(tree)
+        top_3p: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in lazy_nodes:
+                top_3p |= _third_party(node)
+        pairs = _imports_of(p, tree, set(paths), lib)
+        parents = {".".join(m.split(".")[:i]) for i in range(1, m.count(".") + 1)}
+        out[m] = {"path": p, "top": {t for t, n in pairs if n not in lazy_nodes} | parents, "top_3p": top_3p,
+                  "lazy": sorted({(t, n.lineno) for t, n in pairs if n in lazy_nodes})}
+    return out
+
+
+def _closure(scan: dict, roots) -> set[str]:
+    """The feedlab modules importing ``roots`` runs (their packages' ``__init__`` included)."""
+    seen, todo = set(), [r for r in roots if r in scan]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(t for t in scan[m]["top"] if t in scan)
+    return seen
+
+
+def _brings(scan: dict, m: str) -> set[str]:
+    return set().union(*(scan[x]["top_3p"] for x in _closure(scan, [m])))
+
+
+def _why_lazy(scan: dict, m: str, t: str) -> str:
+    """Why ``m`` imports ``t`` inside a function ('' when nothing does: it belongs at the top)."""
+    new = _brings(scan, t) - _brings(scan, m)
+    if m in _closure(scan, STDLIB_FLOOR) and new:
+        return f"{m} is imported by other Pythons without dependencies; {t} brings {', '.join(sorted(new))}"
+    if m in _closure(scan, PEER_CHILD) and new - PEER_VENV:
+        return f"{m} runs in a peer's venv, which lacks {', '.join(sorted(new - PEER_VENV))}"
+    if new & HEAVY:
+        return f"{t} brings {', '.join(sorted(new & HEAVY))} (heavy), which {m} does not import"
+    if new - CORE - HEAVY:
+        return f"{t} brings the optional {', '.join(sorted(new - CORE - HEAVY))}"
+    return LAZY.get((m, t), "")
+
+
+def _unexplained_lazy(scan: dict, lib: Path = LIB) -> list[str]:
+    bad = []
+    for m, info in scan.items():
+        rel = str(info["path"].relative_to(lib))
+        if any(rel == f or (f.endswith("/") and rel.startswith(f)) for f in PENDING):
+            continue
+        bad += [f"{rel}:{line} imports {t} inside a function" for t, line in info["lazy"] if not _why_lazy(scan, m, t)]
+    return bad
+
+
+def test_an_import_inside_a_function_needs_a_reason(tmp_path):
+    lib = tmp_path / "feedlab"
+    lib.mkdir()
+    (lib / "__init__.py").write_text("")
+    (lib / "light.py").write_text("import json\n")
+    (lib / "heavy.py").write_text("import torch\n")
+    (lib / "user.py").write_text("def f():\n    from feedlab import light\n\ndef g():\n    from . import heavy\n")
+    scan = _scan(lib)
+    assert _unexplained_lazy(scan, lib) == ["user.py:2 imports feedlab.light inside a function"]
+    assert "torch" in _why_lazy(scan, "feedlab.user", "feedlab.heavy")
+
+
+def test_imports_of_feedlab_are_at_the_top_unless_a_package_explains_why():
+    """An import inside a function hides wiring from a reader and from the tests above. It stays inside
+    only where the module it imports would bring a package the importer does not import: torch (heavy),
+    an optional dependency, anything for the standard-library floor, anything a peer's venv lacks; the
+    few others are named in LAZY with their reason (docs/ARCHITECTURE.md, "Imports")."""
+    bad = _unexplained_lazy(_scan())
+    assert not bad, "move to the top (or give a reason in LAZY):\n" + "\n".join(bad)
 
 
 _STDLIB_ONLY = '''

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import math
 
+from feedlab.experiments import handover
 from feedlab.experiments._storage_readers import loader_words
+from feedlab.experiments.handover import TARGET_MAIN_US, TARGET_RATIO
+from feedlab.plots import finding_title
+from feedlab.report import targets
+from feedlab.report.claims.core import Run
+from feedlab.report.targets import verdict
 
 SPS = "samples_per_s"
 
@@ -68,25 +74,17 @@ def numbers(summ, handover_rows: list[dict] | None = None) -> dict:
         if len(lmdb_b):
             out["best_lmdb_batched"] = row_words(lmdb_b.loc[lmdb_b["median"].idxmax()])
     if handover_rows:
-        from feedlab.experiments import handover
-
         t = handover.targets(handover_rows)
         out["handover"] = {k: (bool(v) if isinstance(v, bool) else v) for k, v in t.items()}
     return out
 
 
 def _target_lines(nums: dict, frame=None) -> list[str]:
-    from feedlab.report import targets
-    from feedlab.report.claims.core import Run
-
     run = Run(nums, frame=frame)  # with the run's table: a ratio of rates not timed steady is not judged
     return [line for t in targets.for_notebook("05_storage_formats") for line in t.lines(run)]
 
 
 def _handover_lines(h: dict, batch_size: int, num_workers: int) -> list[str]:
-    from feedlab.experiments.handover import TARGET_MAIN_US, TARGET_RATIO
-    from feedlab.report.targets import verdict
-
     w = loader_words("dataloader", num_workers).removeprefix("DataLoader, ")
     lines = [f"Hand-over, worker → main process, batch {batch_size}, {w}: the DataLoader "
              f"{h['dataloader_handover_gb_s']:.2f} GB/s ({h['dataloader_main_us_per_sample']:.1f} µs of the main "
@@ -160,8 +158,6 @@ def readings(summ, disk, nums: dict, *, with_model: bool = False, cold: bool = F
 
 def figure_title(nums: dict, batch_size: int) -> str:
     """The figure's title, the finding: the fastest setting against the baseline."""
-    from feedlab.plots import finding_title
-
     if "best_read" not in nums:
         return f"Batch load time by storage format and loader, batch {batch_size}"
     return finding_title(f"Reading alone, {nums['best_read']} (batch {batch_size})", nums["ratio_best_to_baseline"],
@@ -178,8 +174,6 @@ def panel_title(summ, mode: str, nums: dict, batch_size: int, step: str = "a tra
 
 
 def _panel_title(summ, mode: str, nums: dict, batch_size: int, step: str) -> str:
-    from feedlab.plots import finding_title
-
     if mode == "read":
         return figure_title(nums, batch_size)
     rows = _settings(summ, mode)

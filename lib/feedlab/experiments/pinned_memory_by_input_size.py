@@ -41,8 +41,9 @@ from feedlab.experiments._pinned_readings import (  # noqa: F401
 )
 from feedlab.machines import PCIE_LANE_GBPS, pcie_theoretical_gbps  # noqa: F401  (the link's ceiling, re-exported)
 from feedlab.pipeline import default_device  # the one device choice of every notebook (re-exported)
-from feedlab.results import Results
-from feedlab.timing import autorange_number, close_iterator, time_callable
+from feedlab.plots import errorbar_series, legend_outside, readable_log_axis
+from feedlab.results import Results, summarize
+from feedlab.timing import autorange_number, close_iterator, run_epoch, time_callable
 
 EXPERIMENT = "pinned_memory_by_input_size"
 
@@ -242,7 +243,6 @@ def loader_steps(input_sizes, batch_sizes, pin_options=(False, True), num_worker
     from torch.utils.data import DataLoader
 
     from feedlab.models import make_model, make_train_step
-    from feedlab.timing import run_epoch
 
     device = torch.device(device) if device is not None else default_device()
     res = Results()
@@ -296,9 +296,6 @@ LABELS = {"host_memcpy": "host memcpy (pageable → pageable)", "pageable": "H2D
 
 def plot_bandwidth(ax, df, link: dict | None = None) -> None:
     """GB/s per copy vs transfer size (log–log), one line per variant, IQR bars."""
-    from feedlab.plots import errorbar_series, legend_outside, readable_log_axis
-    from feedlab.results import summarize
-
     d = df[(df["metric"] == "gb_per_s") & df["variant"].isin(["host_memcpy", "pageable", "pinned"])]
     s = summarize(d, ["variant", "bytes"])
     for v in ["host_memcpy", "pageable", "pinned"]:
@@ -325,9 +322,6 @@ def plot_bandwidth(ax, df, link: dict | None = None) -> None:
 def plot_batch_costs(ax, df, batch_size: int) -> None:
     """ms per batch vs input size at one batch size: collate, and with CUDA pin + copies.
     No legend here: the caller puts one beside the last panel."""
-    from feedlab.plots import errorbar_series, readable_log_axis
-    from feedlab.results import summarize
-
     d = df[(df["metric"] == "ms_per_batch") & (df["batch_size"] == batch_size)]
     s = summarize(d, ["variant", "input_size"])
     for v in ["collate", "pin", "h2d_pageable", "h2d_pinned"]:
@@ -349,9 +343,6 @@ def plot_batch_costs(ax, df, batch_size: int) -> None:
 
 def plot_steps(axes, df) -> None:
     """With CUDA: step ms (pinned vs pageable) vs input size, one axis per batch size."""
-    from feedlab.plots import errorbar_series
-    from feedlab.results import summarize
-
     d = df[df["metric"] == "step_ms"]
     s = summarize(d, ["variant", "batch_size", "input_size"])
     for ax, bs in zip(axes, sorted(s["batch_size"].unique())):

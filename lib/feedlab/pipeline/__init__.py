@@ -34,6 +34,11 @@ from typing import Callable
 
 import numpy as np
 
+from feedlab.gpu_decode import EncodedCollate, EncodedView, is_device_decode
+from feedlab.machines import worker_cap
+from feedlab.pipeline import kinds as loader_kinds
+from feedlab.pipeline.kinds import kind_problems
+
 # ---------------------------------------------------------------- collate registry
 
 COLLATES: dict[str, tuple[Callable[[], Callable], str]] = {}
@@ -282,7 +287,6 @@ class PipelineSpec:
             out.append(f"unknown transform {self.transform!r}")
         if self.batch_size < 1 or self.num_workers < 0:
             out.append("batch_size must be >= 1 and num_workers >= 0")
-        from feedlab.machines import worker_cap
 
         if self.num_workers > worker_cap():
             out.append(f"num_workers {self.num_workers} is over the cap of {worker_cap()} (4 per usable core, "
@@ -298,7 +302,6 @@ class PipelineSpec:
                 out.append("decode=cuda decodes on the GPU: it needs a CUDA device")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             out.append("prefetch_factor / persistent_workers need num_workers > 0")
-        from feedlab.pipeline.kinds import kind_problems
 
         caps = FORMATS[self.format].capabilities() if self.format in FORMATS else None
         return out + kind_problems(self.loader, caps, self.num_workers, self.collate)
@@ -311,7 +314,6 @@ def open_dataset(root, spec: PipelineSpec, crop: int = 96, seed: int = 0, **opts
     """The dataset ``spec`` reads: its format under ``root``, its decode backend (formats
     holding encoded images), its transform."""
     from feedlab import formats
-    from feedlab.gpu_decode import EncodedView, is_device_decode
 
     fs = formats.get_format(spec.format)
     if is_device_decode(spec.decode_backend):  # workers read bytes; the batch is decoded on the device
@@ -330,11 +332,9 @@ def make_loader(dataset, spec: PipelineSpec, seed: int = 0, shuffle: bool = True
     makes it meaningful. ``overrides`` go to the DataLoader as they are (e.g. ``sampler``)."""
     import torch
 
-    from feedlab.pipeline import kinds as loader_kinds
 
     pin = bool(spec.pin_memory and resolve_device(spec.device).startswith("cuda") and torch.cuda.is_available())
     if collate_fn is None and hasattr(dataset, "encoded_size"):  # decode on the device: batches of bytes
-        from feedlab.gpu_decode import EncodedCollate
 
         collate_fn = EncodedCollate(dataset.encoded_size)
     return loader_kinds.build(dataset, spec, collate_fn=collate_fn or make_collate(spec.collate), seed=seed,

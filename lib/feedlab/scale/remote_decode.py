@@ -25,6 +25,7 @@ import numpy as np
 
 from feedlab import pipeline as P
 from feedlab.results import Results
+from feedlab.timing import run_epoch
 
 EXP = "remote_decode"
 
@@ -162,8 +163,6 @@ def compare(root, spec: P.PipelineSpec, num_cpus: int, epochs: int, warmup: int,
     """Ray Data on ``num_cpus`` CPUs vs the DataLoader with as many workers, same
     spec (decode, transform, ``fast`` collate, model). Rows per timed epoch: samples/s and
     data-wait share; the info dict has Ray's start-up, the exactly-once check, or why not."""
-    from feedlab.timing import run_epoch
-
     ok, why = available()
     info = {"available": ok, "reason": why, "num_cpus": int(num_cpus)}
     res = Results()

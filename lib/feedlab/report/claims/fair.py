@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from feedlab.monitor import BUSY_THRESHOLD
 from feedlab.pipeline import MIN_TIMED_BATCHES  # timed batches after warm-up for a steady rate (one constant)
 from feedlab.report.claims.core import (
     JUDGED,
@@ -47,8 +48,6 @@ DEFAULT_PREFETCH = 2         # DataLoader's prefetch_factor when a row does not 
 
 
 def busy_threshold() -> float:
-    from feedlab.monitor import BUSY_THRESHOLD
-
     return float(BUSY_THRESHOLD)
 
 
