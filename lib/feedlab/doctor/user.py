@@ -115,7 +115,7 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
         timing._sync(device)
         end = time.perf_counter()
     finally:
-        _shutdown(it)
+        _shutdown(it, loader)
         del it
     rate = n_after / (end - t_after) if t_after is not None and end > t_after and n_after else float("nan")
     return {"steady": rate, "first_batch_s": (t_start or end) - t0}
