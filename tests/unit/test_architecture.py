@@ -49,10 +49,17 @@ def test_a_module_named_only_by_coincidence_is_not_named():
         "doctor.split", "user"]
 
 
+DATA_PREP = REPO / "data_prep"
+
+
 def _feedlab_imports(path: Path) -> set[str]:
-    """The top-level feedlab modules ``path`` imports (lazy imports inside functions included)."""
+    """The top-level feedlab modules ``path`` imports (lazy imports inside functions included), and
+    ``data_prep`` where it imports that (the second top-level package, a room of its own)."""
     out = set()
-    pkg = path.relative_to(LIB).parts[0] if len(path.relative_to(LIB).parts) > 1 else None
+    if path.is_relative_to(DATA_PREP):
+        pkg = "data_prep"
+    else:
+        pkg = path.relative_to(LIB).parts[0] if len(path.relative_to(LIB).parts) > 1 else None
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -68,23 +75,36 @@ def _feedlab_imports(path: Path) -> set[str]:
         for n in names:
             if n and n.startswith("feedlab."):
                 out.add(n.split(".")[1])
+            elif n and (n == "data_prep" or n.startswith("data_prep.")):
+                out.add("data_prep")
             elif n and pkg and n == pkg:
                 out.add(n)
     return out
 
 
+def _sources() -> list[tuple[Path, str]]:
+    """Every module of feedlab and of data_prep, with the room it belongs to."""
+    out = [(p, p.relative_to(LIB).parts[0].removesuffix(".py")) for p in sorted(LIB.rglob("*.py"))]
+    return out + [(p, "data_prep") for p in sorted(DATA_PREP.rglob("*.py"))]
+
+
 def test_every_import_is_from_the_same_level_or_a_lower_one():
     levels = _levels(_doc())
     bad = []
-    for p in sorted(LIB.rglob("*.py")):
-        rel = p.relative_to(LIB)
-        own = rel.parts[0].removesuffix(".py")
+    for p, own in _sources():
+        rel = p.relative_to(REPO)
         if own == "__init__" or own not in levels:
             continue  # the package root; an unnamed module fails the test above
         for dep in sorted(_feedlab_imports(p)):
             if dep in levels and levels[dep] > levels[own]:
                 bad.append(f"{rel} (level {levels[own]}) imports {dep} (level {levels[dep]})")
     assert not bad, "docs/ARCHITECTURE.md's levels are broken:\n" + "\n".join(bad)
+
+
+def test_data_prep_has_a_level_and_keeps_it():
+    """data_prep is a room too: named in the level table, its imports of feedlab checked like any other."""
+    assert "data_prep" in _levels(_doc())
+    assert "scale" not in set().union(*(_feedlab_imports(p) for p, own in _sources() if own == "data_prep"))
 
 
 def test_every_notebook_has_a_papermill_test():
@@ -125,8 +145,7 @@ def _rooms_graph() -> dict[str, set[str]]:
     """Room → rooms it imports: a room is a top-level module or package of feedlab (lazy imports
     included; a package's own modules are one room)."""
     graph: dict[str, set[str]] = {}
-    for p in sorted(LIB.rglob("*.py")):
-        own = p.relative_to(LIB).parts[0].removesuffix(".py")
+    for p, own in _sources():
         if own == "__init__":
             continue
         graph.setdefault(own, set()).update(d for d in _feedlab_imports(p) if d != own)
