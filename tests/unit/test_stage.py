@@ -104,3 +104,15 @@ def test_a_persistent_loader_read_in_parts_starts_afresh_each_time():
             stage.stop(loader, it)
             assert [b.tolist() for b in got] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert loader._iterator is None
+
+
+def test_the_doctor_reads_a_persistent_loader_more_than_once():
+    """The doctor times your loader as built in several passes, each ended early: a loader with persistent
+    workers raised "Queue ... is closed" on the second pass (its ended iterator was reused)."""
+    from feedlab.doctor.user import _run
+
+    loader = DataLoader(list(range(256)), batch_size=4, num_workers=1, persistent_workers=True,
+                        multiprocessing_context="fork")
+    with deadline(120, "the doctor's passes over a persistent loader"):
+        rates = [_run(loader, None, "cpu", batches=6, skip=1, limit=30)["steady"] for _ in range(2)]
+    assert all(r > 0 for r in rates)
