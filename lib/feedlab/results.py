@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from feedlab import paths
 from feedlab.fingerprint import machine_fingerprint
 
 BASE_COLUMNS = ("experiment", "variant")
@@ -148,9 +149,8 @@ def record_results(payload: dict, out_dir: str | os.PathLike | None = None) -> d
     """
     text = json.dumps(payload, indent=2, default=_json_default, sort_keys=True)
     # a committed record names files relative to the repository, not this machine's checkout
-    from feedlab.paths import REPO_ROOT
 
-    text = text.replace(str(REPO_ROOT) + "/", "")
+    text = text.replace(str(paths.REPO_ROOT) + "/", "")
     if out_dir is not None:
         atomic_write(Path(out_dir) / "results.json", text)
     try:

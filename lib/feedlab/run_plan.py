@@ -23,10 +23,11 @@ import re
 import sys
 from pathlib import Path
 
+from feedlab import fingerprint, machines, paths
 from feedlab.machines import machine_dirs, machine_key
 from feedlab.nbparams import notebook_parameters
 from feedlab.paths import NOTEBOOKS_DIR, figure_dir
-from feedlab.profiles import BASE_PROFILE, profile_values
+from feedlab.profiles import BASE_PROFILE, profile_values, resolve
 
 
 def list_notebooks() -> list[Path]:
@@ -37,9 +38,6 @@ def list_notebooks() -> list[Path]:
 
 def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, dict | str]]:
     """What each notebook would run with: ``(name, resolved parameters)`` or ``(name, error)``."""
-    from feedlab.paths import REPO_ROOT
-    from feedlab.profiles import resolve
-
     out, key = [], None
     for nb in notebooks:
         names = notebook_parameters(nb)
@@ -58,8 +56,8 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
             key = key or planned_machine_key()
             values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True, machine=key)
         for k in ("out_dir", "data_root", "cls_root"):  # named from the repository, as the records do
-            if isinstance(values.get(k), (str, Path)) and Path(values[k]).is_relative_to(REPO_ROOT):
-                values[k] = Path(values[k]).relative_to(REPO_ROOT)
+            if isinstance(values.get(k), (str, Path)) and Path(values[k]).is_relative_to(paths.REPO_ROOT):
+                values[k] = Path(values[k]).relative_to(paths.REPO_ROOT)
         ignored = sorted(k for k in params if k not in names)
         if ignored:
             values["(not a parameter here)"] = ", ".join(ignored)
@@ -70,10 +68,7 @@ def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, d
 def planned_machine_key(cores: int | None = None) -> str:
     """This machine's key with ``cores`` usable cores (``--dry-run --cores N``: the folder a
     machine like this one with N cores would write)."""
-    from feedlab.fingerprint import machine_fingerprint
-    from feedlab.machines import usable_cores
-
-    return machine_key(dict(machine_fingerprint(), cpu_usable=cores or usable_cores()))
+    return machine_key(dict(fingerprint.machine_fingerprint(), cpu_usable=cores or machines.usable_cores()))
 
 
 def recorded_seconds(notebook: str, key: str, profile: str, figures_dir: Path | None = None) -> dict | None:

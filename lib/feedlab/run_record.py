@@ -17,6 +17,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from feedlab import paths
 from feedlab.machines import key_has_gpu, machine_key
 from feedlab.paths import FIGURES_DIR, figure_dir, rel
 from feedlab.results import atomic_write
@@ -39,9 +40,8 @@ def tar_results(dest: Path, root: Path | None = None, key: str | None = None,
     Returns the result folders."""
     import tarfile
 
-    from feedlab.paths import FIGURES_DIR
 
-    root = Path(root or FIGURES_DIR)
+    root = Path(root or paths.FIGURES_DIR)
     key = key or machine_key()
     folders = sorted(p for p in root.glob(f"*/{key}") if p.is_dir())
     dest = Path(dest)
@@ -191,9 +191,8 @@ def run_lock(final: Path):
     import fcntl
     import hashlib
 
-    from feedlab.paths import SCRATCH_DIR
 
-    locks = SCRATCH_DIR / "locks"
+    locks = paths.SCRATCH_DIR / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(str(final.resolve()).encode()).hexdigest()[:16]
     path = locks / f"{final.name}-{key}.lock"
@@ -220,11 +219,10 @@ def run_lock(final: Path):
 def keep_failed(tmp: Path, name: str) -> Path | None:
     """Move a failed run's folder to ``runs/failed/<name>/`` (outside the committed results)."""
     from feedlab.formats._io import _remove, replace_path
-    from feedlab.paths import SCRATCH_DIR
 
     if not tmp.is_dir():
         return None
-    dest = SCRATCH_DIR / "failed" / name
+    dest = paths.SCRATCH_DIR / "failed" / name
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         replace_path(tmp, dest)

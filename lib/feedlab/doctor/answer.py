@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from .report import fit, fmt_rate, stage_value
+from .words import fit, fmt_rate, stage_value
 
 RESIZE_AHEAD = ("resize once ahead: store the images at the size you train at (notebook 06 measures what decoding "
                 "pre-resized images saves against decoding and resizing every epoch, on your machine)")

@@ -11,7 +11,7 @@ from feedlab.monitor import BUSY_SPEED, process_speed
 
 from . import predict as PR
 from .measure import Doctor
-from .user import headroom
+from .user import diagnose_loader, headroom
 
 
 def shm_report(batch_bytes: int, workers: int, prefetch_factor: int = 2, path: str = "/dev/shm") -> dict:
@@ -91,8 +91,6 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
     ``diagnose(loader, step=train_step)`` with your own ``DataLoader`` instead of a
     :class:`Doctor` diagnoses that loader (:func:`feedlab.doctor.user.diagnose_loader`)."""
     if not isinstance(doc, Doctor):
-        from .user import diagnose_loader
-
         return diagnose_loader(doc, step=step, **loader_kw)
     spec = spec.replace(device=doc.device)
     if e2e:

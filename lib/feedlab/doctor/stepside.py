@@ -26,8 +26,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from feedlab.errors import one_line
+from feedlab.monitor import BUSY_SPEED, LoadWindow, usable_cores
+from feedlab.timing import _sync, torch_threads
+
 from .guard import deadline
 from .predict import MIN_GAIN
+from .probes import cpu_capacity
+from .wrap import _to_device
 
 TRIALS = ("threads", "channels_last", "autocast_bf16", "compile")
 CODE = {
@@ -100,8 +106,6 @@ def variant(name: str, step: Callable, device: str, cores: int):
 
     import torch
 
-    from feedlab.timing import torch_threads
-
     none = contextlib.nullcontext
     if name == "threads":
         return (lambda: torch_threads(cores)), step
@@ -142,10 +146,6 @@ def busy_reason(window, speed: float | None = None) -> str | None:
     """Why a step-side timing cannot be judged, or None: other processes over the workbook's threshold
     while it ran (``window``: a :class:`feedlab.monitor.LoadWindow`), or the doctor's own CPU probe
     (``speed``: one process's share of a core, probed now when not given) under ``BUSY_SPEED``."""
-    from feedlab.monitor import BUSY_SPEED
-
-    from .probes import cpu_capacity
-
     s = window.summary()
     if s.get("busy"):
         return (f"machine too busy to judge (other processes used {s['other_cpu_cores']:.2f} of "
@@ -160,8 +160,6 @@ def busy_reason(window, speed: float | None = None) -> str | None:
 def time_step(step, batches, device, repeats: int, ctx=None) -> float:
     """Median seconds per sample of ``step`` over ``batches`` ``(batch, n)``, after one untimed call."""
     import contextlib
-
-    from feedlab.timing import _sync
 
     ctx = ctx or contextlib.nullcontext
     walls = []
@@ -185,18 +183,10 @@ def try_step_changes(step, kept, device: str, repeats: int, step_name: str = "yo
     held back (:func:`held_back`). ``timer(step, batches, device, repeats, ctx)`` (default :func:`time_step`)
     is the clock; ``busy()`` (default :func:`busy_reason` over the trials) says why the machine was too
     busy to judge them: then no trial is kept (advised). A test passes fakes."""
-    from feedlab.errors import one_line
-    from feedlab.monitor import LoadWindow, usable_cores
-
     window = LoadWindow()
-
-    from .user import _to_device
-
     cores = usable_cores() if cores is None else int(cores)
     timer = timer or time_step
     on_dev = [(_to_device(b, device), m) for b, m in kept]
-    from feedlab.timing import torch_threads
-
     base = timer(step, on_dev, device, repeats, lambda: torch_threads(threads))
     out = []
     trials = [(name, n) for name in available(device, threads, cores, on_dev[0][0], only, workers)

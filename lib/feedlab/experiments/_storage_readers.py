@@ -22,9 +22,11 @@ from typing import Sequence
 from torch.utils.data import Dataset
 
 from feedlab import cache, formats
+from feedlab.experiments.loader_grid import grid
 from feedlab.formats._common import LazyHandle
 from feedlab.pipeline import MIN_TIMED_BATCHES, PipelineSpec, SteadyStop
 from feedlab.pipeline import make_loader as _pipeline_loader
+from feedlab.pipeline.kinds import LOADER_KINDS
 from feedlab.timing import PhaseTimer, owned_iterator
 
 #: the collate every setting uses: a uint8 copy into the batch (slot-filling kinds require one)
@@ -75,8 +77,6 @@ class PerSample(Dataset):
 def kinds_for(fmt: str, loaders: Sequence[str] | None = None) -> list[str]:
     """The loader kinds that can read format ``fmt`` (its capabilities against each kind's
     requirements), in registry order; ``loaders`` limits them."""
-    from feedlab.pipeline.kinds import LOADER_KINDS
-
     caps = formats.get_format(fmt).capabilities()
     return [k for k, kind in LOADER_KINDS.items() if (loaders is None or k in loaders)
             and all(caps.get(c) for c in kind.requires)]
@@ -88,9 +88,6 @@ def settings(fmts: Sequence[str], worker_counts: Sequence[int], batch_size: int,
     (:func:`kinds_for`); the DataLoader with 0, 1 and each of ``worker_counts`` workers, the
     other multi-process kinds with each of ``worker_counts``, the single-process kinds alone.
     A setting whose ``problems()`` are not empty is left out."""
-    from feedlab.experiments.loader_grid import grid
-    from feedlab.pipeline.kinds import LOADER_KINDS
-
     out: list[PipelineSpec] = []
     for fmt in fmts:
         for kind in kinds_for(fmt, loaders):

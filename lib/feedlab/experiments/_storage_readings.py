@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import math
 
+from feedlab.experiments import handover
 from feedlab.experiments._storage_readers import loader_words
+from feedlab.experiments.handover import TARGET_MAIN_US, TARGET_RATIO
+from feedlab.like_for_like import Side, judged
+from feedlab.plots import finding_title
+from feedlab.report import targets
+from feedlab.report.claims.core import Run
+from feedlab.report.targets import verdict
 
 SPS = "samples_per_s"
 
@@ -80,8 +87,6 @@ def numbers(summ, handover_rows: list[dict] | None = None) -> dict:
         if len(lmdb_b):
             out["best_lmdb_batched"] = row_words(lmdb_b.loc[lmdb_b["median"].idxmax()])
     if handover_rows:
-        from feedlab.experiments import handover
-
         t = handover.targets(handover_rows)
         out["handover"] = {k: (bool(v) if isinstance(v, bool) else v) for k, v in t.items()}
     return out
@@ -113,7 +118,6 @@ def _window_lines(frame) -> list[str]:
 
 
 def _side(frame, fmt: str, loader: str, workers: int, label: str):
-    from feedlab.like_for_like import Side
 
     r = frame[(frame["metric"] == SPS) & (frame["mode"] == "read") & (frame["format"] == fmt)
               & (frame["loader"] == loader) & (frame["num_workers"].astype(int) == workers)]
@@ -132,7 +136,6 @@ def ring_lines(frame) -> list[str]:
     """What the ring adds, per format: the ring ÷ the DataLoader with the same workers, format, decode and
     batch, reading alone, judged like for like (:mod:`feedlab.like_for_like`: a ratio whose windows,
     cache or batch differ says so). [] without both in the run's table."""
-    from feedlab.like_for_like import judged
 
     if frame is None or not {"format", "loader", "num_workers", "mode"} <= set(frame.columns):
         return []
@@ -147,9 +150,6 @@ def ring_lines(frame) -> list[str]:
 
 
 def _target_lines(nums: dict, frame=None) -> list[str]:
-    from feedlab.report import targets
-    from feedlab.report.claims.core import Run
-
     run = Run(nums, frame=frame)  # with the run's table: a ratio of rates not timed steady is not judged
     return [line for t in targets.for_notebook("05_storage_formats") for line in t.lines(run)]
 
@@ -159,9 +159,6 @@ def _measured(x) -> bool:
 
 
 def _handover_lines(h: dict, batch_size: int, num_workers: int) -> list[str]:
-    from feedlab.experiments.handover import TARGET_MAIN_US, TARGET_RATIO
-    from feedlab.report.targets import verdict
-
     w = loader_words("dataloader", num_workers).removeprefix("DataLoader, ")
     gb = (f"the DataLoader {h['dataloader_delivered_gb_s']:.2f} GB/s ({h['dataloader_main_us_per_sample']:.1f} µs of "
           f"the main process's CPU per sample), the shared-memory ring {h['ring_delivered_gb_s']:.2f} GB/s "
@@ -250,8 +247,6 @@ def readings(summ, disk, nums: dict, *, with_model: bool = False, cold: bool = F
 
 def figure_title(nums: dict, batch_size: int) -> str:
     """The figure's title, the finding: the fastest setting against the baseline."""
-    from feedlab.plots import finding_title
-
     if "best_read" not in nums:
         return f"Batch load time by storage format and loader, batch {batch_size}"
     return finding_title(f"Reading alone, {nums['best_read']} (batch {batch_size})", nums["ratio_best_to_baseline"],
@@ -268,8 +263,6 @@ def panel_title(summ, mode: str, nums: dict, batch_size: int, step: str = "a tra
 
 
 def _panel_title(summ, mode: str, nums: dict, batch_size: int, step: str) -> str:
-    from feedlab.plots import finding_title
-
     if mode == "read":
         return figure_title(nums, batch_size)
     rows = _settings(summ, mode)

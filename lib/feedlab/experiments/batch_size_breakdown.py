@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from feedlab.experiments._grid_spend import ends, extremes_first
-from feedlab.experiments.loader_grid import grid, run_grid, split_applicable
-from feedlab.results import Results
+from feedlab.experiments.loader_grid import default_device, grid, metric_summary, run_grid, split_applicable
+from feedlab.plots import finding_title, workers_label
+from feedlab.results import Results, summary_median
 
 PIPELINES = {"baseline": ("png", "totensor"), "fixed": ("lmdb", "fast")}
 
@@ -28,7 +29,6 @@ def plan(batch_sizes: Sequence[int], worker_counts: Sequence[int], pin_memory: S
         for fmt, collate in PIPELINES.values():
             settings += grid(format=fmt, collate=collate, batch_size=b,
                              num_workers=list(worker_counts), pin_memory=list(pin_memory), model=model)
-    from feedlab.experiments.loader_grid import default_device
 
     return split_applicable(settings, device if device is not None else default_device())
 
@@ -58,8 +58,6 @@ def _key(pipeline, w, pin, b) -> str:
 def gains(ms_sum, batch_sizes: Sequence[int]) -> dict[str, float]:
     """``{"w<workers>_pin<0|1>_b<batch>": baseline ms/sample ÷ fixed ms/sample}`` for every worker
     count and pin_memory setting in ``ms_sum`` (a summary by pipeline, num_workers, pin_memory, batch_size)."""
-    from feedlab.results import summary_median
-
     out = {}
     for w in sorted({int(x) for x in ms_sum["num_workers"]}):
         for pin in sorted({bool(x) for x in ms_sum["pin_memory"]}):
@@ -76,8 +74,6 @@ def gains(ms_sum, batch_sizes: Sequence[int]) -> dict[str, float]:
 def title(gain: dict[str, float]) -> str:
     """The fixed pipeline's best gain per sample: ``LMDB + FastCollate: ×2.1 the PNG baseline's speed
     at 2 workers, batch 128`` (pin_memory named when it was on)."""
-    from feedlab.plots import finding_title, workers_label
-
     if not gain:
         return "baseline (PNG + ToTensor) vs fixed (LMDB + FastCollate)"
     key = max(gain, key=gain.get)
@@ -92,9 +88,6 @@ def readings(ms_sum, wait_sum, batch_sizes: Sequence[int], *, has_gpu_busy: bool
     """Notebook 09's reading: per worker count and pin_memory the baseline's batch-size trend, then per
     batch size the fixed pipeline's speed over the baseline's and the data-wait share of each; then what
     was not run or measured."""
-    from feedlab.plots import workers_label
-    from feedlab.results import summary_median
-
     b0, b1 = min(batch_sizes), max(batch_sizes)
     g = gains(ms_sum, batch_sizes)
     lines = []
@@ -137,8 +130,6 @@ def payload(*, profile: str, device, model: str, df, ms_sum, gain: dict, skipped
             min_timed_batches, time_budget_s, workload=None, spend: dict | None = None) -> dict:
     """Notebook 09's recorded results (the keys tests/notebooks and feedlab.report.claims read). ``df`` carries
     the ``pipeline`` column (:func:`pipeline_of`); ``spend``: :func:`~feedlab.experiments._grid_spend.spend_record`."""
-    from feedlab.experiments.loader_grid import metric_summary
-
     keys = ["pipeline", "num_workers", "pin_memory", "batch_size"]
     has_util = bool((df["metric"] == "nvml_util").any())
     has_busy = bool((df["metric"] == "gpu_busy").any())

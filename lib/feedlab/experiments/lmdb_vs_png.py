@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from feedlab import formats as _formats
 from feedlab.experiments._grid_spend import ends, extremes_first
-from feedlab.experiments.loader_grid import grid, run_grid
-from feedlab.results import Results
+from feedlab.experiments.loader_grid import default_device, grid, run_grid
+from feedlab.formats import bytes_on_disk, read_manifest
+from feedlab.plots import finding_title, workers_label
+from feedlab.results import Results, median, summary_median
 
 FORMATS = ("png", "lmdb", "lmdb_raw")
 
@@ -49,8 +52,6 @@ def run_formats(data_root, formats: Sequence[str], batch_sizes: Sequence[int], w
     ``verify=False`` (the default here): the stores are read without the per-sample
     crc32c check that feedlab's readers do by default, so the rows compare the formats'
     read speed alone, as the write-up (which had no checksums) did."""
-    from feedlab.experiments.loader_grid import default_device
-
     device = device if device is not None else default_device()
     settings = plan(formats, batch_sizes, worker_counts, model, str(device).startswith("cuda"), raw_batch_sizes)
     claimed = ends(batch_sizes)   # PNG and LMDB (lz4) at the batch ends: 000's claims; never left out for the budget
@@ -67,7 +68,6 @@ def storage_table(data_root, formats: Sequence[str] = FORMATS):
     write time from the manifest."""
     import pandas as pd
 
-    from feedlab.formats import bytes_on_disk, read_manifest
 
     man = read_manifest(data_root)
     n = int(man.get("count", 0)) or None
@@ -109,13 +109,12 @@ def map_size_growth(data_root, samples: int = 256, start_bytes: int = 64 * 1024)
 
     import lmdb
 
-    from feedlab.formats import lmdb_store, open_dataset
 
-    ds = open_dataset(data_root, "png")
+    ds = _formats.open_dataset(data_root, "png")
     n = min(int(samples), len(ds))
     with tempfile.TemporaryDirectory(prefix="feedlab-mapsize-") as tmp:
         try:
-            path = lmdb_store.write(tmp, [ds[i] for i in range(n)], compress=False,
+            path = _formats.lmdb_store.write(tmp, [ds[i] for i in range(n)], compress=False,
                                     map_size=start_bytes, name="lmdb_grow")
         except lmdb.Error as e:  # the write-up's case: a map too small to hold the data
             return {"samples": n, "start_bytes": start_bytes, "error": f"{type(e).__name__}: {e}"}
@@ -145,8 +144,6 @@ def throughput_ratios(rate, formats: Sequence[str], worker_counts: Sequence[int]
 
 
 def _rate(summary, w, b, f) -> float | None:
-    from feedlab.results import summary_median
-
     try:
         return summary_median(summary, num_workers=w, batch_size=b, format=f)
     except KeyError:
@@ -156,9 +153,6 @@ def _rate(summary, w, b, f) -> float | None:
 def title(ratios: dict[str, float], fmt: str = "lmdb") -> str:
     """The best setting of ``fmt`` against PNG: ``LMDB (lz4): ×1.4 the PNG rate at 2 workers, batch 32``
     (the median over settings follows in brackets when there are several)."""
-    from feedlab.plots import finding_title, workers_label
-    from feedlab.results import median
-
     mine = {k: v for k, v in ratios.items() if k.startswith(f"{fmt}_w")}
     if not mine:
         return "PNG vs LMDB: per-phase time per batch"
@@ -173,9 +167,6 @@ def readings(wait, rate, store, formats: Sequence[str], worker_counts: Sequence[
              batch_sizes: Sequence[int]) -> list[str]:
     """Notebook 02's reading: per setting the data wait of each format and its rate over PNG; the
     median LMDB (lz4) gain; whether lz4 paid against the raw LMDB; the smallest store on disk."""
-    from feedlab.plots import workers_label
-    from feedlab.results import median, summary_median
-
     ratios = throughput_ratios(rate, formats, worker_counts, batch_sizes)
     lines = []
     for w in worker_counts:

@@ -25,6 +25,9 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from ._process import check_imports, in_venv
+from .venvs import VENVS, python_for, why_missing
+
 KINDS = ("sr", "cls")
 # the ImageNet recipe (torchvision RandomResizedCrop defaults)
 RRC_SCALE = (0.08, 1.0)
@@ -133,9 +136,6 @@ class Peer:
 
     def check(self) -> tuple[bool, str]:
         """Importable here, or (a peer with a venv of its own, :mod:`feedlab.peers.venvs`) its venv built."""
-        from .remote import check_imports, in_venv
-        from .venvs import VENVS, python_for, why_missing
-
         if self.name in VENVS and not in_venv():
             python = python_for(self.name)
             if python is not None:

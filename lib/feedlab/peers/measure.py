@@ -36,7 +36,7 @@ from feedlab.pipeline.rates import rel_half_width
 from feedlab.results import Results
 from feedlab.timing import _sync
 
-from . import get, plan
+from . import get, plan, remote, venvs
 from .base import Source, Spec
 from .check import EpochCounter, verify
 from .remote import beat
@@ -230,8 +230,6 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
     peer's ``min_workers`` runs as that, once). Never raises for a contender's failure: the info dict says
     what happened. ``stall_s``: a peer in its own venv is stopped (with its processes) after that long
     without progress. ``window``: each timed window (:class:`Window`; default 50 batches and 1 s)."""
-    from . import remote, venvs
-
     peer = get(name)
     python = None if remote.in_venv() else venvs.python_for(name)
     if python is not None:  # a peer with a venv of its own: the same code, run by that venv's Python

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from feedlab.like_for_like import NOT_LIKE, Side, differences, judged
+from feedlab.machines import pcie_theoretical_gbps
 from feedlab.monitor import BUSY_SPEED, process_speed  # BUSY_SPEED (10): the doctor's probe under it: too busy
 from feedlab.peers.report import sides_of_record
 from feedlab.report.claims.core import NoData, Run
+from feedlab.report.claims.fair import steady_state
 
 PCIE_FRACTION = 0.75        # 03: pinned host→device bandwidth ÷ the link's payload ceiling
 SINGLE_OVER_CEILING = 0.9   # 05: best single-process loader ÷ the memcpy-into-batch-slot ceiling
@@ -74,8 +76,6 @@ def _f(x) -> float:
 # ---------------------------------------------------------------- the lines
 def pcie_ceiling(link: dict) -> tuple[float, str]:
     """The payload ceiling of the link the run read (gen and width from nvidia-smi / NVML)."""
-    from feedlab.machines import pcie_theoretical_gbps
-
     gen = (link or {}).get("gen_max") or (link or {}).get("gen_current")
     width = (link or {}).get("width_max") or (link or {}).get("width_current")
     if not gen or not width:
@@ -122,8 +122,6 @@ def unsteady(run: Run, settings: list[dict]) -> list[str]:
     """What the run's table shows of each setting that was not timed steady (``claims.fair``: its
     ``rate_kind``, else batches per epoch against the warm-up + the timed batches a steady rate
     needs); empty when every one was steady or the table does not say (a payload alone)."""
-    from feedlab.report.claims.fair import steady_state
-
     out = []
     for setting in settings:
         ok, how = steady_state(run, setting)
