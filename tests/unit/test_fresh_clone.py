@@ -14,9 +14,9 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from inproc import run_cli
 
 from feedlab import run_record as RR
-from tests.unit.inproc import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "14_ranks_and_remote_decode"
