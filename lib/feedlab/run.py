@@ -69,6 +69,7 @@ from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline
 )
 from feedlab.run_plan import list_notebooks, plan, planned_machine_key, print_plan  # noqa: F401  (re-exported)
 from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's record, tests use them here)
+    RecordWouldLose,
     RunLocked,
     check_destination,
     check_tar_dest,
@@ -402,7 +403,7 @@ def _main(argv: list[str] | None = None) -> int:
                 break
             continue
         except Exception as exc:  # papermill raises PapermillExecutionError with the cell
-            msg = f"{nb.name} failed in {_failed_cell(exc)}"
+            msg = f"{nb.name}: {exc}" if isinstance(exc, RecordWouldLose) else f"{nb.name} failed in {_failed_cell(exc)}"
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
             failures.append(msg)
             if getattr(exc, "feedlab_kept", None) is not None:  # this run's folder, never an older one

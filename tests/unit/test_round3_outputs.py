@@ -78,6 +78,8 @@ def runner(tmp_path, monkeypatch):
         out = Path(parameters["out_dir"])
         ran.append(out)
         (out / "results.json").write_text('{"reading": "new"}')
+        (out / "fingerprint.json").write_text("{}")   # every run writes its record's files (a committed record
+        (out / "fig.png").write_bytes(b"png")         # is never replaced by one that lacks some: test_fresh_clone)
         (out / f"fig{len(ran)}.png").write_bytes(b"png")
         Path(executed).write_text('{"cells": "all"}')
 
