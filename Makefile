@@ -39,7 +39,15 @@ peers: $(STAMP) ## install notebook 13's peer loaders (the extra, and .venv-mosa
 	timeout 2400 $(PY) -m feedlab.peers.venvs build || echo "peers: the peer venvs ran past 40 min"
 	@$(PY) -m feedlab.peers.venvs status
 
-figures: $(STAMP) peers ## prepare data and run every notebook (PROFILE=quick|full|smoke), writing figures/ and the README's figure section
+# notebook 14's remote decode (Ray Data) and `pack --engine ray`: the `ray` extra, torch/numpy held at the figures'
+# versions. Without it notebook 14 cannot measure its Ray parts, and the runner keeps the committed record rather
+# than replace it with one lacking their figures (run_record.check_nothing_lost): so `make figures` installs it.
+ray: $(STAMP) ## install the `ray` extra (notebook 14's remote decode)
+	grep -E '^(torch|torchvision|numpy)==' constraints.txt > $(VENV)/core-constraints.txt
+	timeout 900 $(PY) -m pip install -q -c $(VENV)/core-constraints.txt -e '.[ray]' 2>&1 | tail -3
+	@$(PY) -c 'import ray.data' 2>/dev/null || echo "ray: the [ray] extra did not install; notebook 14's record is kept as committed"
+
+figures: $(STAMP) peers ray ## prepare data and run every notebook (PROFILE=quick|full|smoke), writing figures/ and the README's figure section
 	$(PY) -m feedlab.run --profile $(PROFILE)
 	@if [ "$(PROFILE)" != smoke ]; then $(PY) -m feedlab.report.readme; fi
 
@@ -82,4 +90,4 @@ doctor: data ## build the embedded data if missing, then ask the bottleneck doct
 clean-data: ## remove data/ (built sets; rebuilt on demand)
 	rm -rf data
 
-.PHONY: help install peers data figures test nbval browser-check lab doctor clean-data pillow-simd lock
+.PHONY: help install peers ray data figures test nbval browser-check lab doctor clean-data pillow-simd lock

@@ -20,11 +20,20 @@ def _decode(batch: dict, root: str) -> dict:
             "hr": np.stack([p[1] for p in pairs])}
 
 
+def available() -> tuple[bool, str]:
+    """``(True, "")`` when Ray Data imports, else ``(False, reason and the install line)``
+    (re-exported by :mod:`feedlab.scale.remote_decode`)."""
+    try:
+        import ray  # noqa: F401
+        import ray.data  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure is "unavailable", with its reason
+        return False, f"unavailable: {type(exc).__name__}: {exc} (pip install -e '.[ray]')"
+    return True, ""
+
+
 def decode_all(root, n: int, lr_shape, hr_shape, num_cpus: int | None = None, batch: int = 256):
     """``(lr, hr)`` uint8 arrays of all ``n`` samples, decoded by Ray tasks; each sample
     is checked to arrive exactly once."""
-    from feedlab.scale.remote_decode import available
-
     ok, why = available()
     if not ok:
         raise DataPrepError(f"--engine ray: {why}; or leave --engine out (the default decodes here)")

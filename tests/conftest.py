@@ -32,6 +32,17 @@ def pytest_sessionstart(session):
     session.config._feedlab_shm = _shm_names()
 
 
+def pytest_collection_finish(session):
+    """Every module the tests import (torch, pandas, matplotlib, feedlab: ~280,000 objects) is imported by now:
+    move them out of the collector's sight (``gc.freeze``). A full collection (the library's own ``gc.collect``
+    after closing a store or a loader, and Python's automatic ones) then walks only what the tests made since:
+    microseconds instead of 0.1-0.7 s each, hundreds of times a run. What a test makes is collected as before."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_sessionfinish(session, exitstatus):
     """A test run leaves /dev/shm as it found it: a ring or loader file left behind fails the run, named."""
     before = getattr(session.config, "_feedlab_shm", None)

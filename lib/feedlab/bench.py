@@ -18,6 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from feedlab import pipeline as P
+from feedlab.errors import cli_errors, deadline, strict_json
+from feedlab.monitor import CpuMonitor
+from feedlab.paths import default_sr_root
+from feedlab.peers.cli import add_arguments as add_peer_arguments
+from feedlab.peers.cli import main_peer
+from feedlab.timing import run_epoch, timer_overhead_per_batch
+from feedlab.trace import trace_run
 
 #: seconds without a batch before bench gives up (``--timeout``; 0: wait for ever)
 STALL_S = 300.0
@@ -27,8 +34,6 @@ def bench(data: Path, spec: P.PipelineSpec, epochs: int = 3, warmup: int = 1, ma
           trace: Path | None = None, verify: bool = True, stall_s: float | None = STALL_S) -> dict:
     """Time ``spec`` over ``data``; a stall of ``stall_s`` seconds without a batch (a sample
     that never arrives) raises ``DeadlineError`` naming the data set and the batch."""
-    from feedlab.errors import deadline
-
     seen = [0]
 
     def what() -> str:
@@ -45,8 +50,6 @@ def bench(data: Path, spec: P.PipelineSpec, epochs: int = 3, warmup: int = 1, ma
 def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> dict:
     import torch
 
-    from feedlab.monitor import CpuMonitor
-    from feedlab.timing import run_epoch, timer_overhead_per_batch
 
     if not Path(data).exists():
         raise SystemExit(f"--data {data}: no such data set; build it with "
@@ -88,8 +91,6 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
     out["timer_overhead_s_per_batch"] = overhead
     out["timer_overhead_fraction"] = overhead / batch_s if batch_s > 0 else float("nan")
     if trace is not None:
-        from feedlab.trace import trace_run
-
         d.reset()
         trace_run(dataset, out, Path(trace), batch_size=spec.batch_size, workers=spec.num_workers,
                   max_batches=max_batches or 20, loader=P.make_loader(dataset, spec))  # the timed kind, traced
@@ -97,15 +98,11 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    from feedlab.errors import cli_errors
-
     with cli_errors("python -m feedlab.bench"):
         return _main(argv)
 
 
 def _main(argv: list[str] | None = None) -> int:
-    from feedlab.errors import strict_json
-
     ap = argparse.ArgumentParser(prog="python -m feedlab.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=None, help="a data set built by data_prep "
@@ -125,7 +122,6 @@ def _main(argv: list[str] | None = None) -> int:
                     help=f"give up when no batch arrives for S seconds (default {STALL_S:g}; 0: wait for ever)")
     ap.add_argument("--ranks", type=int, default=None, help="launch R ranks with torch.distributed.run, each "
                     "with its own loader and share of the cores (feedlab.scale.ranks)")
-    from feedlab.peers.cli import add_arguments as add_peer_arguments
 
     add_peer_arguments(ap)
     args = ap.parse_args(argv)
@@ -140,13 +136,9 @@ def _main(argv: list[str] | None = None) -> int:
     if (args.max_batches is not None and args.max_batches < 1) or args.warmup < 0:
         ap.error("--max-batches must be >= 1 (or left out), --warmup >= 0")
     if args.peer:
-        from feedlab.peers.cli import main_peer
-
         args.workers = args.num_workers  # the peers' command line says workers
         return main_peer(args)
     if args.data is None:
-        from feedlab.paths import default_sr_root
-
         args.data = default_sr_root("quick")
     if args.ranks is not None:
         from feedlab.scale.ranks import launch, render

@@ -18,6 +18,9 @@ import re
 import sys
 from pathlib import Path
 
+from feedlab.machines import machine_key
+from feedlab.results import atomic_write
+
 TAG = "findings"
 MAX_READINGS = 12
 # lines a Reading cell may print that are not readings: warnings, the busy-machine and figure sentences
@@ -72,7 +75,6 @@ def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder:
     """The findings cell's markdown for an executed notebook (see the module docstring)."""
     title = _text(nb["cells"][0]).lstrip().splitlines()[0].lstrip("# ").strip() if nb.get("cells") else ""
     profile = payload.get("profile", "?")
-    from feedlab.machines import machine_key
 
     machine = machine_key(fingerprint) if fingerprint else folder.name
     head = [f"## Findings of this run{': ' + title if title else ''}",
@@ -115,8 +117,6 @@ def add_findings(executed: str | Path) -> bool:
     """Put the findings cell at the top of ``executed`` (replacing an earlier one), reading
     ``results.json`` and ``fingerprint.json`` beside it. Returns False (and changes nothing)
     where the run recorded no ``results.json`` or the file is not a notebook. Rewritten atomically."""
-    from feedlab.results import atomic_write
-
     path = Path(executed)
     folder = path.parent
     results = folder / "results.json"

@@ -16,6 +16,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+from feedlab.monitor import load_record
 from feedlab.paths import DATA_DIR, REPO_ROOT
 
 _PACKAGES = ("numpy", "pillow", "pillow-simd", "torchvision", "lmdb", "lz4", "h5py",
@@ -244,8 +245,6 @@ def machine_fingerprint() -> dict:
 def _other_load() -> dict:
     """CPU used by other processes while this run measured (see feedlab.monitor)."""
     try:
-        from feedlab.monitor import load_record
-
         return load_record()
     except Exception as exc:  # never lose a result over the load record
         return {"available": False, "error": f"{type(exc).__name__}: {exc}"}

@@ -13,10 +13,13 @@ import math
 import re
 from dataclasses import dataclass
 
-# a timed window long enough to give a rate: the steady rule's 50 timed batches, and at least a second of
-# wall time so a timer's resolution, a scheduler tick or one slow batch cannot move the rate by much
+# a timed window long enough to give a rate: at least a second of wall time (so a timer's resolution, a
+# scheduler tick or one slow batch cannot move the rate by much), and either the steady rule's 50 timed
+# batches or a rate timed until it was known to a stated precision (pipeline.rates.SteadyStop: the 95%
+# interval's relative half-width, at most MAX_HALF_WIDTH, over the batches it took)
 MIN_TIMED_BATCHES = 50
 MIN_WINDOW_S = 1.0
+MAX_HALF_WIDTH = 0.05
 # two decodes give "the same pixels" when their mean |difference| from the reference decode (0–255 scale)
 # differ by at most this much (a reduced-scale DCT decode sits ~10 off; libjpeg-turbo builds 0–0.2)
 PIXEL_TOLERANCE = 1.0
@@ -68,14 +71,17 @@ class Side:
     window_s: float | None = None     # wall time of one timed window
     epoch_batches: int | None = None  # batches per loader epoch in the timed pass, 0: one epoch holds the whole
                                       # pass (compared where recorded)
+    half_width: float | None = None   # the rate's 95% relative half-width where it was timed to a precision
 
     def window_short(self) -> str | None:
         """Why this side's window cannot give a rate, or None."""
         if _missing(self.timed_batches) or _missing(self.window_s):
             return f"{self.label}'s timed window was not recorded"
         why = []
-        if self.timed_batches < MIN_TIMED_BATCHES:
-            why.append(f"{int(self.timed_batches)} batches < {MIN_TIMED_BATCHES}")
+        precise = not _missing(self.half_width) and self.half_width <= MAX_HALF_WIDTH
+        if self.timed_batches < MIN_TIMED_BATCHES and not precise:
+            extra = "" if _missing(self.half_width) else f" (±{self.half_width:.0%} > ±{MAX_HALF_WIDTH:.0%})"
+            why.append(f"{int(self.timed_batches)} batches < {MIN_TIMED_BATCHES}{extra}")
         if self.window_s < MIN_WINDOW_S:
             why.append(f"{_secs(self.window_s)} < {MIN_WINDOW_S:g} s")
         return f"{self.label} timed {' and '.join(why)}" if why else None

@@ -23,6 +23,7 @@ import os
 import re
 from pathlib import Path
 
+from feedlab import fingerprint
 from feedlab.monitor import usable_cores  # noqa: F401  (one definition, re-exported)
 from feedlab.paths import FIGURES_DIR
 
@@ -67,9 +68,7 @@ def machine_key(fp: dict | None = None) -> str:
             raise ValueError(f"FEEDLAB_MACHINE={override!r}: use letters, digits, '.', '_' or '-'")
         return override
     if fp is None:
-        from feedlab.fingerprint import machine_fingerprint
-
-        fp = machine_fingerprint()
+        fp = fingerprint.machine_fingerprint()
     cores = fp.get("cpu_usable") or fp.get("cpu_logical") or 0
     gpus = [g.get("name", "") for g in fp.get("gpus") or []]
     if not gpus:

@@ -185,6 +185,30 @@ class GpuMonitor(_Sampler):
 # ---- a busy machine: CPU used by other processes while we measure ---------------------
 
 BUSY_THRESHOLD = float(os.environ.get("FEEDLAB_BUSY_THRESHOLD", "0.25"))  # of the usable cores
+BUSY_SPEED = 0.90   # the doctor's own probe found less of a core per process: too busy to judge (report.targets)
+
+
+def speed_left(summary: dict, k: int) -> float | None:
+    """What other programs left each of ``k`` busy processes of ours, as a share of a core, over a
+    :class:`LoadWindow` (its ``summary()``): the usable cores less those others used (and the hypervisor
+    stole), over ``min(k, cores)``, at most 1. Unlike this process's own CPU over its wall time, a pass
+    that waits on I/O or sleeps still reads 1 on an idle machine. None where the window could not read."""
+    if not summary.get("available"):
+        return None
+    c = float(summary["usable_cores"])
+    free = max(0.0, c - float(summary["other_cpu_cores"]) - float(summary.get("steal_cores") or 0.0))
+    return min(1.0, free / min(float(k), c)) if c > 0 else None
+
+
+def process_speed(capacity: float | None, k: int, cores: int | None, own: float | None = None) -> float | None:
+    """One busy process's share of a core: the CPU-s/s that ``k`` busy processes got (``capacity``) over
+    what an idle machine gives them (``min(k, cores)``), and ``own`` (what others left a pass: :func:`speed_left`),
+    whichever is lower; None where neither is a number. Under :data:`BUSY_SPEED`: too busy to judge."""
+    import math
+
+    v = [x for x in (capacity / min(k, cores or k) if capacity is not None else None, own)
+         if x is not None and math.isfinite(x)]
+    return min(v) if v else None
 
 
 def _usable_cpus() -> list[int] | None:

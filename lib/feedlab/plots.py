@@ -14,6 +14,9 @@ from typing import Sequence
 
 import matplotlib
 
+from feedlab.figcheck import enforce
+from feedlab.monitor import check_busy
+
 if os.environ.get("MPLBACKEND") is None and not os.environ.get("JPY_PARENT_PID"):
     matplotlib.use("Agg")
 
@@ -67,8 +70,6 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
         lines = list(footer)
     else:
         if fingerprint is None:
-            from feedlab.monitor import check_busy
-
             check_busy(f"the measurement drawn in {name}")  # warns in one line on a loaded machine
         lines = [fingerprint_line(fingerprint or machine_fingerprint())]
     fig.text(0.005, 0.002, "\n".join(lines), fontsize=6.5, color="#666666",
@@ -83,7 +84,6 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
     if untangle_titles(fig):  # titles moved above the legends over them: lay out again
         fig.tight_layout(rect=(0, bottom, 1, 1))
     clear_suptitle(fig)
-    from feedlab.figcheck import enforce
 
     enforce(fig, name)  # legend where needed and off the data, nothing outside the canvas
     paths = []

@@ -21,7 +21,9 @@ from typing import Any
 
 import yaml
 
+from feedlab.findings import notebook_display
 from feedlab.machines import WORKER_KEYS, expand_workers, machine_key, usable_cores, worker_cap
+from feedlab.monitor import start_run
 from feedlab.paths import PROFILES_FILE, default_cls_root, default_sr_root, figure_dir, rel, writes_committed
 
 PROFILES = ("smoke", "quick", "full", "gpu")
@@ -153,7 +155,6 @@ def resolve(notebook: str, profile: str = "", _create_out_dir: bool = True, **gi
     out["user_data"] = bool(data_root)
     check_values(notebook, out)
     if _create_out_dir:  # a notebook starting (not the runner's --dry-run plan)
-        from feedlab.findings import notebook_display
 
         notebook_display()  # tables rounded and captioned
         note = expect_more_workers_than_cores(out, cores)
@@ -228,8 +229,6 @@ def check_workers(values: dict, where: str = "", cores: int | None = None) -> No
 def _start_load_watch() -> None:
     """A notebook's measurements start here: the busy-machine windows start afresh."""
     try:
-        from feedlab.monitor import start_run
-
         start_run()
     except Exception:
         pass

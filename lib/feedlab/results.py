@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from feedlab import paths
 from feedlab.fingerprint import machine_fingerprint
 
 BASE_COLUMNS = ("experiment", "variant")
@@ -47,6 +48,7 @@ class Results:
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
+        self.left_out: list[tuple[str, str]] = []   # (setting, why) a grid left out (a budget, a turned ladder)
 
     def add(self, experiment: str, variant: str, metric: str, value: float, unit: str,
             repeat: int = 0, **params: Any) -> None:
@@ -64,6 +66,7 @@ class Results:
 
     def extend(self, other: "Results") -> None:
         self.rows.extend(other.rows)
+        self.left_out.extend(getattr(other, "left_out", []))
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -146,9 +149,8 @@ def record_results(payload: dict, out_dir: str | os.PathLike | None = None) -> d
     """
     text = json.dumps(payload, indent=2, default=_json_default, sort_keys=True)
     # a committed record names files relative to the repository, not this machine's checkout
-    from feedlab.paths import REPO_ROOT
 
-    text = text.replace(str(REPO_ROOT) + "/", "")
+    text = text.replace(str(paths.REPO_ROOT) + "/", "")
     if out_dir is not None:
         atomic_write(Path(out_dir) / "results.json", text)
     try:

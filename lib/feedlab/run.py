@@ -43,10 +43,13 @@ from pathlib import Path
 
 import yaml
 
+from feedlab import findings, machines, paths
+from feedlab.errors import cli_errors
 from feedlab.machines import machine_key
-from feedlab.nbparams import notebook_parameters
-from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV
+from feedlab.nbparams import notebook_parameters, route_params
+from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, default_cls_root, default_sr_root
 from feedlab.profiles import PROFILES, check_workers, choose_profile, profile_values
+from feedlab.results import atomic_write
 from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline and the margins re-exported)
     MIN_START_S,
     STOP_MARGIN_S,
@@ -64,8 +67,9 @@ from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline
     stopped_record,
     within_deadline,
 )
-from feedlab.run_plan import plan, planned_machine_key, print_plan  # noqa: F401  (re-exported)
+from feedlab.run_plan import list_notebooks, plan, planned_machine_key, print_plan  # noqa: F401  (re-exported)
 from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's record, tests use them here)
+    RecordWouldLose,
     RunLocked,
     check_destination,
     check_tar_dest,
@@ -76,11 +80,6 @@ from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's recor
     run_lock,
     tar_results,
 )
-
-
-def list_notebooks() -> list[Path]:
-    return sorted(p for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")
-                  if ".executed" not in p.name and not p.name.startswith("."))
 
 
 def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
@@ -100,7 +99,6 @@ def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
 def prepare_data(profile: str, log=print) -> None:
     """Build the embedded data sets the notebooks read, for this profile, if missing."""
     import data_prep
-    from feedlab.paths import default_cls_root, default_sr_root
 
     values = profile_values("defaults", profile)
     patch, scale = int(values.get("patch", 64)), int(values.get("scale", 2))
@@ -216,9 +214,8 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
             for path in tmp.rglob("*"):
                 if path.suffix in (".ipynb", ".json", ".csv", ".txt", ".md") and path.is_file():
                     scrub_paths(path, {str(tmp): str(final)})
-            from feedlab.findings import add_findings
 
-            add_findings(executed)  # what this run found, as the notebook's first cell
+            findings.add_findings(executed)  # what this run found, as the notebook's first cell
             install_record(tmp, final, name, whole=bool(out_root) or not params.get("out_dir"))
         except NotebookStopped:
             raise
@@ -240,8 +237,6 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
 def _keep_stopped(tmp: Path, executed: Path, rec: dict, name: str, final: Path) -> tuple[str, Path | None]:
     """A notebook stopped at its limit: STOPPED.json beside the partly executed notebook (whose
     cut cell says so), the folder kept under runs/failed/<name>/ (never a result)."""
-    from feedlab.results import atomic_write
-
     mark_stopped_cell(executed, rec)
     for path in tmp.rglob("*"):
         if path.suffix in (".ipynb", ".json", ".txt") and path.is_file():
@@ -255,14 +250,11 @@ def scrub_paths(path: Path, also: dict[str, str] | None = None) -> None:
     repository root, not where this machine keeps its checkout (papermill's metadata and
     printed paths would carry it), and by the folder it ends up in (``also``: the temporary
     folder it ran in → its destination). Rewritten atomically."""
-    from feedlab.paths import REPO_ROOT
-    from feedlab.results import atomic_write
-
     text = path.read_text(encoding="utf-8")
     clean = text
     for old, new in (also or {}).items():
         clean = clean.replace(old, new)
-    clean = clean.replace(str(REPO_ROOT) + "/", "").replace(str(REPO_ROOT), ".")
+    clean = clean.replace(str(paths.REPO_ROOT) + "/", "").replace(str(paths.REPO_ROOT), ".")
     if clean != text:
         atomic_write(path, clean)
 
@@ -274,7 +266,6 @@ def _on_sigterm(_signum, _frame):
 def main(argv: list[str] | None = None) -> int:
     import signal
 
-    from feedlab.errors import cli_errors
 
     try:
         old = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -347,9 +338,7 @@ def _main(argv: list[str] | None = None) -> int:
             print(nb.stem)
         return 0
     if args.dry_run:
-        from feedlab.machines import usable_cores
-
-        print_plan(plan(notebooks, profile, params), profile, usable_cores())
+        print_plan(plan(notebooks, profile, params), profile, machines.usable_cores())
         return 0
     # notebooks run with notebooks/ as their working directory: paths given here are
     # taken relative to where the command was typed
@@ -358,7 +347,6 @@ def _main(argv: list[str] | None = None) -> int:
             params[key] = str(Path(params[key]).expanduser().resolve())
     if args.out_root is not None:
         args.out_root = args.out_root.expanduser().resolve()
-    from feedlab.nbparams import route_params
 
     try:
         route_params(params, notebooks)  # a key must be a parameter some selected notebook declares
@@ -415,7 +403,7 @@ def _main(argv: list[str] | None = None) -> int:
                 break
             continue
         except Exception as exc:  # papermill raises PapermillExecutionError with the cell
-            msg = f"{nb.name} failed in {_failed_cell(exc)}"
+            msg = f"{nb.name}: {exc}" if isinstance(exc, RecordWouldLose) else f"{nb.name} failed in {_failed_cell(exc)}"
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
             failures.append(msg)
             if getattr(exc, "feedlab_kept", None) is not None:  # this run's folder, never an older one

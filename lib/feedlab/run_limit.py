@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from feedlab.results import atomic_write
+
 
 class NotebookLimit(KeyboardInterrupt):
     """The notebook ran past ``--limit-s``. A KeyboardInterrupt, so that it leaves asyncio's
@@ -159,8 +161,6 @@ def all_cells_finished(rec: dict) -> bool:
 def mark_stopped_cell(executed: Path, rec: dict) -> None:
     """The kept notebook says which cell was cut (papermill's clean-up marks every cell
     completed on its way out): that cell's status becomes ``stopped at the limit``."""
-    from feedlab.results import atomic_write
-
     where = rec.get("stopped_in")
     nb = read_notebook(executed)
     if not where or nb is None or where["cell"] >= len(nb.get("cells", [])):

@@ -17,6 +17,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from feedlab import paths
 from feedlab.machines import key_has_gpu, machine_key
 from feedlab.paths import FIGURES_DIR, figure_dir, rel
 from feedlab.results import atomic_write
@@ -39,9 +40,8 @@ def tar_results(dest: Path, root: Path | None = None, key: str | None = None,
     Returns the result folders."""
     import tarfile
 
-    from feedlab.paths import FIGURES_DIR
 
-    root = Path(root or FIGURES_DIR)
+    root = Path(root or paths.FIGURES_DIR)
     key = key or machine_key()
     folders = sorted(p for p in root.glob(f"*/{key}") if p.is_dir())
     dest = Path(dest)
@@ -161,16 +161,49 @@ def check_destination(name: str, profile: str, params: dict, out_root: Path | No
     return final
 
 
+class RecordWouldLose(ValueError):
+    """A run would replace a committed record (``figures/``) with one lacking some of its files."""
+
+
+def _unavailable_parts(folder: Path) -> list[str]:
+    """The parts a run's ``results.json`` says did not run (``{"available": false, "reason": ...}``)."""
+    try:
+        payload = json.loads((folder / "results.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [f"{k}: {v['reason']}" for k, v in (payload.items() if isinstance(payload, dict) else [])
+            if isinstance(v, dict) and v.get("available") is False and v.get("reason")]
+
+
+def check_nothing_lost(tmp: Path, final: Path, name: str) -> None:
+    """A run whose record lacks files the committed record at ``final`` (inside ``figures/``) has (a
+    figure of a part that could not run here: Ray not installed) is not put in place: deleting them
+    would lose a committed reading, keeping them beside this run would show a stale one. Raises
+    :class:`RecordWouldLose`, one line naming the files, the parts that did not run and what to do."""
+    if not (final.is_dir() and final.resolve().is_relative_to(FIGURES_DIR.resolve())):
+        return
+    lost = sorted(written_by_run(name, final) - {p.name for p in tmp.iterdir()})
+    if lost:
+        why = "; ".join(_unavailable_parts(tmp)) or f"see runs/failed/{name}/{name}.executed.ipynb"
+        raise RecordWouldLose(
+            f"this run of {name} did not make {', '.join(lost)}, which the committed record {rel(final)} has "
+            f"(what did not run: {why}): that record was kept as it was, nothing deleted and nothing stale "
+            f"kept beside a new run; install what is missing and run it again, or remove those files "
+            f"(git rm) to accept a record without them")
+
+
 def install_record(tmp: Path, final: Path, name: str, whole: bool) -> None:
     """Put a finished run's folder ``tmp`` at ``final``. ``whole`` (a folder the runner names
     itself: its figure folder, ``--out-root``'s ``DIR/<name>/``) or a missing ``final``: in
     one rename. A folder the user named (``-p out_dir``) is kept: its old record files (all it
-    holds, checked again here) are replaced file by file."""
+    holds, checked again here) are replaced file by file. A committed record (``figures/``) is
+    never replaced by one that lacks some of its files (:func:`check_nothing_lost`)."""
     from feedlab.formats._io import release, replace_path
 
     why = record_problem(name, final)
     if why:  # changed while the notebook ran: this run is kept as a failed one
         raise ValueError(why)
+    check_nothing_lost(tmp, final, name)
     write_manifest(tmp)
     if whole or not final.exists():
         replace_path(tmp, final)
@@ -191,9 +224,8 @@ def run_lock(final: Path):
     import fcntl
     import hashlib
 
-    from feedlab.paths import SCRATCH_DIR
 
-    locks = SCRATCH_DIR / "locks"
+    locks = paths.SCRATCH_DIR / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(str(final.resolve()).encode()).hexdigest()[:16]
     path = locks / f"{final.name}-{key}.lock"
@@ -220,11 +252,10 @@ def run_lock(final: Path):
 def keep_failed(tmp: Path, name: str) -> Path | None:
     """Move a failed run's folder to ``runs/failed/<name>/`` (outside the committed results)."""
     from feedlab.formats._io import _remove, replace_path
-    from feedlab.paths import SCRATCH_DIR
 
     if not tmp.is_dir():
         return None
-    dest = SCRATCH_DIR / "failed" / name
+    dest = paths.SCRATCH_DIR / "failed" / name
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         replace_path(tmp, dest)

@@ -8,6 +8,7 @@
   :func:`timer_overhead_per_batch`, so every table can state it.
 * :func:`run_epoch` — one pass over a loader with an optional model step,
   timed by phase; returns :class:`EpochTiming`.
+* :func:`stage_times` — a loader's fetch and collate by the stage instrument (:mod:`feedlab.stage`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from feedlab import stage
 from feedlab.gpu_decode import is_encoded
 
 PHASES = ("data_wait", "h2d", "forward", "backward")
@@ -112,6 +114,18 @@ def close_iterator(loader, it, final: bool = False) -> None:
             return
         loader._iterator = None
     it._shutdown_workers()
+
+
+def stage_times(loader, max_batches: int | None = None) -> dict[str, list[tuple[float, float, int]]]:
+    """``loader``'s fetch and collate timed by the stage instrument (:mod:`feedlab.stage`) in this process
+    (rebuilt with ``num_workers=0``): ``{"fetch": [(wall, cpu, n), ...], "collate": [...]}``, one per call."""
+    rec = stage.Records()
+    ld = stage.rebuild(loader, stage.TimedFetch(loader.dataset, rec), stage.TimedCollate(loader.collate_fn, rec),
+                       num_workers=0)
+    for k, _ in enumerate(ld):
+        if max_batches is not None and k + 1 >= max_batches:
+            break
+    return rec.by_stage
 
 
 def time_callable(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, number: int = 1,

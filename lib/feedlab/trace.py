@@ -5,7 +5,8 @@ What lands on the timeline:
 * in every process that fetches (each DataLoader worker, or the main process
   with ``num_workers=0``): ``fetch`` (the dataset reading the batch's items),
   ``collate``, and an enclosing ``batch`` span, recorded by
-  :class:`TracedDataset` / :class:`TracedCollate` with ``time.perf_counter``;
+  :class:`TracedDataset` / :class:`TracedCollate`: the stage instrument of :mod:`feedlab.stage`
+  (the doctor's and :func:`feedlab.timing.stage_times`'s too) read by :class:`SpanSink`;
 * in the main process, from a :class:`feedlab.timing.PhaseTimer`: a ``step``
   span per batch holding ``data_wait``, ``h2d``, ``forward``, ``backward``
   (host clock; on CUDA the device durations from the timer's events go on an
@@ -38,6 +39,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
+
+from feedlab import stage
+from feedlab.timing import PHASES, PhaseTimer, run_epoch
 
 perf_counter = time.perf_counter
 
@@ -112,63 +116,45 @@ class TaggedBatchSampler:
             yield TaggedIndices(idx, (epoch, k))
 
 
-class TracedDataset:
-    """A map-style dataset that records a ``fetch`` span per batch.
+class SpanSink:
+    """The tracer's reading of the stage instrument (:mod:`feedlab.stage`): a ``fetch`` span per call
+    (a batch's carries its ``(epoch, batch)`` tag), a ``collate`` span, then the enclosing ``batch`` span
+    from the fetch's start to the end of collate."""
 
-    It always offers ``__getitems__`` (so the DataLoader hands it the whole
-    batch in one call): the inner dataset's own ``__getitems__`` when it has
-    one, otherwise one ``__getitem__`` per index, exactly what the DataLoader
-    would have done.
-    """
+    def __init__(self, recorder: _Recorder):
+        self.recorder = recorder
+
+    def __call__(self, name: str, t0: float, t1: float, cpu: float, n: int, indices=None) -> None:
+        rec = self.recorder
+        if name == "fetch":
+            tag = getattr(indices, "tag", None)
+            rec.record("fetch", t0, t1, tag, items=n)
+            if indices is not None:
+                rec.current = (tag, t0)
+            return
+        cur = rec.current
+        tag = cur[0] if cur else None
+        rec.record("collate", t0, t1, tag, items=n)
+        if cur is not None:
+            rec.record("batch", cur[1], t1, tag, items=n)
+            rec.current = None
+
+
+class TracedDataset(stage.TimedFetch):
+    """A map-style dataset that records a ``fetch`` span per batch (the stage instrument's
+    ``__getitems__``: the whole batch in one call)."""
 
     def __init__(self, dataset, recorder: _Recorder):
-        self.dataset = dataset
+        super().__init__(dataset, SpanSink(recorder))
         self.recorder = recorder
 
-    def __len__(self) -> int:
-        return len(self.dataset)
 
-    def __getitem__(self, i):
-        t0 = perf_counter()
-        item = self.dataset[i]
-        self.recorder.record("fetch", t0, perf_counter(), None, items=1)
-        return item
-
-    def __getitems__(self, indices):
-        tag = getattr(indices, "tag", None)
-        t0 = perf_counter()
-        inner = getattr(self.dataset, "__getitems__", None)
-        items = inner(list(indices)) if inner else [self.dataset[i] for i in indices]
-        t1 = perf_counter()
-        self.recorder.record("fetch", t0, t1, tag, items=len(items))
-        self.recorder.current = (tag, t0)
-        return items
-
-    def __getattr__(self, name):
-        if name in ("dataset", "recorder"):
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
-
-
-class TracedCollate:
-    """Wraps a collate function: a ``collate`` span, then the enclosing ``batch``
-    span (from the fetch's start to the end of collate)."""
+class TracedCollate(stage.TimedCollate):
+    """Wraps a collate function: a ``collate`` span, then the enclosing ``batch`` span."""
 
     def __init__(self, fn: Callable, recorder: _Recorder):
-        self.fn = fn
+        super().__init__(fn, SpanSink(recorder))
         self.recorder = recorder
-
-    def __call__(self, items):
-        t0 = perf_counter()
-        out = self.fn(items)
-        t1 = perf_counter()
-        cur = self.recorder.current
-        tag = cur[0] if cur else None
-        self.recorder.record("collate", t0, t1, tag, items=len(items))
-        if cur is not None:
-            self.recorder.record("batch", cur[1], t1, tag, items=len(items))
-            self.recorder.current = None
-        return out
 
 
 # ---------------------------------------------------------------- the tracer
@@ -212,8 +198,8 @@ class Tracer:
                           **loader_kw)
 
     def wrap(self, loader):
-        """The loader ``pipeline.make_loader`` built, traced: a DataLoader is rebuilt around the same
-        dataset, batch sampler (so the same order), collate, workers and settings, with the dataset's
+        """The loader ``pipeline.make_loader`` built, traced: a DataLoader is rebuilt (:func:`feedlab.stage.rebuild`,
+        every setting kept) around the same dataset, batch sampler (so the same order) and collate, with the dataset's
         fetch and the collate traced and every batch tagged; any other loader kind (one that fills
         batch slots itself) is returned as it is: its batches show as the main loop's waits
         (:meth:`add_timer`)."""
@@ -224,21 +210,13 @@ class Tracer:
         if loader.batch_sampler is None:  # an iterable dataset or batch_size=None: nothing to tag
             raise TypeError("trace: a DataLoader without a batch sampler (iterable dataset or batch_size=None) "
                             "cannot be traced per batch; trace a map-style dataset")
-        workers = int(loader.num_workers)
-        kw = dict(num_workers=workers, pin_memory=loader.pin_memory, timeout=loader.timeout,
-                  worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
-                  generator=loader.generator)
-        if workers:
-            kw.update(prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers)
-        return DataLoader(self.dataset(loader.dataset), batch_sampler=TaggedBatchSampler(loader.batch_sampler),
-                          collate_fn=self.collate(loader.collate_fn), **kw)
+        return stage.rebuild(loader, self.dataset(loader.dataset), self.collate(loader.collate_fn),
+                             batch_sampler=TaggedBatchSampler(loader.batch_sampler))
 
     # main-side spans
     def add_timer(self, timer, epoch: int = 0, finished=None) -> None:
         """Turn a finished (or finishable) PhaseTimer into ``step`` spans with
         their phases, batch ``k`` tagged ``(epoch, k)``."""
-        from feedlab.timing import PHASES
-
         durations = finished if finished is not None else (
             timer._finished if timer._finished is not None else timer.finish())
         n = timer.n
@@ -419,8 +397,6 @@ def trace_run(dataset, out: dict | None, path: str | os.PathLike, batch_size: in
     instead of a DataLoader built here, so the traced loader is the timed one.
     With ``out`` (a result dict), ``trace``, ``trace_batches`` and
     ``trace_events`` are added to it."""
-    from feedlab.timing import PhaseTimer, run_epoch
-
     with Tracer() as tr:
         tr.metadata.update({"batch_size": int(batch_size), "num_workers": int(workers),
                             "device": str(device)})

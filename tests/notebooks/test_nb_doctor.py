@@ -23,7 +23,9 @@ def test_10_doctor_smoke():
         # a step measured slower than the one before is never kept as a gain
         assert s["kept"] == (s["measured_gain"] >= 1.0)
     assert [r["num_workers"] for r in res["end_to_end"]] == [0, 1]
-    assert all("error" in r for r in res["end_to_end"]) and res["max_abs_error"] >= 0
+    assert all("error" in r for r in res["end_to_end"])
+    # an error figure, or none where every setting was measured beside another program's load (too busy to judge)
+    assert res["max_abs_error"] is None or res["max_abs_error"] >= 0
     for a in res["advice"]:
         assert a["expected_gain"] > 1
     cal = res["calibration"]   # the error of every worker count and step, and the start's repeat

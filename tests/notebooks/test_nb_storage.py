@@ -31,6 +31,13 @@ def test_nb_05_storage_formats():
     hand = payload["handover"]   # the worker -> main hand-over, DataLoader vs ring, and its targets
     assert hand["ring_handover_gb_s"] > 0 and hand["dataloader_handover_gb_s"] > 0
     assert isinstance(hand["ring_main_us_met"], bool) and hand["lmdb_vs_png"] > 0
+    assert hand["ring_delivered_gb_s"] > 0 and hand["dataloader_delivered_gb_s"] > 0   # wall time, both sides
+    assert "like for like" in hand["ring_vs_dataloader_words"]   # what the ring adds, judged or not and why
+    # every rate says how it was timed (smoke windows are below the steady floor, and say so)
+    from feedlab.pipeline import RATE_KINDS
+
+    assert set(read["rate_kind"]) <= set(RATE_KINDS) and (read["timed_batches"] >= 1).all()
+    assert payload["budget"]["budget_s"] == P["budget_s"]
     assert set(payload["bytes_on_disk"]) == set(fmts)
     assert (out / "batch_load_time.png").stat().st_size > 0
 

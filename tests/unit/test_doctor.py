@@ -158,7 +158,9 @@ def test_slow_decode_is_named():
     assert {"read", "decode", "transform", "collate", "handover", "receive", "h2d", "model"} <= \
         {r["stage"] for r in rep["stages"]}
     assert [r["num_workers"] for r in rep["end_to_end"]] == [0, 1]
-    assert all("error" in r for r in rep["end_to_end"]) and rep["calibration"]["max_abs_error"] is not None
+    assert all("error" in r for r in rep["end_to_end"])
+    cal = rep["calibration"]   # an error figure, unless another program's load made a count too busy to judge
+    assert cal["max_abs_error"] is not None or cal["too_busy"] == [0, 1]
 
 
 def test_slow_model_is_compute_bound():

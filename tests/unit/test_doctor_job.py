@@ -471,7 +471,8 @@ def test_step_changes_kept_only_when_measured_faster():
 
     kept = [((torch.zeros(4, 3, 8, 8), torch.zeros(4)), 4)]
     rows = stepside.try_step_changes(lambda b: None, kept, "cpu", 1, threads=1, cores=2,
-                                     only=("threads", "channels_last"), timer=fake_timer)
+                                     only=("threads", "channels_last"), timer=fake_timer,
+                                     busy=lambda: None)   # a quiet machine (a busy one: test_doctor_advice_holds)
     by = {r["change"]: r for r in rows}
     assert by["threads"]["result"] == "slower" and not by["threads"]["kept"]
     assert by["channels_last"]["result"] == "faster" and by["channels_last"]["kept"]
@@ -497,7 +498,7 @@ def test_cuda_step_changes_use_bf16_autocast_with_a_fake_device(monkeypatch):
             return False
 
     monkeypatch.setattr(torch, "autocast", FakeAutocast)
-    monkeypatch.setattr("feedlab.doctor.user._to_device", lambda b, d: b)     # no GPU to copy to
+    monkeypatch.setattr("feedlab.doctor.stepside._to_device", lambda b, d: b)     # no GPU to copy to
 
     def timer(step, batches, device, repeats, ctx):
         with ctx():
@@ -505,7 +506,7 @@ def test_cuda_step_changes_use_bf16_autocast_with_a_fake_device(monkeypatch):
         return 1.0 if not seen else 0.5
 
     rows = stepside.try_step_changes(lambda b: None, [(batch, 2)], "cuda:0", 1, threads=1, cores=1,
-                                     only=("autocast_bf16",), timer=timer)
+                                     only=("autocast_bf16",), timer=timer, busy=lambda: None)
     assert seen == [("cuda", torch.bfloat16)]
     assert rows[0]["kept"] and "torch.autocast(\"cuda\", dtype=torch.bfloat16)" in rows[0]["code"]
 

@@ -8,9 +8,10 @@ from feedlab.report import targets
 
 
 def _report(speed_w2):
-    return {"end_to_end": [
+    # capacity_now: the CPU-s/s that num_workers + 1 busy processes got (3 on 2 cores: 2 × the speed each got)
+    return {"cores": 2, "end_to_end": [
         {"num_workers": 0, "samples_per_s": 1000.0, "predicted_samples_per_s": 1100.0, "capacity_now": 0.99},
-        {"num_workers": 2, "samples_per_s": 4307.0, "predicted_samples_per_s": 27289.0, "capacity_now": speed_w2}]}
+        {"num_workers": 2, "samples_per_s": 4307.0, "predicted_samples_per_s": 27289.0, "capacity_now": 2 * speed_w2}]}
 
 
 def test_a_busy_measurement_is_listed_not_counted_as_an_error():

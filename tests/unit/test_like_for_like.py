@@ -88,3 +88,19 @@ def test_a_run_whose_sides_match_is_judged():
     line = "sr: feedlab best 10 vs 5: ratio 0.95 (from the IQRs 0.90–1.10); target >= 1.0: met (>= 1.0)."
     assert targets.peer_line(line, targets.PEER, Run(payload, fingerprint={})).endswith(
         "ratio 0.95 (from the IQRs 0.90–1.10); misses the ≥ 1 target.")
+
+
+def test_a_rate_timed_to_its_precision_needs_no_fifty_batches_but_still_a_second():
+    """One window rule for the workbook: >= 1 s of wall time, and 50 timed batches or a rate known to
+    +-5% (SteadyStop's relative half-width) — a precise 12-batch window counts, an imprecise one does not."""
+    from feedlab.like_for_like import Side, differences
+
+    base = dict(order="global", pixel_error=0.0, batch_size=64, workers=2, cache="warm")
+    precise = Side("a", timed_batches=12, window_s=1.4, half_width=0.03, **base)
+    loose = Side("b", timed_batches=12, window_s=1.4, half_width=0.09, **base)
+    long_ = Side("c", timed_batches=60, window_s=1.2, **base)
+    short_precise = Side("d", timed_batches=12, window_s=0.3, half_width=0.01, **base)
+    assert differences(precise, long_) == []
+    diff = differences(loose, long_)
+    assert len(diff) == 1 and "12 batches < 50 (±9% > ±5%)" in diff[0]
+    assert any("< 1 s" in d for d in differences(short_precise, long_))

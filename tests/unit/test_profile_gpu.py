@@ -17,45 +17,37 @@ def test_the_committed_gpu_profile_bounds_the_slow_notebooks():
     assert profile_values("11_worker_hygiene", "gpu")["num_workers"] == 8
     assert profile_values("03_pinned_memory_by_input_size", "gpu")["transfer_sizes"][-1] == "512MB"
     # a section without a gpu block is quick's
-    assert profile_values("02_lmdb_vs_png", "gpu") == profile_values("02_lmdb_vs_png", "quick")
+    assert profile_values("07_totensor_vs_fast_collate", "gpu") == profile_values("07_totensor_vs_fast_collate", "quick")
     # cut where the 2026-11-25 run was stopped (docs/GPU_RUN.md)
     assert profile_values("01_worker_scaling", "gpu")["max_workers"] == "cores"
     assert len(profile_values("09_batch_size_breakdown", "gpu")["batch_sizes"]) == 3
     assert profile_values("04_print_overhead", "gpu")["repeats"] < profile_values("04_print_overhead", "quick")["repeats"]
 
 
-def _gpu_call_plan() -> dict[str, list[tuple[str, int]]]:
-    import re
-    from pathlib import Path
+def test_the_gpu_calls_run_every_notebook_once_in_order_of_value_and_each_fits_its_command(monkeypatch):
+    """The plan packs every notebook once, the cure first, each call within its 540 s (set-up included:
+    a notebook planned alone may be over it only where it cannot fit any call)."""
+    from feedlab import run_plan
 
-    text = (Path(__file__).resolve().parents[2] / ".ci" / "gpu-call").read_text()
-    block = text[text.index("declare -A PLAN=("):text.index(")\nORDER=")]
-    return {g: [(nb, int(lim)) for nb, lim in re.findall(r"(\d\d):(\d+)", items)]
-            for g, items in re.findall(r'\[(\w+)\]="([^"]*)"', block)}
-
-
-def test_the_gpu_calls_run_every_notebook_once_and_each_fits_its_command():
-    """.ci/gpu-call's groups: every notebook in one call, and each call's limits within the command's
-    540 s less a minute and a half for the wheels and the data (2026-11-25: about 60 s)."""
-    from feedlab.run import list_notebooks
-
-    plan = _gpu_call_plan()
-    named = [nb for items in plan.values() for nb, _ in items]
-    assert sorted(named) == sorted(p.stem[:2] for p in list_notebooks())
-    for group, items in plan.items():
-        assert sum(lim for _, lim in items) <= 540 - 90, group
+    monkeypatch.setenv("FEEDLAB_CORES", "16")
+    rows = run_plan.plan(run_plan.list_notebooks(), "gpu", {})
+    calls = run_plan.gpu_calls(rows, "h100-16c")
+    named = [nb["name"] for c in calls for nb in c["notebooks"]]
+    assert sorted(named) == sorted(p.stem for p in run_plan.list_notebooks())
+    assert named[0].startswith("15_")
+    for call in calls:
+        assert call["seconds"] <= run_plan.CALL_S or len(call["notebooks"]) == 1
+        assert all(nb["limit"] >= nb["seconds"] for nb in call["notebooks"])
 
 
 def test_the_gpu_runbook_is_written_for_a_person_renting_a_machine():
     """docs/GPU_RUN.md: no path of a developer's checkout, no word of the project's own lending tool,
-    and every call of the plan in its table with the limits the script uses."""
-    import re
+    and the plan as the script computes it (no typed table of limits to drift from it)."""
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "GPU_RUN.md").read_text()
     for word in ("/work/", "device time", "device-minutes", "loan", "lease", "budget_left", "files_at", "`run` tool"):
         assert word not in text.lower(), word
-    for group, items in _gpu_call_plan().items():
-        row = next(line for line in text.splitlines() if line.startswith(f"| `{group}` |"))
-        assert [(nb, lim) for nb, lim in re.findall(r"\b(\d\d) [^(|]*\((\d+)\)", row)] == \
-            [(nb, str(lim)) for nb, lim in items], group
+    assert "bash .ci/gpu-call --list" in text and "--dry-run --cores 16 --profile gpu" in text
+    gpu_call = (Path(__file__).resolve().parents[2] / ".ci" / "gpu-call").read_text()
+    assert "declare -A PLAN" not in gpu_call and "feedlab.run_plan --call" in gpu_call

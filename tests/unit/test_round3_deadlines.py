@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from inproc import run_cli
 
 import data_prep
 from feedlab import formats as F
@@ -372,8 +373,7 @@ def test_the_pt_line_reaches_the_command_line(tiny, tmp_path):
     root = _copy(tiny, tmp_path)
     torch.save({"lr": torch.zeros(16, 16, 3, dtype=torch.uint8), "hr": torch.zeros(32, 32, 3, dtype=torch.uint8),
                 "extra": fractions.Fraction(1, 3)}, root / "pt" / "000004.pt")
-    rc, _out, err = _run([sys.executable, "-m", "feedlab.bench", "--data", str(root), "--format", "pt",
-                          "--num-workers", "0", "--epochs", "1", "--warmup", "0", "--batch-size", "4",
-                          "--model", "none"])
-    line = _one_line_error(rc, err)
+    r = run_cli("feedlab.bench", "--data", str(root), "--format", "pt", "--num-workers", "0", "--epochs", "1",
+                "--warmup", "0", "--batch-size", "4", "--model", "none")   # a refusal: in this process (inproc.py)
+    line = _one_line_error(r.returncode, r.stderr)
     assert "sample 4" in line and "refuses pickle" in line and "weights_only" not in line, line

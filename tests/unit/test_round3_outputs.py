@@ -78,6 +78,8 @@ def runner(tmp_path, monkeypatch):
         out = Path(parameters["out_dir"])
         ran.append(out)
         (out / "results.json").write_text('{"reading": "new"}')
+        (out / "fingerprint.json").write_text("{}")   # every run writes its record's files (a committed record
+        (out / "fig.png").write_bytes(b"png")         # is never replaced by one that lacks some: test_fresh_clone)
         (out / f"fig{len(ran)}.png").write_bytes(b"png")
         Path(executed).write_text('{"cells": "all"}')
 
@@ -384,7 +386,7 @@ def test_gpu_call_on_a_machine_without_a_gpu_stops_in_one_line_before_anything_r
         pytest.skip("this machine has a GPU")
     # this environment's python3 (torch without CUDA); a setup that leaves a mark and stops the call
     root, env = _gpu_call_copy(tmp_path, f"touch {tmp_path / 'setup-ran'}\nexit 1\n", None)
-    r = subprocess.run(["bash", str(root / ".ci" / "gpu-call"), "L1"], capture_output=True, text=True, env=env,
+    r = subprocess.run(["bash", str(root / ".ci" / "gpu-call"), "1"], capture_output=True, text=True, env=env,
                        timeout=120)
     lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "no CUDA GPU" in lines[0], r.stdout + r.stderr
@@ -395,7 +397,7 @@ def test_a_sigterm_to_gpu_call_stops_its_steps_and_what_they_started(tmp_path):
     pidfile = tmp_path / "step.pid"
     # "a GPU" (python3 says yes to anything), and a setup step that runs long
     root, env = _gpu_call_copy(tmp_path, f"echo $$ > {pidfile}\nexec sleep 300\n", "exit 0\n")
-    p = subprocess.Popen(["bash", str(root / ".ci" / "gpu-call"), "L1"], env=env, stdout=subprocess.PIPE,
+    p = subprocess.Popen(["bash", str(root / ".ci" / "gpu-call"), "1"], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     family = []
     try:

@@ -35,4 +35,46 @@ def test_the_plan_prints_each_recorded_cost_and_the_total(tmp_path, monkeypatch,
     run_plan.print_plan([("01_a", {"batch_size": 8}), ("02_b", {"batch_size": 8})], "gpu", 16, tmp_path)
     out = capsys.readouterr().out
     assert "170 (the gpu run on h100-16c, 2026-11-26)" in out and "no record of a gpu run on 16 cores" in out
-    assert out.strip().splitlines()[-1] == "total: 170 s of notebooks from records (1 of 2); no record for 1: 02_b"
+    assert "\ntotal: 170 s of notebooks from records (1 of 2); no record for 1: 02_b\n" in out
+    assert "call 1: about 335 s" in out and "planned without a record or a budget (1): 02_b" in out
+
+
+def test_gpu_calls_pack_in_order_of_value_with_budgets_and_records(tmp_path, monkeypatch):
+    """Each notebook is planned at its record, at its budget + start-up where that is less, else at
+    FIRST_RUN_S (said); calls close before one would pass CALL_S; limits carry the margin."""
+    _record(tmp_path, "15_cure", "h100-16c", "gpu", 80.0)
+    _record(tmp_path, "01_w", "h100-16c", "gpu", 300.0)       # before its budget
+    _record(tmp_path, "09_b", "h100-16c", "gpu", 200.0)
+    monkeypatch.setattr(run_plan, "profile_values", lambda name, profile: {})
+    rows = [("09_b", {}), ("01_w", {"budget_s": 100}), ("15_cure", {}), ("99_new", {})]
+    calls = run_plan.gpu_calls(rows, "h100-16c", "gpu", tmp_path)
+    flat = [nb for c in calls for nb in c["notebooks"]]
+    assert [nb["name"] for nb in flat] == ["15_cure", "01_w", "09_b", "99_new"]   # value order, unknown last
+    by = {nb["name"]: nb for nb in flat}
+    assert by["01_w"]["seconds"] == 100 + run_plan.START_S and "300 s recorded before it" in by["01_w"]["how"]
+    assert by["15_cure"]["limit"] == 80 * run_plan.MARGIN + run_plan.START_S
+    assert by["99_new"]["seconds"] == run_plan.FIRST_RUN_S and not by["99_new"]["known"]
+    # 45 + 80 + 120 + 200 = 445; + 120 would pass 540: a second call
+    assert [len(c["notebooks"]) for c in calls] == [3, 1] and calls[0]["seconds"] == 445.0
+    assert all(c["seconds"] <= run_plan.CALL_S for c in calls)
+
+
+def test_a_base_profile_record_plans_only_a_notebook_the_profile_leaves_as_it_was(tmp_path, monkeypatch):
+    _record(tmp_path, "02_same", "h100-16c", "quick", 57.0)
+    _record(tmp_path, "10_diff", "h100-16c", "quick", 67.0)
+    monkeypatch.setattr(run_plan, "profile_values",
+                        lambda name, profile: {"model": "srcnn" if (name, profile) == ("10_diff", "gpu") else "none"})
+    same = run_plan.predicted_seconds("02_same", {}, "h100-16c", "gpu", tmp_path)
+    diff = run_plan.predicted_seconds("10_diff", {}, "h100-16c", "gpu", tmp_path)
+    assert same[0] == 57.0 and "quick profile" in same[1]
+    assert diff == (run_plan.FIRST_RUN_S, "no record and no budget: a first run's limit", False)
+
+
+def test_call_items_are_what_gpu_call_reads(monkeypatch, capsys):
+    monkeypatch.setattr(run_plan, "list_notebooks", lambda: [])
+    monkeypatch.setattr(run_plan, "planned_machine_key", lambda cores=None: "h100-16c")
+    monkeypatch.setattr(run_plan, "plan", lambda nbs, profile, params: [("15_cure", {}), ("03_pin", {})])
+    monkeypatch.setattr(run_plan, "predicted_seconds", lambda *a, **k: (50.0, "recorded on h100-16c, x", True))
+    assert run_plan.call_items(1) == "15:85 03:85"
+    assert run_plan.main(["--call", "2"]) == 2
+    assert "the plan has calls 1 to 1" in capsys.readouterr().err

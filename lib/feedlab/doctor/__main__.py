@@ -26,17 +26,26 @@ import os
 import sys
 from pathlib import Path
 
+from feedlab import formats
 from feedlab import pipeline as P
+from feedlab.errors import cli_errors, deadline, strict_json
+from feedlab.formats import FORMATS
+from feedlab.paths import default_sr_root
+from feedlab.trace import trace_run
 
-from .guard import DEFAULT_DEADLINE_S
+from .diagnosis import diagnose
+from .guard import DEFAULT_DEADLINE_S, user_call
+from .measure import Budget, Doctor
+from .ranks import advise_ranks, render_ranks
 from .report import json_default, render
+from .script import PROG, render_script, run_script
+from .share import report_problem, write_report
+from .user import diagnose_loader, render_user
 from .whatif import add_arguments as add_whatif_arguments
 from .whatif import problem as whatif_problem
 
 
 def _parser() -> argparse.ArgumentParser:
-    from feedlab.formats import FORMATS
-
     ap = argparse.ArgumentParser(prog="python -m feedlab.doctor", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=None, help="a data set built by data_prep, an ImageFolder, or "
@@ -129,31 +138,24 @@ def _log(args):
     return (lambda m: None) if args.json else (lambda m: print(f"  … {m}", file=sys.stderr, flush=True))
 
 
-def _emit(args, rep: dict, text: str) -> None:
-    from feedlab.errors import strict_json
-
+def _emit(args, rep: dict, text: str, head: str = "") -> None:
+    """The answer on the console (or its JSON); with ``--report``, the file with ``head`` (the script
+    phase, already printed before the diagnosis ran) above the answer."""
     print(strict_json(rep, default=json_default) if args.json else text)
     if args.report is not None:
-        from .share import write_report
-
-        files = write_report(args.report, text, rep,
+        files = write_report(args.report, f"{head}\n\n{text}" if head else text, rep,
                              say=lambda m: print(m, file=sys.stderr, flush=True))
         print(f"report: {', '.join(str(f) for f in files)}", file=sys.stderr)
 
 
 def _trace_user(args, loader, rep: dict) -> None:
-    from feedlab.trace import trace_run
-
     trace_run(loader.dataset, rep, args.trace, batch_size=rep["batch_size"], workers=rep["num_workers"],
               collate=loader.collate_fn, max_batches=20, device=rep["device"])
     rep.setdefault("notes", []).append(f"trace: {rep['trace']} (your dataset and collate_fn, 20 batches, "
                                        "without your step; open it in https://ui.perfetto.dev)")
 
 
-def _user_loader(args, loader=None, step_cost_s=None, head: str = "") -> int:
-    from .guard import user_call
-    from .user import diagnose_loader, render_user
-
+def _user_loader(args, loader=None, step_cost_s=None, head: str = "", script: dict | None = None) -> int:
     if loader is None:
         factory = _load_callable(args.loader, "--loader")
         loader = user_call(f"--loader {args.loader} (your make_loader())", factory, limit_s=args.deadline,
@@ -165,18 +167,21 @@ def _user_loader(args, loader=None, step_cost_s=None, head: str = "") -> int:
                           step_trials=() if args.no_step_trials else None, ranks=args.ranks,
                           step_name=f"--step {args.step}" if args.step else "your step(batch)",
                           step_cost_s=step_cost_s)
+    if script is not None:   # --script --diagnose: the script phase travels with the report (and its JSON)
+        rep["script"] = script
+        W = script["loader"]["num_workers"]
+        rep["step_priced"] = (f"as it ran in your script, beside its {W} loader worker(s) prefetching (alone it may "
+                              "run faster)" if W else "as it ran in your script, with nothing loading beside it "
+                              "(num_workers=0)")
     if args.trace is not None:
         _trace_user(args, loader, rep)
-    text = render_user(rep)
-    _emit(args, rep, f"{head}\n\n{text}" if head else text)
+    _emit(args, rep, render_user(rep), head)
     return 0
 
 
 def _script_ended(args, summary: dict | None, why: str) -> int:
     """The doctor ended a script it could not stop (its watchdog): what was measured, or
     the one line that says why nothing was; the exit status."""
-    from .script import PROG, render_script
-
     if summary is None:
         print(f"{PROG}: error: {why}", file=sys.stderr, flush=True)
         return 2
@@ -189,8 +194,6 @@ def _script_ended(args, summary: dict | None, why: str) -> int:
 
 
 def _script(args, script_args: list[str]) -> int:
-    from .script import render_script, run_script
-
     if args.loader or args.step:
         raise SystemExit("python -m feedlab.doctor: error: --script runs your script as it is; "
                          "give either --script or --loader/--step")
@@ -204,22 +207,15 @@ def _script(args, script_args: list[str]) -> int:
     print(head if not args.json else "", file=sys.stderr if args.json else sys.stdout, flush=True)
     cost = (summary["step_s_per_sample"], summary["step_cpu_s_per_sample"]) if summary.get("step_s_per_sample") \
         else None
-    return _user_loader(args, loader=loader, step_cost_s=cost)
+    return _user_loader(args, loader=loader, step_cost_s=cost, head=head, script=summary)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from feedlab.errors import cli_errors
-
     with cli_errors("python -m feedlab.doctor"):
         return _main(argv)
 
 
 def _main(argv: list[str] | None = None) -> int:
-    from feedlab import formats
-    from feedlab.errors import deadline
-
-    from .diagnosis import diagnose
-    from .measure import Budget, Doctor
 
     ap = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -236,8 +232,6 @@ def _main(argv: list[str] | None = None) -> int:
     if whatif_problem(args):
         ap.error(whatif_problem(args))
     if args.report is not None:
-        from .share import report_problem
-
         problem = report_problem(args.report)     # before anything runs: never a whole diagnosis lost
         if problem:
             ap.error(problem)
@@ -258,8 +252,6 @@ def _main(argv: list[str] | None = None) -> int:
         refuse_options(ap, args, "--loader")
         return _user_loader(args)
     if args.data is None:
-        from feedlab.paths import default_sr_root
-
         args.data = default_sr_root("quick")
     if not Path(args.data).is_dir():
         ap.error(f"--data {args.data}: no such folder (give a folder of images, or build a set with "
@@ -287,20 +279,14 @@ def _main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"doctor: {args.data} as {fmt}: {exc}") from None
         report = diagnose(doc, spec)
         if args.ranks is not None:
-            from .ranks import advise_ranks
-
             report["ranks_advice"] = advise_ranks(doc.table, spec, args.ranks)
         if args.trace is not None:
-            from feedlab.trace import trace_run
-
             log("tracing 20 batches")
             trace_run(doc.split(spec.format, spec.decode_backend), report, args.trace, batch_size=spec.batch_size,
                       workers=spec.num_workers, collate=P.make_collate(spec.collate), max_batches=20, model=doc.model,
                       device=doc.device, optimizer=doc.optimizer, pin_memory=spec.pin_memory and doc.cuda)
     text = render(report)
     if "ranks_advice" in report:
-        from .ranks import render_ranks
-
         text += "\n" + "\n".join(render_ranks(report["ranks_advice"]))
     if args.what_if:
         text += "\n" + _whatif(args, report, spec)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from .report import fit, fmt_rate, stage_value
+from .words import fit, fmt_rate, stage_value
 
 RESIZE_AHEAD = ("resize once ahead: store the images at the size you train at (notebook 06 measures what decoding "
                 "pre-resized images saves against decoding and resizing every epoch, on your machine)")
@@ -86,9 +86,9 @@ def top_changes(rep: dict, n: int = 3) -> list[dict]:
     best: dict[str, dict] = {}
     h = headspace(rep)
     loader_advice = rep.get("advice") or []
-    if h is not None and h["words"] == "not input-bound":
-        loader_advice = []   # the step bounds the loop: no loader change is a gain here (headspace_line says so)
-    err = (rep.get("calibration") or {}).get("max_abs_error")
+    if (h is not None and h["words"] == "not input-bound") or headroom_line(rep):
+        loader_advice = []   # the step bounds the loop: no loader change is a gain here (the lines above say so)
+    err = own_error(rep)
     for a in loader_advice:
         if within_error(a, err):
             continue   # predicted only, and no larger than the prediction's own error: answer_lines names it
@@ -97,12 +97,33 @@ def top_changes(rep: dict, n: int = 3) -> list[dict]:
             best[a["setting"]] = {"what": f"{a['setting']} = {a['value']}", "gain": _gain(a, h and h["most"]),
                                   "gain_value": g, "code": code_line(a["setting"], a["value"], rep)}
     for s in rep.get("step_changes") or []:
-        if s.get("kept"):
+        if s.get("kept") and not s.get("too_busy"):
             what = f"threads = {s['threads']}" if s["change"] == "threads" else s["change"].replace("_", " ")
             best["step:" + s["change"]] = {"what": f"step: {what}",
                                            "gain": f"×{s['gain']:.2f} measured on your step",
                                            "gain_value": s["gain"], "code": s["code"]}
     return sorted(best.values(), key=lambda c: -c["gain_value"])[:n]
+
+
+def own_error(rep: dict) -> float | None:
+    """This run's largest prediction error: the calibration's, else the largest over the worker counts
+    measured end to end (a report on your own DataLoader measures the one it was built with)."""
+    err = (rep.get("calibration") or {}).get("max_abs_error")
+    if err is not None:
+        return err
+    errs = [abs(r["error"]) for r in rep.get("end_to_end") or [] if r.get("error") is not None
+            and math.isfinite(r["error"])]
+    return max(errs) if errs else None
+
+
+def priced_line(rep: dict) -> str | None:
+    """How the step was priced: alone (on batches in memory, nothing loading beside it) or as it ran
+    beside the loader's workers (``rep["step_priced"]``, set by ``--script``)."""
+    step = next((r for r in rep.get("stages") or [] if r.get("stage") == "model" and r.get("s_per_sample")), None)
+    if step is None:
+        return None
+    how = rep.get("step_priced") or "alone, on batches already in memory (nothing loading beside it)"
+    return f"the step was priced {how}"
 
 
 def within_error(a: dict, err: float | None) -> bool:
@@ -143,7 +164,7 @@ def answer_lines(rep: dict) -> list[str]:
     lines = [f"VERDICT: {rep.get('verdict') or 'not measured'} — bounded by {rep.get('bound_stage') or '—'} "
              f"({rep.get('binding_term') or '—'}); predicted {fmt_rate(pred)} samples/s, "
              f"measured {fmt_rate(meas) if meas else 'not measured'}"]
-    for line in (headspace_line(rep), headroom_line(rep)):
+    for line in (headspace_line(rep), headroom_line(rep), priced_line(rep)):
         if line:
             lines.append(line)
     changes = top_changes(rep)
@@ -154,8 +175,8 @@ def answer_lines(rep: dict) -> list[str]:
             lines.append(f"       {c['code']}")
     else:
         lines.append("what to change: no single change is predicted (or measured) to gain 5% or more")
-    err = (rep.get("calibration") or {}).get("max_abs_error")
-    held = [a for a in rep.get("advice") or [] if within_error(a, err)]
+    err = own_error(rep)
+    held = [a for a in rep.get("advice") or [] if within_error(a, err)] if not headroom_line(rep) else []
     if held:
         lines.append(f"not advised, predicted within this run's own prediction error (±{100 * err:.0f}%): "
                      + ", ".join(f"{a['setting']} = {a['value']} (×{a['expected_gain']:.2f})" for a in held))
@@ -163,8 +184,10 @@ def answer_lines(rep: dict) -> list[str]:
     if r:
         lines.append(r)
     for s in rep.get("step_changes") or []:
-        if s.get("measured") and s["result"] != "faster":
-            what = f"threads = {s['threads']}" if s["change"] == "threads" else s["change"].replace("_", " ")
+        what = f"threads = {s['threads']}" if s.get("threads") else s["change"].replace("_", " ")
+        if s.get("too_busy"):
+            lines.append(f"  tried on your step, not advised: {what} (×{s['gain']:.2f}): {s['too_busy']}")
+        elif s.get("measured") and s["result"] != "faster":
             lines.append(f"  tried on your step, not advised: {what} measured {s['result']} "
                          f"(×{s['gain']:.2f})")
         elif not s.get("measured"):

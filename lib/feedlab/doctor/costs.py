@@ -3,7 +3,8 @@
 A :class:`Stage` is one measured cost (wall and process-CPU seconds per sample, one
 value per repeat). A :class:`CostTable` holds them under keys such as
 ``("decode", fmt, decode)`` and describes the machine they were measured on
-(:class:`Machine`). It is plain data: ``feedlab.doctor.predict`` reads it without
+(:class:`Machine`); each key is a :class:`feedlab.stage.CostKey` (a tuple, its values named by
+its stage: ``key.format``, ``key.batch_size``). It is plain data: ``feedlab.doctor.predict`` reads it without
 running anything, and a test can write one by hand.
 
 Keys (``*`` per sample; ``B`` the batch size; ``T`` torch intra-op threads):
@@ -30,9 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-WORKER_STAGES = ("read", "decode", "transform", "collate", "handover")
-MAIN_STAGES = ("receive", "h2d", "model")
-BOUND_STAGES = ("read", "decode", "transform", "collate", "handover", "receive", "h2d", "model")
+from feedlab.stage import BOUND_STAGES, MAIN_STAGES, WORKER_STAGES, CostKey  # noqa: F401  (re-exported)
+
 VERDICTS = ("data-bound", "compute-bound")
 
 
@@ -119,14 +119,19 @@ class Machine:
 @dataclass
 class CostTable:
     machine: Machine
-    stages: dict[tuple, Stage] = field(default_factory=dict)
+    stages: dict[tuple, Stage] = field(default_factory=dict)   # CostKey → Stage
+
+    def __post_init__(self) -> None:   # keys typed in place (the dict may be shared), order kept
+        items = list(self.stages.items())
+        self.stages.clear()
+        self.stages.update((CostKey.of(k), v) for k, v in items)
 
     def get(self, key: tuple) -> Stage | None:
         s = self.stages.get(key)
         return s if s is not None and s.measurable else None
 
     def __setitem__(self, key: tuple, st: Stage) -> None:
-        self.stages[key] = st
+        self.stages[CostKey.of(key)] = st
 
     def __contains__(self, key: tuple) -> bool:
         return key in self.stages

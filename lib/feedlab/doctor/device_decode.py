@@ -9,6 +9,7 @@ that decode into the main process beside the host-to-device copy, where the loop
 
 from __future__ import annotations
 
+from feedlab import formats
 from feedlab.gpu_decode import EncodedBatch, EncodedView
 
 from .costs import Stage
@@ -20,8 +21,6 @@ def measure_device_decode(doc, fmt: str, batch: int, device: str | None = None, 
     """Fill the ``(stage, fmt, "cuda")`` rows of ``doc.table``; False (and a note) when the format
     holds no JPEG or the split cannot give its encoded bytes. ``device`` overrides the doctor's
     (tests run the control flow on the CPU decoder)."""
-    from feedlab import formats
-
     fs = formats.FORMATS.get(fmt)
     if fs is None or fs.image_codec != "jpeg":
         return False

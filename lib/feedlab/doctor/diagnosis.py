@@ -7,9 +7,11 @@ import shutil
 
 import numpy as np
 
+from feedlab.monitor import BUSY_SPEED, process_speed
+
 from . import predict as PR
 from .measure import Doctor
-from .user import headroom
+from .user import diagnose_loader, headroom
 
 
 def shm_report(batch_bytes: int, workers: int, prefetch_factor: int = 2, path: str = "/dev/shm") -> dict:
@@ -89,8 +91,6 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
     ``diagnose(loader, step=train_step)`` with your own ``DataLoader`` instead of a
     :class:`Doctor` diagnoses that loader (:func:`feedlab.doctor.user.diagnose_loader`)."""
     if not isinstance(doc, Doctor):
-        from .user import diagnose_loader
-
         return diagnose_loader(doc, step=step, **loader_kw)
     spec = spec.replace(device=doc.device)
     if e2e:
@@ -115,6 +115,8 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
             row.update({"samples_per_s": r["steady"], "samples_per_s_q25": float(q25),
                         "samples_per_s_q75": float(q75), "epoch_samples_per_s": r["epoch"],
                         "repeats": len(r["steady_runs"])})
+            if any(x is not None for x in r.get("pass_speed") or []):   # what others left its passes
+                row["pass_speed"] = float(np.median([x for x in r["pass_speed"] if x is not None]))
             if p and _rate(r["steady"]):
                 row["error"] = p["predicted_samples_per_s"] / r["steady"] - 1.0
             if p and _rate(r["epoch"]):
@@ -123,7 +125,11 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
     if any(not _rate(doc.e2e[s]["steady"]) for s in doc.e2e if s.num_workers <= doc.max_workers):
         doc.notes.append(f"too few samples to measure a steady rate end to end (batch {spec.batch_size}, "
                          f"{doc.budget.e2e_batches} timed batches asked for): give more images or a smaller --batch-size")
-    errors = [abs(r["error"]) for r in rows if "error" in r]
+    for r in rows:   # measured while another program took the CPU: too busy to judge, not an error figure
+        r["speed"] = process_speed(r["capacity_now"], r["num_workers"] + 1, doc.table.machine.cores,
+                                   r.get("pass_speed"))
+        r["too_busy"] = "error" in r and r["speed"] is not None and r["speed"] < BUSY_SPEED
+    errors = [abs(r["error"]) for r in rows if "error" in r and not r["too_busy"]]
     measured = {k: v for k, v in measured_rates(doc).items() if _rate(v)}
     advice = _one_rate_per_setting(PR.advise(doc.table, spec, doc.max_workers, measured=measured), rows, spec)
     row_now = next((r for r in rows if r["num_workers"] == spec.num_workers), None)
@@ -137,7 +143,8 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
         "capacity": {str(k): v for k, v in m.capacity.items()}, "speed_one": m.speed(1), "model": doc.model_name,
         "batch_size": spec.batch_size, "config": spec.as_dict(), "stages": _stage_rows(doc, spec),
         "end_to_end": rows, "calibration": {"max_abs_error": max(errors) if errors else None,
-                                            "within_20pct": all(e <= 0.2 for e in errors) if errors else None},
+                                            "within_20pct": all(e <= 0.2 for e in errors) if errors else None,
+                                            "too_busy": [r["num_workers"] for r in rows if r["too_busy"]]},
         "predicted_samples_per_s": pred["predicted_samples_per_s"] if pred else None,
         "measured_samples_per_s": measured.get(spec),
         "verdict": pred["verdict"] if pred else None, "bound_stage": pred["bound_stage"] if pred else None,

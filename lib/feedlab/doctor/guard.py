@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from feedlab.errors import Deadline, DeadlineError, one_line
+from feedlab.errors import deadline as _deadline
 
 DEFAULT_DEADLINE_S = 120.0
 
@@ -42,8 +43,6 @@ def deadline(seconds: float | None, what: str, hint: str = "") -> Iterator[Deadl
     """Raise :class:`Hung` naming ``what`` when the block runs past ``seconds`` (None or
     <= 0: no deadline; ``reset()`` on what it yields re-arms it): :func:`feedlab.errors.deadline`,
     its error as one of the user's."""
-    from feedlab.errors import deadline as _deadline
-
     d = None
     try:
         with _deadline(seconds, what, hint) as d:

@@ -1,7 +1,8 @@
 """Measuring the stage-cost table (and the DataLoader end to end) for a data set.
 
-Each stage is timed alone, from memory prepared outside the clock, with ``warmup``
-untimed rounds and ``repeats`` timed ones (wall and process-CPU seconds per sample).
+Each stage is timed from memory prepared outside the clock, with ``warmup`` untimed
+rounds and ``repeats`` timed ones (wall and process-CPU seconds per sample); read,
+decode and transform one sample after another, as the loop runs them.
 What a worker does is timed inside a real DataLoader worker (one intra-op thread, the
 batch allocated in shared memory, the hand-over of each batch to the main process);
 what the main process does is timed at the threads ``run_epoch`` gives it beside
@@ -21,6 +22,7 @@ import numpy as np
 from feedlab import pipeline as P
 from feedlab.errors import progress
 from feedlab.formats import raw_nbytes
+from feedlab.monitor import LoadWindow, speed_left
 from feedlab.pipeline.kinds import UINT8_COLLATES
 
 from .costs import CostTable, Machine, Stage
@@ -33,6 +35,7 @@ from .probes import (
     probe_ring,
     probe_worker,
     startup_s,
+    stream_stages,
     timed,
 )
 from .split import StageSplit, decode_alternatives, open_split
@@ -50,6 +53,11 @@ class Budget:
 
 
 # ---------------------------------------------------------------- the doctor's measurements
+def _median(xs) -> float | None:
+    v = [x for x in xs if x is not None]
+    return float(np.median(v)) if v else None
+
+
 def _tick(_i, _batch) -> None:   # a batch arrived: progress for the command's deadline (--deadline)
     progress()
 
@@ -120,22 +128,17 @@ class Doctor:
         """read (warm; cold when eviction works), decode and transform of one split."""
         p = self.split(fmt, decode)
         idx = self._indices(len(p))
-        m = len(idx)
         raws = [p.read(i) for i in idx]
         nbytes = float(np.mean([raw_nbytes(r) for r in raws]))
-        w, c = self._t(lambda: [p.read(i) for i in idx], m)
-        self.table[("read", fmt, decode)] = Stage("read", f"{fmt} (warm cache)", w, c, nbytes)
+        chain = [("read", p.read), ("decode", p.decode)] + [("transform", p.transform)] * (p.transform is not None)
+        got, samples = stream_stages(chain, idx, self.budget.warmup, self.budget.repeats)  # as the loop runs them
+        self.table[("read", fmt, decode)] = Stage("read", f"{fmt} (warm cache)", *got["read"], nbytes)
         if cold:
             self._measure_cold(p, fmt, decode, idx, nbytes)
-        w, c = self._t(lambda: [p.decode(r) for r in raws], m)
-        self.table[("decode", fmt, decode)] = Stage("decode", f"{fmt}: {p.decode_name}", w, c)
-        samples = [p.decode(r) for r in raws]
-        if p.transform is not None:
-            w, c = self._t(lambda: [p.transform(s) for s in samples], m)
-            self.table[("transform", fmt, decode)] = Stage("transform", type(p.transform).__name__, w, c)
-            samples = [p.transform(s) for s in samples]
-        else:
-            self.table[("transform", fmt, decode)] = Stage("transform", "none", [0.0], [0.0])
+        self.table[("decode", fmt, decode)] = Stage("decode", f"{fmt}: {p.decode_name}", *got["decode"])
+        self.table[("transform", fmt, decode)] = (Stage("transform", type(p.transform).__name__, *got["transform"])
+                                                  if p.transform is not None else
+                                                  Stage("transform", "none", [0.0], [0.0]))
         self._samples_of[(fmt, decode)] = samples
         self._samples = samples
 
@@ -379,7 +382,8 @@ class Doctor:
         (``e2e_batches`` timed after the warm-up), fresh workers each pass, after one untimed
         pass each. The specs take turns, pass
         by pass (so a change in the machine's load falls on all of them alike), and the CPU
-        capacity for ``W + 1`` processes is sampled before each pass. Per spec: ``steady``
+        capacity for ``W + 1`` processes is sampled before each pass (and ``pass_speed``: what other programs
+        left each of them during the pass, ``monitor.speed_left``). Per spec: ``steady``
         (after the prefetched batches), ``epoch`` (from ``iter()``, start-up included).
         Every call is also kept in ``e2e_calls[spec]`` (a setting measured again keeps its
         earlier measurements: their spread is the run's repeatability)."""
@@ -388,7 +392,7 @@ class Doctor:
         specs = [s.replace(device=self.device) for s in specs]
         loaders = {s: self.loader(s, self.pass_batches(s)) for s in specs}
         nbs = {s: max(2, min(self.pass_batches(s), len(loaders[s]))) for s in specs}
-        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": []} for s in specs}
+        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": [], "pass_speed": []} for s in specs}
         for s in specs:
             for _ in range(self.budget.warmup):
                 run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
@@ -396,7 +400,9 @@ class Doctor:
             for s in specs:
                 threads = self.table.machine.threads(s.num_workers)
                 runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers, threads), seconds=0.1, repeats=1))
+                window = LoadWindow()   # the load beside this pass, seen from inside it
                 r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
+                runs[s]["pass_speed"].append(speed_left(window.summary(), s.num_workers + 1))
                 runs[s]["steady_runs"].append(P.steady_rate(r, skip=min(P.warmup_batches(s), r.batches - 1))
                                               or r.samples_per_s)
                 spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
@@ -406,9 +412,9 @@ class Doctor:
             out.update(steady=float(np.median(out["steady_runs"])), epoch=float(np.median(out["epoch_runs"])),
                        batches=nbs[s])
             self.e2e[s] = out
-            k = s.num_workers + 1
-            speed = float(np.median([min(1.0, c[k] / k) for c in out["capacity"] if k in c] or [np.nan]))
+            k, top = s.num_workers + 1, min(s.num_workers + 1, self.table.machine.cores or s.num_workers + 1)
+            speed = float(np.median([min(1.0, c[k] / top) for c in out["capacity"] if k in c] or [np.nan]))
             self.e2e_calls.setdefault(s, []).append(
                 {"steady": out["steady"], "steady_runs": list(out["steady_runs"]), "with": len(specs),
-                 "speed": speed})
+                 "speed": speed, "pass_speed": _median(out["pass_speed"])})
         return {s: runs[s] for s in specs}

@@ -11,7 +11,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from feedlab import monitor
 from feedlab.errors import progress
+from feedlab.pipeline.ring import RingLoader
+from feedlab.timing import PHASES, main_threads_for, run_epoch, time_callable
 
 from .costs import Machine
 
@@ -19,8 +22,6 @@ from .costs import Machine
 def timed(fn: Callable[[], Any], per: int, warmup: int, repeats: int, device=None,
           setup: Callable[[], Any] | None = None) -> tuple[list[float], list[float]]:
     """(wall, cpu) seconds per unit (``per`` units per call) for each timed call."""
-    from feedlab.timing import time_callable
-
     cpu: list[float] = []
 
     def call():
@@ -32,6 +33,35 @@ def timed(fn: Callable[[], Any], per: int, warmup: int, repeats: int, device=Non
     wall = time_callable(call, warmup=warmup, repeats=repeats, device=device, setup=setup)
     cpu = cpu[len(cpu) - repeats:]
     return [w / per for w in wall], [c / per for c in cpu]
+
+
+def stream_stages(stages, items, warmup: int, repeats: int) -> tuple[dict[str, tuple[list, list]], list]:
+    """(wall, cpu) seconds per item of each stage of a chain, timed as a loop runs it: one item through
+    every stage before the next (``stages``: ``(name, fn)`` in order, each ``fn`` taking the previous
+    one's output; ``items`` go into the first). Each stage timed alone over the whole list first ran
+    13-16% less CPU per sample than the DataLoader loop that interleaves them (PNG + PIL, notebook 10's
+    start on cpu-2c: 3,223 against 2,779 samples per CPU-second; docs/DOCTOR.md), the 0-worker
+    over-prediction. Returns the per-stage lists (one value per timed repeat) and the last outputs."""
+    out: dict[str, tuple[list, list]] = {name: ([], []) for name, _ in stages}
+    last: list = []
+    n = max(1, len(items))
+    for r in range(warmup + repeats):
+        acc = {name: [0.0, 0.0] for name, _ in stages}
+        last = []
+        for x in items:
+            for name, fn in stages:
+                t0, c0 = time.perf_counter(), time.process_time()
+                x = fn(x)
+                a = acc[name]
+                a[0] += time.perf_counter() - t0
+                a[1] += time.process_time() - c0
+            last.append(x)
+        progress()
+        if r >= warmup:
+            for name, (w, c) in acc.items():
+                out[name][0].append(w / n)
+                out[name][1].append(c / n)
+    return out, last
 
 
 def _spin_window(start, seconds: float, ready, out) -> None:
@@ -68,10 +98,8 @@ def cpu_capacity(ks, seconds: float = 0.25, repeats: int = 2) -> dict[int, float
     The ``k`` processes are started first and spin over one common window (from a
     shared instant to ``seconds`` later): timing each from its own start would add up
     CPU used over a longer, staggered span (3 processes on 2 cores read 2.35)."""
-    from feedlab.monitor import usable_cores
-
     ctx = mp.get_context("fork")
-    cores = usable_cores()
+    cores = monitor.usable_cores()
     out = {}
     for k in sorted(set(int(k) for k in ks)):
         vals = []
@@ -95,10 +123,8 @@ def cpu_capacity(ks, seconds: float = 0.25, repeats: int = 2) -> dict[int, float
 def measure_machine(device: str, max_workers: int, cores: int | None = None) -> Machine:
     import torch
 
-    from feedlab.monitor import usable_cores
-    from feedlab.timing import main_threads_for
 
-    cores = usable_cores() if cores is None else int(cores)
+    cores = monitor.usable_cores() if cores is None else int(cores)
     threads = {}
     for w in range(0, max_workers + 1):
         t = main_threads_for(SimpleNamespace(num_workers=w), device)
@@ -206,7 +232,6 @@ def loop_h2d(batch, device, threads: int, pin: bool = False, batches: int = 8, w
     2-core box), and on CUDA the copies queue as they do in training. ``warmup`` passes first."""
     import torch
 
-    from feedlab.timing import PHASES, run_epoch
 
     x, y = _split_xy(batch)
 
@@ -252,9 +277,7 @@ def probe_ring(items: list, batch_size: int, batches: int = 12, skip: int = 3, w
     (``feedlab.pipeline.ring.RingLoader``) with ``items``; the main process's CPU time
     (``time.thread_time``) per sample to receive each of ``batches`` batches after ``skip``.
     Returns ``receive_cpu`` (s per sample, one value per batch) and ``bytes_per_sample``."""
-    if loader_cls is None:
-        from feedlab.pipeline.ring import RingLoader as loader_cls
-
+    loader_cls = RingLoader if loader_cls is None else loader_cls
     n = max(len(items), batch_size) * (skip + batches + 1)
     ds = _Items([items[k % len(items)] for k in range(min(n, len(items) * 4 or 1))])
     ld = loader_cls(ds, batch_size, num_workers=workers, shuffle=False, drop_last=True)

@@ -8,13 +8,9 @@ import numpy as np
 
 from feedlab.pipeline import PipelineSpec
 
+from .answer import answer_lines
 from .costs import VERDICTS  # noqa: F401  (re-exported: one list of the doctor's verdicts)
-
-
-def fmt_rate(x) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "—"
-    return f"{x:,.0f}"
+from .words import fit, fmt_rate, stage_value  # noqa: F401  (re-exported: report.fit, report.fmt_rate)
 
 
 def _pct(x) -> str:
@@ -27,30 +23,6 @@ def json_default(o):
     if isinstance(o, float) and not math.isfinite(o):
         return None
     return str(o)
-
-
-def fit(text: str, width: int) -> str:
-    """``text`` in ``width`` characters, cut at a word boundary (with '…'), never mid-word."""
-    text = str(text)
-    if len(text) <= width:
-        return text
-    cut = text[:width - 1]
-    if text[width - 1] != " ":          # the cut falls inside a word: back to the last whole one
-        cut = cut[:cut.rfind(" ")] if " " in cut else text.split(" ", 1)[0]   # a first word too long stays whole
-    return cut.rstrip(" ,;:(") + "…"
-
-
-def stage_value(r: dict) -> str:
-    """One stage's cost in its own unit: seconds for worker start-up, µs per sample for
-    the rest, "not measured" where the stage could not be separated or timed."""
-    note = r.get("note") or ""
-    if not r.get("measurable") or "s_per_sample" not in r:
-        return note if note.startswith("not measur") else f"not measured ({note})" if note else "not measured"
-    if note.startswith("not measured"):
-        return note
-    if r["stage"] == "startup":
-        return f"{r['s_per_sample']:.2f} s per start"
-    return f"{r['s_per_sample'] * 1e6:,.1f} µs/sample"
 
 
 def _stage_lines(report: dict) -> list[str]:
@@ -83,8 +55,6 @@ def render(report: dict) -> str:
              f"({report['effective_cores']:.2f} CPU-s/s available to {report['cores']} busy processes now; "
              f"one process runs at {report['speed_one']:.2f} of a core) · median of {report['repeats']} repeats after "
              f"{report['warmup']} warm-up (IQR in brackets)", ""]
-    from .answer import answer_lines
-
     lines += answer_lines(report) + [""]
     lines += _stage_lines(report)
     lines += ["", f"{'workers':>7} {'threads':>7} {'predicted/s':>12} {'measured/s (IQR)':>26} {'error':>7} "
@@ -95,11 +65,17 @@ def render(report: dict) -> str:
         ep = (f"{fmt_rate(r['predicted_epoch_samples_per_s'])}/{fmt_rate(r.get('epoch_samples_per_s'))}"
               if r.get("epoch_samples_per_s") else "")
         lines.append(f"{r['num_workers']:>7} {r['main_threads']:>7} {fmt_rate(r['predicted_samples_per_s']):>12} "
-                     f"{meas:>26} {_pct(r.get('error')):>7} {ep:>18}")
+                     f"{meas:>26} {'busy' if r.get('too_busy') else _pct(r.get('error')):>7} {ep:>18}")
     cal = report["calibration"]
+    busy = cal.get("too_busy") or []
+    if busy:
+        lines.append(f"calibration: machine too busy to judge with {', '.join(map(str, busy))} worker(s) (the doctor's "
+                     "own probe, or the 0-worker passes themselves, got under 0.9 of a core: another program was "
+                     "using the CPU); those errors are not figures")
     if cal["max_abs_error"] is not None:
         lines.append(f"calibration: largest error {100 * cal['max_abs_error']:.0f}% "
-                     f"({'within' if cal['within_20pct'] else 'OUTSIDE'} the ±20% target) over the worker counts run")
+                     f"({'within' if cal['within_20pct'] else 'OUTSIDE'} the ±20% target) over the worker counts run"
+                     + (" quietly" if busy else ""))
     if report["advice"]:
         lines.append("every change predicted to pay (each alone; measured where this run ran it):")
         for a in report["advice"]:

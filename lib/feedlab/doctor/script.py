@@ -37,6 +37,8 @@ from feedlab.errors import one_line
 from feedlab.run_limit import descendants, stop_processes
 
 from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, deadline
+from .report import fmt_rate
+from .user import _batch_len
 
 DATA_BOUND_FRACTION = 0.2   # the step waits for data this share of the time or more: the input pipeline bounds
 PROG = "python -m feedlab.doctor"
@@ -111,8 +113,6 @@ class Recorder:
             time.sleep(1)
 
     def wrap(self, loader, it):
-        from .user import _batch_len
-
         if self.stop is not None:
             self.park()
         rec = self.loaders.setdefault(id(loader), {"loader": loader, "wait": [], "step": [], "step_cpu": [],
@@ -366,8 +366,6 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
 
 
 def render_script(s: dict, offer: bool = True) -> str:
-    from .report import fmt_rate
-
     L = s["loader"]
     lines = [f"feedlab doctor · --script {s['script']} · {s['batches']} batches ({s['stopped']})",
              f"your DataLoader: {L['dataset']} ({L['dataset_len']} samples), batch_size={L['batch_size']}, "

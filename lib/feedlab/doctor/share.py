@@ -91,8 +91,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def figure_png(rep: dict) -> bytes | None:
-    """The stage costs (µs/sample, measured stages) and the rate per worker count; None
-    when nothing was measured."""
+    """The report's figure (:func:`figure`) as PNG bytes; None when nothing was measured."""
+    fig = figure(rep)
+    if fig is None:
+        return None
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None, "Title": MARK})
+    return buf.getvalue()
+
+
+def figure(rep: dict):
+    """The stage costs (µs/sample, measured stages; each label whole, wrapped at words) and the rate per
+    worker count (whole worker ticks); None when nothing was measured."""
+    import textwrap
+
     from matplotlib.figure import Figure  # no pyplot: no backend switched, safe off the main thread
     from matplotlib.ticker import MaxNLocator
 
@@ -101,9 +113,9 @@ def figure_png(rep: dict) -> bytes | None:
     rows = [r for r in rep.get("end_to_end", []) if r.get("predicted_samples_per_s")]
     if not stages and not rows:
         return None
-    fig = Figure(figsize=(10, 3.6))
+    fig = Figure(figsize=(10, 0.9 + 0.42 * max(4, len(stages))))
     a, b = fig.subplots(1, 2)
-    labels = [f"{r['stage']}: {r['variant'][:28]}" for r in stages]
+    labels = [textwrap.fill(f"{r['stage']}: {r['variant']}", 34) for r in stages]
     a.barh(range(len(stages)), [r["s_per_sample"] * 1e6 for r in stages], color="#4c72b0")
     a.set_yticks(range(len(stages)), labels, fontsize=7)
     a.invert_yaxis()
@@ -114,15 +126,13 @@ def figure_png(rep: dict) -> bytes | None:
     meas = [(r["num_workers"], r["samples_per_s"]) for r in rows if r.get("samples_per_s")]
     if meas:
         b.plot(*zip(*meas), "s", color="#dd8452", label="measured")
-    b.set_xlabel("num_workers")
+    b.set_xlabel("DataLoader workers (num_workers)")
     b.xaxis.set_major_locator(MaxNLocator(integer=True))   # worker counts are whole
     b.set_ylabel("samples/s")
     b.set_title(f"verdict: {rep.get('verdict')}, bounded by {rep.get('bound_stage')}", fontsize=9)
-    b.legend(fontsize=8)
+    b.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None, "Title": MARK})
-    return buf.getvalue()
+    return fig
 
 
 def write_report(path, text: str, rep: dict, say=lambda m: None) -> list[Path]:

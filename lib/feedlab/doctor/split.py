@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from feedlab import decode as dec
+from feedlab import formats
 from feedlab import pipeline as P
 
 
@@ -43,8 +45,6 @@ _OPEN: dict[tuple, Any] = {}
 def open_split(root, fmt: str, decode: str, transform: str = "default", crop: int = 96) -> StageSplit:
     """The stage split of ``fmt`` under ``root`` (one reader per process and set: py-lmdb
     refuses to open an environment twice)."""
-    from feedlab import formats
-
     spec = formats.get_format(fmt)
     opts = {"decode": decode} if spec.image_codec is not None else {}
     key = (str(Path(root).resolve()), fmt, decode)
@@ -57,7 +57,6 @@ def decode_alternatives(codec: str | None) -> list[str]:
     """CPU image decode backends this environment has for ``codec`` (png or jpeg)."""
     if codec is None:
         return []
-    from feedlab import decode as dec
 
     out = [name for name, info in dec.available_backends().items()
            if name not in ("cuda", "pillow-simd") and getattr(info, "available", False) and dec.supports(name, codec)]

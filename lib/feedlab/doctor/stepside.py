@@ -17,14 +17,23 @@ a change that measured slower is reported as slower, never advised.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
 import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
+from feedlab.errors import one_line
+from feedlab.monitor import BUSY_SPEED, LoadWindow, usable_cores
+from feedlab.timing import _sync, torch_threads
+
 from .guard import deadline
 from .predict import MIN_GAIN
+from .probes import cpu_capacity
+from .wrap import _to_device
 
 TRIALS = ("threads", "channels_last", "autocast_bf16", "compile")
 CODE = {
@@ -97,8 +106,6 @@ def variant(name: str, step: Callable, device: str, cores: int):
 
     import torch
 
-    from feedlab.timing import torch_threads
-
     none = contextlib.nullcontext
     if name == "threads":
         return (lambda: torch_threads(cores)), step
@@ -111,11 +118,48 @@ def variant(name: str, step: Callable, device: str, cores: int):
     raise ValueError(f"unknown step-side trial {name!r}")
 
 
+@contextlib.contextmanager
+def held_back(into: list[str]):
+    """Library warnings raised while a trial runs (``warnings.warn`` and torch's own log lines, e.g.
+    ``torch.compile``'s graph breaks and recompiles) kept out of the answer: their messages go to ``into``."""
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            into.append(record.getMessage())
+
+    keep = _Keep(logging.WARNING)
+    names = [n for n in list(logging.root.manager.loggerDict) if n == "torch" or n.startswith("torch.")]
+    loggers = [lg for lg in (logging.getLogger(n) for n in names) if lg.handlers or not lg.propagate]
+    saved = [lg.handlers for lg in loggers]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for lg in loggers:
+            lg.handlers = [keep]
+        try:
+            yield into
+        finally:
+            for lg, hs in zip(loggers, saved):
+                lg.handlers = hs
+            into.extend(str(w.message) for w in caught)
+
+
+def busy_reason(window, speed: float | None = None) -> str | None:
+    """Why a step-side timing cannot be judged, or None: other processes over the workbook's threshold
+    while it ran (``window``: a :class:`feedlab.monitor.LoadWindow`), or the doctor's own CPU probe
+    (``speed``: one process's share of a core, probed now when not given) under ``BUSY_SPEED``."""
+    s = window.summary()
+    if s.get("busy"):
+        return (f"machine too busy to judge (other processes used {s['other_cpu_cores']:.2f} of "
+                f"{s['usable_cores']} usable cores while it was timed)")
+    speed = cpu_capacity([1], seconds=0.1, repeats=1)[1] if speed is None else speed
+    if speed < BUSY_SPEED:
+        return (f"machine too busy to judge (the doctor's own probe found {speed:.2f} of a core for one "
+                f"process; under {BUSY_SPEED:g} another program was using the CPU)")
+    return None
+
+
 def time_step(step, batches, device, repeats: int, ctx=None) -> float:
     """Median seconds per sample of ``step`` over ``batches`` ``(batch, n)``, after one untimed call."""
     import contextlib
-
-    from feedlab.timing import _sync
 
     ctx = ctx or contextlib.nullcontext
     walls = []
@@ -133,20 +177,16 @@ def time_step(step, batches, device, repeats: int, ctx=None) -> float:
 
 def try_step_changes(step, kept, device: str, repeats: int, step_name: str = "your step", threads: int = 1,
                      only=None, cores: int | None = None, workers: int = 0,
-                     timer: Callable[..., float] | None = None) -> list[dict[str, Any]]:
-    """Each applicable trial timed against the step as it is, on the same batches.
-    ``timer(step, batches, device, repeats, ctx)`` (default :func:`time_step`) is the
-    clock; a test passes a fake one."""
-    from feedlab.errors import one_line
-    from feedlab.monitor import usable_cores
-
-    from .user import _to_device
-
+                     timer: Callable[..., float] | None = None,
+                     busy: Callable[[], str | None] | None = None) -> list[dict[str, Any]]:
+    """Each applicable trial timed against the step as it is, on the same batches, its library warnings
+    held back (:func:`held_back`). ``timer(step, batches, device, repeats, ctx)`` (default :func:`time_step`)
+    is the clock; ``busy()`` (default :func:`busy_reason` over the trials) says why the machine was too
+    busy to judge them: then no trial is kept (advised). A test passes fakes."""
+    window = LoadWindow()
     cores = usable_cores() if cores is None else int(cores)
     timer = timer or time_step
     on_dev = [(_to_device(b, device), m) for b, m in kept]
-    from feedlab.timing import torch_threads
-
     base = timer(step, on_dev, device, repeats, lambda: torch_threads(threads))
     out = []
     trials = [(name, n) for name in available(device, threads, cores, on_dev[0][0], only, workers)
@@ -160,7 +200,8 @@ def try_step_changes(step, kept, device: str, repeats: int, step_name: str = "yo
             if name != "threads":
                 inner = ctx
                 ctx = (lambda inner=inner: _both(torch_threads(threads), inner()))
-            with deadline(COMPILE_DEADLINE_S if name == "compile" else None, f"{name} of {step_name}"):
+            with deadline(COMPILE_DEADLINE_S if name == "compile" else None, f"{name} of {step_name}"), \
+                    held_back(row.setdefault("warnings_held", [])):
                 t = timer(fn, on_dev, device, repeats, ctx)
         except Exception as exc:  # a change the step does not take is reported, not fatal
             row.update(measured=False, why=f"{type(exc).__name__}: {one_line(exc)}")
@@ -170,6 +211,10 @@ def try_step_changes(step, kept, device: str, repeats: int, step_name: str = "yo
         row.update(measured=True, s_per_sample=t, gain=gain, kept=gain >= MIN_GAIN,
                    result="faster" if gain >= MIN_GAIN else ("slower" if gain < 1 / MIN_GAIN else "no change"))
         out.append(row)
+    why = (busy or (lambda: busy_reason(window)))() if any(r.get("measured") for r in out) else None
+    for row in out:
+        if why and row.get("measured"):   # timed beside another program's load: not judged, never advised
+            row.update(kept=False, too_busy=why)
     return out
 
 

@@ -26,14 +26,18 @@ from typing import Any, Callable
 
 import numpy as np
 
+from feedlab import monitor, timing
 from feedlab import pipeline as P
-from feedlab.errors import DeadlineError
+from feedlab.errors import DeadlineError, one_line
+from feedlab.timing import torch_threads
 
 from . import predict as PR
 from .answer import render_user  # noqa: F401  (feedlab.doctor.user.render_user, as before)
 from .costs import CostTable, Stage
 from .guard import DEFAULT_DEADLINE_S, HUNG_HINT, Hung, UserCodeError, collate_hint, deadline, user_call
 from .probes import measure_machine, probe_worker, startup_s, timed
+from .ranks import advise_ranks
+from .stepside import try_step_changes
 from .wrap import (  # noqa: F401
     TimedCollate,
     TimedDataset,
@@ -76,8 +80,6 @@ def _next(it, k: int, limit: float | None, whose: str):
         except (StopIteration, UserCodeError, DeadlineError, KeyboardInterrupt):   # the deadline's own, to it
             raise
         except Exception as exc:
-            from feedlab.errors import one_line
-
             text = one_line(exc)
             raise UserCodeError(f"your loader raised {type(exc).__name__} building batch {k}: {text}; "
                                 f"{collate_hint(text)}") from None
@@ -92,15 +94,13 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
     gets a measurement; with CUDA the device is synchronised before each clock read.
     Each batch is counted by the samples it holds (a short last batch counts short).
     """
-    from feedlab.timing import _sync
-
     skip = min(int(skip), max(0, batches // 2))
     t_start, n_after, t_after, it = None, 0, None, iter(loader)
     t0 = time.perf_counter()
     try:
         for k in range(batches):
             if k == skip:
-                _sync(device)
+                timing._sync(device)
                 t_after = time.perf_counter()
             try:
                 batch = _next(it, k, limit, whose)
@@ -112,10 +112,10 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
             batch = _to_device(batch, device)
             if step is not None:
                 user_call(step_name, step, batch, limit_s=step_limit)
-        _sync(device)
+        timing._sync(device)
         end = time.perf_counter()
     finally:
-        _shutdown(it)
+        _shutdown(it, loader)
         del it
     rate = n_after / (end - t_after) if t_after is not None and end > t_after and n_after else float("nan")
     return {"steady": rate, "first_batch_s": (t_start or end) - t0}
@@ -153,21 +153,19 @@ def _step_costs(step, kept, device, repeats: int, step_name: str, T: int, limit:
     """(wall, cpu) per sample of ``step`` over the kept batches, after one untimed call (a call
     that does not return within ``limit`` is :class:`Hung`); each call divided by the samples
     of its own batch."""
-    from feedlab.timing import _sync, torch_threads
-
     on_dev = [(_to_device(b, device), m or 1) for b, m in kept]
     walls, cpus = [], []
-    with torch_threads(T):
+    with timing.torch_threads(T):
         user_call(step_name, step, on_dev[0][0], hint="the step gets the batch as your loader yields it, "
                   f"already on {device}", limit_s=limit)
         with deadline(limit, step_name, HUNG_HINT) as d:   # armed outside the clock: re-armed per call
             for _ in range(repeats):
                 for b, m in on_dev:
                     d.reset()
-                    _sync(device)
+                    timing._sync(device)
                     t0, c0 = time.perf_counter(), time.process_time()
                     user_call(step_name, step, b)
-                    _sync(device)
+                    timing._sync(device)
                     walls.append((time.perf_counter() - t0) / m)
                     cpus.append((time.process_time() - c0) / m)
     return walls, cpus
@@ -192,18 +190,16 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     time stands in for it)."""
     import torch
 
-    from feedlab.monitor import LoadWindow, busy_message, usable_cores
-    from feedlab.timing import torch_threads
 
     log = log or (lambda m: None)
     check_loader(loader, deadline_s)   # a __len__ that blocks: Hung, named
-    window = LoadWindow()
+    window = monitor.LoadWindow()
     device = P.resolve_device(device)
     cuda = device.startswith("cuda")
     notes: list[str] = []
     loader = pinned(loader, pin_memory, cuda, notes)
     W = int(loader.num_workers)
-    max_workers = usable_cores() if max_workers is None else int(max_workers)
+    max_workers = monitor.usable_cores() if max_workers is None else int(max_workers)
     max_workers = max(max_workers, W)
     limit, whose = _batch_deadline(loader, deadline_s)
     log("measuring the machine (cores, threads, CPU capacity)")
@@ -259,7 +255,6 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
         except Hung:
             raise
         except Exception as exc:  # e.g. items that cannot cross to a worker: reported, predicted without
-            from feedlab.errors import one_line
 
             notes.append(f"hand-over not measured ({type(exc).__name__}: {one_line(exc)}); predicted without it")
         log(f"worker start-up, 1…{max_workers} workers")
@@ -303,19 +298,15 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     rep = _report(table, spec, machine, max_workers, measured, W, B, device, notes, repeats, batches)
     rep["batches_seen"] = lens
     if ranks is not None:
-        from .ranks import advise_ranks
-
         rep["ranks_advice"] = advise_ranks(table, spec, int(ranks))
     if step is not None and not step_cost_s and rep["verdict"] == "compute-bound":
-        from .stepside import try_step_changes
-
         log("the step bounds: trying step-side changes on your step")
         rep["step_changes"] = try_step_changes(step, kept, device, repeats, step_name=step_name,
                                                threads=T_user, only=step_trials, workers=W)
     busy = window.summary()
     rep["load"] = busy
     if busy.get("busy"):
-        rep["notes"].append(busy_message(busy, "the diagnosis"))
+        rep["notes"].append(monitor.busy_message(busy, "the diagnosis"))
     return rep
 
 

@@ -1,60 +1,37 @@
 """Your DataLoader, wrapped and read, never changed: the timed dataset and collate
-(wall and CPU per call, put on a queue from inside workers too), the loader rebuilt
-around them with the user's own settings (its ``timeout`` included), what a batch is
+(the stage instrument of :mod:`feedlab.stage`: wall and CPU per call, put on a queue from inside
+workers too), the loader rebuilt around them by the one rule of :func:`feedlab.stage.rebuild`, what a batch is
 (its length, its copy to the device, whatever types it holds), and the one-line check
 that the loader is one the doctor can diagnose."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
+
+from feedlab import stage
 
 from .guard import UserCodeError, user_call
 
 
-class _Timed:
-    """``fn`` timed per call, records ``(stage, wall, cpu, n)`` put on ``queue``."""
+class QueueSink:
+    """The doctor's reading of the stage instrument (:mod:`feedlab.stage`): ``(stage, wall, cpu, n)``
+    put on ``queue``, from inside workers too."""
 
-    def __init__(self, queue, stage: str):
-        self.queue, self.stage = queue, stage
+    def __init__(self, queue):
+        self.queue = queue
 
-    def _put(self, t0, c0, n):
-        self.queue.put((self.stage, time.perf_counter() - t0, time.process_time() - c0, n))
+    def __call__(self, stage: str, t0: float, t1: float, cpu: float, n: int, indices=None) -> None:
+        self.queue.put((stage, t1 - t0, cpu, n))
 
 
-class TimedDataset(_Timed):
+class TimedDataset(stage.TimedFetch):
     def __init__(self, dataset, queue):
-        super().__init__(queue, "fetch")
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, i):
-        t0, c0 = time.perf_counter(), time.process_time()
-        item = self.dataset[i]
-        self._put(t0, c0, 1)
-        return item
-
-    def __getitems__(self, indices):
-        t0, c0 = time.perf_counter(), time.process_time()
-        get = getattr(self.dataset, "__getitems__", None)
-        items = get(list(indices)) if get is not None else [self.dataset[i] for i in indices]
-        self._put(t0, c0, len(indices))
-        return items
+        super().__init__(dataset, QueueSink(queue))
 
 
-class TimedCollate(_Timed):
+class TimedCollate(stage.TimedCollate):
     def __init__(self, fn, queue):
-        super().__init__(queue, "collate")
-        self.fn = fn
-
-    def __call__(self, items):
-        t0, c0 = time.perf_counter(), time.process_time()
-        out = self.fn(items)
-        self._put(t0, c0, len(items))
-        return out
+        super().__init__(fn, QueueSink(queue))
 
 
 # ---------------------------------------------------------------- what a loader is and yields
@@ -84,16 +61,7 @@ def check_loader(loader, limit_s: float | None = None) -> None:
 
 
 def _rebuild(loader, dataset=None, collate_fn=None, num_workers: int | None = None, pin_memory=None):
-    from torch.utils.data import DataLoader
-
-    w = loader.num_workers if num_workers is None else num_workers
-    kw = dict(batch_sampler=loader.batch_sampler, num_workers=w, collate_fn=collate_fn or loader.collate_fn,
-              pin_memory=loader.pin_memory if pin_memory is None else pin_memory,
-              worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
-              timeout=loader.timeout if w > 0 else 0)
-    if w > 0:
-        kw.update(prefetch_factor=loader.prefetch_factor or 2, persistent_workers=False)
-    return DataLoader(dataset if dataset is not None else loader.dataset, **kw)
+    return stage.rebuild(loader, dataset, collate_fn, num_workers=num_workers, pin_memory=pin_memory)
 
 
 def _to_device(batch, device):
@@ -155,7 +123,5 @@ def _per_sample(recs) -> tuple[list[float], list[float]]:
     return [w / max(1, n) for w, _c, n in recs], [c / max(1, n) for _w, c, n in recs]
 
 
-def _shutdown(it) -> None:
-    stop = getattr(it, "_shutdown_workers", None)
-    if stop is not None:
-        stop()
+def _shutdown(it, loader=None) -> None:
+    stage.stop(loader, it)

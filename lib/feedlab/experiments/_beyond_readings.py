@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from feedlab.plots import integer_axis, legend_outside
 from feedlab.results import summarize
 
 FETCH_LABELS = {"__getitems__": "one __getitems__ call per batch", "__getitem__": "one __getitem__ call per sample"}
@@ -103,8 +104,6 @@ def plot_memory(axes, mdf) -> None:
 
 
 def plot_stalls(axes, sdf) -> None:
-    from feedlab.plots import integer_axis
-
     wait_sum = summarize(sdf[sdf.metric == "data_wait_s"], ["prefetch_factor", "batch"])
     for ax, pf in zip(axes, sorted(wait_sum.prefetch_factor.unique())):
         g = wait_sum[wait_sum.prefetch_factor == pf].sort_values("batch")
@@ -128,8 +127,6 @@ def _paired_bars(ax, groups, names, label) -> None:
 
 
 def plot_fetch(ax, bdf) -> None:
-    from feedlab.plots import legend_outside
-
     bs = summarize(bdf, ["format", "fetch", "num_workers"])
     bs["_name"] = [f"{f}\n{w} workers" for f, w in zip(bs.format, bs.num_workers)]
     names = list(dict.fromkeys(bs["_name"]))

@@ -23,7 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from feedlab.experiments import _finding_titles as FT
-from feedlab.experiments.decode_backends import CPU_BACKENDS, plot_rates, rate
+from feedlab.experiments import decode_throughput as T
+from feedlab.experiments.decode_backends import CPU_BACKENDS, accimage_png, plot_rates, rate
+from feedlab.plots import legend_outside
 
 NOTEBOOK = "06_decode_backends"
 TJBENCH = "tjbench (C)"
@@ -127,8 +129,6 @@ def readings(S, sets, frame, avail, *, tj_size: int, resize_to: int, sizes, simd
     throughput are read from them, ``decode_throughput.reading``), ``sets`` the image sets in order
     (names or the ``prepare_sets`` dict), ``avail`` the availability table; the reasons say why
     Pillow-SIMD, tjbench or the GPU was not measured. Empty strings in the lines are blank lines."""
-    from feedlab.experiments import decode_throughput as T
-
     rows = _records(avail)
     lines: list[str] = []
     nums: dict = {"per_set": _per_set(S, sets, lines)}
@@ -156,8 +156,6 @@ def readings(S, sets, frame, avail, *, tj_size: int, resize_to: int, sizes, simd
 
 def accimage_png_reading(data_root) -> str:
     """``decode_backends.accimage_png`` on the first HR PNG of the SR set ('' without one)."""
-    from feedlab.experiments.decode_backends import accimage_png
-
     png = next(iter(sorted((Path(data_root) / "hr").glob("*.png"))), None)
     return accimage_png(png) if png is not None else ""
 
@@ -202,7 +200,6 @@ def plot_resize_and_ceiling(axes, S, *, resize_to: int, sizes, tj_size: int) -> 
     of ``sizes``). Right: every decoder on the one tjbench image, tjbench (C) in grey."""
     from matplotlib.patches import Patch
 
-    from feedlab.plots import legend_outside
 
     a1, a2 = axes
     inband = S[S.op == "decode_resize"]
@@ -239,7 +236,6 @@ def plot_simd(axes, S, *, resize_to: int) -> bool:
     Pillow-SIMD rows the figure says so in its title. Returns whether Pillow-SIMD was drawn."""
     from matplotlib.patches import Patch
 
-    from feedlab.plots import legend_outside
 
     axes = list(np.ravel(axes))
     simd = bool((S.op.isin(SIMD_OPS) & (S.variant == "pillow-simd")).any())

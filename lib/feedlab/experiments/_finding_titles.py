@@ -139,8 +139,9 @@ def peers_title(rat: dict, kind: str, fallback: str) -> str:
     if r.get("ratio") is None:
         return f"{fallback}: no ratio (feedlab best or every peer missing)"
     p = r["best_peer"]
+    caveat = " — not like for like" if r.get("differs") else ""   # peers.report.ratios: what differs
     return (f"{fallback}:\nfeedlab best {times(r['ratio'])} the best peer, {p['label']} "
-            f"({workers_label(p['num_workers'])})")
+            f"({workers_label(p['num_workers'])}){caveat}")
 
 
 def ranks_title(agg: pd.DataFrame) -> str:

@@ -11,6 +11,8 @@ right, wrong, missing, expected, raised, error), ``versions``, ``per_worker_all_
 
 from __future__ import annotations
 
+from feedlab.experiments._finding_titles import wrong_samples_title
+
 NAIVE = "lmdb_reopen_naive"
 
 
@@ -81,8 +83,6 @@ def readings(tab, versions: dict) -> list[str]:
 def title(tab, epochs: int, samples: int, versions: dict) -> str:
     """The figure's title: what the bars show (:func:`~feedlab.experiments._finding_titles.wrong_samples_title`),
     then how much was read and with which library versions."""
-    from feedlab.experiments._finding_titles import wrong_samples_title
-
     v = versions
     return (wrong_samples_title(tab) + f"\n{epochs} epoch(s) × {samples} samples per setting; "
             f"h5py {v['h5py']} / HDF5 {v['hdf5']}, py-lmdb {v['lmdb_py']} (a count, not a timing: no spread)")

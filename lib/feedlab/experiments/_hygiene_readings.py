@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import math
 
+from feedlab.experiments._finding_titles import hygiene_title
+from feedlab.plots import integer_axis, legend_outside, plot_summary, readable_log_axis
+
 NAN = float("nan")
 
 
@@ -85,8 +88,6 @@ def readings(hyg_sum, errc_sum, pw_sum, pf_sum) -> list[str]:
 def title(pw_sum, pf_sum, repeats: int) -> str:
     """The figure's title: what the medians show (:func:`~feedlab.experiments._finding_titles.hygiene_title`)
     and over how many repeats."""
-    from feedlab.experiments._finding_titles import hygiene_title
-
     return hygiene_title(pw_sum, pf_sum) + f" (median, bars = IQR over {repeats} repeats)"
 
 
@@ -94,8 +95,6 @@ def plot_persistent_and_prefetch(axes, pw_sum, pf_sum, *, num_workers: int, batc
                                  prefetch_factors) -> None:
     """Left: seconds from ``iter()`` to the first batch per epoch, with and without persistent workers
     (log scale). Right: steady samples/s against prefetch_factor (log2 axis, loader alone)."""
-    from feedlab.plots import integer_axis, legend_outside, plot_summary, readable_log_axis
-
     ax1, ax2 = axes
     plot_summary(ax1, pw_sum.assign(v=pw_sum.persistent_workers.map({True: "persistent\nworkers",
                                                                      False: "workers started\nevery epoch"})),

@@ -5,16 +5,28 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 
-def _median(df, variant: str, metric: str, **where) -> float:
-    from feedlab.experiments.pinned_memory_by_input_size import median_of
+from feedlab.plots import finding_title
+from feedlab.results import summarize
 
-    return median_of(df, variant, metric, **where)
+
+def human_bytes(n: float) -> str:
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= k:
+            v = n / k
+            return f"{v:.0f} {unit}" if v >= 10 else f"{v:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def median_of(df, variant: str, metric: str, **where) -> float:
+    d = df[(df["variant"] == variant) & (df["metric"] == metric)]
+    for k, v in where.items():
+        d = d[d[k] == v]
+    return float(np.median(d["value"])) if len(d) else float("nan")
 
 
 def _table(df, metric: str):
-    from feedlab.results import summarize
-
     return summarize(df[df.metric == metric], ["variant", "input_size", "batch_size"]).set_index(
         ["variant", "input_size", "batch_size"])["median"]
 
@@ -24,15 +36,12 @@ def readings(df, *, cuda: bool, link: dict, sizes: Sequence[int], input_sizes: S
     """(lines, headline): the host memcpy reference; with CUDA the pinned and pageable bandwidths, the
     pinned one against the PCIe link, and per input × batch size whether pinning (its own cost included)
     beat pageable copies, per batch and per training step; without CUDA the collate cost per batch."""
-    from feedlab.experiments.pinned_memory_by_input_size import human_bytes
-    from feedlab.results import summarize
-
     big = max(sizes)
-    host = _median(df, "host_memcpy", "gb_per_s", bytes=big)
+    host = median_of(df, "host_memcpy", "gb_per_s", bytes=big)
     lines = [f"Host pageable memcpy of {human_bytes(big)}: {host:.2f} GB/s (median of {repeats})."]
     headline: dict = {"host_memcpy_gbps": host}
     if cuda:
-        pg, pn = _median(df, "pageable", "gb_per_s", bytes=big), _median(df, "pinned", "gb_per_s", bytes=big)
+        pg, pn = median_of(df, "pageable", "gb_per_s", bytes=big), median_of(df, "pinned", "gb_per_s", bytes=big)
         lines.append(f"H2D of {human_bytes(big)}: pageable {pg:.2f} GB/s, pinned {pn:.2f} GB/s ({pn / pg:.2f}×).")
         headline.update(h2d_pageable_gbps=pg, h2d_pinned_gbps=pn)
         if link.get("theoretical_gbps"):
@@ -69,22 +78,17 @@ def readings(df, *, cuda: bool, link: dict, sizes: Sequence[int], input_sizes: S
 
 def bandwidth_title(df, sizes: Sequence[int], cuda: bool) -> str:
     """``pinned: ×1.9 the pageable H2D bandwidth at 256 MB``; without CUDA the host memcpy rate."""
-    from feedlab.experiments.pinned_memory_by_input_size import human_bytes
-    from feedlab.plots import finding_title
-
     big = max(sizes)
     if cuda:
-        pg, pn = _median(df, "pageable", "gb_per_s", bytes=big), _median(df, "pinned", "gb_per_s", bytes=big)
+        pg, pn = median_of(df, "pageable", "gb_per_s", bytes=big), median_of(df, "pinned", "gb_per_s", bytes=big)
         return finding_title("pinned", pn / pg, "pageable H2D bandwidth", human_bytes(big))
-    host = _median(df, "host_memcpy", "gb_per_s", bytes=big)
+    host = median_of(df, "host_memcpy", "gb_per_s", bytes=big)
     return f"host memcpy: {host:.1f} GB/s at {human_bytes(big)} — host only: no GPU in this run"
 
 
 def batch_costs_title(df, input_sizes: Sequence[int], batch_sizes: Sequence[int], cuda: bool) -> str:
     """With CUDA: in how many settings pinning (pin + pinned copy) beat a pageable copy. Without:
     the largest input's collate time over the smallest's, at the largest batch."""
-    from feedlab.plots import finding_title
-
     if cuda:
         bc = _table(df, "ms_per_batch")
         won = [(s, b) for s in input_sizes for b in batch_sizes
@@ -94,8 +98,8 @@ def batch_costs_title(df, input_sizes: Sequence[int], batch_sizes: Sequence[int]
                 + (f", from input {min(s for s, _ in won)}" if won else ""))
     b = max(batch_sizes)
     lo, hi = min(input_sizes), max(input_sizes)
-    t_lo = _median(df, "collate", "ms_per_batch", input_size=lo, batch_size=b)
-    t_hi = _median(df, "collate", "ms_per_batch", input_size=hi, batch_size=b)
+    t_lo = median_of(df, "collate", "ms_per_batch", input_size=lo, batch_size=b)
+    t_hi = median_of(df, "collate", "ms_per_batch", input_size=hi, batch_size=b)
     return (finding_title(f"collate of input {hi}", t_hi / t_lo, f"time of input {lo}", f"batch {b}")
             + " (no GPU: pinning and copies not measured)")
 
@@ -103,8 +107,6 @@ def batch_costs_title(df, input_sizes: Sequence[int], batch_sizes: Sequence[int]
 def steps_title(df, num_workers: int) -> str:
     """The setting where pinning changed the training step most: ``pin_memory on: ×1.2 the pageable
     step's speed at input 64, batch 128``."""
-    from feedlab.plots import finding_title
-
     st = _table(df, "step_ms")
     best = max(((st[("pageable", s, b)] / st[("pinned", s, b)], s, b) for (v, s, b) in st.index if v == "pinned"),
                key=lambda t: abs(t[0] - 1.0))

@@ -3,6 +3,9 @@ re-exported by :mod:`feedlab.experiments.print_overhead`."""
 
 from __future__ import annotations
 
+from feedlab.plots import PALETTE, finding_title, legend_outside
+from feedlab.results import summarize
+
 MODES = ("none", "print", "print_every", "logging", "tqdm")
 
 
@@ -12,8 +15,6 @@ def summary_table(df):
     ``us_per_output`` is the time a line adds to a batch in the modes that write one
     line per batch (print, logging): mode − none, in µs.
     """
-    from feedlab.results import summarize
-
     df = df[df["metric"] == "ms_per_batch"].copy()
     df["pythonunbuffered"] = df["pythonunbuffered"].fillna("").astype(str)
     s = summarize(df, ["where", "sink", "pythonunbuffered", "variant", "print_every"])
@@ -29,8 +30,6 @@ def summary_table(df):
 
 def call_table(df):
     """Median and IQR of µs per single print/logging call per (where, sink, PYTHONUNBUFFERED)."""
-    from feedlab.results import summarize
-
     df = df[df["metric"] == "us_per_call"].copy()
     df["pythonunbuffered"] = df["pythonunbuffered"].fillna("").astype(str)
     s = summarize(df, ["where", "sink", "pythonunbuffered", "variant"])
@@ -49,7 +48,6 @@ def plot(summary, ax_ms, ax_factor=None):
     """Grouped bars: ms per batch per mode (IQR error bars), one colour per sink."""
     import numpy as np
 
-    from feedlab.plots import PALETTE, legend_outside
 
     labels = list(dict.fromkeys(summary["sink_label"]))
     modes = [m for m in MODES if m in set(summary["variant"])]
@@ -126,8 +124,6 @@ def readings(summary, calls) -> list[str]:
 def title(summary, batch_size: int) -> str:
     """The costliest print per batch over the no-output loop: ``print every batch into pipe: ×1.3 the no-output
     loop (step 1.1 ms, batch 64)``; without the print mode, the costliest mode of any sink."""
-    from feedlab.plots import finding_title
-
     s = summary[summary.variant == "print"]
     s = s if len(s) else summary[summary.variant != "none"]
     if s.empty:

@@ -16,14 +16,18 @@ from feedlab.pipeline import MIN_TIMED_BATCHES, SPEC_FIELDS
 RATE_METRICS = ("steady_samples_per_s", "ms_per_sample")
 
 
+STEADY_KINDS = ("steady", "imprecise")  # imprecise: steady after warm-up, its interval wider than asked
+
+
 def steady_rows(df):
-    """The rows a plot or reading may use as steady rates: those of ``rate_kind == "steady"``
-    when the frame has any; a frame with none (a smoke run) is returned whole, every row
+    """The rows a plot or reading may use as steady rates: those of ``rate_kind`` ``steady`` or
+    ``imprecise`` (a steady rate whose interval was still wider than asked at its cap: drawn, and named
+    by :func:`rate_kind_note`; the claims do not count it steady) when the frame has any; a frame with none (a smoke run) is returned whole, every row
     still labelled ``startup_inclusive`` (say so with :func:`rate_kind_note`). A frame
     from before the column existed is returned as it is."""
     if "rate_kind" not in df.columns:
         return df
-    steady = df[df["rate_kind"] == "steady"]
+    steady = df[df["rate_kind"].isin(STEADY_KINDS)]
     return steady if len(steady) else df
 
 
@@ -33,16 +37,26 @@ def rate_kind_note(df) -> str:
     if "rate_kind" not in df.columns or df.empty:
         return "rates: unlabelled (results from before rate_kind)"
     kinds = set(df["rate_kind"].dropna())
-    if kinds == {"steady"}:
-        return (f"rates: steady (≥ {int(df['timed_batches'].min())} timed batches after warm-up of "
+    if kinds <= set(STEADY_KINDS):
+        note = (f"rates: steady (≥ {int(df['timed_batches'].min())} timed batches after warm-up of "
                 f"num_workers × prefetch_factor + 1 batches)")
-    if "steady" not in kinds:
+        if "rate_target" in df.columns and df["rate_target"].notna().any():
+            note += (f", each timed until its 95% interval was within ±{100 * float(df['rate_target'].max()):g}% "
+                     f"(reached: median ±{100 * float(df['rate_half_width'].median()):.1f}%, "
+                     f"widest ±{100 * float(df['rate_half_width'].max()):.1f}%)")
+        if "imprecise" in kinds:
+            note += "; IMPRECISE (capped before that precision, not steady for the claims): " + _settings(
+                df[df["rate_kind"] == "imprecise"])
+        return note
+    if not kinds & set(STEADY_KINDS):
         return ("rates: START-UP INCLUSIVE (epochs too short for a steady rate: worker start-up and "
                 "prefetched batches included); not a steady throughput")
-    bad = df[df["rate_kind"] != "steady"]
-    cols = [c for c in ("format", "batch_size", "num_workers", "model") if c in bad.columns]
-    left = sorted({", ".join(f"{c}={r[c]}" for c in cols) for _, r in bad.iterrows()})
-    return "rates: steady; left out as start-up inclusive: " + "; ".join(left)
+    return "rates: steady; left out as start-up inclusive: " + _settings(df[~df["rate_kind"].isin(STEADY_KINDS)])
+
+
+def _settings(rows) -> str:
+    cols = [c for c in ("format", "batch_size", "num_workers", "model") if c in rows.columns]
+    return "; ".join(sorted({", ".join(f"{c}={r[c]}" for c in cols) for _, r in rows.iterrows()}))
 
 
 def label_rate_kinds(df, min_timed: int = MIN_TIMED_BATCHES):
@@ -85,4 +99,4 @@ def pd_numeric(x):
     return pd.to_numeric(x, errors="coerce") if hasattr(x, "__len__") else pd.Series(x)
 
 
-__all__ = ["RATE_METRICS", "steady_rows", "rate_kind_note", "label_rate_kinds"]
+__all__ = ["RATE_METRICS", "STEADY_KINDS", "steady_rows", "rate_kind_note", "label_rate_kinds"]

@@ -8,7 +8,8 @@ A new format appears here by its store and its one registration. ``open_format``
 setting's store (its first ``samples``; Zarr read by any kind that is not chunk- or
 batch-aligned (``PER_SAMPLE_KINDS``) hides its batched reads behind :class:`PerSample`: one ``arr[i]`` per sample),
 ``make_loader`` builds the loader through ``pipeline.make_loader``, ``read_epoch`` times a pass
-that does nothing else, ``_shutdown`` / ``_close`` release workers and every per-process handle
+that does nothing else, ``read_steady`` a steady window of such reads (warm-up left out, epochs chained
+by :class:`Cycling` where the set is short, timed to a stated precision: ``pipeline.rates.SteadyStop``), ``_shutdown`` / ``_close`` release workers and every per-process handle
 (so an eviction can take the pages). ``loader_words`` says what a setting's loader is, in words.
 """
 
@@ -21,9 +22,11 @@ from typing import Sequence
 from torch.utils.data import Dataset
 
 from feedlab import cache, formats
+from feedlab.experiments.loader_grid import grid
 from feedlab.formats._common import LazyHandle
-from feedlab.pipeline import PipelineSpec
+from feedlab.pipeline import MIN_TIMED_BATCHES, PipelineSpec, SteadyStop
 from feedlab.pipeline import make_loader as _pipeline_loader
+from feedlab.pipeline.kinds import LOADER_KINDS
 from feedlab.timing import PhaseTimer, owned_iterator
 
 #: the collate every setting uses: a uint8 copy into the batch (slot-filling kinds require one)
@@ -74,8 +77,6 @@ class PerSample(Dataset):
 def kinds_for(fmt: str, loaders: Sequence[str] | None = None) -> list[str]:
     """The loader kinds that can read format ``fmt`` (its capabilities against each kind's
     requirements), in registry order; ``loaders`` limits them."""
-    from feedlab.pipeline.kinds import LOADER_KINDS
-
     caps = formats.get_format(fmt).capabilities()
     return [k for k, kind in LOADER_KINDS.items() if (loaders is None or k in loaders)
             and all(caps.get(c) for c in kind.requires)]
@@ -87,9 +88,6 @@ def settings(fmts: Sequence[str], worker_counts: Sequence[int], batch_size: int,
     (:func:`kinds_for`); the DataLoader with 0, 1 and each of ``worker_counts`` workers, the
     other multi-process kinds with each of ``worker_counts``, the single-process kinds alone.
     A setting whose ``problems()`` are not empty is left out."""
-    from feedlab.experiments.loader_grid import grid
-    from feedlab.pipeline.kinds import LOADER_KINDS
-
     out: list[PipelineSpec] = []
     for fmt in fmts:
         for kind in kinds_for(fmt, loaders):
@@ -102,6 +100,64 @@ def settings(fmts: Sequence[str], worker_counts: Sequence[int], batch_size: int,
                                     collate=COLLATE, persistent_workers=False, device="cpu")]
     return [s.replace(persistent_workers=s.num_workers > 0) for s in out
             if not s.replace(persistent_workers=s.num_workers > 0).problems("cpu")]
+
+
+MODE_WORDS = {"read": "reading alone", "train": "with a training step", "cold": "cold page cache"}
+
+#: the order of kinds within a tier: one process (a batch per read, whole chunks, a sample at a time),
+#: the DataLoader with 1 then more workers, the ring, threads, the DataLoader without workers last
+_KIND_ORDER = ("batched", "chunk", "plain", "dataloader", "ring", "threads")
+#: the formats the write-ups' claims compare (PNG standing in for their ImageFolder), first in their tier
+CLAIM_FORMATS = ("png", "hdf5", "zarr")
+
+
+def priority(spec: PipelineSpec) -> tuple:
+    """A setting's place within its tier (:data:`_KIND_ORDER`; the DataLoader by 1 then more workers,
+    without workers after every other kind)."""
+    if spec.loader == "dataloader" and not spec.num_workers:
+        return (len(_KIND_ORDER) + 1, 0)
+    return (_KIND_ORDER.index(spec.loader) if spec.loader in _KIND_ORDER else len(_KIND_ORDER), spec.num_workers)
+
+
+def tier(mode: str, spec: PipelineSpec, most: int) -> int:
+    """How telling a timed setting is, 0 first: 0 the batch- and chunk-aligned readers (the targets
+    against the ceiling and the baseline, Zarr by chunks); 1 what the write-ups' claims compare on PNG,
+    HDF5 and Zarr (a sample at a time, the DataLoader with 1 and with the most workers, reading alone and
+    with a training step); 2 a sample at a time and 1 worker on the other formats; 3 the most workers and
+    the ring; 4 the other training steps and the cold cache; 5 threads and the DataLoader without workers."""
+    dl = spec.loader == "dataloader"
+    one_or_most = dl and spec.num_workers in (1, most) and spec.num_workers > 0
+    if mode == "read" and spec.loader in ("batched", "chunk"):
+        return 0
+    if spec.format in CLAIM_FORMATS and ((mode == "read" and (spec.loader == "plain" or one_or_most))
+                                         or (mode == "train" and dl and spec.num_workers == most > 0)):
+        return 1
+    if mode == "read" and (spec.loader == "plain" or (dl and spec.num_workers == 1)):
+        return 2
+    if mode == "read" and ((dl and spec.num_workers == most > 0) or spec.loader == "ring"):
+        return 3
+    return 4 if mode in ("train", "cold") else 5
+
+
+def plan(grid_: Sequence[PipelineSpec], fmts: Sequence[str], batch_size: int, with_model: bool, cold: bool,
+         most: int) -> list[tuple[str, PipelineSpec]]:
+    """``(mode, spec)`` in the order a budget should spend on them (:func:`tier`, then :func:`priority`, then
+    the formats' order): every setting read alone; with ``with_model`` the single-process kinds and the
+    DataLoader with ``most`` workers with a training step; with ``cold`` one single-process kind per
+    format (whole chunks where it has them) after an eviction."""
+    todo = [("read", s) for s in grid_]
+    if with_model:
+        todo += [("train", s) for s in grid_ if (s.num_workers == 0 and s.loader != "dataloader")
+                 or (s.loader == "dataloader" and s.num_workers == most)]
+    if cold:
+        for fmt in fmts:
+            kinds = [k for k in ("chunk", "plain") if k in kinds_for(fmt)]
+            if kinds:
+                todo.append(("cold", PipelineSpec(format=fmt, loader=kinds[0], collate=COLLATE,
+                                                  batch_size=batch_size, device="cpu")))
+    order = list(fmts)
+    return sorted(todo, key=lambda t: (tier(t[0], t[1], most), priority(t[1]),
+                                       order.index(t[1].format) if t[1].format in order else len(order)))
 
 
 def as_spec(setting, batch_size: int | None = None) -> PipelineSpec:
@@ -188,6 +244,72 @@ def read_epoch(loader) -> tuple[float, int, int]:
             timer.end_batch()
     phases = timer.finish()
     return float(phases[:, 0].sum()), n, int(len(phases))
+
+
+class Cycling:
+    """``loader`` epoch after epoch (each epoch its own shuffle), without end: the timed pass stops
+    itself (a steady window longer than one epoch of a small set). Carries ``num_workers``."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        self.num_workers = getattr(loader, "num_workers", 0)
+        self.epochs = 0
+
+    def __iter__(self):
+        while True:
+            self.epochs += 1
+            got = False
+            for batch in self.loader:
+                got = True
+                yield batch
+            if not got:
+                raise ValueError("the loader yields no batch: use a smaller batch_size or more samples")
+
+
+def steady_stop(warmup: int, min_timed: int, precision: float | None, cap_s: float) -> SteadyStop:
+    """The stop of a steady window: ``min_timed`` timed batches after ``warmup`` and a second of them, then
+    until the 95% interval of the mean batch time is within ``precision`` (None: at the floor), or ``cap_s``."""
+    if precision is None:
+        return SteadyStop(warmup, min_timed=min_timed, half_width=float("inf"), min_window_s=0.0,
+                          max_window_s=cap_s, max_timed=min_timed)
+    return SteadyStop(warmup, min_timed=min_timed, half_width=precision, max_window_s=cap_s)
+
+
+def window_kind(stop: SteadyStop, timed: int) -> str:
+    """``steady`` (≥ :data:`MIN_TIMED_BATCHES` timed after the warm-up, to the precision asked),
+    ``imprecise`` (steady, but the cap came first) or ``startup_inclusive`` (too few timed batches)."""
+    if timed < MIN_TIMED_BATCHES:
+        return "startup_inclusive"
+    stop.precise or stop.finish()
+    return "steady" if stop.precise else "imprecise"
+
+
+def read_steady(loader, stop: SteadyStop, max_batches: int = 1_000_000) -> dict:
+    """A steady window of reads, nothing else: ``stop.warmup`` batches left out (worker start-up, the
+    prefetch drained), then batches (epochs chained, :class:`Cycling`) until ``stop`` says; the
+    seconds blocked in ``next()``, samples and batches of the timed ones, the window's wall seconds,
+    its rate kind (:func:`window_kind`) and the precision reached (``rate_half_width``)."""
+    from time import perf_counter
+
+    warm, done, wait, n, t_first = stop.warmup, 0, 0.0, 0, None
+    with owned_iterator(Cycling(loader)) as it:
+        while done < max_batches:
+            t0 = perf_counter()
+            batch = next(it)
+            t1 = perf_counter()
+            done += 1
+            if done == warm:
+                t_first = t1
+            elif done > warm:
+                wait += t1 - t0
+                n += len(batch[0])
+            if stop(done, t1):
+                break
+    timed = max(0, done - warm)
+    end = stop.ends[-1] if stop.ends else 0.0
+    window = end - t_first if t_first is not None else 0.0
+    return dict(wait_s=wait, samples=n, batches=timed, warmup_batches=warm, window_s=window,
+                rate_kind=window_kind(stop, timed), rate_half_width=stop.achieved)
 
 
 def _shutdown(loader) -> None:

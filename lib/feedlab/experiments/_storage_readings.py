@@ -13,13 +13,24 @@ from __future__ import annotations
 
 import math
 
+from feedlab.experiments import handover
 from feedlab.experiments._storage_readers import loader_words
+from feedlab.experiments.handover import TARGET_MAIN_US, TARGET_RATIO
+from feedlab.like_for_like import Side, judged
+from feedlab.plots import finding_title
+from feedlab.report import targets
+from feedlab.report.claims.core import Run
+from feedlab.report.targets import verdict
 
 SPS = "samples_per_s"
 
 #: what the ceiling's copy methods are, in words (``feedlab.collate.CEILING_METHODS``)
 CEILING_WORDS = {"numpy_copy": "a numpy copy of contiguous batches", "gather": "a numpy gather of shuffled batches",
                  "readinto": "readinto from the file", "mmap_slice": "a slice copy out of the file's map"}
+
+
+#: the ceiling's copies that read the bytes in storage order (``gather`` takes them in a random sample order)
+CONTIGUOUS = ("numpy_copy", "readinto", "mmap_slice")
 
 
 def _med(summ, variant: str, mode: str = "read", metric: str = SPS) -> float:
@@ -54,6 +65,14 @@ def numbers(summ, handover_rows: list[dict] | None = None) -> dict:
     out: dict = {}
     ceiling, base = _med(summ, "memcpy_ceiling"), _med(summ, "baseline_png_pil_totensor")
     out.update(ceiling_samples_per_s=ceiling, ceiling_method=ceiling_method(summ), baseline_samples_per_s=base)
+    contiguous = {m: _med(summ, f"ceiling_{m}") for m in CONTIGUOUS}
+    contiguous = {m: v for m, v in contiguous.items() if not math.isnan(v)}
+    if contiguous:
+        best_c = max(contiguous, key=contiguous.get)
+        out.update(contiguous_ceiling_samples_per_s=contiguous[best_c], contiguous_ceiling_method=best_c)
+    gather = _med(summ, "ceiling_gather")
+    if not math.isnan(gather):
+        out["gather_ceiling_samples_per_s"] = gather
     if len(read):
         best = read.loc[read["median"].idxmax()]
         out.update(best_read=row_words(best), best_read_variant=str(best.variant),
@@ -68,37 +87,98 @@ def numbers(summ, handover_rows: list[dict] | None = None) -> dict:
         if len(lmdb_b):
             out["best_lmdb_batched"] = row_words(lmdb_b.loc[lmdb_b["median"].idxmax()])
     if handover_rows:
-        from feedlab.experiments import handover
-
         t = handover.targets(handover_rows)
         out["handover"] = {k: (bool(v) if isinstance(v, bool) else v) for k, v in t.items()}
     return out
 
 
-def _target_lines(nums: dict, frame=None) -> list[str]:
-    from feedlab.report import targets
-    from feedlab.report.claims.core import Run
+def _window_lines(frame) -> list[str]:
+    """How the run's reading-alone rates were timed: steady (with the precision reached), imprecise
+    (the cap came first) or start-up inclusive, counted over the settings; [] for a table without
+    ``rate_kind`` (a run before steady windows)."""
+    if frame is None or "rate_kind" not in frame.columns:
+        return []
+    rows = frame[(frame["metric"] == SPS) & (frame["mode"] == "read") & frame["variant"].astype(str).str.contains("/")]
+    if rows.empty:
+        return []
+    kinds = rows.groupby("variant")["rate_kind"].agg(lambda k: "steady" if set(k) == {"steady"} else
+                                                      "imprecise" if "imprecise" in set(k) else "startup_inclusive")
+    steady = [v for v, k in kinds.items() if k == "steady"]
+    hw = rows[rows["variant"].isin(steady)]["rate_half_width"] if "rate_half_width" in rows.columns else None
+    line = f"Reading-alone rates: {len(steady)} of {len(kinds)} settings steady"
+    if hw is not None and len(hw.dropna()):
+        line += (f" (warm-up left out, ≥ {int(rows['timed_batches'].min())} timed batches; 95% interval of the mean "
+                 f"batch time within ±{100 * float(hw.median()):.1f}% at the median, ±{100 * float(hw.max()):.1f}% "
+                 f"at the widest)")
+    rest = [f"{k.replace('_', '-')}: {len(v)}" for k, v in
+            (("imprecise", [v for v, k in kinds.items() if k == "imprecise"]),
+             ("start-up inclusive (too few timed batches to be steady)",
+              [v for v, k in kinds.items() if k == "startup_inclusive"])) if v]
+    return [line + (f"; {'; '.join(rest)}" if rest else "") + "."]
 
+
+def _side(frame, fmt: str, loader: str, workers: int, label: str):
+
+    r = frame[(frame["metric"] == SPS) & (frame["mode"] == "read") & (frame["format"] == fmt)
+              & (frame["loader"] == loader) & (frame["num_workers"].astype(int) == workers)]
+    if r.empty:
+        return None, float("nan")
+    col = lambda c: r[c] if c in r.columns else None  # noqa: E731
+    timed, window = col("timed_batches"), col("window_s")
+    return Side(label, order="global", pixel_error=0.0, batch_size=int(r["batch_size"].iloc[0]), workers=workers,
+                cache=str(r["cache"].iloc[0]) if col("cache") is not None else None,
+                timed_batches=None if timed is None or timed.isna().any() else int(timed.min()),
+                window_s=None if window is None or window.isna().any() else float(window.min())), \
+        float(r["value"].median())
+
+
+def ring_lines(frame) -> list[str]:
+    """What the ring adds, per format: the ring ÷ the DataLoader with the same workers, format, decode and
+    batch, reading alone, judged like for like (:mod:`feedlab.like_for_like`: a ratio whose windows,
+    cache or batch differ says so). [] without both in the run's table."""
+
+    if frame is None or not {"format", "loader", "num_workers", "mode"} <= set(frame.columns):
+        return []
+    ring = frame[(frame["loader"] == "ring") & (frame["mode"] == "read") & (frame["metric"] == SPS)]
+    parts = []
+    for fmt, w in sorted(set(zip(ring["format"], ring["num_workers"].astype(int)))):
+        (a, ra), (b, rb) = _side(frame, fmt, "ring", w, "the ring"), _side(frame, fmt, "dataloader", w, "the DataLoader")
+        if a is not None and b is not None:
+            parts.append(f"{fmt} {ra / rb:.2f}× ({judged('like for like', a, b)})")
+    return ([f"What the ring adds, reading alone, the ring ÷ the DataLoader with the same workers, format, decode "
+             f"and batch: {'; '.join(parts)}."] if parts else [])
+
+
+def _target_lines(nums: dict, frame=None) -> list[str]:
     run = Run(nums, frame=frame)  # with the run's table: a ratio of rates not timed steady is not judged
     return [line for t in targets.for_notebook("05_storage_formats") for line in t.lines(run)]
 
 
-def _handover_lines(h: dict, batch_size: int, num_workers: int) -> list[str]:
-    from feedlab.experiments.handover import TARGET_MAIN_US, TARGET_RATIO
-    from feedlab.report.targets import verdict
+def _measured(x) -> bool:
+    return isinstance(x, (int, float)) and not math.isnan(x)
 
+
+def _handover_lines(h: dict, batch_size: int, num_workers: int) -> list[str]:
     w = loader_words("dataloader", num_workers).removeprefix("DataLoader, ")
-    lines = [f"Hand-over, worker → main process, batch {batch_size}, {w}: the DataLoader "
-             f"{h['dataloader_handover_gb_s']:.2f} GB/s ({h['dataloader_main_us_per_sample']:.1f} µs of the main "
-             f"process per sample), the shared-memory ring {h['ring_handover_gb_s']:.2f} GB/s "
-             f"({h['ring_main_us_per_sample']:.1f} µs).",
+    gb = (f"the DataLoader {h['dataloader_delivered_gb_s']:.2f} GB/s ({h['dataloader_main_us_per_sample']:.1f} µs of "
+          f"the main process's CPU per sample), the shared-memory ring {h['ring_delivered_gb_s']:.2f} GB/s "
+          f"({h['ring_main_us_per_sample']:.1f} µs)") if _measured(h.get("ring_delivered_gb_s")) else \
+        (f"the DataLoader {h['dataloader_main_us_per_sample']:.1f} µs of the main process's CPU per sample, the "
+         f"shared-memory ring {h['ring_main_us_per_sample']:.1f} µs (a run before 2026-11-26: no wall-time bandwidth)")
+    lines = [f"Hand-over, worker → main process, LMDB + fast collate, batch {batch_size}, {w}, warm page cache: "
+             f"bytes delivered per second of wall time, {gb}.",
              f"Target, the ring's main-process cost per sample = {h['ring_main_us_per_sample']:.1f} µs: "
              f"{verdict(h['ring_main_us_per_sample'], '<=', TARGET_MAIN_US)} the ≤ {TARGET_MAIN_US:g} µs target."]
+    if "ring_vs_dataloader" in h:
+        words = h.get("ring_vs_dataloader_words") or "not like for like (its sides were not recorded)"
+        lines.append(f"What the ring adds: the ring ÷ the DataLoader, both LMDB + fast collate, batch {batch_size}, "
+                     f"{w} = {h['ring_vs_dataloader']:.2f}× ({words}).")
     best = {"lmdb_fast_dataloader": "the DataLoader", "lmdb_ring": "the ring",
             "lmdb_threads": "threads"}.get(h["lmdb_best"], h["lmdb_best"])
     lines.append(f"Target, LMDB + fast collate ({best}, {w}) ÷ PNG + ToTensor (DataLoader, {w}) at batch "
                  f"{batch_size} = {h['lmdb_vs_png']:.1f}×: {verdict(h['lmdb_vs_png'], '>=', TARGET_RATIO)} the "
-                 f"≥ {TARGET_RATIO:g}× target.")
+                 f"≥ {TARGET_RATIO:g}× target — a whole-pipeline comparison (format, decode, collate and loader "
+                 f"differ), not a measure of the ring.")
     return lines
 
 
@@ -116,7 +196,14 @@ def readings(summ, disk, nums: dict, *, with_model: bool = False, cold: bool = F
     out.append(f"Ceiling (one core, warm cache, the fastest of several copies of these bytes into a batch buffer, "
                f"here {method}): {nums['ceiling_samples_per_s']:,.0f} samples/s; one Python-level copy per sample "
                f"and side: {_med(summ, 'memcpy_per_item'):,.0f} samples/s.")
+    if "contiguous_ceiling_samples_per_s" in nums and "gather_ceiling_samples_per_s" in nums:
+        c, g = nums["contiguous_ceiling_samples_per_s"], nums["gather_ceiling_samples_per_s"]
+        out.append(f"The same bytes copied in storage order ({CEILING_WORDS.get(nums['contiguous_ceiling_method'])}): "
+                   f"{c:,.0f} samples/s; gathered in a random sample order, as a shuffled epoch reads them: "
+                   f"{g:,.0f} samples/s ({g / c:.2f} of the contiguous copy).")
+    out += _window_lines(frame)
     out += _target_lines(nums, frame)
+    out += ring_lines(frame)
     zc, zr = _find(read, "zarr", "chunk"), _find(read, "zarr", "plain")
     if not (math.isnan(zc) or math.isnan(zr)):
         out.append(f"Zarr read by whole chunks vs one sample at a time, one process: {zc:,.0f} vs {zr:,.0f} "
@@ -160,8 +247,6 @@ def readings(summ, disk, nums: dict, *, with_model: bool = False, cold: bool = F
 
 def figure_title(nums: dict, batch_size: int) -> str:
     """The figure's title, the finding: the fastest setting against the baseline."""
-    from feedlab.plots import finding_title
-
     if "best_read" not in nums:
         return f"Batch load time by storage format and loader, batch {batch_size}"
     return finding_title(f"Reading alone, {nums['best_read']} (batch {batch_size})", nums["ratio_best_to_baseline"],
@@ -178,8 +263,6 @@ def panel_title(summ, mode: str, nums: dict, batch_size: int, step: str = "a tra
 
 
 def _panel_title(summ, mode: str, nums: dict, batch_size: int, step: str) -> str:
-    from feedlab.plots import finding_title
-
     if mode == "read":
         return figure_title(nums, batch_size)
     rows = _settings(summ, mode)

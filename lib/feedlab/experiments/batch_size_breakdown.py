@@ -11,29 +11,35 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from feedlab.experiments.loader_grid import grid, run_grid, split_applicable
-from feedlab.results import Results
+from feedlab.experiments._grid_spend import ends, extremes_first
+from feedlab.experiments.loader_grid import default_device, grid, metric_summary, run_grid, split_applicable
+from feedlab.plots import finding_title, workers_label
+from feedlab.results import Results, summary_median
 
 PIPELINES = {"baseline": ("png", "totensor"), "fixed": ("lmdb", "fast")}
 
 
 def plan(batch_sizes: Sequence[int], worker_counts: Sequence[int], pin_memory: Sequence[bool],
          model: str = "auto", device=None):
-    """(settings to run, [(setting, why skipped)]) for both pipelines."""
+    """(settings to run, [(setting, why skipped)]) for both pipelines, in the order a budget spends on them:
+    the baseline and the fixed pipeline side by side at each batch size, the smallest and largest first
+    (the ends the claims and the title compare; a budget leaves out the middle)."""
     settings = []
-    for fmt, collate in PIPELINES.values():
-        settings += grid(format=fmt, collate=collate, batch_size=list(batch_sizes),
-                         num_workers=list(worker_counts), pin_memory=list(pin_memory), model=model)
-    from feedlab.experiments.loader_grid import default_device
+    for b in extremes_first(batch_sizes):
+        for fmt, collate in PIPELINES.values():
+            settings += grid(format=fmt, collate=collate, batch_size=b,
+                             num_workers=list(worker_counts), pin_memory=list(pin_memory), model=model)
 
     return split_applicable(settings, device if device is not None else default_device())
 
 
 def run(data_root, settings, repeats: int = 3, max_samples: int | None = None, device=None, warmup: int = 1,
         log=None, **sizing) -> Results:
-    """``sizing``: ``min_timed_batches`` / ``time_budget_s`` (steady epochs, see ``run_grid``)."""
+    """``sizing``: ``min_timed_batches`` / ``time_budget_s`` / ``rate_precision`` / ``rate_cap_s`` (steady epochs)
+    and ``budget``, see ``run_grid``."""
+    sizes = [s.batch_size for s in settings]   # both pipelines at the batch ends: never left out for the budget
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
-                    warmup=warmup, experiment="batch_size_breakdown", log=log, **sizing)
+                    warmup=warmup, experiment="batch_size_breakdown", log=log, essential=ends(sizes), **sizing)
 
 
 def pipeline_of(fmt: str, collate: str) -> str:
@@ -52,14 +58,15 @@ def _key(pipeline, w, pin, b) -> str:
 def gains(ms_sum, batch_sizes: Sequence[int]) -> dict[str, float]:
     """``{"w<workers>_pin<0|1>_b<batch>": baseline ms/sample ÷ fixed ms/sample}`` for every worker
     count and pin_memory setting in ``ms_sum`` (a summary by pipeline, num_workers, pin_memory, batch_size)."""
-    from feedlab.results import summary_median
-
     out = {}
     for w in sorted({int(x) for x in ms_sum["num_workers"]}):
         for pin in sorted({bool(x) for x in ms_sum["pin_memory"]}):
             for b in batch_sizes:
-                base = summary_median(ms_sum, pipeline="baseline", num_workers=w, pin_memory=pin, batch_size=b)
-                fixed = summary_median(ms_sum, pipeline="fixed", num_workers=w, pin_memory=pin, batch_size=b)
+                try:
+                    base = summary_median(ms_sum, pipeline="baseline", num_workers=w, pin_memory=pin, batch_size=b)
+                    fixed = summary_median(ms_sum, pipeline="fixed", num_workers=w, pin_memory=pin, batch_size=b)
+                except KeyError:   # a side left out (a budget): no gain there
+                    continue
                 out[f"w{w}_pin{int(pin)}_b{b}"] = base / fixed
     return out
 
@@ -67,8 +74,6 @@ def gains(ms_sum, batch_sizes: Sequence[int]) -> dict[str, float]:
 def title(gain: dict[str, float]) -> str:
     """The fixed pipeline's best gain per sample: ``LMDB + FastCollate: ×2.1 the PNG baseline's speed
     at 2 workers, batch 128`` (pin_memory named when it was on)."""
-    from feedlab.plots import finding_title, workers_label
-
     if not gain:
         return "baseline (PNG + ToTensor) vs fixed (LMDB + FastCollate)"
     key = max(gain, key=gain.get)
@@ -83,9 +88,6 @@ def readings(ms_sum, wait_sum, batch_sizes: Sequence[int], *, has_gpu_busy: bool
     """Notebook 09's reading: per worker count and pin_memory the baseline's batch-size trend, then per
     batch size the fixed pipeline's speed over the baseline's and the data-wait share of each; then what
     was not run or measured."""
-    from feedlab.plots import workers_label
-    from feedlab.results import summary_median
-
     b0, b1 = min(batch_sizes), max(batch_sizes)
     g = gains(ms_sum, batch_sizes)
     lines = []
@@ -93,11 +95,18 @@ def readings(ms_sum, wait_sum, batch_sizes: Sequence[int], *, has_gpu_busy: bool
     for w in sorted({int(x) for x in ms_sum["num_workers"]}):
         for pin in pins:
             sel = dict(num_workers=w, pin_memory=pin)
-            base0 = summary_median(ms_sum, pipeline="baseline", batch_size=b0, **sel)
-            base1 = summary_median(ms_sum, pipeline="baseline", batch_size=b1, **sel)
-            lines.append(f"{workers_label(w)}, pin_memory={pin}: baseline {base0:.2f} ms/sample at batch {b0}, "
-                         f"{base1:.2f} at {b1} ({base0 / base1:.2f}× from the batch size).")
+            try:
+                base0 = summary_median(ms_sum, pipeline="baseline", batch_size=b0, **sel)
+                base1 = summary_median(ms_sum, pipeline="baseline", batch_size=b1, **sel)
+                lines.append(f"{workers_label(w)}, pin_memory={pin}: baseline {base0:.2f} ms/sample at batch {b0}, "
+                             f"{base1:.2f} at {b1} ({base0 / base1:.2f}× from the batch size).")
+            except KeyError:
+                lines.append(f"{workers_label(w)}, pin_memory={pin}: baseline at batch {b0} or {b1} not measured "
+                             "(left out: see the table of settings left out).")
             for b in batch_sizes:
+                if f"w{w}_pin{int(pin)}_b{b}" not in g:
+                    lines.append(f"   batch {b}: not measured on both pipelines (left out)")
+                    continue
                 fw = summary_median(wait_sum, pipeline="fixed", batch_size=b, **sel)
                 bw = summary_median(wait_sum, pipeline="baseline", batch_size=b, **sel)
                 lines.append(f"   batch {b}: fixed pipeline runs at {g[f'w{w}_pin{int(pin)}_b{b}']:.2f}× the baseline "
@@ -118,11 +127,9 @@ def timer_reading(overhead_s: float, smallest_s: float) -> str:
 
 
 def payload(*, profile: str, device, model: str, df, ms_sum, gain: dict, skipped, overhead_s: float,
-            min_timed_batches, time_budget_s, workload=None) -> dict:
+            min_timed_batches, time_budget_s, workload=None, spend: dict | None = None) -> dict:
     """Notebook 09's recorded results (the keys tests/notebooks and feedlab.report.claims read). ``df`` carries
-    the ``pipeline`` column (:func:`pipeline_of`)."""
-    from feedlab.experiments.loader_grid import metric_summary
-
+    the ``pipeline`` column (:func:`pipeline_of`); ``spend``: :func:`~feedlab.experiments._grid_spend.spend_record`."""
     keys = ["pipeline", "num_workers", "pin_memory", "batch_size"]
     has_util = bool((df["metric"] == "nvml_util").any())
     has_busy = bool((df["metric"] == "gpu_busy").any())
@@ -149,6 +156,7 @@ def payload(*, profile: str, device, model: str, df, ms_sum, gain: dict, skipped
         "gpu_busy": keyed(metric_summary(df, "gpu_busy", keys)) if has_busy else {},
         "nvml_util": keyed(metric_summary(df, "nvml_util", keys)) if has_util else {},
         "gpu_workload": workload,
+        **(spend or {}),
     }
 
 

@@ -29,8 +29,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
+from feedlab import formats as _formats
+from feedlab import pipeline as P
+from feedlab.cache import evict, files_under
+from feedlab.formats._common import atomic_output
 from feedlab.results import Results
-from feedlab.timing import owned_iterator, torch_threads  # noqa: E402
+from feedlab.timing import owned_iterator, run_epoch, torch_threads  # noqa: E402
 
 MiB = float(2 ** 20)
 
@@ -159,8 +163,6 @@ def _sleep_step(step_s: float) -> Callable:
 def epoch_latency(n: int, batch_size: int, item_s: float, step_s: float, num_workers: int, epochs: int,
                   repeats: int) -> Results:
     """First-batch latency (iter() to first batch) of each epoch, persistent_workers off/on."""
-    from feedlab.timing import run_epoch
-
     res = Results()
     for persistent in (False, True):
         for r in range(repeats):
@@ -180,8 +182,6 @@ def epoch_latency(n: int, batch_size: int, item_s: float, step_s: float, num_wor
 def stall_pattern(n: int, batch_size: int, item_s: float, step_s: float, num_workers: int,
                   prefetch_factors: Sequence[int], slow_factor: float, repeats: int) -> Results:
     """Data wait of every batch when worker 0 is ``slow_factor`` times slower."""
-    from feedlab.timing import run_epoch
-
     res = Results()
     for pf in prefetch_factors:
         for r in range(repeats):
@@ -242,9 +242,6 @@ def batched_fetch(root, formats: Sequence[str], batch_size: int, num_workers: Se
 
 
 def _batched_fetch(res, root, formats, batch_size, num_workers, repeats, warmup, max_batches):
-    from feedlab import pipeline as P
-    from feedlab.timing import run_epoch
-
     for fmt in formats:
         spec = P.PipelineSpec(format=fmt, collate="fast", batch_size=batch_size, device="cpu")
         base = P.open_dataset(root, spec)
@@ -269,14 +266,11 @@ def write_shards(root, shard_samples: int = 256, source: str = "npy_mmap") -> Pa
     """Tar shards under ``root/wds/`` (``shard-000000.tar`` ...), each sample as
     ``<key>.lr.u8``, ``<key>.hr.u8`` (raw HWC bytes) and ``<key>.json`` (shapes).
     Built in a temporary folder and renamed when complete; kept if present."""
-    from feedlab.formats import open_dataset
-    from feedlab.formats._common import atomic_output
-
     root = Path(root)
     final = root / "wds"
     if (final / "index.json").is_file():
         return final
-    ds = open_dataset(root, source)
+    ds = _formats.open_dataset(root, source)
     n = len(ds)
     with atomic_output(final, is_dir=True) as tmp:
         shards = []
@@ -321,10 +315,6 @@ def sharded_reads(root, batch_size: int, num_workers: int, repeats: int, buffer:
                   cold: bool = True, shard_samples: int = 256) -> tuple[Results, dict]:
     """Samples/s of (a) wds shards, shard shuffle + ``buffer``-sample shuffle, and
     (b) random access to one .npy per sample, warm and (where eviction works) cold."""
-    from feedlab import pipeline as P
-    from feedlab.cache import evict, files_under
-    from feedlab.timing import run_epoch
-
     shard_dir = write_shards(root, shard_samples)
     res = Results()
     info = {"shard_dir": str(shard_dir), "cold": None}

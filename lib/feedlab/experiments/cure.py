@@ -28,8 +28,12 @@ from typing import Callable
 
 import numpy as np
 
+from feedlab import formats, pipeline
 from feedlab.doctor.predict import advise, predict
-from feedlab.pipeline import PipelineSpec, warmup_batches
+from feedlab.experiments import loader_grid
+from feedlab.gpu_busy import BusyMeter
+from feedlab.pipeline import PipelineSpec, resolve_model_name, warmup_batches
+from feedlab.plots import PALETTE, legend_outside
 from feedlab.report.targets import (  # noqa: F401  (re-exported: the cure's target)
     TARGET_DATA_WAIT,
     TARGET_GPU_IDLE,
@@ -40,6 +44,7 @@ from feedlab.report.targets import (  # noqa: F401  (re-exported: the cure's tar
     target_verdict,
 )
 from feedlab.results import Results
+from feedlab.timing import run_epoch
 
 EXPERIMENT = "cure"
 HELD = "batch_size"   # the training recipe's: held across the cure's steps
@@ -102,9 +107,6 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     import torch
     from torch.utils.data import RandomSampler
 
-    from feedlab.gpu_busy import BusyMeter
-    from feedlab.pipeline import make_loader
-    from feedlab.timing import run_epoch
 
     spec = spec.replace(device=doc.device)
     skip, total = timed_plan(spec, min_timed)
@@ -112,10 +114,10 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     if spec.loader == "dataloader":
         sampler = RandomSampler(ds, num_samples=total * spec.batch_size,
                                 generator=torch.Generator().manual_seed(seed))
-        loader = make_loader(ds, spec, sampler=sampler, drop_last=True)
+        loader = pipeline.make_loader(ds, spec, sampler=sampler, drop_last=True)
         epoch_batches = 0   # 0: one sampler epoch holds the whole pass (like_for_like.Side.epoch_batches)
     else:  # kinds that take no sampler (ring, threads, ...) shuffle per epoch themselves
-        loader = Cycled(make_loader(ds, spec, seed=seed, drop_last=True), total)
+        loader = Cycled(pipeline.make_loader(ds, spec, seed=seed, drop_last=True), total)
         epoch_batches = len(loader.loader)   # the pass restarts the kind's epoch this often
     run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=min(total, skip + 2))
     rows = []
@@ -242,8 +244,6 @@ def title(steps: list[dict], cuda: bool) -> str:
 def plot(axes, steps: list[dict], cuda: bool) -> None:
     """Left: steady samples/s per step (median, IQR bars; undone steps hatched). Right: data-wait
     share and (with CUDA) GPU busy per step, with the targets as lines."""
-    from feedlab.plots import PALETTE, legend_outside
-
     ax1, ax2 = axes
     x = np.arange(len(steps))
     med = np.array([s["samples_per_s"] for s in steps])
@@ -285,13 +285,8 @@ def workload(model: str | None, device: str, data_root=None, batch_size: int = 1
     a *fast* loader's batch (``fast_format``, where packed), so the doctor's pipeline can keep the GPU
     busy while the PNG baseline starves it. Off CUDA, or any other name, as
     :func:`feedlab.pipeline.resolve_model_name` says."""
-    from feedlab.pipeline import resolve_model_name
-
     if (model or "auto") == "auto" and str(device).startswith("cuda") and data_root is not None:
-        from feedlab import formats
-        from feedlab.experiments.loader_grid import gpu_workload
-
         fmt = fast_format if fast_format in formats.present(data_root, "sr") else "png"
-        return gpu_workload(data_root, device, batch_size=batch_size, num_workers=num_workers, fmt=fmt)
+        return loader_grid.gpu_workload(data_root, device, batch_size=batch_size, num_workers=num_workers, fmt=fmt)
     name = resolve_model_name(model or "auto", device)
     return {"model": name, "gpu_bound": None, "reading": f"training step: {name} (chosen by name, not measured)"}

@@ -43,8 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
-from feedlab.paths import PILLOW_SIMD_PYTHON
-from feedlab.results import Results
+from feedlab import decode
+from feedlab.paths import PILLOW_SIMD_PYTHON, default_cls_root, default_sr_root
+from feedlab.plots import PALETTE, legend_outside
+from feedlab.results import Results, summarize
 from feedlab.timing import autorange_number, time_callable
 
 EXPERIMENT = "decode_backends"
@@ -121,13 +123,11 @@ def prepare_sets(cls_root, sr_root=None, sizes=(96, 256), limit: int = 64, work_
 
 def availability_rows(kinds=("jpeg", "png")) -> list[dict]:
     """One row per (backend, kind) it supports: available or not, version, reason/hint."""
-    from feedlab.decode import BACKENDS, available_backends, supports
-
-    info = available_backends()
+    info = decode.available_backends()
     rows = []
-    for b in BACKENDS:
+    for b in decode.BACKENDS:
         for k in kinds:
-            if supports(b, k):
+            if decode.supports(b, k):
                 i = info[b]
                 rows.append({"backend": b, "kind": k, "available": bool(i.available), "version": i.version,
                              "reason": i.reason})
@@ -171,22 +171,20 @@ def measure_decode(sets: dict[str, ImageSet], repeats: int = 5, warmup: int = 1,
                    resize_sets=("jpeg_native",), backends=CPU_BACKENDS) -> Results:
     """img/s (one core) of every available backend: ``decode`` on every set it reads,
     ``decode_resize`` to ``resize_to`` on ``resize_sets``."""
-    from feedlab.decode import available_backends, decode_resize, decoder, supports
-
-    info = available_backends()
+    info = decode.available_backends()
     res = Results()
     old = _single_thread()
     try:
         for st in sets.values():
             for b in backends:
-                if not supports(b, st.kind) or not info[b].available:
+                if not decode.supports(b, st.kind) or not info[b].available:
                     continue
-                fn = decoder(b)
+                fn = decode.decoder(b)
                 datas = st.datas
                 secs = time_callable(lambda: [fn(d) for d in datas], warmup=warmup, repeats=repeats)
                 _rate_rows(res, b, "decode", st, secs, len(datas))
                 if st.name in resize_sets:
-                    secs = time_callable(lambda: [decode_resize(d, resize_to, b) for d in datas],
+                    secs = time_callable(lambda: [decode.decode_resize(d, resize_to, b) for d in datas],
                                          warmup=warmup, repeats=repeats)
                     _rate_rows(res, b, "decode_resize", st, secs, len(datas), resize_to=resize_to)
     finally:
@@ -201,12 +199,11 @@ def measure_loader(st: ImageSet, repeats: int = 5, warmup: int = 1) -> Results:
     (PIL always; accimage when installed): the write-up's ``set_image_backend`` path."""
     from torchvision.datasets.folder import default_loader
 
-    from feedlab.decode import available_backends, with_image_backend
 
     res = Results()
-    names = ["PIL"] + (["accimage"] if available_backends()["accimage"].available else [])
+    names = ["PIL"] + (["accimage"] if decode.available_backends()["accimage"].available else [])
     for name in names:
-        with with_image_backend(name):
+        with decode.with_image_backend(name):
             def load_all():
                 for f in st.files:
                     im = default_loader(f)
@@ -222,17 +219,16 @@ def measure_cuda(st: ImageSet, repeats: int = 5, warmup: int = 1, batch: int = 6
     """nvJPEG through ``torchvision.io.decode_jpeg(device=...)``, batched; images/s of the GPU."""
     import torch
 
-    from feedlab.decode import available_backends, decode_cuda_batch
 
     res = Results()
-    info = available_backends()["cuda"]
+    info = decode.available_backends()["cuda"]
     if not info.available:
         return res, info.reason
     chunks = [st.datas[i:i + batch] for i in range(0, len(st.datas), batch)]
 
     def run():
         for c in chunks:
-            decode_cuda_batch(c, device=device)
+            decode.decode_cuda_batch(c, device=device)
 
     secs = time_callable(run, warmup=warmup, repeats=repeats, device=torch.device(device))
     _rate_rows(res, "cuda", "decode_batch", st, secs, len(st.datas), batch=batch)
@@ -280,16 +276,14 @@ def tjbench(jpeg_path, benchtime: float = 1.0, warmup: float = 0.5, repeats: int
 def same_image_rates(data: bytes, repeats: int = 5, warmup: int = 1, backends=CPU_BACKENDS,
                      min_round_s: float = 0.05) -> Results:
     """img/s of every available JPEG backend decoding one image over and over (what tjbench does)."""
-    from feedlab.decode import available_backends, decoder, supports
-
-    info = available_backends()
+    info = decode.available_backends()
     res = Results()
     old = _single_thread()
     try:
         for b in backends:
-            if not supports(b, "jpeg") or not info[b].available:
+            if not decode.supports(b, "jpeg") or not info[b].available:
                 continue
-            fn = decoder(b)
+            fn = decode.decoder(b)
             out = fn(data).copy()
             # decode into a ready buffer where the backend can (simplejpeg), as a loader would
             call = (lambda: fn(data, out)) if b == "simplejpeg" else (lambda: fn(data))
@@ -356,8 +350,6 @@ def pillow_side_by_side(sets: dict[str, ImageSet], pillow_simd_python: str = "",
 # --------------------------------------------------------------------------
 
 def summary(df):
-    from feedlab.results import summarize
-
     d = df[df["metric"] == "img_per_s"]
     return summarize(d, ["op", "image_set", "kind", "variant"])
 
@@ -374,7 +366,6 @@ def plot_rates(ax, s, op: str, image_sets, availability=None, kinds=None, unavai
     are accepted for older callers and ignored)."""
     from matplotlib.patches import Patch
 
-    from feedlab.plots import PALETTE, legend_outside
 
     rows = []
     for name in image_sets:
@@ -401,7 +392,6 @@ def plot_rates(ax, s, op: str, image_sets, availability=None, kinds=None, unavai
 def main(argv=None) -> int:
     import argparse
 
-    from feedlab.paths import default_cls_root, default_sr_root
 
     ap = argparse.ArgumentParser(description="feedlab: Pillow vs Pillow-SIMD (and the other decoders)")
     ap.add_argument("--pillow-simd-python", default="", help="interpreter of a Pillow-SIMD environment")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
+from feedlab import decode, machines
+from feedlab.decode import decoder
 from feedlab.results import Results
 from feedlab.timing import time_callable
 
@@ -46,12 +48,11 @@ def measure_gpu(st, batch: int = GPU_BATCH, min_images: int = MIN_IMAGES, repeat
     ``available`` overrides the CUDA probe (tests run the same path on the CPU decoder)."""
     import torch
 
-    from feedlab.decode import available_backends, decode_cuda_batch
 
     if st.kind != "jpeg":
         return Results(), f"{st.name}: nvJPEG decodes JPEG only"
-    ok, reason = available if available is not None else (available_backends()["cuda"].available,
-                                                           available_backends()["cuda"].reason)
+    ok, reason = available if available is not None else (decode.available_backends()["cuda"].available,
+                                                           decode.available_backends()["cuda"].reason)
     if not ok:
         return Results(), reason
     datas = cycled(st.datas, min_images)
@@ -59,7 +60,7 @@ def measure_gpu(st, batch: int = GPU_BATCH, min_images: int = MIN_IMAGES, repeat
 
     def run():
         for c in chunks:
-            decode_cuda_batch(c, device=device)
+            decode.decode_cuda_batch(c, device=device)
 
     secs = time_callable(run, warmup=warmup, repeats=repeats, device=torch.device(device))
     res = Results()
@@ -74,7 +75,6 @@ def _init(backend: str) -> None:
     global _DECODE
     import torch
 
-    from feedlab.decode import decoder
 
     torch.set_num_threads(1)
     _DECODE = decoder(backend)
@@ -91,9 +91,7 @@ def measure_cpu_all_cores(st, backend: str, processes: int | None = None, min_im
     """Images/s of ``processes`` processes (default: the usable cores) each decoding its share of
     the same cycled list with ``backend``, one thread each; the pool is started and warmed first,
     so process start-up is not timed."""
-    from feedlab.machines import usable_cores
-
-    procs = int(processes or usable_cores())
+    procs = int(processes or machines.usable_cores())
     datas = cycled(st.datas, min_images)
     shares = [datas[i::procs] for i in range(procs)]
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")

@@ -18,7 +18,7 @@ import numpy as np
 from feedlab.doctor import Doctor
 from feedlab.doctor.predict import advise, predict
 from feedlab.pipeline import PipelineSpec
-from feedlab.report.targets import BUSY_SPEED, too_busy
+from feedlab.report.targets import BUSY_SPEED, row_speed, too_busy
 from feedlab.results import Results
 
 EXPERIMENT = "doctor_steps"
@@ -31,11 +31,18 @@ def _record(doc: Doctor, spec: PipelineSpec, r: dict, res: Results, k: int, labe
     res.add(EXPERIMENT, label, "predicted_samples_per_s", pred["predicted_samples_per_s"], "samples/s", **params)
     runs = r["steady_runs"]
     calls = doc.e2e_calls.get(spec.replace(device=doc.device)) or [{}]
+    speed = _slowest(calls[-1].get("speed"), calls[-1].get("pass_speed"))
     return {"step": k, "label": label, "config": spec.as_dict(), "predicted": pred["predicted_samples_per_s"],
-            "speed": calls[-1].get("speed"),   # the doctor's CPU probe beside this measurement, per core
+            "speed": speed,   # the doctor's CPU probe beside it, or what others left its passes
             "bound_stage": pred["bound_stage"], "verdict": pred["verdict"], "measured": r["steady"],
             "measured_q25": float(np.percentile(runs, 25)), "measured_q75": float(np.percentile(runs, 75)),
             "error": pred["predicted_samples_per_s"] / r["steady"] - 1.0 if r["steady"] > 0 else None}
+
+
+def _slowest(*speeds) -> float | None:
+    """The lowest of the readings of a core's share that are numbers (None where none is)."""
+    v = [float(x) for x in speeds if x is not None and np.isfinite(x)]
+    return min(v) if v else None
 
 
 def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats: int | None = None,
@@ -106,7 +113,9 @@ def baseline_repeat(doc, start: PipelineSpec) -> dict:
     rounds, step 0, its turns beside step 1) as :func:`repeat_spread`."""
     calls = doc.e2e_calls.get(start.replace(device=doc.device), [])
     out = dict(repeat_spread([c["steady"] for c in calls]), setting=start.label())
-    speeds = [c.get("speed") for c in calls]
+    own = all(c.get("pass_speed") for c in calls)   # what others left each pass, not a probe beside it
+    speeds = [c.get("pass_speed") if own else c.get("speed") for c in calls]
+    out["speed_from"] = "pass" if own else "probe"
     if out["spread"] is not None and all(v is not None and np.isfinite(v) and v > 0 for v in speeds):
         # the same rates per unit of the CPU speed sampled beside each pass: what is left is not others' load
         out["spread_per_speed"] = repeat_spread([c["steady"] / v for c, v in zip(calls, speeds)])["spread"]
@@ -122,7 +131,7 @@ def calibration_rows(report: dict, steps: list[dict]) -> list[dict]:
         if r.get("samples_per_s") and r.get("predicted_samples_per_s"):
             rows.append({"kind": "workers (start spec)", "label": f"w{r['num_workers']}",
                          "predicted": r["predicted_samples_per_s"], "measured": r["samples_per_s"],
-                         "speed": r.get("capacity_now")})
+                         "speed": row_speed(r, report.get("cores"))})
     for s in steps:
         if s.get("measured") and s.get("predicted"):
             rows.append({"kind": "advice steps", "label": s["label"].split(":")[0], "change": s["label"],
@@ -187,7 +196,9 @@ def calibration_lines(summary: dict) -> list[str]:
                    f"spread {100 * b['spread']:.0f}% of the median (target within {100 * TARGET_REPEAT:.0f}%: {ok}).")
         if b.get("spread_per_speed") is not None:
             sp = ", ".join(f"{v:.2f}" for v in b["speeds"])
-            out.append(f"  per unit of the CPU speed sampled beside each measurement ({sp} of a core): spread "
+            where = "what other programs left each measurement's passes" if b.get("speed_from") == "pass" else \
+                "the CPU speed sampled beside each measurement"
+            out.append(f"  per unit of {where} ({sp} of a core): spread "
                        f"{100 * b['spread_per_speed']:.0f}% (what the load on the machine does not explain).")
     return out
 

@@ -33,9 +33,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from feedlab.formats import Hdf5Dataset, LmdbDataset, PngDataset
-from feedlab.formats.lmdb_store import _open_env
+from feedlab import paths
+from feedlab.formats import Hdf5Dataset, LmdbDataset, PngDataset, hdf5_store, lmdb_store
+from feedlab.formats._common import LazyHandle
+from feedlab.formats.lmdb_store import _open_env, _open_env_partial
 from feedlab.pipeline import PipelineSpec, make_loader
+from feedlab.plots import PALETTE, legend_outside
 from feedlab.results import Results
 
 EXPERIMENT = "hdf5_concurrency"
@@ -100,8 +103,6 @@ class LmdbParentDataset(LmdbDataset):
 
 
 def _close_cached_envs() -> None:
-    from feedlab.formats import lmdb_store
-
     close = getattr(lmdb_store, "close_envs", None)
     if close is not None:
         close()
@@ -109,8 +110,6 @@ def _close_cached_envs() -> None:
 
 def write_chunked_hdf5(scratch, reference: tuple[np.ndarray, np.ndarray]) -> Path:
     """Write the reference samples as a chunked, gzip-compressed ``sr.h5`` under ``scratch``."""
-    from feedlab.formats import hdf5_store
-
     scratch = Path(scratch)
     scratch.mkdir(parents=True, exist_ok=True)
     lr, hr = reference
@@ -124,8 +123,6 @@ class LmdbNaiveReopen(LmdbDataset):
 
     def __init__(self, root, as_tensor: bool = False, name: str = "lmdb"):
         super().__init__(root, as_tensor=as_tensor, name=name)
-        from feedlab.formats._common import LazyHandle
-        from feedlab.formats.lmdb_store import _open_env_partial
 
         _close_cached_envs()
         self._env = LazyHandle(_open_env_partial(str(self.path)))
@@ -194,9 +191,7 @@ def _error_name(exc: BaseException) -> str:
 
 def _relative(text: str) -> str:
     """Files named relative to the repository before any cut: a record never ends in half a machine path."""
-    from feedlab.paths import REPO_ROOT
-
-    return text.replace(str(REPO_ROOT) + "/", "")
+    return text.replace(str(paths.REPO_ROOT) + "/", "")
 
 
 def check_loader(dataset: Dataset, reference: tuple[np.ndarray, np.ndarray], num_workers: int,
@@ -399,7 +394,6 @@ def plot(tab, ax=None):
     and is drawn as a mark, not as a bar of bad samples."""
     import matplotlib.pyplot as plt
 
-    from feedlab.plots import PALETTE, legend_outside
 
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4.2))

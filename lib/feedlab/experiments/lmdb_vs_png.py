@@ -9,28 +9,55 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from feedlab.experiments.loader_grid import grid, run_grid
-from feedlab.results import Results
+from feedlab import formats as _formats
+from feedlab.experiments._grid_spend import ends, extremes_first
+from feedlab.experiments.loader_grid import default_device, grid, run_grid
+from feedlab.formats import bytes_on_disk, read_manifest
+from feedlab.plots import finding_title, workers_label
+from feedlab.results import Results, median, summary_median
 
 FORMATS = ("png", "lmdb", "lmdb_raw")
 
 
+def plan(formats: Sequence[str], batch_sizes: Sequence[int], worker_counts: Sequence[int], model: str = "auto",
+         pin_memory: bool = False, raw_batch_sizes: Sequence[int] | None = None) -> list:
+    """The settings, in the order a budget spends on them: PNG and LMDB (lz4) side by side at every batch
+    size (the smallest and largest first) × worker count — what write-up 000's claims compare — then the
+    other formats; ``raw_batch_sizes`` (None: all) the batch sizes ``lmdb_raw`` (the lz4 question, no
+    claim) runs at."""
+    main = [f for f in ("png", "lmdb") if f in formats]
+    rest = [f for f in formats if f not in main]
+    settings = []
+    for b in extremes_first(batch_sizes):
+        settings += grid(format=main, batch_size=b, num_workers=list(worker_counts), model=model,
+                         pin_memory=pin_memory) if main else []
+    for f in rest:
+        sizes = batch_sizes if raw_batch_sizes is None or f != "lmdb_raw" else [b for b in batch_sizes
+                                                                                 if b in set(raw_batch_sizes)]
+        for b in extremes_first(sizes):
+            settings += grid(format=f, batch_size=b, num_workers=list(worker_counts), model=model,
+                             pin_memory=pin_memory)
+    return settings
+
+
 def run_formats(data_root, formats: Sequence[str], batch_sizes: Sequence[int], worker_counts: Sequence[int],
                 model: str = "auto", repeats: int = 3, max_samples: int | None = None, device=None,
-                warmup: int = 1, log=None, verify: bool = False, **sizing) -> Results:
+                warmup: int = 1, log=None, verify: bool = False, raw_batch_sizes: Sequence[int] | None = None,
+                **sizing) -> Results:
     """Per-phase timing for every format × batch size × worker count (stock collate,
-    as the write-up did; pin_memory on with CUDA, off without).
+    as the write-up did; pin_memory on with CUDA, off without), in :func:`plan`'s order
+    (``raw_batch_sizes``: where ``lmdb_raw`` runs; None: every batch size). ``sizing``: ``min_timed_batches``,
+    ``time_budget_s``, ``rate_precision``, ``rate_cap_s``, ``budget`` of ``run_grid``.
 
     ``verify=False`` (the default here): the stores are read without the per-sample
     crc32c check that feedlab's readers do by default, so the rows compare the formats'
     read speed alone, as the write-up (which had no checksums) did."""
-    from feedlab.experiments.loader_grid import default_device
-
     device = device if device is not None else default_device()
-    settings = grid(format=list(formats), batch_size=list(batch_sizes), num_workers=list(worker_counts),
-                    model=model, pin_memory=str(device).startswith("cuda"))
+    settings = plan(formats, batch_sizes, worker_counts, model, str(device).startswith("cuda"), raw_batch_sizes)
+    claimed = ends(batch_sizes)   # PNG and LMDB (lz4) at the batch ends: 000's claims; never left out for the budget
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
                     warmup=warmup, experiment="lmdb_vs_png", log=log,
+                    essential=lambda s: s.format in ("png", "lmdb") and claimed(s),
                     dataset_opts={f: {"verify": verify} for f in formats}, **sizing)
 
 
@@ -41,7 +68,6 @@ def storage_table(data_root, formats: Sequence[str] = FORMATS):
     write time from the manifest."""
     import pandas as pd
 
-    from feedlab.formats import bytes_on_disk, read_manifest
 
     man = read_manifest(data_root)
     n = int(man.get("count", 0)) or None
@@ -83,13 +109,12 @@ def map_size_growth(data_root, samples: int = 256, start_bytes: int = 64 * 1024)
 
     import lmdb
 
-    from feedlab.formats import lmdb_store, open_dataset
 
-    ds = open_dataset(data_root, "png")
+    ds = _formats.open_dataset(data_root, "png")
     n = min(int(samples), len(ds))
     with tempfile.TemporaryDirectory(prefix="feedlab-mapsize-") as tmp:
         try:
-            path = lmdb_store.write(tmp, [ds[i] for i in range(n)], compress=False,
+            path = _formats.lmdb_store.write(tmp, [ds[i] for i in range(n)], compress=False,
                                     map_size=start_bytes, name="lmdb_grow")
         except lmdb.Error as e:  # the write-up's case: a map too small to hold the data
             return {"samples": n, "start_bytes": start_bytes, "error": f"{type(e).__name__}: {e}"}
@@ -98,7 +123,7 @@ def map_size_growth(data_root, samples: int = 256, start_bytes: int = 64 * 1024)
             "doublings": max(0, math.ceil(math.log2(data / start_bytes))) if data else 0}
 
 
-__all__ = ["FORMATS", "map_size_growth", "run_formats", "storage_table"]
+__all__ = ["FORMATS", "map_size_growth", "plan", "run_formats", "storage_table"]
 
 
 # ------------------------------------------------------------ readings, title, payload (notebook 02)
@@ -106,25 +131,28 @@ __all__ = ["FORMATS", "map_size_growth", "run_formats", "storage_table"]
 def throughput_ratios(rate, formats: Sequence[str], worker_counts: Sequence[int], batch_sizes: Sequence[int],
                       base: str = "png") -> dict[str, float]:
     """``{"<format>_w<workers>_b<batch>": rate / rate of base}`` for every format but ``base``,
-    from a summary of ``steady_samples_per_s`` by num_workers, batch_size and format."""
-    from feedlab.results import summary_median
-
+    from a summary of ``steady_samples_per_s`` by num_workers, batch_size and format; a setting either
+    side did not run (left out) has no ratio."""
     out = {}
     for w in worker_counts:
         for b in batch_sizes:
-            ref = summary_median(rate, num_workers=w, batch_size=b, format=base)
+            ref = _rate(rate, w, b, base)
             for f in formats:
-                if f != base:
-                    out[f"{f}_w{w}_b{b}"] = summary_median(rate, num_workers=w, batch_size=b, format=f) / ref
+                if f != base and ref is not None and _rate(rate, w, b, f) is not None:
+                    out[f"{f}_w{w}_b{b}"] = _rate(rate, w, b, f) / ref
     return out
+
+
+def _rate(summary, w, b, f) -> float | None:
+    try:
+        return summary_median(summary, num_workers=w, batch_size=b, format=f)
+    except KeyError:
+        return None
 
 
 def title(ratios: dict[str, float], fmt: str = "lmdb") -> str:
     """The best setting of ``fmt`` against PNG: ``LMDB (lz4): ×1.4 the PNG rate at 2 workers, batch 32``
     (the median over settings follows in brackets when there are several)."""
-    from feedlab.plots import finding_title, workers_label
-    from feedlab.results import median
-
     mine = {k: v for k, v in ratios.items() if k.startswith(f"{fmt}_w")}
     if not mine:
         return "PNG vs LMDB: per-phase time per batch"
@@ -139,17 +167,17 @@ def readings(wait, rate, store, formats: Sequence[str], worker_counts: Sequence[
              batch_sizes: Sequence[int]) -> list[str]:
     """Notebook 02's reading: per setting the data wait of each format and its rate over PNG; the
     median LMDB (lz4) gain; whether lz4 paid against the raw LMDB; the smallest store on disk."""
-    from feedlab.plots import workers_label
-    from feedlab.results import median, summary_median
-
     ratios = throughput_ratios(rate, formats, worker_counts, batch_sizes)
     lines = []
     for w in worker_counts:
         for b in batch_sizes:
+            if _rate(wait, w, b, "png") is None:
+                lines.append(f"{workers_label(w)}, batch {b}: PNG not measured (left out)")
+                continue
             parts = [f"{workers_label(w)}, batch {b}: data wait PNG "
                      f"{1e3 * summary_median(wait, num_workers=w, batch_size=b, format='png'):.2f} ms"]
             for f in formats:
-                if f != "png":
+                if f != "png" and f"{f}_w{w}_b{b}" in ratios:
                     fw = summary_median(wait, num_workers=w, batch_size=b, format=f)
                     parts.append(f"{f} {1e3 * fw:.2f} ms (throughput {ratios[f'{f}_w{w}_b{b}']:.2f}× PNG)")
             lines.append("; ".join(parts))
@@ -158,21 +186,25 @@ def readings(wait, rate, store, formats: Sequence[str], worker_counts: Sequence[
         lines.append(f"LMDB (lz4) throughput over PNG: median {median(lz):.2f}× across {len(lz)} settings "
                      f"(range {min(lz):.2f}–{max(lz):.2f}×).")
     s = store.set_index("format")
-    if "lz4_ratio" in store.attrs and {"lmdb", "lmdb_raw"} <= set(formats):
-        rel = [summary_median(rate, num_workers=w, batch_size=b, format="lmdb")
-               / summary_median(rate, num_workers=w, batch_size=b, format="lmdb_raw")
-               for w in worker_counts for b in batch_sizes]
+    pairs = [(w, b) for w in worker_counts for b in batch_sizes
+             if _rate(rate, w, b, "lmdb") is not None and _rate(rate, w, b, "lmdb_raw") is not None]
+    if "lz4_ratio" in store.attrs and {"lmdb", "lmdb_raw"} <= set(formats) and pairs:
+        rel = [_rate(rate, w, b, "lmdb") / _rate(rate, w, b, "lmdb_raw") for w, b in pairs]
+        at = "" if len(pairs) == len(worker_counts) * len(batch_sizes) else \
+            f" (at batch {', '.join(str(b) for b in sorted({b for _, b in pairs}))} only)"
         lines.append(f"lz4 shrank the LMDB by {store.attrs['lz4_ratio']:.2f}× on disk "
                      f"({s.loc['lmdb_raw', 'MiB']:.1f} → {s.loc['lmdb', 'MiB']:.1f} MiB); lz4 LMDB ran at "
-                     f"{min(rel):.2f}–{max(rel):.2f}× the raw LMDB's throughput: compression "
+                     f"{min(rel):.2f}–{max(rel):.2f}× the raw LMDB's throughput{at}: compression "
                      f"{'paid' if min(rel) > 1.05 else 'did not pay'} on this warm page cache.")
     lines.append(f"smallest on disk here: {s['bytes'].idxmin()} ("
                  + ", ".join(f"{f} {s.loc[f, 'MiB']:.1f} MiB" for f in formats) + ").")
     return lines
 
 
-def payload(*, profile: str, device, model: str, df, store, ratios: dict, verify: bool, map_growth: dict) -> dict:
-    """Notebook 02's recorded results (the keys tests/notebooks and feedlab.report.claims read)."""
+def payload(*, profile: str, device, model: str, df, store, ratios: dict, verify: bool, map_growth: dict,
+            spend: dict | None = None) -> dict:
+    """Notebook 02's recorded results (the keys tests/notebooks and feedlab.report.claims read); ``spend``:
+    :func:`~feedlab.experiments._grid_spend.spend_record` (precision, budget, settings left out)."""
     return {
         "notebook": "02_lmdb_vs_png", "profile": profile, "device": str(device), "model": model,
         "formats": sorted(df["format"].unique().tolist()),
@@ -184,4 +216,5 @@ def payload(*, profile: str, device, model: str, df, store, ratios: dict, verify
         "lz4_ratio": float(store.attrs.get("lz4_ratio", float("nan"))),
         "verify_checksums": verify,  # were the timed reads checked against the per-sample checksums?
         "lmdb_map_growth": map_growth,  # an LMDB written from a 64 KiB map: does it grow?
+        **(spend or {}),
     }

@@ -12,7 +12,9 @@ optimizer are built (``model="none"`` measures the loader alone), a
 ``DataLoader`` is made, ``warmup`` short untimed epochs run, then ``repeats``
 timed epochs, each wrapped in a :class:`~feedlab.monitor.CpuMonitor`, a
 :class:`~feedlab.gpu_busy.BusyMeter` and a :class:`~feedlab.gpu_busy.NvmlWindow`.
-Every epoch starts its workers afresh (unless ``persistent_workers``), as a training loop does.
+Every epoch starts its workers afresh (unless ``persistent_workers``), as a training loop does: not kept
+across settings (a fork start, ``first_batch_s``, is ~0.07 s an epoch on cpu-2c; a DataLoader's batch size and
+sampler are fixed when it is built, so a grid's batch sizes cannot share its workers).
 
 Metrics per (setting, repeat): ``samples_per_s``, ``steady_samples_per_s``
 (the same after the warm-up batches, labelled by ``rate_kind``: see :func:`run_grid`), ``epoch_s``
@@ -33,6 +35,8 @@ not run instead of timing a loader that silently ignored the flag.
 from __future__ import annotations
 
 import itertools
+import math
+from contextlib import nullcontext
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -40,6 +44,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from feedlab.budget import Budget
+from feedlab.experiments._grid_spend import budget_group, left_out_why, setting_name
 from feedlab.experiments._rate_kinds import RATE_METRICS, label_rate_kinds, rate_kind_note, steady_rows
 from feedlab.gpu_busy import BusyMeter, NvmlWindow
 from feedlab.monitor import CpuMonitor
@@ -142,6 +148,7 @@ def cycling_loader(ds, s: PipelineSpec, batches: int | None, seed: int = 0):
 BUDGET_MIN_TIMED = 10  # a time-budgeted epoch's fewest timed batches for a steady rate
 BUDGET_CAP_BATCHES = 100_000  # a time-budgeted epoch's sampler length: the budget ends it first
 PRECISE_MIN_TIMED = 20        # a precision-timed epoch's fewest timed batches (then a second, then the interval)
+PRECISE_FLOOR = 10            # the fewest a profile may ask for with rate_precision (5 batch means of 2)
 
 
 def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats: int = 3, warmup: int = 1,
@@ -150,7 +157,9 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
              experiment: str = "loader_grid", seed: int = 0, monitor_interval: float = 0.05,
              dataset_opts: dict | None = None, log: Callable[[str], None] | None = None,
              min_timed_batches: int | None = None, time_budget_s: float | None = None,
-             rate_precision: float | None = None, rate_cap_s: float = 20.0) -> Results:
+             rate_precision: float | None = None, rate_cap_s: float | None = 20.0, budget: Budget | None = None,
+             skip: Callable[[PipelineSpec, Results], str] | None = None,
+             essential: Callable[[PipelineSpec], bool] | None = None) -> Results:
     """Time every setting: ``warmup`` epochs of at most ``warmup_batches`` batches,
     then ``repeats`` epochs of at most ``max_batches`` batches (None: the whole set).
     ``max_samples`` caps an epoch by samples instead (rounded up to whole batches), so
@@ -165,6 +174,14 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
     relative half-width (95%, :class:`~feedlab.pipeline.SteadyStop`: at least ``min_timed_batches or 20``
     timed batches and a second), or ``rate_cap_s`` seconds of timed batches, where the rate is labelled
     ``imprecise``; every row then carries ``rate_half_width``, the precision reached.
+    ``min_timed_batches`` below 20 (at least :data:`PRECISE_FLOOR`) judges the interval over 5 batch means
+    instead of 10. Rows then also carry ``rate_target`` (the half-width asked for), and the
+    ``steady_samples_per_s`` row its interval, ``rate_low`` and ``rate_high`` (samples/s).
+    ``budget`` (:class:`~feedlab.budget.Budget`) is asked before each setting, in the order given, whether
+    it fits (its group: batch size and model) unless ``essential(setting)`` (a claim reads it: run, and
+    charged, whatever is left); ``skip(setting, results so far)`` gives a reason to leave a setting out
+    ("" runs it; a worker ladder that has turned, :mod:`feedlab.experiments._grid_spend`). Each setting left
+    out is named, with why, in the returned results' ``left_out``.
     Every row carries ``rate_kind`` (``steady`` / ``startup_inclusive``, :func:`feedlab.pipeline.rate_of`),
     ``timed_batches`` and ``warmup_batches``: a row of an epoch too short for a steady rate
     (a smoke run) says so, and ``steady_samples_per_s`` is then the whole-epoch rate, labelled.
@@ -183,6 +200,11 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
     min_timed = int(min_timed_batches) if min_timed_batches is not None else (
         BUDGET_MIN_TIMED if time_budget_s is not None else PRECISE_MIN_TIMED if rate_precision is not None
         else MIN_TIMED_BATCHES)
+    if rate_precision is not None and min_timed < PRECISE_FLOOR:
+        raise ValueError(f"min_timed_batches={min_timed} with rate_precision: at least {PRECISE_FLOOR} timed batches "
+                         "(two per batch mean of its interval)")
+    blocks = 10 if min_timed >= 2 * 10 else 5
+    rate_cap_s = 20.0 if rate_cap_s is None else float(rate_cap_s)
     datasets: dict[str, object] = {}
     res = Results()
     for s in settings:
@@ -192,78 +214,104 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
         if not ok:
             raise ValueError(f"{s}: {why}")
         s = replace(s, device=str(device))
+        why = left_out_why(s, res, budget, skip, essential, experiment)
+        if why:
+            if log:
+                log(f"{setting_name(s, experiment)}: left out ({why})")
+            continue
         key = (s.format, s.decode, s.transform)
         if key not in datasets:
             datasets[key] = open_dataset(data_root, s, **(dataset_opts or {}).get(s.format, {}))
-        ds = datasets[key]
-        torch.manual_seed(seed)
-        model, _loss, optimizer = make_training(s.model, device)
-        warm = warmup_batches_of(s)
-        if time_budget_s is not None or rate_precision is not None:
-            max_batches_s = epoch_batches(s, max_batches=BUDGET_CAP_BATCHES, min_timed_batches=min_timed)
-            min_batches = warm + min_timed
-        else:
-            max_batches_s = epoch_batches(s, max_batches=max_batches, max_samples=max_samples,
-                                          min_timed_batches=min_timed_batches)
-            min_batches = 0
-        loader = cycling_loader(ds, s, max_batches_s, seed)
-        for _ in range(max(0, warmup)):
-            run_epoch(loader, model, device, optimizer=optimizer,
-                      max_batches=warmup_batches if max_batches is None else min(warmup_batches, max_batches))
-        params = _params(s, device)
-        variant = s.label()
-        rates = []
-        kinds = []
-        for r in range(repeats):
-            busy = BusyMeter(device)
-            stop = (SteadyStop(warm, min_timed=min_timed, half_width=rate_precision, max_window_s=rate_cap_s)
-                    if rate_precision is not None else None)
-            with CpuMonitor(monitor_interval) as cpu, NvmlWindow(device) as nv:
-                et = run_epoch(loader, model, device, optimizer=optimizer, max_batches=max_batches_s,
-                               busy=busy, time_budget_s=time_budget_s, min_batches=min_batches, stop=stop)
-            rate, kind, timed = rate_of(et, warm, min_timed)
-            row = dict(params, rate_kind=kind, timed_batches=timed, warmup_batches=warm)
-            if stop is not None:   # steady by the rule, but not known to the precision asked for: labelled
-                stop.precise or stop.finish()   # a pass that ended before a check still gets its precision
-                row.update(rate_kind="imprecise" if kind == "steady" and not stop.precise else kind,
-                           rate_half_width=stop.achieved)
-            add = lambda metric, value, unit: res.add(experiment, variant, metric, value, unit, r, **row)  # noqa: E731
-            rates.append(et.samples_per_s)
-            kinds.append(kind)
-            add("samples_per_s", et.samples_per_s, "samples/s")
-            if rate is not None:
-                add("steady_samples_per_s", rate, "samples/s")
-            add("epoch_s", et.wall_s, "s")
-            add("samples", et.samples, "samples")
-            add("batches", et.batches, "batches")
-            add("data_wait_fraction", et.data_wait_fraction, "fraction")
-            add("first_batch_s", et.first_batch_s, "s")
-            add("main_threads", et.extra.get("main_threads", torch.get_num_threads()), "threads")
-            for phase, v in et.phase_means().items():
-                add(phase, v, "s/batch")
-            c = cpu.summary()
-            if not np.isnan(c["cpu_saturation"]):
-                add("cpu_saturation", c["cpu_saturation"], "fraction")
-                add("process_tree_cpu_percent", c["process_tree_cpu_percent_mean"], "%")
-            if not np.isnan(c.get("cpu_system_saturation", float("nan"))):
-                add("cpu_system_saturation", c["cpu_system_saturation"], "fraction")
-            # the GPU-busy meter (CUDA events, feedlab.gpu_busy): over the steady batches when the rate is
-            # steady, else over the whole loop; no row off CUDA (a table holds no NaN: absent = not measured)
-            b = busy.end_window(skip_steps=warm if kind == "steady" else 0)
-            n = nv.summary()
-            gb = b["gpu_busy_steady"] if kind == "steady" else b["gpu_busy"]
-            if not np.isnan(gb):
-                res.add(experiment, variant, "gpu_busy", gb, "fraction", r, **row, nvml_note=n["nvml_note"])
-            if not np.isnan(b["gpu_step_s"]):
-                add("gpu_step_s", b["gpu_step_s"], "s/batch")
-            if not np.isnan(n["nvml_util"]):
-                add("nvml_util", n["nvml_util"], "%")
-        if log:
-            label = "steady" if all(k == "steady" for k in kinds) else "START-UP INCLUSIVE"
-            log(f"{variant} model={s.model}: {np.median(rates):.1f} samples/s whole epoch (median of {repeats}); "
-                f"rates {label}")
-        del loader, model, optimizer
+        with budget.setting(setting_name(s, experiment), budget_group(s)) if budget is not None else nullcontext():
+            _time_setting(res, s, datasets[key], device, seed=seed, warmup=warmup, warmup_batches=warmup_batches,
+                          max_batches=max_batches, max_samples=max_samples, min_timed_batches=min_timed_batches,
+                          min_timed=min_timed, time_budget_s=time_budget_s, rate_precision=rate_precision,
+                          rate_cap_s=rate_cap_s, blocks=blocks, repeats=repeats, monitor_interval=monitor_interval,
+                          experiment=experiment, log=log)
     return res
+
+
+def _time_setting(res: Results, s: PipelineSpec, ds, device, *, seed, warmup, warmup_batches, max_batches,
+                  max_samples, min_timed_batches, min_timed, time_budget_s, rate_precision, rate_cap_s, blocks,
+                  repeats, monitor_interval, experiment, log) -> None:
+    """:func:`run_grid`'s timing of one setting (its warm-up epochs, then ``repeats`` timed epochs) into ``res``."""
+    torch.manual_seed(seed)
+    model, _loss, optimizer = make_training(s.model, device)
+    warm = warmup_batches_of(s)
+    if time_budget_s is not None or rate_precision is not None:
+        max_batches_s = epoch_batches(s, max_batches=BUDGET_CAP_BATCHES, min_timed_batches=min_timed)
+        min_batches = warm + min_timed
+    else:
+        max_batches_s = epoch_batches(s, max_batches=max_batches, max_samples=max_samples,
+                                      min_timed_batches=min_timed_batches)
+        min_batches = 0
+    loader = cycling_loader(ds, s, max_batches_s, seed)
+    for _ in range(max(0, warmup)):
+        run_epoch(loader, model, device, optimizer=optimizer,
+                  max_batches=warmup_batches if max_batches is None else min(warmup_batches, max_batches))
+    params = _params(s, device)
+    variant = s.label()
+    rates = []
+    kinds = []
+    for r in range(repeats):
+        busy = BusyMeter(device)
+        stop = (SteadyStop(warm, min_timed=min_timed, half_width=rate_precision, max_window_s=rate_cap_s,
+                           blocks=blocks) if rate_precision is not None else None)
+        with CpuMonitor(monitor_interval) as cpu, NvmlWindow(device) as nv:
+            et = run_epoch(loader, model, device, optimizer=optimizer, max_batches=max_batches_s,
+                           busy=busy, time_budget_s=time_budget_s, min_batches=min_batches, stop=stop)
+        rate, kind, timed = rate_of(et, warm, min_timed)
+        row = dict(params, rate_kind=kind, timed_batches=timed, warmup_batches=warm)
+        if stop is not None:   # steady by the rule, but not known to the precision asked for: labelled
+            stop.precise or stop.finish()   # a pass that ended before a check still gets its precision
+            row.update(rate_kind="imprecise" if kind == "steady" and not stop.precise else kind,
+                       rate_half_width=stop.achieved, rate_target=rate_precision)
+        add = lambda metric, value, unit: res.add(experiment, variant, metric, value, unit, r, **row)  # noqa: E731
+        rates.append(et.samples_per_s)
+        kinds.append(kind)
+        add("samples_per_s", et.samples_per_s, "samples/s")
+        if rate is not None:
+            res.add(experiment, variant, "steady_samples_per_s", rate, "samples/s", r, **row,
+                    **(rate_interval(rate, stop.achieved) if stop is not None else {}))
+        add("epoch_s", et.wall_s, "s")
+        add("samples", et.samples, "samples")
+        add("batches", et.batches, "batches")
+        add("data_wait_fraction", et.data_wait_fraction, "fraction")
+        add("first_batch_s", et.first_batch_s, "s")
+        add("main_threads", et.extra.get("main_threads", torch.get_num_threads()), "threads")
+        for phase, v in et.phase_means().items():
+            add(phase, v, "s/batch")
+        c = cpu.summary()
+        if not np.isnan(c["cpu_saturation"]):
+            add("cpu_saturation", c["cpu_saturation"], "fraction")
+            add("process_tree_cpu_percent", c["process_tree_cpu_percent_mean"], "%")
+        if not np.isnan(c.get("cpu_system_saturation", float("nan"))):
+            add("cpu_system_saturation", c["cpu_system_saturation"], "fraction")
+        # the GPU-busy meter (CUDA events, feedlab.gpu_busy): over the steady batches when the rate is
+        # steady, else over the whole loop; no row off CUDA (a table holds no NaN: absent = not measured)
+        b = busy.end_window(skip_steps=warm if kind == "steady" else 0)
+        n = nv.summary()
+        gb = b["gpu_busy_steady"] if kind == "steady" else b["gpu_busy"]
+        if not np.isnan(gb):
+            res.add(experiment, variant, "gpu_busy", gb, "fraction", r, **row, nvml_note=n["nvml_note"])
+        if not np.isnan(b["gpu_step_s"]):
+            add("gpu_step_s", b["gpu_step_s"], "s/batch")
+        if not np.isnan(n["nvml_util"]):
+            add("nvml_util", n["nvml_util"], "%")
+    if log:
+        label = "steady" if all(k == "steady" for k in kinds) else "START-UP INCLUSIVE"
+        log(f"{variant} model={s.model}: {np.median(rates):.1f} samples/s whole epoch (median of {repeats}); "
+            f"rates {label}")
+    del loader, model, optimizer
+
+
+def rate_interval(rate: float, half_width: float) -> dict:
+    """The 95% interval of a rate whose mean batch time is known to ``half_width`` (relative):
+    ``{"rate_low", "rate_high"}`` in samples/s (``rate_high`` inf where the interval reaches 0 s)."""
+    hw = float(half_width)
+    if not math.isfinite(hw):
+        return {"rate_low": 0.0, "rate_high": math.inf}
+    return {"rate_low": rate / (1 + hw), "rate_high": rate / (1 - hw) if hw < 1 else math.inf}
 
 
 GPU_CANDIDATES = ("srcnn", "srcnn_wide")  # the write-up's SRCNN first, then a wider one

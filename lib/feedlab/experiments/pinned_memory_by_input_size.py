@@ -28,12 +28,22 @@ import re
 import shutil
 import subprocess
 
-import numpy as np
-
+# the reading, titles and payload of notebook 03, and the two small helpers they share with this module
+# (a companion module keeps this one short)
+from feedlab.experiments._pinned_readings import (  # noqa: F401
+    bandwidth_title,
+    batch_costs_title,
+    human_bytes,
+    median_of,
+    payload,
+    readings,
+    steps_title,
+)
 from feedlab.machines import PCIE_LANE_GBPS, pcie_theoretical_gbps  # noqa: F401  (the link's ceiling, re-exported)
 from feedlab.pipeline import default_device  # the one device choice of every notebook (re-exported)
-from feedlab.results import Results
-from feedlab.timing import autorange_number, close_iterator, time_callable
+from feedlab.plots import errorbar_series, legend_outside, readable_log_axis
+from feedlab.results import Results, summarize
+from feedlab.timing import autorange_number, close_iterator, run_epoch, time_callable
 
 EXPERIMENT = "pinned_memory_by_input_size"
 
@@ -233,7 +243,6 @@ def loader_steps(input_sizes, batch_sizes, pin_options=(False, True), num_worker
     from torch.utils.data import DataLoader
 
     from feedlab.models import make_model, make_train_step
-    from feedlab.timing import run_epoch
 
     device = torch.device(device) if device is not None else default_device()
     res = Results()
@@ -265,14 +274,6 @@ def loader_steps(input_sizes, batch_sizes, pin_options=(False, True), num_worker
     return res, ""
 
 
-def human_bytes(n: float) -> str:
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= k:
-            v = n / k
-            return f"{v:.0f} {unit}" if v >= 10 else f"{v:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
 def parse_size(text) -> int:
     """'64KB', '1MB', '256 MB', 4096 -> bytes (decimal units)."""
     if isinstance(text, (int, float)):
@@ -282,13 +283,6 @@ def parse_size(text) -> int:
         raise ValueError(f"cannot read a size from {text!r}")
     mult = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9}[m.group(2).upper()]
     return int(float(m.group(1)) * mult)
-
-
-def median_of(df, variant: str, metric: str, **where) -> float:
-    d = df[(df["variant"] == variant) & (df["metric"] == metric)]
-    for k, v in where.items():
-        d = d[d[k] == v]
-    return float(np.median(d["value"])) if len(d) else float("nan")
 
 
 # --------------------------------------------------------------------------
@@ -302,9 +296,6 @@ LABELS = {"host_memcpy": "host memcpy (pageable → pageable)", "pageable": "H2D
 
 def plot_bandwidth(ax, df, link: dict | None = None) -> None:
     """GB/s per copy vs transfer size (log–log), one line per variant, IQR bars."""
-    from feedlab.plots import errorbar_series, legend_outside, readable_log_axis
-    from feedlab.results import summarize
-
     d = df[(df["metric"] == "gb_per_s") & df["variant"].isin(["host_memcpy", "pageable", "pinned"])]
     s = summarize(d, ["variant", "bytes"])
     for v in ["host_memcpy", "pageable", "pinned"]:
@@ -331,9 +322,6 @@ def plot_bandwidth(ax, df, link: dict | None = None) -> None:
 def plot_batch_costs(ax, df, batch_size: int) -> None:
     """ms per batch vs input size at one batch size: collate, and with CUDA pin + copies.
     No legend here: the caller puts one beside the last panel."""
-    from feedlab.plots import errorbar_series, readable_log_axis
-    from feedlab.results import summarize
-
     d = df[(df["metric"] == "ms_per_batch") & (df["batch_size"] == batch_size)]
     s = summarize(d, ["variant", "input_size"])
     for v in ["collate", "pin", "h2d_pageable", "h2d_pinned"]:
@@ -355,9 +343,6 @@ def plot_batch_costs(ax, df, batch_size: int) -> None:
 
 def plot_steps(axes, df) -> None:
     """With CUDA: step ms (pinned vs pageable) vs input size, one axis per batch size."""
-    from feedlab.plots import errorbar_series
-    from feedlab.results import summarize
-
     d = df[df["metric"] == "step_ms"]
     s = summarize(d, ["variant", "batch_size", "input_size"])
     for ax, bs in zip(axes, sorted(s["batch_size"].unique())):
@@ -371,13 +356,3 @@ def plot_steps(axes, df) -> None:
         ax.set_xlabel("input size")
     axes[0].set_ylabel("ms per training step (median, IQR)")
     axes[0].legend()
-
-
-# the reading, titles and payload of notebook 03 (a companion module keeps this one short)
-from feedlab.experiments._pinned_readings import (  # noqa: E402, F401
-    bandwidth_title,
-    batch_costs_title,
-    payload,
-    readings,
-    steps_title,
-)

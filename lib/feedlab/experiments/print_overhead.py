@@ -37,6 +37,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from feedlab import timing
 from feedlab.experiments._print_tables import (  # noqa: F401
     CLAIM_FACTOR,
     MODES,
@@ -159,12 +160,10 @@ def run_loop(mode: str, step, batches: int, print_every: int = 50, log_dir: str 
     """Run ``batches`` steps reporting in ``mode``; seconds per batch (wall, output included).
     On CUDA the loop's two clock reads wait for the queued steps (``timing._sync``), so the
     wall holds the GPU's work; inside the loop nothing syncs, as in a real training loop."""
-    from feedlab.timing import _sync
-
     perf = time.perf_counter
     rep = _Reporter(mode, batches, print_every, log_dir)
     try:
-        _sync(device)
+        timing._sync(device)
         t0 = perf()
         for i in range(batches):
             ts = perf()
@@ -172,7 +171,7 @@ def run_loop(mode: str, step, batches: int, print_every: int = 50, log_dir: str 
             rep(i, (perf() - ts) * 1e3)
         # flushing is part of what output costs: a buffered stream pays it here
         sys.stdout.flush()
-        _sync(device)
+        timing._sync(device)
         return (perf() - t0) / batches
     finally:
         rep.close()

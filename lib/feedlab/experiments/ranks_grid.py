@@ -11,7 +11,11 @@ warm-up are the repeats. Rows: per-rank samples/s and data-wait share, the aggre
 from __future__ import annotations
 
 from feedlab import pipeline as P
+from feedlab.doctor.measure import Budget, Doctor
+from feedlab.doctor.ranks import advise_ranks, calibrate
+from feedlab.formats import FORMATS
 from feedlab.results import Results
+from feedlab.scale.pagecache import page_cache_share
 from feedlab.scale.ranks import launch
 
 EXP = "ranks_workers"
@@ -109,8 +113,6 @@ EXP_CACHE = "ranks_page_cache"
 def page_cache_format(present=None) -> str | None:
     """The store the page-cache part reads: the first registered SR format that is both
     ``chunked`` and ``mmap`` (chosen by capability), else None."""
-    from feedlab.formats import FORMATS
-
     for name, fs in FORMATS.items():
         if fs.kind == "sr" and fs.chunked and fs.mmap and (present is None or name in present):
             return name
@@ -122,8 +124,6 @@ def run_page_cache(data, spec: P.PipelineSpec, ranks: int, cores: list[int], see
     """``rank_pagecache.page_cache_share`` for each split (cache evicted first every time).
     Rows: per rank the cold and warm samples/s and the Rss / Pss of the store's maps; per run
     the resident bytes and the bytes requested. Returns ``(results, outs)``."""
-    from feedlab.scale.pagecache import page_cache_share
-
     res, outs = Results(), []
     for split in splits:
         try:
@@ -167,9 +167,6 @@ def doctor_check(data, spec: P.PipelineSpec, rank_counts, worker_counts, cores: 
     """The doctor's stage table measured here (one process, warm cache), its ``--ranks`` advice
     for each rank count of the grid, and ``doctor.ranks.calibrate`` against the grid's
     measured aggregates (``df``: the grid's rows) with tolerance ``tol``."""
-    from feedlab.doctor.measure import Budget, Doctor
-    from feedlab.doctor.ranks import advise_ranks, calibrate
-
     budget = Budget(repeats=repeats, warmup=1, samples=samples, e2e_batches=4, cold=False)
     doc = Doctor(data, spec, max_workers=max([int(w) for w in worker_counts] + [0]), budget=budget,
                  log=lambda m: None)

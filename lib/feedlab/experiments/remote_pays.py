@@ -25,9 +25,11 @@ from time import perf_counter, process_time
 import numpy as np
 
 from feedlab import pipeline as P
+from feedlab.plots import readable_log_axis
 from feedlab.results import Results, median_iqr
 from feedlab.scale import ray_cluster as RC
 from feedlab.scale import remote_decode as RD
+from feedlab.timing import run_epoch
 
 EXP = "remote_pays"
 DL, REMOTE, LOCAL = "DataLoader (trainer cores)", "Ray remote (decode nodes)", "Ray local (trainer cores)"
@@ -122,8 +124,6 @@ def _in_memory_batches(ds, ids, batch_size: int):
 
 
 def _timed(make_iter, model, device, opt, threads):
-    from feedlab.timing import run_epoch
-
     c0 = process_time()
     et = run_epoch(make_iter(), model, device, opt, main_threads=threads)
     return et, process_time() - c0
@@ -328,7 +328,6 @@ def plot(df, info: dict, ax_row):
         ax.set_xticks(range(3), [a.replace(" (", "\n(") for a in ARRANGEMENTS], fontsize=8)
         ax.set_ylabel("samples/s (median, IQR over epochs)")
         if min(meds) > 0 and max(meds) / min(meds) > 20:  # a tall bar would flatten the others
-            from feedlab.plots import readable_log_axis
 
             ax.set_yscale("log")
             readable_log_axis(ax)

@@ -29,6 +29,7 @@ that keeps the check would use them.
 from __future__ import annotations
 
 import gc
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -39,7 +40,9 @@ from feedlab import cache, formats
 from feedlab.experiments._storage_readers import (  # noqa: F401  (re-exported: the notebook and tests use them here)
     COLLATE,
     KIND_WORDS,
+    MODE_WORDS,
     PER_SAMPLE_KINDS,
+    Cycling,
     Head,
     PerSample,
     _close,
@@ -49,11 +52,16 @@ from feedlab.experiments._storage_readers import (  # noqa: F401  (re-exported: 
     loader_words,
     make_loader,
     open_format,
+    plan,
+    priority,
     read_epoch,
+    read_steady,
     setting_words,
     settings,
+    steady_stop,
     store_files,
     variant,
+    window_kind,
 )
 from feedlab.experiments._storage_readings import (  # noqa: F401  (re-exported)
     CEILING_WORDS,
@@ -62,10 +70,11 @@ from feedlab.experiments._storage_readings import (  # noqa: F401  (re-exported)
     numbers,
     panel_title,
     readings,
+    ring_lines,
     row_words,
     table,
 )
-from feedlab.pipeline import PipelineSpec
+from feedlab.pipeline import MIN_TIMED_BATCHES, PipelineSpec, warmup_batches
 from feedlab.pipeline.loaders import index_batches
 from feedlab.results import Results
 from feedlab.timing import run_epoch, time_callable
@@ -88,20 +97,32 @@ def make_step_model(name: str, device, **kw):
 def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warmup: int = 1,
             samples: int | None = None, mode: str = "read", model=None, optimizer=None,
             device="cpu", res: Results | None = None, collate_fn=None,
-            variant_name: str | None = None, verify: bool = False) -> Results:
+            variant_name: str | None = None, verify: bool = False, min_timed: int = MIN_TIMED_BATCHES,
+            precision: float | None = None, cap_s: float = 3.0) -> Results:
     """Time one setting (a ``PipelineSpec`` of format, loader, num_workers; a format name: the
-    DataLoader without workers) in ``mode`` (read | train | cold); rows go to ``res``."""
+    DataLoader without workers) in ``mode`` (read | train | cold); rows go to ``res``.
+
+    read and train: the store read into the page cache (``cache.warm``), ``warmup`` untimed epochs, then
+    per repeat one steady window (the setting's warm-up batches left out, then ``min_timed`` timed batches
+    or more, epochs chained where the set is short; with ``precision`` timed until the 95% interval of its
+    mean batch time is within it, or ``cap_s`` seconds). Every row carries ``rate_kind`` (steady / imprecise / startup_inclusive), ``timed_batches``,
+    ``warmup_batches``, ``window_s`` and ``rate_half_width``. cold: one pass over the set after its
+    eviction (a second pass would read what the first brought back), labelled start-up inclusive."""
     res = res if res is not None else Results()
     spec = as_spec(setting, batch_size)
     params = dict(format=spec.format, loader=spec.loader, num_workers=spec.num_workers,
-                  batch_size=spec.batch_size, mode=mode, samples=samples or 0)
+                  batch_size=spec.batch_size, mode=mode, samples=samples or 0,
+                  cache="cold" if mode == "cold" else "warm")
     name = variant_name or variant(spec)
+    warm = warmup_batches(spec)
 
     def open_all():
         d = open_format(root, spec, samples, verify)
         return d, make_loader(d, spec, collate_fn=collate_fn)
 
-    files = store_files(root, spec.format) if mode == "cold" else []
+    files = store_files(root, spec.format)
+    if mode != "cold":
+        cache.warm(files)   # warm means warm: whatever ran before (a cold-cache setting) evicted nothing here
     ds, ld = open_all()
     try:
         for _ in range(max(0, warmup)):
@@ -120,18 +141,28 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
                 if not rep.supported:
                     raise RuntimeError(rep.summary())
                 ds, ld = open_all()
-            if mode == "train":
-                et = run_epoch(ld, model, device, optimizer)
-                wait, n, nb = et.data_wait_s, et.samples, et.batches
-                res.add(EXPERIMENT, name, "step_ms", 1e3 * float(et.phases_s[:, 1:].sum()) / max(1, nb),
-                        "ms/batch", repeat=r, **params)
-                res.add(EXPERIMENT, name, "wall_samples_per_s", et.samples_per_s, "samples/s",
-                        repeat=r, **params)
-            else:
                 wait, n, nb = read_epoch(ld)
-            res.add(EXPERIMENT, name, "batch_load_ms", 1e3 * wait / max(1, nb), "ms/batch", repeat=r, **params)
+                kind = dict(rate_kind="startup_inclusive", timed_batches=nb, warmup_batches=0)
+            elif mode == "train":
+                stop = steady_stop(warm, min_timed, precision, cap_s)
+                et = run_epoch(Cycling(ld), model, device, optimizer, max_batches=1_000_000, stop=stop)
+                timed = max(0, et.batches - warm)
+                ph = et.phases_s[warm:] if timed else et.phases_s
+                wait, n, nb = float(ph[:, 0].sum()), int(et.batch_sizes[warm:].sum()) if timed else et.samples, len(ph)
+                kind = dict(rate_kind=window_kind(stop, timed), timed_batches=timed, warmup_batches=warm,
+                            window_s=float(ph.sum()), rate_half_width=stop.achieved)
+                res.add(EXPERIMENT, name, "step_ms", 1e3 * float(ph[:, 1:].sum()) / max(1, nb),
+                        "ms/batch", repeat=r, **params, **kind)
+                res.add(EXPERIMENT, name, "wall_samples_per_s", n / float(ph.sum()), "samples/s",
+                        repeat=r, **params, **kind)
+            else:
+                w = read_steady(ld, steady_stop(warm, min_timed, precision, cap_s))
+                wait, n, nb = w.pop("wait_s"), w.pop("samples"), w.pop("batches")
+                kind = dict(w, timed_batches=nb)
+            res.add(EXPERIMENT, name, "batch_load_ms", 1e3 * wait / max(1, nb), "ms/batch", repeat=r, **params,
+                    **kind)
             res.add(EXPERIMENT, name, "samples_per_s", n / wait if wait > 0 else float("nan"),
-                    "samples/s", repeat=r, **params)
+                    "samples/s", repeat=r, **params, **kind)
     finally:
         _shutdown(ld)
         _close(ds)
@@ -191,17 +222,19 @@ def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples
 HANDOVER_PIPELINES = ("png_totensor_dataloader", "lmdb_fast_dataloader", "lmdb_ring")
 
 
-def handover(root, batch_size: int = 128, num_workers: int = 2, batches: int = 50, repeats: int = 1) -> list[dict]:
+def handover(root, batch_size: int = 128, num_workers: int = 2, batches: int = 50, repeats: int = 1,
+             min_window_s: float = 1.0, budget=None) -> list[dict]:
     """The worker → main hand-over measured on this set (``experiments.handover.measure``): the
-    DataLoader against ``loader="ring"``, GB/s and main-side µs per sample, beside the PNG baseline."""
+    DataLoader against ``loader="ring"`` on LMDB + fast collate (bytes per second of wall time and
+    main-side µs per sample, every leg warm), beside the PNG baseline (a whole-pipeline comparison)."""
     from feedlab.experiments import handover as H
 
     return H.measure(root, HANDOVER_PIPELINES, batch_size=batch_size, num_workers=num_workers, batches=batches,
-                     repeats=repeats)
+                     repeats=repeats, min_window_s=min_window_s, budget=budget)
 
 
 def baseline(root, repeats: int, warmup: int = 1, samples: int | None = None, batch_size: int = 128,
-             num_workers: int = 2, res: Results | None = None, verify: bool = False) -> Results:
+             num_workers: int = 2, res: Results | None = None, verify: bool = False, **window) -> Results:
     """The write-ups' starting point: PNG decoded by PIL, ToTensor per image, default_collate
     (no checksum check by default: the write-ups had none)."""
     from feedlab.collate import totensor_collate
@@ -209,7 +242,7 @@ def baseline(root, repeats: int, warmup: int = 1, samples: int | None = None, ba
     spec = PipelineSpec(format="png", collate="totensor", batch_size=batch_size, num_workers=num_workers,
                         persistent_workers=num_workers > 0, device="cpu")
     return measure(root, spec, None, repeats, warmup, samples, "read", res=res, collate_fn=totensor_collate,
-                   variant_name="baseline_png_pil_totensor", verify=verify)
+                   variant_name="baseline_png_pil_totensor", verify=verify, **window)
 
 
 def disk_table(root, fmts: Iterable[str]):
@@ -251,44 +284,52 @@ def run(root, fmts: Sequence[str] | None = None, worker_counts: Sequence[int] = 
         repeats: int = 3, warmup: int = 1, samples: int | None = None, with_model: bool = False,
         model_name: str = "auto", model_kw: dict | None = None, cold: bool = False, device=None,
         loaders: Sequence[str] | None = None, log: Callable[[str], None] | None = print,
-        verify: bool = False) -> Results:
-    """The grid: read-alone for every setting (:func:`settings`: each format ``fmts``, None: every
-    registered SR format the set holds, by each loader kind it can feed; ``loaders`` limits the
-    kinds), then the references, then (optionally) with a training step (the single-process kinds
-    and the DataLoader with the most workers) and cold-cache epochs (one single-process kind per
-    format: chunks where it has them). ``verify``: the per-sample checksum check on every timed
-    read (off by default: read speed alone)."""
+        verify: bool = False, min_timed: int = MIN_TIMED_BATCHES, precision: float | None = None,
+        cap_s: float = 3.0, budget=None) -> Results:
+    """The references (the copy ceilings, the write-ups' baseline), then the grid: read-alone for every
+    setting (:func:`settings`: each format ``fmts``, None: every registered SR format the set holds, by
+    each loader kind it can feed; ``loaders`` limits the kinds), optionally with a training step (the
+    single-process kinds and the DataLoader with the most workers) and cold-cache epochs (one
+    single-process kind per format: chunks where it has them), in :func:`plan`'s order, most telling
+    first. ``verify``: the per-sample checksum check on every timed read (off by default: read speed
+    alone). ``min_timed``, ``precision``, ``cap_s``: each window's (:func:`measure`). ``budget`` (a
+    :class:`feedlab.budget.Budget`): the references always run; a setting whose expected cost (the
+    dearest of its mode and format so far, else of its format read alone) would run past it is left out,
+    named in ``budget.note()``."""
+    from feedlab.budget import Budget
+
+    budget = budget if budget is not None else Budget(None)
     fmts = list(fmts) if fmts is not None else formats.present(root)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     res = Results()
-    grid_ = settings(fmts, worker_counts, batch_size, loaders)
-    for spec in grid_:
-        measure(root, spec, None, repeats, warmup, samples, "read", res=res, verify=verify)
-        if log:
-            _log_last(res, log)
-    memcpy_ceiling(root, batch_size, repeats, warmup, samples, res=res)
-    baseline(root, repeats, warmup, samples, batch_size=128, num_workers=2, res=res, verify=verify)
+    window = dict(min_timed=min_timed, precision=precision, cap_s=cap_s)
+    most = max(worker_counts) if len(worker_counts) else 0
+    cost: dict[tuple[str, str], float] = {}
+
+    with budget.setting("references: the copy ceilings and the baseline", group="references"):
+        memcpy_ceiling(root, batch_size, max(3, repeats), warmup, samples, res=res)
+        baseline(root, repeats, warmup, samples, batch_size=128, num_workers=2, res=res, verify=verify, **window)
     if log:
         _log_last(res, log)
-    if with_model:
-        most = max(worker_counts) if len(worker_counts) else 0
-        for spec in grid_:
-            if spec.num_workers == 0 and spec.loader != "dataloader" or \
-                    (spec.loader == "dataloader" and spec.num_workers == most):
-                torch.manual_seed(0)
-                model, opt = make_step_model(model_name, device, **({} if model_name == "auto" else model_kw or {}))
-                measure(root, spec, None, repeats, warmup, samples, "train", model, opt, device, res=res,
-                        verify=verify)
-                if log:
-                    _log_last(res, log)
-    if cold:
-        for fmt in fmts:
-            kinds = [k for k in ("chunk", "plain") if k in kinds_for(fmt)]
-            if kinds:
-                measure(root, PipelineSpec(format=fmt, loader=kinds[0], collate=COLLATE, batch_size=batch_size,
-                                           device="cpu"), None, repeats, 0, samples, "cold", res=res, verify=verify)
-                if log:
-                    _log_last(res, log)
+    for mode, spec in plan(settings(fmts, worker_counts, batch_size, loaders), fmts, batch_size,
+                           with_model=with_model, cold=cold, most=most):
+        what = f"{MODE_WORDS[mode]}: {setting_words(spec)}"
+        expect = cost.get((mode, spec.format), cost.get(("read", spec.format), 0.0))
+        if not budget.allows(what, cost_s=expect, group=mode):
+            continue
+        kw = {}
+        if mode == "train":
+            torch.manual_seed(0)
+            model, opt = make_step_model(model_name, device, **({} if model_name == "auto" else model_kw or {}))
+            kw = dict(model=model, optimizer=opt, device=device)
+        with budget.setting(what, group=mode):
+            t0 = time.monotonic()
+            measure(root, spec, None, repeats if mode != "cold" else 1, warmup if mode != "cold" else 0, samples,
+                    mode, res=res, verify=verify, **window, **kw)
+            took = time.monotonic() - t0
+        cost[(mode, spec.format)] = max(cost.get((mode, spec.format), 0.0), took)
+        if log:
+            _log_last(res, log)
     return res
 
 
@@ -300,7 +341,7 @@ def _log_last(res: Results, log) -> None:
     vals = [row["value"] for row in r if row["variant"] == last["variant"] and row["mode"] == last["mode"]]
     words = {"baseline_png_pil_totensor": "baseline: png, PIL, ToTensor, DataLoader, 2 workers"}.get(
         last["variant"]) or f"{last['format']}, {loader_words(last['loader'], int(last['num_workers']))}"
-    mode = {"read": "reading alone", "train": "with a training step", "cold": "cold page cache"}[last["mode"]]
+    mode = MODE_WORDS[last["mode"]]
     log(f"{mode}: {words}: {np.median(vals):.3f} ms per batch")
 
 

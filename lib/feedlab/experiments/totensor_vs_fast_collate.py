@@ -32,7 +32,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from feedlab.results import Results
+from feedlab.experiments import _finding_titles as FT
+from feedlab.plots import PALETTE, errorbar_series, legend_outside
+from feedlab.results import Results, summarize
 from feedlab.timing import autorange_number, time_callable
 
 EXPERIMENT = "totensor_vs_fast_collate"
@@ -148,8 +150,6 @@ def measure(batch_sizes, image_sizes, repeats: int = 5, warmup: int = 1, threads
 def summary(df):
     """Median/IQR of ms per batch per (kind, variant, image size, batch size), with
     ``speedup_vs_totensor`` (stock median ÷ this median)."""
-    from feedlab.results import summarize
-
     d = df[df["metric"] == "ms_per_batch"]
     s = summarize(d, ["kind", "variant", "image_size", "batch_size"])
     stock = s[s["variant"] == "totensor"].set_index(["image_size", "batch_size"])["median"]
@@ -160,8 +160,6 @@ def summary(df):
 
 def plot_scaling(axes, s) -> None:
     """One axis per image size: ms per batch vs batch size, one line per variant (IQR bars)."""
-    from feedlab.plots import errorbar_series, legend_outside
-
     sizes = sorted(s["image_size"].unique())
     for ax, size in zip(axes, sizes):
         part = s[(s["kind"] == "collate") & (s["image_size"] == size)]
@@ -180,8 +178,6 @@ def plot_scaling(axes, s) -> None:
 
 def plot_split(ax, s, batch_size: int, legend: bool = True) -> None:
     """Stacked pieces of the stock path beside the measured whole and the fast variants."""
-    from feedlab.plots import PALETTE
-
     sizes = sorted(s["image_size"].unique())
     x = np.arange(len(sizes))
     piece_colors = {"transpose": PALETTE[3], "to_float": PALETTE[1], "stack": PALETTE[4]}
@@ -260,8 +256,6 @@ def payload(P, numbers: dict) -> dict:
 
 def titles(s, image_sizes, batch_sizes, split_batch_size: int, threads) -> dict:
     """The two figures' titles, each stating its finding from the medians drawn."""
-    from feedlab.experiments import _finding_titles as FT
-
     size, bs = reference(image_sizes, batch_sizes)
     scaling = FT.collate_title(_med(s, "collate", "fast_channels_last", size, bs), _med(s, "collate", "totensor", size, bs),
                                bs, size, threads, "FastCollate (channels_last)")

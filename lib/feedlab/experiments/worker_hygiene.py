@@ -34,6 +34,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from feedlab.results import Results
+from feedlab.timing import close_iterator, run_epoch
 
 SCENARIOS = ("break", "worker_error", "keyboard_interrupt", "held_traceback")
 
@@ -182,8 +183,6 @@ def _plain_loop(loader) -> None:
 
 def _fixed_loop(loader) -> None:
     """The documented fix for a hand-written loop: shut the iterator down on error."""
-    from feedlab.timing import close_iterator
-
     it = iter(loader)
     try:
         for _ in it:
@@ -202,8 +201,6 @@ def error_cleanup(loop: str, num_workers: int = 2, batch_size: int = 4, fail_at:
     join timeout. In the plain loop the re-raised exception holds the iterator in a reference
     cycle; the collector closes the queues' feeder threads (weakref callbacks) before the
     iterator's ``__del__`` sends the workers their stop signal, so each join times out."""
-    from feedlab.timing import run_epoch
-
     runner = {"plain": _plain_loop, "feedlab": lambda ld: run_epoch(ld, None, "cpu"),
               "fix": _fixed_loop}[loop]
     before = child_pids()

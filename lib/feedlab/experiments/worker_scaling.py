@@ -19,8 +19,11 @@ from typing import Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from feedlab.experiments.loader_grid import grid, run_grid
-from feedlab.results import Results
+from feedlab import machines
+from feedlab.experiments._grid_spend import claim_workers, ends, extremes_first, turned_ladder
+from feedlab.experiments.loader_grid import default_device, grid, metric_summary, run_grid, steady_rows
+from feedlab.plots import PALETTE, finding_title, workers_label
+from feedlab.results import Results, summary_median
 from feedlab.timing import owned_iterator
 
 # ------------------------------------------------------------------ (a) timeline
@@ -109,8 +112,6 @@ TIMELINE_KEY = "bars: items (numbered), coloured by batch · ▼: the batch reac
 def plot_timeline(ax, items, batches, title: str = "", annotate_max: int = 48) -> None:
     """Gantt chart: one lane per worker (``main`` for num_workers=0), one bar per
     item, coloured by batch; triangles mark when each batch reached the main loop."""
-    from feedlab.plots import PALETTE
-
     workers = sorted(items["worker"].unique())
     lanes = {w: i for i, w in enumerate(workers)}
     for _, r in items.iterrows():
@@ -136,18 +137,26 @@ def plot_timeline(ax, items, batches, title: str = "", annotate_max: int = 48) -
 
 def throughput_vs_workers(data_root, max_workers: int, batch_size: int, models: Sequence[str] = ("none", "auto"),
                           repeats: int = 3, max_samples: int | None = None, fmt: str = "png",
-                          device=None, warmup: int = 1, log=None, **sizing) -> Results:
+                          device=None, warmup: int = 1, log=None, stop_when_turned: bool = True,
+                          **sizing) -> Results:
     """samples/s for num_workers along :func:`feedlab.machines.worker_ladder` up to
     ``max_workers`` (0, 1, 2, 3, 4, 6, 8, 12, ...: every count on a small machine, about
     ×1.5 steps on a large one), plus the counts write-up 002's claims are stated at
-    (7 workers, and one less than the usable cores); one line per model."""
-    from feedlab.machines import usable_cores, worker_ladder
-
-    ladder = worker_ladder(max_workers, also=(7, usable_cores() - 1))
+    (7 workers, and one less than the usable cores); one line per model. ``stop_when_turned``: a line
+    leaves out the counts no claim names once two successive counts were no faster than its best beyond
+    their spread (:func:`~feedlab.experiments._grid_spend.turned_ladder`; the results' ``left_out`` names
+    them). ``sizing``: ``min_timed_batches``, ``time_budget_s``, ``rate_precision``, ``rate_cap_s``, ``budget``
+    of :func:`~feedlab.experiments.loader_grid.run_grid` (a budget never leaves out a count a claim names)."""
+    cores = machines.usable_cores()
+    ladder = machines.worker_ladder(max_workers, also=(7, cores - 1))
     settings = grid(batch_size=batch_size, num_workers=ladder,
                     format=fmt, model=list(models))
+    need = {m: claim_workers(ladder, cores, beyond_cores=(m == "none")) for m in models}
+    needed = lambda m: need.get(m, need.get("auto", ladder))  # noqa: E731  (after run_grid resolves "auto")
+    skip = turned_ladder(needed) if stop_when_turned else None  # each line stops once turned, keeping claims' counts
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
-                    warmup=warmup, experiment="throughput_vs_workers", log=log, **sizing)
+                    warmup=warmup, experiment="throughput_vs_workers", log=log, skip=skip,
+                    essential=lambda s: s.num_workers in needed(s.model), **sizing)
 
 
 def batch_size_table(data_root, batch_sizes: Sequence[int], worker_counts: Sequence[int], model: str = "auto",
@@ -155,15 +164,14 @@ def batch_size_table(data_root, batch_sizes: Sequence[int], worker_counts: Seque
                      pin_memory: bool | None = None, warmup: int = 1, log=None, **sizing) -> Results:
     """Epoch time, data-wait fraction and utilisation for batch size × workers.
     ``pin_memory`` None: on with CUDA (as in the write-up), off without. ``sizing``:
-    ``min_timed_batches`` / ``time_budget_s`` of :func:`~feedlab.experiments.loader_grid.run_grid`."""
-    from feedlab.experiments.loader_grid import default_device
-
+    ``min_timed_batches`` / ``time_budget_s`` / ``rate_precision`` / ``rate_cap_s`` / ``budget`` of
+    :func:`~feedlab.experiments.loader_grid.run_grid`."""
     device = device if device is not None else default_device()
     pin = str(device).startswith("cuda") if pin_memory is None else bool(pin_memory)
-    settings = grid(batch_size=list(batch_sizes), num_workers=list(worker_counts), format=fmt,
-                    model=model, pin_memory=pin)
+    settings = grid(batch_size=extremes_first(batch_sizes), num_workers=list(worker_counts), format=fmt,
+                    model=model, pin_memory=pin)  # the ends a claim compares first: a budget leaves out the middle
     return run_grid(data_root, settings, repeats=repeats, max_samples=max_samples, device=device,
-                    warmup=warmup, experiment="batch_size_table", log=log, **sizing)
+                    warmup=warmup, experiment="batch_size_table", log=log, essential=ends(batch_sizes), **sizing)
 
 
 def ms_per_sample(df, metric: str = "steady_samples_per_s"):
@@ -172,8 +180,6 @@ def ms_per_sample(df, metric: str = "steady_samples_per_s"):
     steady rate (worker start-up left out; it is reported as first_batch_s), over
     :func:`~feedlab.experiments.loader_grid.steady_rows` only: rows labelled
     ``startup_inclusive`` are dropped where steady ones exist, and kept, labelled, where none do."""
-    from feedlab.experiments.loader_grid import steady_rows
-
     part = steady_rows(df[df["metric"] == metric]).copy()
     part["value"] = 1e3 / part["value"]
     part["metric"] = "ms_per_sample"
@@ -202,9 +208,6 @@ def _by(summary, key: str, **where):
 
 def timeline_title(tl_sum, slow_workers: int, many: int, batch_size: int) -> str:
     """The sleep timeline's finding: ``3 workers: ×2.9 the 1-worker speed, batch 4 (ideal ×3)``."""
-    from feedlab.plots import finding_title, workers_label
-    from feedlab.results import summary_median
-
     wall = tl_sum[tl_sum.metric == "wall_s"]
     one = summary_median(wall, num_workers=slow_workers, batch_size=batch_size)
     par = summary_median(wall, num_workers=many, batch_size=batch_size)
@@ -216,8 +219,6 @@ def timeline_title(tl_sum, slow_workers: int, many: int, batch_size: int) -> str
 def throughput_title(tp_sum, batch_size: int, model: str = "none") -> str:
     """The best worker count's rate over one worker's, for ``model`` (``"none"``: the loader alone):
     ``8 workers: ×3.1 the 1-worker rate at batch 32, loader alone``."""
-    from feedlab.plots import finding_title, workers_label
-
     s = _by(tp_sum, "num_workers", model=model)
     w1 = 1 if 1 in s.index else int(s.index.min())
     best = int(s.idxmax())
@@ -231,8 +232,6 @@ def throughput_title(tp_sum, batch_size: int, model: str = "none") -> str:
 def batch_title(ms_sum, batch_sizes: Sequence[int]) -> str:
     """Time per sample at the smallest batch over the largest, for the worker count where batching
     mattered most: ``batch 8: ×2.4 the time per sample of batch 128 (2 workers)``."""
-    from feedlab.plots import finding_title, workers_label
-
     b0, b1 = min(batch_sizes), max(batch_sizes)
     best = None
     for w in sorted({int(w) for w in ms_sum["num_workers"]}):
@@ -250,9 +249,6 @@ def readings(tl_sum, tp_sum, ms_sum, wait_sum, *, timeline_workers: Sequence[int
     """Notebook 01's reading, one line each: (a) the sleep timeline against the ideal speed-up,
     (b) each line's worker speed-up, (c) the batch-size trend per worker count, then what was not
     measured. Every number is read from the summaries given (medians over repeats)."""
-    from feedlab.plots import workers_label
-    from feedlab.results import summary_median
-
     lines = []
     tl = tl_sum[tl_sum.metric == "wall_s"]
     few, many = min(timeline_workers), max(timeline_workers)
@@ -276,6 +272,10 @@ def readings(tl_sum, tp_sum, ms_sum, wait_sum, *, timeline_workers: Sequence[int
     for w in worker_counts:
         s = _by(ms_sum, "batch_size", num_workers=w)
         f = _by(wait_sum, "batch_size", num_workers=w)
+        if not {b0, b1} <= set(s.index) & set(f.index):
+            lines.append(f"(c) {workers_label(w)}: batch {b0} or {b1} not measured (left out: see the table of "
+                         "settings left out).")
+            continue
         lines.append(f"(c) {workers_label(w)}: {s.loc[b0]:.2f} ms/sample at batch {b0} vs {s.loc[b1]:.2f} at batch "
                      f"{b1} (batch {b0} takes {s.loc[b0] / s.loc[b1]:.2f}× the time per sample of batch {b1}); "
                      f"blocked on data {100 * f.loc[b0]:.0f}% vs {100 * f.loc[b1]:.0f}% of the time.")
@@ -291,12 +291,11 @@ def _keyed(summary) -> dict:
 
 
 def payload(*, profile: str, device, model: str, tl_sum, cases, tp_df, tp_sum, bs_df, ms_sum, wait_sum,
-            min_timed_batches, time_budget_s, workload=None) -> dict:
-    """Notebook 01's recorded results (the keys tests/notebooks and feedlab.report.claims read)."""
+            min_timed_batches, time_budget_s, workload=None, spend: dict | None = None) -> dict:
+    """Notebook 01's recorded results (the keys tests/notebooks and feedlab.report.claims read); ``spend``:
+    :func:`~feedlab.experiments._grid_spend.spend_record` (precision, budget, settings left out)."""
     import pandas as pd
 
-    from feedlab.experiments.loader_grid import metric_summary
-    from feedlab.results import summary_median
 
     has_util = bool((bs_df["metric"] == "nvml_util").any())
     has_busy = bool((bs_df["metric"] == "gpu_busy").any())
@@ -319,6 +318,7 @@ def payload(*, profile: str, device, model: str, tl_sum, cases, tp_df, tp_sum, b
         "gpu_busy": _keyed(metric_summary(bs_df, "gpu_busy", ["num_workers", "batch_size"])) if has_busy else {},
         "nvml_util": _keyed(metric_summary(bs_df, "nvml_util", ["num_workers", "batch_size"])) if has_util else {},
         "gpu_workload": workload,
+        **(spend or {}),
     }
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from feedlab.formats._io import check_regular_tree
+
 from . import hdf5_store, imagefolder, images, lmdb_store, npy_store, png, pt_store, zarr_store
 from ._common import FormatError, SRDataset, raw_nbytes, read_manifest, tree_bytes
 from .chunks import ChunkBatchSampler, ChunkSampler
@@ -143,8 +145,6 @@ def open_dataset(root, fmt: str, **opts):
     (``as_tensor``, ``decode`` for png/jpeg, ``open_in_parent`` for hdf5,
     ``cache_chunk`` for zarr, ``chunk_len`` for npy_mmap); ``verify=False`` skips the
     per-sample checksum check on read."""
-    from feedlab.formats._io import check_regular_tree
-
     verify = opts.pop("verify", None)
     spec = get_format(fmt)
     for part in spec.path.split("+"):

@@ -18,7 +18,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from feedlab.errors import FormatError  # noqa: F401  (re-exported: formats raise it)
+from feedlab.errors import (
+    ChecksumError,
+    DeadlineError,
+    FormatError,  # noqa: F401  (re-exported: formats raise it)
+    SampleError,
+    sample_error,
+)
 from feedlab.formats._io import (  # noqa: F401  (re-exported: writers and data_prep use them here)
     ORPHAN_MIN_AGE_S,
     _remove,
@@ -202,8 +208,6 @@ class SRDataset(Dataset):
         want = table[np.asarray(idx, dtype=np.intp)]
         bad = (checksum_rows(lr_b) != want[:, 0]) | (checksum_rows(hr_b) != want[:, 1])
         if bad.any():
-            from feedlab.errors import ChecksumError
-
             k = int(np.flatnonzero(bad)[0])
             i = int(np.asarray(idx).reshape(-1)[k])
             raise ChecksumError(
@@ -213,8 +217,6 @@ class SRDataset(Dataset):
                 f"`python -m data_prep pack {self.root} --to {self.fmt}` rewrites it")
 
     def _read_error(self, i: int, exc: BaseException):
-        from feedlab.errors import DeadlineError, SampleError, sample_error
-
         if isinstance(exc, (SampleError, IndexError, MemoryError, DeadlineError)):  # a deadline: its own line
             return exc
         return sample_error(self.fmt, i, self._sample_path(i), exc)
@@ -223,8 +225,6 @@ class SRDataset(Dataset):
         """A batched read failed: find the sample that fails alone and name it. A deadline that
         fired is raised as it is: reading the batch again, sample by sample, would wait on the
         read that never returned with no deadline left."""
-        from feedlab.errors import DeadlineError, SampleError
-
         if isinstance(exc, (SampleError, IndexError, MemoryError, DeadlineError)):
             raise exc
         for i in np.asarray(idx).reshape(-1).tolist():

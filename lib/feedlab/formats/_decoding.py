@@ -13,6 +13,8 @@ from typing import Callable
 
 import numpy as np
 
+from feedlab import decode as _dec
+
 
 def resolve_decoder(decode: str | Callable[[bytes], np.ndarray]) -> Callable:
     """A function ``fn(data: bytes, out=None) -> HWC uint8`` for a backend name or a
@@ -25,7 +27,6 @@ def resolve_decoder(decode: str | Callable[[bytes], np.ndarray]) -> Callable:
             return _f(data)
 
         return call
-    from feedlab import decode as _dec
 
     return _dec.decoder(str(decode))
 

@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from feedlab import paths
+
 
 def current_umask() -> int:
     """This process's umask, read without changing it where /proc allows."""
@@ -47,8 +49,6 @@ def tmp_sibling(final: Path, kind: str = "tmp") -> Path:
 
 
 def _registry() -> Path:
-    from feedlab import paths  # read at call time: tests point SCRATCH_DIR elsewhere
-
     return Path(paths.SCRATCH_DIR) / "temps"
 
 

@@ -14,6 +14,8 @@ from typing import Callable
 import numpy as np
 from torch.utils.data import Dataset
 
+from feedlab.formats._io import read_regular
+
 from ._decoding import DecoderState
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
@@ -46,8 +48,6 @@ class ImagesDataset(DecoderState, Dataset):
         return len(self.paths)
 
     def read_raw(self, i: int) -> bytes:
-        from feedlab.formats._io import read_regular
-
         return read_regular(self.paths[i])
 
     def decode_raw(self, raw) -> np.ndarray:

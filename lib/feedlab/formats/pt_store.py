@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from feedlab.errors import SampleError
+
 from ._common import (
     SRDataset,
     atomic_output,
@@ -62,8 +64,6 @@ class PtDataset(SRDataset):
         try:
             return torch.load(fh, weights_only=True, map_location="cpu")
         except pickle.UnpicklingError:
-            from feedlab.errors import SampleError
-
             raise SampleError(f"pt: {what} holds pickled objects, not only tensors: "
                               "feedlab refuses pickle in stored samples (unpickling can run code); rebuild the store "
                               f"with `python -m data_prep pack {self.root} --to pt`") from None

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import zarr
 
+from feedlab.errors import SampleError
+from feedlab.formats._io import _kind
+
 from ._common import LazyHandle, atomic_output, files_in, first_shapes, tree_bytes, write_blocks
 from .chunked import ChunkedSRDataset
 
@@ -87,9 +90,6 @@ class ZarrDataset(ChunkedSRDataset):
         was written, so an absent one is an error naming it; so is a chunk that is not a
         regular file (a FIFO would block zarr's IO thread for ever), wherever it lies in the
         store (``open_dataset`` stats only the first entries of a large one)."""
-        from feedlab.errors import SampleError
-        from feedlab.formats._io import _kind
-
         for c in range(lo // self.chunk_len, (hi - 1) // self.chunk_len + 1):
             for name in ("lr", "hr"):
                 f = self._chunk_file(name, c)

@@ -32,7 +32,8 @@ PEERS: dict[str, Peer] = {p.name: p for p in [
     Peer("feedlab_best", "feedlab best", "feedlab_best", ("feedlab.pipeline.loaders",), "pip install -e .[fast]",
          parallelism="0: one process; W: DataLoader workers reading whole batches",
          shuffle="global permutation per epoch",
-         recipe="npy_mmap read_batch into reused buffers; JPEG: simplejpeg reduced-scale decode of the crop"),
+         recipe="the doctor's advice at this worker count among loaders that keep a global permutation "
+                "(npy_mmap); JPEG: simplejpeg full-scale decode, crop, resize"),
     Peer("webdataset", "WebDataset", "webdataset_peer", ("webdataset",), "pip install webdataset",
          parallelism="WebLoader num_workers (processes, whole shards each)",
          shuffle="shard order shuffled + 1000-sample buffer", recipe="ShardWriter tar shards, .decode().batched()"),
@@ -53,20 +54,47 @@ PEERS: dict[str, Peer] = {p.name: p for p in [
          "make peers (builds .venv-ffcv: apt libopencv-dev libturbojpeg0-dev pkg-config, then pip install ffcv "
          "from source)",
          parallelism="Loader num_workers (threads, >= 1)", shuffle="OrderOption.RANDOM (global permutation)",
-         recipe=".beton, JIT pipelines"),
+         recipe=".beton, JIT pipelines", min_workers=1),
     Peer("spdl", "SPDL", "spdl_peer", ("spdl.pipeline", "spdl.io"),
          "pip install spdl (its decoders load the system FFmpeg libraries: libavformat, libavfilter)",
          parallelism="PipelineBuilder pipe concurrency W on a pool of W threads (>= 1)",
          shuffle="global permutation per epoch (one pipeline per epoch)",
-         recipe="source -> pipe(load, concurrency) -> aggregate -> sink; JPEG: spdl.io.load_image + FFmpeg filter"),
+         recipe="source -> pipe(load, concurrency) -> aggregate -> sink; JPEG: spdl.io.load_image + FFmpeg filter",
+         min_workers=1),
     Peer("dali", "NVIDIA DALI (CPU)", "dali", ("nvidia.dali",), "pip install nvidia-dali-cuda130 (or -cuda120)",
          parallelism="pipeline num_threads (>= 1)", shuffle="global permutation per epoch (shuffle_after_epoch)",
-         recipe="readers.numpy / readers.file + decoders.image_random_crop, device_id=None"),
+         recipe="readers.numpy / readers.file + decoders.image_random_crop, device_id=None", min_workers=1),
 ]}
+
+
+# most telling first (a budgeted run measures in this order), per data set: feedlab's best, then the peers
+# by their rates in the committed cpu-2c run (FFCV best on SR, DALI on JPEG), the stock DataLoader early
+PRIORITY = {"sr": ("feedlab_best", "ffcv", "torch_stock", "torchdata_nodes", "litdata", "dali", "spdl",
+                   "hf_datasets", "mosaic_streaming", "webdataset"),
+            "cls": ("feedlab_best", "dali", "ffcv", "torch_stock", "litdata", "hf_datasets", "mosaic_streaming",
+                    "torchdata_nodes", "webdataset", "spdl")}
 
 
 def names() -> list[str]:
     return list(PEERS)
+
+
+def _rank(name: str, kind: str) -> int:
+    order = PRIORITY.get(kind, ())
+    return order.index(name) if name in order else len(PEERS)
+
+
+def by_priority(selected) -> list[str]:
+    """``selected`` most telling first (its best rank on any data set in :data:`PRIORITY`)."""
+    return sorted(selected, key=lambda n: min(_rank(n, k) for k in PRIORITY))
+
+
+def plan(selected, kinds) -> list[tuple[str, str]]:
+    """Every (contender, data set) of ``selected`` × ``kinds``, most telling first: rank by rank in
+    :data:`PRIORITY`, the data sets alternating (feedlab on both, then each data set's best peer, ...)."""
+    kinds = list(kinds)
+    pairs = [(n, k) for n in selected for k in kinds]
+    return sorted(pairs, key=lambda p: (_rank(*p), kinds.index(p[1])))
 
 
 def get(name: str) -> Peer:
@@ -81,5 +109,5 @@ def availability(selected=None) -> dict[str, tuple[bool, str]]:
     return {n: get(n).check() for n in (selected or PEERS)}
 
 
-__all__ = ["BASELINE", "FEEDLAB", "KINDS", "PEERS", "Conversion", "Peer", "Source", "Spec", "availability",
+__all__ = ["BASELINE", "FEEDLAB", "KINDS", "PEERS", "PRIORITY", "by_priority", "plan", "Conversion", "Peer", "Source", "Spec", "availability",
            "get", "names"]

@@ -25,6 +25,9 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from ._process import check_imports, in_venv
+from .venvs import VENVS, python_for, why_missing
+
 KINDS = ("sr", "cls")
 # the ImageNet recipe (torchvision RandomResizedCrop defaults)
 RRC_SCALE = (0.08, 1.0)
@@ -123,6 +126,7 @@ class Peer:
     parallelism: str = ""          # what "workers" means for it
     shuffle: str = ""              # how it shuffles (stated in the table)
     recipe: str = ""               # what its documentation recommends, as used here
+    min_workers: int = 0           # the fewest workers it runs (threads that start at one): 0 asked runs this
     extra_check: Callable[[], str] | None = field(default=None, repr=False)
 
     def _impl(self):
@@ -132,9 +136,6 @@ class Peer:
 
     def check(self) -> tuple[bool, str]:
         """Importable here, or (a peer with a venv of its own, :mod:`feedlab.peers.venvs`) its venv built."""
-        from .remote import check_imports, in_venv
-        from .venvs import VENVS, python_for, why_missing
-
         if self.name in VENVS and not in_venv():
             python = python_for(self.name)
             if python is not None:

@@ -15,7 +15,7 @@ def add_arguments(ap) -> None:
                          "--workers, --epochs, --warmup)")
     ap.add_argument("--kind", default="sr", choices=["sr", "cls"], help="--peer: SR patches or the JPEG set")
     ap.add_argument("--samples", type=int, default=None, help="--peer: first N samples (default all)")
-    ap.add_argument("--cold", action="store_true", help="--peer: also time epochs after evicting its files")
+    ap.add_argument("--cold", action="store_true", help="--peer: also time windows whose every epoch follows an eviction of its files")
 
 
 def main_peer(args) -> int:
@@ -57,7 +57,8 @@ def main_peer(args) -> int:
     else:
         print(f"{info['label']} · {args.kind} · {source.n} samples · batch {args.batch_size} · "
               f"{args.workers} workers ({info['parallelism']}) · shuffle: {info['shuffle']}")
-        print(f"  {row['samples_per_s']:,.0f} samples/s (IQR {row['q25']:,.0f}–{row['q75']:,.0f}, {args.epochs} epochs"
+        print(f"  {row['samples_per_s']:,.0f} samples/s ({row.get('spread') or 'spread'} {row['q25']:,.0f}–"
+              f"{row['q75']:,.0f}; {args.epochs} timed windows of >= 50 batches and >= 1 s, each whole epochs"
               f" after {args.warmup} warm-up) · first batch {row['first_batch_s'] * 1e3:.0f} ms · peak RSS "
               f"{row['peak_rss_mib']:.0f} MiB · CPU {100 * row['cpu_saturation']:.0f}% busy")
         print(f"  ran in {info.get('interpreter', '')}" + (f" ({', '.join(f'{k} {v}' for k, v in info['versions'].items())})"

@@ -1,19 +1,25 @@
 """feedlab's own fast paths, as the doctor advises them.
 
+Like for like with the peers (:mod:`feedlab.like_for_like`): the same sample order, the same pixels,
+exactly the worker count asked.
+
 SR: the memory-mapped ``.npy`` pair (``data_prep pack --to npy_mmap``, the format the doctor
 advises for these pairs in notebook 10), read by the pipeline the doctor advises for this data
 and worker count (:func:`advised_spec`): the doctor measures the store (stage costs, collates, the
 DataLoader's and the ring's hand-over, the one-process loader kinds) and the spec it predicts
-fastest, among the loader kinds and uint8 collates at this worker count (a one-process kind
-brings 0 workers), is built by ``pipeline.make_loader``. No loader of its own: the row is the
-doctor's advice, by construction, and says which spec it chose (``doctor_choice``).
+fastest, among the loader kinds and uint8 collates that run exactly this many workers (a
+one-process kind at 0 only) and keep a global permutation per epoch when shuffled (the ``chunk``
+kind, each batch from one contiguous chunk, is left out: its order is not a peer's), is built by
+``pipeline.make_loader``. No loader of its own: the row is the doctor's advice, by construction,
+and says which spec it chose (``doctor_choice``).
 
 Classification: the JPEG files read as they are; per sample simplejpeg reads
 the header, the random-resized-crop box is drawn (torchvision's rule), the
-JPEG is decoded at the smallest DCT scale that keeps the box at least
-``size`` pixels (libjpeg-turbo's 1/2, 1/4, 1/8 decode), cropped, resized
-(Pillow, bilinear), flipped, and written into its slot of a preallocated uint8
-NHWC batch. Without simplejpeg, Pillow's ``draft`` does the reduced decode.
+JPEG is decoded at full scale (the pixels of a full decode, as DALI's and Pillow's; ``Spec`` has no
+switch for it: :data:`REDUCED_SCALE` set True decodes at the smallest DCT scale that keeps the box at
+least ``size`` pixels, faster and about 10 grey levels off the reference, so not like for like),
+cropped, resized (Pillow, bilinear), flipped, and written into its slot of a preallocated uint8
+NHWC batch. Without simplejpeg, Pillow decodes.
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ from feedlab.pipeline.loaders import index_batches
 
 from ._common import SRPairs
 from .base import Conversion, Source, Spec, rrc_box, timed_conversion
+
+REDUCED_SCALE = False   # True: libjpeg-turbo's 1/2, 1/4, 1/8 decode (not the peers' pixels)
+# loader kinds whose order is not a global permutation per epoch (each batch from one contiguous chunk)
+NOT_GLOBAL = ("chunk",)
 
 
 def convert(source: Source, work) -> Conversion:
@@ -76,9 +86,11 @@ def _decode_crop(data: bytes, size: int, rng, augment: bool, sj) -> np.ndarray:
     # smallest full-image size that keeps the box >= size on both sides
     need_h, need_w = math.ceil(size * h / ch), math.ceil(size * w / cw)
     if sj is not None:
-        img = sj.decode_jpeg(data, "RGB", min_height=min(need_h, h), min_width=min(need_w, w))
+        img = (sj.decode_jpeg(data, "RGB", min_height=min(need_h, h), min_width=min(need_w, w)) if REDUCED_SCALE
+               else sj.decode_jpeg(data, "RGB"))
     else:
-        im.draft("RGB", (min(need_w, w), min(need_h, h)))
+        if REDUCED_SCALE:
+            im.draft("RGB", (min(need_w, w), min(need_h, h)))
         img = np.asarray(im.convert("RGB"))
     fy, fx = img.shape[0] / h, img.shape[1] / w
     y0, x0 = int(top * fy), int(left * fx)
@@ -140,12 +152,13 @@ class _InProcess:
 _CHOICES: dict[tuple, object] = {}
 
 
-def advised_spec(work, workers: int, batch_size: int, fmt: str = "npy_mmap"):
-    """The spec the doctor advises for the store under ``work`` with at most ``workers`` workers:
+def advised_spec(work, workers: int, batch_size: int, fmt: str = "npy_mmap", shuffle: bool = True):
+    """The spec the doctor advises for the store under ``work`` with exactly ``workers`` workers:
     the doctor measures it (a small budget, outside any timed epoch) and every single change it
-    can price among loader kinds and collates is predicted (``doctor.predict``); the fastest,
-    if faster than the start, wins. Cached per (store, workers, batch)."""
-    key = (str(work), int(workers), int(batch_size), fmt)
+    can price among loader kinds and collates that keep that worker count and, ``shuffle``d, a global
+    permutation (no :data:`NOT_GLOBAL` kind) is predicted (``doctor.predict``); the fastest, if faster
+    than the start, wins. Cached per (store, workers, batch, order)."""
+    key = (str(work), int(workers), int(batch_size), fmt, bool(shuffle))
     if key not in _CHOICES:
         from feedlab.doctor import Budget, Doctor
         from feedlab.doctor import predict as PR
@@ -158,7 +171,8 @@ def advised_spec(work, workers: int, batch_size: int, fmt: str = "npy_mmap"):
         doc.measure()
         best, rate = start, (PR.predict(doc.table, start) or {}).get("predicted_samples_per_s", 0.0)
         for setting, value, new in PR.candidates(doc.table, start, int(workers)):
-            if setting not in ("loader", "collate") or new.num_workers > workers:
+            if setting not in ("loader", "collate") or new.num_workers != workers or (
+                    shuffle and new.loader in NOT_GLOBAL):
                 continue
             p = PR.predict(doc.table, new)
             if p and p["predicted_samples_per_s"] > rate:
@@ -172,7 +186,7 @@ def loader(source: Source, work, spec: Spec):
     if source.kind == "sr":
         from feedlab import pipeline as P
 
-        best = advised_spec(work, spec.workers, spec.batch_size)
+        best = advised_spec(work, spec.workers, spec.batch_size, shuffle=spec.shuffle)
         ld = P.make_loader(P.open_dataset(work, best, verify=False), best, seed=spec.seed, shuffle=spec.shuffle)
         ld.doctor_choice = best.label()   # which spec the doctor chose: the row says it
         return ld

@@ -2,15 +2,19 @@
 
 Per contender, data set and worker count: one loader is built; its first
 epoch is the warm-up (the time to its first batch, worker start included, is
-the *first-batch latency*); then ``repeats`` timed epochs with a warm page
-cache and, with ``cold=True``, ``repeats`` more each after evicting the
-contender's files (:mod:`feedlab.cache`). A timed window is whole epochs back
-to back, at least ``MIN_TIMED_BATCHES`` batches, so work a loader prefetches
-across an epoch boundary is a small part of it. Every batch goes through the same
+the *first-batch latency*); then ``repeats`` timed windows with a warm page
+cache and, with ``cold=True``, ``repeats`` more with every epoch read after evicting the
+contender's files (:mod:`feedlab.cache`; the eviction is not timed). A timed window
+(:class:`Window`) is whole epochs back to back until it holds at least ``min_batches`` batches
+and ``min_s`` seconds (50 and 1 s: the like-for-like floor, :mod:`feedlab.like_for_like`) and,
+with a ``precision``, until the 95% interval of its mean batch time is within that half-width
+(:func:`feedlab.pipeline.rel_half_width`), else ``imprecise`` at ``max_s``. Each window records its
+rate, its timed batches, its seconds and its interval. Every batch goes through the same
 start of a training step, :func:`to_device` (to the device, uint8 -> float / 255; no
 model runs), so nobody is timed for stopping short of a usable tensor. Each timed epoch is counted (samples, and
 ids for classification); an epoch of the wrong size fails the contender.
-Peak RSS is the process tree's (main + workers), sampled every 50 ms.
+Peak RSS is the process tree's (main + workers), sampled every 50 ms. The worker count a row
+carries is the one that ran: a peer whose threads start at one (``Peer.min_workers``) runs 1 for 0.
 """
 
 from __future__ import annotations
@@ -19,25 +23,47 @@ import gc
 import sys
 import time
 import traceback
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from feedlab.like_for_like import MIN_TIMED_BATCHES, MIN_WINDOW_S
 from feedlab.monitor import CpuMonitor, _Sampler
+from feedlab.pipeline.rates import rel_half_width
 from feedlab.results import Results
 from feedlab.timing import _sync
 
-from . import get
+from . import get, plan, remote, venvs
 from .base import Source, Spec
 from .check import EpochCounter, verify
 from .remote import beat
 
 EXPERIMENT = "peers"
-# a timed window spans at least this many batches (whole epochs back to back): loaders that prefetch
-# the next epoch's first batches while the last one ends (DALI's queue, persistent workers) would
-# otherwise be timed on work done before the clock started
-MIN_TIMED_BATCHES = 24
+
+
+@dataclass(frozen=True)
+class Window:
+    """A timed window: whole epochs until ``min_batches`` batches and ``min_s`` seconds (loaders that
+    prefetch the next epoch's first batches while the last one ends, DALI's queue or persistent workers,
+    would otherwise be timed on work done before the clock started), then, with ``precision`` (the
+    relative half-width of the 95% interval of the mean batch time), until that precision or ``max_s``."""
+    min_batches: int = MIN_TIMED_BATCHES
+    min_s: float = MIN_WINDOW_S
+    precision: float | None = None
+    max_s: float = 10.0
+
+    def done(self, batches: int, seconds: float, durations) -> bool:
+        if batches < self.min_batches or seconds < self.min_s:
+            return False
+        if self.precision is None or seconds >= self.max_s:
+            return True
+        return rel_half_width(durations) <= self.precision
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 class RssPeak(_Sampler):
@@ -78,21 +104,54 @@ def to_device(batch, kind: str, device) -> None:
         torch.as_tensor(batch[1]).to(device, non_blocking=True)
 
 
-def run_epoch(loader, kind: str, device, n: int, first_only: bool = False) -> dict:
+def run_epoch(loader, kind: str, device, n: int, first_only: bool = False, durations: list | None = None) -> dict:
     """One epoch, each batch copied to the device (:func:`to_device`): wall time, first-batch
-    time, counts."""
+    time, counts, batches; each batch's seconds appended to ``durations`` where given."""
     count = EpochCounter(kind)
-    t0 = time.perf_counter()
+    t0 = last = time.perf_counter()
     first = None
+    batches = 0
     for batch in loader:
         if first is None:
             first = time.perf_counter() - t0
         count.add(batch)
         to_device(batch, kind, device)
+        batches += 1
+        if durations is not None:
+            now = time.perf_counter()
+            durations.append(now - last)
+            last = now
         beat()  # progress, for a parent bounding a venv run (at most a file touch a second)
     _sync(device)
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "first_batch_s": first if first is not None else float("nan"), **count.result(n)}
+    return {"wall_s": wall, "first_batch_s": first if first is not None else float("nan"), "batches": batches,
+            **count.result(n)}
+
+
+def timed_window(loader, kind: str, device, n: int, window: Window, evict_files=None) -> dict:
+    """Whole epochs back to back until ``window`` is done; with ``evict_files`` each epoch is read after
+    evicting them (the eviction is not timed). Wall time, batches, epochs, the rate's precision, and the
+    first epoch whose count was wrong (``ok`` False)."""
+    from feedlab.cache import evict
+
+    durations: list[float] = []
+    wall, batches, epochs, bad = 0.0, 0, 0, None
+    while True:
+        if evict_files is not None:
+            evict(evict_files)
+        ep = run_epoch(loader, kind, device, n, durations=durations)
+        wall += ep["wall_s"]
+        batches += ep["batches"]
+        epochs += 1
+        if not ep["ok"]:
+            bad = ep
+            break
+        if ep["batches"] == 0 or window.done(batches, wall, durations):
+            break
+    hw = rel_half_width(durations) if len(durations) >= 20 else float("nan")
+    return {"wall_s": wall, "batches": batches, "epochs": epochs, "samples": n * epochs, "half_width": hw,
+            "precise": bool(window.precision is not None and hw <= window.precision),
+            "ok": bad is None, "bad": bad}
 
 
 def _last_line(exc: BaseException) -> str:
@@ -101,11 +160,11 @@ def _last_line(exc: BaseException) -> str:
 
 
 def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: int = 1, repeats: int = 3,
-                   cold: bool = False, device="cpu") -> tuple[Results, dict]:
-    """Warm-up, then timed epochs (warm; cold after eviction). Returns rows and a status dict."""
-    from feedlab.cache import evict
-
+                   cold: bool = False, device="cpu", window: Window | None = None) -> tuple[Results, dict]:
+    """Warm-up, then ``repeats`` timed windows (:class:`Window`; warm; cold with each epoch read after an
+    eviction). Returns rows and a status dict."""
     peer = get(name)
+    window = window or Window()
     res = Results()
     status = {"name": name, "kind": source.kind, "num_workers": spec.workers, "ok": True, "error": ""}
     params = dict(kind=source.kind, num_workers=spec.workers, batch_size=spec.batch_size)
@@ -120,38 +179,35 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
         res.add(EXPERIMENT, name, "first_batch_s", status["first_batch_s"], "s", **params)
         for _ in range(max(0, warmup - 1)):
             run_epoch(loader, source.kind, device, source.n)
-        per_window = max(1, -(-MIN_TIMED_BATCHES // -(-source.n // spec.batch_size)))
-        status["epochs_per_window"] = per_window
         caches = ["warm"] + (["cold"] if cold else [])
-        files = peer.data_files(source, work) if cold else []
+        files = peer.data_files(source, work) if cold else None
         for cache in caches:
             for r in range(repeats):
-                if cache == "cold":
-                    rep = evict(files)
-                    res.add(EXPERIMENT, name, "resident_after_evict", rep.resident_fraction_after
-                            if rep.resident_fraction_after is not None else -1.0, "fraction", r, cache=cache,
-                            **params)
                 with CpuMonitor(interval=0.05) as cpu, RssPeak(interval=0.05) as rss:
-                    eps = [run_epoch(loader, source.kind, device, source.n) for _ in range(per_window)]
-                ep = {"wall_s": sum(e["wall_s"] for e in eps), "ok": all(e["ok"] for e in eps),
-                      **{k: v for k, v in next((e for e in eps if not e["ok"]), eps[0]).items()
-                         if k not in ("wall_s", "ok")}}
-                n_timed = source.n * per_window
-                if not ep["ok"]:
-                    status.update(ok=False, error=f"epoch returned {ep['samples']} samples, expected {source.n}"
-                                  + (f" ({ep.get('distinct_ids')} distinct ids)" if "distinct_ids" in ep else ""))
+                    win = timed_window(loader, source.kind, device, source.n, window,
+                                       files if cache == "cold" else None)
+                if not win["ok"]:
+                    bad = win["bad"]
+                    status.update(ok=False, error=f"epoch returned {bad['samples']} samples, expected {source.n}"
+                                  + (f" ({bad.get('distinct_ids')} distinct ids)" if "distinct_ids" in bad else ""))
                     return res, status
+                status["epochs_per_window"] = win["epochs"]
                 c = cpu.summary()
                 tree = c["process_tree_cpu_percent_mean"]
-                res.add(EXPERIMENT, name, "samples_per_s", n_timed / ep["wall_s"], "samples/s", r, cache=cache,
-                        **params)
-                res.add(EXPERIMENT, name, "peak_rss_mib", rss.peak() / 2**20, "MiB", r, cache=cache, **params)
+                row = dict(cache=cache, **params)
+                res.add(EXPERIMENT, name, "samples_per_s", win["samples"] / win["wall_s"], "samples/s", r, **row)
+                res.add(EXPERIMENT, name, "timed_batches", win["batches"], "batches", r, **row)
+                res.add(EXPERIMENT, name, "window_s", win["wall_s"], "s", r, **row)
+                if np.isfinite(win["half_width"]):
+                    res.add(EXPERIMENT, name, "rate_half_width", win["half_width"], "fraction", r, **row)
+                if window.precision is not None:   # 0: the window reached its cap first (imprecise)
+                    res.add(EXPERIMENT, name, "precise", float(win["precise"]), "bool", r, **row)
+                res.add(EXPERIMENT, name, "peak_rss_mib", rss.peak() / 2**20, "MiB", r, **row)
                 if np.isfinite(c["cpu_saturation"]):
-                    res.add(EXPERIMENT, name, "cpu_saturation", c["cpu_saturation"], "fraction", r, cache=cache,
-                            **params)
+                    res.add(EXPERIMENT, name, "cpu_saturation", c["cpu_saturation"], "fraction", r, **row)
                 if np.isfinite(tree):
-                    res.add(EXPERIMENT, name, "cpu_ms_per_sample", 10.0 * tree * ep["wall_s"] / n_timed,
-                            "ms", r, cache=cache, **params)
+                    res.add(EXPERIMENT, name, "cpu_ms_per_sample", 10.0 * tree * win["wall_s"] / win["samples"],
+                            "ms", r, **row)
     except Exception as exc:  # a contender that breaks stays in the table with the reason
         status.update(ok=False, error=_last_line(exc), trace=traceback.format_exc(limit=3))
     finally:
@@ -160,20 +216,28 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
     return res, status
 
 
+def workers_that_run(name: str, worker_counts) -> list[int]:
+    """The worker counts ``name`` runs for ``worker_counts``: each at least the peer's ``min_workers``
+    (FFCV, DALI and SPDL start one thread for 0), once each, ascending."""
+    low = get(name).min_workers
+    return sorted({max(low, int(w)) for w in worker_counts})
+
+
 def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker_counts, size: int = 64,
              warmup: int = 1, repeats: int = 3, cold: bool = False, device="cpu", seed: int = 0,
-             check: bool = True, stall_s: float | None = None, augment: bool = True) -> tuple[Results, dict]:
-    """Availability, conversion, the output check, then every worker count. Never raises for a
-    contender's failure: the info dict says what happened. ``stall_s``: a peer in its own venv
-    is stopped (with its processes) after that long without progress. ``augment=False``: the timed
-    epochs run the un-augmented pipeline too (classification: decode + resize; the doctor's what-if)."""
-    from . import remote, venvs
-
+             check: bool = True, stall_s: float | None = None, window: Window | None = None,
+             augment: bool = True) -> tuple[Results, dict]:
+    """Availability, conversion, the output check, then every worker count that runs (a count below the
+    peer's ``min_workers`` runs as that, once). Never raises for a contender's failure: the info dict says
+    what happened. ``stall_s``: a peer in its own venv is stopped (with its processes) after that long
+    without progress. ``window``: each timed window (:class:`Window`; default 50 batches and 1 s).
+    ``augment=False``: the timed epochs run the un-augmented pipeline too (classification: decode + resize;
+    the doctor's what-if)."""
     peer = get(name)
     python = None if remote.in_venv() else venvs.python_for(name)
     if python is not None:  # a peer with a venv of its own: the same code, run by that venv's Python
         req = remote.request(name, source, work_root, batch_size, worker_counts, size, warmup, repeats, cold,
-                             device, seed, check, augment=augment)
+                             device, seed, check, window=(window or Window()).as_dict(), augment=augment)
         res, info = remote.run(python, req, stall_s=stall_s)
         info.setdefault("samples", source.n)
         return res, info
@@ -197,7 +261,8 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
     info.update(convert_s=conv.seconds, bytes_on_disk=conv.bytes, convert_note=conv.note)
     res.add(EXPERIMENT, name, "convert_s", conv.seconds, "s", kind=source.kind)
     res.add(EXPERIMENT, name, "bytes_on_disk", conv.bytes, "B", kind=source.kind)
-    spec = Spec(source.kind, batch_size=batch_size, workers=min(worker_counts), size=size, seed=seed, augment=augment)
+    ran = workers_that_run(name, worker_counts)
+    spec = Spec(source.kind, batch_size=batch_size, workers=ran[0], size=size, seed=seed, augment=augment)
     if check:
         beat()
         try:
@@ -208,26 +273,39 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
             info.update(available=True, reason="output check failed")
             return res, info
     info["runs"] = []
-    for w in worker_counts:
-        r, status = time_contender(name, source, work, spec.with_(workers=w), warmup, repeats, cold, device)
+    for w in ran:
+        r, status = time_contender(name, source, work, spec.with_(workers=w), warmup, repeats, cold, device,
+                                   window)
         res.extend(r)
         info["runs"].append(status)
     return res, info
 
 
 def run_all(names, sources: dict, work_root, batch_size: int, worker_counts, size: int = 64, warmup: int = 1,
-            repeats: int = 3, cold: bool = False, device="cpu", seed: int = 0, log=print) -> tuple[Results, list]:
-    """Every contender on every source (``{kind: Source}``); rows and one info dict per (kind, contender)."""
+            repeats: int = 3, cold: bool = False, device="cpu", seed: int = 0, log=print,
+            window: Window | None = None, budget=None) -> tuple[Results, list]:
+    """Every contender on every source (``{kind: Source}``), most telling first (:func:`feedlab.peers.plan`);
+    rows and one info dict per (kind, contender). ``budget``
+    (:class:`feedlab.budget.Budget`): a (contender, data set) whose expected cost no longer fits is left
+    out, and its info says so (``left_out``)."""
     res, infos = Results(), []
-    for kind, source in sources.items():
-        for name in names:
-            t0 = time.perf_counter()
-            r, info = run_peer(name, source, work_root, batch_size, worker_counts, size, warmup, repeats, cold,
-                               device, seed)
-            res.extend(r)
-            infos.append(info)
-            if log is not None:
-                state = ("unavailable: " + info["reason"]) if not info["available"] else (
-                    info["reason"] or "ok")
-                log(f"{kind:4s} {name:18s} {time.perf_counter() - t0:6.1f} s  {state[:160]}")
+    for name, kind in plan(names, sources):
+        source = sources[kind]
+        what = f"{get(name).label} on {kind}"
+        if budget is not None and not budget.allows(what, group=kind):
+            p = get(name)
+            infos.append({"name": name, "label": p.label, "kind": kind, "parallelism": p.parallelism,
+                          "shuffle": p.shuffle, "recipe": p.recipe, "samples": source.n, "available": False,
+                          "left_out": True, "reason": f"left out by this run's time budget ({budget.left_out[-1][1]})"})
+            continue
+        t0 = time.perf_counter()
+        with budget.setting(what, kind) if budget is not None else nullcontext():
+            r, info = run_peer(name, source, work_root, batch_size, worker_counts, size, warmup, repeats,
+                               cold, device, seed, window=window)
+        res.extend(r)
+        infos.append(info)
+        if log is not None:
+            state = ("unavailable: " + info["reason"]) if not info["available"] else (
+                info["reason"] or "ok")
+            log(f"{kind:4s} {name:18s} {time.perf_counter() - t0:6.1f} s  {state[:160]}")
     return res, infos

@@ -1,6 +1,9 @@
 """Tables and readings of notebook 13, computed from one run's rows and status dicts. A ratio between
 feedlab's best and the best peer is judged only where both sides share order, pixels, batch size, workers,
-cache and a long enough window (:mod:`feedlab.like_for_like`); the table shows each side's values."""
+cache and a long enough window (:mod:`feedlab.like_for_like`); the table shows each side's values. feedlab's
+side is its row at the worker count the best peer ran (its best row only where it has none, which then
+reads "not like for like"); warm and cold are each judged. A rate is the median of its windows with its
+spread: the IQR of three windows or more, else the 95% interval of the window's mean batch time."""
 
 from __future__ import annotations
 
@@ -17,16 +20,41 @@ from .measure import EXPERIMENT
 STAGE = {"sr": "read + batch assembly (no decode)", "cls": "JPEG decode + crop/resize/flip"}
 
 
-def _med(df, name, kind, metric, workers=None, cache="warm"):
+def _rows(df, name, kind, metric, workers=None, cache="warm"):
     d = df[(df.variant == name) & (df.kind == kind) & (df.metric == metric)]
     if workers is not None and "num_workers" in d:
         d = d[d.num_workers == workers]
     if cache is not None and "cache" in d:
         d = d[d.cache == cache]
+    return d
+
+
+def _med(df, name, kind, metric, workers=None, cache="warm"):
+    d = _rows(df, name, kind, metric, workers, cache)
     if d.empty:
         return float("nan"), float("nan"), float("nan")
     v = d.value
     return float(v.median()), float(v.quantile(0.25)), float(v.quantile(0.75))
+
+
+def _rate(df, name, kind, workers, cache) -> dict:
+    """The median rate of the windows of one setting with its spread (``low``, ``high``, ``spread``: the
+    IQR of 3 windows or more, else the 95% interval of the median window's mean batch time), the windows'
+    timed batches and seconds (their least) and the windows' count."""
+    m, lo, hi = _med(df, name, kind, "samples_per_s", workers, cache)
+    n = len(_rows(df, name, kind, "samples_per_s", workers, cache))
+    hw = _med(df, name, kind, "rate_half_width", workers, cache)[0]
+    if n < 3 and hw == hw:
+        lo, hi, spread = m / (1 + hw), m / max(1e-9, 1 - hw), f"95% interval of {n} window(s)"
+    else:
+        spread = f"IQR of {n} windows"
+    precise = _rows(df, name, kind, "precise", workers, cache).value
+    if len(precise) and precise.min() < 1:
+        spread += ", imprecise (a window reached its cap first)"
+    tb = _rows(df, name, kind, "timed_batches", workers, cache).value
+    ws = _rows(df, name, kind, "window_s", workers, cache).value
+    return {"median": m, "low": lo, "high": hi, "spread": spread, "windows": n,
+            "timed_batches": float(tb.min()) if len(tb) else None, "window_s": float(ws.min()) if len(ws) else None}
 
 
 def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
@@ -52,9 +80,12 @@ def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
                    "pipeline": r.get("pipeline", ""),   # feedlab's best: the spec the doctor advised
                    "epochs_per_window": r.get("epochs_per_window")}
             if r["ok"] and not df.empty:
-                m, lo, hi = _med(df, info["name"], info["kind"], "samples_per_s", w)
-                row.update(samples_per_s=m, q25=lo, q75=hi,
-                           cold_samples_per_s=_med(df, info["name"], info["kind"], "samples_per_s", w, "cold")[0],
+                warm = _rate(df, info["name"], info["kind"], w, "warm")
+                cold = _rate(df, info["name"], info["kind"], w, "cold")
+                row.update(samples_per_s=warm["median"], q25=warm["low"], q75=warm["high"], spread=warm["spread"],
+                           windows=warm["windows"], timed_batches=warm["timed_batches"], window_s=warm["window_s"],
+                           cold_samples_per_s=cold["median"], cold_low=cold["low"], cold_high=cold["high"],
+                           cold_timed_batches=cold["timed_batches"], cold_window_s=cold["window_s"],
                            first_batch_s=_med(df, info["name"], info["kind"], "first_batch_s", w, None)[0],
                            peak_rss_mib=_med(df, info["name"], info["kind"], "peak_rss_mib", w)[0],
                            cpu_saturation=_med(df, info["name"], info["kind"], "cpu_saturation", w)[0],
@@ -81,9 +112,10 @@ def pixel_error(check: dict | None) -> float | None:
     return 0.0 if "sha1" in str(check.get("method", "")) else None
 
 
-def side(row: dict) -> Side:
-    """A table row (feedlab's best or a peer, at one worker count) as one side of the ratio. Its timed
-    window: ``epochs_per_window`` epochs of ``samples`` (one where a run did not record it)."""
+def side(row: dict, cache: str = "warm") -> Side:
+    """A table row (feedlab's best or a peer, at one worker count) as one side of the ratio, warm or cold.
+    Its timed window: the row's least ``timed_batches`` and ``window_s`` (``cold_…`` for cold), else (a run
+    before they were recorded) ``epochs_per_window`` epochs of ``samples`` (one where not recorded)."""
     pipeline = str(row.get("pipeline") or "")
     words = pipeline.split()
     bs = row.get("batch_size")
@@ -94,9 +126,21 @@ def side(row: dict) -> Side:
     epw = 1 if epw is None or (isinstance(epw, float) and math.isnan(epw)) else int(epw)
     timed = epw * -(-int(n) // int(bs)) if n and bs else None
     window = epw * n / rate if n and rate and rate == rate and rate > 0 else None
+    pre = "cold_" if cache == "cold" else ""
+    if _given(row.get(pre + "timed_batches")) or _given(row.get(pre + "window_s")):
+        timed, window = _num(row.get(pre + "timed_batches")), _num(row.get(pre + "window_s"))
+        timed = None if timed is None else int(timed)
     return Side(str(row.get("label") or row.get("contender")), order_of(row.get("shuffle"), words[-1] if words else None),
                 row.get("pixel_error"), None if bs is None else int(bs), workers_of(pipeline, row.get("num_workers")),
-                "warm", timed, window)
+                cache, timed, window)
+
+
+def _given(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def _num(x):
+    return float(x) if _given(x) else None
 
 
 def sides_of_record(payload: dict, kind: str) -> tuple[Side, Side] | None:
@@ -143,7 +187,7 @@ def missing_peers(tab: pd.DataFrame, kind: str, field=None) -> dict[str, str]:
             continue
         first = rows.iloc[0]
         if not bool(first.available):
-            out[label] = f"unavailable: {first.reason}"
+            out[label] = first.reason if str(first.reason).startswith("left out by") else f"unavailable: {first.reason}"
         elif first.check_ok is not True and first.check_ok != True:  # noqa: E712
             out[label] = "failed the output check"
         elif "run_ok" not in rows or not (rows.run_ok == True).any():  # noqa: E712
@@ -152,15 +196,31 @@ def missing_peers(tab: pd.DataFrame, kind: str, field=None) -> dict[str, str]:
     return out
 
 
+def _at_workers(tab: pd.DataFrame, kind: str, name: str, workers) -> dict | None:
+    """``name``'s checked, timed row on ``kind`` whose workers that ran are ``workers``."""
+    d = tab[(tab.kind == kind) & (tab.contender == name) & (tab.check_ok == True)  # noqa: E712
+            & (tab.get("run_ok", False) == True)]  # noqa: E712
+    d = d[d.samples_per_s.notna()] if "samples_per_s" in d else d.iloc[0:0]
+    for _, r in d.iterrows():
+        row = r.to_dict()
+        if workers_of(row.get("pipeline"), row.get("num_workers")) == workers:
+            return row
+    return None
+
+
 def ratios(tab: pd.DataFrame, field=None) -> dict:
-    """Per data set: feedlab's best ÷ the best peer (every other contender that passed its check),
-    each at its best worker count, warm cache; with the ratio's spread from the IQRs, and the peers of
-    the field (:func:`missing_peers`) that were not in it."""
+    """Per data set: feedlab's best ÷ the best peer (every other contender that passed its check, at its
+    best worker count, warm cache), feedlab's side at the workers that peer ran (its best row where it has
+    none: then not like for like), warm and cold each judged; with the ratio's spread from each side's, and
+    the peers of the field (:func:`missing_peers`) that were not in it."""
     out = {}
     for kind in sorted(set(tab.kind)):
         names = set(tab[tab.kind == kind].contender)
-        fb = _best(tab, kind, [FEEDLAB])
         peer = _best(tab, kind, sorted(names - {FEEDLAB}))
+        fb = None
+        if peer is not None:
+            fb = _at_workers(tab, kind, FEEDLAB, workers_of(peer.get("pipeline"), peer.get("num_workers")))
+        fb = fb or _best(tab, kind, [FEEDLAB])
         missing = missing_peers(tab, kind, field)
         if fb is None or peer is None:
             out[kind] = {"ratio": None, "why_missing": "feedlab best" if fb is None else "no peer passed",
@@ -168,19 +228,31 @@ def ratios(tab: pd.DataFrame, field=None) -> dict:
             continue
         r = fb["samples_per_s"] / peer["samples_per_s"]
         lo, hi = fb["q25"] / peer["q75"], fb["q75"] / peer["q25"]
-        verdict = ("met (>= 1.0)" if lo >= 1.0 else "not met" if hi < 1.0 else "within this run's spread of 1.0")
         a, b = side(fb), side(peer)
         cold = _ratio(fb.get("cold_samples_per_s"), peer.get("cold_samples_per_s"))
-        out[kind] = {"ratio": r, "ratio_low": lo, "ratio_high": hi, "verdict": judged(verdict, a, b),
-                     "cold_ratio": cold, "differs": differences(a, b), "sides": [asdict(a), asdict(b)],
-                     "feedlab": {**{k: fb[k] for k in ("contender", "num_workers", "samples_per_s", "q25", "q75",
+        entry = {"ratio": r, "ratio_low": lo, "ratio_high": hi, "verdict": judged(_verdict(lo, hi), a, b),
+                 "cold_ratio": cold, "differs": differences(a, b), "sides": [asdict(a), asdict(b)],
+                 "feedlab": {**{k: fb.get(k) for k in ("contender", "num_workers", "samples_per_s", "q25", "q75",
                                                         "cpu_ms_per_sample", "first_batch_s", "peak_rss_mib")},
-                                 "pipeline": fb.get("pipeline") or ""},   # the spec the doctor advised
-                     "best_peer": {k: peer[k] for k in ("contender", "label", "num_workers", "samples_per_s", "q25",
+                             "pipeline": fb.get("pipeline") or ""},   # the spec the doctor advised
+                 "best_peer": {k: peer.get(k) for k in ("contender", "label", "num_workers", "samples_per_s", "q25",
                                                         "q75", "cpu_ms_per_sample", "first_batch_s",
                                                         "peak_rss_mib")},
-                     "missing_peers": missing, "complete_field": not missing}
+                 "missing_peers": missing, "complete_field": not missing}
+        if cold is not None:
+            ca, cb = side(fb, "cold"), side(peer, "cold")
+            clo = _ratio(fb.get("cold_low"), peer.get("cold_high"))
+            chi = _ratio(fb.get("cold_high"), peer.get("cold_low"))
+            entry.update(cold_ratio_low=clo, cold_ratio_high=chi, cold_differs=differences(ca, cb),
+                         cold_sides=[asdict(ca), asdict(cb)],
+                         cold_verdict=judged(_verdict(clo, chi), ca, cb) if clo is not None and chi is not None
+                         else judged("no spread recorded", ca, cb))
+        out[kind] = entry
     return out
+
+
+def _verdict(lo, hi) -> str:
+    return "met (>= 1.0)" if lo >= 1.0 else "not met" if hi < 1.0 else "within this run's spread of 1.0"
 
 
 def _ratio(x, y) -> float | None:
@@ -215,7 +287,8 @@ def ratio_table(rat: dict) -> pd.DataFrame:
         rows.append({"kind": kind, "ratio": r.get("ratio"), "ratio_low": r.get("ratio_low"),
                      "ratio_high": r.get("ratio_high"), "verdict": r.get("verdict", r.get("why_missing", "")),
                      "best_peer": (r.get("best_peer") or {}).get("label", ""),
-                     "cold_ratio": r.get("cold_ratio"), "feedlab / peer": shared(r.get("sides") or []),
+                     "cold_ratio": r.get("cold_ratio"), "cold_verdict": r.get("cold_verdict", ""),
+                     "feedlab / peer": shared(r.get("sides") or []),
                      "field": "every peer" if not miss else f"without {len(miss)}: " + ", ".join(miss),
                      "missing_peers": "; ".join(f"{k} ({v})" for k, v in miss.items())})
     return pd.DataFrame(rows)
@@ -268,11 +341,14 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
         fb, p = r["feedlab"], r["best_peer"]
         chosen = f", the doctor's advice: {fb['pipeline']}" if fb.get("pipeline") else ""
         s = (f"{kind}: feedlab best ({workers_of(fb.get('pipeline'), fb['num_workers'])} workers{chosen}) {_f(fb['samples_per_s'])} samples/s "
-             f"(IQR {_f(fb['q25'])}–{_f(fb['q75'])}) vs the best peer, {p['label']} ({int(p['num_workers'])} workers) "
-             f"{_f(p['samples_per_s'])} (IQR {_f(p['q25'])}–{_f(p['q75'])}): ratio {r['ratio']:.2f} "
-             f"(from the IQRs {r['ratio_low']:.2f}–{r['ratio_high']:.2f}); target >= 1.0: {r['verdict']}.")
+             f"(spread {_f(fb['q25'])}–{_f(fb['q75'])}) vs the best peer, {p['label']} ({int(p['num_workers'])} workers) "
+             f"{_f(p['samples_per_s'])} (spread {_f(p['q25'])}–{_f(p['q75'])}): ratio {r['ratio']:.2f} "
+             f"(from the spreads {r['ratio_low']:.2f}–{r['ratio_high']:.2f}); target >= 1.0: {r['verdict']}.")
         if r.get("cold_ratio") is not None:
-            s += f" Cold page cache: ratio {r['cold_ratio']:.2f}."
+            s += f" Cold page cache: ratio {r['cold_ratio']:.2f}"
+            if r.get("cold_ratio_low") is not None and r.get("cold_ratio_high") is not None:
+                s += f" (from the spreads {r['cold_ratio_low']:.2f}–{r['cold_ratio_high']:.2f})"
+            s += f": {r['cold_verdict']}." if r.get("cold_verdict") else "."
         if r.get("sides"):
             s += f" Each side (feedlab / peer): {shared(r['sides'])}."
         if r["ratio"] < 1.0:
@@ -285,9 +361,13 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
                     s += (f" {p['label']} spends as much or more CPU per sample ({b:.3f} vs {a:.3f} ms) and wins "
                           f"by running the {STAGE[kind]} stage on more cores at once.")
         lines.append(s + without)
-    unavailable = tab[~tab.available.astype(bool)].drop_duplicates("contender")
-    for row in unavailable.itertuples():
+    out = tab[~tab.available.astype(bool)]
+    budget = out.reason.astype(str).str.startswith("left out by")
+    for row in out[~budget].drop_duplicates("contender").itertuples():
         lines.append(f"unavailable: {row.label} — {row.reason}")
+    if budget.any():
+        lines.append("left out by this run's time budget: "
+                     + ", ".join(f"{r.label} on {r.kind}" for r in out[budget].itertuples()) + ".")
     failed = tab[(tab.available.astype(bool)) & (tab.check_ok == False)]  # noqa: E712
     for row in failed.drop_duplicates(["kind", "contender"]).itertuples():
         lines.append(f"{row.kind}: {row.label} failed the output check ({row.check}); it is not ranked.")

@@ -20,9 +20,10 @@ doctor, bench and the experiments all use:
 ============================  ====================================================
 
 Builders: :func:`make_collate` (the collate registry), :func:`open_dataset` (format +
-decode + transform), :func:`make_loader` (the one DataLoader builder),
-:func:`make_training` (model, loss and the one optimizer: Adam, lr 1e-3, from
-``feedlab.models.make_train_step``).
+decode + transform), :func:`make_loader` (the one DataLoader builder). The step a pipeline
+feeds — the model names, the device choice, :func:`make_training` and :func:`train_step` — lives
+in :mod:`feedlab.pipeline.training` and is re-exported here, with the rates of a timed epoch
+(:mod:`feedlab.pipeline.rates`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,20 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from feedlab.gpu_decode import EncodedCollate, EncodedView, is_device_decode
+from feedlab.machines import worker_cap
+from feedlab.pipeline import kinds as loader_kinds
+from feedlab.pipeline.kinds import kind_problems
+from feedlab.pipeline.training import (  # noqa: F401  (the step a pipeline feeds, re-exported)
+    MODEL_VARIANTS,
+    build_model,
+    default_device,
+    make_training,
+    resolve_device,
+    resolve_model_name,
+    train_step,
+)
 
 # ---------------------------------------------------------------- collate registry
 
@@ -143,74 +158,6 @@ class Transformed:
 
 # ---------------------------------------------------------------- models
 
-# model names a spec may carry: feedlab.models names plus lighter variants.
-# "srcnn_small" (16/8 filters instead of 64/32, ~9x fewer FLOPs) stands in on a
-# CPU, where the full SRCNN step takes seconds per batch and leaves no loader
-# question to ask; "auto" is srcnn with CUDA, srcnn_small without.
-MODEL_VARIANTS = {"none": ("none", {}), "srcnn": ("srcnn", {}),
-                  "srcnn_small": ("srcnn", {"n1": 16, "n2": 8}), "resnet": ("resnet", {}),
-                  "srcnn_wide": ("srcnn", {"n1": 256, "n2": 128})}  # a GPU-bound step (choose_gpu_workload)
-
-
-def default_device():
-    import torch
-
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def resolve_device(device, check: bool = True) -> str:
-    """'auto'/empty: CUDA if present, else CPU; a missing CUDA is a ValueError unless not ``check``."""
-    if device in (None, "", "auto"):
-        return str(default_device())
-    if check and str(device).startswith("cuda") and str(default_device()) == "cpu":
-        raise ValueError(f"device {device!r}: this machine has no CUDA device (use cpu or auto)")
-    return str(device)
-
-
-def resolve_model_name(name: str, device=None) -> str:
-    """``"auto"`` → ``"srcnn"`` on CUDA, ``"srcnn_small"`` on a CPU; other names unchanged."""
-    if name == "auto":
-        device = device if device is not None else default_device()
-        return "srcnn" if str(device).startswith("cuda") else "srcnn_small"
-    if name not in MODEL_VARIANTS:
-        raise ValueError(f"model {name!r}: one of auto, {', '.join(MODEL_VARIANTS)}")
-    return name
-
-
-def build_model(name: str):
-    from feedlab.models import make_model
-
-    base, opts = MODEL_VARIANTS[resolve_model_name(name)]
-    return make_model(base, **opts)
-
-
-def make_training(model, device):
-    """``(model, loss_fn, optimizer)`` on ``device``: the one training step's pieces.
-    ``model`` is a name (see :data:`MODEL_VARIANTS`) or a module; ``"none"`` → Nones.
-    The optimizer is ``feedlab.models.make_train_step``'s (Adam, lr 1e-3) when the
-    model has trainable parameters."""
-    from feedlab.models import make_train_step
-
-    if isinstance(model, str):
-        model = build_model(resolve_model_name(model, device))
-    if model is None:
-        return None, None, None
-    own_loss = getattr(model, "loss_fn", None)  # else models.step_loss picks one from the batch
-    if not any(p.requires_grad for p in model.parameters()):
-        model.to(device)
-        return model, own_loss, None
-    _loss, optimizer = make_train_step(model, device)
-    return model, own_loss, optimizer
-
-
-def train_step(model, optimizer, x, y, loss_fn=None):
-    """The one training step, :func:`feedlab.models.train_step`: forward, loss (the choice is
-    :func:`feedlab.models.step_loss`'s), backward, optimizer step; returns the detached loss."""
-    from feedlab.models import train_step as step
-
-    return step(model, optimizer, x, y, loss_fn)
-
-
 # ---------------------------------------------------------------- the spec
 
 
@@ -282,7 +229,6 @@ class PipelineSpec:
             out.append(f"unknown transform {self.transform!r}")
         if self.batch_size < 1 or self.num_workers < 0:
             out.append("batch_size must be >= 1 and num_workers >= 0")
-        from feedlab.machines import worker_cap
 
         if self.num_workers > worker_cap():
             out.append(f"num_workers {self.num_workers} is over the cap of {worker_cap()} (4 per usable core, "
@@ -298,7 +244,6 @@ class PipelineSpec:
                 out.append("decode=cuda decodes on the GPU: it needs a CUDA device")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             out.append("prefetch_factor / persistent_workers need num_workers > 0")
-        from feedlab.pipeline.kinds import kind_problems
 
         caps = FORMATS[self.format].capabilities() if self.format in FORMATS else None
         return out + kind_problems(self.loader, caps, self.num_workers, self.collate)
@@ -311,7 +256,6 @@ def open_dataset(root, spec: PipelineSpec, crop: int = 96, seed: int = 0, **opts
     """The dataset ``spec`` reads: its format under ``root``, its decode backend (formats
     holding encoded images), its transform."""
     from feedlab import formats
-    from feedlab.gpu_decode import EncodedView, is_device_decode
 
     fs = formats.get_format(spec.format)
     if is_device_decode(spec.decode_backend):  # workers read bytes; the batch is decoded on the device
@@ -330,11 +274,9 @@ def make_loader(dataset, spec: PipelineSpec, seed: int = 0, shuffle: bool = True
     makes it meaningful. ``overrides`` go to the DataLoader as they are (e.g. ``sampler``)."""
     import torch
 
-    from feedlab.pipeline import kinds as loader_kinds
 
     pin = bool(spec.pin_memory and resolve_device(spec.device).startswith("cuda") and torch.cuda.is_available())
     if collate_fn is None and hasattr(dataset, "encoded_size"):  # decode on the device: batches of bytes
-        from feedlab.gpu_decode import EncodedCollate
 
         collate_fn = EncodedCollate(dataset.encoded_size)
     return loader_kinds.build(dataset, spec, collate_fn=collate_fn or make_collate(spec.collate), seed=seed,

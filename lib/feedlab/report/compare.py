@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from feedlab import plots
+from feedlab.errors import cli_errors
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR
@@ -235,17 +237,8 @@ def _reference(view: View, folder: Path) -> dict:
 def draw(view: View, data: dict[str, dict], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
-    from feedlab.plots import (
-        PALETTE,
-        axis_label,
-        errorbar_series,
-        integer_axis,
-        legend_outside,
-        readable_log_axis,
-        save_figure,
-    )
 
-    panels = [("median", "q25", "q75", axis_label(view.metric, "median, IQR"))]
+    panels = [("median", "q25", "q75", plots.axis_label(view.metric, "median, IQR"))]
     if view.normalised:
         panels.append(("rel", "rel_q25", "rel_q75", f"× vs {baseline_words(view)} on the same machine"))
     fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels) + 3.4, 4.4), squeeze=False)
@@ -260,7 +253,7 @@ def draw(view: View, data: dict[str, dict], out_dir: Path) -> list[Path]:
     for ax, (mk, lo, hi, ylabel) in zip(axes, panels):
         i = 0
         for m_idx, (machine, d) in enumerate(data.items()):
-            colour = PALETTE[m_idx % len(PALETTE)]
+            colour = plots.PALETTE[m_idx % len(plots.PALETTE)]
             for lab in labels:
                 s = d["series"].get(lab)
                 if s is None:
@@ -274,7 +267,7 @@ def draw(view: View, data: dict[str, dict], out_dir: Path) -> list[Path]:
                 else:
                     x = [s["x"][j] for j in keep]
                 name = machine if len(labels) == 1 else f"{machine} · {lab}"
-                errorbar_series(ax, x, [s[mk][j] for j in keep], [s[lo][j] for j in keep],
+                plots.errorbar_series(ax, x, [s[mk][j] for j in keep], [s[lo][j] for j in keep],
                                 [s[hi][j] for j in keep], label=name, color=colour, marker=markers[lab],
                                 linestyle="none" if categorical else styles[lab])
                 i += 1
@@ -288,20 +281,20 @@ def draw(view: View, data: dict[str, dict], out_dir: Path) -> list[Path]:
         elif view.logx:
             ax.set_xscale("log")
         elif all(float(x).is_integer() for x in xs_all):
-            integer_axis(ax, "x")  # workers, steps: whole numbers
+            plots.integer_axis(ax, "x")  # workers, steps: whole numbers
         if view.logy:
             ax.set_yscale("log")
-            readable_log_axis(ax, "y")
+            plots.readable_log_axis(ax, "y")
         if view.logx and not categorical:
             _log_x(ax, view.x == "bytes")
         if mk == "rel":
             ax.axhline(1.0, color="#888888", linewidth=0.8)
-        ax.set_xlabel(view.xlabel or axis_label(view.x))
+        ax.set_xlabel(view.xlabel or plots.axis_label(view.x))
         ax.set_ylabel(ylabel)
-    legend_outside(axes[-1])
+    plots.legend_outside(axes[-1])
     fig.suptitle(title(view, data))
     footer = [f"{m}: {d['fingerprint']}" for m, d in data.items()]
-    paths = save_figure(fig, out_dir, PREFIX + view.name, footer=footer)
+    paths = plots.save_figure(fig, out_dir, PREFIX + view.name, footer=footer)
     plt.close(fig)
     return paths
 
@@ -402,7 +395,6 @@ def figures_for(notebook: str, figures_dir: Path = FIGURES_DIR) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from feedlab.errors import cli_errors
 
     ap = argparse.ArgumentParser(prog="python -m feedlab.report.compare", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -4,10 +4,10 @@ says it. A view is a :class:`feedlab.report.compare.View` (read here by its attr
 
 from __future__ import annotations
 
+from feedlab.plots import axis_label, times, value_words
+
 
 def baseline_words(view) -> str:
-    from feedlab.plots import value_words
-
     return value_words(view.x, view.baseline_x) if view.baseline_x is not None else str(view.baseline_series or "")
 
 
@@ -15,8 +15,6 @@ def finding(view, data: dict[str, dict]) -> str:
     """What the figure shows, per machine, from the medians it draws: the largest ratio to the
     machine's own baseline (normalised views), or the largest value and where it was measured:
     "largest ratio to 1 worker: cpu-2c ×1.9 (with the model, 2 workers); h100-16c ×9.8 (...)"."""
-    from feedlab.plots import axis_label, times, value_words
-
     key = "rel" if view.normalised else "median"
     parts = []
     for machine, d in data.items():

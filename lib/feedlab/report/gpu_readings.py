@@ -27,11 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.report import claims as C
 from feedlab.report.claims.core import NoData, Run, Unfair, is_smoke
 from feedlab.report.claims.fair import busy_caveat, steady_state, unsteady_reason
-from feedlab.report.targets import PCIE_FRACTION, pcie_ceiling
+from feedlab.report.claims.w000 import gpu_util_table
+from feedlab.report.claims.w002 import _with_model
+from feedlab.report.targets import (
+    PCIE_FRACTION,
+    TARGET_GPU_IDLE,
+    all_core_baseline,
+    final_step,
+    pcie_ceiling,
+    target_verdict,
+)
 
 SUPPORTED, PARTLY, NOT_SUPPORTED, NOT_MEASURED = "supported", "partly", "not supported", "not measured"
 NOT_FAIR, SMOKE = C.NOT_FAIR, C.SMOKE
@@ -76,8 +86,6 @@ def epoch_vs_batch(run: Run) -> Reading:
 
 
 def gpu_util_by_batch(run: Run) -> Reading:
-    from feedlab.report.claims.w000 import gpu_util_table
-
     s, meter = gpu_util_table(run, ["num_workers", "batch_size"], experiment="batch_size_table")
     w = max(s.index.get_level_values(0))
     series = ", ".join(f"b{int(b)} {float(u):.0f}%" for b, u in s.xs(w, level=0).items())
@@ -139,8 +147,6 @@ def h2d_over_pcie(run: Run) -> Reading:
 
 
 def workers_all_cores(run: Run) -> Reading:
-    from feedlab.report.claims.w002 import _with_model
-
     s = {int(k): float(v) for k, v in run.get("samples_per_s_with_model").items()}
     cores = run.cores or 0
     within = {w: v for w, v in s.items() if 1 <= w <= cores}
@@ -236,8 +242,6 @@ def cure_on_gpu(run: Run) -> Reading:
     (CUDA events) on the last kept step, the host's data wait beside it, judged by
     :func:`feedlab.report.targets.target_verdict` only where the steps are like for like (the batch size
     held, the same epochs); the doctor's changes credited from the all-core baseline."""
-    from feedlab.report.targets import TARGET_GPU_IDLE, all_core_baseline, final_step, target_verdict
-
     steps = run.payload.get("steps") or []
     if len(steps) < 2:
         raise NoData("no cure steps in results.json")
@@ -311,8 +315,6 @@ def judge(q: Question, run: Run) -> Reading:
 
 def table(figures_dir: Path = FIGURES_DIR) -> tuple[list[str], dict[str, dict[str, Reading]]]:
     """GPU machines with results, and ``{question id: {machine: reading}}``."""
-    from feedlab.machines import machine_dirs
-
     runs = {nb: machine_dirs(nb, figures_dir) for nb in {q.notebook for q in QUESTIONS}}
     machines = sorted({m for r in runs.values() for m in r if not m.startswith("cpu")})
     out: dict[str, dict[str, Reading]] = {}

@@ -18,12 +18,18 @@ import re
 import sys
 from pathlib import Path
 
+from feedlab.errors import cli_errors, one_line
 from feedlab.fingerprint import fingerprint_line
-from feedlab.machines import machine_dirs
+from feedlab.formats._io import read_regular
+from feedlab.machines import gpu_short_name, machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT, scrub_data_paths
-from feedlab.report import compare, gpu_readings, targets
+from feedlab.report import claims, compare, gpu_readings, targets
 from feedlab.report.claims import ledger as claims_ledger
+from feedlab.report.claims.core import Run
+from feedlab.report.claims.ledger import END as CLAIMS_END
+from feedlab.report.claims.ledger import START as CLAIMS_START
 from feedlab.report.summary import summary_markdown
+from feedlab.results import atomic_write
 
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 MAX_LINES = 14
@@ -83,9 +89,6 @@ def generated_targets(notebook: str, folder: Path, reading: list[str]) -> list[s
     """The reading with its target lines generated from the run's results and the targets as
     they stand (:mod:`feedlab.report.targets`), never the bound a notebook typed when it ran; and each
     claim verdict the notebook printed re-judged by the claims as they stand (as docs/CLAIMS.md is)."""
-    from feedlab.report import claims
-    from feedlab.report.claims.core import Run
-
     run = Run(out_dir=folder)
     out = []
     for line in targets.rewrite_reading(notebook, reading, run):
@@ -137,9 +140,6 @@ def _one_line(line: str) -> str:
 def _defuse(body: str) -> str:
     """``body`` with no marker of a generated block in it (a printed one would be read as the
     block's end next time, and the README would grow by a copy of the block each time)."""
-    from feedlab.report.claims.ledger import END as CLAIMS_END
-    from feedlab.report.claims.ledger import START as CLAIMS_START
-
     for marker in (START, END, DOCTOR_START, DOCTOR_END, CLAIMS_START, CLAIMS_END):
         body = body.replace(marker, marker.replace("<!--", "&lt;!--"))
     return body
@@ -306,8 +306,6 @@ RESULT_MAX_BYTES = 256 << 20
 
 
 def _load_json(path: Path):
-    from feedlab.formats._io import read_regular
-
     try:
         return json.loads(read_regular(path, RESULT_MAX_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -315,8 +313,6 @@ def _load_json(path: Path):
 
 
 def _check_fingerprint(path: Path, folder: Path) -> str:
-    from feedlab.machines import gpu_short_name
-
     fp = _load_json(path)
     if not isinstance(fp, dict):
         return f"{path}: holds {type(fp).__name__}, not a fingerprint object"
@@ -343,7 +339,6 @@ def _check_csv(path: Path) -> str:
     import csv
     import io
 
-    from feedlab.formats._io import read_regular
 
     try:
         text = read_regular(path, RESULT_MAX_BYTES).decode("utf-8")
@@ -386,8 +381,6 @@ def input_problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
                 if not why and csv_path.exists():
                     why = _check_csv(csv_path)
             except (OSError, ValueError) as exc:
-                from feedlab.errors import one_line
-
                 why = one_line(exc)
             if why:
                 out.append(why)
@@ -395,15 +388,12 @@ def input_problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    from feedlab.results import atomic_write
-
     atomic_write(path, text)
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from feedlab.errors import cli_errors
 
     ap = argparse.ArgumentParser(prog="python -m feedlab.report.readme", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from feedlab.paths import FIGURES_DIR
+from feedlab.report.claims.core import Outcome, Run
+from feedlab.report.claims.fair import unsteady_reason
 
 
 @dataclass(frozen=True)
@@ -182,8 +184,6 @@ def _checked(effect: Effect, folder: Path) -> Effect:
         return effect
     from dataclasses import replace
 
-    from feedlab.report.claims.core import Outcome, Run
-    from feedlab.report.claims.fair import unsteady_reason
 
     why = unsteady_reason(Run(out_dir=folder), Outcome("partly", "", settings=effect.settings))
     return replace(effect, unsteady=why) if why else effect

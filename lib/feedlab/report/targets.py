@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from feedlab.like_for_like import NOT_LIKE, Side, differences, judged
+from feedlab.machines import pcie_theoretical_gbps
+from feedlab.monitor import BUSY_SPEED, process_speed  # BUSY_SPEED (10): the doctor's probe under it: too busy
 from feedlab.peers.report import sides_of_record
 from feedlab.report.claims.core import NoData, Run
+from feedlab.report.claims.fair import steady_state
 
 PCIE_FRACTION = 0.75        # 03: pinned host→device bandwidth ÷ the link's payload ceiling
 SINGLE_OVER_CEILING = 0.9   # 05: best single-process loader ÷ the memcpy-into-batch-slot ceiling
@@ -28,7 +31,6 @@ BEST_OVER_BASELINE = 20.0   # 05: best loader ÷ the PNG + PIL + ToTensor + defa
 FAST_OVER_STOCK = 4.0       # 07: uint8 fast collate ÷ ToTensor + default_collate
 TIMER_SHARE = 0.01          # 09: the phase timer's cost ÷ the smallest batch time
 DOCTOR_ERROR = 0.20         # 10: |predicted ÷ measured − 1| of every setting measured
-BUSY_SPEED = 0.90           # 10: the doctor's probe found less of a core per process than this: too busy to judge
 PEER_RATIO = 1.0            # 13: feedlab's recommended pipeline ÷ the best peer loader
 
 
@@ -74,8 +76,6 @@ def _f(x) -> float:
 # ---------------------------------------------------------------- the lines
 def pcie_ceiling(link: dict) -> tuple[float, str]:
     """The payload ceiling of the link the run read (gen and width from nvidia-smi / NVML)."""
-    from feedlab.machines import pcie_theoretical_gbps
-
     gen = (link or {}).get("gen_max") or (link or {}).get("gen_current")
     width = (link or {}).get("width_max") or (link or {}).get("width_current")
     if not gen or not width:
@@ -122,8 +122,6 @@ def unsteady(run: Run, settings: list[dict]) -> list[str]:
     """What the run's table shows of each setting that was not timed steady (``claims.fair``: its
     ``rate_kind``, else batches per epoch against the warm-up + the timed batches a steady rate
     needs); empty when every one was steady or the table does not say (a payload alone)."""
-    from feedlab.report.claims.fair import steady_state
-
     out = []
     for setting in settings:
         ok, how = steady_state(run, setting)
@@ -159,10 +157,18 @@ def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
     """``(the doctor's own worker counts, every setting the run measured)``: |predicted ÷ measured − 1|
     of notebook 10's ``end_to_end`` rows, and of those plus its steps."""
     own = [abs(_f(e["predicted_samples_per_s"]) / _f(e["samples_per_s"]) - 1)
-           for e in payload.get("end_to_end") or [] if e.get("samples_per_s") and not too_busy(e.get("capacity_now"))]
+           for e in payload.get("end_to_end") or [] if e.get("samples_per_s")
+           and not too_busy(row_speed(e, payload.get("cores")))]
     steps = [abs(_f(s["predicted"]) / _f(s["measured"]) - 1) for s in payload.get("steps") or []
              if s.get("predicted") and s.get("measured") and not too_busy(s.get("speed"))]
     return own, own + steps
+
+
+def row_speed(row: dict, cores: int | None) -> float | None:
+    """One process's share of a core beside a worker count of notebook 10's diagnosis: the CPU-s/s its
+    ``num_workers + 1`` busy processes got (``capacity_now``) over what an idle machine gives them
+    (``min(k, cores)``), and what other programs left them during the passes (``pass_speed``), whichever is lower."""
+    return process_speed(row.get("capacity_now"), int(row.get("num_workers", 0)) + 1, cores, row.get("pass_speed"))
 
 
 def too_busy(speed) -> bool:
@@ -180,7 +186,7 @@ def _doctor(t: Target, run: Run) -> list[str]:
 
 
 _TIMER = re.compile(r"(?<![\d.])([\d.]+)% of the smallest batch time timed here \(([^;]+); target [^)]*\)")
-_PEER = re.compile(r"ratio ([\d.]+) (\(from the IQRs [^)]*\)); target .*$")
+_PEER = re.compile(r"ratio ([\d.]+) (\(from the (?:IQRs|spreads) [^)]*\)); target .*$")
 
 
 def timer_line(line: str, t: Target, run: Run | None = None) -> str:

@@ -47,6 +47,8 @@ import numpy as np
 from torch.utils.data.distributed import DistributedSampler
 
 from feedlab import pipeline as P
+from feedlab.scale.shards import ChunkShardSampler, choose_split, chunk_len_of
+from feedlab.timing import run_epoch
 
 
 class ExactSampler(DistributedSampler):
@@ -83,8 +85,6 @@ def make_rank_loader(dataset, spec: P.PipelineSpec, rank: int, world_size: int, 
     ``drop_last`` is the sampler's (see the module doc); the loader keeps partial batches.
     ``split``: ``auto`` (whole chunks for a chunked format with a chunk per rank, see
     ``rank_shards.choose_split``), ``chunks`` or ``samples``; ``sampler.split`` says which."""
-    from feedlab.scale.shards import ChunkShardSampler, choose_split, chunk_len_of
-
     how, why = choose_split(dataset, spec.format, world_size, split, even)
     if how == "chunks":
         sampler = ChunkShardSampler(len(dataset), chunk_len_of(dataset), rank, world_size, seed,
@@ -130,7 +130,6 @@ def _rank_main(cfg: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    from feedlab.timing import run_epoch
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     beat = Path(cfg["out"]).parent / f"beat-{rank}"   # the launcher's sign of life: started, then batches

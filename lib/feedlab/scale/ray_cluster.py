@@ -139,8 +139,6 @@ class TestCluster:
 
         @ray.remote(num_cpus=0)
         def where():
-            import feedlab.scale.remote_decode  # noqa: F401 - the decode tasks' imports, paid here and not in an epoch
-
             return ray.get_runtime_context().get_node_id(), sorted(os.sched_getaffinity(0))
 
         alive = [n for n in ray.nodes() if n.get("Alive")]

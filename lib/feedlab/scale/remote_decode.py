@@ -23,20 +23,12 @@ from time import perf_counter
 
 import numpy as np
 
+from data_prep.ray_engine import available  # noqa: F401  (Ray's check, one home: re-exported)
 from feedlab import pipeline as P
 from feedlab.results import Results
+from feedlab.timing import run_epoch
 
 EXP = "remote_decode"
-
-
-def available() -> tuple[bool, str]:
-    """``(True, "")`` when Ray Data imports, else ``(False, reason and the install line)``."""
-    try:
-        import ray  # noqa: F401
-        import ray.data  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure is "unavailable", with its reason
-        return False, f"unavailable: {type(exc).__name__}: {exc} (pip install -e '.[ray]')"
-    return True, ""
 
 
 _OPEN: dict = {}
@@ -162,8 +154,6 @@ def compare(root, spec: P.PipelineSpec, num_cpus: int, epochs: int, warmup: int,
     """Ray Data on ``num_cpus`` CPUs vs the DataLoader with as many workers, same
     spec (decode, transform, ``fast`` collate, model). Rows per timed epoch: samples/s and
     data-wait share; the info dict has Ray's start-up, the exactly-once check, or why not."""
-    from feedlab.timing import run_epoch
-
     ok, why = available()
     info = {"available": ok, "reason": why, "num_cpus": int(num_cpus)}
     res = Results()

@@ -39,6 +39,8 @@ from typing import Iterator
 import numpy as np
 from torch.utils.data import Sampler
 
+from feedlab.formats import get_format
+
 SPLITS = ("auto", "chunks", "samples")
 
 
@@ -169,8 +171,6 @@ def choose_split(dataset, fmt: str, world_size: int, split: str = "auto", even: 
     ``"chunks"`` on a store without chunks (or, with ``even``, with fewer chunks than ranks)
     is an error naming the format; with ``even=False`` a forced chunk split may leave a
     rank empty."""
-    from feedlab.formats import get_format
-
     if split not in SPLITS:
         raise ValueError(f"split {split!r}: one of {', '.join(SPLITS)}")
     if split == "samples":

@@ -31,8 +31,8 @@ from feedlab.report.claims.core import (
     Run,
     Unfair,
     Verdict,
-    judge,
 )
+from feedlab.report.claims.fair import judge
 
 CLAIMS: tuple[Claim, ...] = w000.CLAIMS + w001.CLAIMS + w002.CLAIMS + w003.CLAIMS + w004.CLAIMS
 BY_ID = {c.id: c for c in CLAIMS}

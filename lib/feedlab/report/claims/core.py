@@ -7,7 +7,7 @@ machine needs (``gpu``, ``cores>=N``), the preconditions of a fair test
 the worker counts the claim names, a machine not busy, enough repeats, a meter that
 resolves its window), and a function of a :class:`Run` (that notebook's
 ``results.json`` payload, ``results.csv`` and ``fingerprint.json``) returning an
-:class:`Outcome`. :func:`judge` turns the two into a :class:`Verdict`; nothing here
+:class:`Outcome`. :func:`feedlab.report.claims.fair.judge` turns the two into a :class:`Verdict`; nothing here
 holds a verdict written in advance.
 
 Outcomes: ``reproduced`` / ``partly`` / ``not reproduced`` (judged), ``not tested fairly
@@ -190,51 +190,6 @@ def unmet_need(needs: tuple[str, ...], run: Run) -> str:
 def is_smoke(run: Run) -> bool:
     """A smoke-profile run (``results.json`` → ``profile``): plumbing, never judged."""
     return str(run.payload.get("profile") or "").lower() == "smoke"
-
-
-def judge(claim: Claim, run: Run) -> Verdict:
-    """The claim's verdict on this run: the machine's needs first, then its test, then the
-    preconditions of a fair test (every unmet one named), then the smoke profile; a busy
-    machine adds a caveat (:func:`feedlab.report.claims.fair.busy_caveat`)."""
-    from feedlab.report.claims.fair import busy_caveat
-
-    why = unmet_need(claim.needs, run)
-    if why:
-        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs, why)
-    caveat = busy_caveat(run)
-    try:
-        out = claim.test(run)
-    except NoData as e:
-        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
-                       f"not measured in this run: {e} (re-run {claim.notebook})", caveat)
-    except (KeyError, IndexError) as e:  # a setting the comparison needs is absent from a partial run
-        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
-                       f"not measured in this run: no {e} among its settings (re-run {claim.notebook})", caveat)
-    except Unfair as e:
-        if is_smoke(run):
-            return Verdict(claim.id, SMOKE, "—", claim.theirs, SMOKE_NOTE, caveat)
-        # the run-level preconditions (a busy machine) still apply: checked with no settings
-        return _unfair(claim, run, "—", [str(e)] + _unmet(claim, run, Outcome(PARTLY, "—")), caveat)
-    if is_smoke(run):
-        return Verdict(claim.id, SMOKE, out.ours, claim.theirs, SMOKE_NOTE, caveat)
-    reasons = _unmet(claim, run, out)
-    if reasons and out.status in JUDGED:
-        return _unfair(claim, run, out.ours, reasons, caveat)
-    return Verdict(claim.id, out.status, out.ours, claim.theirs, out.note, caveat)
-
-
-SMOKE_NOTE = "smoke profile: a plumbing check, too small to judge"
-
-
-def _unmet(claim: Claim, run: Run, out: Outcome) -> list[str]:
-    return [r for p in claim.fair if p.check is not None for r in [p.check(run, out)] if r]
-
-
-def _unfair(claim: Claim, run: Run, ours: str, reasons: list[str], caveat: str) -> Verdict:
-    reasons = list(dict.fromkeys(reasons))
-    if caveat and any(r.startswith("the machine was busy") for r in reasons):
-        caveat = ""  # said once, as the reason
-    return Verdict(claim.id, NOT_FAIR, ours, claim.theirs, "; ".join(reasons), caveat)
 
 
 # ---------------------------------------------------------------- helpers for tests

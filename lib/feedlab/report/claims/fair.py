@@ -6,7 +6,7 @@ GPU, the worker counts the claim names, a machine nobody else was loading, enoug
 repeats for a median, and a meter that resolves the window it averages over. Each
 :class:`~feedlab.report.claims.core.Precondition` below checks one of them on the settings an
 :class:`~feedlab.report.claims.core.Outcome` compared and returns the reason it fails ('' when
-met); :func:`feedlab.report.claims.core.judge` then reads "not tested fairly here (reason)".
+met); :func:`judge` (below) then reads "not tested fairly here (reason)".
 
 Results from before the columns that state these things (``rate_kind``,
 ``timed_batches``, ``warmup_batches``, ``gpu_busy``, ``nvml_util``,
@@ -20,8 +20,24 @@ from __future__ import annotations
 
 import math
 
+from feedlab.monitor import BUSY_THRESHOLD
 from feedlab.pipeline import MIN_TIMED_BATCHES  # timed batches after warm-up for a steady rate (one constant)
-from feedlab.report.claims.core import NoData, Outcome, Precondition, Run
+from feedlab.report.claims.core import (
+    JUDGED,
+    NOT_FAIR,
+    NOT_TESTABLE,
+    PARTLY,
+    SMOKE,
+    Claim,
+    NoData,
+    Outcome,
+    Precondition,
+    Run,
+    Unfair,
+    Verdict,
+    is_smoke,
+    unmet_need,
+)
 
 MIN_REPEATS = 3              # repeats of a setting for a median and its spread
 GPU_BOUND_BUSY = 0.5         # GPU busy fraction (CUDA events) from which a loop is GPU-bound
@@ -32,8 +48,6 @@ DEFAULT_PREFETCH = 2         # DataLoader's prefetch_factor when a row does not 
 
 
 def busy_threshold() -> float:
-    from feedlab.monitor import BUSY_THRESHOLD
-
     return float(BUSY_THRESHOLD)
 
 
@@ -132,6 +146,9 @@ def unsteady_reason(run: Run, out: Outcome) -> str:
     bad = [why for ok, why in (steady_state(run, s) for s in out.settings) if not ok]
     if not bad:
         return ""
+    if all("imprecise" in why for why in bad):   # steady after warm-up, but its cap came before its precision
+        return (f"rates not known to their precision: {_listing(bad)}; a steady rate timed to a precision needs "
+                "its 95% interval within the half-width the run asked for before its cap")
     return (f"start-up-bound: {_listing(bad)} per epoch, where a steady rate needs the warm-up "
             f"(workers × prefetch + the first batch) + {MIN_TIMED_BATCHES} timed batches, or a rate the run "
             "labelled steady")
@@ -192,6 +209,16 @@ def meter_reason(run: Run, out: Outcome) -> str:
 
 
 # ---------------------------------------------------------------- repeats
+def precise_window(rows) -> bool:
+    """Every row a steady window timed to a stated precision (``rate_kind`` steady, a finite
+    ``rate_half_width``: the 95% interval of its mean batch time, ``pipeline.SteadyStop``): the window's
+    own spread stands for the repeats' (issue 31: a steady rate at the cost of its window)."""
+    if "rate_half_width" not in rows.columns or "rate_kind" not in rows.columns:
+        return False
+    finite = rows["rate_half_width"].map(lambda v: _num(v) is not None and math.isfinite(_num(v)))
+    return bool(len(rows)) and bool((rows["rate_kind"].astype(str) == "steady").all()) and bool(finite.all())
+
+
 def repeats_reason(run: Run, out: Outcome) -> str:
     bad = []
     for s in out.settings:
@@ -199,7 +226,7 @@ def repeats_reason(run: Run, out: Outcome) -> str:
         if rows.empty or "repeat" not in rows.columns:
             continue
         n = rows["repeat"].nunique()
-        if n < MIN_REPEATS:
+        if n < MIN_REPEATS and not precise_window(rows):
             bad.append(f"{label(s)}: {n}")
     return (f"too few repeats ({_listing(bad)}; a median and its spread need ≥ {MIN_REPEATS})" if bad else "")
 
@@ -240,7 +267,8 @@ GPU_BOUND = Precondition("GPU-bound", f"a GPU-bound step at the largest batch (G
                          f"a loop waiting for data > {DATA_BOUND_WAIT:.0%} of its time is not)", gpu_bound_reason)
 METER = Precondition("meter", "a GPU meter that resolves its window (CUDA events, or NVML over ≥ "
                      f"{NVML_MIN_PERIODS} of its sample periods)", meter_reason)
-REPEATS = Precondition("repeats", f"≥ {MIN_REPEATS} repeats of every setting compared", repeats_reason)
+REPEATS = Precondition("repeats", f"≥ {MIN_REPEATS} repeats of every setting compared, or a steady window timed "
+                       "to a stated precision", repeats_reason)
 NOT_BUSY = Precondition("not busy", "a machine not busy (other processes ≤ the house threshold of the usable "
                         "cores, fingerprint other_load)", busy_reason)
 TIMING = (NOT_BUSY, REPEATS)  # every timing claim
@@ -253,3 +281,47 @@ def workers_named(*counts: int) -> Precondition:
 
 
 LOADER_CPU = Precondition("loader CPU", "CPU use of the loader's own process tree (not system-wide)")
+
+
+# ---------------------------------------------------------------- the verdict
+def judge(claim: Claim, run: Run) -> Verdict:
+    """The claim's verdict on this run: the machine's needs first, then its test, then the
+    preconditions of a fair test (every unmet one named), then the smoke profile; a busy
+    machine adds a caveat (:func:`busy_caveat`)."""
+    why = unmet_need(claim.needs, run)
+    if why:
+        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs, why)
+    caveat = busy_caveat(run)
+    try:
+        out = claim.test(run)
+    except NoData as e:
+        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
+                       f"not measured in this run: {e} (re-run {claim.notebook})", caveat)
+    except (KeyError, IndexError) as e:  # a setting the comparison needs is absent from a partial run
+        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
+                       f"not measured in this run: no {e} among its settings (re-run {claim.notebook})", caveat)
+    except Unfair as e:
+        if is_smoke(run):
+            return Verdict(claim.id, SMOKE, "—", claim.theirs, SMOKE_NOTE, caveat)
+        # the run-level preconditions (a busy machine) still apply: checked with no settings
+        return _unfair(claim, run, "—", [str(e)] + _unmet(claim, run, Outcome(PARTLY, "—")), caveat)
+    if is_smoke(run):
+        return Verdict(claim.id, SMOKE, out.ours, claim.theirs, SMOKE_NOTE, caveat)
+    reasons = _unmet(claim, run, out)
+    if reasons and out.status in JUDGED:
+        return _unfair(claim, run, out.ours, reasons, caveat)
+    return Verdict(claim.id, out.status, out.ours, claim.theirs, out.note, caveat)
+
+
+SMOKE_NOTE = "smoke profile: a plumbing check, too small to judge"
+
+
+def _unmet(claim: Claim, run: Run, out: Outcome) -> list[str]:
+    return [r for p in claim.fair if p.check is not None for r in [p.check(run, out)] if r]
+
+
+def _unfair(claim: Claim, run: Run, ours: str, reasons: list[str], caveat: str) -> Verdict:
+    reasons = list(dict.fromkeys(reasons))
+    if caveat and any(r.startswith("the machine was busy") for r in reasons):
+        caveat = ""  # said once, as the reason
+    return Verdict(claim.id, NOT_FAIR, ours, claim.theirs, "; ".join(reasons), caveat)

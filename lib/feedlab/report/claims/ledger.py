@@ -14,7 +14,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from feedlab.like_for_like import NOT_LIKE, judged
+from feedlab.machines import machine_dirs, machine_key
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
+from feedlab.peers import PEERS
 from feedlab.report.claims import CLAIMS, NOT_FAIR, NOT_TESTABLE, SMOKE, STATUSES, Run, Verdict, judge
 
 CLAIMS_MD = REPO_ROOT / "docs" / "CLAIMS.md"
@@ -34,22 +37,13 @@ WRITEUPS = {
 
 
 def _machine_key(fp: dict) -> str:
-    try:
-        from feedlab.machines import machine_key
-        return machine_key(fp)
-    except ImportError:  # pragma: no cover - before the per-machine layout
-        gpus = fp.get("gpus") or []
-        return f"{'gpu' if gpus else 'cpu'}-{fp.get('cpu_usable') or fp.get('cpu_logical')}c"
+    return machine_key(fp)
 
 
 def runs_of(notebook: str, figures_dir: Path = FIGURES_DIR) -> dict[str, Path]:
     """``{machine: folder}`` of a notebook's committed results: ``figures/<nb>/<machine>/``,
     or ``figures/<nb>/`` itself in the older one-machine layout."""
-    try:
-        from feedlab.machines import machine_dirs
-        found = dict(machine_dirs(notebook, figures_dir))
-    except ImportError:  # pragma: no cover
-        found = {}
+    found = dict(machine_dirs(notebook, figures_dir))
     base = Path(figures_dir) / notebook
     if not found and (base / "fingerprint.json").is_file():
         found[_machine_key(json.loads((base / "fingerprint.json").read_text()))] = base
@@ -192,9 +186,6 @@ def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
     peer loader per data set (notebook 13), per committed machine, with the run's spread."""
     import json
 
-    from feedlab.like_for_like import NOT_LIKE, judged
-    from feedlab.machines import machine_dirs
-    from feedlab.peers import PEERS
     from feedlab.peers.report import sides_of_record
     from feedlab.report.targets import PEER, verdict
 

@@ -18,6 +18,7 @@ from feedlab.report.claims.core import (
     verdict,
 )
 from feedlab.report.claims.fair import GPU_BOUND, METER, STEADY, TIMING, steady_state, workers_named
+from feedlab.report.claims.w000 import UTIL_METERS
 
 NB01, NB06, NB10, NB12 = "01_worker_scaling", "06_decode_backends", "10_doctor", "12_beyond"
 
@@ -62,8 +63,6 @@ def sleep_whole_batch(run) -> Outcome:
 def _util(run):
     """Median GPU utilisation (%) per worker count with the model, and the meter (CUDA-event busy
     fraction where recorded, else NVML)."""
-    from feedlab.report.claims.w000 import UTIL_METERS
-
     for metric, scale, name in UTIL_METERS:
         try:
             df = run.rows(experiment="throughput_vs_workers", metric=metric)

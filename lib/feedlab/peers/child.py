@@ -1,0 +1,72 @@
+"""The child's side of a peer run in its own venv (:mod:`feedlab.peers.remote` is the parent's):
+
+    <peer venv>/bin/python -m feedlab.peers.child <answer.json>   < request.json
+
+rebuilds the :class:`~feedlab.peers.base.Source`, runs :func:`~feedlab.peers.measure.run_peer` in this
+interpreter and writes the answer file atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from feedlab.peers._process import IN_VENV
+from feedlab.peers.base import Source
+from feedlab.peers.measure import Window, run_peer
+
+
+def _versions(name: str) -> dict:
+    from importlib import metadata
+
+    out = {}
+    for dist in {"mosaic_streaming": ["mosaicml-streaming"], "ffcv": ["ffcv", "numba"],
+                 "spdl": ["spdl", "spdl-io", "spdl-core"]}.get(name, []) + ["torch", "numpy"]:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def serve(req: dict) -> dict:
+    """The child's side: the same measurement, in this interpreter."""
+    source = Source(req["kind"], req["root"], req["limit"])
+    res, info = run_peer(req["peer"], source, Path(req["work_root"]), req["batch_size"], req["worker_counts"],
+                         size=req["size"], warmup=req["warmup"], repeats=req["repeats"], cold=req["cold"],
+                         device=req["device"], seed=req["seed"], check=req["check"],
+                         window=Window(**(req.get("window") or {})), augment=req.get("augment", True))
+    info.pop("trace", None)
+    for st in info.get("runs") or []:
+        st.pop("trace", None)
+    return {"rows": res.rows, "info": info, "interpreter": sys.executable,
+            "python": sys.version.split()[0], "versions": _versions(req["peer"])}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m feedlab.peers.child ANSWER.json < request.json", file=sys.stderr)
+        return 2
+    os.environ[IN_VENV] = "1"
+    out = serve(json.loads(sys.stdin.read()))
+    dest = Path(argv[0])
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_text(json.dumps(out, default=_json_default))
+    os.replace(tmp, dest)
+    return 0
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON: {type(o).__name__}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

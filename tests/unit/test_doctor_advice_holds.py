@@ -1,0 +1,155 @@
+"""Advice that never contradicts the verdict (#34): a job whose loader has headroom over the step gets no
+loader change, a report on your own DataLoader holds back changes inside its own measured error, so the
+same job gives the same advice on two runs; step-side trials timed on a busy machine are not advised and
+their library warnings stay out of the answer; the answer says how the step was priced; --report carries
+the script phase; the report figure's labels are whole."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+
+from feedlab.doctor import answer as A
+from feedlab.doctor import stepside
+
+
+def _rep(advice, measured=90.0, step_s=1 / 100, verdict="compute-bound", headroom=2.0, **kw):
+    rep = {"verdict": verdict, "bound_stage": "model" if verdict == "compute-bound" else "decode",
+           "binding_term": "main process", "num_workers": 1, "batch_size": 8, "device": "cpu", "cores": 2,
+           "effective_cores": 2.0, "measured_samples_per_s": measured, "predicted_samples_per_s": measured,
+           "end_to_end": [{"num_workers": 1, "predicted_samples_per_s": measured, "bound_stage": "model",
+                           "samples_per_s": measured, "error": 0.05}],
+           "stages": [{"stage": "fetch", "variant": "your fetch", "s_per_sample": 1e-3},
+                      {"stage": "model", "variant": "your step", "s_per_sample": step_s}],
+           "advice": advice, "headroom": headroom, "data": "DIR", "cuda": False, "notes": []}
+    rep.update(kw)
+    return rep
+
+
+def test_a_job_whose_loader_has_headroom_over_the_step_gets_no_loader_change():
+    # the step alone 100/s, end to end 90/s: 10% outside the step ("moderately"), yet the verdict says the
+    # loader has 2x headroom over the step: the old answer advised num_workers=0 right under that line
+    lines = A.answer_lines(_rep([{"setting": "num_workers", "value": 0, "expected_gain": 2.37}]))
+    assert any("no input-pipeline change will help" in x for x in lines)
+    assert not any("num_workers = 0" in x for x in lines)
+    assert any(x.startswith("what to change: no single change") for x in lines)
+
+
+def test_the_same_compute_bound_job_gives_the_same_advice_on_two_runs():
+    run1 = _rep([{"setting": "num_workers", "value": 0, "expected_gain": 1.50}], measured=91.0)
+    run2 = _rep([{"setting": "num_workers", "value": 1, "expected_gain": 2.37}], measured=88.0)
+    assert A.top_changes(run1) == A.top_changes(run2) == []
+
+
+def test_a_report_on_your_loader_holds_back_changes_inside_its_own_measured_error():
+    rep = _rep([{"setting": "num_workers", "value": 0, "expected_gain": 1.40},
+                {"setting": "num_workers", "value": 2, "expected_gain": 3.0}],
+               verdict="data-bound", headroom=0.3, measured=40.0)
+    rep["end_to_end"][0]["error"] = 0.44          # no "calibration" key: a --loader/--script report
+    lines = A.answer_lines(rep)
+    assert not any("num_workers = 0:" in x for x in lines)
+    assert any("num_workers = 2: ×3.00 predicted" in x for x in lines)
+    assert any(x.startswith("not advised, predicted within this run's own prediction error (±44%): num_workers = 0")
+               for x in lines)
+
+
+def test_the_answer_says_how_the_step_was_priced():
+    alone = A.answer_lines(_rep([]))
+    assert "the step was priced alone, on batches already in memory (nothing loading beside it)" in alone
+    beside = A.answer_lines(_rep([], step_priced="as it ran in your script, beside its 2 loader worker(s) "
+                                                 "prefetching (alone it may run faster)"))
+    assert any(x.startswith("the step was priced as it ran in your script, beside its 2 loader worker(s)")
+               for x in beside)
+
+
+def _trials(timer, busy):
+    batch = (torch.zeros(4, 3, 4, 4), torch.zeros(4))
+    return stepside.try_step_changes(lambda b: None, [(batch, 4)], "cpu", 1, threads=2, only=("threads",),
+                                     cores=2, workers=1, timer=timer, busy=busy)
+
+
+def _fake_timer(trial_s=0.69, on_trial=lambda: None):
+    calls = []
+
+    def timer(step, batches, device, repeats, ctx=None):
+        calls.append(1)
+        if len(calls) == 1:
+            return 1.0            # the step as it is
+        on_trial()
+        return trial_s            # threads = 1: ×1.45
+    return timer
+
+
+def test_a_step_side_trial_timed_on_a_busy_machine_is_not_advised():
+    why = "machine too busy to judge (the doctor's own probe found 0.62 of a core for one process)"
+    rows = _trials(_fake_timer(), lambda: why)
+    assert [r["threads"] for r in rows] == [1] and rows[0]["measured"]
+    assert rows[0]["kept"] is False and rows[0]["too_busy"] == why
+    rep = _rep([], verdict="compute-bound", step_changes=rows)
+    assert A.top_changes(rep) == []
+    assert f"  tried on your step, not advised: threads = 1 (×1.45): {why}" in A.answer_lines(rep)
+    quiet = _trials(_fake_timer(), lambda: None)
+    assert quiet[0]["kept"] is True and "too_busy" not in quiet[0]
+    assert A.top_changes(_rep([], step_changes=quiet))[0]["what"] == "step: threads = 1"
+
+
+def test_library_warnings_of_a_trial_stay_out_of_the_answer(capsys):
+    import torch._dynamo  # noqa: F401  (its logger writes to stderr, as torch.compile's graph breaks do)
+
+    def graph_breaks():
+        warnings.warn("Graph break from `Tensor.item()`, consider setting capture_scalar_outputs")
+        logging.getLogger("torch._dynamo.convert_frame").warning("Graph break in user code at step.py:3")
+
+    with warnings.catch_warnings(record=True) as outside:
+        warnings.simplefilter("always")
+        rows = _trials(_fake_timer(on_trial=graph_breaks), lambda: None)
+    err = capsys.readouterr().err
+    assert "Graph break" not in err and not [w for w in outside if "Graph break" in str(w.message)]
+    assert len(rows[0]["warnings_held"]) == 2 and all("Graph break" in m for m in rows[0]["warnings_held"])
+    assert logging.getLogger("torch._dynamo").handlers   # torch's own handlers are back afterwards
+
+
+SUMMARY = {"script": "train.py", "batches": 16, "stopped": "stopped after 16 batches", "args": [],
+           "loader": {"dataset": "Ds", "dataset_len": 400, "batch_size": 8, "num_workers": 2, "pin_memory": False,
+                      "prefetch_factor": 2, "persistent_workers": False, "timeout": 0, "drop_last": True},
+           "verdict": "compute-bound", "data_wait_s_per_batch": 0.0123, "step_s_per_batch": 0.08,
+           "data_wait_fraction": 0.13, "samples_per_s": 100.0, "first_batch_wait_s": 0.4,
+           "step_s_per_sample": 0.01, "step_cpu_s_per_sample": 0.01}
+
+
+def test_the_report_file_carries_the_script_phase(tmp_path, monkeypatch):
+    from feedlab.doctor import __main__ as M
+    from feedlab.doctor import script, user
+
+    monkeypatch.setattr(script, "run_script", lambda *a, **k: (SUMMARY, object()))
+    monkeypatch.setattr(user, "diagnose_loader", lambda loader, **k: _rep([]))
+    out = tmp_path / "x.md"
+    assert M.main(["--script", "train.py", "--diagnose", "--report", str(out)]) == 0
+    text = out.read_text()
+    assert "data wait 12.3 ms" in text and "waiting for data 13%" in text      # the script phase
+    assert "VERDICT: compute-bound" in text.split("data wait 12.3 ms")[1]      # then the diagnosis
+    assert "the step was priced as it ran in your script, beside its 2 loader worker(s) prefetching" in text
+
+
+def test_the_report_figure_keeps_every_label_whole_and_on_the_canvas():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from feedlab.doctor.share import figure
+    from feedlab.figcheck import check_figure
+
+    rep = _rep([])
+    rep["stages"] = [{"stage": "fetch", "variant": "your dataset's __getitem__ (read+decode+transform)",
+                      "measurable": True, "s_per_sample": 3e-4},
+                     {"stage": "model", "variant": "your script's step, as it ran", "measurable": True,
+                      "s_per_sample": 2e-3}]
+    rep["end_to_end"] = [{"num_workers": w, "predicted_samples_per_s": 500.0 + w} for w in range(3)]
+    fig = figure(rep)
+    FigureCanvasAgg(fig)
+    a, b = fig.axes
+    labels = [t.get_text().replace("\n", " ") for t in a.get_yticklabels()]
+    assert labels == ["fetch: your dataset's __getitem__ (read+decode+transform)",
+                      "model: your script's step, as it ran"]   # the old figure cut them at 28 characters
+    assert all(float(t).is_integer() for t in b.get_xticks() if 0 <= t <= 2)
+    assert check_figure(fig) == []

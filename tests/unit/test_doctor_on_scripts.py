@@ -1,0 +1,197 @@
+"""The pure helpers of tests/benchmarks/doctor_on_scripts.py (issue 34, item 5): parsing the
+doctor's output, the step ratio, the truth from hand timings, the verdict and advice checks and
+the summary. Fake outputs only: no script runs here."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "doctor_on_scripts.py"
+
+
+@pytest.fixture(scope="module")
+def B():
+    spec = importlib.util.spec_from_file_location("doctor_on_scripts", PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod          # its dataclass looks its module up there
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+QUIET = {"available": True, "busy": False, "other_cpu_cores": 0.1, "usable_cores": 2, "other_fraction": 0.05,
+         "threshold_fraction": 0.25}
+BUSY = {"available": True, "busy": True, "other_cpu_cores": 1.5, "usable_cores": 2, "other_fraction": 0.75,
+        "threshold_fraction": 0.25}
+
+
+def test_last_json_skips_the_scripts_own_prints(B):
+    out = "\n".join(["Using device: cpu", "{'a': 1}  (a dict the script printed)", json.dumps({"first": 1}),
+                     "Epoch: [0][ 1/40]", json.dumps({"verdict": "data-bound"}), "{not json", ""])
+    assert B.last_json(out) == {"verdict": "data-bound"}
+
+
+def test_last_json_without_an_object_is_one_line(B):
+    with pytest.raises(ValueError, match="no JSON object"):
+        B.last_json("Using device: cpu\n[1, 2]\n")
+
+
+def test_set_flag_replaces_the_scripts_own_workers_flag(B):
+    args = ["-a", "resnet18", "-j", "0", "-b", "16", "DIR"]
+    assert B.set_flag(args, "-j", 2) == ["-a", "resnet18", "-j", "2", "-b", "16", "DIR"]
+    assert args[3] == "0"                                        # the original list is left alone
+    assert B.set_flag(["--dataset", "folder"], "--workers", 1) == ["--dataset", "folder", "--workers", "1"]
+
+
+def test_fill_puts_the_run_paths_in(B):
+    assert B.fill(("--dataroot", "{train}", "-b", "{batch}"), train=Path("/x/train"), batch=8) == \
+        ["--dataroot", "/x/train", "-b", "8"]
+
+
+def test_every_case_names_its_workers_flag_in_its_arguments(B):
+    for c in B.CASES:
+        assert c.workers_flag in c.args and "{workers}" in c.args, c.name
+        assert c.intended in ("data-bound", "compute-bound")
+
+
+def test_hand_summary_leaves_the_first_batch_out_and_gives_the_truth(B):
+    hand = {"fetch_s": [5.0, 0.2, 0.3, 0.25], "step_s": [9.0, 1.0, 0.9, 1.1], "sizes": [8, 8, 8, 8], "workers": 0}
+    h = B.hand_summary(hand)
+    assert h["fetch_s_per_batch"] == pytest.approx(0.25) and h["step_s_per_batch"] == pytest.approx(1.0)
+    assert h["step_s_per_sample"] == pytest.approx(1.0 / 8)
+    assert h["wait_share"] == pytest.approx(0.25 / 1.25)
+    assert h["truth"] == "data-bound"                           # 20% exactly: the doctor's threshold
+    h = B.hand_summary({**hand, "fetch_s": [5.0, 0.1, 0.1, 0.1]})
+    assert h["truth"] == "compute-bound"
+
+
+def test_no_truth_from_two_timings_with_workers(B):
+    h = B.hand_summary({"fetch_s": [1, 1, 1], "step_s": [1, 1, 1], "sizes": [4, 4, 4], "workers": 2})
+    assert h["wait_share"] is None and h["truth"] is None
+
+
+def test_ratio_is_none_where_a_side_is_missing(B):
+    assert B.ratio(1.1, 1.0) == pytest.approx(1.1)
+    for a, b in ((None, 1.0), (1.0, None), (1.0, 0.0), (float("nan"), 1.0), (1.0, float("inf"))):
+        assert B.ratio(a, b) is None
+
+
+def test_judge_ratio_targets_and_busy_machine(B):
+    assert B.judge_ratio(0.8, None) == "met" and B.judge_ratio(1.2, None) == "met"
+    assert B.judge_ratio(1.36, None) == "missed (1.36, outside 0.8-1.2)"
+    assert B.judge_ratio(None, None) == "not measured"
+    busy = B.busy_words(BUSY)
+    words = B.judge_ratio(2.9, busy)
+    assert words.startswith("too busy to judge (other processes used 1.50 of 2 cores") and "2.9" not in words
+
+
+def test_busy_words_only_when_busy(B):
+    assert B.busy_words(QUIET) is None and B.busy_words(None) is None
+    assert B.busy_words({"available": False}) is None
+    assert "75% over the 25% accepted" in B.busy_words(BUSY)
+
+
+def test_judge_verdict(B):
+    assert B.judge_verdict("data-bound", "data-bound", None) == "right"
+    assert B.judge_verdict("compute-bound", "data-bound", None) == "wrong"
+    assert B.judge_verdict(None, "data-bound", None) == "not measured"
+    assert B.judge_verdict("compute-bound", "data-bound", "x").startswith("too busy to judge")
+
+
+REP = {"verdict": "data-bound", "stages": [{"stage": "fetch", "s_per_sample": 0.004},
+                                           {"stage": "model", "s_per_sample": 0.011}],
+       "advice": [{"setting": "num_workers", "value": 1, "expected_gain": 1.3},
+                  {"setting": "num_workers", "value": 2, "expected_gain": 1.6}]}
+
+
+def test_advised_takes_the_first_change_and_its_predicted_gain(B):
+    a = B.advised(REP, [{"what": "num_workers = 2", "gain_value": 1.6}, {"what": "step: channels last"}])
+    assert a == {"setting": "num_workers", "value": "2", "predicted_gain": 1.6, "gain_shown": 1.6}
+    assert B.advised(REP, []) is None
+    assert B.advised(REP, [{"what": "step: threads = 1", "gain_value": 1.2}])["predicted_gain"] is None
+
+
+def test_model_price(B):
+    assert B.model_price(REP) == 0.011 and B.model_price({"stages": []}) is None
+
+
+def _row(B, load=QUIET, after=None, change=None):
+    hand = {"fetch_s": [1, 0.04, 0.04, 0.04], "step_s": [1, 0.08, 0.08, 0.08], "sizes": [8] * 4, "workers": 0}
+    summary = {"step_s_per_sample": 0.011, "verdict": "data-bound", "data_wait_fraction": 0.3, "samples_per_s": 50.0}
+    return B.case_row(B.CASES[0], 8, 0, hand, summary, REP, change, after, load)
+
+
+def test_case_row_prices_judges_and_measures_the_advice(B):
+    change = B.advised(REP, [{"what": "num_workers = 2", "gain_value": 1.6}])
+    r = _row(B, after={"samples_per_s": 80.0, "applied_as": "-j 2"}, change=change)
+    assert r["step_ratio"] == pytest.approx(0.011 / 0.01) and r["step_ratio_judged"] == "met"
+    assert r["truth"] == "data-bound" and r["verdict_judged"] == "right"
+    assert r["diagnosis_verdict_judged"] == "right"
+    assert r["advice"]["measured_gain"] == pytest.approx(80 / 50)
+    assert r["advice"]["prediction_ratio"] == pytest.approx(1.6 / 1.6)
+    assert r["advice"]["applied_as"] == "-j 2"
+
+
+def test_case_row_on_a_busy_machine_reads_too_busy(B):
+    r = _row(B, load=BUSY)
+    assert r["step_ratio_judged"].startswith("too busy to judge") and r["verdict_judged"].startswith("too busy")
+    assert r["advice"] is None
+
+
+def test_markdown_names_origin_cases_errors_and_busy(B):
+    change = B.advised(REP, [{"what": "num_workers = 2", "gain_value": 1.6}])
+    ok = _row(B, after={"samples_per_s": 80.0}, change=change)
+    busy = _row(B, load=BUSY)
+    busy["case"], busy["truth"] = "imagenet resnet18", "compute-bound"
+    result = {"origins": {"imagenet/main.py": {"repository": "github.com/pytorch/examples", "commit": "77f55b9",
+                                               "sha256": "ab" * 32}},
+              "cases": [ok, busy, {"case": "dcgan", "error": "hand timing of dcgan/main.py: exit status 1: boom",
+                                   "seconds": 3.0}],
+              "images": 640, "classes": 10, "min_size": 320, "max_size": 640, "machine": "2 cores"}
+    md = B.markdown(result)
+    assert "| imagenet/main.py | github.com/pytorch/examples | 77f55b9 |" in md
+    assert "num_workers = 2: ×1.60 predicted, ×1.60 measured" in md
+    assert "| 1.10 | met |" in md
+    assert "error: hand timing of dcgan/main.py: exit status 1: boom" in md
+    assert "Both truths among the cases: yes" in md
+    assert "- imagenet resnet18: the machine was busy (other processes used 1.50 of 2 cores" in md
+
+
+def test_no_copy_of_the_examples_is_one_line(B, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(B, "MIRROR", tmp_path / "absent")
+    assert B.main(["--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "give --examples PATH_OR_URL" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_examples_that_are_not_a_git_copy_is_one_line_and_nothing_left(B, monkeypatch, tmp_path, capsys):
+    import tempfile
+
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))     # git must not find a repository above it
+    assert B.main(["--out", str(tmp_path / "out"), "--examples", str(tmp_path / "plain")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot read the scripts from it" in err[0], err
+    assert not (tmp_path / "out").exists() and not any((tmp_path / "tmp").iterdir())
+
+
+def test_unknown_case_name_is_refused(B, tmp_path):
+    with pytest.raises(SystemExit):
+        B.main(["--out", str(tmp_path / "out"), "--examples", str(tmp_path), "--cases", "nope"])
+
+
+def test_a_busy_case_says_so_in_its_cells_and_once_below(B):
+    busy = _row(B, load=BUSY)
+    md = B.markdown({"origins": {}, "cases": [busy], "images": 8, "classes": 2, "min_size": 8, "max_size": 8,
+                     "machine": "m"})
+    row = next(line for line in md.splitlines() if line.startswith(f"| {busy['case']} |"))
+    assert "| 1.10 | too busy to judge |" in row and "other processes" not in row
+    assert md.count("other processes used 1.50 of 2 cores") == 1

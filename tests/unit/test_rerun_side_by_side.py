@@ -1,0 +1,52 @@
+"""feedlab.report.rerun: an earlier commit's record beside today's, judged by the same claims."""
+
+import json
+
+import pytest
+
+from feedlab.report import rerun
+from feedlab.report.claims import claims_for
+
+
+def test_side_by_side_marks_a_changed_verdict(tmp_path, monkeypatch):
+    nb = "01_worker_scaling"
+    now = tmp_path / "figs" / nb / "cpu-2c"
+    now.mkdir(parents=True)
+    (now / "results.json").write_text(json.dumps({"profile": "quick"}))
+    (now / "fingerprint.json").write_text(json.dumps({"git": {"commit": "b" * 40}, "time_utc": "2026-11-26T10:00",
+                                                      "other_load": {"whole_run": {"other_fraction": 0.004}}}))
+    old_files = {f"figures/{nb}/cpu-2c/results.json": json.dumps({"profile": "quick"}).encode(),
+                 f"figures/{nb}/cpu-2c/fingerprint.json": json.dumps({"git": {"commit": "a" * 40}}).encode(),
+                 f"figures/{nb}/cpu-2c/{nb}.executed.ipynb":
+                     json.dumps({"metadata": {"papermill": {"duration": 532.0}}}).encode()}
+    monkeypatch.setattr(rerun, "_git_show", lambda rev, path: old_files.get(path))
+    # the same (empty) results judge alike: every claim "same"
+    text = rerun.compare("abc123", ["01"], "cpu-2c", tmp_path / "figs")
+    assert "before: aaaaaaaa" in text and "532 s" in text and "other load 0.4%" in text
+    assert "no load record" in text   # the old fingerprint has none
+    n = len(claims_for(nb))
+    assert f"{n} of {n} verdicts the same." in text
+    # a claim whose verdict differs is marked changed
+    calls = {"n": 0}
+    real = rerun.verdicts
+
+    def flip(notebook, run):
+        vs = real(notebook, run)
+        calls["n"] += 1
+        if calls["n"] == 2:   # the "after" side
+            vs[0] = type(vs[0])(vs[0].claim, "reproduced", "x1.5", vs[0].theirs)
+        return vs
+
+    monkeypatch.setattr(rerun, "verdicts", flip)
+    text = rerun.compare("abc123", ["01"], "cpu-2c", tmp_path / "figs")
+    assert "**changed**" in text and f"{n - 1} of {n} verdicts the same." in text
+
+
+def test_a_missing_record_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "figs" / "02_lmdb_vs_png" / "cpu-2c").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="no results.json"):
+        rerun.compare("abc", ["02"], "cpu-2c", tmp_path / "figs")
+    monkeypatch.setattr(rerun, "_git_show", lambda rev, path: None)
+    (tmp_path / "figs" / "02_lmdb_vs_png" / "cpu-2c" / "results.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="commit abc has no figures/02_lmdb_vs_png/cpu-2c"):
+        rerun.compare("abc", ["02"], "cpu-2c", tmp_path / "figs")
