@@ -43,6 +43,8 @@ from .share import report_problem, write_report
 from .user import diagnose_loader, render_user
 from .whatif import add_arguments as add_whatif_arguments
 from .whatif import problem as whatif_problem
+from .whatif import render as render_whatif
+from .whatif import run_whatif
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,9 +86,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _whatif(args, report: dict, spec) -> str:
-    from .whatif import render as render_whatif
-    from .whatif import run_whatif
-
     report["what_if"] = run_whatif(report, args.data, spec, samples=args.what_if_samples,
                                    peers=tuple(args.what_if_peers.split(",")), device=report["device"],
                                    limit_s=args.what_if_limit, stall_s=args.deadline, say=_log(args))
