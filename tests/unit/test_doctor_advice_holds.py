@@ -121,10 +121,10 @@ SUMMARY = {"script": "train.py", "batches": 16, "stopped": "stopped after 16 bat
 
 def test_the_report_file_carries_the_script_phase(tmp_path, monkeypatch):
     from feedlab.doctor import __main__ as M
-    from feedlab.doctor import script, user
 
-    monkeypatch.setattr(script, "run_script", lambda *a, **k: (SUMMARY, object()))
-    monkeypatch.setattr(user, "diagnose_loader", lambda loader, **k: _rep([]))
+    # the command's own names (imported at its top): what it calls
+    monkeypatch.setattr(M, "run_script", lambda *a, **k: (SUMMARY, object()))
+    monkeypatch.setattr(M, "diagnose_loader", lambda loader, **k: _rep([]))
     out = tmp_path / "x.md"
     assert M.main(["--script", "train.py", "--diagnose", "--report", str(out)]) == 0
     text = out.read_text()
