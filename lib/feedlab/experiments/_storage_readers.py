@@ -141,8 +141,8 @@ def tier(mode: str, spec: PipelineSpec, most: int) -> int:
 
 def plan(grid_: Sequence[PipelineSpec], fmts: Sequence[str], batch_size: int, with_model: bool, cold: bool,
          most: int) -> list[tuple[str, PipelineSpec]]:
-    """``(mode, spec)`` in the order a budget should spend on them (:func:`tier`, then :func:`priority`, then
-    the formats' order): every setting read alone; with ``with_model`` the single-process kinds and the
+    """``(mode, spec)`` in the order a budget should spend on them (:func:`tier`, reads before training
+    steps, then :func:`priority`, then the formats' order): every setting read alone; with ``with_model`` the single-process kinds and the
     DataLoader with ``most`` workers with a training step; with ``cold`` one single-process kind per
     format (whole chunks where it has them) after an eviction."""
     todo = [("read", s) for s in grid_]
@@ -156,7 +156,8 @@ def plan(grid_: Sequence[PipelineSpec], fmts: Sequence[str], batch_size: int, wi
                 todo.append(("cold", PipelineSpec(format=fmt, loader=kinds[0], collate=COLLATE,
                                                   batch_size=batch_size, device="cpu")))
     order = list(fmts)
-    return sorted(todo, key=lambda t: (tier(t[0], t[1], most), priority(t[1]),
+    # within a tier every read comes before a training step: a step's window costs tens of reads' on a CPU
+    return sorted(todo, key=lambda t: (tier(t[0], t[1], most), t[0] == "train", priority(t[1]),
                                        order.index(t[1].format) if t[1].format in order else len(order)))
 
 
