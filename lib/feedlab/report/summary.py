@@ -89,7 +89,8 @@ def _formats(p: dict) -> Effect | None:
         return None
     return Effect("05_storage_formats", ratio,
                   f"`{p.get('best_read', 'the best loader')}` instead of PNG + PIL + ToTensor + "
-                  f"default_collate, reading alone (no model step)")
+                  f"default_collate, reading alone (no model step; a whole-pipeline comparison: format, decode, "
+                  f"collate, loader and workers all differ, the baseline a DataLoader with 2 workers)")
 
 
 def _out_of_band(p: dict) -> Effect | None:
@@ -204,8 +205,7 @@ def summary_markdown(figures_dir: Path | None = None, top: int = 3) -> str:
         lines.append("")
         for scope, title in (("training", "training"), ("stage", "one stage")):
             for e in [e for e in found if e.scope == scope][:top]:
-                flag = (" — start-up-inclusive rates, not a steady comparison (the epochs were too short for the "
-                        "warm-up plus the timed batches)") if e.unsteady else ""
+                flag = f" — not a steady comparison ({e.unsteady})" if e.unsteady else ""
                 lines.append(f"- {title}: ×{e.factor:.1f} — {e.text}{flag} "
                              f"([{e.notebook[:2]}](notebooks/{e.notebook}.ipynb))")
         lines.append("")
