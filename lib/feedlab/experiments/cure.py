@@ -39,6 +39,7 @@ from feedlab.report.targets import (  # noqa: F401  (re-exported: the cure's tar
     TARGET_GPU_IDLE,
     all_core_baseline,
     cure_differences,
+    cure_target_line,
     final_step,
     host_wait_note,
     target_verdict,
@@ -206,17 +207,9 @@ def readings(steps: list[dict], cuda: bool) -> list[str]:
     bs = {(s.get("config") or {}).get("batch_size") for s in steps}
     if len(bs) == 1:
         out.append(f"batch size held at {bs.pop()} on every step (a larger batch is a recipe change, not a loader one)")
-    v = target_verdict(steps, cuda)
-    if "label" in v:
-        idle = (f"GPU idle {100 * v['gpu_idle']:.0f}% of the steady window (target ≤ {100 * TARGET_GPU_IDLE:.0f}%): "
-                f"{v['gpu_idle_verdict']}; host data wait {100 * v['data_wait_share']:.1f}% of the loop beside it"
-                if v["gpu_idle_verdict"] != "not measured here" else
-                f"GPU idle: not measured here ({v['reason']}); host data wait {100 * v['data_wait_share']:.1f}% "
-                f"(target ≤ {100 * TARGET_DATA_WAIT:.0f}% where no GPU is measured): {v['data_wait']}")
-        differs = v.get("not_like_for_like") or []
-        judged_ = (f"not like for like ({'; '.join(differs)}): measured, not judged" if differs else idle)
-        out.append(f"target with the doctor's pipeline ({v['label']}): "
-                   + (f"{idle}; {judged_}" if differs else judged_) + host_wait_note(v))
+    line = cure_target_line(steps, cuda)
+    if line:
+        out.append(line)
     return out
 
 
