@@ -584,11 +584,14 @@ def test_claims_whose_run_measured_something_else_are_not_judged_with_what_was_m
 
 
 def test_claims_that_read_a_rate_need_it_steady():
-    """05's read-mode rates come from epochs of 4 batches: the Zarr claims built on them, and 000-lmdb-modest on
-    the H100 (2026-11-23 quick run), carried verdicts because they lacked the steady precondition."""
+    """A claim that reads a rate is judged only on steady rates: 000-lmdb-modest on the H100 (2026-11-23 quick
+    run, epochs of 4 batches) is not tested fairly; 05's cpu-2c read windows are steady since the 2026-11-26
+    quiet run, so its Zarr claims are judged; 02's cpu-2c run of that day has one window capped before its
+    precision, and says so."""
     machines, table = ledger.table()
-    for cid, machine in (("004-zarr-chunked-200x", "cpu-2c"), ("004-zarr-best-and-worst", "cpu-2c"),
-                         ("000-lmdb-modest", "h100-16c")):
-        v = table[cid][machine]
-        assert v.status == C.NOT_FAIR and "start-up-bound" in v.note, (cid, machine)
-    assert table["000-lmdb-modest"]["cpu-2c"].status == C.REPRODUCED   # 02's cpu-2c rates are steady
+    v = table["000-lmdb-modest"]["h100-16c"]
+    assert v.status == C.NOT_FAIR and "start-up-bound" in v.note
+    for cid in ("004-zarr-chunked-200x", "004-zarr-best-and-worst"):
+        assert table[cid]["cpu-2c"].status in C.JUDGED, cid
+    v = table["000-lmdb-modest"]["cpu-2c"]
+    assert v.status == C.NOT_FAIR and "rates not known to their precision" in v.note
