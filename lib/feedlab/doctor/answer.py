@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from .ranks import render_ranks
+from .settings import SETTINGS
 from .words import fit, fmt_rate, stage_value
 
 RESIZE_AHEAD = ("resize once ahead: store the images at the size you train at (notebook 06 measures what decoding "
@@ -16,25 +18,9 @@ RESIZE_AHEAD = ("resize once ahead: store the images at the size you train at (n
 
 
 def code_line(setting: str, value, rep: dict) -> str:
-    """The command or code line that applies one advised setting."""
-    data = rep.get("data") or "DIR"
-    if setting == "num_workers":
-        pin = ", pin_memory=True" if rep.get("cuda") else ""
-        return f"DataLoader(..., num_workers={value}{pin})"
-    if setting == "pin_memory":
-        return f"DataLoader(..., pin_memory={value})"
-    if setting == "batch_size":
-        return f"DataLoader(..., batch_size={value})"
-    if setting == "format":
-        return f"python -m data_prep pack {data} --to {value}   # then read it with --format {value}"
-    if setting == "decode":
-        return f"decode={value}   (python -m feedlab.doctor --data {data} --decode {value})"
-    if setting == "loader":
-        return (f"loader={value!r}   (feedlab.pipeline.make_loader(dataset, PipelineSpec(..., loader={value!r})); "
-                f"python -m feedlab.bench --data {data} --loader-kind {value})")
-    if setting == "collate":
-        return f"collate={value}   (feedlab.pipeline.make_collate({value!r}) as the DataLoader's collate_fn)"
-    return f"{setting}={value}"
+    """The command or code line that applies one advised setting (``settings.SETTINGS``)."""
+    row = SETTINGS.get(setting)
+    return row.code(value, rep) if row else f"{setting}={value}"
 
 
 # the field's words for how input-bound a job is, by the share of the loop spent outside the step
@@ -211,8 +197,6 @@ def render_user(rep: dict) -> str:
         lines.append(f"{r['num_workers']:>7} {fmt_rate(r['predicted_samples_per_s']):>12} "
                      f"{(r['bound_stage'] or '—'):<10} {meas:>12} {err:>7}")
     if "ranks_advice" in rep:
-        from .ranks import render_ranks
-
         lines += [""] + render_ranks(rep["ranks_advice"])
     for n in rep.get("notes", []):
         lines.append(f"note: {n}")

@@ -37,6 +37,7 @@ from feedlab.gpu_decode import DEVICE_DECODERS
 from feedlab.pipeline.kinds import UINT8_COLLATES
 
 from .costs import BOUND_STAGES, MAIN_STAGES, WORKER_STAGES, CostTable
+from .settings import SETTINGS, Change
 
 MIN_GAIN = 1.05
 
@@ -288,37 +289,11 @@ def _priced(table, spec, max_workers, min_gain, measured) -> list[dict]:
 
 
 def why(table: CostTable, setting: str, old, new, base: dict) -> str:
-    co, cn = costs(table, old), costs(table, new)
-    us = lambda x: f"{x * 1e6:.0f} µs"  # noqa: E731
-    if setting == "num_workers":
-        if new.num_workers == 0:
-            return ("no worker processes: every stage runs in the main process, without the hand-over, "
-                    "its receive and the workers' start-up")
-        return (f"{base['bound_stage']} bounds it; {new.num_workers} workers on "
-                f"{table.machine.effective_cores:.1f} effective cores build batches in parallel")
-    if setting == "collate":
-        return f"collate {us(co['collate'][0])} → {us(cn['collate'][0])} per sample"
-    if setting == "decode" and new.decode_backend in DEVICE_DECODERS:
-        return (f"decode {us(co['decode'][0])} per sample in the workers → {us(cn['h2d'][0] - co['h2d'][0])} "
-                "per image on the GPU, in the main process beside the copy")
-    if setting == "decode":
-        return f"decode {us(co['decode'][0])} → {us(cn['decode'][0])} per sample"
-    if setting == "format":
-        o = co["read"][0] + co["decode"][0]
-        n = cn["read"][0] + cn["decode"][0]
-        return f"read+decode {us(o)} → {us(n)} per sample"
-    if setting == "batch_size":
-        return f"model {us(co['model'][0])} → {us(cn['model'][0])} per sample"
-    if setting == "pin_memory":
-        return f"h2d {us(co['h2d'][0])} → {us(cn['h2d'][0])} per sample"
-    if setting == "loader":
-        if new.loader in ("ring", "dataloader") and old.loader in ("ring", "dataloader"):
-            return (f"the main process's hand-over {us(co['receive'][0])} → {us(cn['receive'][0])} per sample "
-                    f"({'a shared-memory ring slot' if new.loader == 'ring' else 'a pickled batch'} per batch)")
-        o = sum(co[s][0] for s in ("read", "decode", "transform", "collate"))
-        return (f"read to batch {us(o)} → {us(cn['read'][0])} per sample: loader {new.loader} reads whole "
-                "batches in this process (no workers, no collate, no hand-over)")
-    return ""
+    """Why changing ``setting`` from ``old`` to ``new`` is predicted to help (``settings.SETTINGS``)."""
+    row = SETTINGS.get(setting)
+    if row is None:
+        return ""
+    return row.reason(Change(old, new, costs(table, old), costs(table, new), base, table.machine.effective_cores))
 
 
 def calibration(table: CostTable, spec, measured: Mapping[int, dict], batches: int | None = None) -> list[dict]:

@@ -29,8 +29,9 @@ from typing import Callable
 import numpy as np
 
 from feedlab import formats, pipeline
-from feedlab.doctor.predict import advise, predict
+from feedlab.doctor.predict import predict
 from feedlab.experiments import loader_grid
+from feedlab.experiments._advice_steps import follow
 from feedlab.gpu_busy import BusyMeter
 from feedlab.pipeline import PipelineSpec, resolve_model_name, warmup_batches
 from feedlab.plots import PALETTE, legend_outside
@@ -165,22 +166,14 @@ def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int =
     for w in worker_counts:
         spec = baseline.replace(num_workers=int(w))
         current = record(spec, f"baseline, {int(w)} workers", "baseline")
-    tried: set[str] = {HELD}
-    for k in range(1, max_steps + 1):
-        measured = {s: r["steady"] for s, r in doc.e2e.items()}
-        advice = [a for a in advise(doc.table, spec, doc.max_workers, measured=measured)
-                  if a["setting"] not in tried]
-        if not advice:
-            break
-        top = advice[0]
-        tried.add(top["setting"])
-        new = PipelineSpec(**{**top["config"], "device": doc.device})
+
+    def try_change(k: int, top: dict, new: PipelineSpec, spec: PipelineSpec, current: dict) -> dict:
         step = record(new, f"{top['setting']}={top['value']}", "advice", against=current["label"])
-        step["advice"] = top
         step["gain"] = step["samples_per_s"] / current["samples_per_s"] if current["samples_per_s"] > 0 else math.nan
         step["kept"] = bool(step["gain"] >= 1.0)
-        if step["kept"]:
-            spec, current = new, step
+        return step
+
+    follow(doc, spec, current, try_change, max_steps=max_steps, held=(HELD,))
     return res, steps
 
 

@@ -16,8 +16,10 @@ from typing import Callable
 import numpy as np
 
 from feedlab.doctor import Doctor
-from feedlab.doctor.predict import advise, predict
+from feedlab.doctor.predict import predict
+from feedlab.experiments._advice_steps import follow
 from feedlab.pipeline import PipelineSpec
+from feedlab.plots import PALETTE, legend_outside, times, training_step
 from feedlab.report.targets import BUSY_SPEED, row_speed, too_busy
 from feedlab.results import Results
 
@@ -59,32 +61,22 @@ def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats:
     r0 = doc.measure_e2e(spec, repeats=repeats)
     steps = [_record(doc, spec, r0, res, 0, "0: start", True)]
     steps[0]["kept"] = True
-    current = steps[0]
-    tried: set[str] = set()
-    for k in range(1, max_steps + 1):
-        measured = {s: r["steady"] for s, r in doc.e2e.items()}
-        advice = [a for a in advise(doc.table, spec, doc.max_workers, measured=measured)
-                  if a["setting"] not in tried]
-        if not advice:
-            break
-        top = advice[0]
-        tried.add(top["setting"])
-        new = PipelineSpec(**top["config"])
+
+    def try_change(k: int, top: dict, new: PipelineSpec, spec: PipelineSpec, current: dict) -> dict:
         label = f"{k}: {top['setting']}={top['value']}"
         log(f"step {label}")
         # the new spec and the one it changes take turns, so both see the same machine
         both = doc.measure_rounds([spec, new], repeats=repeats)
-        rb = both[spec.replace(device=doc.device)]
-        step = _record(doc, new, both[new.replace(device=doc.device)], res, k, label, True)
-        step["advice"] = top
+        step = _record(doc, new, both[new], res, k, label, True)
         before = predict(doc.table_now(spec), spec)["predicted_samples_per_s"]
         step["predicted_gain"] = step["predicted"] / before
-        step["measured_gain"] = step["measured"] / rb["steady"]
+        step["measured_gain"] = step["measured"] / both[spec]["steady"]
         step["kept"] = step["measured_gain"] >= 1.0
         step["against"] = current["label"]
         steps.append(step)
-        if step["kept"]:
-            spec, current = new, step
+        return step
+
+    follow(doc, spec, steps[0], try_change, max_steps=max_steps)
     start_d = start.replace(device=doc.device)
     while len(doc.e2e_calls.get(start_d, [])) < 2:   # the start measured at least twice in the run
         doc.measure_e2e(start_d, repeats=repeats)
@@ -205,8 +197,6 @@ def calibration_lines(summary: dict) -> list[str]:
 
 def plot_steps(ax, steps: list[dict]) -> None:
     """Predicted vs measured samples/s (median, IQR bars) per step; undone steps hatched."""
-    from feedlab.plots import PALETTE, legend_outside
-
     x = np.arange(len(steps))
     med = np.array([s["measured"] for s in steps])
     lo = med - np.array([s["measured_q25"] for s in steps])
@@ -229,8 +219,6 @@ def plot_steps(ax, steps: list[dict]) -> None:
 def steps_title(steps: list[dict], device: str, batch_size: int, model: str) -> str:
     """The steps figure's title, stating what following the advice gained in this run:
     "The doctor's advice: ×11 the starting pipeline after 2 kept steps (cpu, batch 64, no model)"."""
-    from feedlab.plots import times, training_step
-
     where = f"{device}, batch {batch_size}, {'no model' if str(model) == 'none' else training_step(model)}"
     kept = [s for s in steps[1:] if s.get("kept", True)]
     if not steps or not kept or not steps[0].get("measured"):
@@ -256,8 +244,6 @@ def calibration_title(points: list[dict], device: str, effective_cores: float, b
 def plot_calibration(ax, points: list[dict]) -> None:
     """Predicted against measured samples/s, one point per (worker count or step), with
     the ±20% band around the diagonal; each point's label is in the legend."""
-    from feedlab.plots import PALETTE, legend_outside
-
     pred = np.array([p["predicted"] for p in points], float)
     meas = np.array([p["measured"] for p in points], float)
     lo, hi = 0.8 * min(pred.min(), meas.min()), 1.25 * max(pred.max(), meas.max())
