@@ -251,3 +251,26 @@ def test_the_two_notebooks_steps_read_as_before(monkeypatch):
     assert [s["label"] for s in steps] == ["baseline, 0 workers", "baseline, 2 workers", "format=fast",
                                            "num_workers=1"]
     assert [s["kept"] for s in steps] == [True, True, True, False] and steps[3]["against"] == "format=fast"
+
+
+def test_notebook_10s_measured_rates_are_labelled_and_its_predictions_say_so():
+    """Every rate row steady or labelled (#31): a measured pass of e2e_batches timed after the warm-up is
+    steady where that is the steady rule's 50 or more, start-up inclusive below; a prediction is no rate."""
+    from types import SimpleNamespace
+
+    from feedlab.experiments import doctor_steps as D
+    from feedlab.pipeline import PipelineSpec
+    from feedlab.results import Results
+
+    for batches, kind in ((50, "steady"), (4, "startup_inclusive")):
+        doc = SimpleNamespace(budget=SimpleNamespace(e2e_batches=batches), e2e_calls={}, device="cpu",
+                              table_now=lambda spec: None)
+        res = Results()
+        D.predict, real = (lambda table, spec: {"predicted_samples_per_s": 10.0, "bound_stage": "decode",
+                                                "verdict": "data-bound"}), D.predict
+        try:
+            D._record(doc, PipelineSpec(), {"steady_runs": [9.0, 10.0], "steady": 9.5}, res, 0, "start", True)
+        finally:
+            D.predict = real
+        kinds = {(r["metric"], r["rate_kind"]) for r in res.rows}
+        assert ("samples_per_s", kind) in kinds and ("predicted_samples_per_s", "predicted") in kinds

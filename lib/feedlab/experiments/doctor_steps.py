@@ -18,7 +18,7 @@ import numpy as np
 from feedlab.doctor import Doctor
 from feedlab.doctor.predict import predict
 from feedlab.experiments._advice_steps import follow
-from feedlab.pipeline import PipelineSpec
+from feedlab.pipeline import MIN_TIMED_BATCHES, PipelineSpec
 from feedlab.plots import PALETTE, legend_outside, times, training_step
 from feedlab.report.targets import BUSY_SPEED, row_speed, too_busy
 from feedlab.results import Results
@@ -29,8 +29,12 @@ EXPERIMENT = "doctor_steps"
 def _record(doc: Doctor, spec: PipelineSpec, r: dict, res: Results, k: int, label: str, kept: bool) -> dict:
     pred = predict(doc.table_now(spec), spec)   # the stages, on the machine as it was during the run
     params = dict(step=k, change=label, kept=kept, **spec.as_dict())
-    res.add_samples(EXPERIMENT, label, "samples_per_s", r["steady_runs"], "samples/s", **params)
-    res.add(EXPERIMENT, label, "predicted_samples_per_s", pred["predicted_samples_per_s"], "samples/s", **params)
+    timed = int(doc.budget.e2e_batches)   # each pass: the warm-up left out, then these timed batches
+    kind = "steady" if timed >= MIN_TIMED_BATCHES else "startup_inclusive"
+    res.add_samples(EXPERIMENT, label, "samples_per_s", r["steady_runs"], "samples/s", rate_kind=kind,
+                    timed_batches=timed, **params)
+    res.add(EXPERIMENT, label, "predicted_samples_per_s", pred["predicted_samples_per_s"], "samples/s",
+            rate_kind="predicted", **params)
     runs = r["steady_runs"]
     calls = doc.e2e_calls.get(spec.replace(device=doc.device)) or [{}]
     speed = _slowest(calls[-1].get("speed"), calls[-1].get("pass_speed"))
