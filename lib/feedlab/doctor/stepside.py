@@ -33,7 +33,7 @@ from feedlab.timing import _sync, torch_threads
 from .guard import deadline
 from .predict import MIN_GAIN
 from .probes import cpu_capacity
-from .wrap import _to_device
+from .wrap import to_device
 
 TRIALS = ("threads", "channels_last", "autocast_bf16", "compile")
 CODE = {
@@ -186,7 +186,7 @@ def try_step_changes(step, kept, device: str, repeats: int, step_name: str = "yo
     window = LoadWindow()
     cores = usable_cores() if cores is None else int(cores)
     timer = timer or time_step
-    on_dev = [(_to_device(b, device), m) for b, m in kept]
+    on_dev = [(to_device(b, device), m) for b, m in kept]
     base = timer(step, on_dev, device, repeats, lambda: torch_threads(threads))
     out = []
     trials = [(name, n) for name in available(device, threads, cores, on_dev[0][0], only, workers)
