@@ -26,9 +26,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from feedlab import timing
 from feedlab.errors import one_line
 from feedlab.monitor import BUSY_SPEED, LoadWindow, usable_cores
-from feedlab.timing import _sync, torch_threads
+from feedlab.timing import torch_threads
 
 from .guard import deadline
 from .predict import MIN_GAIN
@@ -167,10 +168,10 @@ def time_step(step, batches, device, repeats: int, ctx=None) -> float:
         step(batches[0][0])
         for _ in range(repeats):
             for b, m in batches:
-                _sync(device)
+                timing.sync_device(device)
                 t0 = time.perf_counter()
                 step(b)
-                _sync(device)
+                timing.sync_device(device)
                 walls.append((time.perf_counter() - t0) / max(1, m or 1))
     return float(np.median(walls))
 

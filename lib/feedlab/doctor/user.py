@@ -90,7 +90,7 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
     try:
         for k in range(batches):
             if k == skip:
-                timing._sync(device)
+                timing.sync_device(device)
                 t_after = time.perf_counter()
             try:
                 batch = _next(it, k, limit, whose)
@@ -102,7 +102,7 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
             batch = to_device(batch, device)
             if step is not None:
                 user_call(step_name, step, batch, limit_s=step_limit)
-        timing._sync(device)
+        timing.sync_device(device)
         end = time.perf_counter()
     finally:
         stage.stop(loader, it)
@@ -152,10 +152,10 @@ def _step_costs(step, kept, device, repeats: int, step_name: str, T: int, limit:
             for _ in range(repeats):
                 for b, m in on_dev:
                     d.reset()
-                    timing._sync(device)
+                    timing.sync_device(device)
                     t0, c0 = time.perf_counter(), time.process_time()
                     user_call(step_name, step, b)
-                    timing._sync(device)
+                    timing.sync_device(device)
                     walls.append((time.perf_counter() - t0) / m)
                     cpus.append((time.process_time() - c0) / m)
     return walls, cpus

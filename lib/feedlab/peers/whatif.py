@@ -9,7 +9,7 @@ The sample (``--what-if-samples``, default :data:`~feedlab.doctor.whatif.DEFAULT
 judged window) is built in a folder this module creates under ``$TMPDIR`` and removes, whatever happens:
 SR pairs read through your format and decode into an ``npy_mmap`` copy, images as an ImageFolder of
 links to your files (cycled where the set is smaller). Your pipeline (format, decode, collate, batch size,
-workers) is timed on it by notebook 13's harness (:func:`feedlab.peers.measure.run_epoch`: each batch to
+workers) is timed on it by notebook 13's harness (:func:`feedlab.peers.measure.peer_epoch`: each batch to
 the device as float, whole epochs in windows of at least ``MIN_TIMED_BATCHES``), its output checked as the
 peers' is (:mod:`feedlab.peers.check`); each peer goes through :func:`feedlab.peers.measure.run_peer`
 (conversion, output check, timed epochs; in its own venv where it has one), un-augmented as yours is.
@@ -117,17 +117,17 @@ def time_baseline(root: Path, spec: P.PipelineSpec, source, size: int, device: s
     """Your pipeline on the sample: its output checked, then timed as :func:`peers.measure.time_contender`
     times a peer (a warm-up epoch, then ``repeats`` windows of whole epochs); the median rate."""
     from feedlab.peers.check import verify_cls, verify_sr
-    from feedlab.peers.measure import MIN_TIMED_BATCHES, run_epoch
+    from feedlab.peers.measure import MIN_TIMED_BATCHES, peer_epoch
     from feedlab.peers.report import pixel_error
 
     loader = _loader(root, spec, source, size)
     check = verify_sr(loader, source) if source.kind == "sr" else verify_cls(loader, source, size)
-    run_epoch(loader, source.kind, device, source.n)
+    peer_epoch(loader, source.kind, device, source.n)
     per_batch = -(-source.n // spec.batch_size)
     per_window = max(1, -(-MIN_TIMED_BATCHES // per_batch))
     rates, walls = [], []
     for _ in range(repeats):
-        eps = [run_epoch(loader, source.kind, device, source.n) for _ in range(per_window)]
+        eps = [peer_epoch(loader, source.kind, device, source.n) for _ in range(per_window)]
         if not all(e["ok"] for e in eps):
             raise ValueError(f"your pipeline returned {eps[0]['samples']} samples of {source.n} in an epoch")
         walls.append(sum(e["wall_s"] for e in eps))
