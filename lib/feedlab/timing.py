@@ -329,7 +329,7 @@ def _split_batch(batch):
     return batch, None
 
 
-def _to_device_float(t, device, non_blocking: bool):
+def to_device_float(t, device, non_blocking: bool):
     import torch
 
     if is_encoded(t):  # decode=cuda: the batch's bytes are decoded on the device, one call per batch
@@ -410,8 +410,8 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
             sizes.append(len(x))
             if busy is not None:
                 busy.step_begin()
-            x = _to_device_float(x, device, non_blocking)
-            y = _to_device_float(y, device, non_blocking)
+            x = to_device_float(x, device, non_blocking)
+            y = to_device_float(y, device, non_blocking)
             timer.mark("h2d")
             if model is not None:  # the one step, feedlab.models', split at the phase marks
                 loss = forward(model, x, y, loss_fn)

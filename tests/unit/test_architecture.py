@@ -277,8 +277,7 @@ LAZY: dict[tuple[str, str], str] = {
                                                    "the package importing it first would warn",
 }
 # files other changes were editing when the imports moved up (issue 35): their in-function imports wait
-PENDING = ("doctor/predict.py", "doctor/measure.py", "doctor/answer.py", "experiments/doctor_steps.py",
-           "experiments/storage_formats.py", "experiments/handover.py", "experiments/loader_grid.py", "peers/")
+PENDING = ("doctor/predict.py", "doctor/answer.py", "experiments/doctor_steps.py")
 
 
 def _in_function(tree: ast.AST) -> set[ast.AST]:

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from feedlab import timing
+from feedlab.cache import evict
 from feedlab.like_for_like import MIN_TIMED_BATCHES, MIN_WINDOW_S
 from feedlab.monitor import CpuMonitor, RssPeak
 from feedlab.pipeline.rates import rel_half_width
@@ -112,8 +113,6 @@ def timed_window(loader, kind: str, device, n: int, window: Window, evict_files=
     """Whole epochs back to back until ``window`` is done; with ``evict_files`` each epoch is read after
     evicting them (the eviction is not timed). Wall time, batches, epochs, the rate's precision, and the
     first epoch whose count was wrong (``ok`` False)."""
-    from feedlab.cache import evict
-
     durations: list[float] = []
     wall, batches, epochs, bad = 0.0, 0, 0, None
     while True:

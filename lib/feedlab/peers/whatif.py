@@ -30,10 +30,22 @@ import numpy as np
 import torch
 
 from feedlab import formats
+from feedlab import peers as registry
 from feedlab import pipeline as P
 from feedlab.doctor import whatif as W
 from feedlab.doctor.answer import headspace
-from feedlab.errors import DeadlineError, deadline
+from feedlab.doctor.report import json_default
+from feedlab.errors import DeadlineError, deadline, strict_json
+from feedlab.formats.imagefolder import scan
+from feedlab.formats.images import scan_images
+from feedlab.like_for_like import order_of
+from feedlab.peers.base import Source
+from feedlab.peers.check import verify_cls, verify_sr
+from feedlab.peers.measure import MIN_TIMED_BATCHES, peer_epoch, run_peer
+from feedlab.peers.remote import in_venv
+from feedlab.peers.report import pixel_error
+from feedlab.peers.venvs import python_for
+from feedlab.results import atomic_write
 
 LIMIT_S = 900.0     # the most one side (your pipeline, or one peer: conversion, check and timing) may take
 REPEATS = 3
@@ -67,10 +79,6 @@ class _Sample(torch.utils.data.Dataset):
 
 def build_sample(root: Path, fmt: str, decode: str, n: int, tmp: Path) -> tuple[object, list[str]]:
     """The sample as a :class:`feedlab.peers.base.Source` under ``tmp``, and notes."""
-    from feedlab.formats.imagefolder import scan
-    from feedlab.formats.images import scan_images
-    from feedlab.peers.base import Source
-
     spec = formats.get_format(fmt)
     out, notes = tmp / "sample", []
     if spec.kind == "sr":
@@ -116,10 +124,6 @@ def _loader(root: Path, spec: P.PipelineSpec, source, size: int):
 def time_baseline(root: Path, spec: P.PipelineSpec, source, size: int, device: str, repeats: int = REPEATS) -> dict:
     """Your pipeline on the sample: its output checked, then timed as :func:`peers.measure.time_contender`
     times a peer (a warm-up epoch, then ``repeats`` windows of whole epochs); the median rate."""
-    from feedlab.peers.check import verify_cls, verify_sr
-    from feedlab.peers.measure import MIN_TIMED_BATCHES, peer_epoch
-    from feedlab.peers.report import pixel_error
-
     loader = _loader(root, spec, source, size)
     check = verify_sr(loader, source) if source.kind == "sr" else verify_cls(loader, source, size)
     peer_epoch(loader, source.kind, device, source.n)
@@ -143,11 +147,6 @@ def time_peer(name: str, source, work: Path, spec: P.PipelineSpec, size: int, de
               stall_s: float | None, repeats: int = REPEATS) -> dict:
     """One peer through notebook 13's runner, un-augmented: its info with the median warm rate, its timed
     window and the pixel error of its output check added."""
-    from feedlab.peers.measure import run_peer
-    from feedlab.peers.remote import in_venv
-    from feedlab.peers.report import pixel_error
-    from feedlab.peers.venvs import python_for
-
     label = f"--what-if: peer {name}"
     with deadline(None if (python_for(name) and not in_venv()) else limit_s, label,
                   "--what-if-limit S waits longer"):
@@ -179,9 +178,6 @@ def what_if(rep: dict, root: Path, spec: P.PipelineSpec, crop: int = 96, samples
     """The what-if's dict (the report's ``what_if`` key): the sample, your pipeline, every peer (measured,
     or the one line why not), the answer. Temporaries go in ``work`` (the doctor's folder) or a folder
     made here, removed at the end either way."""
-    from feedlab import peers as registry
-    from feedlab.like_for_like import order_of
-
     kind = formats.get_format(spec.format).kind
     mapping, how = W.express(kind, spec.transform, crop)
     n, note = W.sample_size(samples, spec.batch_size)
@@ -243,9 +239,6 @@ def _stop(signum, frame):
 def main(argv=None) -> int:
     import signal
 
-    from feedlab.doctor.report import json_default
-    from feedlab.errors import strict_json
-    from feedlab.results import atomic_write
 
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
