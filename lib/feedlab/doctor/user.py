@@ -37,6 +37,7 @@ from .costs import CostTable, Stage
 from .guard import DEFAULT_DEADLINE_S, HUNG_HINT, Hung, UserCodeError, collate_hint, deadline, user_call
 from .probes import measure_machine, probe_worker, startup_s, timed
 from .ranks import advise_ranks
+from .report import Report
 from .stepside import try_step_changes
 from .wrap import batch_len, check_loader, stage_costs, timed_in_main, to_device
 
@@ -309,17 +310,10 @@ def _report(table, spec, machine, max_workers, measured, W, B, device, notes, re
             row["samples_per_s"] = measured
             row["error"] = row["predicted_samples_per_s"] / measured - 1.0 if p else None
         rows.append(row)
-    rep = {"kind": "user", "batch_size": B, "num_workers": W, "device": device, "cuda": device.startswith("cuda"),
-           "cores": machine.cores, "effective_cores": machine.effective_cores,
-           "stages": [s.row() for s in table.stages.values()], "end_to_end": rows,
-           "measured_samples_per_s": measured,
-           "predicted_samples_per_s": pred["predicted_samples_per_s"] if pred else None,
-           "bound_stage": pred["bound_stage"] if pred else None, "verdict": pred["verdict"] if pred else None,
-           "binding_term": pred["binding_term"] if pred else None,
-           "advice": PR.advise(table, spec, max_workers), "repeats": repeats, "batches": batches,
-           "notes": notes, "config": spec.as_dict()}
-    rep["headroom"] = headroom(table, spec)
-    return rep
+    return Report("user", device, device.startswith("cuda"), machine.cores, machine.effective_cores, B, W,
+                  spec.as_dict(), [s.row() for s in table.stages.values()], rows, pred, measured,
+                  PR.advise(table, spec, max_workers), notes, repeats, headroom(table, spec),
+                  extra={"batches": batches}).as_dict()
 
 
 def headroom(table: CostTable, spec) -> float | None:
