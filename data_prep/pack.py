@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -15,11 +14,10 @@ from feedlab import formats as F
 from feedlab.formats._common import (
     CHECKSUMS,
     MANIFEST,
+    atomic_output,
     checksum_rows,
     read_manifest,
-    release,
     sweep_orphans,
-    tmp_sibling,
     write_json_atomic,
 )
 
@@ -201,14 +199,9 @@ def add_checksums(root, ref: "_Reference | None" = None, *, log: Callable[[str],
     man = sr_manifest(root)
     ref = ref if ref is not None else _Reference(root, man)
     table = ref.checksums()
-    tmp = tmp_sibling(root / CHECKSUMS)
-    try:
+    with atomic_output(root / CHECKSUMS, is_dir=False) as tmp:
         with open(tmp, "wb") as fh:
             np.save(fh, table, allow_pickle=False)
-        os.replace(tmp, root / CHECKSUMS)
-    finally:
-        tmp.unlink(missing_ok=True)
-        release(tmp)
     man = read_manifest(root)
     man["checksums"] = CHECKSUMS_ENTRY
     write_json_atomic(root / MANIFEST, man)

@@ -76,6 +76,36 @@ class _Sampler:
             self.samples.append(s)
 
 
+def _tree(me, psutil) -> list:
+    """``me`` (a ``psutil.Process``) and its children, all generations; ``me`` alone where they cannot be read."""
+    try:
+        return [me, *me.children(recursive=True)]
+    except psutil.Error:
+        return [me]
+
+
+class RssPeak(_Sampler):
+    """Peak resident set size of this process and its children (bytes)."""
+
+    def _prime(self) -> None:
+        import psutil
+
+        self._me = psutil.Process()
+        self._psutil = psutil
+
+    def _sample(self):
+        total = 0
+        for p in _tree(self._me, self._psutil):
+            try:
+                total += p.memory_info().rss
+            except self._psutil.Error:
+                continue
+        return (total,)
+
+    def peak(self) -> int:
+        return int(max((s[0] for s in self.samples), default=0))
+
+
 class CpuMonitor(_Sampler):
     """System-wide and process-tree CPU percent, sampled every ``interval`` s."""
 
@@ -90,11 +120,7 @@ class CpuMonitor(_Sampler):
 
     def _tree_percent(self) -> float:
         total = 0.0
-        try:
-            procs = [self._me, *self._me.children(recursive=True)]
-        except self._psutil.Error:
-            procs = [self._me]
-        for p in procs:
+        for p in _tree(self._me, self._psutil):
             known = self._procs.setdefault(p.pid, p)
             try:
                 total += known.cpu_percent(None)

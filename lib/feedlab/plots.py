@@ -8,6 +8,7 @@ series are drawn and off the data, nothing outside the canvas).
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from feedlab.fingerprint import fingerprint_line, machine_fingerprint  # noqa: E402
+from feedlab.results import atomic_write  # noqa: E402
 
 PALETTE = ["#1b6ca8", "#e07a1f", "#3a9e4f", "#c03a3a", "#7b5ea7", "#8c6d46", "#d16fb0",
            "#6b6b6b", "#b5b82f", "#2cb5c4"]
@@ -89,15 +91,10 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, fingerprint: dict | 
     paths = []
     for ext in formats:
         path = out / f"{name}.{ext}"
-        # unique per process and call: concurrent saves into one folder never share a temp file
-        tmp = out / f".{name}.tmp-{os.getpid()}-{os.urandom(3).hex()}.{ext}"
         meta = {"Software": "feedlab"} if ext == "png" else {"Date": None, "Creator": "feedlab"}
-        try:
-            fig.savefig(tmp, bbox_inches="tight", metadata=meta, format=ext)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        buf = io.BytesIO()
+        fig.savefig(buf, bbox_inches="tight", metadata=meta, format=ext)
+        atomic_write(path, buf.getvalue())
         paths.append(path)
     return paths
 

@@ -21,17 +21,22 @@ BASE_COLUMNS = ("experiment", "variant")
 TAIL_COLUMNS = ("repeat", "metric", "value", "unit")
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``data`` (text or bytes) beside ``path`` under a unique temporary name, then rename it over
-    ``path``: a reader sees the old file or the whole new one, and an interrupted write leaves nothing.
-    The one permission rule: the usual permissions (0666 less the umask; ``mkstemp`` would make it 0600)."""
+def atomic_write(path: Path, data: str | bytes, *, tmp: Path | None = None) -> None:
+    """Write ``data`` (text, always as UTF-8, or bytes) beside ``path`` under a unique temporary name, then
+    rename it over ``path``: a reader sees the old file or the whole new one, and an interrupted write leaves
+    nothing. The one permission rule: the usual permissions (0666 less the umask; ``mkstemp`` would make it
+    0600). ``tmp`` names the temporary (``formats._io.tmp_sibling``'s registered one, which its sweep may
+    remove after a killed writer); by default ``<name>.tmp-<pid>-<6 hex>``.
+
+    The one atomic write of data held in memory; output a library writes to a path itself (a store, a
+    tar, ``np.save``) goes through ``formats._io.atomic_output``, which keeps the same temporaries."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
+    tmp = Path(tmp) if tmp is not None else path.with_name(f"{path.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as fh:
-            fh.write(data)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data if isinstance(data, bytes) else data.encode("utf-8"))
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

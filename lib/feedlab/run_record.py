@@ -40,23 +40,19 @@ def tar_results(dest: Path, root: Path | None = None, key: str | None = None,
     Returns the result folders."""
     import tarfile
 
+    from feedlab.formats._io import atomic_output
 
     root = Path(root or paths.FIGURES_DIR)
     key = key or machine_key()
     folders = sorted(p for p in root.glob(f"*/{key}") if p.is_dir())
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_output(dest, is_dir=False) as tmp:    # tarfile writes to a path: the streamed atomic write
         with tarfile.open(tmp, "w:gz" if dest.name.endswith(".gz") else "w") as tf:
             for folder in folders:
                 tf.add(folder, arcname=folder.relative_to(root.parent).as_posix())
             for arcname, folder in (extra or {}).items():
                 if Path(folder).is_dir():
                     tf.add(folder, arcname=arcname)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     return len(folders)
 
 

@@ -73,9 +73,10 @@ def main_threads_for(loader, device) -> int | None:
     return max(1, cores - workers)
 
 
-def _sync(device) -> None:
+def sync_device(device) -> None:
     """Wait for the device's queued work (a no-op off CUDA). Every clock read that
-    brackets device work goes through here, so a test can stand in a fake device."""
+    brackets device work goes through here (the doctor's and the peers' loops too, as
+    ``timing.sync_device``), so a test can stand in a fake device."""
     if device is not None and str(device).startswith("cuda"):
         import torch
 
@@ -143,16 +144,16 @@ def time_callable(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, numb
             setup()
         for _ in range(number):
             fn()
-    _sync(device)
+    sync_device(device)
     out = []
     for _ in range(repeats):
         if setup:
             setup()
-        _sync(device)
+        sync_device(device)
         t0 = perf_counter()
         for _ in range(number):
             fn()
-        _sync(device)
+        sync_device(device)
         out.append((perf_counter() - t0) / number)
     return out
 
@@ -171,11 +172,11 @@ def autorange_number(fn: Callable[[], Any], min_time_s: float = 0.05, max_number
         raise ValueError("max_number must be >= 1")
     number = 1
     while True:
-        _sync(device)
+        sync_device(device)
         t0 = perf_counter()
         for _ in range(number):
             fn()
-        _sync(device)
+        sync_device(device)
         if perf_counter() - t0 >= min_time_s or number >= max_number:
             return number
         number = min(number * 2, max_number)
@@ -328,7 +329,7 @@ def _split_batch(batch):
     return batch, None
 
 
-def _to_device_float(t, device, non_blocking: bool):
+def to_device_float(t, device, non_blocking: bool):
     import torch
 
     if is_encoded(t):  # decode=cuda: the batch's bytes are decoded on the device, one call per batch
@@ -409,8 +410,8 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
             sizes.append(len(x))
             if busy is not None:
                 busy.step_begin()
-            x = _to_device_float(x, device, non_blocking)
-            y = _to_device_float(y, device, non_blocking)
+            x = to_device_float(x, device, non_blocking)
+            y = to_device_float(y, device, non_blocking)
             timer.mark("h2d")
             if model is not None:  # the one step, feedlab.models', split at the phase marks
                 loss = forward(model, x, y, loss_fn)
@@ -430,7 +431,7 @@ def _run_epoch(loader, model, device, optimizer, loss_fn, max_batches, non_block
     except BaseException:
         close_iterator(loader, it, final=True)
         raise
-    _sync(device)
+    sync_device(device)
     end = perf_counter()
     if busy is not None:
         busy.stop()  # the loop's window ends here, before the workers are shut down

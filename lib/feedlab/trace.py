@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from feedlab import stage
+from feedlab.results import atomic_write
 from feedlab.timing import PHASES, PhaseTimer, run_epoch
 
 perf_counter = time.perf_counter
@@ -316,11 +317,7 @@ class Tracer:
     def write(self, path: str | os.PathLike) -> Path:
         """Write the trace JSON (atomically) and return its path."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        with open(tmp, "w") as fh:
-            json.dump(self.to_json(), fh, separators=(",", ":"))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(self.to_json(), separators=(",", ":")))
         return path
 
     def close(self) -> None:

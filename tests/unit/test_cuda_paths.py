@@ -74,7 +74,7 @@ class _FakeDevice:
 def fake_device(monkeypatch):
     dev = _FakeDevice(cost=0.010)
     monkeypatch.setattr(timing, "perf_counter", dev.clock)
-    monkeypatch.setattr(timing, "_sync", dev.sync)
+    monkeypatch.setattr(timing, "sync_device", dev.sync)
     return dev
 
 

@@ -498,7 +498,7 @@ def test_cuda_step_changes_use_bf16_autocast_with_a_fake_device(monkeypatch):
             return False
 
     monkeypatch.setattr(torch, "autocast", FakeAutocast)
-    monkeypatch.setattr("feedlab.doctor.stepside._to_device", lambda b, d: b)     # no GPU to copy to
+    monkeypatch.setattr("feedlab.doctor.stepside.to_device", lambda b, d: b)     # no GPU to copy to
 
     def timer(step, batches, device, repeats, ctx):
         with ctx():

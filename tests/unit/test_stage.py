@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 from feedlab import stage, timing
 from feedlab.doctor.costs import CostTable, Machine, Stage
 from feedlab.doctor.user import _isolation
-from feedlab.doctor.wrap import _drain, _per_sample, _rebuild
+from feedlab.doctor.wrap import drain, per_sample
 from feedlab.errors import deadline
 from feedlab.trace import Tracer
 
@@ -42,7 +42,7 @@ def test_the_doctor_the_tracer_and_timing_read_one_instrument(monkeypatch, tmp_p
 
     q = queue.Queue()
     _isolation(loader, q, batches=4, limit=None, whose="", log=lambda _m: None)
-    doctor = {k: _per_sample(v)[0] for k, v in _drain(q).items()}
+    doctor = {k: per_sample(v)[0] for k, v in drain(q).items()}
 
     with Tracer(tmp_path / "spans") as tr:
         for _ in tr.wrap(loader):
@@ -51,7 +51,7 @@ def test_the_doctor_the_tracer_and_timing_read_one_instrument(monkeypatch, tmp_p
     tracer = {name: [e["dur"] / 1e6 / e["args"]["items"] for e in spans if e["name"] == name and e.get("ph") == "X"]
               for name in ("fetch", "collate")}
 
-    timed = {k: _per_sample(v)[0] for k, v in timing.stage_times(loader).items()}
+    timed = {k: per_sample(v)[0] for k, v in timing.stage_times(loader).items()}
 
     for name, want in (("fetch", 1.0), ("collate", 0.25)):
         assert doctor[name] == pytest.approx([want] * 4)
@@ -86,11 +86,11 @@ def test_one_rebuild_keeps_the_users_settings():
     g = torch.Generator().manual_seed(3)
     user = DataLoader(Items(), batch_size=4, shuffle=True, generator=g, num_workers=2, prefetch_factor=3,
                       persistent_workers=True, timeout=30, multiprocessing_context="fork")
-    again = _rebuild(user)
+    again = stage.rebuild(user)
     assert again.batch_sampler is user.batch_sampler and again.generator is g
     assert (again.num_workers, again.prefetch_factor, again.persistent_workers, again.timeout) == (2, 3, True, 30)
     # read in the main process: the settings only workers take are left out (DataLoader refuses them there)
-    here = _rebuild(user, num_workers=0)
+    here = stage.rebuild(user, num_workers=0)
     assert (here.num_workers, here.timeout, here.multiprocessing_context) == (0, 0, None)
 
 

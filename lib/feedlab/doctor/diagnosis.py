@@ -11,6 +11,7 @@ from feedlab.monitor import BUSY_SPEED, process_speed
 
 from . import predict as PR
 from .measure import Doctor
+from .report import Report
 from .user import diagnose_loader, headroom
 
 
@@ -137,21 +138,13 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
         pred = dict(pred or {}, predicted_samples_per_s=row_now["predicted_samples_per_s"])
     m = doc.table.machine
     bb = doc.batch_bytes.get((spec.collate, spec.batch_size), 0)
-    return {
-        "data": str(doc.root) if doc.root else None, "format": spec.format, "device": doc.device,
-        "cuda": doc.cuda, "cores": m.cores, "effective_cores": m.effective_cores,
-        "capacity": {str(k): v for k, v in m.capacity.items()}, "speed_one": m.speed(1), "model": doc.model_name,
-        "batch_size": spec.batch_size, "config": spec.as_dict(), "stages": _stage_rows(doc, spec),
-        "end_to_end": rows, "calibration": {"max_abs_error": max(errors) if errors else None,
-                                            "within_20pct": all(e <= 0.2 for e in errors) if errors else None,
-                                            "too_busy": [r["num_workers"] for r in rows if r["too_busy"]]},
-        "predicted_samples_per_s": pred["predicted_samples_per_s"] if pred else None,
-        "measured_samples_per_s": measured.get(spec),
-        "verdict": pred["verdict"] if pred else None, "bound_stage": pred["bound_stage"] if pred else None,
-        "binding_term": pred["binding_term"] if pred else None,
-        "advice": advice, "kind": "data", "num_workers": spec.num_workers,
-        "headroom": headroom(doc.table, spec),
-        "refuted": PR.refuted(doc.table, spec, doc.max_workers, measured=measured),
-        "shm": shm_report(bb, max(spec.num_workers, doc.max_workers)),
-        "notes": list(doc.notes), "repeats": doc.budget.repeats, "warmup": doc.budget.warmup,
-    }
+    extra = {"data": str(doc.root) if doc.root else None, "format": spec.format,
+             "capacity": {str(k): v for k, v in m.capacity.items()}, "speed_one": m.speed(1), "model": doc.model_name,
+             "calibration": {"max_abs_error": max(errors) if errors else None,
+                             "within_20pct": all(e <= 0.2 for e in errors) if errors else None,
+                             "too_busy": [r["num_workers"] for r in rows if r["too_busy"]]},
+             "refuted": PR.refuted(doc.table, spec, doc.max_workers, measured=measured),
+             "shm": shm_report(bb, max(spec.num_workers, doc.max_workers)), "warmup": doc.budget.warmup}
+    return Report("data", doc.device, doc.cuda, m.cores, m.effective_cores, spec.batch_size, spec.num_workers,
+                  spec.as_dict(), _stage_rows(doc, spec), rows, pred, measured.get(spec), advice, list(doc.notes),
+                  doc.budget.repeats, headroom(doc.table, spec), extra).as_dict()

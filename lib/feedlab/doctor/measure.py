@@ -19,13 +19,18 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from feedlab import formats
 from feedlab import pipeline as P
+from feedlab.cache import evict
 from feedlab.errors import progress
 from feedlab.formats import raw_nbytes
-from feedlab.monitor import LoadWindow, speed_left
-from feedlab.pipeline.kinds import UINT8_COLLATES
+from feedlab.gpu_decode import EncodedView, is_device_decode
+from feedlab.monitor import LoadWindow, speed_left, usable_cores
+from feedlab.pipeline.kinds import LOADER_KINDS, UINT8_COLLATES, kind_problems
+from feedlab.timing import run_epoch, to_device_float, torch_threads
 
 from .costs import CostTable, Machine, Stage
+from .device_decode import measure_device_decode
 from .probes import (
     _split_xy,
     batch_nbytes,
@@ -84,8 +89,6 @@ class Doctor:
     def __init__(self, root, spec: P.PipelineSpec, max_workers: int | None = None, budget: Budget = Budget(),
                  alt_formats: Sequence[str] | None = None, splits: Callable[[str, str], StageSplit] | None = None,
                  model: Any = None, log: Callable[[str], None] | None = None):
-        from feedlab.monitor import usable_cores
-
         self.root = Path(root) if root is not None else None
         self.device = P.resolve_device(spec.device)
         self.spec = spec.replace(device=self.device)
@@ -143,8 +146,6 @@ class Doctor:
         self._samples = samples
 
     def _measure_cold(self, p: StageSplit, fmt, decode, idx, nbytes) -> None:
-        from feedlab.cache import evict
-
         key = ("read_cold", fmt, decode)
         files = p.files(idx)
         if not files:
@@ -224,8 +225,6 @@ class Doctor:
                                                        measurable=False, note="not measurable: no CUDA")
 
     def measure_model(self, name: str, bs: int) -> None:
-        from feedlab.timing import _to_device_float, torch_threads
-
         threads = sorted(set(self.table.machine.main_threads.values()))
         if self.model is None:
             for T in threads:
@@ -233,7 +232,7 @@ class Doctor:
                                                  note="not measured: --model none (no step)")
             return
         x, y = _split_xy(self._batches[(name, bs)])
-        x, y = _to_device_float(x, self.device, False), _to_device_float(y, self.device, False)
+        x, y = to_device_float(x, self.device, False), to_device_float(y, self.device, False)
         for T in threads:
             with torch_threads(T):
                 w, c = self._t(lambda: P.train_step(self.model, self.optimizer, x, y, self.loss_fn), bs,
@@ -244,8 +243,6 @@ class Doctor:
     def measure(self, alternatives: bool = True) -> "Doctor":
         """Every stage of the spec's pipeline; with ``alternatives``, the other collates,
         decode backends, formats present, and (with a model) twice the batch size."""
-        from feedlab import formats
-
         spec, b = self.spec, self.budget
         self.log("measuring the machine (cores, threads, CPU capacity)")
         self.table.machine = measure_machine(self.device, self.max_workers)
@@ -274,8 +271,6 @@ class Doctor:
                     except Exception as exc:  # a backend that fails on these files is reported, not fatal
                         self.notes.append(f"decode backend {d}: {exc}")
             if self.cuda and fs is not None and fs.image_codec == "jpeg":
-                from .device_decode import measure_device_decode
-
                 self.log("measuring decode on the GPU (nvJPEG, one batch)")
                 try:
                     measure_device_decode(self, fmt, spec.batch_size)
@@ -298,9 +293,6 @@ class Doctor:
         """The one-process loader kinds that read whole batches (``batched``, ``chunk``: no
         DataLoader, no collate, no per-sample arrays) this spec could switch to on ``fmt``: its
         collate already a uint8 one, and no transform (they hand out what is stored)."""
-        from feedlab import formats
-        from feedlab.pipeline.kinds import LOADER_KINDS, kind_problems
-
         fs = formats.FORMATS.get(fmt)
         if fs is None or self.spec.transform != "none":
             return []
@@ -346,10 +338,7 @@ class Doctor:
         """The DataLoader of ``spec``; with ``batches`` more than the set holds, one pass runs
         successive shuffled passes over it (every sample once per pass), so a small set still
         gives the timed batches a steady rate needs."""
-        from feedlab.gpu_decode import EncodedView, is_device_decode
-
         if is_device_decode(spec.decode_backend):  # workers read bytes; the loop decodes on the device
-            from feedlab import formats
 
             split = self.split(spec.format, formats.FORMATS[spec.format].default_decode)
             ds = EncodedView(split.dataset)
@@ -387,8 +376,6 @@ class Doctor:
         (after the prefetched batches), ``epoch`` (from ``iter()``, start-up included).
         Every call is also kept in ``e2e_calls[spec]`` (a setting measured again keeps its
         earlier measurements: their spread is the run's repeatability)."""
-        from feedlab.timing import run_epoch
-
         specs = [s.replace(device=self.device) for s in specs]
         loaders = {s: self.loader(s, self.pass_batches(s)) for s in specs}
         nbs = {s: max(2, min(self.pass_batches(s), len(loaders[s]))) for s in specs}

@@ -38,7 +38,7 @@ from feedlab.run_limit import descendants, stop_processes
 
 from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, deadline
 from .report import fmt_rate
-from .user import _batch_len
+from .wrap import batch_len
 
 DATA_BOUND_FRACTION = 0.2   # the step waits for data this share of the time or more: the input pipeline bounds
 PROG = "python -m feedlab.doctor"
@@ -145,7 +145,7 @@ class Recorder:
                 self.t_progress, self.waiting = time.monotonic(), None
             t_last, c_last = time.perf_counter(), time.process_time()
             rec["wait"].append(t_last - t0)
-            rec["n"].append(_batch_len(batch) or 0)
+            rec["n"].append(batch_len(batch) or 0)
             yield batch
 
     def main(self) -> dict | None:

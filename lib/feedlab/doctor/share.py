@@ -81,7 +81,7 @@ def figure_path(path: Path) -> Path:
                      "by files the doctor did not write: name another report file")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _write_report_file(path: Path, data: bytes) -> None:
     """:func:`feedlab.results.atomic_write`, with a failure named as the report's (never a temporary file)."""
     try:
         atomic_write(path, data)
@@ -151,14 +151,14 @@ def write_report(path, text: str, rep: dict, say=lambda m: None) -> list[Path]:
             fig = figure_path(path)
             if fig != path.with_suffix(".png"):
                 say(f"report: {path.with_suffix('.png').name} is not the doctor's, left as it is: the figure is {fig}")
-            _atomic_write(fig, png)
+            _write_report_file(fig, png)
             written.append(fig)
             body += f"\n![stage costs and rate per worker count]({fig.name})\n"
-        _atomic_write(path, body.encode())
+        _write_report_file(path, body.encode())
     else:
         img = (f'<img alt="stage costs and rate per worker count" src="data:image/png;base64,'
                f'{base64.b64encode(png).decode()}">' if png else "")
         body = (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>"
                 f"<h1>{title}</h1><pre>{html.escape(text)}</pre>{img}</body></html>\n")
-        _atomic_write(path, body.encode())
+        _write_report_file(path, body.encode())
     return [path, *written]

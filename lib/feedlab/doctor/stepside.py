@@ -26,14 +26,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+from feedlab import timing
 from feedlab.errors import one_line
 from feedlab.monitor import BUSY_SPEED, LoadWindow, usable_cores
-from feedlab.timing import _sync, torch_threads
+from feedlab.timing import torch_threads
 
 from .guard import deadline
 from .predict import MIN_GAIN
 from .probes import cpu_capacity
-from .wrap import _to_device
+from .wrap import to_device
 
 TRIALS = ("threads", "channels_last", "autocast_bf16", "compile")
 CODE = {
@@ -167,10 +168,10 @@ def time_step(step, batches, device, repeats: int, ctx=None) -> float:
         step(batches[0][0])
         for _ in range(repeats):
             for b, m in batches:
-                _sync(device)
+                timing.sync_device(device)
                 t0 = time.perf_counter()
                 step(b)
-                _sync(device)
+                timing.sync_device(device)
                 walls.append((time.perf_counter() - t0) / max(1, m or 1))
     return float(np.median(walls))
 
@@ -186,7 +187,7 @@ def try_step_changes(step, kept, device: str, repeats: int, step_name: str = "yo
     window = LoadWindow()
     cores = usable_cores() if cores is None else int(cores)
     timer = timer or time_step
-    on_dev = [(_to_device(b, device), m) for b, m in kept]
+    on_dev = [(to_device(b, device), m) for b, m in kept]
     base = timer(step, on_dev, device, repeats, lambda: torch_threads(threads))
     out = []
     trials = [(name, n) for name in available(device, threads, cores, on_dev[0][0], only, workers)

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from feedlab import monitor, timing
+from feedlab import monitor, stage, timing
 from feedlab import pipeline as P
 from feedlab.errors import DeadlineError, one_line
 from feedlab.timing import torch_threads
@@ -37,18 +37,9 @@ from .costs import CostTable, Stage
 from .guard import DEFAULT_DEADLINE_S, HUNG_HINT, Hung, UserCodeError, collate_hint, deadline, user_call
 from .probes import measure_machine, probe_worker, startup_s, timed
 from .ranks import advise_ranks
+from .report import Report
 from .stepside import try_step_changes
-from .wrap import (  # noqa: F401
-    TimedCollate,
-    TimedDataset,
-    _batch_len,
-    _drain,
-    _per_sample,
-    _rebuild,
-    _shutdown,
-    _to_device,
-    check_loader,
-)
+from .wrap import batch_len, check_loader, stage_costs, timed_in_main, to_device
 
 KEEP_BATCHES = 4          # full batches kept in memory to time the copy and the step on
 
@@ -59,7 +50,7 @@ def pinned(loader, pin_memory: bool | None, cuda: bool, notes: list[str]):
     if pin_memory and not cuda:
         notes.append("--pin-memory: no CUDA here, so pinned memory changes nothing; measured without it")
     elif pin_memory and not loader.pin_memory:
-        loader = _rebuild(loader, pin_memory=True)
+        loader = stage.rebuild(loader, pin_memory=True)
         notes.append("--pin-memory: your loader measured with pin_memory=True")
     return loader
 
@@ -100,22 +91,22 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
     try:
         for k in range(batches):
             if k == skip:
-                timing._sync(device)
+                timing.sync_device(device)
                 t_after = time.perf_counter()
             try:
                 batch = _next(it, k, limit, whose)
             except StopIteration:
                 break
             if k >= skip:
-                n_after += _batch_len(batch) or 0
+                n_after += batch_len(batch) or 0
             t_start = t_start or time.perf_counter()
-            batch = _to_device(batch, device)
+            batch = to_device(batch, device)
             if step is not None:
                 user_call(step_name, step, batch, limit_s=step_limit)
-        timing._sync(device)
+        timing.sync_device(device)
         end = time.perf_counter()
     finally:
-        _shutdown(it, loader)
+        stage.stop(loader, it)
         del it
     rate = n_after / (end - t_after) if t_after is not None and end > t_after and n_after else float("nan")
     return {"steady": rate, "first_batch_s": (t_start or end) - t0}
@@ -127,7 +118,7 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
 def _isolation(loader, q, batches: int, limit, whose, log) -> tuple[list, list[int]]:
     """Fetch and collate in the main process (num_workers=0), timed; the first
     ``KEEP_BATCHES`` full batches (and their sizes) are kept for the copy and the step."""
-    iso = _rebuild(loader, TimedDataset(loader.dataset, q), TimedCollate(loader.collate_fn, q), num_workers=0)
+    iso = timed_in_main(loader, q)
     B = getattr(loader.batch_sampler, "batch_size", None)
     kept, lens, it, largest = [], [], iter(iso), None
     n = min(batches, len(iso))
@@ -136,7 +127,7 @@ def _isolation(loader, q, batches: int, limit, whose, log) -> tuple[list, list[i
             batch = _next(it, k, limit, whose)
         except StopIteration:
             break
-        m = _batch_len(batch)
+        m = batch_len(batch)
         lens.append(m)
         if largest is None or (m or 0) > (largest[1] or 0):
             largest = (batch, m)
@@ -153,7 +144,7 @@ def _step_costs(step, kept, device, repeats: int, step_name: str, T: int, limit:
     """(wall, cpu) per sample of ``step`` over the kept batches, after one untimed call (a call
     that does not return within ``limit`` is :class:`Hung`); each call divided by the samples
     of its own batch."""
-    on_dev = [(_to_device(b, device), m or 1) for b, m in kept]
+    on_dev = [(to_device(b, device), m or 1) for b, m in kept]
     walls, cpus = [], []
     with timing.torch_threads(T):
         user_call(step_name, step, on_dev[0][0], hint="the step gets the batch as your loader yields it, "
@@ -162,10 +153,10 @@ def _step_costs(step, kept, device, repeats: int, step_name: str, T: int, limit:
             for _ in range(repeats):
                 for b, m in on_dev:
                     d.reset()
-                    timing._sync(device)
+                    timing.sync_device(device)
                     t0, c0 = time.perf_counter(), time.process_time()
                     user_call(step_name, step, b)
-                    timing._sync(device)
+                    timing.sync_device(device)
                     walls.append((time.perf_counter() - t0) / m)
                     cpus.append((time.process_time() - c0) / m)
     return walls, cpus
@@ -224,16 +215,14 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     elif len(lens) < 3:
         notes.append(f"your loader yields only {len(lens)} batch(es): too few to measure a steady rate "
                      "(the stage costs are measured; the end-to-end rate is not)")
-    recs = _drain(q)
-    fetch = recs.get("fetch", [])[1:] or recs.get("fetch", [])
-    coll = recs.get("collate", [])[1:] or recs.get("collate", [])
+    costs = stage_costs(q)
     table[("read", "user", "user")] = Stage("fetch", "your dataset's __getitem__ (read+decode+transform)",
-                                            *_per_sample(fetch))
+                                            *costs["fetch"])
     table[("decode", "user", "user")] = Stage("decode", "inside fetch", [0.0], [0.0],
                                               note="not measured: inside your fetch")
     table[("transform", "user", "user")] = Stage("transform", "inside fetch", [0.0], [0.0],
                                                  note="not measured: inside your fetch")
-    table[("collate", "user", B)] = Stage("collate", f"your collate_fn (batch {B})", *_per_sample(coll))
+    table[("collate", "user", B)] = Stage("collate", f"your collate_fn (batch {B})", *costs["collate"])
     # 2. the hand-over of one batch's items, collated in a worker
     if max_workers > 0:
         log("hand-over worker → main (a one-worker probe)")
@@ -265,7 +254,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     for T in sorted(set(machine.main_threads.values())):
         with torch_threads(T):
             b0, m0 = kept[0]
-            w, c = timed(lambda: _to_device(b0, device), m0 or 1, 1, repeats, device if cuda else None)
+            w, c = timed(lambda: to_device(b0, device), m0 or 1, 1, repeats, device if cuda else None)
             table[("h2d", "user", B, False, T)] = Stage("h2d", f"batch to {device}, {T} thread(s)", w, c)
         if step is None and step_cost_s:
             table[("model", B, T)] = Stage("model", "your script's step, as it ran", [step_cost_s[0]],
@@ -286,7 +275,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
                      "(it does not use the CPU your step did)")
 
         def step(b, _t=step_cost_s[0]):
-            time.sleep(_t * (_batch_len(b) or B))
+            time.sleep(_t * (batch_len(b) or B))
     if full and len(lens) >= 3:
         skip = P.prefetch_depth(spec)
         runs = []
@@ -321,17 +310,10 @@ def _report(table, spec, machine, max_workers, measured, W, B, device, notes, re
             row["samples_per_s"] = measured
             row["error"] = row["predicted_samples_per_s"] / measured - 1.0 if p else None
         rows.append(row)
-    rep = {"kind": "user", "batch_size": B, "num_workers": W, "device": device, "cuda": device.startswith("cuda"),
-           "cores": machine.cores, "effective_cores": machine.effective_cores,
-           "stages": [s.row() for s in table.stages.values()], "end_to_end": rows,
-           "measured_samples_per_s": measured,
-           "predicted_samples_per_s": pred["predicted_samples_per_s"] if pred else None,
-           "bound_stage": pred["bound_stage"] if pred else None, "verdict": pred["verdict"] if pred else None,
-           "binding_term": pred["binding_term"] if pred else None,
-           "advice": PR.advise(table, spec, max_workers), "repeats": repeats, "batches": batches,
-           "notes": notes, "config": spec.as_dict()}
-    rep["headroom"] = headroom(table, spec)
-    return rep
+    return Report("user", device, device.startswith("cuda"), machine.cores, machine.effective_cores, B, W,
+                  spec.as_dict(), [s.row() for s in table.stages.values()], rows, pred, measured,
+                  PR.advise(table, spec, max_workers), notes, repeats, headroom(table, spec),
+                  extra={"batches": batches}).as_dict()
 
 
 def headroom(table: CostTable, spec) -> float | None:

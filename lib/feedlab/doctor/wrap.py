@@ -60,21 +60,24 @@ def check_loader(loader, limit_s: float | None = None) -> None:
                             "nothing to measure; point its dataset at your data")
 
 
-def _rebuild(loader, dataset=None, collate_fn=None, num_workers: int | None = None, pin_memory=None):
-    return stage.rebuild(loader, dataset, collate_fn, num_workers=num_workers, pin_memory=pin_memory)
+def timed_in_main(loader, queue):
+    """``loader`` rebuilt by :func:`feedlab.stage.rebuild`'s rule around the timed dataset and collate
+    (reporting to ``queue``), read in the main process (``num_workers=0``): the stages in isolation."""
+    return stage.rebuild(loader, TimedDataset(loader.dataset, queue), TimedCollate(loader.collate_fn, queue),
+                         num_workers=0)
 
 
-def _to_device(batch, device):
+def to_device(batch, device):
     import torch
 
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):          # a namedtuple
-        return type(batch)(*(_to_device(b, device) for b in batch))
+        return type(batch)(*(to_device(b, device) for b in batch))
     if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(b, device) for b in batch)
+        return type(batch)(to_device(b, device) for b in batch)
     if isinstance(batch, dict):
-        moved = {k: _to_device(v, device) for k, v in batch.items()}
+        moved = {k: to_device(v, device) for k, v in batch.items()}
         try:
             return type(batch)(moved)
         except Exception:  # a mapping type that cannot be built from a dict: a plain dict
@@ -88,7 +91,7 @@ def _to_device(batch, device):
     return batch
 
 
-def _batch_len(batch) -> int | None:
+def batch_len(batch) -> int | None:
     """Samples in ``batch``: the first dimension of its first tensor or array; None if it holds none."""
     import torch
 
@@ -96,20 +99,21 @@ def _batch_len(batch) -> int | None:
         return int(batch.shape[0]) if batch.ndim else None
     if isinstance(batch, dict):
         for v in batch.values():
-            n = _batch_len(v)
+            n = batch_len(v)
             if n is not None:
                 return n
         return None
     if isinstance(batch, (list, tuple)):
         for v in batch:
-            n = _batch_len(v)
+            n = batch_len(v)
             if n is not None:
                 return n
         return len(batch) if batch and not isinstance(batch[0], (list, tuple, dict)) else None
     return None
 
 
-def _drain(q) -> dict[str, list[tuple[float, float, int]]]:
+def drain(q) -> dict[str, list[tuple[float, float, int]]]:
+    """The instrument's records on ``q``, per stage ``(wall, cpu, samples)``, until it stays empty 0.2 s."""
     out: dict[str, list] = {}
     while True:
         try:
@@ -119,9 +123,13 @@ def _drain(q) -> dict[str, list[tuple[float, float, int]]]:
         out.setdefault(stage, []).append((w, c, n))
 
 
-def _per_sample(recs) -> tuple[list[float], list[float]]:
+def per_sample(recs) -> tuple[list[float], list[float]]:
+    """(wall, CPU) seconds per sample of each record ``(wall, cpu, samples)``."""
     return [w / max(1, n) for w, _c, n in recs], [c / max(1, n) for _w, c, n in recs]
 
 
-def _shutdown(it, loader=None) -> None:
-    stage.stop(loader, it)
+def stage_costs(queue) -> dict[str, tuple[list[float], list[float]]]:
+    """Per stage the instrument times (:data:`feedlab.stage.INSTRUMENTED`), the (wall, CPU) seconds per
+    sample of each call drained from ``queue``; the first call (a warm-up) is left out where there are more."""
+    recs = drain(queue)
+    return {name: per_sample(recs.get(name, [])[1:] or recs.get(name, [])) for name in stage.INSTRUMENTED}

@@ -230,7 +230,9 @@ def make_loader(ds, spec: PipelineSpec, seed: int = 0, collate_fn=None):
 
 
 def read_epoch(loader) -> tuple[float, int, int]:
-    """One pass, nothing else: (seconds blocked in next(), samples, batches)."""
+    """One pass, nothing else: (seconds blocked in next(), samples, batches). Not
+    :func:`feedlab.timing.run_epoch`, which copies each batch to the device as float (CPU time in the
+    main process that would stand in the reader's measurement)."""
     timer = PhaseTimer("cpu")
     n = 0
     with owned_iterator(loader) as it:

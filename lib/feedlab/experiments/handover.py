@@ -31,10 +31,12 @@ from pathlib import Path
 
 import torch
 
-from feedlab import cache
+from feedlab import cache, formats
 from feedlab import pipeline as P
+from feedlab.errors import cli_errors
 from feedlab.experiments._storage_readers import store_files
 from feedlab.like_for_like import MIN_WINDOW_S, Side, differences, judged
+from feedlab.paths import default_sr_root
 
 TARGET_RATIO = 5.0        # LMDB+fast (best kind) ÷ PNG+ToTensor, both with workers
 TARGET_MAIN_US = 5.0      # main-side µs per sample of the ring
@@ -99,8 +101,6 @@ def measure(root, names=tuple(PIPELINES), batch_size: int = 128, num_workers: in
     cache first: a leg that ran after a cold-cache measurement once read LMDB from disk (3,901 samples/s
     against the grid's 36,498 on the same setting, committed 2026-11-24). ``budget``: a
     :class:`feedlab.budget.Budget` each leg asks first."""
-    from feedlab import formats
-
     present = set(formats.present(root))
     rows = []
     skip = P.prefetch_depth(P.PipelineSpec(num_workers=num_workers)) + 1 if skip is None else skip
@@ -203,8 +203,6 @@ def report(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    from feedlab.errors import cli_errors
-
     ap = argparse.ArgumentParser(prog="python -m feedlab.experiments.handover", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=None, help="an SR set with png and lmdb (default: the embedded set)")
@@ -216,8 +214,6 @@ def main(argv=None) -> int:
     ap.add_argument("--pipelines", default=",".join(PIPELINES), help="comma-separated: " + ", ".join(PIPELINES))
     args = ap.parse_args(argv)
     with cli_errors("handover"):
-        from feedlab.paths import default_sr_root
-
         names = [n for n in args.pipelines.split(",") if n]
         bad = [n for n in names if n not in PIPELINES]
         if bad:

@@ -36,7 +36,7 @@ from torch.utils.data import Dataset, default_collate
 from feedlab import paths
 from feedlab.formats import Hdf5Dataset, LmdbDataset, PngDataset, hdf5_store, lmdb_store
 from feedlab.formats._common import LazyHandle
-from feedlab.formats.lmdb_store import _open_env, _open_env_partial
+from feedlab.formats.lmdb_store import EnvOpener, open_env
 from feedlab.pipeline import PipelineSpec, make_loader
 from feedlab.plots import PALETTE, legend_outside
 from feedlab.results import Results
@@ -95,7 +95,7 @@ class LmdbParentDataset(LmdbDataset):
     def __init__(self, root, as_tensor: bool = False, name: str = "lmdb"):
         super().__init__(root, as_tensor=as_tensor, name=name)
         _close_cached_envs()  # LMDB allows one open env per path per process
-        self._env = _ParentEnv(_open_env(str(self.path)))
+        self._env = _ParentEnv(open_env(str(self.path)))
 
     def close(self) -> None:
         self._env.close()
@@ -125,7 +125,7 @@ class LmdbNaiveReopen(LmdbDataset):
         super().__init__(root, as_tensor=as_tensor, name=name)
 
         _close_cached_envs()
-        self._env = LazyHandle(_open_env_partial(str(self.path)))
+        self._env = LazyHandle(EnvOpener(str(self.path)))
 
     def close(self) -> None:
         self._env.close()

@@ -67,6 +67,7 @@ from feedlab.pipeline import (
     steady_rate,
 )
 from feedlab.pipeline import warmup_batches as warmup_batches_of
+from feedlab.plots import PHASE_COLORS, stacked_bars
 from feedlab.results import Results, summarize
 from feedlab.timing import PHASES, run_epoch
 
@@ -412,8 +413,6 @@ def plot_phase_bars(ax, table, label: Callable[[object], str], unit_scale: float
     error bar spanning the interquartile range of the total over repeats.
     ``per_sample`` divides by each row's ``batch_size`` so batch sizes compare on one
     linear axis (a stack on a log axis would misstate the segments' shares)."""
-    from feedlab.plots import stacked_bars
-
     if per_sample:
         table = table.copy()
         cols = list(PHASES) + ["total", "total_q25", "total_q75"]
@@ -434,8 +433,6 @@ def plot_phase_bars(ax, table, label: Callable[[object], str], unit_scale: float
 
 
 def _phase_label_colors() -> dict:
-    from feedlab.plots import PHASE_COLORS
-
     return {PHASE_LABELS[p]: PHASE_COLORS[p] for p in PHASES}
 
 

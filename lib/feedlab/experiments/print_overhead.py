@@ -158,12 +158,12 @@ class _Reporter:
 
 def run_loop(mode: str, step, batches: int, print_every: int = 50, log_dir: str = "", device=None) -> float:
     """Run ``batches`` steps reporting in ``mode``; seconds per batch (wall, output included).
-    On CUDA the loop's two clock reads wait for the queued steps (``timing._sync``), so the
+    On CUDA the loop's two clock reads wait for the queued steps (``timing.sync_device``), so the
     wall holds the GPU's work; inside the loop nothing syncs, as in a real training loop."""
     perf = time.perf_counter
     rep = _Reporter(mode, batches, print_every, log_dir)
     try:
-        timing._sync(device)
+        timing.sync_device(device)
         t0 = perf()
         for i in range(batches):
             ts = perf()
@@ -171,7 +171,7 @@ def run_loop(mode: str, step, batches: int, print_every: int = 50, log_dir: str 
             rep(i, (perf() - ts) * 1e3)
         # flushing is part of what output costs: a buffered stream pays it here
         sys.stdout.flush()
-        timing._sync(device)
+        timing.sync_device(device)
         return (perf() - t0) / batches
     finally:
         rep.close()

@@ -37,6 +37,10 @@ import numpy as np
 import torch
 
 from feedlab import cache, formats
+from feedlab.budget import Budget
+from feedlab.collate import copy_ceiling, totensor_collate
+from feedlab.collate import memcpy_ceiling as memcpy_per_item
+from feedlab.experiments import handover as H
 from feedlab.experiments._storage_readers import (  # noqa: F401  (re-exported: the notebook and tests use them here)
     COLLATE,
     KIND_WORDS,
@@ -74,9 +78,12 @@ from feedlab.experiments._storage_readings import (  # noqa: F401  (re-exported)
     row_words,
     table,
 )
-from feedlab.pipeline import MIN_TIMED_BATCHES, PipelineSpec, warmup_batches
+from feedlab.models import make_model
+from feedlab.pipeline import MIN_TIMED_BATCHES, PipelineSpec, make_training, warmup_batches
+from feedlab.pipeline.kinds import LOADER_KINDS
 from feedlab.pipeline.loaders import index_batches
-from feedlab.results import Results
+from feedlab.plots import PALETTE, axis_label, legend_outside, readable_log_axis
+from feedlab.results import Results, summarize
 from feedlab.timing import run_epoch, time_callable
 
 EXPERIMENT = "storage_formats"
@@ -86,9 +93,6 @@ def make_step_model(name: str, device, **kw):
     """``(model, optimizer)`` stepped per batch (NCHW batches, as every loader kind yields them):
     ``"auto"`` is the pipeline's choice for ``device`` (``pipeline.resolve_model_name``: SRCNN as
     published with CUDA, the small SRCNN on a CPU); another name is built with ``kw``."""
-    from feedlab.models import make_model
-    from feedlab.pipeline import make_training
-
     model = name if name == "auto" or not kw else make_model(name, **kw)
     model, _loss, opt = make_training(model, device)
     return model, opt
@@ -180,9 +184,6 @@ def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples
     each method's rows as ``ceiling_<method>``; ``memcpy_ceiling`` holds the runs of the method
     with the best run. ``memcpy_per_item`` copies one Python-level item per sample and side
     (``feedlab.collate.memcpy_ceiling``), the floor of any per-sample collate."""
-    from feedlab.collate import copy_ceiling
-    from feedlab.collate import memcpy_ceiling as _memcpy
-
     res = res if res is not None else Results()
     full = formats.open_dataset(root, "npy_mmap")
     ds = Head(full, samples)
@@ -200,8 +201,8 @@ def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples
 
     def per_item():
         for idx in batches:
-            _memcpy([lr_items[i] for i in idx], lr_out)
-            _memcpy([hr_items[i] for i in idx], hr_out)
+            memcpy_per_item([lr_items[i] for i in idx], lr_out)
+            memcpy_per_item([hr_items[i] for i in idx], hr_out)
 
     ceil = copy_ceiling(sides, batch_size, repeats=repeats, warmup=max(1, warmup))
     runs = {f"ceiling_{m}": ts for m, ts in ceil["runs"].items()}
@@ -227,8 +228,6 @@ def handover(root, batch_size: int = 128, num_workers: int = 2, batches: int = 5
     """The worker → main hand-over measured on this set (``experiments.handover.measure``): the
     DataLoader against ``loader="ring"`` on LMDB + fast collate (bytes per second of wall time and
     main-side µs per sample, every leg warm), beside the PNG baseline (a whole-pipeline comparison)."""
-    from feedlab.experiments import handover as H
-
     return H.measure(root, HANDOVER_PIPELINES, batch_size=batch_size, num_workers=num_workers, batches=batches,
                      repeats=repeats, min_window_s=min_window_s, budget=budget)
 
@@ -237,8 +236,6 @@ def baseline(root, repeats: int, warmup: int = 1, samples: int | None = None, ba
              num_workers: int = 2, res: Results | None = None, verify: bool = False, **window) -> Results:
     """The write-ups' starting point: PNG decoded by PIL, ToTensor per image, default_collate
     (no checksum check by default: the write-ups had none)."""
-    from feedlab.collate import totensor_collate
-
     spec = PipelineSpec(format="png", collate="totensor", batch_size=batch_size, num_workers=num_workers,
                         persistent_workers=num_workers > 0, device="cpu")
     return measure(root, spec, None, repeats, warmup, samples, "read", res=res, collate_fn=totensor_collate,
@@ -296,8 +293,6 @@ def run(root, fmts: Sequence[str] | None = None, worker_counts: Sequence[int] = 
     :class:`feedlab.budget.Budget`): the references always run; a setting whose expected cost (the
     dearest of its mode and format so far, else of its format read alone) would run past it is left out,
     named in ``budget.note()``."""
-    from feedlab.budget import Budget
-
     budget = budget if budget is not None else Budget(None)
     fmts = list(fmts) if fmts is not None else formats.present(root)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -347,8 +342,6 @@ def _log_last(res: Results, log) -> None:
 
 def summary(res: Results):
     """Median, q25, q75 per (mode, format, loader, metric)."""
-    from feedlab.results import summarize
-
     df = res.frame()
     return summarize(df, ["mode", "variant", "format", "loader", "num_workers", "metric"])
 
@@ -356,8 +349,6 @@ def summary(res: Results):
 def _loader_rank(loader: str, num_workers: int = 0) -> int:
     """A fixed order (and so a fixed colour) per loader across every panel: the kinds in
     registry order, the DataLoader by worker count, the worker kinds last."""
-    from feedlab.pipeline.kinds import LOADER_KINDS
-
     kinds = [k for k in LOADER_KINDS if k != "dataloader"]
     single = [k for k in kinds if LOADER_KINDS[k].workers == "none"]
     if loader in single:
@@ -375,8 +366,6 @@ def loader_label(loader: str, num_workers: int = 0) -> str:
 def plot_matrix(summ, ax, mode: str = "read", metric: str = "batch_load_ms", ceiling_ms: float | None = None,
                 title: str = ""):
     """Grouped bars: one group per format, one bar per (loader, workers), log scale, IQR error bars."""
-    from feedlab.plots import PALETTE, axis_label, legend_outside, readable_log_axis
-
     s = summ[(summ["mode"] == mode) & (summ["metric"] == metric) & summ["variant"].str.contains("/")]
     fmts = list(dict.fromkeys(s["format"]))
     keys = sorted(dict.fromkeys(zip(s["loader"], s["num_workers"].astype(int))), key=lambda k: _loader_rank(*k))

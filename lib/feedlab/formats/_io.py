@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from feedlab import paths
+from feedlab.results import atomic_write
 
 
 def current_umask() -> int:
@@ -114,18 +115,11 @@ def _prune_registry() -> None:
 def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
     """Write JSON to a temporary file beside ``path``, then rename it over. The file
     gets the usual permissions (0666 less the umask), so others can read a shared set."""
-    path = Path(path)
-    tmp = tmp_sibling(path)
+    tmp = tmp_sibling(Path(path))
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(payload, indent=2, sort_keys=True) + "\n", tmp=tmp)
+    finally:
         release(tmp)
-    except BaseException:
-        _remove(tmp)
-        raise
 
 
 _ORPHAN = re.compile(r"^.+\.(?:tmp|old)-(?P<pid>\d+)-[0-9a-f]{6}$")

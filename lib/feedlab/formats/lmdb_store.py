@@ -126,7 +126,7 @@ def write_raw(root, samples, **opts) -> Path:
     return write(root, samples, compress=False, **opts)
 
 
-def _open_env(path: str) -> lmdb.Environment:
+def open_env(path: str) -> lmdb.Environment:
     """Open read-only, after checking that ``data.mdb`` holds every page the environment's
     own meta page counts: reading a page past the end of a truncated file through the
     memory map kills the process with SIGBUS, so a short file is a named error instead."""
@@ -178,7 +178,7 @@ def _env_for_locked(path: str, check_inode: bool) -> lmdb.Environment:
         return entry[1]
     if entry is not None and entry[0] == pid:  # files replaced (repacked): drop the stale env
         entry[1].close()
-    env = _open_env(path)
+    env = open_env(path)
     _ENVS[path] = (pid, env, _inode(path))
     return env
 
@@ -208,7 +208,7 @@ class LmdbDataset(SRDataset):
         self._path = str(self.path)
         # read count and shapes; leave no env open unless this process already had one
         cached = self._path in _ENVS and _ENVS[self._path][0] == os.getpid()
-        env = _env_for(self._path, check_inode=True) if cached else _open_env(self._path)
+        env = _env_for(self._path, check_inode=True) if cached else open_env(self._path)
         try:
             with env.begin(buffers=False) as txn:
                 n = txn.get(LEN_KEY)
@@ -349,14 +349,14 @@ class LmdbDataset(SRDataset):
             entry[1].close()
 
 
-class _open_env_partial:
+class EnvOpener:
     """Picklable opener ``() -> read-only env`` (for custom handle policies)."""
 
     def __init__(self, path: str):
         self.path = path
 
     def __call__(self):
-        return _open_env(self.path)
+        return open_env(self.path)
 
 
 class LmdbRawDataset(LmdbDataset):

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from feedlab.machines import usable_cores as cores
+
 from .base import Source
 
 
@@ -77,6 +79,4 @@ class MapBatches:
 
 
 def usable_cores() -> int:
-    from feedlab.machines import usable_cores as cores
-
     return cores()

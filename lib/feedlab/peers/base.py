@@ -25,6 +25,9 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from feedlab.cache import files_under
+from feedlab.results import atomic_write
+
 from ._process import check_imports, in_venv
 from .venvs import VENVS, python_for, why_missing
 
@@ -171,7 +174,6 @@ class Peer:
         fn = getattr(self._impl(), "data_files", None)
         if fn is not None:
             return list(fn(source, Path(work)))
-        from feedlab.cache import files_under
 
         return files_under(work) if Path(work).exists() else []
 
@@ -184,7 +186,6 @@ def _last_line(exc: BaseException) -> str:
 def timed_conversion(work: Path, write: Callable[[Path], None], note: str = "") -> Conversion:
     """Run ``write(tmp)`` into a fresh folder beside ``work``, rename it onto ``work`` when done
     (an interrupted conversion leaves nothing), and time it."""
-    from feedlab.cache import files_under
     from feedlab.formats._common import atomic_output
 
     work = Path(work)
@@ -193,8 +194,8 @@ def timed_conversion(work: Path, write: Callable[[Path], None], note: str = "") 
         write(tmp)
     seconds = time.perf_counter() - t0
     size = sum(p.stat().st_size for p in files_under(work))
-    (work.parent / f"{work.name}.conversion.json").write_text(
-        json.dumps({"seconds": seconds, "bytes": size, "note": note}))
+    atomic_write(work.parent / f"{work.name}.conversion.json",
+                 json.dumps({"seconds": seconds, "bytes": size, "note": note}))
     return Conversion(seconds, size, str(work), note)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from feedlab.peers._process import IN_VENV
 from feedlab.peers.base import Source
 from feedlab.peers.measure import Window, run_peer
+from feedlab.results import atomic_write
 
 
 def _versions(name: str) -> dict:
@@ -53,10 +54,7 @@ def main(argv=None) -> int:
         return 2
     os.environ[IN_VENV] = "1"
     out = serve(json.loads(sys.stdin.read()))
-    dest = Path(argv[0])
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_text(json.dumps(out, default=_json_default))
-    os.replace(tmp, dest)
+    atomic_write(Path(argv[0]), json.dumps(out, default=_json_default))
     return 0
 
 

@@ -6,10 +6,13 @@ import json
 import sys
 from pathlib import Path
 
+from feedlab.paths import DATA_DIR, default_cls_root, default_sr_root
+
+from . import names
+from .base import Source
+
 
 def add_arguments(ap) -> None:
-    from . import names
-
     ap.add_argument("--peer", default=None, choices=names(),
                     help="time one contender of notebook 13 instead (with --kind, --data, --batch-size, "
                          "--workers, --epochs, --warmup)")
@@ -19,9 +22,6 @@ def add_arguments(ap) -> None:
 
 
 def main_peer(args) -> int:
-    from feedlab.paths import DATA_DIR, default_cls_root, default_sr_root
-
-    from .base import Source
     from .measure import run_peer
     from .report import rows_frame, table
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from feedlab import formats
+
 from ._common import MapBatches, SRPairs
 from .base import Conversion, Source, Spec, timed_conversion
 
@@ -24,8 +26,6 @@ from .base import Conversion, Source, Spec, timed_conversion
 def convert(source: Source, work) -> Conversion:
     if source.kind == "cls":
         return Conversion(0.0, source.source_bytes(), str(source.root), "reads the source JPEGs")
-    from feedlab import formats
-
     return timed_conversion(work, lambda tmp: formats.write("npy", tmp, SRPairs(source)),
                             "one .npy per sample and side")
 

@@ -31,7 +31,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from feedlab import formats
+from feedlab import pipeline as P
 from feedlab.collate import alloc_batch
+from feedlab.doctor import Budget, Doctor
+from feedlab.doctor import predict as PR
+from feedlab.pipeline import PipelineSpec
 from feedlab.pipeline.loaders import index_batches
 
 from ._common import SRPairs
@@ -45,8 +50,6 @@ NOT_GLOBAL = ("chunk",)
 def convert(source: Source, work) -> Conversion:
     if source.kind == "cls":
         return Conversion(0.0, source.source_bytes(), str(source.root), "reads the source JPEGs")
-    from feedlab import formats
-
     return timed_conversion(work, lambda tmp: formats.write("npy_mmap", tmp, SRPairs(source)),
                             "npy_mmap: lr.npy + hr.npy")
 
@@ -160,10 +163,6 @@ def advised_spec(work, workers: int, batch_size: int, fmt: str = "npy_mmap", shu
     than the start, wins. Cached per (store, workers, batch, order)."""
     key = (str(work), int(workers), int(batch_size), fmt, bool(shuffle))
     if key not in _CHOICES:
-        from feedlab.doctor import Budget, Doctor
-        from feedlab.doctor import predict as PR
-        from feedlab.pipeline import PipelineSpec
-
         start = PipelineSpec(format=fmt, collate="fast_cl", transform="none", batch_size=int(batch_size),
                              num_workers=int(workers), model="none", device="cpu")
         doc = Doctor(work, start, max_workers=int(workers),
@@ -184,8 +183,6 @@ def advised_spec(work, workers: int, batch_size: int, fmt: str = "npy_mmap", shu
 def loader(source: Source, work, spec: Spec):
     batches = EpochBatches(source.n, spec.batch_size, spec.shuffle, spec.seed)
     if source.kind == "sr":
-        from feedlab import pipeline as P
-
         best = advised_spec(work, spec.workers, spec.batch_size, shuffle=spec.shuffle)
         ld = P.make_loader(P.open_dataset(work, best, verify=False), best, seed=spec.seed, shuffle=spec.shuffle)
         ld.doctor_choice = best.label()   # which spec the doctor chose: the row says it
@@ -194,8 +191,6 @@ def loader(source: Source, work, spec: Spec):
     if spec.workers == 0:
         return _InProcess(ds, batches)
     from torch.utils.data import default_convert
-
-    from feedlab import pipeline as P
 
     # workers read whole batches (the dataset yields them): kind "dataloader" with automatic batching off
     wspec = P.PipelineSpec(batch_size=spec.batch_size, num_workers=spec.workers, persistent_workers=True,

@@ -30,11 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from feedlab import timing
+from feedlab.cache import evict
 from feedlab.like_for_like import MIN_TIMED_BATCHES, MIN_WINDOW_S
-from feedlab.monitor import CpuMonitor, _Sampler
+from feedlab.monitor import CpuMonitor, RssPeak
 from feedlab.pipeline.rates import rel_half_width
 from feedlab.results import Results
-from feedlab.timing import _sync
 
 from . import get, plan, remote, venvs
 from .base import Source, Spec
@@ -66,32 +67,6 @@ class Window:
         return asdict(self)
 
 
-class RssPeak(_Sampler):
-    """Peak resident set size of this process and its children (bytes)."""
-
-    def _prime(self) -> None:
-        import psutil
-
-        self._me = psutil.Process()
-        self._psutil = psutil
-
-    def _sample(self):
-        total = 0
-        try:
-            procs = [self._me, *self._me.children(recursive=True)]
-        except self._psutil.Error:
-            procs = [self._me]
-        for p in procs:
-            try:
-                total += p.memory_info().rss
-            except self._psutil.Error:
-                continue
-        return (total,)
-
-    def peak(self) -> int:
-        return int(max((s[0] for s in self.samples), default=0))
-
-
 def to_device(batch, kind: str, device) -> None:
     """What every training step starts with, and all that is done here (no model runs):
     the batch's images on the device as float in [0, 1], and the labels on the device."""
@@ -104,9 +79,15 @@ def to_device(batch, kind: str, device) -> None:
         torch.as_tensor(batch[1]).to(device, non_blocking=True)
 
 
-def run_epoch(loader, kind: str, device, n: int, first_only: bool = False, durations: list | None = None) -> dict:
+def peer_epoch(loader, kind: str, device, n: int, first_only: bool = False, durations: list | None = None) -> dict:
     """One epoch, each batch copied to the device (:func:`to_device`): wall time, first-batch
-    time, counts, batches; each batch's seconds appended to ``durations`` where given."""
+    time, counts, batches; each batch's seconds appended to ``durations`` where given.
+
+    Not :func:`feedlab.timing.run_epoch` (feedlab's own loop), and on purpose: a peer is timed as its users
+    run it, so torch's threads are left as they are and no model step runs; its batches come in each
+    peer's own shape (a dict, a list, images and labels), every sample counted for the check
+    (:class:`~feedlab.peers.check.EpochCounter`); and each batch beats for the parent that bounds a
+    peer's venv run. The clock sync is timing's one (:func:`feedlab.timing.sync_device`)."""
     count = EpochCounter(kind)
     t0 = last = time.perf_counter()
     first = None
@@ -122,7 +103,7 @@ def run_epoch(loader, kind: str, device, n: int, first_only: bool = False, durat
             durations.append(now - last)
             last = now
         beat()  # progress, for a parent bounding a venv run (at most a file touch a second)
-    _sync(device)
+    timing.sync_device(device)
     wall = time.perf_counter() - t0
     return {"wall_s": wall, "first_batch_s": first if first is not None else float("nan"), "batches": batches,
             **count.result(n)}
@@ -132,14 +113,12 @@ def timed_window(loader, kind: str, device, n: int, window: Window, evict_files=
     """Whole epochs back to back until ``window`` is done; with ``evict_files`` each epoch is read after
     evicting them (the eviction is not timed). Wall time, batches, epochs, the rate's precision, and the
     first epoch whose count was wrong (``ok`` False)."""
-    from feedlab.cache import evict
-
     durations: list[float] = []
     wall, batches, epochs, bad = 0.0, 0, 0, None
     while True:
         if evict_files is not None:
             evict(evict_files)
-        ep = run_epoch(loader, kind, device, n, durations=durations)
+        ep = peer_epoch(loader, kind, device, n, durations=durations)
         wall += ep["wall_s"]
         batches += ep["batches"]
         epochs += 1
@@ -174,11 +153,11 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
         loader = peer.loader(source, work, spec)
         if getattr(loader, "doctor_choice", None):   # feedlab's best: the spec the doctor advised
             status["pipeline"] = loader.doctor_choice
-        ep = run_epoch(loader, source.kind, device, source.n)
+        ep = peer_epoch(loader, source.kind, device, source.n)
         status["first_batch_s"] = (time.perf_counter() - t0) - ep["wall_s"] + ep["first_batch_s"]
         res.add(EXPERIMENT, name, "first_batch_s", status["first_batch_s"], "s", **params)
         for _ in range(max(0, warmup - 1)):
-            run_epoch(loader, source.kind, device, source.n)
+            peer_epoch(loader, source.kind, device, source.n)
         caches = ["warm"] + (["cold"] if cold else [])
         files = peer.data_files(source, work) if cold else None
         for cache in caches:

@@ -14,8 +14,9 @@ import pandas as pd
 
 from feedlab.like_for_like import Side, differences, judged, order_of, workers_of
 
-from . import BASELINE, FEEDLAB
+from . import BASELINE, FEEDLAB, PEERS
 from .measure import EXPERIMENT
+from .published import LABEL, NONE_PUBLISHED, PUBLISHED, per_vcpu
 
 STAGE = {"sr": "read + batch assembly (no decode)", "cls": "JPEG decode + crop/resize/flip"}
 
@@ -173,8 +174,6 @@ def _best(tab: pd.DataFrame, kind: str, names) -> dict | None:
 def missing_peers(tab: pd.DataFrame, kind: str, field=None) -> dict[str, str]:
     """``{label: why}`` of the peers of the field without a checked, timed run on ``kind`` in this table.
     The field: ``field`` (names), default every registered contender but feedlab's best with a ``kind`` pipeline."""
-    from . import PEERS
-
     names = list(field) if field is not None else list(PEERS)
     names = [n for n in names if n != FEEDLAB and (n not in PEERS or kind in PEERS[n].kinds)]
     d = tab[tab.kind == kind]
@@ -298,9 +297,6 @@ def published_table(tab: pd.DataFrame, cores: int) -> pd.DataFrame:
     """Each peer's own published throughput per vCPU (:mod:`feedlab.peers.published`: published, not
     measured here) beside this run's best rate of that peer per core of this machine, and per busy
     CPU-second (1000 / cpu_ms_per_sample). A peer with no published figure gets one row saying so."""
-    from . import PEERS
-    from .published import LABEL, NONE_PUBLISHED, PUBLISHED, per_vcpu
-
     rows = []
     for pub in PUBLISHED + [{"peer": p, "kind": None, "what": why} for p, why in NONE_PUBLISHED.items()]:
         name = pub["peer"]

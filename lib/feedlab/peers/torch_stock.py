@@ -12,6 +12,7 @@ from __future__ import annotations
 from torch.utils.data import DataLoader, Subset
 
 from feedlab.collate import totensor_collate
+from feedlab.formats import open_dataset
 
 from ._common import ImageFolderIds, generator, png_bytes
 from .base import Conversion, Source, Spec, torchvision_cls_transform
@@ -30,8 +31,6 @@ def data_files(source: Source, work):
 
 def loader(source: Source, work, spec: Spec):
     if source.kind == "sr":
-        from feedlab.formats import open_dataset
-
         ds = Subset(open_dataset(source.root, "png"), range(source.n))
         collate = totensor_collate
     else:

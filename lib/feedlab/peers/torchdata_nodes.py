@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from torch.utils.data import RandomSampler, SequentialSampler, default_collate
 
+from feedlab.formats import open_dataset
+
 from . import feedlab_best
 from ._common import ImageFolderIds, generator
 from .base import Conversion, Source, Spec, torchvision_cls_transform
@@ -30,8 +32,6 @@ def loader(source: Source, work, spec: Spec):
     import torchdata.nodes as tn
 
     if source.kind == "sr":
-        from feedlab.formats import open_dataset
-
         ds = open_dataset(work, "npy_mmap")
     else:
         ds = ImageFolderIds(source, torchvision_cls_transform(spec.size, spec.augment))

@@ -9,7 +9,7 @@ The sample (``--what-if-samples``, default :data:`~feedlab.doctor.whatif.DEFAULT
 judged window) is built in a folder this module creates under ``$TMPDIR`` and removes, whatever happens:
 SR pairs read through your format and decode into an ``npy_mmap`` copy, images as an ImageFolder of
 links to your files (cycled where the set is smaller). Your pipeline (format, decode, collate, batch size,
-workers) is timed on it by notebook 13's harness (:func:`feedlab.peers.measure.run_epoch`: each batch to
+workers) is timed on it by notebook 13's harness (:func:`feedlab.peers.measure.peer_epoch`: each batch to
 the device as float, whole epochs in windows of at least ``MIN_TIMED_BATCHES``), its output checked as the
 peers' is (:mod:`feedlab.peers.check`); each peer goes through :func:`feedlab.peers.measure.run_peer`
 (conversion, output check, timed epochs; in its own venv where it has one), un-augmented as yours is.
@@ -30,10 +30,22 @@ import numpy as np
 import torch
 
 from feedlab import formats
+from feedlab import peers as registry
 from feedlab import pipeline as P
 from feedlab.doctor import whatif as W
 from feedlab.doctor.answer import headspace
-from feedlab.errors import DeadlineError, deadline
+from feedlab.doctor.report import json_default
+from feedlab.errors import DeadlineError, deadline, strict_json
+from feedlab.formats.imagefolder import scan
+from feedlab.formats.images import scan_images
+from feedlab.like_for_like import order_of
+from feedlab.peers.base import Source
+from feedlab.peers.check import verify_cls, verify_sr
+from feedlab.peers.measure import MIN_TIMED_BATCHES, peer_epoch, run_peer
+from feedlab.peers.remote import in_venv
+from feedlab.peers.report import pixel_error
+from feedlab.peers.venvs import python_for
+from feedlab.results import atomic_write
 
 LIMIT_S = 900.0     # the most one side (your pipeline, or one peer: conversion, check and timing) may take
 REPEATS = 3
@@ -67,10 +79,6 @@ class _Sample(torch.utils.data.Dataset):
 
 def build_sample(root: Path, fmt: str, decode: str, n: int, tmp: Path) -> tuple[object, list[str]]:
     """The sample as a :class:`feedlab.peers.base.Source` under ``tmp``, and notes."""
-    from feedlab.formats.imagefolder import scan
-    from feedlab.formats.images import scan_images
-    from feedlab.peers.base import Source
-
     spec = formats.get_format(fmt)
     out, notes = tmp / "sample", []
     if spec.kind == "sr":
@@ -116,18 +124,14 @@ def _loader(root: Path, spec: P.PipelineSpec, source, size: int):
 def time_baseline(root: Path, spec: P.PipelineSpec, source, size: int, device: str, repeats: int = REPEATS) -> dict:
     """Your pipeline on the sample: its output checked, then timed as :func:`peers.measure.time_contender`
     times a peer (a warm-up epoch, then ``repeats`` windows of whole epochs); the median rate."""
-    from feedlab.peers.check import verify_cls, verify_sr
-    from feedlab.peers.measure import MIN_TIMED_BATCHES, run_epoch
-    from feedlab.peers.report import pixel_error
-
     loader = _loader(root, spec, source, size)
     check = verify_sr(loader, source) if source.kind == "sr" else verify_cls(loader, source, size)
-    run_epoch(loader, source.kind, device, source.n)
+    peer_epoch(loader, source.kind, device, source.n)
     per_batch = -(-source.n // spec.batch_size)
     per_window = max(1, -(-MIN_TIMED_BATCHES // per_batch))
     rates, walls = [], []
     for _ in range(repeats):
-        eps = [run_epoch(loader, source.kind, device, source.n) for _ in range(per_window)]
+        eps = [peer_epoch(loader, source.kind, device, source.n) for _ in range(per_window)]
         if not all(e["ok"] for e in eps):
             raise ValueError(f"your pipeline returned {eps[0]['samples']} samples of {source.n} in an epoch")
         walls.append(sum(e["wall_s"] for e in eps))
@@ -143,11 +147,6 @@ def time_peer(name: str, source, work: Path, spec: P.PipelineSpec, size: int, de
               stall_s: float | None, repeats: int = REPEATS) -> dict:
     """One peer through notebook 13's runner, un-augmented: its info with the median warm rate, its timed
     window and the pixel error of its output check added."""
-    from feedlab.peers.measure import run_peer
-    from feedlab.peers.remote import in_venv
-    from feedlab.peers.report import pixel_error
-    from feedlab.peers.venvs import python_for
-
     label = f"--what-if: peer {name}"
     with deadline(None if (python_for(name) and not in_venv()) else limit_s, label,
                   "--what-if-limit S waits longer"):
@@ -179,9 +178,6 @@ def what_if(rep: dict, root: Path, spec: P.PipelineSpec, crop: int = 96, samples
     """The what-if's dict (the report's ``what_if`` key): the sample, your pipeline, every peer (measured,
     or the one line why not), the answer. Temporaries go in ``work`` (the doctor's folder) or a folder
     made here, removed at the end either way."""
-    from feedlab import peers as registry
-    from feedlab.like_for_like import order_of
-
     kind = formats.get_format(spec.format).kind
     mapping, how = W.express(kind, spec.transform, crop)
     n, note = W.sample_size(samples, spec.batch_size)
@@ -243,9 +239,6 @@ def _stop(signum, frame):
 def main(argv=None) -> int:
     import signal
 
-    from feedlab.doctor.report import json_default
-    from feedlab.errors import strict_json
-    from feedlab.results import atomic_write
 
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR
 from feedlab.report.compare_words import baseline_words, finding, title  # noqa: F401  (re-exported)
+from feedlab.results import atomic_write
 
 PREFIX = "machines_"
 
@@ -359,9 +359,7 @@ def write_all(figures_dir: Path = FIGURES_DIR, log=print, redraw: bool = False) 
         if not redraw and _current(path, record):
             continue
         written += draw(view, record["machines"], path.parent)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)  # never half-written
+        atomic_write(path, json.dumps(record, indent=1, sort_keys=True) + "\n")  # never half-written
         written.append(path)
         log(f"{path.parent.name}: {PREFIX}{view.name} ({', '.join(record['machines'])})")
     for old in _ours(figures_dir) - set(expected):
