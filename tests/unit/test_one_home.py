@@ -6,6 +6,7 @@ fake doctor: nothing is measured."""
 import ast
 import inspect
 import math
+from types import SimpleNamespace
 
 import pytest
 from test_doctor import SPEC, table
@@ -161,6 +162,7 @@ class Doc:
     """What the loop and the notebooks use of a Doctor; a measurement returns :func:`rate`."""
 
     device, max_workers, cuda = "cpu", 2, False
+    budget = SimpleNamespace(e2e_batches=50)   # the Doctor's measurement sizes (its passes' timed batches)
 
     def __init__(self, model=20e-6):
         self.table = steps_table(model)
