@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.errors import cli_errors, deadline, strict_json
 from feedlab.monitor import CpuMonitor
 from feedlab.paths import default_sr_root
@@ -30,7 +30,7 @@ from feedlab.trace import trace_run
 STALL_S = 300.0
 
 
-def bench(data: Path, spec: P.PipelineSpec, epochs: int = 3, warmup: int = 1, max_batches: int | None = None,
+def bench(data: Path, spec: pl.PipelineSpec, epochs: int = 3, warmup: int = 1, max_batches: int | None = None,
           trace: Path | None = None, verify: bool = True, stall_s: float | None = STALL_S) -> dict:
     """Time ``spec`` over ``data``; a stall of ``stall_s`` seconds without a batch (a sample
     that never arrives) raises ``DeadlineError`` naming the data set and the batch."""
@@ -54,16 +54,16 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
     if not Path(data).exists():
         raise SystemExit(f"--data {data}: no such data set; build it with "
                          f"`python -m data_prep sr --out {data}` then `python -m data_prep pack {data} --to all`")
-    device = P.resolve_device(spec.device)
+    device = pl.resolve_device(spec.device)
     spec = spec.replace(device=device)
     try:
-        dataset = P.open_dataset(data, spec)
+        dataset = pl.open_dataset(data, spec)
     except FileNotFoundError as exc:
         raise SystemExit(f"python -m feedlab.bench: error: {exc}; pack it with "
                          f"`python -m data_prep pack {data} --to {spec.format}`") from None
     getattr(dataset, "dataset", dataset).verify = bool(verify)   # per-sample checksums (on by default)
-    loader = P.make_loader(dataset, spec)
-    model, _loss, optimizer = P.make_training(spec.model, device)
+    loader = pl.make_loader(dataset, spec)
+    model, _loss, optimizer = pl.make_training(spec.model, device)
     d.reset()
     for _ in range(warmup):
         run_epoch(loader, model, device, optimizer, max_batches=max_batches, on_batch=tick)
@@ -93,7 +93,7 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
     if trace is not None:
         d.reset()
         trace_run(dataset, out, Path(trace), batch_size=spec.batch_size, workers=spec.num_workers,
-                  max_batches=max_batches or 20, loader=P.make_loader(dataset, spec))  # the timed kind, traced
+                  max_batches=max_batches or 20, loader=pl.make_loader(dataset, spec))  # the timed kind, traced
     return out
 
 
@@ -109,7 +109,7 @@ def _main(argv: list[str] | None = None) -> int:
                     "(default: the embedded data/sr64)")
     from feedlab.formats import sr_formats
 
-    P.add_arguments(ap, P.PipelineSpec(batch_size=128, num_workers=2), formats=sr_formats())
+    pl.add_arguments(ap, pl.PipelineSpec(batch_size=128, num_workers=2), formats=sr_formats())
     ap.add_argument("--workers", dest="num_workers", type=int, help=argparse.SUPPRESS)  # the flag's old name
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs (after one warm-up)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed warm-up epochs")
@@ -125,7 +125,7 @@ def _main(argv: list[str] | None = None) -> int:
 
     add_peer_arguments(ap)
     args = ap.parse_args(argv)
-    spec = P.spec_from_args(args)
+    spec = pl.spec_from_args(args)
     why = [w for w in spec.problems() if "pin_memory" not in w]  # pinning without CUDA is reported, not refused
     if why or args.epochs < 1:
         ap.error("; ".join(why) or "--epochs must be >= 1")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 from test_doctor import SPEC
 
-from feedlab.doctor import Budget, Doctor, StageSplit, probes
+from feedlab.doctor import Doctor, Effort, StageSplit, probes
 
 
 class LoggingStore:
@@ -41,7 +41,7 @@ def test_stages_are_timed_one_sample_at_a_time_as_the_loop_runs_them():
         return sample
 
     doc = Doctor(None, SPEC.replace(device="cpu"), max_workers=0,
-                 budget=Budget(repeats=2, warmup=1, samples=8, cold=False),
+                 effort=Effort(repeats=2, warmup=1, samples=8, cold=False),
                  splits=lambda f, d: StageSplit(store, transform))
     doc.measure_items("fake", "fake")
     timed = log[-3 * 8 * 3:]   # the warm-up and the two timed repeats, 8 samples each, 3 stages a sample
@@ -85,7 +85,7 @@ def _doc(workers=0):
     from test_doctor import FakeStore
 
     return Doctor(None, SPEC.replace(device="cpu", num_workers=workers), max_workers=workers,
-                  budget=Budget(repeats=1, warmup=0, samples=8, e2e_batches=2, cold=False),
+                  effort=Effort(repeats=1, warmup=0, samples=8, e2e_batches=2, cold=False),
                   splits=lambda f, d: StageSplit(FakeStore(n=64)))
 
 
@@ -162,7 +162,7 @@ def test_the_diagnosis_measured_on_a_busy_machine_prints_no_error_figure(monkeyp
 
     monkeypatch.setattr(measure, "cpu_capacity", lambda ks, **k: {k_: 0.3 * min(k_, 2) for k_ in ks})
     doc = Doctor(None, SPEC.replace(device="cpu", num_workers=1), max_workers=1,
-                 budget=Budget(repeats=1, warmup=0, samples=16, e2e_batches=3, cold=False),
+                 effort=Effort(repeats=1, warmup=0, samples=16, e2e_batches=3, cold=False),
                  splits=lambda f, d: StageSplit(FakeStore(n=64)))
     doc.measure(alternatives=False)
     doc.table.machine.cores = 2

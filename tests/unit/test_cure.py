@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from feedlab.doctor import Budget, Doctor, StageSplit
+from feedlab.doctor import Doctor, Effort, StageSplit
 from feedlab.experiments import cure as C
 from feedlab.pipeline import PipelineSpec
 from feedlab.timing import EpochTiming
@@ -115,7 +115,7 @@ class Store:
 
 
 def test_cure_measures_the_baseline_then_follows_the_advice():
-    doc = Doctor(None, SPEC, max_workers=2, budget=Budget(repeats=1, samples=8, e2e_batches=2, cold=False),
+    doc = Doctor(None, SPEC, max_workers=2, effort=Effort(repeats=1, samples=8, e2e_batches=2, cold=False),
                  splits=lambda f, d: StageSplit(Store(0.002)), model="none")
     doc.measure(alternatives=False)
     res, steps = C.cure(doc, SPEC, worker_counts=[0], max_steps=1, repeats=2, min_timed=6)
@@ -169,7 +169,7 @@ def test_measure_runs_a_kind_that_takes_no_sampler(monkeypatch):
     cycles their epochs instead (the H100 run failed here: 'ring takes no DataLoader options')."""
     import feedlab.pipeline as P
 
-    doc = Doctor(None, SPEC, max_workers=2, budget=Budget(repeats=1, samples=8, e2e_batches=2, cold=False),
+    doc = Doctor(None, SPEC, max_workers=2, effort=Effort(repeats=1, samples=8, e2e_batches=2, cold=False),
                  splits=lambda f, d: StageSplit(Store(0.0)), model="none")
     doc.measure(alternatives=False)
     real, seen = P.make_loader, []

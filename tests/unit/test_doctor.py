@@ -12,7 +12,7 @@ import torch
 from inproc import run_cli
 
 from feedlab import doctor
-from feedlab.doctor import BOUND_STAGES, VERDICTS, Budget, CostTable, Doctor, Machine, Stage, StageSplit
+from feedlab.doctor import BOUND_STAGES, VERDICTS, CostTable, Doctor, Effort, Machine, Stage, StageSplit
 from feedlab.doctor import predict as PR
 from feedlab.pipeline import PipelineSpec
 
@@ -142,7 +142,7 @@ class SlowModel(torch.nn.Module):
 def run_doctor(store, model=None, workers=1):
     threads_before = torch.get_num_threads()
     doc = Doctor(None, SPEC.replace(device="cpu", num_workers=workers), max_workers=workers,
-                 budget=Budget(repeats=2, samples=16, e2e_batches=3, cold=False),
+                 effort=Effort(repeats=2, samples=16, e2e_batches=3, cold=False),
                  splits=lambda f, d: StageSplit(store), model=model)
     doc.measure(alternatives=False)
     rep = doctor.diagnose(doc, SPEC.replace(num_workers=workers))

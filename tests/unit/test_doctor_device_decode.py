@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from feedlab.doctor import Budget, CostTable, Doctor, Machine, Stage
+from feedlab.doctor import CostTable, Doctor, Effort, Machine, Stage
 from feedlab.doctor import predict as PR
 from feedlab.doctor.device_decode import measure_device_decode
 from feedlab.pipeline import PipelineSpec
@@ -49,7 +49,7 @@ def test_measured_through_the_loops_own_batched_call(tmp_path):
     for i in range(6):
         Image.fromarray(rng.integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(tmp_path / "a" / f"{i}.jpg")
     doc = Doctor(tmp_path, SPEC.replace(device="cpu"), max_workers=1,
-                 budget=Budget(repeats=2, samples=4, e2e_batches=2, cold=False))
+                 effort=Effort(repeats=2, samples=4, e2e_batches=2, cold=False))
     doc.measure_items("jpeg", "pil")
     assert measure_device_decode(doc, "jpeg", batch=8, device="cpu", size=32)
     s = doc.table.get(("decode", "jpeg", "cuda"))

@@ -11,7 +11,7 @@ import rawbin_store
 
 from feedlab import formats
 from feedlab import pipeline as P
-from feedlab.doctor import Budget, Doctor, diagnose
+from feedlab.doctor import Doctor, Effort, diagnose
 
 
 @pytest.fixture()
@@ -43,7 +43,7 @@ def test_registered_format_reads_back_and_loads(rawbin, sr_reference):
 
 def test_doctor_measures_and_advises_a_new_format(rawbin):
     spec = P.PipelineSpec(format="rawbin", collate="totensor", batch_size=8, device="cpu")
-    doc = Doctor(rawbin, spec, max_workers=0, budget=Budget(repeats=1, samples=8, e2e_batches=2, cold=True),
+    doc = Doctor(rawbin, spec, max_workers=0, effort=Effort(repeats=1, samples=8, e2e_batches=2, cold=True),
                  alt_formats=["png", "rawbin"]).measure()
     assert doc.table.get(("read", "rawbin", "frombuffer")).bytes_per_sample > 0
     assert doc.table.get(("read_cold", "rawbin", "frombuffer")) is not None or \

@@ -162,7 +162,7 @@ class Doc:
     """What the loop and the notebooks use of a Doctor; a measurement returns :func:`rate`."""
 
     device, max_workers, cuda = "cpu", 2, False
-    budget = SimpleNamespace(e2e_batches=50)   # the Doctor's measurement sizes (its passes' timed batches)
+    effort = SimpleNamespace(e2e_batches=50)   # the Doctor's measurement sizes (its passes' timed batches)
 
     def __init__(self, model=20e-6):
         self.table = steps_table(model)
@@ -265,7 +265,7 @@ def test_notebook_10s_measured_rates_are_labelled_and_its_predictions_say_so():
     from feedlab.results import Results
 
     for batches, kind in ((50, "steady"), (4, "startup_inclusive")):
-        doc = SimpleNamespace(budget=SimpleNamespace(e2e_batches=batches), e2e_calls={}, device="cpu",
+        doc = SimpleNamespace(effort=SimpleNamespace(e2e_batches=batches), e2e_calls={}, device="cpu",
                               table_now=lambda spec: None)
         res = Results()
         D.predict, real = (lambda table, spec: {"predicted_samples_per_s": 10.0, "bound_stage": "decode",

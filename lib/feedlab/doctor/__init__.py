@@ -19,7 +19,7 @@ from . import predict  # the module: predict.predict(table, spec), predict.advis
 from .answer import render_user
 from .costs import BOUND_STAGES, MAIN_STAGES, VERDICTS, WORKER_STAGES, CostTable, Machine, Stage
 from .diagnosis import diagnose, shm_report
-from .measure import Budget, Doctor
+from .measure import Doctor, Effort
 from .predict import MIN_GAIN, advise, refuted
 from .report import render
 from .split import StageSplit, open_split
@@ -34,5 +34,5 @@ def main(argv=None) -> int:
 
 
 __all__ = ["BOUND_STAGES", "MAIN_STAGES", "WORKER_STAGES", "VERDICTS", "MIN_GAIN", "CostTable", "Machine", "Stage",
-           "Budget", "Doctor", "StageSplit", "open_split", "diagnose", "shm_report", "advise", "refuted",
+           "Doctor", "Effort", "StageSplit", "open_split", "diagnose", "shm_report", "advise", "refuted",
            "predict", "render", "diagnose_loader", "render_user", "main"]

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from feedlab import formats
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.errors import cli_errors, deadline, strict_json
 from feedlab.formats import FORMATS
 from feedlab.paths import default_sr_root
@@ -35,7 +35,7 @@ from feedlab.trace import trace_run
 
 from .diagnosis import diagnose
 from .guard import DEFAULT_DEADLINE_S, user_call
-from .measure import Budget, Doctor
+from .measure import Doctor, Effort
 from .ranks import advise_ranks, render_ranks
 from .report import json_default, render
 from .script import PROG, render_script, run_script
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                     "any folder of images (default: the embedded SR set)")
     ap.add_argument("--format", default="auto", choices=["auto", *FORMATS],
                     help="storage format (auto: guessed from --data)")
-    P.add_arguments(ap, P.PipelineSpec(transform="default"), skip=("format", "num_workers", "prefetch_factor",
+    pl.add_arguments(ap, pl.PipelineSpec(transform="default"), skip=("format", "num_workers", "prefetch_factor",
                                                                    "persistent_workers"))
     ap.add_argument("--num-workers", type=int, default=None, help="the num_workers under diagnosis "
                     "(default: --max-workers)")
@@ -161,7 +161,7 @@ def _user_loader(args, loader=None, step_cost_s=None, head: str = "", script: di
                            hint="make_loader() is called with no arguments and must return your DataLoader")
     step = _load_callable(args.step, "--step") if args.step else None
     rep = diagnose_loader(loader, step=step, batches=args.batches, repeats=args.repeats,
-                          device=P.resolve_device(args.device), max_workers=args.max_workers,
+                          device=pl.resolve_device(args.device), max_workers=args.max_workers,
                           pin_memory=args.pin_memory or None, deadline_s=args.deadline, log=_log(args),
                           step_trials=() if args.no_step_trials else None, ranks=args.ranks,
                           step_name=f"--step {args.step}" if args.step else "your step(batch)",
@@ -256,11 +256,11 @@ def _main(argv: list[str] | None = None) -> int:
         ap.error(f"--data {args.data}: no such folder (give a folder of images, or build a set with "
                  "`python -m data_prep sr --out DIR` and `python -m data_prep pack DIR --to all`)")
     fmt = formats.guess_format(args.data) if args.format == "auto" else args.format
-    spec = P.spec_from_args(args, P.PipelineSpec(format=fmt)).replace(format=fmt)
+    spec = pl.spec_from_args(args, pl.PipelineSpec(format=fmt)).replace(format=fmt)
     why = [p for p in spec.replace(num_workers=0).problems() if "pin_memory" not in p]
     if why:
         ap.error("; ".join(why))
-    budget = Budget(args.repeats, 1, args.samples, args.batches, cold=not args.no_cold)
+    effort = Effort(args.repeats, 1, args.samples, args.batches, cold=not args.no_cold)
     where = [f"opening {args.data} as {fmt}"]
     hint = ("a sample that never answers? `python -m data_prep verify DATA` names it; --deadline S waits longer")
     with deadline(args.deadline, lambda: f"doctor --data {args.data}: {where[0]}", hint, on_progress=True) as d:
@@ -271,7 +271,7 @@ def _main(argv: list[str] | None = None) -> int:
                 print(f"  … {m}", file=sys.stderr, flush=True)
 
         try:
-            doc = Doctor(args.data, spec, args.max_workers, budget, log=log)
+            doc = Doctor(args.data, spec, args.max_workers, effort, log=log)
             spec = spec.replace(num_workers=doc.max_workers if args.num_workers is None else args.num_workers)
             doc.measure()
         except (FileNotFoundError, ValueError) as exc:
@@ -282,7 +282,7 @@ def _main(argv: list[str] | None = None) -> int:
         if args.trace is not None:
             log("tracing 20 batches")
             trace_run(doc.split(spec.format, spec.decode_backend), report, args.trace, batch_size=spec.batch_size,
-                      workers=spec.num_workers, collate=P.make_collate(spec.collate), max_batches=20, model=doc.model,
+                      workers=spec.num_workers, collate=pl.make_collate(spec.collate), max_batches=20, model=doc.model,
                       device=doc.device, optimizer=doc.optimizer, pin_memory=spec.pin_memory and doc.cuda)
     text = render(report)
     if "ranks_advice" in report:

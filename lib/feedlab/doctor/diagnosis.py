@@ -125,7 +125,7 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
         rows.append(row)
     if any(not _rate(doc.e2e[s]["steady"]) for s in doc.e2e if s.num_workers <= doc.max_workers):
         doc.notes.append(f"too few samples to measure a steady rate end to end (batch {spec.batch_size}, "
-                         f"{doc.budget.e2e_batches} timed batches asked for): give more images or a smaller --batch-size")
+                         f"{doc.effort.e2e_batches} timed batches asked for): give more images or a smaller --batch-size")
     for r in rows:   # measured while another program took the CPU: too busy to judge, not an error figure
         r["speed"] = process_speed(r["capacity_now"], r["num_workers"] + 1, doc.table.machine.cores,
                                    r.get("pass_speed"))
@@ -144,7 +144,7 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
                              "within_20pct": all(e <= 0.2 for e in errors) if errors else None,
                              "too_busy": [r["num_workers"] for r in rows if r["too_busy"]]},
              "refuted": PR.refuted(doc.table, spec, doc.max_workers, measured=measured),
-             "shm": shm_report(bb, max(spec.num_workers, doc.max_workers)), "warmup": doc.budget.warmup}
+             "shm": shm_report(bb, max(spec.num_workers, doc.max_workers)), "warmup": doc.effort.warmup}
     return Report("data", doc.device, doc.cuda, m.cores, m.effective_cores, spec.batch_size, spec.num_workers,
                   spec.as_dict(), _stage_rows(doc, spec), rows, pred, measured.get(spec), advice, list(doc.notes),
-                  doc.budget.repeats, headroom(doc.table, spec), extra).as_dict()
+                  doc.effort.repeats, headroom(doc.table, spec), extra).as_dict()

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from feedlab import formats
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.cache import evict
 from feedlab.errors import progress
 from feedlab.formats import raw_nbytes
@@ -47,7 +47,7 @@ from .split import StageSplit, decode_alternatives, open_split
 
 
 @dataclass(frozen=True)
-class Budget:
+class Effort:
     """How long the doctor measures: rounds, samples per stage round, batches per end-to-end pass."""
 
     repeats: int = 3
@@ -86,29 +86,29 @@ class Doctor:
     stores under ``root``); ``model`` is a name (``feedlab.pipeline.MODEL_VARIANTS``) or
     a module."""
 
-    def __init__(self, root, spec: P.PipelineSpec, max_workers: int | None = None, budget: Budget = Budget(),
+    def __init__(self, root, spec: pl.PipelineSpec, max_workers: int | None = None, effort: Effort = Effort(),
                  alt_formats: Sequence[str] | None = None, splits: Callable[[str, str], StageSplit] | None = None,
                  model: Any = None, log: Callable[[str], None] | None = None):
         self.root = Path(root) if root is not None else None
-        self.device = P.resolve_device(spec.device)
+        self.device = pl.resolve_device(spec.device)
         self.spec = spec.replace(device=self.device)
         self.cuda = self.device.startswith("cuda")
         self.max_workers = usable_cores() if max_workers is None else int(max_workers)
-        self.budget = budget
+        self.effort = effort
         self.alt_formats = None if alt_formats is None else list(alt_formats)
         self._splits = splits or (lambda f, d: open_split(self.root, f, d, spec.transform))
         self.log = log or (lambda msg: None)
         given = model if model is not None else spec.model
         self.model_name = given if isinstance(given, str) else type(given).__name__
-        self.model, self.loss_fn, self.optimizer = P.make_training(given, self.device)
+        self.model, self.loss_fn, self.optimizer = pl.make_training(given, self.device)
         self.table = CostTable(Machine(usable_cores(), float(usable_cores()), self.cuda, {0: 1}))
         self.split_cache: dict[tuple[str, str], StageSplit] = {}
         self.batch_bytes: dict[tuple[str, int], int] = {}
         self._batches: dict[tuple[str, int], Any] = {}
         self._samples: list = []
         self._samples_of: dict[tuple[str, str], list] = {}
-        self.e2e: dict[P.PipelineSpec, dict] = {}
-        self.e2e_calls: dict[P.PipelineSpec, list[dict]] = {}   # every measurement of a spec, in order
+        self.e2e: dict[pl.PipelineSpec, dict] = {}
+        self.e2e_calls: dict[pl.PipelineSpec, list[dict]] = {}   # every measurement of a spec, in order
         self.notes: list[str] = []
 
     # --------------------------------------------------------------- pieces
@@ -118,11 +118,11 @@ class Doctor:
         return self.split_cache[(fmt, decode)]
 
     def _t(self, fn, per, device=None, setup=None, warmup=None, repeats=None):
-        b = self.budget
+        b = self.effort
         return timed(fn, per, b.warmup if warmup is None else warmup, repeats or b.repeats, device, setup)
 
     def _indices(self, n: int) -> list[int]:
-        m = min(self.budget.samples, n)
+        m = min(self.effort.samples, n)
         idx = np.random.default_rng(0).choice(n, size=m, replace=False) if m < n else np.arange(n)
         return np.random.default_rng(1).permutation(idx).tolist()
 
@@ -134,7 +134,7 @@ class Doctor:
         raws = [p.read(i) for i in idx]
         nbytes = float(np.mean([raw_nbytes(r) for r in raws]))
         chain = [("read", p.read), ("decode", p.decode)] + [("transform", p.transform)] * (p.transform is not None)
-        got, samples = stream_stages(chain, idx, self.budget.warmup, self.budget.repeats)  # as the loop runs them
+        got, samples = stream_stages(chain, idx, self.effort.warmup, self.effort.repeats)  # as the loop runs them
         self.table[("read", fmt, decode)] = Stage("read", f"{fmt} (warm cache)", *got["read"], nbytes)
         if cold:
             self._measure_cold(p, fmt, decode, idx, nbytes)
@@ -167,7 +167,7 @@ class Doctor:
         return [s[k % len(s)] for k in range(batch_size)]
 
     def measure_collate(self, name: str, bs: int, workers: bool) -> None:
-        fn = P.make_collate(name)
+        fn = pl.make_collate(name)
         items = self._items(bs)
         w, c = self._t(lambda: fn(items), bs)
         self.table[("collate", name, bs)] = Stage("collate", f"{name} (batch {bs})", w, c)
@@ -177,7 +177,7 @@ class Doctor:
         if not workers:
             return
         try:
-            pr = probe_worker(items, fn, batches=max(4, 4 * self.budget.repeats))
+            pr = probe_worker(items, fn, batches=max(4, 4 * self.effort.repeats))
         except Exception as exc:  # e.g. no usable shared memory
             self.notes.append(f"worker probe of collate {name}: {type(exc).__name__}: {exc}")
             return
@@ -198,7 +198,7 @@ class Doctor:
         """The ring's hand-over (``loader="ring"``): the main process's CPU to receive a batch
         whose worker filled a slot of the shared-memory ring (a slot index, no pickled tensor)."""
         try:
-            pr = probe_ring(self._items(bs), bs, batches=max(6, 4 * self.budget.repeats))
+            pr = probe_ring(self._items(bs), bs, batches=max(6, 4 * self.effort.repeats))
         except Exception as exc:  # e.g. no usable /dev/shm: the ring is then not priced
             self.notes.append(f"ring probe: {type(exc).__name__}: {exc}")
             return
@@ -211,7 +211,7 @@ class Doctor:
         """run_epoch's h2d phase at each thread count the main process may use, timed inside
         the loop over distinct batches (``probes.loop_h2d``)."""
         batch = self._batches[(name, bs)]
-        b = self.budget
+        b = self.effort
         for T in sorted(set(self.table.machine.main_threads.values())):
             for pin in ((False, True) if self.cuda else (False,)):
                 # the loop's own h2d phase over distinct batches (its allocations as in training)
@@ -235,7 +235,7 @@ class Doctor:
         x, y = to_device_float(x, self.device, False), to_device_float(y, self.device, False)
         for T in threads:
             with torch_threads(T):
-                w, c = self._t(lambda: P.train_step(self.model, self.optimizer, x, y, self.loss_fn), bs,
+                w, c = self._t(lambda: pl.train_step(self.model, self.optimizer, x, y, self.loss_fn), bs,
                                device=self.device if self.cuda else None)
             self.table[("model", bs, T)] = Stage("model", f"{self.model_name} on {self.device} (batch {bs}, "
                                                  f"{T} thread(s))", w, c)
@@ -243,7 +243,7 @@ class Doctor:
     def measure(self, alternatives: bool = True) -> "Doctor":
         """Every stage of the spec's pipeline; with ``alternatives``, the other collates,
         decode backends, formats present, and (with a model) twice the batch size."""
-        spec, b = self.spec, self.budget
+        spec, b = self.spec, self.effort
         self.log("measuring the machine (cores, threads, CPU capacity)")
         self.table.machine = measure_machine(self.device, self.max_workers)
         speed_before = self.table.machine.speed(1)
@@ -251,7 +251,7 @@ class Doctor:
         self.log(f"measuring {fmt}/{dec} read, decode, transform")
         self.measure_items(fmt, dec, cold=b.cold)
         sizes = [spec.batch_size] + ([2 * spec.batch_size] if alternatives and self.model is not None else [])
-        collates = list(P.COLLATES) if alternatives else [spec.collate]
+        collates = list(pl.COLLATES) if alternatives else [spec.collate]
         for bs in sizes:
             for name in collates:
                 self.log(f"measuring collate {name}, batch {bs}")
@@ -308,7 +308,7 @@ class Doctor:
                                 for f, d in [(k[1], k[2])] if len(k) == 3}):
             for kind in self.one_process_kinds(fmt):
                 ds = self.split(fmt, dec).dataset
-                ld = P.make_loader(ds, self.spec.replace(format=fmt, loader=kind, num_workers=0, device="cpu"))
+                ld = pl.make_loader(ds, self.spec.replace(format=fmt, loader=kind, num_workers=0, device="cpu"))
                 n = min(batches, len(ld))
                 if n < 1:
                     continue
@@ -321,7 +321,7 @@ class Doctor:
                     "read", f"{fmt}: loader {kind} (one process, whole batches)", w, c,
                     note="read + copy into the batch, no collate")
 
-    def table_now(self, spec: P.PipelineSpec) -> CostTable:
+    def table_now(self, spec: pl.PipelineSpec) -> CostTable:
         """The measured stages on the machine as it was while ``spec`` ran end to end: the
         CPU capacity sampled between its passes (others' load changes by the minute)."""
         m = self.table.machine
@@ -334,7 +334,7 @@ class Doctor:
         return CostTable(now, self.table.stages)
 
     # --------------------------------------------------------------- end to end
-    def loader(self, spec: P.PipelineSpec, batches: int | None = None):
+    def loader(self, spec: pl.PipelineSpec, batches: int | None = None):
         """The DataLoader of ``spec``; with ``batches`` more than the set holds, one pass runs
         successive shuffled passes over it (every sample once per pass), so a small set still
         gives the timed batches a steady rate needs."""
@@ -355,14 +355,14 @@ class Doctor:
 
             extra["sampler"] = RandomSampler(ds, num_samples=int(batches) * b,
                                              generator=torch.Generator().manual_seed(0))
-        return P.make_loader(ds, spec, drop_last=True, **extra)
+        return pl.make_loader(ds, spec, drop_last=True, **extra)
 
-    def pass_batches(self, spec: P.PipelineSpec) -> int:
+    def pass_batches(self, spec: pl.PipelineSpec) -> int:
         """Batches of one end-to-end pass: the warm-up a steady rate leaves out
         (``warmup_batches``: the prefetched batches and the first) + ``e2e_batches`` timed."""
-        return P.warmup_batches(spec) + max(1, int(self.budget.e2e_batches))
+        return pl.warmup_batches(spec) + max(1, int(self.effort.e2e_batches))
 
-    def measure_e2e(self, spec: P.PipelineSpec, repeats: int | None = None) -> dict:
+    def measure_e2e(self, spec: pl.PipelineSpec, repeats: int | None = None) -> dict:
         """One spec end to end: see :meth:`measure_rounds`."""
         return self.measure_rounds([spec], repeats)[spec.replace(device=self.device)]
 
@@ -381,16 +381,16 @@ class Doctor:
         nbs = {s: max(2, min(self.pass_batches(s), len(loaders[s]))) for s in specs}
         runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": [], "pass_speed": []} for s in specs}
         for s in specs:
-            for _ in range(self.budget.warmup):
+            for _ in range(self.effort.warmup):
                 run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
-        for _ in range(repeats or self.budget.repeats):
+        for _ in range(repeats or self.effort.repeats):
             for s in specs:
                 threads = self.table.machine.threads(s.num_workers)
                 runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers, threads), seconds=0.1, repeats=1))
                 window = LoadWindow()   # the load beside this pass, seen from inside it
                 r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
                 runs[s]["pass_speed"].append(speed_left(window.summary(), s.num_workers + 1))
-                runs[s]["steady_runs"].append(P.steady_rate(r, skip=min(P.warmup_batches(s), r.batches - 1))
+                runs[s]["steady_runs"].append(pl.steady_rate(r, skip=min(pl.warmup_batches(s), r.batches - 1))
                                               or r.samples_per_s)
                 spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
                 runs[s]["epoch_runs"].append(r.samples / (r.wall_s + spawn) if r.wall_s > 0 else 0.0)

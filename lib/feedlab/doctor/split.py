@@ -11,7 +11,7 @@ from typing import Any
 
 from feedlab import decode as dec
 from feedlab import formats
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 
 
 class StageSplit:
@@ -50,7 +50,7 @@ def open_split(root, fmt: str, decode: str, transform: str = "default", crop: in
     key = (str(Path(root).resolve()), fmt, decode)
     if key not in _OPEN:
         _OPEN[key] = formats.open_dataset(root, fmt, **opts)
-    return StageSplit(_OPEN[key], P.make_transform(transform, spec.kind, crop), spec.kind)
+    return StageSplit(_OPEN[key], pl.make_transform(transform, spec.kind, crop), spec.kind)
 
 
 def decode_alternatives(codec: str | None) -> list[str]:

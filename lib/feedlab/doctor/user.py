@@ -27,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from feedlab import monitor, stage, timing
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.errors import DeadlineError, one_line
 from feedlab.timing import torch_threads
 
@@ -185,7 +185,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     log = log or (lambda m: None)
     check_loader(loader, deadline_s)   # a __len__ that blocks: Hung, named
     window = monitor.LoadWindow()
-    device = P.resolve_device(device)
+    device = pl.resolve_device(device)
     cuda = device.startswith("cuda")
     notes: list[str] = []
     loader = pinned(loader, pin_memory, cuda, notes)
@@ -267,7 +267,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
             w, c = _step_costs(step, kept, device, repeats, step_name, T, deadline_s)
             table[("model", B, T)] = Stage("model", f"your step, {T} thread(s)", w, c)
     # 4. your loader as built, end to end
-    spec = P.PipelineSpec(format="user", decode="user", collate="user", batch_size=B, num_workers=W,
+    spec = pl.PipelineSpec(format="user", decode="user", collate="user", batch_size=B, num_workers=W,
                           device=device, pin_memory=bool(loader.pin_memory))
     measured = None
     if step is None and step_cost_s:
@@ -277,7 +277,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
         def step(b, _t=step_cost_s[0]):
             time.sleep(_t * (batch_len(b) or B))
     if full and len(lens) >= 3:
-        skip = P.prefetch_depth(spec)
+        skip = pl.prefetch_depth(spec)
         runs = []
         for r in range(repeats):
             log(f"your loader as built, end to end: pass {r + 1}/{repeats}")

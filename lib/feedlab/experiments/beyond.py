@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from feedlab import formats as _formats
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.cache import evict, files_under
 from feedlab.formats._common import atomic_output
 from feedlab.results import Results
@@ -243,13 +243,13 @@ def batched_fetch(root, formats: Sequence[str], batch_size: int, num_workers: Se
 
 def _batched_fetch(res, root, formats, batch_size, num_workers, repeats, warmup, max_batches):
     for fmt in formats:
-        spec = P.PipelineSpec(format=fmt, collate="fast", batch_size=batch_size, device="cpu")
-        base = P.open_dataset(root, spec)
+        spec = pl.PipelineSpec(format=fmt, collate="fast", batch_size=batch_size, device="cpu")
+        base = pl.open_dataset(root, spec)
         for mode in ("__getitems__", "__getitem__"):
             ds = base if mode == "__getitems__" else PerItemOnly(base)
             for w in num_workers:
                 # the registry's DataLoader kind (pipeline.make_loader): seeded shuffle, the fast collate
-                loader = P.make_loader(ds, spec.replace(num_workers=w, persistent_workers=w > 0), seed=0)
+                loader = pl.make_loader(ds, spec.replace(num_workers=w, persistent_workers=w > 0), seed=0)
                 for _ in range(warmup):
                     run_epoch(loader, None, "cpu", max_batches=max_batches)
                 for r in range(repeats):
@@ -318,13 +318,13 @@ def sharded_reads(root, batch_size: int, num_workers: int, repeats: int, buffer:
     shard_dir = write_shards(root, shard_samples)
     res = Results()
     info = {"shard_dir": str(shard_dir), "cold": None}
-    spec = P.PipelineSpec(format="npy", collate="fast", batch_size=batch_size, num_workers=num_workers, device="cpu")
+    spec = pl.PipelineSpec(format="npy", collate="fast", batch_size=batch_size, num_workers=num_workers, device="cpu")
     variants = {
         # the shards are an iterable dataset (shard shuffle + a sample buffer): the registry's DataLoader
         # kind over it, unshuffled by the loader (the shards shuffle themselves)
-        "wds shards (sequential)": (lambda: P.make_loader(wds_dataset(shard_dir, buffer), spec, shuffle=False),
+        "wds shards (sequential)": (lambda: pl.make_loader(wds_dataset(shard_dir, buffer), spec, shuffle=False),
                                     files_under(shard_dir)),
-        "npy per-sample files (random)": (lambda: P.make_loader(P.open_dataset(root, spec), spec, seed=0),
+        "npy per-sample files (random)": (lambda: pl.make_loader(pl.open_dataset(root, spec), spec, seed=0),
                                           files_under(Path(root) / "npy")),
     }
     caches = ["warm"]

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from feedlab import cache, formats
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.errors import cli_errors
 from feedlab.experiments._storage_readers import store_files
 from feedlab.like_for_like import MIN_WINDOW_S, Side, differences, judged
@@ -103,10 +103,10 @@ def measure(root, names=tuple(PIPELINES), batch_size: int = 128, num_workers: in
     :class:`feedlab.budget.Budget` each leg asks first."""
     present = set(formats.present(root))
     rows = []
-    skip = P.prefetch_depth(P.PipelineSpec(num_workers=num_workers)) + 1 if skip is None else skip
+    skip = pl.prefetch_depth(pl.PipelineSpec(num_workers=num_workers)) + 1 if skip is None else skip
     for r in range(repeats):  # interleaved: every pipeline once per round
         for name in names:
-            spec = P.PipelineSpec(batch_size=batch_size, num_workers=num_workers, transform="none",
+            spec = pl.PipelineSpec(batch_size=batch_size, num_workers=num_workers, transform="none",
                                   persistent_workers=num_workers > 0 and PIPELINES[name].get("loader") is None,
                                   **PIPELINES[name])
             base = dict(pipeline=name, repeat=r, batch_size=batch_size, num_workers=num_workers,
@@ -120,11 +120,11 @@ def measure(root, names=tuple(PIPELINES), batch_size: int = 128, num_workers: in
                 continue
             t_leg = time.monotonic()
             resident = cache.warm(store_files(root, spec.format))
-            ds = P.open_dataset(root, spec, verify=False)
+            ds = pl.open_dataset(root, spec, verify=False)
             extra = {"start_method": start_method} if spec.loader == "ring" and start_method else {}
             if spec.loader == "dataloader" and start_method and num_workers:
                 extra = {"multiprocessing_context": start_method}
-            ld = P.make_loader(ds, spec, drop_last=True, **extra)
+            ld = pl.make_loader(ds, spec, drop_last=True, **extra)
             try:
                 rows.append({**base, **drive(ld, batches, skip, min_window_s=min_window_s), "cache": "warm",
                              "resident_before": -1.0 if resident is None else resident})

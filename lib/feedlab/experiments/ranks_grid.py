@@ -10,8 +10,8 @@ warm-up are the repeats. Rows: per-rank samples/s and data-wait share, the aggre
 
 from __future__ import annotations
 
-from feedlab import pipeline as P
-from feedlab.doctor.measure import Budget, Doctor
+from feedlab import pipeline as pl
+from feedlab.doctor.measure import Doctor, Effort
 from feedlab.doctor.ranks import advise_ranks, calibrate
 from feedlab.formats import FORMATS
 from feedlab.results import Results
@@ -37,11 +37,11 @@ def settings(rank_counts, worker_counts, cores: int, device: str = "cpu", gpus: 
     return run, skipped
 
 
-def run_grid(data, spec: P.PipelineSpec, rank_counts, worker_counts, cores: list[int], epochs: int,
+def run_grid(data, spec: pl.PipelineSpec, rank_counts, worker_counts, cores: list[int], epochs: int,
              warmup: int, log=print) -> tuple[Results, list[dict]]:
     import torch
 
-    device = P.resolve_device(spec.device)
+    device = pl.resolve_device(spec.device)
     gpus = torch.cuda.device_count() if device.startswith("cuda") else 0
     todo, skipped = settings(rank_counts, worker_counts, len(cores), device, gpus)
     res, info = Results(), [{"ranks": r, "workers_per_rank": w, "ran": False, "reason": why}
@@ -119,7 +119,7 @@ def page_cache_format(present=None) -> str | None:
     return None
 
 
-def run_page_cache(data, spec: P.PipelineSpec, ranks: int, cores: list[int], seed: int = 0,
+def run_page_cache(data, spec: pl.PipelineSpec, ranks: int, cores: list[int], seed: int = 0,
                    splits=("chunks", "samples"), log=print) -> tuple[Results, list[dict]]:
     """``rank_pagecache.page_cache_share`` for each split (cache evicted first every time).
     Rows: per rank the cold and warm samples/s and the Rss / Pss of the store's maps; per run
@@ -162,13 +162,13 @@ def measured_aggregates(df) -> dict:
     return out
 
 
-def doctor_check(data, spec: P.PipelineSpec, rank_counts, worker_counts, cores: list[int], df, tol: float = 0.20,
+def doctor_check(data, spec: pl.PipelineSpec, rank_counts, worker_counts, cores: list[int], df, tol: float = 0.20,
                  repeats: int = 2, samples: int = 32, log=print) -> dict:
     """The doctor's stage table measured here (one process, warm cache), its ``--ranks`` advice
     for each rank count of the grid, and ``doctor.ranks.calibrate`` against the grid's
     measured aggregates (``df``: the grid's rows) with tolerance ``tol``."""
-    budget = Budget(repeats=repeats, warmup=1, samples=samples, e2e_batches=4, cold=False)
-    doc = Doctor(data, spec, max_workers=max([int(w) for w in worker_counts] + [0]), budget=budget,
+    effort = Effort(repeats=repeats, warmup=1, samples=samples, e2e_batches=4, cold=False)
+    doc = Doctor(data, spec, max_workers=max([int(w) for w in worker_counts] + [0]), effort=effort,
                  log=lambda m: None)
     doc.measure(alternatives=False)
     advices = [advise_ranks(doc.table, spec, int(r)) for r in sorted(set(int(x) for x in rank_counts))

@@ -24,7 +24,7 @@ from time import perf_counter, process_time
 
 import numpy as np
 
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.plots import readable_log_axis
 from feedlab.results import Results, median_iqr
 from feedlab.scale import ray_cluster as RC
@@ -129,16 +129,16 @@ def _timed(make_iter, model, device, opt, threads):
     return et, process_time() - c0
 
 
-def measure_pipeline(cl: RC.TestCluster, root, spec: P.PipelineSpec, work: int, epochs: int, warmup: int,
+def measure_pipeline(cl: RC.TestCluster, root, spec: pl.PipelineSpec, work: int, epochs: int, warmup: int,
                      seed: int = 0, max_samples: int = 0, log=print) -> tuple[Results, dict]:
     """The three arrangements, the decode cost and the step alone for one pipeline."""
     # decode capacity: the Ray CPUs of the nodes, but no more than the distinct cores they run on
     T, R = len(cl.trainer_cores), min(cl.remote_cpus, len({c for s in cl.node_cores for c in s}))
-    base = P.open_dataset(root, spec, seed=seed)
+    base = pl.open_dataset(root, spec, seed=seed)
     getattr(base, "dataset", base).verify = False
     n = len(base) if not max_samples else min(len(base), int(max_samples))
     ds = RD.Heavier(base if n == len(base) else _Subset(base, n), work)
-    model, _loss, opt = P.make_training(spec.model, spec.device)
+    model, _loss, opt = pl.make_training(spec.model, spec.device)
     name = spec.format + (f"*{work}" if work > 1 else "")
     common = dict(pipeline=name, format=spec.format, work=int(work), transform=spec.transform,
                   batch_size=spec.batch_size, model=spec.model, device=spec.device, samples_in_set=n,
@@ -160,7 +160,7 @@ def measure_pipeline(cl: RC.TestCluster, root, spec: P.PipelineSpec, work: int, 
     s = spec.replace(collate="fast", num_workers=k, persistent_workers=True)
     cpu_per = {}
     with RC.pinned(cl.trainer_cores):  # the workers fork here and keep these cores
-        loader = P.make_loader(ds, s, seed=seed)
+        loader = pl.make_loader(ds, s, seed=seed)
         for e in range(warmup + epochs):
             et, cpu = _timed(lambda ld=loader: ld, model, spec.device, opt, T)  # the step as the others run it
             if e >= warmup:
@@ -209,7 +209,7 @@ def _rows(res: Results, variant: str, et, cpu: float, k: int, common: dict) -> N
     res.add(EXP, variant, "first_batch_s", et.first_batch_s, "s", repeat=k, **common)
 
 
-def run(root, spec: P.PipelineSpec, pipelines, cores, trainer_cores: int, nodes: int, node_cpus: int,
+def run(root, spec: pl.PipelineSpec, pipelines, cores, trainer_cores: int, nodes: int, node_cpus: int,
         epochs: int, warmup: int, seed: int = 0, max_samples: int = 0, log=print) -> tuple[Results, dict]:
     """Start the test cluster, measure every pipeline, always shut it down. Without Ray (or
     with too few cores) no rows and the reason, in one line."""
@@ -227,7 +227,7 @@ def run(root, spec: P.PipelineSpec, pipelines, cores, trainer_cores: int, nodes:
         info.update(available=False, reason=f"not run: {exc}")
         log(info["reason"])
         return res, info
-    spec = spec.replace(device=P.resolve_device(spec.device))
+    spec = spec.replace(device=pl.resolve_device(spec.device))
     info.update(trainer_cores=trainer, node_cores=slices, nodes_share_cores=len(others) < nodes)
     cl = RC.TestCluster(trainer, slices, node_cpus)
     try:

@@ -32,9 +32,9 @@ import torch
 from torch.utils.data import Dataset
 
 from feedlab import formats
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.collate import alloc_batch
-from feedlab.doctor import Budget, Doctor
+from feedlab.doctor import Doctor, Effort
 from feedlab.doctor import predict as PR
 from feedlab.pipeline import PipelineSpec
 from feedlab.pipeline.loaders import index_batches
@@ -166,7 +166,7 @@ def advised_spec(work, workers: int, batch_size: int, fmt: str = "npy_mmap", shu
         start = PipelineSpec(format=fmt, collate="fast_cl", transform="none", batch_size=int(batch_size),
                              num_workers=int(workers), model="none", device="cpu")
         doc = Doctor(work, start, max_workers=int(workers),
-                     budget=Budget(repeats=2, warmup=1, samples=64, e2e_batches=8, cold=False), alt_formats=[])
+                     effort=Effort(repeats=2, warmup=1, samples=64, e2e_batches=8, cold=False), alt_formats=[])
         doc.measure()
         best, rate = start, (PR.predict(doc.table, start) or {}).get("predicted_samples_per_s", 0.0)
         for setting, value, new in PR.candidates(doc.table, start, int(workers)):
@@ -184,7 +184,7 @@ def loader(source: Source, work, spec: Spec):
     batches = EpochBatches(source.n, spec.batch_size, spec.shuffle, spec.seed)
     if source.kind == "sr":
         best = advised_spec(work, spec.workers, spec.batch_size, shuffle=spec.shuffle)
-        ld = P.make_loader(P.open_dataset(work, best, verify=False), best, seed=spec.seed, shuffle=spec.shuffle)
+        ld = pl.make_loader(pl.open_dataset(work, best, verify=False), best, seed=spec.seed, shuffle=spec.shuffle)
         ld.doctor_choice = best.label()   # which spec the doctor chose: the row says it
         return ld
     ds = JpegBatches(source, spec.size, spec.augment, spec.seed, shared=spec.workers > 0)
@@ -193,6 +193,6 @@ def loader(source: Source, work, spec: Spec):
     from torch.utils.data import default_convert
 
     # workers read whole batches (the dataset yields them): kind "dataloader" with automatic batching off
-    wspec = P.PipelineSpec(batch_size=spec.batch_size, num_workers=spec.workers, persistent_workers=True,
+    wspec = pl.PipelineSpec(batch_size=spec.batch_size, num_workers=spec.workers, persistent_workers=True,
                            prefetch_factor=2, device="cpu")
-    return P.make_loader(ds, wspec, shuffle=False, collate_fn=default_convert, sampler=batches, batch_size=None)
+    return pl.make_loader(ds, wspec, shuffle=False, collate_fn=default_convert, sampler=batches, batch_size=None)

@@ -31,7 +31,7 @@ import torch
 
 from feedlab import formats
 from feedlab import peers as registry
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.doctor import whatif as W
 from feedlab.doctor.answer import headspace
 from feedlab.doctor.report import json_default
@@ -107,7 +107,7 @@ def build_sample(root: Path, fmt: str, decode: str, n: int, tmp: Path) -> tuple[
     return Source("cls", out), notes
 
 
-def _loader(root: Path, spec: P.PipelineSpec, source, size: int):
+def _loader(root: Path, spec: pl.PipelineSpec, source, size: int):
     fs = formats.get_format(spec.format)
     if fs.kind == "sr":
         ds = formats.open_dataset(root, spec.format, **({"decode": spec.decode_backend} if fs.image_codec else {}))
@@ -118,10 +118,10 @@ def _loader(root: Path, spec: P.PipelineSpec, source, size: int):
     w = spec.num_workers
     g = torch.Generator().manual_seed(0)
     return torch.utils.data.DataLoader(data, batch_size=spec.batch_size, shuffle=True, generator=g, num_workers=w,
-                                       collate_fn=P.make_collate(spec.collate), persistent_workers=w > 0)
+                                       collate_fn=pl.make_collate(spec.collate), persistent_workers=w > 0)
 
 
-def time_baseline(root: Path, spec: P.PipelineSpec, source, size: int, device: str, repeats: int = REPEATS) -> dict:
+def time_baseline(root: Path, spec: pl.PipelineSpec, source, size: int, device: str, repeats: int = REPEATS) -> dict:
     """Your pipeline on the sample: its output checked, then timed as :func:`peers.measure.time_contender`
     times a peer (a warm-up epoch, then ``repeats`` windows of whole epochs); the median rate."""
     loader = _loader(root, spec, source, size)
@@ -143,7 +143,7 @@ def time_baseline(root: Path, spec: P.PipelineSpec, source, size: int, device: s
             "bytes_on_disk": source.source_bytes() if source.kind == "cls" else None}
 
 
-def time_peer(name: str, source, work: Path, spec: P.PipelineSpec, size: int, device: str, limit_s: float,
+def time_peer(name: str, source, work: Path, spec: pl.PipelineSpec, size: int, device: str, limit_s: float,
               stall_s: float | None, repeats: int = REPEATS) -> dict:
     """One peer through notebook 13's runner, un-augmented: its info with the median warm rate, its timed
     window and the pixel error of its output check added."""
@@ -172,7 +172,7 @@ def time_peer(name: str, source, work: Path, spec: P.PipelineSpec, size: int, de
     return info
 
 
-def what_if(rep: dict, root: Path, spec: P.PipelineSpec, crop: int = 96, samples: int | None = None,
+def what_if(rep: dict, root: Path, spec: pl.PipelineSpec, crop: int = 96, samples: int | None = None,
             peers=W.WHATIF_PEERS, device: str = "cpu", limit_s: float = LIMIT_S, stall_s: float | None = None,
             repeats: int = REPEATS, log=lambda m: None, work: Path | None = None) -> dict:
     """The what-if's dict (the report's ``what_if`` key): the sample, your pipeline, every peer (measured,
@@ -223,7 +223,7 @@ def what_if(rep: dict, root: Path, spec: P.PipelineSpec, crop: int = 96, samples
 
 def serve(req: dict, log=lambda m: None) -> dict:
     """The child's side: the request's spec (:meth:`PipelineSpec` fields) and report parts, measured."""
-    spec = P.PipelineSpec(**req["spec"])
+    spec = pl.PipelineSpec(**req["spec"])
     return what_if(req["report"], Path(req["root"]), spec, crop=req.get("crop", 96), samples=req.get("samples"),
                    peers=tuple(req["peers"]), device=req.get("device", "cpu"), limit_s=req.get("limit_s", LIMIT_S),
                    stall_s=req.get("stall_s"), repeats=req.get("repeats", REPEATS), log=log,

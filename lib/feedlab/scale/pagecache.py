@@ -31,7 +31,7 @@ from pathlib import Path
 from time import perf_counter
 
 from feedlab import cache
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 
 _KEYS = ("Rss", "Pss", "Shared_Clean", "Private_Clean")
 
@@ -88,7 +88,7 @@ def _rank(rank, world, data, spec, seed, split, share, files, barrier, queue, ti
             os.sched_setaffinity(0, share)
         from feedlab.scale.ranks import make_rank_loader
 
-        ds = P.open_dataset(data, spec)
+        ds = pl.open_dataset(data, spec)
         getattr(ds, "dataset", ds).verify = False
         loader, sampler = make_rank_loader(ds, spec, rank, world, seed=seed, even=False, split=split)
         row = {"rank": rank, "split": sampler.split, "cores": list(share or [])}
@@ -115,7 +115,7 @@ def _rank(rank, world, data, spec, seed, split, share, files, barrier, queue, ti
         barrier.abort()
 
 
-def page_cache_share(data, spec: P.PipelineSpec, ranks: int, seed: int = 0, split: str = "auto",
+def page_cache_share(data, spec: pl.PipelineSpec, ranks: int, seed: int = 0, split: str = "auto",
                      cores: list[int] | None = None, evict_first: bool = True, timeout_s: float = 300) -> dict:
     """See the module doc. ``spec.num_workers`` is set to 0 (the rank maps the files itself)."""
     from feedlab.scale.ranks import core_shares
@@ -125,7 +125,7 @@ def page_cache_share(data, spec: P.PipelineSpec, ranks: int, seed: int = 0, spli
     if not Path(data).exists():
         raise FileNotFoundError(f"{data}: no such data set; build it with `python -m data_prep sr --out {data}`")
     spec = spec.replace(num_workers=0, persistent_workers=False, prefetch_factor=None, device="cpu")
-    ds = P.open_dataset(data, spec)
+    ds = pl.open_dataset(data, spec)
     base = getattr(ds, "dataset", ds)
     n = len(ds)
     files = sorted({Path(f).resolve() for f in (base.store_files(range(n)) or [])})

@@ -46,7 +46,7 @@ from time import perf_counter
 import numpy as np
 from torch.utils.data.distributed import DistributedSampler
 
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.scale.shards import ChunkShardSampler, choose_split, chunk_len_of
 from feedlab.timing import run_epoch
 
@@ -79,7 +79,7 @@ def rank_sampler(dataset, rank: int, world_size: int, seed: int = 0, shuffle: bo
     return cls(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
 
 
-def make_rank_loader(dataset, spec: P.PipelineSpec, rank: int, world_size: int, seed: int = 0,
+def make_rank_loader(dataset, spec: pl.PipelineSpec, rank: int, world_size: int, seed: int = 0,
                      drop_last: bool = False, even: bool = True, split: str = "auto", **overrides):
     """``(loader, sampler)`` for one rank; call ``sampler.set_epoch(e)`` before each epoch.
     ``drop_last`` is the sampler's (see the module doc); the loader keeps partial batches.
@@ -92,7 +92,7 @@ def make_rank_loader(dataset, spec: P.PipelineSpec, rank: int, world_size: int, 
     else:
         sampler = rank_sampler(dataset, rank, world_size, seed, drop_last=drop_last, even=even)
     sampler.split, sampler.split_reason = how, why
-    return P.make_loader(dataset, spec, seed=seed, shuffle=False, sampler=sampler, **overrides), sampler
+    return pl.make_loader(dataset, spec, seed=seed, shuffle=False, sampler=sampler, **overrides), sampler
 
 
 def expected_counts(n: int, world_size: int, drop_last: bool, even: bool = True) -> tuple[int, int, int]:
@@ -143,12 +143,12 @@ def _rank_main(cfg: dict) -> None:
     os.sched_setaffinity(0, share)                       # its workers inherit the share
     torch.set_num_threads(max(1, len(share) - cfg["spec"]["num_workers"]) if not cuda else len(share))
     device = f"cuda:{local}" if cuda else "cpu"
-    spec = P.PipelineSpec(**{**cfg["spec"], "device": device})
-    ds = P.open_dataset(cfg["data"], spec)
+    spec = pl.PipelineSpec(**{**cfg["spec"], "device": device})
+    ds = pl.open_dataset(cfg["data"], spec)
     getattr(ds, "dataset", ds).verify = False
     loader, sampler = make_rank_loader(ds, spec, rank, world, seed=cfg["seed"], even=True,
                                        split=cfg.get("split", "auto"))
-    model, _loss, opt = P.make_training(spec.model, device)
+    model, _loss, opt = pl.make_training(spec.model, device)
     flag = torch.zeros(1, device=device)
     last = [perf_counter()]
 
@@ -184,7 +184,7 @@ def _rank_main(cfg: dict) -> None:
 # ---------------------------------------------------------------- the launcher side
 
 
-def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int = 1, seed: int = 0,
+def launch(ranks: int, data, spec: pl.PipelineSpec, epochs: int = 2, warmup: int = 1, seed: int = 0,
            max_batches: int | None = None, sync: bool = True, record_indices: bool = False,
            cores: list[int] | None = None, timeout_s: float | None = 600, split: str = "auto",
            stall_s: float | None = None) -> dict:
@@ -196,7 +196,7 @@ def launch(ranks: int, data, spec: P.PipelineSpec, epochs: int = 2, warmup: int 
         raise ValueError(f"ranks {ranks}: need >= 1")
     if not Path(data).exists():
         raise FileNotFoundError(f"{data}: no such data set; build it with `python -m data_prep sr --out {data}`")
-    device = P.resolve_device(spec.device)
+    device = pl.resolve_device(spec.device)
     with tempfile.TemporaryDirectory(prefix="feedlab-ranks-") as tmp:
         out = Path(tmp) / "ranks.json"
         cfg = {"data": str(data), "spec": {**spec.as_dict(), "device": device}, "epochs": epochs,

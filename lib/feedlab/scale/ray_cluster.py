@@ -25,7 +25,7 @@ from time import perf_counter
 
 import numpy as np
 
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.scale import remote_decode as RD
 
 TRAINER_RES = "feedlab_trainer"
@@ -210,7 +210,7 @@ class Recorder:
                 "once": once, "nodes_used": used, "placed_as_asked": bool(placed and used), "ok": once and placed}
 
 
-def epoch(root, spec: P.PipelineSpec, order, seed: int, work: int, where: str, rec: Recorder):
+def epoch(root, spec: pl.PipelineSpec, order, seed: int, work: int, where: str, rec: Recorder):
     """One epoch as Ray Data: ``order``'s ids, decoded by ``map_batches`` tasks on the decode
     nodes (``where="remote"``) or on the head, the trainer's cores (``"local"``)."""
     import ray.data

@@ -24,7 +24,7 @@ from time import perf_counter
 import numpy as np
 
 from data_prep.ray_engine import available  # noqa: F401  (Ray's check, one home: re-exported)
-from feedlab import pipeline as P
+from feedlab import pipeline as pl
 from feedlab.results import Results
 from feedlab.timing import run_epoch
 
@@ -58,7 +58,7 @@ def decode_augment(batch: dict, root: str, spec: dict, seed: int, work: int = 1,
     ``node`` column, the Ray node id that ran the task."""
     key = (root, tuple(sorted(spec.items())), seed)
     if key not in _OPEN:
-        ds = P.open_dataset(root, P.PipelineSpec(**spec), seed=seed)
+        ds = pl.open_dataset(root, pl.PipelineSpec(**spec), seed=seed)
         getattr(ds, "dataset", ds).verify = False
         _OPEN[key] = ds
     ds = Heavier(_OPEN[key], work)
@@ -93,7 +93,7 @@ def _collate():
     return ToPair()
 
 
-def ray_epoch(root, spec: P.PipelineSpec, n: int, seed: int, epoch: int, with_ids: bool = False):
+def ray_epoch(root, spec: pl.PipelineSpec, n: int, seed: int, epoch: int, with_ids: bool = False):
     """The epoch's iterable of ``(lr, hr)`` batches (``(ids, lr, hr)`` with ``with_ids``)."""
     import ray.data
 
@@ -141,7 +141,7 @@ def quiet_ray_data(level: int = logging.ERROR):
             lg.setLevel(lv)
 
 
-def check_once(root, spec: P.PipelineSpec, n: int, seed: int = 0) -> dict:
+def check_once(root, spec: pl.PipelineSpec, n: int, seed: int = 0) -> dict:
     """One Ray epoch with ids: is every sample there exactly once?"""
     ids = np.concatenate([b["id"] for b in ray_epoch(root, spec, n, seed, 0, with_ids=True)])
     counts = np.bincount(ids, minlength=n)
@@ -149,7 +149,7 @@ def check_once(root, spec: P.PipelineSpec, n: int, seed: int = 0) -> dict:
             "ok": bool(len(ids) == n and (counts == 1).all())}
 
 
-def compare(root, spec: P.PipelineSpec, num_cpus: int, epochs: int, warmup: int, seed: int = 0,
+def compare(root, spec: pl.PipelineSpec, num_cpus: int, epochs: int, warmup: int, seed: int = 0,
             log=print) -> tuple[Results, dict]:
     """Ray Data on ``num_cpus`` CPUs vs the DataLoader with as many workers, same
     spec (decode, transform, ``fast`` collate, model). Rows per timed epoch: samples/s and
@@ -163,14 +163,14 @@ def compare(root, spec: P.PipelineSpec, num_cpus: int, epochs: int, warmup: int,
     import ray
 
     spec = spec.replace(collate="fast", num_workers=int(num_cpus), persistent_workers=True,
-                        device=P.resolve_device(spec.device))
-    ds = P.open_dataset(root, spec, seed=seed)
+                        device=pl.resolve_device(spec.device))
+    ds = pl.open_dataset(root, spec, seed=seed)
     getattr(ds, "dataset", ds).verify = False
     n = len(ds)
-    model, _loss, opt = P.make_training(spec.model, spec.device)
+    model, _loss, opt = pl.make_training(spec.model, spec.device)
     common = dict(format=spec.format, transform=spec.transform, batch_size=spec.batch_size, parallel=int(num_cpus),
                   model=spec.model, device=spec.device, samples_in_set=n)
-    loader = P.make_loader(ds, spec, seed=seed)
+    loader = pl.make_loader(ds, spec, seed=seed)
     for e in range(warmup + epochs):
         et = run_epoch(loader, model, spec.device, opt)
         if e >= warmup:
