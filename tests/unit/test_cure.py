@@ -224,3 +224,26 @@ def test_the_readme_judges_an_old_cure_record_by_todays_like_for_like_rule():
     lines = [x for x in _reading(Path(folder), "15_the_cure") if x.startswith("target with")]
     assert len(lines) == 1
     assert "not like for like (batch size: 128 vs 256)" in lines[0] and ": met" not in lines[0]
+
+
+def test_an_old_cure_records_step_lines_carry_todays_credit_and_like_for_like_check():
+    """The h100 record (7dc3393) credited each advised step from the 2-worker baseline and advised a batch of
+    256: the README's lines add the all-core credit and say which steps are not like for like."""
+    from feedlab.report import targets
+    from feedlab.report.claims.core import Run
+
+    steps = [
+        {"label": "baseline, 2 workers", "kind": "baseline", "samples_per_s": 100.0, "config": {"num_workers": 2, "batch_size": 128}},
+        {"label": "baseline, 16 workers", "kind": "baseline", "samples_per_s": 400.0, "config": {"num_workers": 16, "batch_size": 128}},
+        {"label": "batch_size=256", "kind": "advice", "samples_per_s": 500.0, "config": {"num_workers": 16, "batch_size": 256}},
+        {"label": "collate=fast", "kind": "advice", "samples_per_s": 480.0, "config": {"num_workers": 16, "batch_size": 128}},
+    ]
+    run = Run({"steps": steps}, fingerprint={})
+    f = lambda line: targets.cure_step_line(line, targets.CURE, run)  # noqa: E731
+    assert f("baseline, 16 workers: 400 samples/s (×4.00 the first baseline)").endswith("the first baseline)")
+    big = f("batch_size=256: 500 samples/s (×5.00 the first baseline)")
+    assert "×1.25 the all-core baseline (baseline, 16 workers)" in big
+    assert big.endswith("not like for like with the all-core baseline (batch size: 128 vs 256)")
+    same = f("collate=fast: 480 samples/s (×4.80 the first baseline)")
+    assert "×1.20 the all-core baseline" in same and "not like for like" not in same
+    assert f("target with the doctor's pipeline (collate=fast): x") == "target with the doctor's pipeline (collate=fast): x"

@@ -246,7 +246,34 @@ TIMER = Target("timer-share", "09_batch_size_breakdown", "<=", TIMER_SHARE,
                "the phase timer's cost ÷ the smallest batch time", lambda t, run: [], _TIMER.pattern, "%")
 PEER = Target("feedlab-over-peer", "13_peer_loaders", ">=", PEER_RATIO,
               "feedlab's recommended pipeline ÷ the best peer loader", lambda t, run: [], _PEER.pattern)
-CLAUSES = {TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line)}
+CURE = next(t for t in TARGETS if t.id == "cure-gpu-idle")
+
+
+def cure_step_line(line: str, t: Target, run: Run | None = None) -> str:
+    """A cure step's line as an older record printed it, completed by today's rules: an advised step
+    credited from the first baseline also gets its credit from the all-core baseline (going from 2 workers
+    to every core is the machine's cores, not the advice), and a step whose batch size or epochs differ from
+    that baseline says it is not like for like with it."""
+    if run is None:
+        return line
+    try:
+        steps = run.get("steps")
+    except NoData:
+        return line
+    label = line.split(":", 1)[0]
+    step = next((s for s in steps if s.get("label") == label), None)
+    base = all_core_baseline(steps)
+    if step is None or base is None or step is base or step.get("kind") == "baseline":
+        return line
+    if "the first baseline" in line and "the all-core baseline" not in line and base.get("samples_per_s"):
+        line += f"; ×{step['samples_per_s'] / base['samples_per_s']:.2f} the all-core baseline ({base['label']})"
+    diff = [d for d in differences(step_side(base), step_side(step)) if d.startswith(("batch size", "epochs"))]
+    if diff and NOT_LIKE not in line:
+        line += f"; {NOT_LIKE} with the all-core baseline ({'; '.join(diff)})"
+    return line
+
+
+CLAUSES = {TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line)}
 
 
 def for_notebook(notebook: str) -> tuple[Target, ...]:
