@@ -230,7 +230,8 @@ TARGETS: tuple[Target, ...] = (
            r"^Target 1b, "),
     Target("best-over-baseline", "05_storage_formats", ">=", BEST_OVER_BASELINE,
            "best loader ÷ the PNG + PIL + ToTensor + default_collate baseline",
-           _ratio_line("Target 2, best loader{who} ÷ baseline (PNG+PIL+ToTensor+default_collate){of}",
+           _ratio_line("Target 2, best loader{who} ÷ baseline (PNG+PIL+ToTensor+default_collate, a DataLoader with 2 "
+                       "workers: a whole-pipeline comparison){of}",
                        "ratio_best_to_baseline", "best_read", "{:.1f}×", "baseline_samples_per_s",
                        settings=_storage_read("best_read_variant")), r"^Target 2, ", "×"),
     Target("fast-over-stock", "07_totensor_vs_fast_collate", ">=", FAST_OVER_STOCK,
