@@ -5,7 +5,7 @@ advice step and per worker count (pure functions, hand-written tables and rows).
 import pytest
 from test_doctor import SPEC, table
 
-from feedlab.doctor import CostTable, Machine, Stage
+from feedlab.doctor import CostTable, Effort, Machine, Stage
 from feedlab.doctor import predict as PR
 from feedlab.doctor.probes import capacity_of, cpu_capacity
 
@@ -87,6 +87,7 @@ class FakeDoctor:
     """What follow_advice uses of a Doctor; each measurement of a spec returns the next of its rates."""
 
     device, max_workers = "cpu", 2
+    effort = Effort(e2e_batches=50)   # its measurement sizes (the rows' rate kind is read from them)
 
     def __init__(self, rates):
         self.table, self.rates = table(), rates
