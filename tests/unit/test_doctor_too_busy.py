@@ -53,3 +53,26 @@ def test_a_busy_points_is_drawn_hollow_and_named(tmp_path):
     labels = [c.get_label() for c in ax.collections]
     assert any(lbl.endswith("(too busy to judge)") for lbl in labels)
     plt.close(fig)
+
+
+def test_a_busy_calibration_title_fits_beside_its_legend():
+    """nbval on a loaded machine: the all-busy title ran off the canvas of the strict figure check."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from feedlab.experiments import doctor_steps as DS
+    from feedlab.figcheck import check_figure
+    from feedlab.plots import legend_outside
+
+    pts = [{"label": f"w{w}", "predicted": 100.0, "measured": 90.0, "too_busy": True} for w in range(3)]
+    title = DS.calibration_title(pts, "cpu", 0.27)
+    assert "\n" in title and title.startswith("Doctor's predictions: machine too busy to judge")
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    ax.plot([1, 2], [1, 2], label="measured ÷ predicted, every worker count and step")
+    legend_outside(ax)
+    ax.set_title(title)
+    fig.tight_layout()
+    assert not [p for p in check_figure(fig) if "outside the canvas" in p and "too busy" in p]
+    plt.close(fig)

@@ -238,11 +238,12 @@ def calibration_title(points: list[dict], device: str, effective_cores: float, b
     judged = [p for p in points if not p.get("too_busy")]
     ok = sum(1 for p in judged if p.get("measured") and
              1 / (1 + band) <= p["predicted"] / p["measured"] <= 1 + band)
-    if points and not judged:
-        return f"Doctor's predictions: machine too busy to judge ({device}, {effective_cores:.2f} CPU-s/s available)"
+    machine = f"({device}, {effective_cores:.2f} CPU-s/s available)"
+    if points and not judged:   # two lines: the figure's legend beside the axes leaves the title less width
+        return f"Doctor's predictions: machine too busy to judge\n{machine}"
     busy = f", {len(points) - len(judged)} too busy to judge" if len(judged) < len(points) else ""
-    return (f"Doctor's predictions: {ok} of {len(judged)} within ±{band:.0%} of measured{busy} "
-            f"({device}, {effective_cores:.2f} CPU-s/s available)")
+    return (f"Doctor's predictions: {ok} of {len(judged)} within ±{band:.0%} of measured{busy}"
+            + (f"\n{machine}" if busy else f" {machine}"))
 
 
 def plot_calibration(ax, points: list[dict]) -> None:
