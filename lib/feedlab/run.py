@@ -44,6 +44,7 @@ from pathlib import Path
 import yaml
 
 from feedlab import findings, machines, paths
+from feedlab.budget import DEADLINE_ENV
 from feedlab.errors import cli_errors
 from feedlab.machines import machine_key
 from feedlab.nbparams import notebook_parameters, route_params
@@ -194,8 +195,12 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
         parameters = {"profile": profile, **params, "out_dir": str(tmp)}
         # the kernel inherits these: only the runner writes under figures/ (paths.RUNNER_ENV), and its
         # figures show inline in the executed record even where the caller set MPLBACKEND=Agg
-        before = {k: os.environ.get(k) for k in KERNEL_ENV}
+        before = {k: os.environ.get(k) for k in (*KERNEL_ENV, DEADLINE_ENV)}
         os.environ.update(KERNEL_ENV)
+        # the notebook's budgets end its grids before the limit stops it (feedlab.budget)
+        os.environ.pop(DEADLINE_ENV, None)
+        if limit_s and limit_s > 0:
+            os.environ[DEADLINE_ENV] = f"{time.time() + limit_s:.3f}"
         before_pids, t0 = {p.pid for p in descendants()}, time.perf_counter()
         try:
             try:

@@ -208,7 +208,7 @@ def test_loop_h2d_times_the_loops_own_phase_over_distinct_batches():
 def test_capacity_before_a_pass_samples_the_counts_the_predictor_reads_not_every_count():
     """At 16 workers every count 1..17 each pass was ~1,100 forks a round (notebook 10 ran past
     4 minutes on the H100 machine); on two cores the counts with workers are the same as before."""
-    from feedlab.doctor.measure import capacity_ks
+    from feedlab.doctor.probes import capacity_ks
 
     assert capacity_ks(0, 2) == [1, 2]  # no workers: the main process's threads
     assert capacity_ks(1) == [1, 2]
@@ -216,3 +216,30 @@ def test_capacity_before_a_pass_samples_the_counts_the_predictor_reads_not_every
     assert capacity_ks(16) == [1, 15, 16, 17]
     assert capacity_ks(8, 2) == [1, 7, 8, 9, 10]
     assert sum(sum(capacity_ks(w)) for w in range(17)) < 500  # forks a round of 0..16 workers (was 1,140)
+    # CUDA keeps torch's 16 main threads: every count to W + 16 was ~400 forks a pass (10 past 245 s on an H100)
+    assert capacity_ks(16, 16, cores=16) == [1, 15, 16, 17]      # nothing past cores + 1
+    assert capacity_ks(4, 16, cores=16) == [1, 3, 4, 5, 16, 17]  # the far end, and the core count between
+    assert capacity_ks(0, 16, cores=16) == [1, 16]
+    assert capacity_ks(2, 1, cores=2) == [1, 2, 3]               # two cores: as before
+    assert sum(sum(capacity_ks(w, 16, 16)) for w in range(17)) < 1000
+
+
+def test_another_round_of_passes_starts_only_where_it_fits_before_the_runners_limit(monkeypatch):
+    import time
+
+    from feedlab.budget import DEADLINE_ENV
+    from feedlab.doctor.probes import round_fits
+
+    monkeypatch.delenv(DEADLINE_ENV, raising=False)
+    assert round_fits(1e6)                                        # no runner's limit: every round
+    monkeypatch.setenv(DEADLINE_ENV, f"{time.time() + 100:.3f}")
+    assert round_fits(30)                                         # 30 s, as much again after it, 20 s to finish
+    assert not round_fits(45)
+
+
+def test_the_diagnosis_measures_a_ladder_of_worker_counts_and_predicts_every_one():
+    from feedlab.machines import worker_ladder
+
+    assert worker_ladder(2, also=(0,)) == [0, 1, 2]               # two cores: every count, as before
+    assert worker_ladder(16, also=(0,)) == [0, 1, 2, 3, 4, 6, 8, 12, 16]
+    assert worker_ladder(16, also=(5,)) == [0, 1, 2, 3, 4, 5, 6, 8, 12, 16]   # the spec's own count too

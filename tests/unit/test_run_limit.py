@@ -137,7 +137,7 @@ def test_within_deadline_cuts_a_limit_to_what_is_left_and_starts_nothing_too_lat
     assert run.within_deadline(10, 570, 570 - run.STOP_MARGIN_S - 15) == 10  # a short limit that fits starts
 
 
-def test_a_deadline_runs_what_fits_with_cut_limits_and_names_the_rest(monkeypatch, capsys):
+def test_a_deadline_runs_what_fits_with_cut_limits_and_names_the_rest(monkeypatch, capsys, tmp_path):
     clock = {"t": 0.0}
     monkeypatch.setattr(run.time, "perf_counter", lambda: clock["t"])
     ran = []
@@ -148,7 +148,7 @@ def test_a_deadline_runs_what_fits_with_cut_limits_and_names_the_rest(monkeypatc
         raise RuntimeError("stop here")  # a failure is fine: --keep-going goes on
 
     monkeypatch.setattr(run, "run_notebook", fake_run)
-    rc = run.main(["--only", "10", "01", "09", "--no-data", "--keep-going",
+    rc = run.main(["--only", "10", "01", "09", "--no-data", "--keep-going", "--out-root", str(tmp_path),
                    "--limit-s", "200", "100", "150", "--deadline-s", "400"])
     out = capsys.readouterr().out
     # 10: min(200, 400-0-20); 01: min(100, 400-150-20); 09: 400-300-20 = 80 left, more than 30: cut to 80
@@ -157,7 +157,7 @@ def test_a_deadline_runs_what_fits_with_cut_limits_and_names_the_rest(monkeypatc
     clock["t"] = 0.0
     ran.clear()
     rc = run.main(["--only", "10", "01", "09", "--no-data", "--keep-going", "--limit-s", "200",
-                   "--deadline-s", "330"])
+                   "--out-root", str(tmp_path), "--deadline-s", "330"])
     out = capsys.readouterr().out
     assert [r[0] for r in ran] == ["10", "01"] and "not started" in out and "09_batch_size_breakdown" in out
 
@@ -189,3 +189,35 @@ def test_an_older_failed_folder_is_not_carried_as_this_runs(tmp_path, monkeypatc
     monkeypatch.setattr(run, "run_notebook", fails_and_keeps)
     assert run.main(["--only", "01", "--no-data", "--tar", str(tmp_path / "r.tar")]) == 1
     assert tars[-1] == {f"runs/failed/{run.machine_key()}/01_worker_scaling": mine}
+
+
+def test_the_kernel_is_told_when_its_limit_falls(tmp_path, monkeypatch):
+    """A notebook run under --limit-s sees FEEDLAB_DEADLINE (its budgets end its grids before the stop,
+    feedlab.budget); one run without a limit sees none, and the caller's environment is left as it was."""
+    import os
+    import time as _time
+    from pathlib import Path
+
+    import papermill
+
+    from feedlab import paths
+    from feedlab.budget import DEADLINE_ENV
+
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")
+    monkeypatch.setenv("FEEDLAB_MACHINE", "box-1c")
+    monkeypatch.setenv(DEADLINE_ENV, "caller's")
+    seen = []
+
+    def execute(nb, executed, parameters, **kw):
+        seen.append(os.environ.get(DEADLINE_ENV))
+        Path(executed).write_text('{"cells": []}')
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    monkeypatch.setattr("feedlab.findings.add_findings", lambda executed: None)
+    nb = next(p for p in run.list_notebooks() if p.stem == "04_print_overhead")
+    t0 = _time.time()
+    run.run_notebook(nb, "quick", {}, tmp_path / "a", limit_s=90)
+    run.run_notebook(nb, "quick", {}, tmp_path / "b")
+    assert t0 + 89 < float(seen[0]) <= _time.time() + 90
+    assert seen[1] is None                        # no limit: no deadline, not the caller's stray value
+    assert os.environ[DEADLINE_ENV] == "caller's"

@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 
+from feedlab.machines import worker_ladder
 from feedlab.monitor import BUSY_SPEED, process_speed
 
 from . import predict as PR
@@ -85,8 +86,8 @@ def measured_rates(doc: Doctor) -> dict:
 
 
 def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dict:
-    """The full report for ``spec``: stage table, predicted and measured rates for
-    0…max workers with the prediction's error, verdict, advice (checked against what
+    """The full report for ``spec``: stage table, predicted rates for 0…max workers and measured ones
+    on a ladder of them (:func:`feedlab.machines.worker_ladder`) with the prediction's error, verdict, advice (checked against what
     was measured), the /dev/shm check.
 
     ``diagnose(loader, step=train_step)`` with your own ``DataLoader`` instead of a
@@ -94,9 +95,10 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
     if not isinstance(doc, Doctor):
         return diagnose_loader(doc, step=step, **loader_kw)
     spec = spec.replace(device=doc.device)
-    if e2e:
-        doc.log(f"end to end with 0…{doc.max_workers} workers, taking turns")
-        doc.measure_rounds([spec.replace(num_workers=w) for w in range(0, doc.max_workers + 1)])
+    if e2e:   # every count to 4, then steps of about ×1.5 (16 cores: 9 counts, not 17), and the spec's own
+        ladder = worker_ladder(doc.max_workers, also=(spec.num_workers,))
+        doc.log(f"end to end with {', '.join(map(str, ladder))} workers, taking turns")
+        doc.measure_rounds([spec.replace(num_workers=w) for w in ladder])
     pred = PR.predict(doc.table, spec)
     rows = []
     for w in range(0, doc.max_workers + 1):

@@ -13,6 +13,7 @@ capabilities: no format is named here.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -34,11 +35,13 @@ from .device_decode import measure_device_decode
 from .probes import (
     _split_xy,
     batch_nbytes,
+    capacity_ks,
     cpu_capacity,
     loop_h2d,
     measure_machine,
     probe_ring,
     probe_worker,
+    round_fits,
     startup_s,
     stream_stages,
     timed,
@@ -65,17 +68,6 @@ def _median(xs) -> float | None:
 
 def _tick(_i, _batch) -> None:   # a batch arrived: progress for the command's deadline (--deadline)
     progress()
-
-
-def capacity_ks(num_workers: int, main_threads: int = 1) -> list[int]:
-    """The process counts whose CPU capacity is sampled before a pass with ``W`` workers and
-    ``T`` main threads: one, and the counts the predictor reads for that spec — ``W - 1`` to
-    ``W`` (a worker beside the others) and ``W`` to ``W + T`` (the main process's threads beside
-    the workers; :mod:`feedlab.doctor.predict`). Every count from 1 to ``W + 1`` once made ~1,100
-    forks a round of 0..16 workers (notebook 10 ran past 4 minutes on the H100 machine); counts
-    outside these come from the machine's first measurement (:meth:`feedlab.doctor.costs.Machine.cap`)."""
-    w, t = max(0, int(num_workers)), max(1, int(main_threads))
-    return sorted({1, *range(max(1, w - 1), w + t + 1)})
 
 
 class Doctor:
@@ -383,10 +375,17 @@ class Doctor:
         for s in specs:
             for _ in range(self.effort.warmup):
                 run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
-        for _ in range(repeats or self.effort.repeats):
+        rounds, last_round_s = repeats or self.effort.repeats, 0.0
+        for done in range(rounds):
+            t_round = time.perf_counter()
+            if done and not round_fits(last_round_s):
+                self.notes.append(f"end to end: {done} of {rounds} rounds per setting, the run's limit being near "
+                                  f"(a round took {last_round_s:.0f} s)")
+                break
             for s in specs:
                 threads = self.table.machine.threads(s.num_workers)
-                runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers, threads), seconds=0.1, repeats=1))
+                runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers, threads, self.table.machine.cores),
+                                                        seconds=0.1, repeats=1))
                 window = LoadWindow()   # the load beside this pass, seen from inside it
                 r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
                 runs[s]["pass_speed"].append(speed_left(window.summary(), s.num_workers + 1))
@@ -394,6 +393,7 @@ class Doctor:
                                               or r.samples_per_s)
                 spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
                 runs[s]["epoch_runs"].append(r.samples / (r.wall_s + spawn) if r.wall_s > 0 else 0.0)
+            last_round_s = time.perf_counter() - t_round
         for s in specs:
             out = runs[s]
             out.update(steady=float(np.median(out["steady_runs"])), epoch=float(np.median(out["epoch_runs"])),

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from feedlab import monitor
+from feedlab.budget import FINISH_S, seconds_to_deadline
 from feedlab.errors import progress
 from feedlab.pipeline.ring import RingLoader
 from feedlab.timing import PHASES, main_threads_for, run_epoch, time_callable
@@ -118,6 +119,31 @@ def cpu_capacity(ks, seconds: float = 0.25, repeats: int = 2) -> dict[int, float
             vals.append(capacity_of(used, seconds, k, cores))
         out[k] = float(np.median(vals))
     return out
+
+
+def round_fits(round_s: float) -> bool:
+    """Whether another round of end-to-end passes that takes ``round_s`` fits before the runner's limit
+    (:func:`feedlab.budget.seconds_to_deadline`) with as much again left for what follows it (the
+    notebook's advice steps) and its finish; always, where no runner set a limit."""
+    return seconds_to_deadline() - FINISH_S >= 2 * round_s
+
+
+def capacity_ks(num_workers: int, main_threads: int = 1, cores: int | None = None) -> list[int]:
+    """The process counts whose CPU capacity is sampled before a pass with ``W`` workers and
+    ``T`` main threads: one, ``W - 1`` to ``W + 1`` (a worker beside the others, and the main
+    process beside them), and the far end of what the predictor reads, ``W + T`` (the main
+    process's threads beside the workers; :mod:`feedlab.doctor.predict`), with no count past
+    ``cores + 1`` and the core count itself where ``W + T`` passes it (:meth:`Machine.cap`
+    interpolates between them, exact where capacity is ``min(k, cores)``). Every count from 1 to
+    ``W + 1`` once made ~1,100 forks a round of 0..16 workers; every count to ``W + T`` with
+    CUDA's 16 main threads made ~400 a pass, and notebook 10's diagnosis ran past 245 s on the
+    H100 machine (2026-11-26)."""
+    w, t = max(0, int(num_workers)), max(1, int(main_threads))
+    top = w + t if cores is None else min(w + t, int(cores) + 1)
+    ks = {1, *range(max(1, w - 1), min(w + 1, top) + 1), top}
+    if cores is not None and w + 1 < int(cores) < top:
+        ks.add(int(cores))
+    return sorted(k for k in ks if k >= 1)
 
 
 def measure_machine(device: str, max_workers: int, cores: int | None = None) -> Machine:

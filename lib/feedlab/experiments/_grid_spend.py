@@ -89,10 +89,10 @@ def budget_group(s) -> str:
 def left_out_why(s, res, budget=None, skip=None, essential=None, experiment: str = "") -> str:
     """Why a grid leaves setting ``s`` out ("" runs it), recorded in ``res.left_out``: ``skip(s, res)``'s reason,
     else the budget's where ``s`` does not fit in what is left; an ``essential(s)`` setting (one a claim reads)
-    is never refused by the budget (it is charged all the same)."""
+    is refused only by the run's limit, never by the budget (it is charged all the same)."""
     why = skip(s, res) if skip is not None else ""
-    if not why and budget is not None and not (essential is not None and essential(s)) \
-            and not budget.allows(setting_name(s, experiment), group=budget_group(s)):
+    if not why and budget is not None and not budget.allows(
+            setting_name(s, experiment), group=budget_group(s), essential=essential is not None and essential(s)):
         why = budget.left_out[-1][1]
     if why:
         res.left_out.append((setting_name(s, experiment), why))

@@ -180,7 +180,8 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
     ``steady_samples_per_s`` row its interval, ``rate_low`` and ``rate_high`` (samples/s).
     ``budget`` (:class:`~feedlab.budget.Budget`) is asked before each setting, in the order given, whether
     it fits (its group: batch size and model) unless ``essential(setting)`` (a claim reads it: run, and
-    charged, whatever is left); ``skip(setting, results so far)`` gives a reason to leave a setting out
+    charged, whatever is left of the budget, though never past the run's limit; each rate's cap is
+    then shortened to fit before that limit, :meth:`~feedlab.budget.Budget.cap_s`); ``skip(setting, results so far)`` gives a reason to leave a setting out
     ("" runs it; a worker ladder that has turned, :mod:`feedlab.experiments._grid_spend`). Each setting left
     out is named, with why, in the returned results' ``left_out``.
     Every row carries ``rate_kind`` (``steady`` / ``startup_inclusive``, :func:`feedlab.pipeline.rate_of`),
@@ -227,7 +228,8 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
             _time_setting(res, s, datasets[key], device, seed=seed, warmup=warmup, warmup_batches=warmup_batches,
                           max_batches=max_batches, max_samples=max_samples, min_timed_batches=min_timed_batches,
                           min_timed=min_timed, time_budget_s=time_budget_s, rate_precision=rate_precision,
-                          rate_cap_s=rate_cap_s, blocks=blocks, repeats=repeats, monitor_interval=monitor_interval,
+                          rate_cap_s=rate_cap_s if budget is None else budget.cap_s(rate_cap_s, repeats),
+                          blocks=blocks, repeats=repeats, monitor_interval=monitor_interval,
                           experiment=experiment, log=log)
     return res
 
