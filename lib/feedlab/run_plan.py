@@ -117,7 +117,11 @@ def print_plan(rows, profile: str, cores: int, figures_dir: Path | None = None) 
 
 
 # the gpu profile's calls: one command each on a rented 16-core GPU machine (docs/GPU_RUN.md)
-CALL_S = 540          # of a command's 600 s: the call's own deadline
+CALL_S = 540          # of a command's 600 s: the first call of a quarter-hour's own deadline
+QUARTER_S = 900       # a quarter-hour of a rented machine: its start, its calls, the idle between them
+MACHINE_START_S = 35  # the machine's start and the repository's upload (about 30 s on 2026-11-26)
+TRANSFER_S = 25       # each call's results home, and the next call's upload
+SECOND_CALL_S = QUARTER_S - MACHINE_START_S - CALL_S - TRANSFER_S   # 300 s: what the same quarter-hour has left
 SETUP_S = 45          # wheels, set-up and the gpu data: 41 s on 2026-11-26 (19 s with the data already there)
 START_S = 20          # a notebook's kernel, CUDA start-up and load probe before anything is timed (docs/GPU_RUN.md)
 FIRST_RUN_S = 120     # a notebook with no record and no budget: planned at this, to get its first record
@@ -160,18 +164,28 @@ def gpu_calls(rows, key: str, profile: str = "gpu", figures_dir: Path | None = N
         seconds, how, known = predicted_seconds(name, values, key, profile, figures_dir)
         limit = math.ceil(seconds * MARGIN + (START_S if "recorded" in how else 0))
         item = {"name": name, "seconds": round(seconds, 1), "how": how, "known": known, "limit": limit}
-        if not calls or calls[-1]["seconds"] + seconds > CALL_S:
-            calls.append({"notebooks": [], "seconds": float(SETUP_S)})
+        if not calls or calls[-1]["seconds"] + seconds > calls[-1]["deadline_s"]:
+            n = len(calls)
+            calls.append({"notebooks": [], "seconds": float(SETUP_S), "quarter": n // 2 + 1,
+                          "deadline_s": call_seconds(n + 1)})
+        item["limit"] = min(limit, calls[-1]["deadline_s"] - SETUP_S)
         calls[-1]["notebooks"].append(item)
         calls[-1]["seconds"] = round(calls[-1]["seconds"] + seconds, 1)
     return calls
 
 
+def call_seconds(n: int) -> int:
+    """The seconds call ``n`` (1-based) may take, set-up included: a quarter-hour of a rented machine
+    holds two calls back to back, the first of :data:`CALL_S` and the second of what is left of it
+    (:data:`SECOND_CALL_S`), so odd calls start a quarter-hour and even ones end it."""
+    return CALL_S if n % 2 else SECOND_CALL_S
+
+
 def print_calls(calls: list[dict]) -> None:
-    print(f"\ncalls on a 16-core GPU machine (each at most {CALL_S} s with {SETUP_S} s of set-up; "
-          f"bash .ci/gpu-call N):")
+    print(f"\ncalls on a 16-core GPU machine, two a quarter-hour ({CALL_S} s, then {SECOND_CALL_S} s, each with "
+          f"{SETUP_S} s of set-up; bash .ci/gpu-call N):")
     for i, call in enumerate(calls, 1):
-        print(f"  call {i}: about {call['seconds']:.0f} s")
+        print(f"  call {i} (quarter-hour {call['quarter']}, at most {call['deadline_s']} s): about {call['seconds']:.0f} s")
         for nb in call["notebooks"]:
             print(f"    {nb['name']:<32} {nb['seconds']:>5.0f} s  limit {nb['limit']:>3} s  ({nb['how']})")
     unknown = [nb["name"] for c in calls for nb in c["notebooks"] if not nb["known"]]
@@ -188,15 +202,23 @@ def call_items(n: int, cores: int = 16, profile: str = "gpu") -> str:
     return " ".join(f"{nb['name'][:2]}:{nb['limit']}" for nb in calls[n - 1]["notebooks"])
 
 
+def call_deadline(n: int) -> int:
+    """Call ``n``'s seconds, as ``.ci/gpu-call`` reads them (``--call N --seconds``)."""
+    if n < 1:
+        raise ValueError(f"call {n}: calls count from 1")
+    return call_seconds(n)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedlab.run_plan",
                                  description="print one call of the gpu plan as notebook:limit pairs")
     ap.add_argument("--call", type=int, required=True, metavar="N")
     ap.add_argument("--cores", type=int, default=16)
+    ap.add_argument("--seconds", action="store_true", help="print the call's seconds (its deadline) instead")
     args = ap.parse_args(argv)
     os.environ["FEEDLAB_CORES"] = str(args.cores)  # worker counts resolved for that machine
     try:
-        print(call_items(args.call, args.cores))
+        print(call_deadline(args.call) if args.seconds else call_items(args.call, args.cores))
     except ValueError as exc:
         print(f"feedlab.run_plan: {exc}", file=sys.stderr)
         return 2

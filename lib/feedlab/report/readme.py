@@ -229,7 +229,7 @@ def calibration_lines(payload: dict) -> list[str]:
     bound = targets.DOCTOR_ERROR
     lines = []
     if own:
-        counts = ", ".join(str(e.get("num_workers")) for e in payload.get("end_to_end") or [])
+        counts = ", ".join(str(e.get("num_workers")) for e in payload.get("end_to_end") or [] if e.get("samples_per_s"))
         parts = [f"largest error {100 * max(own):.0f}% over the {len(own)} worker counts the doctor ran ({counts}): "
                  f"{targets.verdict(max(own), '<=', bound)} the ±{100 * bound:.0f}% target"]
         if len(every) > len(own):
