@@ -54,11 +54,15 @@ figures: $(STAMP) peers ray ## prepare data and run every notebook (PROFILE=quic
 # the suite writes its temporaries (pytest's, multiprocessing's, the peers' caches, Ray's session, torch's
 # compile cache) under a TMPDIR of its own, removed at the end: yours is left as it was; tests/conftest.py
 # fails the run if /dev/shm gained a file
-test: $(STAMP) ## lint (ruff), the unit tests, then `make nbval`
+test: $(STAMP) ## lint (ruff), the unit tests but the slow ones, then `make nbval` (about 7 minutes on 2 cores)
 	$(PY) -m ruff check lib data_prep tests notebooks
 	@tmp=$$(mktemp -d -t feedlab-test.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
-	  TMPDIR=$$tmp FEEDLAB_PROFILE=smoke $(PY) -m pytest -q tests/unit && \
+	  TMPDIR=$$tmp FEEDLAB_PROFILE=smoke $(PY) -m pytest -q -m "not slow" tests/unit && \
 	  TMPDIR=$$tmp $(MAKE) --no-print-directory nbval
+
+test-slow: $(STAMP) ## the unit tests of 3 s or more (tests/unit/slow_tests.txt: deadlines, subprocesses, whole notebooks); CI runs them after `make test`
+	@tmp=$$(mktemp -d -t feedlab-test.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
+	  TMPDIR=$$tmp FEEDLAB_PROFILE=smoke $(PY) -m pytest -q -m slow tests/unit
 
 # each notebook runs once, under nbval, writing under runs/nbval/ (never figures/); then
 # tests/notebooks checks what each recorded (tests/notebooks/nbrun.py)
@@ -90,4 +94,4 @@ doctor: data ## build the embedded data if missing, then ask the bottleneck doct
 clean-data: ## remove data/ (built sets; rebuilt on demand)
 	rm -rf data
 
-.PHONY: help install peers ray data figures test nbval browser-check lab doctor clean-data pillow-simd lock
+.PHONY: help install peers ray data figures test test-slow nbval browser-check lab doctor clean-data pillow-simd lock

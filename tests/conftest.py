@@ -32,6 +32,22 @@ def pytest_sessionstart(session):
     session.config._feedlab_shm = _shm_names()
 
 
+SLOW_LIST = Path(__file__).parent / "unit" / "slow_tests.txt"
+
+
+def slow_tests() -> set[str]:
+    """``file::function`` of every unit test listed as slow (tests/unit/slow_tests.txt)."""
+    return {line.strip() for line in SLOW_LIST.read_text().splitlines() if line.strip() and not line.startswith("#")}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the listed slow tests ``slow`` (``make test`` runs ``-m "not slow"``, ``make test-slow`` the rest)."""
+    slow = slow_tests()
+    for item in items:
+        if item.nodeid.split("[")[0] in slow:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_finish(session):
     """Every module the tests import (torch, pandas, matplotlib, feedlab: ~280,000 objects) is imported by now:
     move them out of the collector's sight (``gc.freeze``). A full collection (the library's own ``gc.collect``

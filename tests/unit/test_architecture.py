@@ -407,3 +407,18 @@ def test_the_ground_floor_imports_with_the_standard_library_alone():
                          cwd=REPO, env={"PYTHONPATH": str(REPO / "lib"), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-600:]
     assert out.stdout.startswith("imports ")
+
+
+def test_every_test_listed_slow_exists():
+    """tests/unit/slow_tests.txt names tests `make test` leaves to `make test-slow`: a renamed or removed test
+    there would silently move nothing, and one still listed after it got fast keeps costing CI nothing wrong."""
+    from tests.conftest import slow_tests
+
+    missing = []
+    for entry in sorted(slow_tests()):
+        path, _, name = entry.partition("::")
+        src = REPO / path
+        if not src.is_file() or f"def {name}(" not in src.read_text():
+            missing.append(entry)
+    assert not missing, f"listed slow but not found: {', '.join(missing)}"
+    assert len(slow_tests()) <= 60, "the slow list is for the few end-to-end tests, not a place to park tests"
