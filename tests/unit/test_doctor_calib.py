@@ -221,6 +221,7 @@ def test_capacity_before_a_pass_samples_the_counts_the_predictor_reads_not_every
     assert capacity_ks(4, 16, cores=16) == [1, 3, 4, 5, 16, 17]  # the far end, and the core count between
     assert capacity_ks(0, 16, cores=16) == [1, 16]
     assert capacity_ks(2, 1, cores=2) == [1, 2, 3]               # two cores: as before
+    assert capacity_ks(20, 16, cores=16) == [1, 19, 20, 21]      # more workers than cores: W + 1 still sampled
     assert sum(sum(capacity_ks(w, 16, 16)) for w in range(17)) < 1000
 
 

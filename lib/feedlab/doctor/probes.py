@@ -132,18 +132,19 @@ def capacity_ks(num_workers: int, main_threads: int = 1, cores: int | None = Non
     """The process counts whose CPU capacity is sampled before a pass with ``W`` workers and
     ``T`` main threads: one, ``W - 1`` to ``W + 1`` (a worker beside the others, and the main
     process beside them), and the far end of what the predictor reads, ``W + T`` (the main
-    process's threads beside the workers; :mod:`feedlab.doctor.predict`), with no count past
-    ``cores + 1`` and the core count itself where ``W + T`` passes it (:meth:`Machine.cap`
+    process's threads beside the workers; :mod:`feedlab.doctor.predict`), that end no further than
+    ``cores + 1`` (or ``W + 1``), and the core count itself where ``W + T`` passes it (:meth:`Machine.cap`
     interpolates between them, exact where capacity is ``min(k, cores)``). Every count from 1 to
     ``W + 1`` once made ~1,100 forks a round of 0..16 workers; every count to ``W + T`` with
     CUDA's 16 main threads made ~400 a pass, and notebook 10's diagnosis ran past 245 s on the
     H100 machine (2026-11-26)."""
     w, t = max(0, int(num_workers)), max(1, int(main_threads))
-    top = w + t if cores is None else min(w + t, int(cores) + 1)
-    ks = {1, *range(max(1, w - 1), min(w + 1, top) + 1), top}
+    # W + 1 always (the pass's own speed reads it, also with more workers than cores)
+    top = w + t if cores is None else max(w + 1, min(w + t, int(cores) + 1))
+    ks = {1, *range(max(1, w - 1), w + 2), top}
     if cores is not None and w + 1 < int(cores) < top:
         ks.add(int(cores))
-    return sorted(k for k in ks if k >= 1)
+    return sorted(ks)
 
 
 def measure_machine(device: str, max_workers: int, cores: int | None = None) -> Machine:
