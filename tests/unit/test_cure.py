@@ -83,6 +83,31 @@ def test_a_larger_batch_or_other_epochs_make_the_credit_not_like_for_like():
     assert C.cure_differences(ring) == []
 
 
+def test_a_window_neither_long_nor_precise_makes_the_credit_not_like_for_like():
+    steps = _steps(0.02, 0.96)
+    assert C.cure_differences(steps) == []     # an older record: no windows recorded, none judged
+    for s in steps:
+        s.update(timed_batches=50, window_s=3.0, half_width=0.09)
+    assert C.cure_differences(steps) == []     # 50 batches: long enough whatever its precision
+    steps[-1].update(timed_batches=15, half_width=0.03)
+    assert C.cure_differences(steps) == []     # short but known to ±3%
+    steps[-1].update(half_width=0.08)
+    assert C.cure_differences(steps) == ["window: format=npy_mmap timed 15 batches < 50 (±8% > ±5%)"]
+
+
+def test_a_precision_timed_pass_stops_once_its_rate_is_known():
+    doc = Doctor(None, SPEC, max_workers=2, effort=Effort(repeats=1, samples=8, e2e_batches=2, cold=False),
+                 splits=lambda f, d: StageSplit(Store(0.003)), model="none")
+    doc.measure(alternatives=False)
+    m = C.measure(doc, SPEC, repeats=2, min_timed=200, precision=0.5)   # a steady sleep: known after its second
+    assert all(10 <= t < 200 for t in m["runs"]["timed_batches"]) and m["timed_batches"] < 200
+    assert m["half_width"] <= 0.5 and 1.0 <= m["window_s"] < 3.0
+    capped = C.measure(doc, SPEC, repeats=1, min_timed=12, precision=1e-9)   # never that precise: the cap
+    assert capped["timed_batches"] == 12 and capped["half_width"] > 1e-9
+    fixed = C.measure(doc, SPEC, repeats=1, min_timed=12)                   # no precision: exactly min_timed
+    assert fixed["timed_batches"] == 12 and fixed["half_width"] is None
+
+
 def test_readings_and_title_credit_the_doctor_from_the_all_core_baseline():
     lines = C.readings(_steps(0.02, math.nan), cuda=False)
     assert "×9.00 the first baseline" not in lines[1] and "×9.00 the all-core baseline" in lines[1]

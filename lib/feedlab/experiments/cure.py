@@ -34,6 +34,7 @@ from feedlab.experiments import loader_grid
 from feedlab.experiments._advice_steps import follow
 from feedlab.gpu_busy import BusyMeter
 from feedlab.pipeline import PipelineSpec, resolve_model_name, warmup_batches
+from feedlab.pipeline.rates import SteadyStop
 from feedlab.plots import PALETTE, legend_outside
 from feedlab.report.targets import (  # noqa: F401  (re-exported: the cure's target)
     TARGET_DATA_WAIT,
@@ -76,7 +77,7 @@ def steady_window(et, skip: int, busy: dict | None = None) -> dict:
     gb = (busy or {}).get("gpu_busy_steady", math.nan)
     return {"samples_per_s": n / wall, "data_wait_share": wait / wall,
             "gpu_busy": float(gb) if gb is not None else math.nan,
-            "timed_batches": int(et.batches - skip)}
+            "timed_batches": int(et.batches - skip), "window_s": wall}
 
 
 class Cycled:
@@ -102,10 +103,27 @@ class Cycled:
                     return
 
 
-def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed: int = 0) -> dict:
+PRECISION_FLOOR = 10   # timed batches before a precision-timed pass may stop (5 block means of 2)
+
+
+def pass_stop(skip: int, min_timed: int, precision: float | None) -> SteadyStop | None:
+    """The stop of one steady pass: ``None`` (exactly ``min_timed`` timed batches) without a precision;
+    with one, timed until the 95% interval of its mean batch time is within ``precision`` (at least
+    :data:`PRECISION_FLOOR` batches and a second), else at ``min_timed`` batches — the like-for-like rule's
+    window either way (``feedlab.like_for_like``: ≥ 50 batches, or a rate known to ±5%)."""
+    if not precision:
+        return None
+    return SteadyStop(skip, min_timed=min(PRECISION_FLOOR, int(min_timed)), half_width=float(precision),
+                      min_window_s=1.0, max_window_s=math.inf, max_timed=int(min_timed), blocks=5)
+
+
+def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed: int = 0,
+            precision: float | None = None) -> dict:
     """One setting, end to end with the doctor's training step: a warm-up pass, then ``repeats``
     steady passes over a sampler long enough for ``min_timed`` timed batches (the data set is
-    cycled, each cycle a fresh permutation, when it holds fewer samples)."""
+    cycled, each cycle a fresh permutation, when it holds fewer samples). With ``precision`` a pass
+    ends once its rate is known to it (:func:`pass_stop`), ``min_timed`` its most batches; each pass
+    records its timed batches, window seconds and the precision reached (``half_width``)."""
     import torch
     from torch.utils.data import RandomSampler
 
@@ -125,29 +143,38 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     rows = []
     for _ in range(repeats):
         busy = BusyMeter(doc.device)   # CUDA events around each step; NaN readings off CUDA
-        et = run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=total, busy=busy)
-        rows.append(steady_window(et, skip, busy.end_window(skip_steps=skip)))
+        stop = pass_stop(skip, min_timed, precision)
+        et = run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=total, busy=busy, stop=stop)
+        row = steady_window(et, skip, busy.end_window(skip_steps=skip))
+        if stop is not None:
+            stop.precise or stop.finish()
+        row["half_width"] = float(stop.achieved) if stop is not None else math.nan
+        rows.append(row)
     out = {k: [r[k] for r in rows] for k in rows[0]}
     med = {k: float(np.nanmedian(v)) if not all(math.isnan(x) for x in v) else math.nan
-           for k, v in out.items() if k != "timed_batches"}
+           for k, v in out.items() if k not in ("timed_batches", "window_s", "half_width")}
     rates = out["samples_per_s"]
+    hw = [h for h in out["half_width"] if not math.isnan(h)]
     return {**med, "runs": out, "q25": float(np.percentile(rates, 25)), "q75": float(np.percentile(rates, 75)),
-            "skip": skip, "timed_batches": int(min_timed), "rate_kind": "steady", "epoch_batches": int(epoch_batches)}
+            "skip": skip, "timed_batches": int(min(out["timed_batches"])), "window_s": float(min(out["window_s"])),
+            "half_width": float(max(hw)) if hw else None, "rate_kind": "steady", "epoch_batches": int(epoch_batches)}
 
 
 def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int = 4, repeats: int = 3,
-         min_timed: int = 50, log: Callable[[str], None] | None = None) -> tuple[Results, list[dict]]:
+         min_timed: int = 50, log: Callable[[str], None] | None = None,
+         precision: float | None = None) -> tuple[Results, list[dict]]:
     """The baseline at each of ``worker_counts`` (the same batch size), then the doctor's advice from
     the last of them, one change at a time (a change that measured slower is undone and reported as
     such). The batch size is held: advice to change it is a recipe change and is not applied.
-    ``doc`` is a measured :class:`feedlab.doctor.Doctor` whose model is the training step."""
+    ``doc`` is a measured :class:`feedlab.doctor.Doctor` whose model is the training step; ``precision``:
+    each pass timed to it (:func:`measure`), ``min_timed`` its most batches."""
     log = log or (lambda m: None)
     res = Results()
     steps: list[dict] = []
 
     def record(spec, label, kind, against=None):
         log(f"measuring {label}")
-        m = measure(doc, spec, repeats=repeats, min_timed=min_timed)
+        m = measure(doc, spec, repeats=repeats, min_timed=min_timed, precision=precision)
         pred = predict(doc.table_now(spec), spec)
         params = dict(step=len(steps), change=label, kind=kind, **spec.as_dict())
         res.add_samples(EXPERIMENT, label, "samples_per_s", m["runs"]["samples_per_s"], "samples/s",

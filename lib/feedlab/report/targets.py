@@ -319,21 +319,26 @@ def all_core_baseline(steps: list[dict]) -> dict | None:
 
 def step_side(s: dict):
     """A cure step as one side of a comparison: batch size, the epochs its timed pass ran in (a loader
-    kind that takes no sampler cycles epochs of ``epoch_batches``), the steady window. Order and pixels
+    kind that takes no sampler cycles epochs of ``epoch_batches``), the steady window (its shortest pass's
+    batches and seconds, its widest precision, where the record has them). Order and pixels
     are the same data set's (global shuffle, same decode) on every step."""
     cfg = s.get("config") or {}
     return Side(s.get("label", "?"), order="global", pixel_error=0.0, batch_size=cfg.get("batch_size"),
-                cache="warm", epoch_batches=s.get("epoch_batches"))
+                cache="warm", epoch_batches=s.get("epoch_batches"), timed_batches=s.get("timed_batches"),
+                window_s=s.get("window_s"), half_width=s.get("half_width"))
 
 
 def cure_differences(steps: list[dict]) -> list[str]:
     """What makes the cure's credit not like for like: the doctor's pipeline at another batch size
-    than the all-core baseline (a recipe change, not a loader one), or a step measured over other epochs
-    than the step it is compared with. Workers may differ: they are what the advice changes."""
+    than the all-core baseline (a recipe change, not a loader one), a window too short for a rate (where
+    recorded), or a step measured over other epochs than the step it is compared with. Workers may differ:
+    they are what the advice changes."""
     base, last = all_core_baseline(steps), final_step(steps)
     out = []
     if base and last and base is not last:
-        out += [d for d in differences(step_side(base), step_side(last)) if d.startswith("batch size")]
+        # the window is judged where the record has it (a precision-timed cure; older records ran 50 batches)
+        kinds = ("batch size", "window") if all(s.get("window_s") is not None for s in (base, last)) else ("batch size",)
+        out += [d for d in differences(step_side(base), step_side(last)) if d.startswith(kinds)]
     by_label = {s["label"]: s for s in steps}
     for s in steps:
         against = by_label.get(s.get("against") or "")
