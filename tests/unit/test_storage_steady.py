@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -61,6 +62,19 @@ def test_window_kind_names_a_window_that_missed_its_precision():
     assert S.window_kind(even, 60) == "steady"
     assert S.window_kind(jumpy, 60) == "imprecise" and jumpy.achieved > 0.05
     assert S.window_kind(even, 10) == "startup_inclusive"
+
+
+def test_a_short_window_is_steady_only_where_it_reached_its_precision():
+    def fed(durations, precision):
+        stop = S.steady_stop(1, 10, precision, cap_s=1e9)
+        for i, t in enumerate(np.cumsum(durations), 1):
+            stop(i, float(t))
+        return stop
+
+    assert S.window_kind(fed([0.2] * 16, 0.05), 15) == "steady"              # 15 batches known to ±5%
+    jumpy = fed(([0.1] * 2 + [0.5] * 2) * 4, 0.05)
+    assert S.window_kind(jumpy, 15) == "startup_inclusive"                     # short and not precise
+    assert S.window_kind(fed([0.2] * 16, None), 15) == "startup_inclusive"     # no precision asked: 50 batches
 
 
 def test_one_precise_window_stands_for_the_repeats_a_claim_needs():

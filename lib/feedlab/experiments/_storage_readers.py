@@ -16,6 +16,7 @@ by :class:`Cycling` where the set is short, timed to a stated precision: ``pipel
 from __future__ import annotations
 
 import gc
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -275,15 +276,19 @@ def steady_stop(warmup: int, min_timed: int, precision: float | None, cap_s: flo
     if precision is None:
         return SteadyStop(warmup, min_timed=min_timed, half_width=float("inf"), min_window_s=0.0,
                           max_window_s=cap_s, max_timed=min_timed)
-    return SteadyStop(warmup, min_timed=min_timed, half_width=precision, max_window_s=cap_s)
+    # the interval by batch means: 10 blocks of 2 or more, or 5 where the floor is under 20 batches
+    return SteadyStop(warmup, min_timed=min_timed, half_width=precision, max_window_s=cap_s,
+                      blocks=10 if min_timed >= 20 else 5)
 
 
 def window_kind(stop: SteadyStop, timed: int) -> str:
-    """``steady`` (≥ :data:`MIN_TIMED_BATCHES` timed after the warm-up, to the precision asked),
-    ``imprecise`` (steady, but the cap came first) or ``startup_inclusive`` (too few timed batches)."""
-    if timed < MIN_TIMED_BATCHES:
-        return "startup_inclusive"
+    """``steady`` (timed after the warm-up to the precision asked, over ≥ :data:`MIN_TIMED_BATCHES` batches
+    or over the stop's floor where a precision was asked and reached: the like-for-like rule's window),
+    ``imprecise`` (the cap came before the precision) or ``startup_inclusive`` (too few timed batches)."""
     stop.precise or stop.finish()
+    asked = math.isfinite(stop.half_width)
+    if timed < MIN_TIMED_BATCHES and not (asked and stop.precise and timed >= stop.min_timed):
+        return "startup_inclusive"
     return "steady" if stop.precise else "imprecise"
 
 

@@ -282,14 +282,15 @@ def run(root, fmts: Sequence[str] | None = None, worker_counts: Sequence[int] = 
         model_name: str = "auto", model_kw: dict | None = None, cold: bool = False, device=None,
         loaders: Sequence[str] | None = None, log: Callable[[str], None] | None = print,
         verify: bool = False, min_timed: int = MIN_TIMED_BATCHES, precision: float | None = None,
-        cap_s: float = 3.0, budget=None) -> Results:
+        cap_s: float = 3.0, budget=None, train_cap_s: float | None = None) -> Results:
     """The references (the copy ceilings, the write-ups' baseline), then the grid: read-alone for every
     setting (:func:`settings`: each format ``fmts``, None: every registered SR format the set holds, by
     each loader kind it can feed; ``loaders`` limits the kinds), optionally with a training step (the
     single-process kinds and the DataLoader with the most workers) and cold-cache epochs (one
     single-process kind per format: chunks where it has them), in :func:`plan`'s order, most telling
     first. ``verify``: the per-sample checksum check on every timed read (off by default: read speed
-    alone). ``min_timed``, ``precision``, ``cap_s``: each window's (:func:`measure`). ``budget`` (a
+    alone). ``min_timed``, ``precision``, ``cap_s``: each window's (:func:`measure`); ``train_cap_s`` the cap
+    of a window with a training step (None: ``cap_s``; a step makes each batch slower). ``budget`` (a
     :class:`feedlab.budget.Budget`): the references always run; a setting whose expected cost (the
     dearest of its mode and format so far, else of its format read alone) would run past it is left out,
     named in ``budget.note()``."""
@@ -319,8 +320,9 @@ def run(root, fmts: Sequence[str] | None = None, worker_counts: Sequence[int] = 
             kw = dict(model=model, optimizer=opt, device=device)
         with budget.setting(what, group=mode):
             t0 = time.monotonic()
+            win = dict(window, cap_s=train_cap_s) if mode == "train" and train_cap_s else window
             measure(root, spec, None, repeats if mode != "cold" else 1, warmup if mode != "cold" else 0, samples,
-                    mode, res=res, verify=verify, **window, **kw)
+                    mode, res=res, verify=verify, **win, **kw)
             took = time.monotonic() - t0
         cost[(mode, spec.format)] = max(cost.get((mode, spec.format), 0.0), took)
         if log:
