@@ -6,7 +6,8 @@ with the plan's total (:func:`plan`, :func:`print_plan`).
 
 For the ``gpu`` profile it also packs the notebooks into **calls**, one command each on a rented
 16-core GPU machine (docs/GPU_RUN.md): in order of value (:data:`VALUE_ORDER`: the cure, 01, 03, 09
-and 10 first), each call at most :data:`CALL_S` seconds with its set-up (:data:`SETUP_S`), every
+and 10 first; :data:`HOST_ONLY`'s host questions left to a CPU machine), each call at most :data:`CALL_S`
+seconds with its set-up (:data:`SETUP_S`), every
 notebook with its predicted seconds and the limit it runs under (:func:`gpu_calls`;
 ``python -m feedlab.run_plan --call N`` prints call N as ``.ci/gpu-call`` reads it). A prediction is
 the last record of that profile on such a machine, or the notebook's own ``budget_s`` plus its
@@ -111,22 +112,28 @@ def print_plan(rows, profile: str, cores: int, figures_dir: Path | None = None) 
     without = f"; no record for {len(missing)}: {', '.join(missing)}" if missing else ""
     print(f"\ntotal: {known:.0f} s of notebooks from records ({len(rows) - len(missing)} of {len(rows)}){without}")
     if profile == "gpu":
-        print_calls(gpu_calls(rows, key, profile, figures_dir))
+        print_calls(gpu_calls(rows, key, profile, figures_dir), host_only(rows))
 
 
 
 
 # the gpu profile's calls: one command each on a rented 16-core GPU machine (docs/GPU_RUN.md)
-CALL_S = 540          # of a command's 600 s: the first call of a quarter-hour's own deadline
+CALL_S = 540          # of a command's 600 s: each call's own deadline, its set-up included
 QUARTER_S = 900       # a quarter-hour of a rented machine: its start, its calls, the idle between them
 MACHINE_START_S = 35  # the machine's start and the repository's upload (about 30 s on 2026-11-26)
 TRANSFER_S = 25       # each call's results home, and the next call's upload
-SECOND_CALL_S = QUARTER_S - MACHINE_START_S - CALL_S - TRANSFER_S   # 300 s: what the same quarter-hour has left
+# what a quarter-hour has left after its start and one call: a second call's first part
+# (``CALL_S=300 bash .ci/gpu-call 2``: what does not fit is not started, and named)
+SECOND_CALL_S = QUARTER_S - MACHINE_START_S - CALL_S - TRANSFER_S
 SETUP_S = 45          # wheels, set-up and the gpu data: 41 s on 2026-11-26 (19 s with the data already there)
 START_S = 20          # a notebook's kernel, CUDA start-up and load probe before anything is timed (docs/GPU_RUN.md)
 FIRST_RUN_S = 120     # a notebook with no record and no budget: planned at this, to get its first record
 MARGIN = 1.3          # a limit is the prediction × MARGIN (+ START_S where the prediction is a record)
-VALUE_ORDER = ("15", "01", "03", "09", "10", "06", "02", "05", "11", "12", "04", "07", "13", "14", "08")
+VALUE_ORDER = ("15", "01", "03", "09", "10", "06", "02", "05", "12", "13", "14")
+# notebooks whose every measurement is on the host (no CUDA branch: printing, collate on the CPU, HDF5 handles
+# across fork and spawn, worker hygiene): a GPU machine's loan is not spent on them; a 16-core CPU machine
+# answers them (``python -m feedlab.run --profile gpu --only 04 07 08 11``)
+HOST_ONLY = ("04", "07", "08", "11")
 
 
 def predicted_seconds(name: str, values, key: str, profile: str,
@@ -155,10 +162,11 @@ def predicted_seconds(name: str, values, key: str, profile: str,
 def gpu_calls(rows, key: str, profile: str = "gpu", figures_dir: Path | None = None) -> list[dict]:
     """The notebooks of ``rows`` (as :func:`plan` gives them) in calls of at most :data:`CALL_S`
     seconds each, set-up included, in :data:`VALUE_ORDER`; a call is closed when the next notebook
-    would not fit. Each call: ``{"notebooks": [{"name", "seconds", "how", "known", "limit"}],
-    "seconds"}`` (set-up plus predictions)."""
+    would not fit. The :data:`HOST_ONLY` notebooks are left out (:func:`host_only`). Each call:
+    ``{"notebooks": [{"name", "seconds", "how", "known", "limit"}], "seconds"}`` (set-up plus predictions)."""
     rank = {p: i for i, p in enumerate(VALUE_ORDER)}
-    ordered = sorted(rows, key=lambda r: (rank.get(r[0][:2], len(rank)), r[0]))
+    ordered = sorted((r for r in rows if r[0][:2] not in HOST_ONLY),
+                     key=lambda r: (rank.get(r[0][:2], len(rank)), r[0]))
     calls: list[dict] = []
     for name, values in ordered:
         seconds, how, known = predicted_seconds(name, values, key, profile, figures_dir)
@@ -166,7 +174,7 @@ def gpu_calls(rows, key: str, profile: str = "gpu", figures_dir: Path | None = N
         item = {"name": name, "seconds": round(seconds, 1), "how": how, "known": known, "limit": limit}
         if not calls or calls[-1]["seconds"] + seconds > calls[-1]["deadline_s"]:
             n = len(calls)
-            calls.append({"notebooks": [], "seconds": float(SETUP_S), "quarter": n // 2 + 1,
+            calls.append({"notebooks": [], "seconds": float(SETUP_S), "quarter": n + 1,
                           "deadline_s": call_seconds(n + 1)})
         item["limit"] = min(limit, calls[-1]["deadline_s"] - SETUP_S)
         calls[-1]["notebooks"].append(item)
@@ -175,22 +183,32 @@ def gpu_calls(rows, key: str, profile: str = "gpu", figures_dir: Path | None = N
 
 
 def call_seconds(n: int) -> int:
-    """The seconds call ``n`` (1-based) may take, set-up included: a quarter-hour of a rented machine
-    holds two calls back to back, the first of :data:`CALL_S` and the second of what is left of it
-    (:data:`SECOND_CALL_S`), so odd calls start a quarter-hour and even ones end it."""
-    return CALL_S if n % 2 else SECOND_CALL_S
+    """The seconds call ``n`` (1-based) may take, set-up included: :data:`CALL_S` each, one call a
+    quarter-hour of a rented machine (its start and the transfers beside it); what that quarter-hour has
+    left (:data:`SECOND_CALL_S`) can run the next call's first notebooks (``CALL_S=300``)."""
+    if n < 1:
+        raise ValueError(f"call {n}: calls count from 1")
+    return CALL_S
 
 
-def print_calls(calls: list[dict]) -> None:
-    print(f"\ncalls on a 16-core GPU machine, two a quarter-hour ({CALL_S} s, then {SECOND_CALL_S} s, each with "
-          f"{SETUP_S} s of set-up; bash .ci/gpu-call N):")
+def host_only(rows) -> list[str]:
+    """The notebooks of ``rows`` the GPU plan leaves out: every measurement on the host (:data:`HOST_ONLY`)."""
+    return [name for name, _ in rows if name[:2] in HOST_ONLY]
+
+
+def print_calls(calls: list[dict], host: list[str] | None = None) -> None:
+    print(f"\ncalls on a 16-core GPU machine, each at most {CALL_S} s with {SETUP_S} s of set-up, one a quarter-hour "
+          f"(bash .ci/gpu-call N):")
     for i, call in enumerate(calls, 1):
-        print(f"  call {i} (quarter-hour {call['quarter']}, at most {call['deadline_s']} s): about {call['seconds']:.0f} s")
+        print(f"  call {i} (at most {call['deadline_s']} s): about {call['seconds']:.0f} s")
         for nb in call["notebooks"]:
             print(f"    {nb['name']:<32} {nb['seconds']:>5.0f} s  limit {nb['limit']:>3} s  ({nb['how']})")
     unknown = [nb["name"] for c in calls for nb in c["notebooks"] if not nb["known"]]
     if unknown:
         print(f"  planned without a record or a budget ({len(unknown)}): {', '.join(unknown)}")
+    if host:
+        print(f"  not on the GPU machine ({len(host)}, every measurement on the host, no CUDA branch): "
+              f"{', '.join(host)}; a 16-core CPU machine runs them (--only {' '.join(h[:2] for h in host)})")
 
 
 def call_items(n: int, cores: int = 16, profile: str = "gpu") -> str:
@@ -204,8 +222,6 @@ def call_items(n: int, cores: int = 16, profile: str = "gpu") -> str:
 
 def call_deadline(n: int) -> int:
     """Call ``n``'s seconds, as ``.ci/gpu-call`` reads them (``--call N --seconds``)."""
-    if n < 1:
-        raise ValueError(f"call {n}: calls count from 1")
     return call_seconds(n)
 
 

@@ -24,19 +24,20 @@ def test_the_committed_gpu_profile_bounds_the_slow_notebooks():
     assert profile_values("04_print_overhead", "gpu")["repeats"] < profile_values("04_print_overhead", "quick")["repeats"]
 
 
-def test_the_gpu_calls_run_every_notebook_once_in_order_of_value_and_each_fits_its_command(monkeypatch):
-    """The plan packs every notebook once, the cure first, each call within its 540 s (set-up included:
-    a notebook planned alone may be over it only where it cannot fit any call)."""
+def test_the_gpu_calls_run_every_gpu_notebook_once_in_order_of_value_in_two_calls(monkeypatch):
+    """Issue 31: the committed gpu profile, from its records and budgets, is two calls of at most 540 s
+    (set-up included) holding every notebook once but the host-only ones, the cure, 01, 03, 09 and 10 first."""
     from feedlab import run_plan
 
     monkeypatch.setenv("FEEDLAB_CORES", "16")
     rows = run_plan.plan(run_plan.list_notebooks(), "gpu", {})
     calls = run_plan.gpu_calls(rows, "h100-16c")
     named = [nb["name"] for c in calls for nb in c["notebooks"]]
-    assert sorted(named) == sorted(p.stem for p in run_plan.list_notebooks())
-    assert named[0].startswith("15_")
+    assert sorted(named + run_plan.host_only(rows)) == sorted(p.stem for p in run_plan.list_notebooks())
+    assert [n[:2] for n in named[:5]] == ["15", "01", "03", "09", "10"]
+    assert len(calls) == 2
     for call in calls:
-        assert call["seconds"] <= run_plan.CALL_S or len(call["notebooks"]) == 1
+        assert call["seconds"] <= run_plan.CALL_S
         assert all(nb["limit"] >= nb["seconds"] for nb in call["notebooks"])
 
 

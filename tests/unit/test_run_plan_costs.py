@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from feedlab import run_plan
 
 
@@ -36,7 +38,7 @@ def test_the_plan_prints_each_recorded_cost_and_the_total(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert "170 (the gpu run on h100-16c, 2026-11-26)" in out and "no record of a gpu run on 16 cores" in out
     assert "\ntotal: 170 s of notebooks from records (1 of 2); no record for 1: 02_b\n" in out
-    assert "call 1 (quarter-hour 1, at most 540 s): about 335 s" in out and "planned without a record or a budget (1): 02_b" in out
+    assert "call 1 (at most 540 s): about 335 s" in out and "planned without a record or a budget (1): 02_b" in out
 
 
 def test_gpu_calls_pack_in_order_of_value_with_budgets_and_records(tmp_path, monkeypatch):
@@ -80,16 +82,30 @@ def test_call_items_are_what_gpu_call_reads(monkeypatch, capsys):
     assert "the plan has calls 1 to 1" in capsys.readouterr().err
 
 
-def test_a_quarter_hour_holds_two_calls_the_second_sized_to_what_is_left(tmp_path, monkeypatch):
-    """A rented quarter-hour: its start, a first call of CALL_S, then a second of what is left (not a second
-    540 s call, which would run past it); a notebook's limit never passes its call's seconds less set-up."""
+def test_each_call_is_at_most_call_s_and_a_quarter_hour_leaves_a_second_calls_first_part(tmp_path, monkeypatch):
+    """Every call of the plan at most CALL_S with its set-up (issue 31: two calls of at most 9 minutes); a
+    rented quarter-hour holds its start, one call and the transfers, and SECOND_CALL_S is what it has left;
+    a notebook's limit never passes its call's seconds less set-up."""
     monkeypatch.setattr(run_plan, "profile_values", lambda name, profile: {})
-    assert run_plan.SECOND_CALL_S == 300 and run_plan.call_seconds(1) == run_plan.call_seconds(3) == run_plan.CALL_S
-    assert run_plan.MACHINE_START_S + run_plan.CALL_S + run_plan.TRANSFER_S + run_plan.call_seconds(2) \
+    assert run_plan.CALL_S <= 540 and run_plan.call_seconds(1) == run_plan.call_seconds(2) == run_plan.CALL_S
+    assert run_plan.MACHINE_START_S + run_plan.CALL_S + run_plan.TRANSFER_S + run_plan.SECOND_CALL_S \
         == run_plan.QUARTER_S
     rows = [(f"{n:02d}_x", {"budget_s": 200}) for n in (15, 1, 3, 9)]   # 220 s each
     calls = run_plan.gpu_calls(rows, "h100-16c", "gpu", tmp_path)
-    assert [len(c["notebooks"]) for c in calls] == [2, 1, 1]            # 45 + 440; 45 + 220 (≤ 300); 45 + 220
-    assert [c["deadline_s"] for c in calls] == [540, 300, 540] and [c["quarter"] for c in calls] == [1, 1, 2]
+    assert [len(c["notebooks"]) for c in calls] == [2, 2]               # 45 + 440 each
+    assert [c["deadline_s"] for c in calls] == [540, 540] and [c["quarter"] for c in calls] == [1, 2]
     assert all(nb["limit"] <= c["deadline_s"] - run_plan.SETUP_S for c in calls for nb in c["notebooks"])
     assert run_plan.main(["--call", "2", "--seconds"]) == 0
+    with pytest.raises(ValueError, match="count from 1"):
+        run_plan.call_seconds(0)
+
+
+def test_the_host_only_notebooks_are_left_out_of_the_gpu_plan_and_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(run_plan, "profile_values", lambda name, profile: {})
+    rows = [(f"{n}_x", {"budget_s": 10}) for n in ("15", "04", "07", "08", "11", "13")]
+    calls = run_plan.gpu_calls(rows, "h100-16c", "gpu", tmp_path)
+    assert [nb["name"] for c in calls for nb in c["notebooks"]] == ["15_x", "13_x"]
+    assert run_plan.host_only(rows) == ["04_x", "07_x", "08_x", "11_x"]
+    run_plan.print_calls(calls, run_plan.host_only(rows))
+    assert "not on the GPU machine (4, every measurement on the host" in capsys.readouterr().out
+
