@@ -406,3 +406,23 @@ def test_feedlab_best_is_the_doctors_advice_by_construction(sr_root, tmp_path, m
     FB._CHOICES.clear()
     FB.advised_spec(work, 1, 6)
     assert "dataloader" in seen and "ring" in seen
+
+
+def test_the_peer_venvs_are_built_side_by_side_and_each_is_reported(monkeypatch, capsys):
+    """`make peers` builds the venvs at once (each mostly pip waiting on its cache and the disk): three fake
+    builds meet at a barrier, which one after another would never reach; a failed one is still reported."""
+    import threading
+
+    from feedlab.peers import venvs
+
+    met = threading.Barrier(3, timeout=10)
+
+    def build(spec, python=None):
+        met.wait()
+        return spec.name != "b", f"{spec.name}: " + ("built in 1 s" if spec.name != "b" else "pip install b: failed")
+
+    monkeypatch.setattr(venvs, "VENVS", {n: venvs.VenvSpec(n, f".venv-{n}", (n,)) for n in "abc"})
+    monkeypatch.setattr(venvs, "build", build)
+    assert venvs.main(["build", "--no-apt"]) == 0
+    lines = sorted(capsys.readouterr().out.splitlines())
+    assert lines == ["peers: a: built in 1 s", "peers: b: pip install b: failed", "peers: c: built in 1 s"]
