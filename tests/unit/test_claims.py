@@ -599,3 +599,23 @@ def test_claims_that_read_a_rate_need_it_steady():
         assert table[cid]["cpu-2c"].status in C.JUDGED, cid
     v = table["000-lmdb-modest"]["cpu-2c"]
     assert v.status == C.NOT_FAIR and "rates not known to their precision" in v.note
+
+
+def test_hdf5_with_training_is_not_judged_where_the_waits_differ_less_than_the_windows_precision():
+    """Two waits of ~2 ms beside a ~700 ms step: their ratio flipped between two quiet runs (1.19×, 0.98×).
+    Where the difference is inside the precision the windows know their batch time to, it is not resolved."""
+    def rows(png_wait, h5_wait, hw):
+        out = []
+        for fmt, wait in (("png", png_wait), ("hdf5", h5_wait)):
+            for metric, value in (("batch_load_ms", wait), ("step_ms", 695.0)):
+                out.append(dict(experiment="storage_formats", variant=f"{fmt}/dl_w2", mode="train", repeat=0,
+                                metric=metric, value=value, rate_kind="steady", rate_half_width=hw,
+                                timed_batches=10, num_workers=2, batch_size=128, format=fmt, loader="dataloader"))
+        return pd.DataFrame(out)
+
+    near = verdict("004-hdf5-with-training", fp=CPU, frame=rows(2.12, 2.16, 0.0035))
+    assert near.status == C.NOT_FAIR and "not resolved" in near.note + near.ours
+    apart = verdict("004-hdf5-with-training", fp=CPU, frame=rows(3.0, 2.0, 0.0035))   # 1 ms apart, ±2.4 ms
+    assert apart.status == C.NOT_FAIR
+    judged = verdict("004-hdf5-with-training", fp=CPU, frame=rows(4.5, 2.0, 0.0005))  # 2.5 ms apart, ±0.35 ms
+    assert judged.status == C.REPRODUCED and "(2.25×)" in judged.ours
