@@ -79,3 +79,20 @@ def test_an_imprecise_rate_is_not_steady_for_the_claims_and_says_why():
                           "timed_batches": 400, "warmup_batches": 3}])
     ok, why = steady_state(Run({}, fingerprint={}, frame=rows), {"variant": "a"})
     assert ok is False and "imprecise" in why
+
+
+def test_a_five_block_stop_uses_ten_blocks_once_it_has_twenty_batches():
+    """A floor of 10 batches needs 5 block means; a long window of fast batches is judged on 10 (a narrower t):
+    the same batches, the same rel_half_width as with 10 blocks asked."""
+    rng = np.random.default_rng(1)
+    steps = 0.01 * (1 + 0.3 * rng.standard_normal(400)).clip(0.2)
+
+    def fed(blocks, n):
+        stop = SteadyStop(warmup=1, min_timed=10, half_width=0.05, min_window_s=0.0, blocks=blocks)
+        for i, t in enumerate(np.cumsum(steps[:n]), 1):
+            stop(i, float(t))
+        stop.finish()
+        return stop.achieved
+
+    assert fed(5, 400) == pytest.approx(fed(10, 400)) == pytest.approx(rel_half_width(np.diff(np.cumsum(steps)), 10))
+    assert fed(5, 15) == pytest.approx(rel_half_width(np.diff(np.cumsum(steps[:15])), 5))   # 14 gaps: 5 blocks
