@@ -98,6 +98,17 @@ def test_the_grid_keeps_its_budget_and_names_what_it_left_out(sr_root):
     assert "reading alone: lmdb, one process, a batch per read" in note and "no time left" in note
 
 
+def test_a_setting_a_claim_compares_runs_past_the_budget(sr_root):
+    """Tier 1 (what the write-ups' claims compare on PNG, HDF5 and Zarr) is essential: past the budget it still
+    runs, a claim with a side left out could not be judged; the other formats' settings are left out."""
+    budget = Budget(1e-9, "05")
+    res = S.run(sr_root, ["png", "lmdb"], [1], 8, repeats=1, warmup=0, samples=16, loaders=["plain"],
+                log=None, min_timed=2, budget=budget)
+    variants = set(res.frame().variant)
+    assert "png/plain" in variants and "lmdb/plain" not in variants
+    assert "reading alone: lmdb, one process, a sample at a time" in budget.note()
+
+
 def test_the_grid_runs_the_most_telling_settings_first():
     """A budget spends on the targets' readers first, then what the write-ups' claims compare (PNG, HDF5,
     Zarr: a sample at a time, 1 and the most workers, the training step), the DataLoader without workers
