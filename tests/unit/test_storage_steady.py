@@ -244,3 +244,22 @@ def test_the_ring_is_set_beside_the_dataloader_on_the_same_format():
     assert "lmdb 3.00× (like for like)" in line
     assert "png 1.10× (not like for like (window: the ring timed" in line
     assert S.ring_lines(frame[frame["loader"] != "ring"]) == []
+
+
+def test_a_window_under_fifty_batches_stops_only_where_precise():
+    """05's floor of 10 lets a precise window stop early; at its cap an imprecise one still runs to 50 batches
+    (the like-for-like window), so it is labelled imprecise, never start-up inclusive."""
+    durations = np.random.default_rng(3).choice([0.001, 0.2], size=500, p=[0.9, 0.1])   # rare long batches
+    stop = S.steady_stop(1, 10, 0.05, cap_s=0.05)
+    t = 0.0
+    for i, d in enumerate(durations, 1):
+        t += float(d)
+        if stop(i, t):
+            break
+    timed = i - 1
+    assert timed == 50 and not stop.precise and S.window_kind(stop, timed) == "imprecise"
+    even = S.steady_stop(1, 10, 0.05, cap_s=0.05)
+    for i in range(1, 500):
+        if even(i, 0.05 * i):     # a second of batches, then known at once
+            break
+    assert i - 1 < 50 and even.precise and S.window_kind(even, i - 1) == "steady"

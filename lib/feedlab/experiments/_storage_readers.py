@@ -277,8 +277,10 @@ def steady_stop(warmup: int, min_timed: int, precision: float | None, cap_s: flo
         return SteadyStop(warmup, min_timed=min_timed, half_width=float("inf"), min_window_s=0.0,
                           max_window_s=cap_s, max_timed=min_timed)
     # the interval by batch means: 10 blocks of 2 or more, or 5 where the floor is under 20 batches
+    # a floor under MIN_TIMED_BATCHES lets a precise window stop early; an imprecise one runs on to
+    # MIN_TIMED_BATCHES before its cap may end it (a 3 s cap had cut slow reads at 18 batches, neither long nor precise)
     return SteadyStop(warmup, min_timed=min_timed, half_width=precision, max_window_s=cap_s,
-                      blocks=10 if min_timed >= 20 else 5)
+                      blocks=10 if min_timed >= 20 else 5, min_capped=MIN_TIMED_BATCHES)
 
 
 def window_kind(stop: SteadyStop, timed: int) -> str:

@@ -93,8 +93,12 @@ class SteadyStop:
     one append per batch otherwise."""
 
     def __init__(self, warmup: int, min_timed: int = 20, half_width: float = 0.05, min_window_s: float = 1.0,
-                 max_window_s: float = 20.0, max_timed: int | None = None, every: int = 5, blocks: int = 10):
+                 max_window_s: float = 20.0, max_timed: int | None = None, every: int = 5, blocks: int = 10,
+                 min_capped: int | None = None):
         self.warmup, self.min_timed, self.half_width = int(warmup), int(min_timed), float(half_width)
+        # the fewest timed batches a cap may end an imprecise pass at (default the floor): a precise pass may
+        # stop at the floor, an imprecise one runs on to this (the like-for-like window: 50 batches, or ±5%)
+        self.min_capped = max(self.min_timed, int(min_capped if min_capped is not None else min_timed))
         self.min_window_s, self.max_window_s, self.max_timed = float(min_window_s), float(max_window_s), max_timed
         self.every, self.blocks = max(1, int(every)), int(blocks)
         self.ends: list[float] = []
@@ -109,7 +113,8 @@ class SteadyStop:
         window = now - self.ends[self.warmup - 1] if self.warmup >= 1 else now - self.ends[0]
         if timed < self.min_timed:   # the floor first: a cap never cuts a pass below it
             return False
-        if (self.max_timed is not None and timed >= self.max_timed) or window >= self.max_window_s:
+        at_cap = (self.max_timed is not None and timed >= self.max_timed) or window >= self.max_window_s
+        if at_cap and timed >= self.min_capped:
             self.finish()
             self.capped = not self.precise
             return True
