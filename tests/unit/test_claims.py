@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -622,5 +623,7 @@ def test_hdf5_with_training_is_not_judged_where_the_waits_differ_less_than_the_w
     assert near.status == C.NOT_FAIR and "not resolved" in near.note + near.ours
     apart = verdict("004-hdf5-with-training", fp=CPU, frame=rows(3.0, 2.0, 0.0035))   # 1 ms apart, ±2.4 ms
     assert apart.status == C.NOT_FAIR
+    never = verdict("004-hdf5-with-training", fp=CPU, frame=rows(40.0, 2.0, math.inf))   # no precision reached
+    assert never.status == C.NOT_FAIR and "never reached any precision" in never.note + never.ours
     judged = verdict("004-hdf5-with-training", fp=CPU, frame=rows(4.5, 2.0, 0.0005))  # 2.5 ms apart, ±0.35 ms
     assert judged.status == C.REPRODUCED and "(2.25×)" in judged.ours

@@ -268,3 +268,16 @@ def test_an_old_cure_records_step_lines_carry_todays_credit_and_like_for_like_ch
     same = f("collate=fast: 480 samples/s (×4.80 the first baseline)")
     assert "×1.20 the all-core baseline" in same and "not like for like" not in same
     assert f("target with the doctor's pipeline (collate=fast): x") == "target with the doctor's pipeline (collate=fast): x"
+
+
+def test_a_setting_is_judged_by_one_pass_its_own_batches_beside_its_own_precision():
+    """A pass precise at 10 batches and one of 50 imprecise batches both meet the window rule: the record takes
+    one pass's numbers (never the fewest batches of one beside the widest interval of the other)."""
+    both = {"timed_batches": [10, 50], "window_s": [2.0, 9.0], "half_width": [0.04, 0.06]}
+    assert C.worst_pass(both) == (10, 2.0, 0.04)
+    short = {"timed_batches": [10, 12, 50], "window_s": [2.0, 2.5, 9.0], "half_width": [0.04, 0.08, 0.06]}
+    assert C.worst_pass(short) == (12, 2.5, 0.08)      # the pass that misses the rule
+    steps = _steps(0.02, 0.96)
+    for s, (n, w, h) in zip(steps, (C.worst_pass(both), C.worst_pass(both))):
+        s.update(timed_batches=n, window_s=w, half_width=h)
+    assert C.cure_differences(steps) == []

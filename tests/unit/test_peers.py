@@ -426,3 +426,21 @@ def test_the_peer_venvs_are_built_side_by_side_and_each_is_reported(monkeypatch,
     assert venvs.main(["build", "--no-apt"]) == 0
     lines = sorted(capsys.readouterr().out.splitlines())
     assert lines == ["peers: a: built in 1 s", "peers: b: pip install b: failed", "peers: c: built in 1 s"]
+
+
+def test_a_peer_build_that_raises_hides_no_other_line(monkeypatch, capsys):
+    import subprocess
+
+    from feedlab.peers import venvs
+
+    def build(spec, python=None):
+        if spec.name == "b":
+            raise subprocess.TimeoutExpired(["python", "-m", "venv"], 300)
+        return True, f"{spec.name}: cached"
+
+    monkeypatch.setattr(venvs, "VENVS", {n: venvs.VenvSpec(n, f".venv-{n}", (n,)) for n in "abc"})
+    monkeypatch.setattr(venvs, "build", build)
+    assert venvs.main(["build", "--no-apt"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and {"peers: a: cached", "peers: c: cached"} <= set(out)
+    assert any(line.startswith("peers: .venv-b: TimeoutExpired") for line in out)

@@ -96,3 +96,8 @@ def test_a_five_block_stop_uses_ten_blocks_once_it_has_twenty_batches():
 
     assert fed(5, 400) == pytest.approx(fed(10, 400)) == pytest.approx(rel_half_width(np.diff(np.cumsum(steps)), 10))
     assert fed(5, 15) == pytest.approx(rel_half_width(np.diff(np.cumsum(steps[:15])), 5))   # 14 gaps: 5 blocks
+
+
+def test_a_cap_under_the_imprecise_floor_is_refused():
+    with pytest.raises(ValueError, match="max_timed=20 < min_capped=50"):
+        SteadyStop(warmup=1, min_timed=10, max_timed=20, min_capped=50)

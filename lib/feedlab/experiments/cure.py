@@ -33,6 +33,7 @@ from feedlab.doctor.predict import predict
 from feedlab.experiments import loader_grid
 from feedlab.experiments._advice_steps import follow
 from feedlab.gpu_busy import BusyMeter
+from feedlab.like_for_like import MAX_HALF_WIDTH, MIN_TIMED_BATCHES, MIN_WINDOW_S
 from feedlab.pipeline import PipelineSpec, resolve_model_name, warmup_batches
 from feedlab.pipeline.rates import SteadyStop
 from feedlab.plots import PALETTE, legend_outside
@@ -154,10 +155,23 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     med = {k: float(np.nanmedian(v)) if not all(math.isnan(x) for x in v) else math.nan
            for k, v in out.items() if k not in ("timed_batches", "window_s", "half_width")}
     rates = out["samples_per_s"]
-    hw = [h for h in out["half_width"] if not math.isnan(h)]
+    n, w, h = worst_pass(out)
     return {**med, "runs": out, "q25": float(np.percentile(rates, 25)), "q75": float(np.percentile(rates, 75)),
-            "skip": skip, "timed_batches": int(min(out["timed_batches"])), "window_s": float(min(out["window_s"])),
-            "half_width": float(max(hw)) if hw else None, "rate_kind": "steady", "epoch_batches": int(epoch_batches)}
+            "skip": skip, "timed_batches": int(n), "window_s": float(w), "half_width": None if math.isnan(h) else float(h),
+            "rate_kind": "steady", "epoch_batches": int(epoch_batches)}
+
+
+def worst_pass(runs: dict) -> tuple[int, float, float]:
+    """``(timed batches, window seconds, half-width)`` of the pass a setting is judged by: the shortest pass that
+    misses the like-for-like window (fewer than 50 batches and not known to ±5%, or under a second), else the
+    shortest pass — one pass's own numbers, never the fewest batches of one beside the widest interval of another."""
+    passes = list(zip(runs["timed_batches"], runs["window_s"], runs["half_width"]))
+
+    def short(p) -> bool:
+        n, w, h = p
+        return (n < MIN_TIMED_BATCHES and not (h == h and h <= MAX_HALF_WIDTH)) or w < MIN_WINDOW_S
+
+    return min([p for p in passes if short(p)] or passes, key=lambda p: p[0])
 
 
 def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int = 4, repeats: int = 3,

@@ -228,8 +228,12 @@ def main(argv=None) -> int:
     # side by side: each build is mostly pip waiting on its cache and the disk (2026-11-26, cpu-2c: 105 + 55 + 45 s
     # one after another); a peer that does not build is reported unavailable with its step, the rest still run
     with ThreadPoolExecutor(max_workers=max(1, len(specs))) as pool:
-        for fut in as_completed([pool.submit(build, spec, python=a.python) for spec in specs]):
-            _ok, line = fut.result()
+        futures = {pool.submit(build, spec, python=a.python): spec for spec in specs}
+        for fut in as_completed(futures):
+            try:
+                _ok, line = fut.result()
+            except (OSError, subprocess.SubprocessError) as exc:   # one build's failure hides no other's line
+                line = f"{futures[fut].dir}: {type(exc).__name__}: {exc}"
             print(f"peers: {line}", flush=True)
     return 0
 

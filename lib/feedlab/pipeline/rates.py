@@ -99,6 +99,8 @@ class SteadyStop:
         # the fewest timed batches a cap may end an imprecise pass at (default the floor): a precise pass may
         # stop at the floor, an imprecise one runs on to this (the like-for-like window: 50 batches, or ±5%)
         self.min_capped = max(self.min_timed, int(min_capped if min_capped is not None else min_timed))
+        if max_timed is not None and max_timed < self.min_capped:
+            raise ValueError(f"max_timed={max_timed} < min_capped={self.min_capped}: the cap would be passed silently")
         self.min_window_s, self.max_window_s, self.max_timed = float(min_window_s), float(max_window_s), max_timed
         self.every, self.blocks = max(1, int(every)), int(blocks)
         self.ends: list[float] = []
