@@ -35,7 +35,7 @@ from feedlab.experiments._advice_steps import follow
 from feedlab.gpu_busy import BusyMeter
 from feedlab.like_for_like import MAX_HALF_WIDTH, MIN_TIMED_BATCHES, MIN_WINDOW_S
 from feedlab.pipeline import PipelineSpec, resolve_model_name, warmup_batches
-from feedlab.pipeline.rates import SteadyStop
+from feedlab.pipeline.rates import SteadyStop, gain_resolved
 from feedlab.plots import PALETTE, legend_outside
 from feedlab.report.targets import (  # noqa: F401  (re-exported: the cure's target)
     TARGET_DATA_WAIT,
@@ -105,17 +105,20 @@ class Cycled:
 
 
 PRECISION_FLOOR = 10   # timed batches before a precision-timed pass may stop (5 block means of 2)
+PASS_BATCHES = 20      # a precision-timed pass may run to min_timed × this, for the 1 s window of a fast step
+PASS_CAP_S = 20.0      # ... and stops at this many seconds whatever its precision (labelled by its half-width)
 
 
 def pass_stop(skip: int, min_timed: int, precision: float | None) -> SteadyStop | None:
     """The stop of one steady pass: ``None`` (exactly ``min_timed`` timed batches) without a precision;
     with one, timed until the 95% interval of its mean batch time is within ``precision`` (at least
-    :data:`PRECISION_FLOOR` batches and a second), else at ``min_timed`` batches — the like-for-like rule's
-    window either way (``feedlab.like_for_like``: ≥ 50 batches, or a rate known to ±5%)."""
+    :data:`PRECISION_FLOOR` batches and a second), else at ``min_timed`` batches once a second has passed —
+    the like-for-like rule's window either way (``feedlab.like_for_like``: ≥ 50 batches or a rate known to
+    ±5%, over ≥ 1 s: 50 batches of a 7 ms GPU step are a third of a second), or at :data:`PASS_CAP_S`."""
     if not precision:
         return None
     return SteadyStop(skip, min_timed=min(PRECISION_FLOOR, int(min_timed)), half_width=float(precision),
-                      min_window_s=1.0, max_window_s=math.inf, max_timed=int(min_timed), blocks=5)
+                      min_window_s=MIN_WINDOW_S, max_window_s=PASS_CAP_S, max_timed=int(min_timed), blocks=5)
 
 
 def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed: int = 0,
@@ -130,7 +133,7 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
 
 
     spec = spec.replace(device=doc.device)
-    skip, total = timed_plan(spec, min_timed)
+    skip, total = timed_plan(spec, min_timed * PASS_BATCHES if precision else min_timed)  # the stop ends it first
     ds = doc.split(spec.format, spec.decode_backend)
     if spec.loader == "dataloader":
         sampler = RandomSampler(ds, num_samples=total * spec.batch_size,
@@ -178,8 +181,8 @@ def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int =
          min_timed: int = 50, log: Callable[[str], None] | None = None,
          precision: float | None = None) -> tuple[Results, list[dict]]:
     """The baseline at each of ``worker_counts`` (the same batch size), then the doctor's advice from
-    the last of them, one change at a time (a change that measured slower is undone and reported as
-    such). The batch size is held: advice to change it is a recipe change and is not applied.
+    the last of them, one change at a time (a change that measured slower, or faster by less than the two
+    rates' combined precision (:func:`~feedlab.pipeline.rates.gain_resolved`), is undone and reported as such). The batch size is held: advice to change it is a recipe change and is not applied.
     ``doc`` is a measured :class:`feedlab.doctor.Doctor` whose model is the training step; ``precision``:
     each pass timed to it (:func:`measure`), ``min_timed`` its most batches."""
     log = log or (lambda m: None)
@@ -211,7 +214,9 @@ def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int =
     def try_change(k: int, top: dict, new: PipelineSpec, spec: PipelineSpec, current: dict) -> dict:
         step = record(new, f"{top['setting']}={top['value']}", "advice", against=current["label"])
         step["gain"] = step["samples_per_s"] / current["samples_per_s"] if current["samples_per_s"] > 0 else math.nan
-        step["kept"] = bool(step["gain"] >= 1.0)
+        # a gain inside the pair's combined precision is not shown to help: undone, as a slower one is
+        step["resolved"] = gain_resolved(step["gain"], step.get("half_width"), current.get("half_width"))
+        step["kept"] = bool(step["gain"] >= 1.0) and step["resolved"] is not False
         return step
 
     follow(doc, spec, current, try_change, max_steps=max_steps, held=(HELD,))
@@ -230,7 +235,10 @@ def readings(steps: list[dict], cuda: bool) -> list[str]:
                 else "GPU busy not measured (no CUDA device)")
         tail = ""
         if s["kind"] == "advice" and not s["kept"]:
-            tail = f"; measured slower than {s['against']} (×{s['gain']:.2f}): undone"
+            tail = (f"; not told apart from {s['against']} (×{s['gain']:.2f}, inside the pair's ±"
+                    f"{100 * math.hypot(s['half_width'], _half_width_of(steps, s['against'])):.1f}%): undone"
+                    if s.get("resolved") is False and s["gain"] >= 1.0 else
+                    f"; measured slower than {s['against']} (×{s['gain']:.2f}): undone")
         if s["kind"] == "advice" and allcore is not None:
             credit = f"×{s['samples_per_s'] / allcore['samples_per_s']:.2f} the all-core baseline"
         else:
@@ -245,6 +253,10 @@ def readings(steps: list[dict], cuda: bool) -> list[str]:
     if line:
         out.append(line)
     return out
+
+
+def _half_width_of(steps: list[dict], label: str) -> float:
+    return next((s.get("half_width") or math.nan for s in steps if s["label"] == label), math.nan)
 
 
 def _busy_spread(s: dict) -> str:
@@ -285,9 +297,10 @@ def plot(axes, steps: list[dict], cuda: bool) -> None:
 
     handles = [Patch(facecolor=PALETTE[0], label="kept (median, IQR bars)")]
     if any(not s.get("kept", True) for s in steps):  # an explicit swatch: an empty bar has no hatch to show
-        handles.append(Patch(facecolor="#cccccc", hatch="//", edgecolor="#333333", label="measured slower: undone"))
+        handles.append(Patch(facecolor="#cccccc", hatch="//", edgecolor="#333333",
+                             label="not faster (slower, or inside the precision): undone"))
     legend_outside(ax1, "top", handles=handles)
-    labels = [s["label"].replace(", ", ",\n").replace("=", "=\n") + ("\n(slower: undone)" if not s.get("kept", True)
+    labels = [s["label"].replace(", ", ",\n").replace("=", "=\n") + ("\n(not faster: undone)" if not s.get("kept", True)
                                                                      else "") for s in steps]
     for ax in (ax1, ax2):
         ax.set_xticks(x)

@@ -62,6 +62,16 @@ def steady_rate(et, skip: int = 1, min_timed: int = 1) -> float | None:
     return rate if kind == "steady" else None
 
 
+def gain_resolved(gain: float, half_width: float | None, against_half_width: float | None) -> bool | None:
+    """Whether a measured gain (one rate over another) is told apart from ×1.00 by the two rates' own
+    precision: ``|gain − 1|`` beyond their combined relative half-width (√(h₁² + h₂²), each a rate's 95%
+    interval, :func:`rel_half_width`). ``None`` where either rate has no stated precision."""
+    hw = (half_width, against_half_width)
+    if any(h is None or not math.isfinite(h) for h in hw) or not math.isfinite(gain):
+        return None
+    return abs(gain - 1.0) > math.hypot(*hw)
+
+
 # t(0.975, k - 1) for k batch means: the 95% interval of a mean from k block means
 _T975 = {5: 2.776, 8: 2.365, 10: 2.262, 16: 2.131, 20: 2.093}
 
@@ -90,12 +100,19 @@ class SteadyStop:
     batch-time mean whose 95% interval is within ``half_width`` of it (:func:`rel_half_width`); or at the
     cap (``max_window_s`` seconds or ``max_timed`` batches timed), where the rate is *not* precise and is
     labelled so (``precise`` False, ``capped`` True). Checked every ``every`` batches: one clock read and
-    one append per batch otherwise."""
+    one append per batch otherwise.
+
+    Two guards against a window that claims more than it knows. ``confirm`` precise checks in a row end a
+    pass, not the first: stopping at the first narrow interval among many looks (optional stopping) makes
+    the stated precision optimistic for a noisy setting. A batch cap (``max_timed``) ends a pass only once
+    it has ``min_window_s`` seconds too: 50 batches of a 7 ms GPU step are a third of a second, under the
+    like-for-like rule's window (the time cap ``max_window_s`` ends a pass whatever its length)."""
 
     def __init__(self, warmup: int, min_timed: int = 20, half_width: float = 0.05, min_window_s: float = 1.0,
                  max_window_s: float = 20.0, max_timed: int | None = None, every: int = 5, blocks: int = 10,
-                 min_capped: int | None = None):
+                 min_capped: int | None = None, confirm: int = 2):
         self.warmup, self.min_timed, self.half_width = int(warmup), int(min_timed), float(half_width)
+        self.confirm, self.streak = max(1, int(confirm)), 0
         # the fewest timed batches a cap may end an imprecise pass at (default the floor): a precise pass may
         # stop at the floor, an imprecise one runs on to this (the like-for-like window: 50 batches, or ±5%)
         self.min_capped = max(self.min_timed, int(min_capped if min_capped is not None else min_timed))
@@ -115,14 +132,16 @@ class SteadyStop:
         window = now - self.ends[self.warmup - 1] if self.warmup >= 1 else now - self.ends[0]
         if timed < self.min_timed:   # the floor first: a cap never cuts a pass below it
             return False
-        at_cap = (self.max_timed is not None and timed >= self.max_timed) or window >= self.max_window_s
+        at_cap = ((self.max_timed is not None and timed >= self.max_timed and window >= self.min_window_s)
+                  or window >= self.max_window_s)
         if at_cap and timed >= self.min_capped:
             self.finish()
             self.capped = not self.precise
             return True
         if window < self.min_window_s or timed % self.every:
             return False
-        return self.finish()
+        self.streak = self.streak + 1 if self.finish() else 0   # precise at this look and the ones before it
+        return self.streak >= self.confirm
 
     def finish(self) -> bool:
         """The precision of the batches timed so far (also where the pass ended before a check): precise?
