@@ -203,6 +203,14 @@ def mark_cores(ax, cores: int | None = None, axis: str = "x") -> None:
                 xytext=(3, -12), textcoords="offset points", fontsize=8, color="#555555")
 
 
+def legend(ax, **kw):
+    """``ax.legend(**kw)`` where the axes has a labelled artist; none where it has nothing to name (a grid
+    whose every setting was left out), instead of matplotlib's warning in the reader's notebook."""
+    if not kw.get("handles") and not ax.get_legend_handles_labels()[0]:
+        return None
+    return ax.legend(**kw)
+
+
 def legend_outside(ax, where: str = "right", **kw):
     """A legend beside the axes (``right``) or above it (``top``), never over the data."""
     if where == "top":

@@ -54,6 +54,7 @@ class Results:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
         self.left_out: list[tuple[str, str]] = []   # (setting, why) a grid left out (a budget, a turned ladder)
+        self.columns: tuple[str, ...] = ()   # the parameter columns its rows carry: an empty frame has them too
 
     def add(self, experiment: str, variant: str, metric: str, value: float, unit: str,
             repeat: int = 0, **params: Any) -> None:
@@ -72,6 +73,7 @@ class Results:
     def extend(self, other: "Results") -> None:
         self.rows.extend(other.rows)
         self.left_out.extend(getattr(other, "left_out", []))
+        self.columns = tuple(dict.fromkeys([*self.columns, *getattr(other, "columns", ())]))
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -80,8 +82,8 @@ class Results:
         import pandas as pd
 
         df = pd.DataFrame(self.rows)
-        if df.empty:
-            return df
+        if df.empty:   # no rows (every setting left out): the columns a reader selects on are still there
+            return pd.DataFrame(columns=[*BASE_COLUMNS, *self.columns, *TAIL_COLUMNS])
         params = [c for c in df.columns if c not in BASE_COLUMNS + TAIL_COLUMNS]
         return df[list(BASE_COLUMNS) + params + list(TAIL_COLUMNS)]
 
@@ -97,7 +99,12 @@ class Results:
 
 
 def summarize(df, by: list[str] | tuple[str, ...], value: str = "value"):
-    """Median and spread per group: median, q25, q75, min, max, n (over repeats)."""
+    """Median and spread per group: median, q25, q75, min, max, n (over repeats). No rows: the same
+    columns, no rows (a grid whose every setting was left out)."""
+    import pandas as pd
+
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "median", "q25", "q75", "min", "max", "n"])
     g = df.groupby(list(by), dropna=False, sort=False)[value]
     out = g.agg(median="median", q25=lambda s: s.quantile(0.25),
                 q75=lambda s: s.quantile(0.75), min="min", max="max", n="count")

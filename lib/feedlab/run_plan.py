@@ -86,8 +86,32 @@ def recorded_seconds(notebook: str, key: str, profile: str, figures_dir: Path | 
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if (pm.get("parameters") or {}).get("profile") == profile and pm.get("duration"):
-                return {"seconds": float(pm["duration"]), "machine": k, "when": str(pm.get("end_time", ""))[:10]}
+                short, n = limit_shortfall(dirs[k])
+                return {"seconds": float(pm["duration"]), "machine": k, "when": str(pm.get("end_time", ""))[:10],
+                        "left_out_s": short, "left_out": n}
     return None
+
+
+def limit_shortfall(folder: Path) -> tuple[float, int]:
+    """``(seconds, count)`` of the settings a record left out for its run's limit (``setting_costs.json``,
+    :mod:`feedlab.budget`): each at its estimate ("about N s"), else at the dearest setting the run paid
+    for. A record cut short by its limit understates what the notebook costs by that much (09 on the H100,
+    2026-11-26: 86 s recorded, seven batch-128 settings of about 11 s each left out). A budget's own
+    leavings are not counted: the profile chose them."""
+    try:
+        rec = json.loads((Path(folder) / "setting_costs.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0.0, 0
+    dearest = max((float(v) for v in (rec.get("costs_s") or {}).values()), default=0.0)
+    total, n = 0.0, 0
+    for row in rec.get("left_out") or []:
+        why = str(row.get("why", ""))
+        if "run's limit" not in why:
+            continue
+        est = re.search(r"about (\d+(?:\.\d+)?) s", why)
+        total += float(est[1]) if est else dearest
+        n += 1
+    return total, n
 
 
 def print_plan(rows, profile: str, cores: int, figures_dir: Path | None = None) -> None:
@@ -118,18 +142,20 @@ def print_plan(rows, profile: str, cores: int, figures_dir: Path | None = None) 
 
 
 # the gpu profile's calls: one command each on a rented 16-core GPU machine (docs/GPU_RUN.md)
-CALL_S = 540          # of a command's 600 s: each call's own deadline, its set-up included
+CALL_S = 540          # of a command's 600 s: a quarter-hour's first call, its set-up included
 QUARTER_S = 900       # a quarter-hour of a rented machine: its start, its calls, the idle between them
-MACHINE_START_S = 35  # the machine's start and the repository's upload (about 30 s on 2026-11-26)
+MACHINE_START_S = 40  # the machine's start and the repository's upload (37 s at bc1be8b, 2026-11-26)
 TRANSFER_S = 25       # each call's results home, and the next call's upload
-# what a quarter-hour has left after its start and one call: a second call's first part
-# (``CALL_S=300 bash .ci/gpu-call 2``: what does not fit is not started, and named)
-SECOND_CALL_S = QUARTER_S - MACHINE_START_S - CALL_S - TRANSFER_S
-SETUP_S = 45          # wheels, set-up and the gpu data: 41 s on 2026-11-26 (19 s with the data already there)
+GIVE_BACK_S = 10      # handing the machine back at the quarter-hour's end
+# what a quarter-hour has left after its start and its first call: its second call, on the warm machine
+SECOND_CALL_S = QUARTER_S - MACHINE_START_S - CALL_S - TRANSFER_S - GIVE_BACK_S
+SETUP_S = 80          # a first call's wheels, set-up and gpu data: 77 s at bc1be8b on 2026-11-26 (plan said 45)
+SETUP_WARM_S = 20     # a second call's, the wheels and data already there: 17 s at 8e73a35 on 2026-11-26
 START_S = 20          # a notebook's kernel, CUDA start-up and load probe before anything is timed (docs/GPU_RUN.md)
 FIRST_RUN_S = 120     # a notebook with no record and no budget: planned at this, to get its first record
 MARGIN = 1.3          # a limit is the prediction × MARGIN (+ START_S where the prediction is a record)
 VALUE_ORDER = ("15", "01", "03", "09", "10", "06", "02", "05", "12", "13", "14")
+FIRST_LOAN = VALUE_ORDER[:5]   # the cure, 01, 03, 09 and 10: packed to share one quarter-hour where they can
 # notebooks whose every measurement is on the host (no CUDA branch: printing, collate on the CPU, HDF5 handles
 # across fork and spawn, worker hygiene): a GPU machine's loan is not spent on them; a 16-core CPU machine
 # answers them (``python -m feedlab.run --profile gpu --only 04 07 08 11``)
@@ -140,8 +166,11 @@ def predicted_seconds(name: str, values, key: str, profile: str,
                       figures_dir: Path | None = None) -> tuple[float, str, bool]:
     """``(seconds, how, known)``: the last record of ``profile`` on machine ``key`` (or one with its
     cores; else of the profile it starts from, ``quick`` for ``gpu``, where the notebook's values are
-    the same under both), or the notebook's ``budget_s`` + :data:`START_S` where that is less; else
-    :data:`FIRST_RUN_S` with ``known`` False."""
+    the same under both), with what that run left out for its limit (:func:`limit_shortfall`); without a
+    record, the notebook's ``budget_s`` + :data:`START_S`; else :data:`FIRST_RUN_S` with ``known`` False.
+    A record wins over a budget: the settings a claim reads pass a budget (:mod:`feedlab.budget`), so a
+    budget understated every budgeted notebook on the H100 (2026-11-26: 01 planned at 90 s reached its
+    second grid after 106 s; 09 planned at 65 s took 86 s and left out seven settings)."""
     rec = recorded_seconds(name, key, profile, figures_dir)
     base = BASE_PROFILE.get(profile)
     if rec is None and base and profile_values(name, profile) == profile_values(name, base):
@@ -151,11 +180,16 @@ def predicted_seconds(name: str, values, key: str, profile: str,
             rec = dict(rec, machine=f"{rec['machine']} with the {base} profile")
     budget = values.get("budget_s") if isinstance(values, dict) else None
     kept = float(budget) + START_S if isinstance(budget, (int, float)) and budget > 0 else None
-    if rec and (kept is None or rec["seconds"] <= kept):
-        return rec["seconds"], f"recorded on {rec['machine']}, {rec['when']}", True
+    if rec:
+        more = rec.get("left_out_s") or 0.0
+        if more and kept is not None:   # a budget bounds what its grids add beyond the settings a claim reads
+            more = min(more, float(budget))
+        how = f"recorded on {rec['machine']}, {rec['when']}"
+        if more:
+            how += f", + {more:.0f} s for the {rec['left_out']} setting(s) its limit left out"
+        return rec["seconds"] + more, how, True
     if kept is not None:
-        was = f"; {rec['seconds']:.0f} s recorded before it" if rec else "; no record yet"
-        return kept, f"budget_s {budget:g} + {START_S} s start{was}", True
+        return kept, f"budget_s {budget:g} + {START_S} s start; no record yet", True
     return float(FIRST_RUN_S), "no record and no budget: a first run's limit", False
 
 
@@ -168,27 +202,45 @@ def gpu_calls(rows, key: str, profile: str = "gpu", figures_dir: Path | None = N
     ordered = sorted((r for r in rows if r[0][:2] not in HOST_ONLY),
                      key=lambda r: (rank.get(r[0][:2], len(rank)), r[0]))
     calls: list[dict] = []
-    for name, values in ordered:
-        seconds, how, known = predicted_seconds(name, values, key, profile, figures_dir)
+    items = [(name, values, predicted_seconds(name, values, key, profile, figures_dir)) for name, values in ordered]
+    # the first notebooks of value (FIRST_LOAN) largest first, so they share the fewest quarter-hours; then the
+    # rest in order of value, each in the first call with room; each call runs its notebooks in order of value
+    first = sorted((it for it in items if it[0][:2] in FIRST_LOAN), key=lambda it: -it[2][0])
+    for name, values, (seconds, how, known) in first + [it for it in items if it[0][:2] not in FIRST_LOAN]:
         limit = math.ceil(seconds * MARGIN + (START_S if "recorded" in how else 0))
         item = {"name": name, "seconds": round(seconds, 1), "how": how, "known": known, "limit": limit}
-        if not calls or calls[-1]["seconds"] + seconds > calls[-1]["deadline_s"]:
-            n = len(calls)
-            calls.append({"notebooks": [], "seconds": float(SETUP_S), "quarter": n + 1,
-                          "deadline_s": call_seconds(n + 1)})
-        item["limit"] = min(limit, calls[-1]["deadline_s"] - SETUP_S)
-        calls[-1]["notebooks"].append(item)
-        calls[-1]["seconds"] = round(calls[-1]["seconds"] + seconds, 1)
+        if seconds > CALL_S - SETUP_S:
+            raise ValueError(f"{name}: {seconds:.0f} s fits no call (at most {CALL_S - SETUP_S} s of notebooks)")
+        # the first call with room, in order (a quarter-hour's short second call takes the smaller ones)
+        n = next((i for i, c in enumerate(calls) if c["seconds"] + seconds <= c["deadline_s"]), None)
+        while n is None:
+            k = len(calls) + 1
+            calls.append({"notebooks": [], "seconds": float(setup_seconds(k)), "quarter": (k + 1) // 2,
+                          "deadline_s": call_seconds(k)})
+            n = len(calls) - 1 if seconds + setup_seconds(k) <= call_seconds(k) else None
+        item["limit"] = min(limit, calls[n]["deadline_s"] - setup_seconds(n + 1))
+        calls[n]["notebooks"].append(item)
+        calls[n]["seconds"] = round(calls[n]["seconds"] + seconds, 1)
+    for c in calls:
+        c["notebooks"].sort(key=lambda nb: (rank.get(nb["name"][:2], len(rank)), nb["name"]))
+    while calls and not calls[-1]["notebooks"]:
+        calls.pop()
     return calls
 
 
 def call_seconds(n: int) -> int:
-    """The seconds call ``n`` (1-based) may take, set-up included: :data:`CALL_S` each, one call a
-    quarter-hour of a rented machine (its start and the transfers beside it); what that quarter-hour has
-    left (:data:`SECOND_CALL_S`) can run the next call's first notebooks (``CALL_S=300``)."""
+    """The seconds call ``n`` (1-based) may take, set-up included: two calls a quarter-hour of a rented
+    machine — its first (odd ``n``) :data:`CALL_S`, its second (even ``n``) what the quarter-hour has left
+    after the machine's start, the first call and the transfers (:data:`SECOND_CALL_S`)."""
     if n < 1:
         raise ValueError(f"call {n}: calls count from 1")
-    return CALL_S
+    return CALL_S if n % 2 else SECOND_CALL_S
+
+
+def setup_seconds(n: int) -> int:
+    """Call ``n``'s set-up: a fresh machine's wheels and data (:data:`SETUP_S`) for a quarter-hour's first
+    call, the warm machine's (:data:`SETUP_WARM_S`) for its second."""
+    return SETUP_S if n % 2 else SETUP_WARM_S
 
 
 def host_only(rows) -> list[str]:
@@ -197,10 +249,10 @@ def host_only(rows) -> list[str]:
 
 
 def print_calls(calls: list[dict], host: list[str] | None = None) -> None:
-    print(f"\ncalls on a 16-core GPU machine, each at most {CALL_S} s with {SETUP_S} s of set-up, one a quarter-hour "
-          f"(bash .ci/gpu-call N):")
+    print(f"\ncalls on a 16-core GPU machine, two a quarter-hour: its first at most {CALL_S} s with {SETUP_S} s of "
+          f"set-up, its second at most {SECOND_CALL_S} s with {SETUP_WARM_S} s on the warm machine (bash .ci/gpu-call N):")
     for i, call in enumerate(calls, 1):
-        print(f"  call {i} (at most {call['deadline_s']} s): about {call['seconds']:.0f} s")
+        print(f"  call {i} (quarter-hour {call['quarter']}, at most {call['deadline_s']} s): about {call['seconds']:.0f} s")
         for nb in call["notebooks"]:
             print(f"    {nb['name']:<32} {nb['seconds']:>5.0f} s  limit {nb['limit']:>3} s  ({nb['how']})")
     unknown = [nb["name"] for c in calls for nb in c["notebooks"] if not nb["known"]]

@@ -435,6 +435,8 @@ def test_epoch_vs_batch_needs_steady_rates_and_a_gpu_bound_step():
     assert verdict("000-epoch-vs-batch", ms, frame=rows("steady", 0.9)).status == C.REPRODUCED
     v = verdict("000-epoch-vs-batch", ms, frame=rows("startup_inclusive", 0.2))
     assert v.status == C.NOT_FAIR and "start-up-bound" in v.note and "GPU busy 20%" in v.note
+    one_end = verdict("000-epoch-vs-batch", {"ms_per_sample": {"baseline_w16_pin1_b8": 1.6}}, frame=rows("steady", 0.9))
+    assert one_end.status == C.NOT_TESTABLE and "16 workers: batch 8" in one_end.note   # never "batch 8 over 8"
 
 
 # ---------------------------------------------------------------- the five comparisons, as the claims say

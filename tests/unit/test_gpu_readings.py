@@ -196,12 +196,16 @@ def test_smoke_and_busy_readings():
 
 def test_committed_h100_readings_are_judged_where_the_run_was_steady():
     """01 and 09 re-run on the H100 (2026-11-26): steady windows, CUDA-event busy time: judged, with no
-    start-up or meter caveat; 06's nvJPEG reading is still the 2026-11-25 steady pass."""
+    start-up or meter caveat; 06's nvJPEG reading is still the 2026-11-25 steady pass. 09's record at
+    bc1be8b ran out of its call's time before batch 128: not measured, and says which side is missing."""
     machines, t = G.table()
-    for qid in ("epoch-vs-batch", "gpu-util-by-batch", "workers-all-cores"):
+    for qid in ("gpu-util-by-batch", "workers-all-cores"):
         r = t[qid]["h100-16c"]
         assert r.status in (G.SUPPORTED, G.PARTLY, G.NOT_SUPPORTED), qid
         assert "start-up-bound" not in r.text and "cannot see the epochs" not in r.text, qid
+    epoch = t["epoch-vs-batch"]["h100-16c"]
+    assert epoch.status in (G.SUPPORTED, G.PARTLY, G.NOT_SUPPORTED) or (
+        "the other end was left out" in epoch.text and "over 8 " not in epoch.text)
     assert "CUDA events" in t["gpu-util-by-batch"]["h100-16c"].text
     assert "2,048 images per repeat" in t["nvjpeg-vs-cpu"]["h100-16c"].text   # the 2026-11-25 steady pass
 

@@ -24,9 +24,10 @@ def test_the_committed_gpu_profile_bounds_the_slow_notebooks():
     assert profile_values("04_print_overhead", "gpu")["repeats"] < profile_values("04_print_overhead", "quick")["repeats"]
 
 
-def test_the_gpu_calls_run_every_gpu_notebook_once_in_order_of_value_in_two_calls(monkeypatch):
-    """Issue 31: the committed gpu profile, from its records and budgets, is two calls of at most 540 s
-    (set-up included) holding every notebook once but the host-only ones, the cure, 01, 03, 09 and 10 first."""
+def test_the_gpu_calls_run_every_gpu_notebook_once_the_first_five_in_one_quarter_hour(monkeypatch):
+    """Issues 31 and 36: the committed gpu profile, from its records (what each run left out for its limit
+    counted) and budgets, holds every notebook once but the host-only ones; the cure, 01, 03, 09 and 10 share
+    the first quarter-hour's two calls; no call passes its seconds."""
     from feedlab import run_plan
 
     monkeypatch.setenv("FEEDLAB_CORES", "16")
@@ -34,10 +35,10 @@ def test_the_gpu_calls_run_every_gpu_notebook_once_in_order_of_value_in_two_call
     calls = run_plan.gpu_calls(rows, "h100-16c")
     named = [nb["name"] for c in calls for nb in c["notebooks"]]
     assert sorted(named + run_plan.host_only(rows)) == sorted(p.stem for p in run_plan.list_notebooks())
-    assert [n[:2] for n in named[:5]] == ["15", "01", "03", "09", "10"]
-    assert len(calls) == 2
+    first = [nb["name"][:2] for c in calls if c["quarter"] == 1 for nb in c["notebooks"]]
+    assert set(run_plan.FIRST_LOAN) <= set(first)
     for call in calls:
-        assert call["seconds"] <= run_plan.CALL_S
+        assert call["seconds"] <= call["deadline_s"] <= run_plan.CALL_S
         assert all(nb["limit"] >= nb["seconds"] for nb in call["notebooks"])
 
 

@@ -24,7 +24,7 @@ def test_recorded_seconds_prefer_the_machine_then_its_core_count_and_match_the_p
     _record(tmp_path, "02_b", "h100-16c", "quick", 61.0)
     _record(tmp_path, "02_b", "cpu-16c", "gpu", 99.0)
     got = run_plan.recorded_seconds("01_a", "cpu-16c", "gpu", tmp_path)
-    assert got == {"seconds": 170.2, "machine": "h100-16c", "when": "2026-11-26"}
+    assert got == {"seconds": 170.2, "machine": "h100-16c", "when": "2026-11-26", "left_out_s": 0.0, "left_out": 0}
     assert run_plan.recorded_seconds("02_b", "cpu-16c", "gpu", tmp_path)["machine"] == "cpu-16c"
     assert run_plan.recorded_seconds("01_a", "cpu-2c", "gpu", tmp_path) is None      # only a quick run on 2 cores
     assert run_plan.recorded_seconds("02_b", "h100-16c", "quick", tmp_path)["seconds"] == 61.0
@@ -38,27 +38,45 @@ def test_the_plan_prints_each_recorded_cost_and_the_total(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert "170 (the gpu run on h100-16c, 2026-11-26)" in out and "no record of a gpu run on 16 cores" in out
     assert "\ntotal: 170 s of notebooks from records (1 of 2); no record for 1: 02_b\n" in out
-    assert "call 1 (at most 540 s): about 335 s" in out and "planned without a record or a budget (1): 02_b" in out
+    assert "call 1 (quarter-hour 1, at most 540 s): about 370 s" in out         # 80 set-up + 170 + 120
+    assert "planned without a record or a budget (1): 02_b" in out
 
 
 def test_gpu_calls_pack_in_order_of_value_with_budgets_and_records(tmp_path, monkeypatch):
-    """Each notebook is planned at its record, at its budget + start-up where that is less, else at
-    FIRST_RUN_S (said); calls close before one would pass CALL_S; limits carry the margin."""
+    """Each notebook is planned at its record (a record wins over a budget: the settings a claim reads pass
+    a budget), at its budget + start-up without one, else at FIRST_RUN_S (said); the first five of value
+    are packed largest first to share a quarter-hour; each call runs its notebooks in order of value."""
     _record(tmp_path, "15_cure", "h100-16c", "gpu", 80.0)
-    _record(tmp_path, "01_w", "h100-16c", "gpu", 300.0)       # before its budget
+    _record(tmp_path, "01_w", "h100-16c", "gpu", 300.0)       # over its budget: the record counts
     _record(tmp_path, "09_b", "h100-16c", "gpu", 200.0)
     monkeypatch.setattr(run_plan, "profile_values", lambda name, profile: {})
-    rows = [("09_b", {}), ("01_w", {"budget_s": 100}), ("15_cure", {}), ("99_new", {})]
+    rows = [("09_b", {}), ("01_w", {"budget_s": 100}), ("15_cure", {}), ("03_new", {"budget_s": 40}), ("99_new", {})]
     calls = run_plan.gpu_calls(rows, "h100-16c", "gpu", tmp_path)
-    flat = [nb for c in calls for nb in c["notebooks"]]
-    assert [nb["name"] for nb in flat] == ["15_cure", "01_w", "09_b", "99_new"]   # value order, unknown last
-    by = {nb["name"]: nb for nb in flat}
-    assert by["01_w"]["seconds"] == 100 + run_plan.START_S and "300 s recorded before it" in by["01_w"]["how"]
+    by = {nb["name"]: nb for c in calls for nb in c["notebooks"]}
+    assert by["01_w"]["seconds"] == 300 and by["01_w"]["how"].startswith("recorded on h100-16c")
+    assert by["03_new"]["seconds"] == 40 + run_plan.START_S and "no record yet" in by["03_new"]["how"]
     assert by["15_cure"]["limit"] == 80 * run_plan.MARGIN + run_plan.START_S
     assert by["99_new"]["seconds"] == run_plan.FIRST_RUN_S and not by["99_new"]["known"]
-    # 45 + 80 + 120 + 200 = 445; + 120 would pass 540: a second call
-    assert [len(c["notebooks"]) for c in calls] == [3, 1] and calls[0]["seconds"] == 445.0
-    assert all(c["seconds"] <= run_plan.CALL_S for c in calls)
+    # largest first: 01 (300) and 09 (200) miss call 1's 460 s together: 09 opens call 2 (265 s); 15 (80) and
+    # 03 (60) fit call 1 after 01; 99 (120), not of the first five, fits neither: call 3, the next quarter-hour
+    assert [[nb["name"] for nb in c["notebooks"]] for c in calls] == [["15_cure", "01_w", "03_new"], ["09_b"], ["99_new"]]
+    assert [c["quarter"] for c in calls] == [1, 1, 2] and calls[0]["seconds"] == 80 + 300 + 80 + 60
+    assert all(c["seconds"] <= c["deadline_s"] for c in calls)
+
+
+def test_a_record_cut_short_by_its_limit_plans_what_it_left_out(tmp_path):
+    """09 on the H100 (bc1be8b): 86 s recorded, its batch-128 settings left out for the call's limit. The plan
+    adds their estimates, at most the notebook's budget (its grids add no more than that beyond a claim's)."""
+    _record(tmp_path, "09_b", "h100-16c", "gpu", 86.0)
+    left = [{"setting": f"b128 w{w}", "why": "about 11 s with 9 s left before the run's limit"} for w in range(7)]
+    left += [{"setting": "b32 w2", "why": "no time left before the run's limit"},
+             {"setting": "b64 w2", "why": "about 30 s with 3 s left"}]                 # the budget's own: not added
+    (tmp_path / "09_b" / "h100-16c" / "setting_costs.json").write_text(
+        json.dumps({"costs_s": {"b8 w2": 16.0}, "left_out": left}))
+    assert run_plan.limit_shortfall(tmp_path / "09_b" / "h100-16c") == (7 * 11 + 16.0, 8)
+    secs, how, known = run_plan.predicted_seconds("09_b", {}, "h100-16c", "gpu", tmp_path)
+    assert secs == 86 + 93 and "+ 93 s for the 8 setting(s) its limit left out" in how and known
+    assert run_plan.predicted_seconds("09_b", {"budget_s": 45}, "h100-16c", "gpu", tmp_path)[0] == 86 + 45
 
 
 def test_a_base_profile_record_plans_only_a_notebook_the_profile_leaves_as_it_was(tmp_path, monkeypatch):
@@ -82,21 +100,25 @@ def test_call_items_are_what_gpu_call_reads(monkeypatch, capsys):
     assert "the plan has calls 1 to 1" in capsys.readouterr().err
 
 
-def test_each_call_is_at_most_call_s_and_a_quarter_hour_leaves_a_second_calls_first_part(tmp_path, monkeypatch):
-    """Every call of the plan at most CALL_S with its set-up (issue 31: two calls of at most 9 minutes); a
-    rented quarter-hour holds its start, one call and the transfers, and SECOND_CALL_S is what it has left;
-    a notebook's limit never passes its call's seconds less set-up."""
+def test_a_quarter_hour_holds_two_calls_and_no_limit_passes_its_call(tmp_path, monkeypatch):
+    """Two calls a rented quarter-hour: its first at most CALL_S (a fresh machine's set-up), its second what the
+    quarter-hour has left after the start, that call, the transfers and the give-back (the warm machine's
+    set-up); a notebook's limit never passes its call's seconds less set-up; a notebook no call holds is refused."""
     monkeypatch.setattr(run_plan, "profile_values", lambda name, profile: {})
-    assert run_plan.CALL_S <= 540 and run_plan.call_seconds(1) == run_plan.call_seconds(2) == run_plan.CALL_S
-    assert run_plan.SECOND_CALL_S == 300    # 900 s less the start (35), one call (540) and the transfers (25)
+    assert run_plan.CALL_S <= 540 and [run_plan.call_seconds(n) for n in (1, 2, 3)] == [540, 285, 540]
+    assert run_plan.SECOND_CALL_S == 900 - 40 - 540 - 25 - 10
+    assert [run_plan.setup_seconds(n) for n in (1, 2)] == [run_plan.SETUP_S, run_plan.SETUP_WARM_S]
     rows = [(f"{n:02d}_x", {"budget_s": 200}) for n in (15, 1, 3, 9)]   # 220 s each
     calls = run_plan.gpu_calls(rows, "h100-16c", "gpu", tmp_path)
-    assert [len(c["notebooks"]) for c in calls] == [2, 2]               # 45 + 440 each
-    assert [c["deadline_s"] for c in calls] == [540, 540] and [c["quarter"] for c in calls] == [1, 2]
-    assert all(nb["limit"] <= c["deadline_s"] - run_plan.SETUP_S for c in calls for nb in c["notebooks"])
+    assert [len(c["notebooks"]) for c in calls] == [2, 1, 1]            # 80 + 440; 20 + 220; 80 + 220
+    assert [c["deadline_s"] for c in calls] == [540, 285, 540] and [c["quarter"] for c in calls] == [1, 1, 2]
+    assert all(nb["limit"] <= c["deadline_s"] - run_plan.setup_seconds(i)
+               for i, c in enumerate(calls, 1) for nb in c["notebooks"])
     assert run_plan.main(["--call", "2", "--seconds"]) == 0
     with pytest.raises(ValueError, match="count from 1"):
         run_plan.call_seconds(0)
+    with pytest.raises(ValueError, match="fits no call"):
+        run_plan.gpu_calls([("01_big", {"budget_s": 600})], "h100-16c", "gpu", tmp_path)
 
 
 def test_the_host_only_notebooks_are_left_out_of_the_gpu_plan_and_named(tmp_path, monkeypatch, capsys):

@@ -209,6 +209,7 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
     rate_cap_s = 20.0 if rate_cap_s is None else float(rate_cap_s)
     datasets: dict[str, object] = {}
     res = Results()
+    res.columns = (*SETTING_COLUMNS, "rate_kind", "timed_batches", "warmup_batches")   # a grid run with no setting
     for s in settings:
         if s.model == "auto":
             s = replace(s, model=resolve_model_name("auto", device))
@@ -380,12 +381,15 @@ SETTING_COLUMNS = tuple(f.name for f in fields(PipelineSpec))
 
 def metric_summary(df, metric: str, by: Sequence[str]):
     """:func:`feedlab.results.summarize` of one metric (median, q25, q75, ... over repeats).
-    A rate (:data:`RATE_METRICS`) is summarised over :func:`steady_rows` only."""
-    part = df[df["metric"] == metric]
-    if metric in RATE_METRICS:
+    A rate (:data:`RATE_METRICS`) is summarised over :func:`steady_rows` only. No such rows (a grid whose
+    every setting was left out): an empty table with the summary's columns, whose readings say so."""
+    import pandas as pd
+
+    part = df[df["metric"] == metric] if "metric" in df else df.iloc[0:0]
+    if metric in RATE_METRICS and not part.empty:
         part = steady_rows(part)
     if part.empty:
-        raise KeyError(f"no rows for metric {metric!r}")
+        return pd.DataFrame(columns=[*by, "median", "q25", "q75", "min", "max", "n"])
     return summarize(part, list(by))
 
 

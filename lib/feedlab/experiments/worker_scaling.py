@@ -180,7 +180,10 @@ def ms_per_sample(df, metric: str = "steady_samples_per_s"):
     steady rate (worker start-up left out; it is reported as first_batch_s), over
     :func:`~feedlab.experiments.loader_grid.steady_rows` only: rows labelled
     ``startup_inclusive`` are dropped where steady ones exist, and kept, labelled, where none do."""
-    part = steady_rows(df[df["metric"] == metric]).copy()
+    part = df[df["metric"] == metric]
+    if part.empty:   # no rows (every setting left out): none to convert
+        return part.copy()
+    part = steady_rows(part).copy()
     part["value"] = 1e3 / part["value"]
     part["metric"] = "ms_per_sample"
     part["unit"] = "ms/sample"
@@ -220,6 +223,8 @@ def throughput_title(tp_sum, batch_size: int, model: str = "none") -> str:
     """The best worker count's rate over one worker's, for ``model`` (``"none"``: the loader alone):
     ``8 workers: ×3.1 the 1-worker rate at batch 32, loader alone``."""
     s = _by(tp_sum, "num_workers", model=model)
+    if s.empty:   # every setting left out (the run's limit): the figure says so, nothing is made up
+        return f"worker ladder at batch {batch_size}: not measured (every setting left out: see the table)"
     w1 = 1 if 1 in s.index else int(s.index.min())
     best = int(s.idxmax())
     if best == w1 and len(s) > 1:  # one worker was best: against the fewest other workers
@@ -261,6 +266,8 @@ def readings(tl_sum, tp_sum, ms_sum, wait_sum, *, timeline_workers: Sequence[int
                  f"{many / max(1, few):.0f}×). With one batch of all {sleep_items} items and "
                  f"{workers_label(many)}: {whole:.2f} s, at most {conc:.0f} item(s) in flight"
                  + (" (a worker builds a whole batch)." if conc <= 1 else "."))
+    if tp_sum.empty:
+        lines.append(f"(b) worker ladder: {NOT_MEASURED}")
     for m in dict.fromkeys(tp_sum["model"]):
         s = _by(tp_sum, "num_workers", model=m)
         name = "loader alone" if m == "none" else f"with {m}"
@@ -269,7 +276,9 @@ def readings(tl_sum, tp_sum, ms_sum, wait_sum, *, timeline_workers: Sequence[int
         lines.append(f"(b) {name}: {s.loc[w0]:.0f} samples/s at {w0} workers, {s.loc[w1]:.0f} at {w1}, best "
                      f"{s.max():.0f} at {int(s.idxmax())} workers ({s.max() / s.loc[w1]:.2f}× over {workers_label(w1)}).")
     b0, b1 = min(batch_sizes), max(batch_sizes)
-    for w in worker_counts:
+    if ms_sum.empty:
+        lines.append(f"(c) batch-size table: {NOT_MEASURED}")
+    for w in worker_counts if not ms_sum.empty else ():
         s = _by(ms_sum, "batch_size", num_workers=w)
         f = _by(wait_sum, "batch_size", num_workers=w)
         if not {b0, b1} <= set(s.index) & set(f.index):
@@ -286,6 +295,9 @@ def readings(tl_sum, tp_sum, ms_sum, wait_sum, *, timeline_workers: Sequence[int
     return lines
 
 
+NOT_MEASURED = "not measured (every setting left out before the run's limit: see the table of settings left out)"
+
+
 def _keyed(summary) -> dict:
     return {f"w{int(r.num_workers)}_b{int(r.batch_size)}": float(r.median) for r in summary.itertuples()}
 
@@ -300,11 +312,13 @@ def payload(*, profile: str, device, model: str, tl_sum, cases, tp_df, tp_sum, b
     has_util = bool((bs_df["metric"] == "nvml_util").any())
     has_busy = bool((bs_df["metric"] == "gpu_busy").any())
     tl = tl_sum[tl_sum.metric == "wall_s"]
+    ran = [d for d in (tp_df, bs_df) if not d.empty]   # a grid with every setting left out has no rows
+    values = lambda d, col: sorted(int(v) for v in d[col].unique()) if not d.empty else []  # noqa: E731
     return {
         "notebook": "01_worker_scaling", "profile": profile, "device": str(device), "model": model,
-        "batch_sizes": sorted(int(b) for b in bs_df["batch_size"].unique()),
-        "worker_counts": sorted(int(w) for w in bs_df["num_workers"].unique()),
-        "throughput_workers": sorted(int(w) for w in tp_df["num_workers"].unique()),
+        "batch_sizes": values(bs_df, "batch_size"),
+        "worker_counts": values(bs_df, "num_workers"),
+        "throughput_workers": values(tp_df, "num_workers"),
         "sleep_wall_s": {f"w{w}_b{b}": summary_median(tl, num_workers=w, batch_size=b) for w, b in cases},
         "samples_per_s_loader": {k: float(v) for k, v in _by(tp_sum, "num_workers", model="none").items()},
         "samples_per_s_with_model": {k: float(v) for k, v in _by(tp_sum, "num_workers", model=model).items()},
@@ -313,7 +327,8 @@ def payload(*, profile: str, device, model: str, tl_sum, cases, tp_df, tp_sum, b
         "gpu_util_measured": has_util,
         # fair-measurement readings (issue 20): what each rate is, the GPU-busy meter, the workload chosen
         "rate_kinds": {f"{e}_w{int(w)}_b{int(b)}": sorted(g["rate_kind"].unique().tolist())
-                       for (e, w, b), g in pd.concat([tp_df, bs_df]).groupby(["experiment", "num_workers", "batch_size"])},
+                       for (e, w, b), g in (pd.concat(ran).groupby(["experiment", "num_workers", "batch_size"])
+                                            if ran else ())},
         "min_timed_batches": min_timed_batches, "time_budget_s": time_budget_s,
         "gpu_busy": _keyed(metric_summary(bs_df, "gpu_busy", ["num_workers", "batch_size"])) if has_busy else {},
         "nvml_util": _keyed(metric_summary(bs_df, "nvml_util", ["num_workers", "batch_size"])) if has_util else {},

@@ -45,6 +45,8 @@ def fast_collate(run) -> Outcome:
 
 def too_many_workers(run) -> Outcome:
     s = by_int(run.get("samples_per_s_loader"))
+    if not s:
+        raise NoData("no rate of the loader alone at any worker count (the worker ladder was left out)")
     cores = run.cores
     if cores is None:
         raise NoData("no core count in the fingerprint")
