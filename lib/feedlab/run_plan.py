@@ -5,13 +5,14 @@ same profile on a machine with those cores (:func:`recorded_seconds`; "no record
 with the plan's total (:func:`plan`, :func:`print_plan`).
 
 For the ``gpu`` profile it also packs the notebooks into **calls**, one command each on a rented
-16-core GPU machine (docs/GPU_RUN.md): in order of value (:data:`VALUE_ORDER`: the cure, 01, 03, 09
-and 10 first; :data:`HOST_ONLY`'s host questions left to a CPU machine), each call at most :data:`CALL_S`
-seconds with its set-up (:data:`SETUP_S`), every
-notebook with its predicted seconds and the limit it runs under (:func:`gpu_calls`;
+16-core GPU machine (docs/GPU_RUN.md), two a quarter-hour (:func:`call_seconds`: :data:`CALL_S` with a fresh
+machine's set-up :data:`SETUP_S`, then :data:`SECOND_CALL_S` with the warm machine's :data:`SETUP_WARM_S`):
+the cure, 01, 03, 09 and 10 (:data:`FIRST_LOAN`) largest first so that they share the first quarter-hour, then
+the rest in order of value (:data:`VALUE_ORDER`; :data:`HOST_ONLY`'s host questions left to a CPU machine),
+every notebook with its predicted seconds and the limit it runs under (:func:`gpu_calls`;
 ``python -m feedlab.run_plan --call N`` prints call N as ``.ci/gpu-call`` reads it). A prediction is
-the last record of that profile on such a machine, or the notebook's own ``budget_s`` plus its
-start-up where that is less (a budget the run keeps, :mod:`feedlab.budget`); a notebook with neither
+the last record of that profile on such a machine with what its limit left out (:func:`limit_shortfall`), else
+the notebook's own ``budget_s`` plus its start-up (:mod:`feedlab.budget`); a notebook with neither
 is planned at :data:`FIRST_RUN_S` and says so."""
 
 from __future__ import annotations
@@ -207,10 +208,10 @@ def gpu_calls(rows, key: str, profile: str = "gpu", figures_dir: Path | None = N
     # rest in order of value, each in the first call with room; each call runs its notebooks in order of value
     first = sorted((it for it in items if it[0][:2] in FIRST_LOAN), key=lambda it: -it[2][0])
     for name, values, (seconds, how, known) in first + [it for it in items if it[0][:2] not in FIRST_LOAN]:
+        if seconds > CALL_S - SETUP_S:   # more than a call holds: a call of its own, stopped at its limit, said
+            seconds, how = float(CALL_S - SETUP_S), f"{how}; {seconds:.0f} s is more than a call holds: cut to it"
         limit = math.ceil(seconds * MARGIN + (START_S if "recorded" in how else 0))
         item = {"name": name, "seconds": round(seconds, 1), "how": how, "known": known, "limit": limit}
-        if seconds > CALL_S - SETUP_S:
-            raise ValueError(f"{name}: {seconds:.0f} s fits no call (at most {CALL_S - SETUP_S} s of notebooks)")
         # the first call with room, in order (a quarter-hour's short second call takes the smaller ones)
         n = next((i for i, c in enumerate(calls) if c["seconds"] + seconds <= c["deadline_s"]), None)
         while n is None:

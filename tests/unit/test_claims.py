@@ -629,3 +629,10 @@ def test_hdf5_with_training_is_not_judged_where_the_waits_differ_less_than_the_w
     assert never.status == C.NOT_FAIR and "never reached any precision" in never.note + never.ours
     judged = verdict("004-hdf5-with-training", fp=CPU, frame=rows(4.5, 2.0, 0.0005))  # 2.5 ms apart, ±0.35 ms
     assert judged.status == C.REPRODUCED and "(2.25×)" in judged.ours
+
+
+def test_too_many_workers_with_no_ladder_is_not_measured_not_an_error():
+    """01 with every ladder setting left out before its limit: the claim says what is missing (it raised
+    ``max() arg is an empty sequence`` and stopped the notebook)."""
+    v = verdict("001-too-many-workers", {"samples_per_s_loader": {}})
+    assert v.status == C.NOT_TESTABLE and "worker ladder was left out" in v.note

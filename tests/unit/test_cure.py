@@ -292,10 +292,12 @@ def test_a_gain_inside_the_pairs_precision_is_not_kept():
     assert gain_resolved(0.90, 0.04, 0.03) is True           # resolved, and slower
     assert gain_resolved(1.10, None, 0.03) is None           # no stated precision: not judged by it
     steps = _steps(0.02, math.nan, kept=False)
-    steps[-1].update(gain=1.03, resolved=False, half_width=0.04)
-    steps[0]["half_width"] = 0.03
+    steps[-1].update(gain=1.03, resolved=False, half_width=0.04, against_half_width=0.03)
     line = next(x for x in C.readings(steps, cuda=False) if x.startswith("format=npy_mmap"))
     assert "not told apart from baseline, 2 workers (×1.03, inside the pair's ±5.0%): undone" in line
     steps[-1].update(gain=0.8, resolved=True)
     line = next(x for x in C.readings(steps, cuda=False) if x.startswith("format=npy_mmap"))
     assert "measured slower than baseline, 2 workers (×0.80): undone" in line
+    steps[-1].update(gain=0.98, resolved=False)              # slower, but inside the precision: not told apart
+    line = next(x for x in C.readings(steps, cuda=False) if x.startswith("format=npy_mmap"))
+    assert "not told apart from baseline, 2 workers (×0.98" in line

@@ -31,6 +31,8 @@ def _execute(nb_name, sr_root, tmp_path, monkeypatch):
     stderr = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("name") == "stderr"]
     assert not any("Warning" in t or "Traceback" in t for t in stderr), stderr   # no raw warning for a reader
+    shown = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "nan" not in shown and "no CUDA" not in shown   # nothing made up from rows that were never measured
     return nb, out_dir
 
 

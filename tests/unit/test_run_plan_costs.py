@@ -117,8 +117,9 @@ def test_a_quarter_hour_holds_two_calls_and_no_limit_passes_its_call(tmp_path, m
     assert run_plan.main(["--call", "2", "--seconds"]) == 0
     with pytest.raises(ValueError, match="count from 1"):
         run_plan.call_seconds(0)
-    with pytest.raises(ValueError, match="fits no call"):
-        run_plan.gpu_calls([("01_big", {"budget_s": 600})], "h100-16c", "gpu", tmp_path)
+    big = run_plan.gpu_calls([("01_big", {"budget_s": 600})], "h100-16c", "gpu", tmp_path)   # never a broken plan
+    assert big[0]["notebooks"][0]["seconds"] == run_plan.CALL_S - run_plan.SETUP_S
+    assert "more than a call holds" in big[0]["notebooks"][0]["how"]
 
 
 def test_the_host_only_notebooks_are_left_out_of_the_gpu_plan_and_named(tmp_path, monkeypatch, capsys):

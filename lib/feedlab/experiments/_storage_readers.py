@@ -287,7 +287,7 @@ def window_kind(stop: SteadyStop, timed: int) -> str:
     """``steady`` (timed after the warm-up to the precision asked, over ≥ :data:`MIN_TIMED_BATCHES` batches
     or over the stop's floor where a precision was asked and reached: the like-for-like rule's window),
     ``imprecise`` (the cap came before the precision) or ``startup_inclusive`` (too few timed batches)."""
-    stop.precise or stop.finish()
+    stop.finish()   # the whole window as timed
     asked = math.isfinite(stop.half_width)
     if timed < MIN_TIMED_BATCHES and not (asked and stop.precise and timed >= stop.min_timed):
         return "startup_inclusive"

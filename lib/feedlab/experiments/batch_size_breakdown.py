@@ -88,6 +88,8 @@ def readings(ms_sum, wait_sum, batch_sizes: Sequence[int], *, has_gpu_busy: bool
     """Notebook 09's reading: per worker count and pin_memory the baseline's batch-size trend, then per
     batch size the fixed pipeline's speed over the baseline's and the data-wait share of each; then what
     was not run or measured."""
+    if ms_sum.empty:   # every setting left out (the run's limit): nothing measured, nothing inferred about CUDA
+        return ["not measured (every setting left out before the run's limit: see the table of settings left out)"]
     b0, b1 = min(batch_sizes), max(batch_sizes)
     g = gains(ms_sum, batch_sizes)
     lines = []

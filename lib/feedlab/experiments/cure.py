@@ -114,11 +114,13 @@ def pass_stop(skip: int, min_timed: int, precision: float | None) -> SteadyStop 
     with one, timed until the 95% interval of its mean batch time is within ``precision`` (at least
     :data:`PRECISION_FLOOR` batches and a second), else at ``min_timed`` batches once a second has passed —
     the like-for-like rule's window either way (``feedlab.like_for_like``: ≥ 50 batches or a rate known to
-    ±5%, over ≥ 1 s: 50 batches of a 7 ms GPU step are a third of a second), or at :data:`PASS_CAP_S`."""
+    ±5%, over ≥ 1 s: 50 batches of a 7 ms GPU step are a third of a second), or at :data:`PASS_CAP_S` once it
+    has ``min_timed`` batches (an imprecise pass is never cut under the like-for-like window's batches)."""
     if not precision:
         return None
     return SteadyStop(skip, min_timed=min(PRECISION_FLOOR, int(min_timed)), half_width=float(precision),
-                      min_window_s=MIN_WINDOW_S, max_window_s=PASS_CAP_S, max_timed=int(min_timed), blocks=5)
+                      min_window_s=MIN_WINDOW_S, max_window_s=PASS_CAP_S, max_timed=int(min_timed), blocks=5,
+                      min_capped=int(min_timed))   # an imprecise pass of slow steps still reaches min_timed
 
 
 def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed: int = 0,
@@ -126,8 +128,8 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     """One setting, end to end with the doctor's training step: a warm-up pass, then ``repeats``
     steady passes over a sampler long enough for ``min_timed`` timed batches (the data set is
     cycled, each cycle a fresh permutation, when it holds fewer samples). With ``precision`` a pass
-    ends once its rate is known to it (:func:`pass_stop`), ``min_timed`` its most batches; each pass
-    records its timed batches, window seconds and the precision reached (``half_width``)."""
+    ends once its rate is known to it (:func:`pass_stop`: at least ``min_timed`` batches and a second where it
+    is not, at most :data:`PASS_BATCHES` × ``min_timed`` batches or :data:`PASS_CAP_S`); each pass records its timed batches, window seconds and the precision reached (``half_width``)."""
     import torch
     from torch.utils.data import RandomSampler
 
@@ -151,7 +153,7 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
         et = run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=total, busy=busy, stop=stop)
         row = steady_window(et, skip, busy.end_window(skip_steps=skip))
         if stop is not None:
-            stop.precise or stop.finish()
+            stop.finish()   # the whole pass as timed (a stop after one precise look is not reported as confirmed)
         row["half_width"] = float(stop.achieved) if stop is not None else math.nan
         rows.append(row)
     out = {k: [r[k] for r in rows] for k in rows[0]}
@@ -182,9 +184,10 @@ def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int =
          precision: float | None = None) -> tuple[Results, list[dict]]:
     """The baseline at each of ``worker_counts`` (the same batch size), then the doctor's advice from
     the last of them, one change at a time (a change that measured slower, or faster by less than the two
-    rates' combined precision (:func:`~feedlab.pipeline.rates.gain_resolved`), is undone and reported as such). The batch size is held: advice to change it is a recipe change and is not applied.
+    rates' combined precision (:func:`~feedlab.pipeline.rates.gain_resolved`), is undone and reported as such).
+    The batch size is held: advice to change it is a recipe change and is not applied.
     ``doc`` is a measured :class:`feedlab.doctor.Doctor` whose model is the training step; ``precision``:
-    each pass timed to it (:func:`measure`), ``min_timed`` its most batches."""
+    each pass timed to it (:func:`measure`, :func:`pass_stop`)."""
     log = log or (lambda m: None)
     res = Results()
     steps: list[dict] = []
@@ -215,7 +218,8 @@ def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int =
         step = record(new, f"{top['setting']}={top['value']}", "advice", against=current["label"])
         step["gain"] = step["samples_per_s"] / current["samples_per_s"] if current["samples_per_s"] > 0 else math.nan
         # a gain inside the pair's combined precision is not shown to help: undone, as a slower one is
-        step["resolved"] = gain_resolved(step["gain"], step.get("half_width"), current.get("half_width"))
+        step["against_half_width"] = current.get("half_width")
+        step["resolved"] = gain_resolved(step["gain"], step.get("half_width"), step["against_half_width"])
         step["kept"] = bool(step["gain"] >= 1.0) and step["resolved"] is not False
         return step
 
@@ -236,8 +240,8 @@ def readings(steps: list[dict], cuda: bool) -> list[str]:
         tail = ""
         if s["kind"] == "advice" and not s["kept"]:
             tail = (f"; not told apart from {s['against']} (×{s['gain']:.2f}, inside the pair's ±"
-                    f"{100 * math.hypot(s['half_width'], _half_width_of(steps, s['against'])):.1f}%): undone"
-                    if s.get("resolved") is False and s["gain"] >= 1.0 else
+                    f"{100 * math.hypot(s['half_width'], s.get('against_half_width') or math.nan):.1f}%): undone"
+                    if s.get("resolved") is False else
                     f"; measured slower than {s['against']} (×{s['gain']:.2f}): undone")
         if s["kind"] == "advice" and allcore is not None:
             credit = f"×{s['samples_per_s'] / allcore['samples_per_s']:.2f} the all-core baseline"
@@ -253,10 +257,6 @@ def readings(steps: list[dict], cuda: bool) -> list[str]:
     if line:
         out.append(line)
     return out
-
-
-def _half_width_of(steps: list[dict], label: str) -> float:
-    return next((s.get("half_width") or math.nan for s in steps if s["label"] == label), math.nan)
 
 
 def _busy_spread(s: dict) -> str:

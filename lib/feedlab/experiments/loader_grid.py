@@ -267,7 +267,7 @@ def _time_setting(res: Results, s: PipelineSpec, ds, device, *, seed, warmup, wa
         rate, kind, timed = rate_of(et, warm, min_timed)
         row = dict(params, rate_kind=kind, timed_batches=timed, warmup_batches=warm)
         if stop is not None:   # steady by the rule, but not known to the precision asked for: labelled
-            stop.precise or stop.finish()   # a pass that ended before a check still gets its precision
+            stop.finish()   # the precision of the whole window as timed (a look, not a stop: no optional stopping)
             row.update(rate_kind="imprecise" if kind == "steady" and not stop.precise else kind,
                        rate_half_width=stop.achieved, rate_target=rate_precision)
         add = lambda metric, value, unit: res.add(experiment, variant, metric, value, unit, r, **row)  # noqa: E731

@@ -288,6 +288,8 @@ def readings(tl_sum, tp_sum, ms_sum, wait_sum, *, timeline_workers: Sequence[int
         lines.append(f"(c) {workers_label(w)}: {s.loc[b0]:.2f} ms/sample at batch {b0} vs {s.loc[b1]:.2f} at batch "
                      f"{b1} (batch {b0} takes {s.loc[b0] / s.loc[b1]:.2f}× the time per sample of batch {b1}); "
                      f"blocked on data {100 * f.loc[b0]:.0f}% vs {100 * f.loc[b1]:.0f}% of the time.")
+    if ms_sum.empty:   # no batch-size row: nothing to infer about CUDA from their absence
+        return lines
     if not has_gpu_busy:
         lines.append("GPU busy could not be measured: no CUDA on this run.")
     elif not has_gpu_util:
