@@ -47,7 +47,11 @@ def load_profiles(path: str | os.PathLike = PROFILES_FILE) -> dict:
 def profile_values(notebook: str, profile: str, path: str | os.PathLike = PROFILES_FILE) -> dict:
     """Values for ``notebook`` under ``profile``: defaults first, then the notebook's section; a
     profile with a base (:data:`BASE_PROFILE`) takes the base's block, then its own, in each."""
-    table = load_profiles(path)
+    return values_in(load_profiles(path), notebook, profile)
+
+
+def values_in(table: dict, notebook: str, profile: str) -> dict:
+    """:func:`profile_values` from a profiles table already read (another commit's, for one)."""
     chain = [p for p in (BASE_PROFILE.get(profile), profile) if p]
     values: dict[str, Any] = {}
     for section in ("defaults", notebook):

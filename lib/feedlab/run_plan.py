@@ -22,14 +22,17 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 from feedlab import fingerprint, machines, paths
 from feedlab.machines import machine_dirs, machine_key
 from feedlab.nbparams import notebook_parameters
 from feedlab.paths import NOTEBOOKS_DIR, figure_dir
-from feedlab.profiles import BASE_PROFILE, profile_values, resolve
+from feedlab.profiles import BASE_PROFILE, profile_values, resolve, values_in
 
 
 def list_notebooks() -> list[Path]:
@@ -89,8 +92,39 @@ def recorded_seconds(notebook: str, key: str, profile: str, figures_dir: Path | 
             if (pm.get("parameters") or {}).get("profile") == profile and pm.get("duration"):
                 short, n = limit_shortfall(dirs[k])
                 return {"seconds": float(pm["duration"]), "machine": k, "when": str(pm.get("end_time", ""))[:10],
-                        "left_out_s": short, "left_out": n}
+                        "left_out_s": short, "left_out": n,
+                        "changed": settings_changed(notebook, profile, record_commit(dirs[k]))}
     return None
+
+
+def record_commit(folder: Path) -> str | None:
+    """The commit a record's fingerprint names (``git.commit``), or None."""
+    try:
+        git = json.loads((Path(folder) / "fingerprint.json").read_text(encoding="utf-8")).get("git") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    commit = git.get("commit") if isinstance(git, dict) else None
+    return commit if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{7,40}", commit) else None
+
+
+def settings_changed(notebook: str, profile: str, commit: str | None) -> list[str]:
+    """The ``profile``'s values for ``notebook`` that differ between ``commit``'s ``notebooks/profiles.yaml`` and
+    this checkout's, as ``name old → new``: a record made under other values costs what those values cost
+    (01 on the H100: recorded at 15 s rate caps, planned at 5 s). Empty where they match, or where the commit
+    cannot be read here (a copy without history: nothing is claimed)."""
+    if not commit:
+        return []
+    try:
+        text = subprocess.run(["git", "-C", str(paths.REPO_ROOT), "show", f"{commit}:notebooks/profiles.yaml"],
+                              capture_output=True, text=True, timeout=20)
+        if text.returncode:
+            return []
+        then = values_in(yaml.safe_load(text.stdout) or {}, notebook, profile)
+    except (OSError, subprocess.SubprocessError, yaml.YAMLError, AttributeError):
+        return []
+    now = profile_values(notebook, profile)
+    return [f"{k} {then.get(k)!r} → {now.get(k)!r}".replace("'", "") for k in sorted(set(then) | set(now))
+            if then.get(k) != now.get(k)]
 
 
 def limit_shortfall(folder: Path) -> tuple[float, int]:
@@ -158,9 +192,9 @@ MARGIN = 1.3          # a limit is the prediction × MARGIN (+ START_S where the
 VALUE_ORDER = ("15", "01", "03", "09", "10", "06", "02", "05", "12", "13", "14")
 FIRST_LOAN = VALUE_ORDER[:5]   # the cure, 01, 03, 09 and 10: packed to share one quarter-hour where they can
 # notebooks whose every measurement is on the host (no CUDA branch: printing, collate on the CPU, HDF5 handles
-# across fork and spawn, worker hygiene): a GPU machine's loan is not spent on them; a 16-core CPU machine
-# answers them (``python -m feedlab.run --profile gpu --only 04 07 08 11``)
-HOST_ONLY = ("04", "07", "08", "11")
+# across fork and spawn, worker hygiene, the simulated loops and memory of 12): a GPU machine's loan is not spent
+# on them; a 16-core CPU machine answers them (``python -m feedlab.run --profile gpu --only 04 07 08 11 12``)
+HOST_ONLY = ("04", "07", "08", "11", "12")   # 12: "nothing in this notebook needs a GPU" (its own first line)
 
 
 def predicted_seconds(name: str, values, key: str, profile: str,
@@ -188,6 +222,8 @@ def predicted_seconds(name: str, values, key: str, profile: str,
         how = f"recorded on {rec['machine']}, {rec['when']}"
         if more:
             how += f", + {more:.0f} s for the {rec['left_out']} setting(s) its limit left out"
+        if rec.get("changed"):   # the record is what the old values cost: said, not guessed at
+            how += f"; the profile changed since: {', '.join(rec['changed'])}"
         return rec["seconds"] + more, how, True
     if kept is not None:
         return kept, f"budget_s {budget:g} + {START_S} s start; no record yet", True

@@ -219,7 +219,7 @@ def test_venv_build_is_cached_and_a_failure_names_its_step(tmp_path):
             (Path(cmd[3]) / "bin" / "python").write_text("")
         return _Proc()
 
-    ok, line = venvs.build(spec, tmp_path, python="python3", run=run)
+    ok, line = venvs.build(spec, tmp_path, python="python3", run=run, uv="")
     assert ok and "built" in line
     pip = calls[-1]
     assert pip[:4] == [str(spec.python(tmp_path)), "-m", "pip", "install"] and "toy-loader" in pip
@@ -230,7 +230,7 @@ def test_venv_build_is_cached_and_a_failure_names_its_step(tmp_path):
     assert ok and line.endswith("cached") and calls == []
     # a changed spec rebuilds; a failing pip step is recorded beside the venv, one line
     spec2 = venvs.VenvSpec("toy", ".venv-toy", ("toy-loader>=2",), pinned=("torch",))
-    ok, line = venvs.build(spec2, tmp_path, python="python3",
+    ok, line = venvs.build(spec2, tmp_path, python="python3", uv="",
                            run=lambda cmd, **kw: _Proc(1, "", "noise\nerror: no matching distribution toy-loader>=2"))
     assert not ok and "pip install toy-loader>=2" in line
     failed = venvs.failed_path(spec2, tmp_path).read_text()
@@ -444,3 +444,33 @@ def test_a_peer_build_that_raises_hides_no_other_line(monkeypatch, capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3 and {"peers: a: cached", "peers: c: cached"} <= set(out)
     assert any(line.startswith("peers: .venv-b: TimeoutExpired") for line in out)
+
+
+def test_peer_venvs_install_with_uv_and_pip_takes_over_where_uv_fails(tmp_path, monkeypatch):
+    """uv installs a peer venv from its one cache; where it fails (an index only pip's configuration names),
+    pip runs the same request and the line says so; FEEDLAB_INSTALLER=pip leaves uv out."""
+    from feedlab.peers import venvs
+
+    (tmp_path / "constraints.txt").write_text("torch==2.14.1\n")
+    spec = venvs.VenvSpec("toy", ".venv-toy", ("toy-loader",), pinned=("torch",))
+    calls, logged = [], []
+
+    def run(cmd, uv_rc=0, **kw):
+        calls.append(cmd)
+        if cmd[1:3] == ["-m", "venv"]:
+            (Path(cmd[3]) / "bin").mkdir(parents=True)
+            (Path(cmd[3]) / "bin" / "python").write_text("")
+        return _Proc(uv_rc if cmd[0] == "/opt/uv" else 0, "", "error: toy-loader not found in the index")
+
+    ok, line = venvs.build(spec, tmp_path, python="python3", run=run, uv="/opt/uv")
+    assert ok and calls[-1][:5] == ["/opt/uv", "pip", "install", "--python", str(spec.python(tmp_path))]
+    assert "toy-loader" in calls[-1] and len(calls) == 2          # the venv, then uv: pip never ran
+    spec2 = venvs.VenvSpec("toy", ".venv-toy", ("toy-loader>=2",), pinned=("torch",))
+    calls.clear()
+    ok, line = venvs.build(spec2, tmp_path, python="python3", uv="/opt/uv", log=logged.append,
+                           run=lambda cmd, **kw: run(cmd, uv_rc=1))
+    assert ok and [c[0] for c in calls] == ["/opt/uv", str(spec.python(tmp_path))]
+    assert calls[1][1:4] == ["-m", "pip", "install"] and calls[1][4:] == calls[0][5:]   # the same request
+    assert len(logged) == 1 and "uv pip install toy-loader>=2 failed" in logged[0] and "pip tries" in logged[0]
+    monkeypatch.setenv("FEEDLAB_INSTALLER", "pip")
+    assert venvs.find_uv() is None

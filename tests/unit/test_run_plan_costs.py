@@ -24,7 +24,8 @@ def test_recorded_seconds_prefer_the_machine_then_its_core_count_and_match_the_p
     _record(tmp_path, "02_b", "h100-16c", "quick", 61.0)
     _record(tmp_path, "02_b", "cpu-16c", "gpu", 99.0)
     got = run_plan.recorded_seconds("01_a", "cpu-16c", "gpu", tmp_path)
-    assert got == {"seconds": 170.2, "machine": "h100-16c", "when": "2026-11-26", "left_out_s": 0.0, "left_out": 0}
+    assert got == {"seconds": 170.2, "machine": "h100-16c", "when": "2026-11-26", "left_out_s": 0.0, "left_out": 0,
+                   "changed": []}     # its fingerprint names no commit: nothing is claimed about its settings
     assert run_plan.recorded_seconds("02_b", "cpu-16c", "gpu", tmp_path)["machine"] == "cpu-16c"
     assert run_plan.recorded_seconds("01_a", "cpu-2c", "gpu", tmp_path) is None      # only a quick run on 2 cores
     assert run_plan.recorded_seconds("02_b", "h100-16c", "quick", tmp_path)["seconds"] == 61.0
@@ -124,10 +125,38 @@ def test_a_quarter_hour_holds_two_calls_and_no_limit_passes_its_call(tmp_path, m
 
 def test_the_host_only_notebooks_are_left_out_of_the_gpu_plan_and_named(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(run_plan, "profile_values", lambda name, profile: {})
-    rows = [(f"{n}_x", {"budget_s": 10}) for n in ("15", "04", "07", "08", "11", "13")]
+    rows = [(f"{n}_x", {"budget_s": 10}) for n in ("15", "04", "07", "08", "11", "12", "13")]
     calls = run_plan.gpu_calls(rows, "h100-16c", "gpu", tmp_path)
     assert [nb["name"] for c in calls for nb in c["notebooks"]] == ["15_x", "13_x"]
-    assert run_plan.host_only(rows) == ["04_x", "07_x", "08_x", "11_x"]
+    assert run_plan.host_only(rows) == ["04_x", "07_x", "08_x", "11_x", "12_x"]
     run_plan.print_calls(calls, run_plan.host_only(rows))
-    assert "not on the GPU machine (4, every measurement on the host" in capsys.readouterr().out
+    assert "not on the GPU machine (5, every measurement on the host" in capsys.readouterr().out
+
+
+def test_a_record_made_under_other_profile_values_says_which(tmp_path, monkeypatch):
+    """The plan reads the profile at the commit a record names: a record at 15 s caps says so beside its seconds."""
+    then = "15_x:\n  quick:\n    rate_cap_s: 15\n    repeats: 1\n"
+    calls = []
+
+    def fake_git(argv, **kw):
+        calls.append(argv)
+        ok = argv[-1] == "abc1234:notebooks/profiles.yaml"
+        return run_plan.subprocess.CompletedProcess(argv, 0 if ok else 128, then if ok else "", "")
+
+    monkeypatch.setattr(run_plan.subprocess, "run", fake_git)
+    monkeypatch.setattr(run_plan, "profile_values", lambda name, profile: {"rate_cap_s": 5, "repeats": 1})
+    assert run_plan.settings_changed("15_x", "gpu", "abc1234") == ["rate_cap_s 15 → 5"]
+    assert run_plan.settings_changed("15_x", "gpu", "def5678") == []      # a commit this copy cannot read
+    assert run_plan.settings_changed("15_x", "gpu", None) == [] and len(calls) == 2
+    d = tmp_path / "15_x" / "h100-16c"
+    d.mkdir(parents=True)
+    (d / "fingerprint.json").write_text(json.dumps({"git": {"commit": "abc1234", "dirty": False}}))
+    assert run_plan.record_commit(d) == "abc1234"
+    (d / "fingerprint.json").write_text(json.dumps({"git": {"commit": "abc1234; rm -rf /"}}))
+    assert run_plan.record_commit(d) is None
+    (d / "fingerprint.json").write_text(json.dumps({"git": {"commit": "abc1234"}}))
+    meta = {"papermill": {"parameters": {"profile": "gpu"}, "duration": 60.0, "end_time": "2026-11-26T06:20:00"}}
+    (d / "15_x.executed.ipynb").write_text(json.dumps({"cells": [], "metadata": meta}))
+    seconds, how, known = run_plan.predicted_seconds("15_x", {}, "h100-16c", "gpu", tmp_path)
+    assert (seconds, known) == (60.0, True) and how.endswith("the profile changed since: rate_cap_s 15 → 5")
 

@@ -149,9 +149,20 @@ def _dpkg_has(pkg: str, run=subprocess.run) -> bool:
     return r.returncode == 0 and "install ok installed" in r.stdout
 
 
+def find_uv() -> str | None:
+    """uv beside the interpreter running this (``make install`` puts it in .venv), else on PATH; None where
+    ``FEEDLAB_INSTALLER=pip`` or there is none. uv installs from one cache, hard-linked into every venv: the
+    three peer venvs' torch is downloaded and unpacked once, not three times."""
+    if os.environ.get("FEEDLAB_INSTALLER", "").strip().lower() == "pip":
+        return None
+    here = Path(sys.executable).parent / "uv"
+    return str(here) if here.is_file() and os.access(here, os.X_OK) else shutil.which("uv")
+
+
 def build(spec: VenvSpec, root: Path | None = None, python: str | None = None, run=subprocess.run,
-          log=print) -> tuple[bool, str]:
-    """Build (or keep, when its stamp matches) one peer's venv. Returns (ok, one line)."""
+          log=print, uv: str | None = None) -> tuple[bool, str]:
+    """Build (or keep, when its stamp matches) one peer's venv. Returns (ok, one line). The packages install
+    with ``uv`` (:func:`find_uv`; ``uv=""``: pip only), and with pip where uv fails."""
     root = Path(root or REPO_ROOT)
     venv, failed = spec.path(root), failed_path(spec, root)
     cons = _constraints(spec, root)
@@ -184,14 +195,23 @@ def build(spec: VenvSpec, root: Path | None = None, python: str | None = None, r
             return fail(f"{py} -m venv", _tail(r.stderr))
     cfile = venv / "peer-constraints.txt"
     cfile.write_text(cons)
-    cmd = [str(spec.python(root)), "-m", "pip", "install", "-q", "-c", str(cfile), *BASE, *spec.packages]
+    wants = ["-q", "-c", str(cfile), *BASE, *spec.packages]
+    uv = find_uv() if uv is None else (uv or None)
+    cmds = [[uv, "pip", "install", "--python", str(spec.python(root)), *wants]] if uv else []
+    cmds.append([str(spec.python(root)), "-m", "pip", "install", *wants])   # pip: where uv is absent or fails
     env = {**os.environ, **dict(spec.env)}
-    try:
-        r = run(cmd, capture_output=True, text=True, timeout=spec.timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return fail("pip install " + " ".join(spec.packages), f"ran past {spec.timeout_s} s")
+    for cmd in cmds:
+        step = ("uv " if cmd[0] == uv else "") + "pip install " + " ".join(spec.packages)
+        try:
+            r = run(cmd, capture_output=True, text=True, timeout=spec.timeout_s, env=env)
+        except subprocess.TimeoutExpired:
+            return fail(step, f"ran past {spec.timeout_s} s")   # not tried again: pip would take longer
+        if r.returncode == 0:
+            break
+        if cmd is not cmds[-1]:
+            log(f"{spec.dir}: {step} failed ({_tail(r.stderr or r.stdout)}); pip tries, with pip's own configuration")
     if r.returncode != 0:
-        return fail("pip install " + " ".join(spec.packages), _tail(r.stderr or r.stdout, 3))
+        return fail(step, _tail(r.stderr or r.stdout, 3))
     seconds = time.perf_counter() - t0
     stamp.write_text(json.dumps({"digest": digest, "packages": list(spec.packages), "build_s": seconds}))
     if failed.exists():
