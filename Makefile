@@ -18,12 +18,13 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
 
 # Installs go through uv where it installs: one cache, hard-linked into .venv and each peer venv, so torch is
-# fetched and unpacked once (.venv in 19 s against pip's 89 s here, 2026-11-26). pip takes over a uv step that
+# fetched and unpacked once; --compile-bytecode writes the .pyc files pip writes (PYTHONDONTWRITEBYTECODE=1 here
+# would otherwise have every process compile torch again: 3.3 s an import against 1.8). pip takes over a uv step that
 # fails (an index only your pip configuration names); FEEDLAB_INSTALLER=pip installs with pip alone.
 UV := $(VENV)/bin/uv
 DEV_EXTRAS := .[dev,fast]
 define pip_install
-if [ "$${FEEDLAB_INSTALLER:-}" != pip ] && [ -x $(UV) ]; then $(UV) pip install -q --python $(PY) $(1) \
+if [ "$${FEEDLAB_INSTALLER:-}" != pip ] && [ -x $(UV) ]; then $(UV) pip install -q --compile-bytecode --python $(PY) $(1) \
   || { echo "install: uv failed; pip installs instead, with your pip configuration"; $(PY) -m pip install -q $(1); }; \
 else $(PY) -m pip install -q $(1); fi
 endef

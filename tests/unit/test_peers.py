@@ -463,14 +463,15 @@ def test_peer_venvs_install_with_uv_and_pip_takes_over_where_uv_fails(tmp_path, 
         return _Proc(uv_rc if cmd[0] == "/opt/uv" else 0, "", "error: toy-loader not found in the index")
 
     ok, line = venvs.build(spec, tmp_path, python="python3", run=run, uv="/opt/uv")
-    assert ok and calls[-1][:5] == ["/opt/uv", "pip", "install", "--python", str(spec.python(tmp_path))]
+    assert ok and calls[-1][:6] == ["/opt/uv", "pip", "install", "--compile-bytecode", "--python",
+                                    str(spec.python(tmp_path))]
     assert "toy-loader" in calls[-1] and len(calls) == 2          # the venv, then uv: pip never ran
     spec2 = venvs.VenvSpec("toy", ".venv-toy", ("toy-loader>=2",), pinned=("torch",))
     calls.clear()
     ok, line = venvs.build(spec2, tmp_path, python="python3", uv="/opt/uv", log=logged.append,
                            run=lambda cmd, **kw: run(cmd, uv_rc=1))
     assert ok and [c[0] for c in calls] == ["/opt/uv", str(spec.python(tmp_path))]
-    assert calls[1][1:4] == ["-m", "pip", "install"] and calls[1][4:] == calls[0][5:]   # the same request
+    assert calls[1][1:4] == ["-m", "pip", "install"] and calls[1][4:] == calls[0][6:]   # the same request
     assert len(logged) == 1 and "uv pip install toy-loader>=2 failed" in logged[0] and "pip tries" in logged[0]
     monkeypatch.setenv("FEEDLAB_INSTALLER", "pip")
     assert venvs.find_uv() is None

@@ -197,7 +197,9 @@ def build(spec: VenvSpec, root: Path | None = None, python: str | None = None, r
     cfile.write_text(cons)
     wants = ["-q", "-c", str(cfile), *BASE, *spec.packages]
     uv = find_uv() if uv is None else (uv or None)
-    cmds = [[uv, "pip", "install", "--python", str(spec.python(root)), *wants]] if uv else []
+    # --compile-bytecode: pip writes each module's .pyc as it installs, uv only when asked; without them every
+    # process (each DataLoader worker, each rank) compiles torch afresh where PYTHONDONTWRITEBYTECODE is set
+    cmds = [[uv, "pip", "install", "--compile-bytecode", "--python", str(spec.python(root)), *wants]] if uv else []
     cmds.append([str(spec.python(root)), "-m", "pip", "install", *wants])   # pip: where uv is absent or fails
     env = {**os.environ, **dict(spec.env)}
     for cmd in cmds:
