@@ -115,6 +115,6 @@ def test_make_figures_installs_every_extra_the_notebooks_use(tmp_path):
     out = subprocess.run(["make", "-n", "figures", f"VENV={tmp_path / 'venv'}", "PYTHON=python3"], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    installed = {e for group in re.findall(r"-e '\.\[([\w,-]+)\]'", out.stdout) for e in group.split(",")}
+    installed = {e for group in re.findall(r"-e (['\"])\.\[([\w,-]+)\]\1", out.stdout) for e in group[1].split(",")}
     assert "ray" in installed
     assert extras <= installed, f"make figures does not install {sorted(extras - installed)}"
