@@ -34,7 +34,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@[ "$${FEEDLAB_INSTALLER:-}" = pip ] || [ -x $(UV) ] || $(PY) -m pip install -q $(PIP_C) uv 2>&1 | grep -v '^WARNING: Location' \
 	  || true
-	$(call pip_install,$(PIP_C) -e '$(DEV_EXTRAS)')
+	@echo "install: $(PIP_C) -e '$(DEV_EXTRAS)' into $(VENV) (uv where it installs, else pip)"
+	@$(call pip_install,$(PIP_C) -e '$(DEV_EXTRAS)')
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install feedlab with its dev and fast-path extras
@@ -48,7 +49,8 @@ data: $(STAMP) ## build the embedded data sets for PROFILE (default quick) and p
 # unavailable with the failing step.
 peers: $(STAMP) ## install notebook 13's peer loaders (the extra, and .venv-mosaic, .venv-ffcv, .venv-spdl)
 	grep -E '^(torch|torchvision|numpy)==' constraints.txt > $(VENV)/core-constraints.txt
-	timeout 900 bash -c '$(call pip_install,-c $(VENV)/core-constraints.txt -e ".[peers]")' 2>&1 | tail -3 \
+	@echo "peers: the [peers] extra into $(VENV) (uv where it installs, else pip)"
+	@timeout 900 bash -c '$(call pip_install,-c $(VENV)/core-constraints.txt -e ".[peers]")' 2>&1 | tail -3 \
 	  || echo "peers: the [peers] extra did not install; notebook 13 reports those peers unavailable"
 	timeout 2400 $(PY) -m feedlab.peers.venvs build || echo "peers: the peer venvs ran past 40 min"
 	@$(PY) -m feedlab.peers.venvs status
@@ -58,7 +60,8 @@ peers: $(STAMP) ## install notebook 13's peer loaders (the extra, and .venv-mosa
 # than replace it with one lacking their figures (run_record.check_nothing_lost): so `make figures` installs it.
 ray: $(STAMP) ## install the `ray` extra (notebook 14's remote decode)
 	grep -E '^(torch|torchvision|numpy)==' constraints.txt > $(VENV)/core-constraints.txt
-	timeout 900 bash -c '$(call pip_install,-c $(VENV)/core-constraints.txt -e ".[ray]")' 2>&1 | tail -3
+	@echo "ray: the [ray] extra into $(VENV) (uv where it installs, else pip)"
+	@timeout 900 bash -c '$(call pip_install,-c $(VENV)/core-constraints.txt -e ".[ray]")' 2>&1 | tail -3
 	@$(PY) -c 'import ray.data' 2>/dev/null || echo "ray: the [ray] extra did not install; notebook 14's record is kept as committed"
 
 figures: $(STAMP) peers ray ## prepare data and run every notebook (PROFILE=quick|full|smoke), writing figures/ and the README's figure section

@@ -6,6 +6,7 @@ the committed record is kept whole and the runner says which files and which par
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -118,3 +119,34 @@ def test_make_figures_installs_every_extra_the_notebooks_use(tmp_path):
     installed = {e for group in re.findall(r"-e (['\"])\.\[([\w,-]+)\]\1", out.stdout) for e in group[1].split(",")}
     assert "ray" in installed
     assert extras <= installed, f"make figures does not install {sorted(extras - installed)}"
+
+
+_FAKE = """#!/bin/sh
+echo "$(basename "$0") $*" >> {log}
+case "$(basename "$0") $*" in "uv pip install"*) exit {uv_rc};; esac
+exit 0
+"""
+
+
+@pytest.mark.parametrize("uv_rc, installer, want", [(0, "", ["uv"]), (1, "", ["uv", "pip"]), (0, "pip", ["pip"])])
+def test_make_install_uses_uv_and_pip_takes_over_a_failed_uv_step(tmp_path, uv_rc, installer, want):
+    """`make install` installs through the venv's uv (with the .pyc files pip would write); a uv step that fails is
+    run again by pip, said in one line; FEEDLAB_INSTALLER=pip leaves uv out."""
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    venv, log = tmp_path / "venv", tmp_path / "calls.log"
+    (venv / "bin").mkdir(parents=True)
+    for exe in ("python", "uv"):
+        (venv / "bin" / exe).write_text(_FAKE.format(log=log, uv_rc=uv_rc))
+        (venv / "bin" / exe).chmod(0o755)
+    env = {**os.environ, "FEEDLAB_INSTALLER": installer}
+    out = subprocess.run(["make", "-s", f"VENV={venv}", "PYTHON=python3", f"{venv}/.feedlab-installed"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = log.read_text().splitlines()
+    kinds = ["uv" if ln.startswith("uv pip install") else "pip" for ln in lines if " install " in ln]
+    assert kinds == want
+    assert all("-c constraints.txt -e .[dev,fast]" in ln for ln in lines)
+    assert all("--compile-bytecode" in ln for ln in lines if ln.startswith("uv"))
+    assert ("uv failed; pip installs instead" in out.stdout) == (kinds == ["uv", "pip"])
+    assert (venv / ".feedlab-installed").is_file()
