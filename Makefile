@@ -17,25 +17,21 @@ STAMP := $(VENV)/.feedlab-installed
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
 
-# Installs go through uv where it installs: one cache, hard-linked into .venv and each peer venv, so torch is
-# fetched and unpacked once; --compile-bytecode writes the .pyc files pip writes (PYTHONDONTWRITEBYTECODE=1 here
-# would otherwise have every process compile torch again: 3.3 s an import against 1.8). pip takes over a uv step that
-# fails (an index only your pip configuration names); FEEDLAB_INSTALLER=pip installs with pip alone.
-UV := $(VENV)/bin/uv
+# Every install goes through lib/feedlab/installer.py (standard library only, so it runs before feedlab is installed):
+# uv, put in .venv at the version constraints.txt pins, given what your pip configuration names (indexes, local
+# wheels, constraints, certificate); pip where that configuration sets something uv cannot honour, where a uv step
+# fails, or with FEEDLAB_INSTALLER=pip. One cache, hard-linked into .venv and each peer venv, so torch is fetched and
+# unpacked once; --compile-bytecode writes the .pyc files pip writes (PYTHONDONTWRITEBYTECODE=1 here would otherwise
+# have every process compile torch again: 3.3 s an import against 1.8). Every step has a deadline.
+INSTALL = $(PY) -P lib/feedlab/installer.py --python $(PY)
 DEV_EXTRAS := .[dev,fast]
-define pip_install
-if [ "$${FEEDLAB_INSTALLER:-}" != pip ] && [ -x $(UV) ]; then $(UV) pip install -q --compile-bytecode --python $(PY) $(1) \
-  || { echo "install: uv failed; pip installs instead, with your pip configuration"; $(PY) -m pip install -q $(1); }; \
-else $(PY) -m pip install -q $(1); fi
-endef
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need Python 3.11, 3.12 or 3.13 on PATH (or set PYTHON=...)"; exit 1; }
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@[ "$${FEEDLAB_INSTALLER:-}" = pip ] || [ -x $(UV) ] || $(PY) -m pip install -q $(PIP_C) uv 2>&1 | grep -v '^WARNING: Location' \
-	  || true
-	@echo "install: $(PIP_C) -e '$(DEV_EXTRAS)' into $(VENV) (uv where it installs, else pip)"
-	@$(call pip_install,$(PIP_C) -e '$(DEV_EXTRAS)')
+	@test -x $(PY) || timeout 300 $(PYTHON) -m venv $(VENV) || { echo "install: $(PYTHON) -m venv $(VENV) failed"; exit 1; }
+	@$(PY) -P lib/feedlab/installer.py bootstrap --python $(PY) $(if $(CONSTRAINTS),--constraints $(CONSTRAINTS),)
+	@echo "install: $(PIP_C) -e '$(DEV_EXTRAS)' into $(VENV)"
+	@$(INSTALL) --what "feedlab[dev,fast]" -- $(PIP_C) -e '$(DEV_EXTRAS)'
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install feedlab with its dev and fast-path extras
@@ -49,8 +45,7 @@ data: $(STAMP) ## build the embedded data sets for PROFILE (default quick) and p
 # unavailable with the failing step.
 peers: $(STAMP) ## install notebook 13's peer loaders (the extra, and .venv-mosaic, .venv-ffcv, .venv-spdl)
 	grep -E '^(torch|torchvision|numpy)==' constraints.txt > $(VENV)/core-constraints.txt
-	@echo "peers: the [peers] extra into $(VENV) (uv where it installs, else pip)"
-	@timeout 900 bash -c '$(call pip_install,-c $(VENV)/core-constraints.txt -e ".[peers]")' 2>&1 | tail -3 \
+	@$(INSTALL) --timeout 900 --what "the [peers] extra" -- -c $(VENV)/core-constraints.txt -e '.[peers]' \
 	  || echo "peers: the [peers] extra did not install; notebook 13 reports those peers unavailable"
 	timeout 2400 $(PY) -m feedlab.peers.venvs build || echo "peers: the peer venvs ran past 40 min"
 	@$(PY) -m feedlab.peers.venvs status
@@ -60,8 +55,7 @@ peers: $(STAMP) ## install notebook 13's peer loaders (the extra, and .venv-mosa
 # than replace it with one lacking their figures (run_record.check_nothing_lost): so `make figures` installs it.
 ray: $(STAMP) ## install the `ray` extra (notebook 14's remote decode)
 	grep -E '^(torch|torchvision|numpy)==' constraints.txt > $(VENV)/core-constraints.txt
-	@echo "ray: the [ray] extra into $(VENV) (uv where it installs, else pip)"
-	@timeout 900 bash -c '$(call pip_install,-c $(VENV)/core-constraints.txt -e ".[ray]")' 2>&1 | tail -3
+	@$(INSTALL) --timeout 900 --what "the [ray] extra" -- -c $(VENV)/core-constraints.txt -e '.[ray]' || true
 	@$(PY) -c 'import ray.data' 2>/dev/null || echo "ray: the [ray] extra did not install; notebook 14's record is kept as committed"
 
 figures: $(STAMP) peers ray ## prepare data and run every notebook (PROFILE=quick|full|smoke), writing figures/ and the README's figure section

@@ -242,7 +242,7 @@ def test_venv_build_is_cached_and_a_failure_names_its_step(tmp_path):
     spec3 = venvs.VenvSpec("slow", ".venv-slow", ("slow",), timeout_s=5)
     (tmp_path / ".venv-slow" / "bin").mkdir(parents=True)
     (tmp_path / ".venv-slow" / "bin" / "python").write_text("")
-    ok, line = venvs.build(spec3, tmp_path, python="python3", run=timeout)
+    ok, line = venvs.build(spec3, tmp_path, python="python3", run=timeout, uv="")
     assert not ok and "ran past 5 s" in line
 
 
@@ -447,8 +447,9 @@ def test_a_peer_build_that_raises_hides_no_other_line(monkeypatch, capsys):
 
 
 def test_peer_venvs_install_with_uv_and_pip_takes_over_where_uv_fails(tmp_path, monkeypatch):
-    """uv installs a peer venv from its one cache; where it fails (an index only pip's configuration names),
-    pip runs the same request and the line says so; FEEDLAB_INSTALLER=pip leaves uv out."""
+    """uv installs a peer venv from its one cache, given pip's configuration; where it fails, pip runs the same
+    request and the line says so; FEEDLAB_INSTALLER=pip leaves uv out."""
+    from feedlab import installer
     from feedlab.peers import venvs
 
     (tmp_path / "constraints.txt").write_text("torch==2.14.1\n")
@@ -460,18 +461,23 @@ def test_peer_venvs_install_with_uv_and_pip_takes_over_where_uv_fails(tmp_path, 
         if cmd[1:3] == ["-m", "venv"]:
             (Path(cmd[3]) / "bin").mkdir(parents=True)
             (Path(cmd[3]) / "bin" / "python").write_text("")
+        if cmd[1:5] == ["-m", "pip", "config", "list"]:
+            return _Proc(0, "global.find-links='/opt/wheels'\n", "")
         return _Proc(uv_rc if cmd[0] == "/opt/uv" else 0, "", "error: toy-loader not found in the index")
 
     ok, line = venvs.build(spec, tmp_path, python="python3", run=run, uv="/opt/uv")
-    assert ok and calls[-1][:6] == ["/opt/uv", "pip", "install", "--compile-bytecode", "--python",
-                                    str(spec.python(tmp_path))]
-    assert "toy-loader" in calls[-1] and len(calls) == 2          # the venv, then uv: pip never ran
+    py = str(spec.python(tmp_path))
+    assert ok and calls[-1][:7] == ["/opt/uv", "pip", "install", "-q", "--compile-bytecode", "--python", py]
+    assert calls[-1][7:9] == ["--find-links", "/opt/wheels"]      # pip's configuration, handed to uv
+    assert "toy-loader" in calls[-1] and [c[0] for c in calls[1:]] == [py, "/opt/uv"]   # pip config, then uv only
     spec2 = venvs.VenvSpec("toy", ".venv-toy", ("toy-loader>=2",), pinned=("torch",))
     calls.clear()
     ok, line = venvs.build(spec2, tmp_path, python="python3", uv="/opt/uv", log=logged.append,
                            run=lambda cmd, **kw: run(cmd, uv_rc=1))
-    assert ok and [c[0] for c in calls] == ["/opt/uv", str(spec.python(tmp_path))]
-    assert calls[1][1:4] == ["-m", "pip", "install"] and calls[1][4:] == calls[0][6:]   # the same request
-    assert len(logged) == 1 and "uv pip install toy-loader>=2 failed" in logged[0] and "pip tries" in logged[0]
+    assert ok and [c[0] for c in calls] == [py, "/opt/uv", py]
+    wants = calls[2][calls[2].index("-q") + 1:]
+    assert calls[2][1:4] == ["-m", "pip", "install"] and calls[1][-len(wants):] == wants   # the same request
+    assert len(logged) == 1 and logged[0].startswith(".venv-toy: install: uv failed (error: toy-loader not found")
+    assert "pip installs toy-loader>=2 instead" in logged[0]
     monkeypatch.setenv("FEEDLAB_INSTALLER", "pip")
-    assert venvs.find_uv() is None
+    assert installer.find_uv() is None

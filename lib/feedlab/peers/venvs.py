@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from feedlab import installer
 from feedlab.paths import REPO_ROOT
 
 STAMP = ".feedlab-peer-venv.json"
@@ -149,20 +150,11 @@ def _dpkg_has(pkg: str, run=subprocess.run) -> bool:
     return r.returncode == 0 and "install ok installed" in r.stdout
 
 
-def find_uv() -> str | None:
-    """uv beside the interpreter running this (``make install`` puts it in .venv), else on PATH; None where
-    ``FEEDLAB_INSTALLER=pip`` or there is none. uv installs from one cache, hard-linked into every venv: the
-    three peer venvs' torch is downloaded and unpacked once, not three times."""
-    if os.environ.get("FEEDLAB_INSTALLER", "").strip().lower() == "pip":
-        return None
-    here = Path(sys.executable).parent / "uv"
-    return str(here) if here.is_file() and os.access(here, os.X_OK) else shutil.which("uv")
-
-
 def build(spec: VenvSpec, root: Path | None = None, python: str | None = None, run=subprocess.run,
           log=print, uv: str | None = None) -> tuple[bool, str]:
     """Build (or keep, when its stamp matches) one peer's venv. Returns (ok, one line). The packages install
-    with ``uv`` (:func:`find_uv`; ``uv=""``: pip only), and with pip where uv fails."""
+    through :func:`feedlab.installer.install`: with ``uv`` (found beside the interpreter or on PATH;
+    ``uv=""``: pip only) given pip's configuration, and with pip where uv fails or cannot honour it."""
     root = Path(root or REPO_ROOT)
     venv, failed = spec.path(root), failed_path(spec, root)
     cons = _constraints(spec, root)
@@ -195,25 +187,14 @@ def build(spec: VenvSpec, root: Path | None = None, python: str | None = None, r
             return fail(f"{py} -m venv", _tail(r.stderr))
     cfile = venv / "peer-constraints.txt"
     cfile.write_text(cons)
-    wants = ["-q", "-c", str(cfile), *BASE, *spec.packages]
-    uv = find_uv() if uv is None else (uv or None)
-    # --compile-bytecode: pip writes each module's .pyc as it installs, uv only when asked; without them every
-    # process (each DataLoader worker, each rank) compiles torch afresh where PYTHONDONTWRITEBYTECODE is set
-    cmds = [[uv, "pip", "install", "--compile-bytecode", "--python", str(spec.python(root)), *wants]] if uv else []
-    cmds.append([str(spec.python(root)), "-m", "pip", "install", *wants])   # pip: where uv is absent or fails
-    env = {**os.environ, **dict(spec.env)}
-    for cmd in cmds:
-        step = ("uv " if cmd[0] == uv else "") + "pip install " + " ".join(spec.packages)
-        try:
-            r = run(cmd, capture_output=True, text=True, timeout=spec.timeout_s, env=env)
-        except subprocess.TimeoutExpired:
-            return fail(step, f"ran past {spec.timeout_s} s")   # not tried again: pip would take longer
-        if r.returncode == 0:
-            break
-        if cmd is not cmds[-1]:
-            log(f"{spec.dir}: {step} failed ({_tail(r.stderr or r.stdout)}); pip tries, with pip's own configuration")
-    if r.returncode != 0:
-        return fail(step, _tail(r.stderr or r.stdout, 3))
+    wants = ["-c", str(cfile), *BASE, *spec.packages]
+    uv = installer.find_uv(sys.executable) or "" if uv is None else uv   # make install puts uv beside .venv's Python
+    # uv with pip's configuration where it can honour it, else pip; pip takes over a failed uv step (feedlab.installer)
+    rc, line = installer.install(str(spec.python(root)), wants, what=" ".join(spec.packages), uv=uv, run=run,
+                                 log=lambda msg: log(f"{spec.dir}: {msg}"), timeout=spec.timeout_s,
+                                 env=dict(spec.env))
+    if rc:
+        return fail(*line.split(": ", 1))
     seconds = time.perf_counter() - t0
     stamp.write_text(json.dumps({"digest": digest, "packages": list(spec.packages), "build_s": seconds}))
     if failed.exists():
@@ -239,6 +220,11 @@ def main(argv=None) -> int:
         print(f"unknown peer venv {', '.join(unknown)}; one of: {', '.join(VENVS)}", file=sys.stderr)
         return 2
     specs = [VENVS[n] for n in (a.names or VENVS)]
+    try:
+        installer.choice()
+    except ValueError as exc:
+        print(f"peers: {exc}", file=sys.stderr)
+        return 2
     if a.action == "status":
         for n, s in status().items():
             print(f"{n:18s} {s}")

@@ -1,0 +1,138 @@
+"""feedlab.installer: uv given what pip is configured with, pip where uv cannot honour it or fails, every step
+under a deadline, and a changed uv pin reaching an existing venv."""
+
+import subprocess
+import sys
+
+import pytest
+
+from feedlab import installer
+
+# `pip config list` on a machine with a site constraints file, two local indexes, a wheel folder and a certificate
+THIS_BOX = """\
+:env:.cert='/etc/ssl/certs/ca-certificates.crt'
+:env:.default-timeout='180'
+:env:.disable-pip-version-check='1'
+:env:.find-links='/opt/wheels'
+global.cert='/etc/ssl/certs/other.crt'
+global.constraint='/etc/xdg/pip/constraints.txt'
+global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'
+global.find-links='/srv/old-wheels'
+download.no-deps='true'
+"""
+
+
+def _proc(rc=0, out="", err=""):
+    return subprocess.CompletedProcess([], rc, out, err)
+
+
+def test_pip_configuration_is_read_as_pip_applies_it():
+    cfg = installer.parse_config(THIS_BOX)
+    assert cfg["find-links"] == "/opt/wheels"                   # PIP_FIND_LINKS over the file's
+    assert cfg["cert"] == "/etc/ssl/certs/ca-certificates.crt"
+    assert cfg["extra-index-url"].split() == ["file:///opt/pypi/simple", "file:///opt/pypi-more/simple"]
+    assert "no-deps" not in cfg                                 # another command's section
+    assert installer.parse_config("install.index-url='https://a'\nglobal.index-url='https://b'\n") == \
+        {"index-url": "https://a"}                              # install's section over global's
+
+
+def test_uv_is_handed_every_source_and_the_site_constraints():
+    flags, env, untranslated = installer.uv_options(installer.parse_config(THIS_BOX))
+    pairs = list(zip(flags[::2], flags[1::2]))
+    assert ("--constraint", "/etc/xdg/pip/constraints.txt") in pairs
+    assert ("--extra-index-url", "file:///opt/pypi/simple") in pairs
+    assert ("--extra-index-url", "file:///opt/pypi-more/simple") in pairs
+    assert ("--find-links", "/opt/wheels") in pairs and ("--find-links", "/srv/old-wheels") not in pairs
+    assert ("--index-strategy", "unsafe-best-match") in pairs   # every source searched, as pip does
+    assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", "UV_HTTP_TIMEOUT": "180"}
+    assert untranslated == []
+    assert installer.uv_options({}) == ([], {}, [])             # no configuration: uv as it is
+
+
+def test_a_setting_uv_cannot_honour_has_pip_install_and_says_which(tmp_path):
+    calls, said = [], []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        return _proc(0, "global.proxy='http://proxy:3128'\n") if "config" in cmd else _proc()
+
+    rc, line = installer.install("/v/bin/python", ["-e", ".[dev]"], what="feedlab", uv="/v/bin/uv", run=run,
+                                 log=said.append)
+    assert rc == 0 and line == "pip installed feedlab"
+    assert [c[0] for c in calls] == ["/v/bin/python", "/v/bin/python"] and calls[1][1:4] == ["-m", "pip", "install"]
+    assert said == ["install: pip installs feedlab: your pip configuration sets proxy, which uv does not read"]
+
+
+def test_uv_failing_hands_the_same_request_to_pip_and_both_failing_is_one_line():
+    calls, said = [], []
+
+    def run(cmd, pip_rc=0, **kw):
+        calls.append(cmd)
+        if "config" in cmd:
+            return _proc()
+        return _proc(1, "", "noise\nerror: no index has toy") if cmd[0] == "/uv" else _proc(pip_rc, "", "E: gone")
+
+    rc, line = installer.install("/py", ["-c", "c.txt", "toy"], uv="/uv", run=run, log=said.append)
+    assert rc == 0 and line == "pip installed toy"
+    assert calls[1][-3:] == calls[2][-3:] == ["-c", "c.txt", "toy"]
+    assert len(said) == 1 and "uv failed (error: no index has toy)" in said[0]
+    calls.clear()
+    rc, line = installer.install("/py", ["toy"], uv="/uv", run=lambda c, **k: run(c, pip_rc=1), log=said.append)
+    assert rc == 1 and line == "pip install toy: E: gone"
+
+
+def test_a_step_past_its_deadline_is_not_tried_again():
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append((cmd, kw.get("timeout")))
+        if "config" in cmd:
+            return _proc()
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    rc, line = installer.install("/py", ["torch"], uv="/uv", run=run, timeout=7)
+    assert rc == 124 and line == "uv pip install torch: ran past 7 s"
+    assert [c[0][0] for c in calls] == ["/py", "/uv"] and all(t for _, t in calls)   # every step has a deadline
+
+
+@pytest.mark.parametrize("value, want", [("", "uv"), ("PIP", "pip"), (" pip ", "pip"), ("uv", "uv"), ("auto", "uv")])
+def test_feedlab_installer_is_read_one_way(value, want):
+    assert installer.choice({"FEEDLAB_INSTALLER": value}) == want
+
+
+def test_feedlab_installer_misspelt_is_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("FEEDLAB_INSTALLER", "conda")
+    assert installer.main(["--", "toy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["install: FEEDLAB_INSTALLER='conda': use pip or uv (or leave it unset)"]
+
+
+def test_bootstrap_reinstalls_uv_at_a_changed_pin_and_says_one_line_when_it_cannot(tmp_path, monkeypatch):
+    monkeypatch.delenv("FEEDLAB_INSTALLER", raising=False)
+    (tmp_path / "bin").mkdir()
+    py, uv = tmp_path / "bin" / "python", tmp_path / "bin" / "uv"
+    uv.write_text("")
+    cons = tmp_path / "constraints.txt"
+    cons.write_text("torch==2.14.1\nuv==0.13.9\n")
+    calls, said = [], []
+
+    def run(cmd, have="uv 0.13.9 (x86_64)", rc=0, **kw):
+        calls.append(cmd)
+        return _proc(0, have) if cmd[-1] == "--version" else _proc(rc, "", "ERROR: No matching distribution for uv")
+
+    assert installer.bootstrap(str(py), str(cons), run=run, log=said.append)
+    assert calls == [[str(uv), "--version"]]                   # at the pin: nothing installed
+    calls.clear()
+    assert installer.bootstrap(str(py), str(cons), run=lambda c, **k: run(c, have="uv 0.12.0"), log=said.append)
+    assert calls[-1] == [str(py), "-m", "pip", "install", "-q", "--only-binary=:all:", "-c", str(cons), "uv"]
+    uv.unlink()
+    assert not installer.bootstrap(str(py), str(cons), run=lambda c, **k: run(c, rc=1), log=said.append)
+    assert said == ["install: uv did not install (ERROR: No matching distribution for uv); pip installs"]
+
+
+def test_the_script_runs_before_feedlab_is_installed(tmp_path):
+    """The Makefile runs it as a file with ``-P`` (standard library only, lib/feedlab not on the path)."""
+    script = installer.__file__
+    out = subprocess.run([sys.executable, "-P", script, "--python", sys.executable], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 2 and "nothing to install" in out.stderr
