@@ -91,20 +91,37 @@ def recorded_seconds(notebook: str, key: str, profile: str, figures_dir: Path | 
                 continue
             if (pm.get("parameters") or {}).get("profile") == profile and pm.get("duration"):
                 short, n = limit_shortfall(dirs[k])
+                commit, modified = record_commit(dirs[k])
                 return {"seconds": float(pm["duration"]), "machine": k, "when": str(pm.get("end_time", ""))[:10],
-                        "left_out_s": short, "left_out": n,
-                        "changed": settings_changed(notebook, profile, record_commit(dirs[k]))}
+                        "left_out_s": short, "left_out": n, "commit": commit, "modified": modified,
+                        "changed": [] if modified else settings_changed(notebook, profile, commit)}
     return None
 
 
-def record_commit(folder: Path) -> str | None:
-    """The commit a record's fingerprint names (``git.commit``), or None."""
+def record_commit(folder: Path) -> tuple[str | None, bool]:
+    """``(commit, modified)``: the commit a record's fingerprint names (``git.commit``, a hex name only, else
+    None) and whether its tree was modified (``git.dirty``): then the profile it ran under is not known."""
     try:
         git = json.loads((Path(folder) / "fingerprint.json").read_text(encoding="utf-8")).get("git") or {}
     except (OSError, ValueError, AttributeError):
-        return None
-    commit = git.get("commit") if isinstance(git, dict) else None
-    return commit if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{7,40}", commit) else None
+        return None, False
+    if not isinstance(git, dict):
+        return None, False
+    commit = git.get("commit")
+    commit = commit if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{7,40}", commit) else None
+    return commit, bool(git.get("dirty"))
+
+
+def changed_note(rec: dict, most: int = 4) -> str:
+    """What a record's profile values were against today's, for a reader (empty where they match): the first
+    ``most`` changes and how many more, or that a modified tree ran it (its values not known)."""
+    if rec.get("modified"):
+        return f"made from a modified tree of {(rec.get('commit') or 'an unnamed commit')[:7]}: the values it ran under are not known"
+    changed = rec.get("changed") or []
+    if not changed:
+        return ""
+    more = f" and {len(changed) - most} more" if len(changed) > most else ""
+    return f"the profile changed since: {', '.join(changed[:most])}{more}"
 
 
 def settings_changed(notebook: str, profile: str, commit: str | None) -> list[str]:
@@ -160,6 +177,8 @@ def print_plan(rows, profile: str, cores: int, figures_dir: Path | None = None) 
         if rec:
             known += rec["seconds"]
             print(f"  {'recorded seconds':<24} {rec['seconds']:.0f} (the {profile} run on {rec['machine']}, {rec['when']})")
+            if changed_note(rec):
+                print(f"  {'':<24} {changed_note(rec)}")
         else:
             missing.append(name)
             print(f"  {'recorded seconds':<24} no record of a {profile} run on {cores} cores")
@@ -194,7 +213,7 @@ FIRST_LOAN = VALUE_ORDER[:5]   # the cure, 01, 03, 09 and 10: packed to share on
 # notebooks whose every measurement is on the host (no CUDA branch: printing, collate on the CPU, HDF5 handles
 # across fork and spawn, worker hygiene, the simulated loops and memory of 12): a GPU machine's loan is not spent
 # on them; a 16-core CPU machine answers them (``python -m feedlab.run --profile gpu --only 04 07 08 11 12``)
-HOST_ONLY = ("04", "07", "08", "11", "12")   # 12: "nothing in this notebook needs a GPU" (its own first line)
+HOST_ONLY = ("04", "07", "08", "11", "12")   # 12: "nothing in this notebook needs a GPU" (printed by its cell 3)
 
 
 def predicted_seconds(name: str, values, key: str, profile: str,
@@ -222,8 +241,8 @@ def predicted_seconds(name: str, values, key: str, profile: str,
         how = f"recorded on {rec['machine']}, {rec['when']}"
         if more:
             how += f", + {more:.0f} s for the {rec['left_out']} setting(s) its limit left out"
-        if rec.get("changed"):   # the record is what the old values cost: said, not guessed at
-            how += f"; the profile changed since: {', '.join(rec['changed'])}"
+        if changed_note(rec):   # the record is what the old values cost: said, not guessed at
+            how += f"; {changed_note(rec)}"
         return rec["seconds"] + more, how, True
     if kept is not None:
         return kept, f"budget_s {budget:g} + {START_S} s start; no record yet", True

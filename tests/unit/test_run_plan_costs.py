@@ -25,7 +25,7 @@ def test_recorded_seconds_prefer_the_machine_then_its_core_count_and_match_the_p
     _record(tmp_path, "02_b", "cpu-16c", "gpu", 99.0)
     got = run_plan.recorded_seconds("01_a", "cpu-16c", "gpu", tmp_path)
     assert got == {"seconds": 170.2, "machine": "h100-16c", "when": "2026-11-26", "left_out_s": 0.0, "left_out": 0,
-                   "changed": []}     # its fingerprint names no commit: nothing is claimed about its settings
+                   "changed": [], "commit": None, "modified": False}     # its fingerprint names no commit: nothing is claimed about its settings
     assert run_plan.recorded_seconds("02_b", "cpu-16c", "gpu", tmp_path)["machine"] == "cpu-16c"
     assert run_plan.recorded_seconds("01_a", "cpu-2c", "gpu", tmp_path) is None      # only a quick run on 2 cores
     assert run_plan.recorded_seconds("02_b", "h100-16c", "quick", tmp_path)["seconds"] == 61.0
@@ -151,12 +151,24 @@ def test_a_record_made_under_other_profile_values_says_which(tmp_path, monkeypat
     d = tmp_path / "15_x" / "h100-16c"
     d.mkdir(parents=True)
     (d / "fingerprint.json").write_text(json.dumps({"git": {"commit": "abc1234", "dirty": False}}))
-    assert run_plan.record_commit(d) == "abc1234"
+    assert run_plan.record_commit(d) == ("abc1234", False)
     (d / "fingerprint.json").write_text(json.dumps({"git": {"commit": "abc1234; rm -rf /"}}))
-    assert run_plan.record_commit(d) is None
+    assert run_plan.record_commit(d) == (None, False)
     (d / "fingerprint.json").write_text(json.dumps({"git": {"commit": "abc1234"}}))
     meta = {"papermill": {"parameters": {"profile": "gpu"}, "duration": 60.0, "end_time": "2026-11-26T06:20:00"}}
     (d / "15_x.executed.ipynb").write_text(json.dumps({"cells": [], "metadata": meta}))
     seconds, how, known = run_plan.predicted_seconds("15_x", {}, "h100-16c", "gpu", tmp_path)
     assert (seconds, known) == (60.0, True) and how.endswith("the profile changed since: rate_cap_s 15 → 5")
 
+    # a record from a modified tree: what it ran under is not known, so no commit's profile is read for it
+    calls.clear()
+    (d / "fingerprint.json").write_text(json.dumps({"git": {"commit": "abc1234", "dirty": True}}))
+    seconds, how, known = run_plan.predicted_seconds("15_x", {}, "h100-16c", "gpu", tmp_path)
+    assert how.endswith("made from a modified tree of abc1234: the values it ran under are not known")
+    assert calls == []
+
+
+def test_a_long_list_of_changed_values_is_cut_for_the_reader():
+    rec = {"changed": [f"v{i} 1 → 2" for i in range(7)]}
+    assert run_plan.changed_note(rec) == "the profile changed since: v0 1 → 2, v1 1 → 2, v2 1 → 2, v3 1 → 2 and 3 more"
+    assert run_plan.changed_note({"changed": []}) == ""
