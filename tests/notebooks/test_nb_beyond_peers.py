@@ -49,3 +49,5 @@ def test_13_peer_loaders_smoke():
         assert row["field"] == "every peer" or row["field"].startswith("without")
     assert {"FFCV"} <= {r["peer"] for r in res["published"]} and res["cores"] >= 1
     assert all(r.get("interpreter") for r in res["table"] if r["available"])
+    env = res["environments"]   # where each measured contender ran, with its versions
+    assert {"feedlab_best", "torch_stock"} <= set(env) and "torch" in env["torch_stock"]["versions"]

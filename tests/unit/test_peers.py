@@ -481,3 +481,22 @@ def test_peer_venvs_install_with_uv_and_pip_takes_over_where_uv_fails(tmp_path, 
     assert "pip installs toy-loader>=2 instead" in logged[0]
     monkeypatch.setenv("FEEDLAB_INSTALLER", "pip")
     assert installer.find_uv() is None
+
+
+def test_each_contender_records_where_it_ran_and_with_which_versions():
+    """A record names each contender's interpreter and versions (a peer venv: its whole freeze), so a changed rate
+    can be traced to a changed package (13's FFCV on sr, 2026-11-26: 124,663 then 188,194 samples/s)."""
+    from feedlab.peers import report
+    from feedlab.peers.base import installed_versions
+
+    here = installed_versions(["torch.utils.data"])
+    assert torch.__version__.startswith(here["torch"])
+    assert "numpy" in here and "pytest" not in here                    # a peer's imports and the core, not all
+    assert "pytest" in installed_versions(everything=True)             # a peer venv's whole freeze
+    infos = [{"name": "ffcv", "kind": "sr", "interpreter": "/r/.venv-ffcv/bin/python", "python": "3.11.7",
+              "versions": {"ffcv": "1.0.2", "numba": "0.61.0"}},
+             {"name": "ffcv", "kind": "cls", "interpreter": "/r/.venv-ffcv/bin/python", "versions": {"ffcv": "9"}},
+             {"name": "webdataset", "kind": "sr", "available": False, "reason": "import webdataset: missing"}]
+    env = report.environments(infos)
+    assert env == {"ffcv": {"interpreter": "/r/.venv-ffcv/bin/python", "python": "3.11.7",
+                            "versions": {"ffcv": "1.0.2", "numba": "0.61.0"}}}

@@ -20,6 +20,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
+from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -176,6 +177,32 @@ class Peer:
             return list(fn(source, Path(work)))
 
         return files_under(work) if Path(work).exists() else []
+
+
+CORE_DISTS = ("torch", "torchvision", "numpy", "pillow")
+
+
+def installed_versions(modules: Iterable[str] = (), everything: bool = False) -> dict[str, str]:
+    """The distributions this interpreter has, ``{name: version}`` sorted by name: every one (``everything``:
+    a peer's own venv, its whole freeze, so a changed rate can be traced to a changed package) or those that
+    provide ``modules`` (a peer's imports, ``"spdl.io"`` as ``spdl``) with :data:`CORE_DISTS`."""
+    if everything:
+        found = {d.metadata["Name"]: d.version for d in metadata.distributions() if d.metadata["Name"]}
+    else:
+        owners = metadata.packages_distributions()
+        names = set(CORE_DISTS)
+        for m in modules:   # a namespace (``nvidia.dali``): the distributions named for the module under it
+            parts, found_for = m.split("."), owners.get(m.split(".")[0], [])
+            if len(found_for) > 1 and len(parts) > 1:
+                found_for = [n for n in found_for if parts[1].lower() in n.lower()] or found_for
+            names |= set(found_for)
+        found = {}
+        for n in names:
+            try:
+                found[metadata.metadata(n)["Name"]] = metadata.version(n)
+            except metadata.PackageNotFoundError:
+                continue
+    return dict(sorted(found.items(), key=lambda kv: kv[0].lower()))
 
 
 def _last_line(exc: BaseException) -> str:

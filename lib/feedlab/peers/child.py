@@ -15,22 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from feedlab.peers._process import IN_VENV
-from feedlab.peers.base import Source
+from feedlab.peers.base import Source, installed_versions
 from feedlab.peers.measure import Window, run_peer
 from feedlab.results import atomic_write
-
-
-def _versions(name: str) -> dict:
-    from importlib import metadata
-
-    out = {}
-    for dist in {"mosaic_streaming": ["mosaicml-streaming"], "ffcv": ["ffcv", "numba"],
-                 "spdl": ["spdl", "spdl-io", "spdl-core"]}.get(name, []) + ["torch", "numpy"]:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def serve(req: dict) -> dict:
@@ -44,7 +31,7 @@ def serve(req: dict) -> dict:
     for st in info.get("runs") or []:
         st.pop("trace", None)
     return {"rows": res.rows, "info": info, "interpreter": sys.executable,
-            "python": sys.version.split()[0], "versions": _versions(req["peer"])}
+            "python": sys.version.split()[0], "versions": installed_versions(everything=True)}
 
 
 def main(argv=None) -> int:

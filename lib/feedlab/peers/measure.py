@@ -38,7 +38,7 @@ from feedlab.pipeline.rates import rel_half_width
 from feedlab.results import Results
 
 from . import get, plan, remote, venvs
-from .base import Source, Spec
+from .base import Source, Spec, installed_versions
 from .check import EpochCounter, verify
 from .remote import beat
 
@@ -221,7 +221,8 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
         info.setdefault("samples", source.n)
         return res, info
     info = {"name": name, "label": peer.label, "kind": source.kind, "parallelism": peer.parallelism,
-            "shuffle": peer.shuffle, "recipe": peer.recipe, "samples": source.n, "interpreter": sys.executable}
+            "shuffle": peer.shuffle, "recipe": peer.recipe, "samples": source.n, "interpreter": sys.executable,
+            "versions": installed_versions(peer.import_names)}
     res = Results()
     ok, reason = peer.check()
     info.update(available=ok, reason=reason)

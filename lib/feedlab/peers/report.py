@@ -370,6 +370,19 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
     return lines
 
 
+def environments(infos: list[dict]) -> dict[str, dict]:
+    """Where each contender ran, for the record: ``{name: {"interpreter", "python", "versions"}}`` (a peer in
+    its own venv: that venv's whole freeze; in this kernel: the packages of its imports with torch,
+    torchvision, numpy and Pillow). Two records whose rates differ can then be told apart by what changed."""
+    out: dict[str, dict] = {}
+    for info in infos:
+        name = info.get("name")
+        if name and name not in out and (info.get("versions") or info.get("interpreter")):
+            out[name] = {"interpreter": info.get("executable") or info.get("interpreter", ""),
+                         "python": info.get("python", ""), "versions": dict(info.get("versions") or {})}
+    return dict(sorted(out.items()))
+
+
 def rows_frame(res) -> pd.DataFrame:
     df = res.frame() if len(res) else pd.DataFrame(columns=["experiment", "variant", "kind", "metric", "value"])
     return df[df.experiment == EXPERIMENT] if not df.empty else df
