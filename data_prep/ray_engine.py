@@ -4,6 +4,8 @@ engine. Ray is optional (``pip install -e '.[ray]'``); without it the command sa
 
 from __future__ import annotations
 
+import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +26,13 @@ def available() -> tuple[bool, str]:
     """``(True, "")`` when Ray Data imports, else ``(False, reason and the install line)``
     (re-exported by :mod:`feedlab.scale.remote_decode`)."""
     try:
-        import ray  # noqa: F401
-        import ray.data  # noqa: F401
+        # the first import, here: in a notebook without ipywidgets, Ray Data's import warns that tqdm has no
+        # widgets and Ray logs an INFO line asking for them (twice); neither is about the measurement
+        logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            import ray  # noqa: F401
+            import ray.data  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any import failure is "unavailable", with its reason
         return False, f"unavailable: {type(exc).__name__}: {exc} (pip install -e '.[ray]')"
     return True, ""

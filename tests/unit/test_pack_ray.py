@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import data_prep
 from data_prep.errors import DataPrepError
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _small_set(tmp_path, name):
@@ -37,3 +41,28 @@ def test_ray_engine_without_ray_says_so(tmp_path, monkeypatch):
 def test_unknown_engine_names_the_choices(tmp_path):
     with pytest.raises(DataPrepError, match="one of local, ray"):
         data_prep.pack(tmp_path, "npy", engine="spark")
+
+
+_IN_A_KERNEL = r'''
+import sys, types
+
+class ZMQInteractiveShell:            # what Ray and tqdm look for: a Jupyter kernel
+    config = {"IPKernelApp": {}}
+    events = types.SimpleNamespace(register=lambda *a, **k: None)
+
+fake = types.ModuleType("IPython")
+fake.get_ipython = lambda: ZMQInteractiveShell()
+sys.modules["IPython"] = fake
+from data_prep.ray_engine import available
+print(available())
+'''
+
+
+def test_ray_checked_in_a_kernel_without_ipywidgets_prints_no_warning_and_no_info_line():
+    """A notebook's executed record carries no raw TqdmWarning and no Ray INFO line asking for ipywidgets (14's
+    record of 2026-11-26 had both): the first import of Ray, in ``available()``, keeps them out."""
+    pytest.importorskip("ray.data")
+    out = subprocess.run([sys.executable, "-c", _IN_A_KERNEL], capture_output=True, text=True, timeout=120,
+                         cwd=REPO)
+    assert out.stdout.strip() == "(True, '')", out.stderr[-500:]
+    assert "IProgress" not in out.stderr and "Missing packages" not in out.stderr, out.stderr[-500:]
