@@ -259,23 +259,57 @@ def _busy_seconds() -> tuple[float, float]:
     return busy, steal
 
 
-def _own_tree_seconds() -> float:
-    """CPU seconds of this process and its descendants, live and reaped."""
-    import psutil
+class _OwnTree:
+    """CPU seconds of this process and its descendants, live and ended. A descendant keeps the seconds last
+    seen of it after it ends, unless its parent is still in the tree (then the parent reaped it, and the
+    parent's ``children_*`` times carry them): the processes of a local Ray, started by this process, their
+    workers reparented when Ray shuts down, are ours, not other load (notebook 14, 2026-11-26: 0.54 of 2
+    cores of its own Ray read as "the machine was busy"). Only as good as the last look:
+    :func:`note_own_tree` just before such a tree is shut down."""
 
-    me = psutil.Process()
-    try:
-        procs = [me, *me.children(recursive=True)]
-    except psutil.Error:
-        procs = [me]
-    total = 0.0
-    for p in procs:
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, float], tuple[float, int]] = {}   # (pid, start) -> (seconds, parent pid)
+
+    def seconds(self) -> float:
+        import psutil
+
+        me = psutil.Process()
         try:
-            t = p.cpu_times()
+            procs = [me, *me.children(recursive=True)]
         except psutil.Error:
-            continue
-        total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
-    return total
+            procs = [me]
+        live: dict[tuple[int, float], tuple[float, int]] = {}
+        for p in procs:
+            try:
+                with p.oneshot():
+                    t, key, parent = p.cpu_times(), (p.pid, p.create_time()), p.ppid()
+            except psutil.Error:
+                continue
+            live[key] = (t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0),
+                         parent)
+        pids = {pid for pid, _ in live}
+        for key, (_secs, parent) in list(self.seen.items()):
+            if key not in live and parent in pids:   # reaped by its parent, which now counts it
+                del self.seen[key]
+        self.seen.update(live)
+        return sum(secs for secs, _ in self.seen.values())
+
+
+_OWN = _OwnTree()
+
+
+def _own_tree_seconds() -> float:
+    """CPU seconds of this process and its descendants, live and ended (:class:`_OwnTree`)."""
+    return _OWN.seconds()
+
+
+def note_own_tree() -> None:
+    """Look at this process tree's CPU now: call it just before shutting down processes this one started
+    (a local Ray), so that their seconds count as ours after they end."""
+    try:
+        _own_tree_seconds()
+    except Exception:  # no psutil: the load window says it is unavailable
+        pass
 
 
 class LoadWindow:

@@ -70,3 +70,40 @@ def test_real_counters_give_a_record():
     sum(i * i for i in range(200000))
     s = monitor.check_busy("real", log=lambda _m: None)
     assert s["available"] and s["other_cpu_cores"] >= 0 and s["window_s"] > 0
+
+
+def test_the_cpu_of_a_descendant_that_leaves_the_tree_stays_ours():
+    """A grandchild whose parent is killed is reparented away from this tree (a local Ray's workers at its
+    shutdown): the CPU it used, seen once, stays ours rather than turning into other load."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(60)"
+    sh = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$0" & wait', burn])
+    grandchild = None
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            kids = psutil.Process(sh.pid).children()
+            if kids and sum(kids[0].cpu_times()[:2]) >= 0.6:
+                grandchild = kids[0]
+                break
+            time.sleep(0.05)
+        assert grandchild is not None, "the grandchild did not burn its 0.6 s in 20 s"
+        before = monitor._own_tree_seconds()     # seen once, with its 0.6 s
+        sh.kill()
+        sh.wait(timeout=10)                      # its child now belongs to init, not to us
+    finally:
+        if grandchild is not None:
+            try:
+                os.kill(grandchild.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        sh.kill()
+    after = monitor._own_tree_seconds()
+    assert after >= before - 0.05, (before, after)

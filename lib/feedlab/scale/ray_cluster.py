@@ -25,6 +25,7 @@ from time import perf_counter
 
 import numpy as np
 
+from feedlab import monitor
 from feedlab import pipeline as pl
 from feedlab.scale import remote_decode as RD
 
@@ -158,6 +159,7 @@ class TestCluster:
     def shutdown(self) -> None:
         import ray
 
+        monitor.note_own_tree()   # the cluster's processes are ours: their CPU is not other load after they end
         try:
             if ray.is_initialized():
                 ray.shutdown()

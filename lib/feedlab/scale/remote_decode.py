@@ -24,6 +24,7 @@ from time import perf_counter
 import numpy as np
 
 from data_prep.ray_engine import available  # noqa: F401  (Ray's check, one home: re-exported)
+from feedlab import monitor
 from feedlab import pipeline as pl
 from feedlab.results import Results
 from feedlab.timing import run_epoch
@@ -190,6 +191,7 @@ def compare(root, spec: pl.PipelineSpec, num_cpus: int, epochs: int, warmup: int
                             **common)
         finally:
             if started:
+                monitor.note_own_tree()   # Ray's processes are ours: their CPU is not other load after they end
                 ray.shutdown()
     return res, info
 
