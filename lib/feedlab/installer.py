@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,11 +44,41 @@ _FLAG_EACH = {"index-url": "--index-url", "extra-index-url": "--extra-index-url"
               "only-binary": "--only-binary", "no-binary": "--no-binary"}
 _SWITCH = {"no-index": ["--no-index"], "pre": ["--prerelease", "allow"],
            "break-system-packages": ["--break-system-packages"]}
-_ENV = {"cert": "SSL_CERT_FILE", "default-timeout": "UV_HTTP_TIMEOUT", "timeout": "UV_HTTP_TIMEOUT",
-        "retries": "UV_HTTP_RETRIES"}
-_HARMLESS = {"disable-pip-version-check", "progress-bar", "quiet", "verbose", "no-color", "no-input",
+_ENV = {"default-timeout": "UV_HTTP_TIMEOUT", "timeout": "UV_HTTP_TIMEOUT", "retries": "UV_HTTP_RETRIES"}
+_HARMLESS = {"config-file", "disable-pip-version-check", "progress-bar", "quiet", "verbose", "no-color", "no-input",
              "root-user-action", "no-warn-script-location", "require-virtualenv", "no-cache-dir", "cache-dir",
              "no-python-version-warning", "no-warn-conflicts"}
+
+
+def run_group(cmd: list[str], capture_output: bool = True, text: bool = True, timeout: float | None = None,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``subprocess.run`` in a process group of its own: past ``timeout`` the whole group is stopped (a build
+    backend, a compiler uv or pip started), not only the installer, then ``TimeoutExpired`` as ``run`` raises."""
+    pipe = subprocess.PIPE if capture_output else None
+    proc = subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=text, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        proc.communicate()
+        raise
+    except BaseException:   # an interrupt: nothing of the install is left running
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def choice(env=os.environ) -> str:
@@ -80,18 +113,21 @@ def parse_config(text: str) -> dict[str, str]:
             value = ast.literal_eval(m[3])
         except (ValueError, SyntaxError):
             value = m[3].strip("'\"")
-        rows.append((rank[m[1]], m[2].replace("_", "-"), str(value)))
+        if str(value).strip():   # pip ignores an empty value (PIP_INDEX_URL= leaves the file's index)
+            rows.append((rank[m[1]], m[2].replace("_", "-"), str(value)))
     return {key: value for _, key, value in sorted(rows, key=lambda r: r[0])}
 
 
-def pip_config(python: str, run: Callable = subprocess.run) -> dict[str, str]:
-    """pip's configuration as ``python -m pip`` would apply it to an install (:func:`parse_config`); empty
-    where pip cannot say (then nothing is passed on, and uv installs as it would on its own)."""
+def pip_config(python: str, run: Callable = run_group, env: dict[str, str] | None = None,
+               timeout: float = CONFIG_TIMEOUT_S) -> dict[str, str] | None:
+    """pip's configuration as ``python -m pip`` would apply it to an install (:func:`parse_config`), under the
+    install's environment (``PIP_*`` included); None where pip cannot say (then pip installs: uv would be
+    guessing at the indexes and constraints)."""
     try:
-        r = run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=CONFIG_TIMEOUT_S)
+        r = run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=timeout, env=env)
     except (OSError, subprocess.SubprocessError):
-        return {}
-    return parse_config(r.stdout or "") if r.returncode == 0 else {}
+        return None
+    return parse_config(r.stdout or "") if r.returncode == 0 else None
 
 
 def _truthy(value: str) -> bool:
@@ -109,11 +145,18 @@ def uv_options(config: dict[str, str]) -> tuple[list[str], dict[str, str], list[
     for key, value in config.items():
         if key in _FLAG_EACH:
             for item in value.split():
+                if key == "find-links" and "://" not in item and not Path(item).exists():
+                    continue   # pip passes over a missing local folder with a warning; uv stops at it
                 flags += [_FLAG_EACH[key], item]
         elif key in _SWITCH:
             flags += _SWITCH[key] if _truthy(value) else []
+        elif key == "cert":
+            env["SSL_CERT_DIR" if Path(value).is_dir() else "SSL_CERT_FILE"] = value
         elif key in _ENV:
-            env[_ENV[key]] = value
+            try:   # uv takes whole seconds and a whole number of retries
+                env[_ENV[key]] = str(math.ceil(float(value)))
+            except ValueError:
+                untranslated.append(key)
         elif key not in _HARMLESS:
             untranslated.append(key)
     sources = sum(1 for k in ("index-url", "extra-index-url", "find-links") for _ in config.get(k, "").split())
@@ -145,7 +188,7 @@ def _step(tool: str) -> str:
     return "uv pip install" if tool == "uv" else "pip install"
 
 
-def install(python: str, args: list[str], *, what: str = "", uv: str | None = None, run: Callable = subprocess.run,
+def install(python: str, args: list[str], *, what: str = "", uv: str | None = None, run: Callable = run_group,
             log: Callable[[str], None] = print, timeout: float = TIMEOUT_S,
             env: dict[str, str] | None = None) -> tuple[int, str]:
     """``pip install args`` into ``python``'s environment: with uv (:func:`find_uv`; ``uv=""``: pip only) given
@@ -156,10 +199,14 @@ def install(python: str, args: list[str], *, what: str = "", uv: str | None = No
     label = what or _label(args)
     base = {**os.environ, **(env or {})}
     uv = find_uv(python, base) if uv is None else (uv or None)
+    end = time.monotonic() + timeout   # one deadline for the whole install, every step inside it
     steps: list[tuple[str, list[str], dict[str, str]]] = []
     if uv:
-        flags, uv_env, untranslated = uv_options(pip_config(python, run))
-        if untranslated:
+        config = pip_config(python, run, base, min(CONFIG_TIMEOUT_S, timeout))
+        flags, uv_env, untranslated = uv_options(config or {})
+        if config is None:
+            log(f"install: pip installs {label}: `pip config list` did not answer, so uv would not know your indexes")
+        elif untranslated:
             log(f"install: pip installs {label}: your pip configuration sets {', '.join(untranslated)}, "
                 f"which uv does not read")
         else:
@@ -168,8 +215,11 @@ def install(python: str, args: list[str], *, what: str = "", uv: str | None = No
     steps.append(("pip", [python, "-m", "pip", "install", "-q", *args], base))
     rc, line = 1, ""
     for i, (tool, cmd, step_env) in enumerate(steps):
+        left = end - time.monotonic()
         try:
-            r = run(cmd, capture_output=True, text=True, timeout=timeout, env=step_env)
+            if left <= 0:
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            r = run(cmd, capture_output=True, text=True, timeout=left, env=step_env)
         except subprocess.TimeoutExpired:
             return 124, f"{_step(tool)} {label}: ran past {timeout:.0f} s"
         except OSError as exc:
@@ -183,7 +233,7 @@ def install(python: str, args: list[str], *, what: str = "", uv: str | None = No
     return rc, line
 
 
-def bootstrap(python: str, constraints: str | None = None, run: Callable = subprocess.run,
+def bootstrap(python: str, constraints: str | None = None, run: Callable = run_group,
               log: Callable[[str], None] = print, timeout: float = BOOTSTRAP_TIMEOUT_S) -> bool:
     """Put uv beside ``python`` at the version ``constraints`` pins (a changed pin reaches an existing venv);
     a wheel only, under a deadline. Where it does not install, one line says so and pip installs: False."""
@@ -205,12 +255,13 @@ def bootstrap(python: str, constraints: str | None = None, run: Callable = subpr
     try:
         r = run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        log(f"install: uv did not install in {timeout:.0f} s; pip installs")
-        return False
+        r = subprocess.CompletedProcess(cmd, 1, "", f"ran past {timeout:.0f} s")
     except OSError as exc:
         r = subprocess.CompletedProcess(cmd, 1, "", str(exc))
     if r.returncode != 0:
-        log(f"install: uv did not install ({_last(r.stderr or r.stdout)}); pip installs")
+        other = shutil.which("uv")
+        log(f"install: uv did not install in {Path(python).parent} ({_last(r.stderr or r.stdout)}); "
+            + (f"the uv on PATH ({other}) installs, pip where it fails" if other else "pip installs"))
         return False
     return True
 
@@ -230,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ap = argparse.ArgumentParser(prog="installer.py", description="pip install ARGS, through uv where it can")
     ap.add_argument("--python", default=sys.executable, help="the environment's interpreter")
-    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="each step's deadline in seconds")
+    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="the install's deadline in seconds")
     ap.add_argument("--what", default="", help="what the lines call this install")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="-- then pip install's arguments")
     a = ap.parse_args(argv)

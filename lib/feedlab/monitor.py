@@ -260,17 +260,24 @@ def _busy_seconds() -> tuple[float, float]:
 
 
 class _OwnTree:
-    """CPU seconds of this process and its descendants, live and ended. A descendant keeps the seconds last
-    seen of it after it ends, unless its parent is still in the tree (then the parent reaped it, and the
-    parent's ``children_*`` times carry them): the processes of a local Ray, started by this process, their
-    workers reparented when Ray shuts down, are ours, not other load (notebook 14, 2026-11-26: 0.54 of 2
-    cores of its own Ray read as "the machine was busy"). Only as good as the last look:
+    """CPU seconds of this process and its descendants, two ways, neither counting a second twice:
+
+    - ``live``: now, each live process's own time and its reaped children's (``children_*``): what ended
+      inside the tree and was waited for, but nothing of a descendant that left the tree;
+    - ``seen``: each process ever seen here, by (pid, start time), at its own time when last seen: what left
+      the tree (a local Ray's workers, reparented at its shutdown), but nothing of a process that started and
+      ended between two looks.
+
+    A window's own CPU is the larger of the two changes (:class:`LoadWindow`): a lower bound on what this tree
+    used, so a busy machine is never hidden (notebook 14, 2026-11-26: 0.54 of 2 cores of its own Ray read as
+    "the machine was busy", by ``live`` alone). ``seen`` is only as good as its last look:
     :func:`note_own_tree` just before such a tree is shut down."""
 
     def __init__(self) -> None:
-        self.seen: dict[tuple[int, float], tuple[float, int]] = {}   # (pid, start) -> (seconds, parent pid)
+        self.last: dict[tuple[int, float], float] = {}   # (pid, start time) -> its own seconds when last seen
 
-    def seconds(self) -> float:
+    def seconds(self) -> tuple[float, float]:
+        """``(live, seen)``, each a running total of CPU seconds (compare two calls, never two kinds)."""
         import psutil
 
         me = psutil.Process()
@@ -278,28 +285,23 @@ class _OwnTree:
             procs = [me, *me.children(recursive=True)]
         except psutil.Error:
             procs = [me]
-        live: dict[tuple[int, float], tuple[float, int]] = {}
+        live = 0.0
         for p in procs:
             try:
                 with p.oneshot():
-                    t, key, parent = p.cpu_times(), (p.pid, p.create_time()), p.ppid()
+                    t, key = p.cpu_times(), (p.pid, p.create_time())
             except psutil.Error:
                 continue
-            live[key] = (t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0),
-                         parent)
-        pids = {pid for pid, _ in live}
-        for key, (_secs, parent) in list(self.seen.items()):
-            if key not in live and parent in pids:   # reaped by its parent, which now counts it
-                del self.seen[key]
-        self.seen.update(live)
-        return sum(secs for secs, _ in self.seen.values())
+            live += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+            self.last[key] = max(self.last.get(key, 0.0), t.user + t.system)
+        return live, sum(self.last.values())
 
 
 _OWN = _OwnTree()
 
 
-def _own_tree_seconds() -> float:
-    """CPU seconds of this process and its descendants, live and ended (:class:`_OwnTree`)."""
+def _own_tree_seconds() -> tuple[float, float]:
+    """This process tree's CPU seconds, ``(live, seen)`` (:class:`_OwnTree`)."""
     return _OWN.seconds()
 
 
@@ -335,8 +337,8 @@ class LoadWindow:
         if not self.available or wall <= 0:
             return {"available": False, "window_s": round(wall, 3), "usable_cores": cores}
         busy, steal = _busy_seconds()
-        own = _own_tree_seconds()
-        other = max(0.0, (busy - self._busy0) - (own - self._own0)) / wall
+        own = max(now - then for now, then in zip(_own_tree_seconds(), self._own0))   # the larger: _OwnTree
+        other = max(0.0, (busy - self._busy0) - own) / wall
         steal_cores = max(0.0, steal - self._steal0) / wall
         fraction = (other + steal_cores) / cores
         return {"available": True, "window_s": round(wall, 3), "usable_cores": cores,

@@ -116,7 +116,7 @@ def changed_note(rec: dict, most: int = 4) -> str:
     """What a record's profile values were against today's, for a reader (empty where they match): the first
     ``most`` changes and how many more, or that a modified tree ran it (its values not known)."""
     if rec.get("modified"):
-        return f"made from a modified tree of {(rec.get('commit') or 'an unnamed commit')[:7]}: the values it ran under are not known"
+        return f"made from a modified tree of {(rec.get('commit') or '')[:7] or 'an unnamed commit'}: the values it ran under are not known"
     changed = rec.get("changed") or []
     if not changed:
         return ""

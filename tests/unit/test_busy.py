@@ -25,7 +25,7 @@ def clock(monkeypatch):
     c = FakeClock()
     monkeypatch.setattr(monitor.time, "monotonic", lambda: c.t)
     monkeypatch.setattr(monitor, "_busy_seconds", lambda: (c.busy, 0.0))
-    monkeypatch.setattr(monitor, "_own_tree_seconds", lambda: c.own)
+    monkeypatch.setattr(monitor, "_own_tree_seconds", lambda: (c.own, c.own))
     monkeypatch.setattr(monitor, "usable_cores", lambda: 2)
     monitor.start_run()
     return c
@@ -72,38 +72,60 @@ def test_real_counters_give_a_record():
     assert s["available"] and s["other_cpu_cores"] >= 0 and s["window_s"] > 0
 
 
-def test_the_cpu_of_a_descendant_that_leaves_the_tree_stays_ours():
-    """A grandchild whose parent is killed is reparented away from this tree (a local Ray's workers at its
-    shutdown): the CPU it used, seen once, stays ours rather than turning into other load."""
-    import os
-    import signal
+def _burning_grandchild(burn_s: float, then: str = "time.sleep(60)"):
+    """``sh -c 'python <burn burn_s of CPU, then ...> & wait'`` and its python, once it has burnt ``burn_s``."""
     import subprocess
     import sys
     import time
 
     import psutil
 
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(60)"
-    sh = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$0" & wait', burn])
-    grandchild = None
+    code = f"import time\nt = time.process_time()\nwhile time.process_time() - t < {burn_s}: pass\n{then}"
+    sh = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$0" & wait', code])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        kids = psutil.Process(sh.pid).children()
+        try:
+            if kids and sum(kids[0].cpu_times()[:2]) >= burn_s * 0.95:
+                return sh, kids[0]
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    sh.kill()
+    raise AssertionError(f"the grandchild did not burn its {burn_s} s in 20 s")
+
+
+def _own_since(before):
+    return max(now - then for now, then in zip(monitor._own_tree_seconds(), before))
+
+
+def test_the_cpu_of_a_descendant_that_leaves_the_tree_stays_ours():
+    """A grandchild whose parent is killed is reparented away from this tree (a local Ray's workers at its
+    shutdown): the CPU it used, seen once, stays ours rather than turning into other load."""
+    import os
+    import signal
+
+    start = monitor._own_tree_seconds()
+    sh, grandchild = _burning_grandchild(0.6)
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            kids = psutil.Process(sh.pid).children()
-            if kids and sum(kids[0].cpu_times()[:2]) >= 0.6:
-                grandchild = kids[0]
-                break
-            time.sleep(0.05)
-        assert grandchild is not None, "the grandchild did not burn its 0.6 s in 20 s"
-        before = monitor._own_tree_seconds()     # seen once, with its 0.6 s
+        monitor.note_own_tree()                  # seen once, with its 0.6 s
         sh.kill()
         sh.wait(timeout=10)                      # its child now belongs to init, not to us
     finally:
-        if grandchild is not None:
-            try:
-                os.kill(grandchild.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        try:
+            os.kill(grandchild.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         sh.kill()
-    after = monitor._own_tree_seconds()
-    assert after >= before - 0.05, (before, after)
+    assert _own_since(start) >= 0.55
+
+
+def test_a_descendant_reaped_inside_the_tree_is_counted_once():
+    """A grandchild seen while it ran, then waited for by its parent, which this process waits for: its CPU
+    is in our reaped children's times and was seen live; counted once, not twice (which would hide others)."""
+    start = monitor._own_tree_seconds()
+    sh, _grandchild = _burning_grandchild(0.5, then="time.sleep(0.2)")
+    monitor.note_own_tree()
+    sh.wait(timeout=20)
+    own = _own_since(start)
+    assert 0.45 <= own < 0.8, own

@@ -180,7 +180,7 @@ def test_make_install_bootstraps_uv_and_stops_without_a_stamp_when_nothing_insta
     assert out.returncode != 0
     calls = log.read_text().splitlines()
     assert "python -m pip install -q --only-binary=:all: -c constraints.txt uv" in calls
-    assert "install: uv did not install (no output); pip installs" in out.stdout
+    assert f"install: uv did not install in {venv / 'bin'} (no output); " in out.stdout
     assert [ln for ln in out.stderr.splitlines() if ln.startswith("install:")] == \
         ["install: pip install feedlab[dev,fast]: no output"]
     assert "Traceback" not in out.stderr

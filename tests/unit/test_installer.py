@@ -126,13 +126,89 @@ def test_bootstrap_reinstalls_uv_at_a_changed_pin_and_says_one_line_when_it_cann
     assert installer.bootstrap(str(py), str(cons), run=lambda c, **k: run(c, have="uv 0.12.0"), log=said.append)
     assert calls[-1] == [str(py), "-m", "pip", "install", "-q", "--only-binary=:all:", "-c", str(cons), "uv"]
     uv.unlink()
+    monkeypatch.setattr(installer.shutil, "which", lambda _name: None)
+    said.clear()
     assert not installer.bootstrap(str(py), str(cons), run=lambda c, **k: run(c, rc=1), log=said.append)
-    assert said == ["install: uv did not install (ERROR: No matching distribution for uv); pip installs"]
+    assert said == [f"install: uv did not install in {py.parent} (ERROR: No matching distribution for uv); pip installs"]
 
 
 def test_the_script_runs_before_feedlab_is_installed(tmp_path):
-    """The Makefile runs it as a file with ``-P`` (standard library only, lib/feedlab not on the path)."""
+    """The Makefile runs it as a file with ``-P`` before feedlab is installed: no site-packages here (``-S``),
+    so a third-party import would fail."""
     script = installer.__file__
-    out = subprocess.run([sys.executable, "-P", script, "--python", sys.executable], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-S", "-P", script, "--python", sys.executable], capture_output=True, text=True,
                          timeout=60, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 2 and "nothing to install" in out.stderr
+
+
+def test_what_uv_would_stop_at_is_handed_over_as_pip_reads_it(tmp_path):
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    cfg = installer.parse_config(f"""global.index-url='https://mirror.example/simple'
+:env:.index-url=''
+:env:.config-file='/etc/pip-ci.conf'
+global.default-timeout='15.5'
+global.cert='{certs}'
+global.find-links='{tmp_path / "missing"} {tmp_path} https://wheels.example/'
+""")
+    assert cfg["index-url"] == "https://mirror.example/simple"     # an empty PIP_INDEX_URL leaves the file's
+    flags, env, untranslated = installer.uv_options(cfg)
+    pairs = list(zip(flags[::2], flags[1::2]))
+    assert ("--index-url", "https://mirror.example/simple") in pairs
+    assert ("--find-links", str(tmp_path)) in pairs and ("--find-links", "https://wheels.example/") in pairs
+    assert ("--find-links", str(tmp_path / "missing")) not in pairs   # pip warns and goes on; uv would stop
+    assert env == {"UV_HTTP_TIMEOUT": "16", "SSL_CERT_DIR": str(certs)}
+    assert untranslated == []                                    # PIP_CONFIG_FILE: its settings are listed
+
+
+def test_pip_configuration_that_cannot_be_read_has_pip_install():
+    calls, said = [], []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        if "config" in cmd:
+            raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+        return _proc()
+
+    rc, line = installer.install("/py", ["toy"], uv="/uv", run=run, log=said.append)
+    assert rc == 0 and line == "pip installed toy" and [c[0] for c in calls] == ["/py", "/py"]
+    assert "`pip config list` did not answer" in said[0]
+
+
+def test_an_install_has_one_deadline_for_all_its_steps():
+    import itertools
+
+    clock = itertools.count(0, 60)   # each look at the clock: 60 s later
+    given = []
+
+    def run(cmd, **kw):
+        if "config" in cmd:
+            return _proc()
+        given.append(kw["timeout"])
+        return _proc(1, "", "error: nope")
+
+    import unittest.mock as mock
+    with mock.patch.object(installer.time, "monotonic", lambda: float(next(clock))):
+        rc, line = installer.install("/py", ["toy"], uv="/uv", run=run, log=lambda _m: None, timeout=100)
+    assert rc == 124 and "ran past 100 s" in line
+    assert given == [40.0]     # uv had what was left of the 100 s; pip nothing, so it was not started
+
+
+def test_past_its_deadline_a_step_is_stopped_with_what_it_started(tmp_path):
+    """uv or pip stopped at the deadline takes its build processes with it (a compiler left running would load
+    the machine through the tests that follow)."""
+    import time
+
+    import psutil
+
+    pidfile = tmp_path / "grandchild.pid"
+    cmd = ["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"]
+    t = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        installer.run_group(cmd, timeout=0.5)
+    assert time.monotonic() - t < 15
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the step's child outlived its deadline"
+        time.sleep(0.05)

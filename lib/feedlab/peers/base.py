@@ -16,6 +16,7 @@ output with a reference decode (:mod:`feedlab.peers.check`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -182,14 +183,23 @@ class Peer:
 CORE_DISTS = ("torch", "torchvision", "numpy", "pillow")
 
 
+@functools.lru_cache(maxsize=1)
+def _owners() -> dict[str, list[str]]:
+    """Which distributions provide each top-level module (read once: it walks every installed file list)."""
+    return metadata.packages_distributions()
+
+
 def installed_versions(modules: Iterable[str] = (), everything: bool = False) -> dict[str, str]:
     """The distributions this interpreter has, ``{name: version}`` sorted by name: every one (``everything``:
     a peer's own venv, its whole freeze, so a changed rate can be traced to a changed package) or those that
     provide ``modules`` (a peer's imports, ``"spdl.io"`` as ``spdl``) with :data:`CORE_DISTS`."""
     if everything:
-        found = {d.metadata["Name"]: d.version for d in metadata.distributions() if d.metadata["Name"]}
+        found = {}
+        for d in metadata.distributions():   # on the path first is what imports: kept over a later copy
+            if d.metadata["Name"]:
+                found.setdefault(d.metadata["Name"], d.version)
     else:
-        owners = metadata.packages_distributions()
+        owners = _owners()
         names = set(CORE_DISTS)
         for m in modules:   # a namespace (``nvidia.dali``): the distributions named for the module under it
             parts, found_for = m.split("."), owners.get(m.split(".")[0], [])
@@ -199,7 +209,7 @@ def installed_versions(modules: Iterable[str] = (), everything: bool = False) ->
         found = {}
         for n in names:
             try:
-                found[metadata.metadata(n)["Name"]] = metadata.version(n)
+                found.setdefault(metadata.metadata(n)["Name"], metadata.version(n))   # the one imported: the first
             except metadata.PackageNotFoundError:
                 continue
     return dict(sorted(found.items(), key=lambda kv: kv[0].lower()))

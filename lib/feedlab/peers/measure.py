@@ -222,7 +222,7 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
         return res, info
     info = {"name": name, "label": peer.label, "kind": source.kind, "parallelism": peer.parallelism,
             "shuffle": peer.shuffle, "recipe": peer.recipe, "samples": source.n, "interpreter": sys.executable,
-            "versions": installed_versions(peer.import_names)}
+            "python": sys.version.split()[0], "versions": installed_versions(peer.import_names)}
     res = Results()
     ok, reason = peer.check()
     info.update(available=ok, reason=reason)

@@ -150,7 +150,7 @@ def _dpkg_has(pkg: str, run=subprocess.run) -> bool:
     return r.returncode == 0 and "install ok installed" in r.stdout
 
 
-def build(spec: VenvSpec, root: Path | None = None, python: str | None = None, run=subprocess.run,
+def build(spec: VenvSpec, root: Path | None = None, python: str | None = None, run=None,
           log=print, uv: str | None = None) -> tuple[bool, str]:
     """Build (or keep, when its stamp matches) one peer's venv. Returns (ok, one line). The packages install
     through :func:`feedlab.installer.install`: with ``uv`` (found beside the interpreter or on PATH;
@@ -176,13 +176,13 @@ def build(spec: VenvSpec, root: Path | None = None, python: str | None = None, r
     for mod in spec.pkg_config:
         if shutil.which("pkg-config") is None:
             return fail("pkg-config", f"not installed ({apt_line([spec])})")
-        r = run(["pkg-config", "--exists", mod], capture_output=True, text=True)
+        r = (run or subprocess.run)(["pkg-config", "--exists", mod], capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             return fail(f"pkg-config {mod}", f"not found ({apt_line([spec])})")
     py = python or sys.executable
     t0 = time.perf_counter()
     if not spec.python(root).is_file():
-        r = run([py, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
+        r = (run or subprocess.run)([py, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             return fail(f"{py} -m venv", _tail(r.stderr))
     cfile = venv / "peer-constraints.txt"
@@ -190,7 +190,8 @@ def build(spec: VenvSpec, root: Path | None = None, python: str | None = None, r
     wants = ["-c", str(cfile), *BASE, *spec.packages]
     uv = installer.find_uv(sys.executable) or "" if uv is None else uv   # make install puts uv beside .venv's Python
     # uv with pip's configuration where it can honour it, else pip; pip takes over a failed uv step (feedlab.installer)
-    rc, line = installer.install(str(spec.python(root)), wants, what=" ".join(spec.packages), uv=uv, run=run,
+    rc, line = installer.install(str(spec.python(root)), wants, what=" ".join(spec.packages), uv=uv,
+                                 run=run or installer.run_group,   # past its limit, stopped with its build
                                  log=lambda msg: log(f"{spec.dir}: {msg}"), timeout=spec.timeout_s,
                                  env=dict(spec.env))
     if rc:
