@@ -260,24 +260,24 @@ def _busy_seconds() -> tuple[float, float]:
 
 
 class _OwnTree:
-    """CPU seconds of this process and its descendants, two ways, neither counting a second twice:
+    """CPU seconds of this process and its descendants: each live process's own time and its reaped
+    children's (``children_*``), plus what :func:`note_own_tree` saw of descendants that then left the tree
+    without being reaped inside it (a local Ray's workers, reparented when Ray shuts down: notebook 14,
+    2026-11-26, read 0.54 of 2 cores of its own Ray as "the machine was busy").
 
-    - ``live``: now, each live process's own time and its reaped children's (``children_*``): what ended
-      inside the tree and was waited for, but nothing of a descendant that left the tree;
-    - ``seen``: each process ever seen here, by (pid, start time), at its own time when last seen: what left
-      the tree (a local Ray's workers, reparented at its shutdown), but nothing of a process that started and
-      ended between two looks.
-
-    A window's own CPU is the larger of the two changes (:class:`LoadWindow`): a lower bound on what this tree
-    used, so a busy machine is never hidden (notebook 14, 2026-11-26: 0.54 of 2 cores of its own Ray read as
-    "the machine was busy", by ``live`` alone). ``seen`` is only as good as its last look:
-    :func:`note_own_tree` just before such a tree is shut down."""
+    A noted process that is gone is credited with its noted seconds less what the tree reaped since the look
+    before (``children_*`` grew by it where a parent inside the tree waited for it: then nothing is added, so
+    nothing is counted twice). A lower bound, so a busy machine is never hidden: CPU a noted process used
+    after the note, and CPU the tree reaped of others in the same interval, are not credited."""
 
     def __init__(self) -> None:
-        self.last: dict[tuple[int, float], float] = {}   # (pid, start time) -> its own seconds when last seen
+        self.noted: dict[tuple[int, float], float] = {}   # (pid, start time) -> own seconds when noted
+        self.credit = 0.0                                 # seconds of noted processes that left unreaped
+        self.reaped: float | None = None                  # the live tree's children_* at the last look
+        self._own: dict[tuple[int, float], float] = {}    # each live process's own seconds at the last look
 
-    def seconds(self) -> tuple[float, float]:
-        """``(live, seen)``, each a running total of CPU seconds (compare two calls, never two kinds)."""
+    def _look(self) -> tuple[float, float, dict[tuple[int, float], float], set[int]]:
+        """``(own and reaped, reaped, {key: own} of live processes, pids present, zombies included)``."""
         import psutil
 
         me = psutil.Process()
@@ -285,31 +285,56 @@ class _OwnTree:
             procs = [me, *me.children(recursive=True)]
         except psutil.Error:
             procs = [me]
-        live = 0.0
+        total = reaped = 0.0
+        own: dict[tuple[int, float], float] = {}
+        present: set[int] = set()
         for p in procs:
             try:
                 with p.oneshot():
                     t, key = p.cpu_times(), (p.pid, p.create_time())
+            except psutil.ZombieProcess:
+                present.add(p.pid)   # ended, not yet reaped: its parent will count it
+                continue
             except psutil.Error:
                 continue
-            live += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
-            self.last[key] = max(self.last.get(key, 0.0), t.user + t.system)
-        return live, sum(self.last.values())
+            kids = getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+            total += t.user + t.system + kids
+            reaped += kids
+            own[key] = t.user + t.system
+            present.add(p.pid)
+        return total, reaped, own, present
+
+    def seconds(self) -> float:
+        total, reaped, own, present = self._look()
+        gone = [k for k in self.noted if k[0] not in present]
+        if gone:
+            lost = sum(self.noted.pop(k) for k in gone)
+            absorbed = max(0.0, reaped - (reaped if self.reaped is None else self.reaped))
+            self.credit += max(0.0, lost - absorbed)
+        self.reaped = reaped
+        self._own = own
+        return total + self.credit
+
+    def note(self) -> None:
+        """Remember each live descendant's seconds now (:func:`note_own_tree`)."""
+        self.seconds()
+        mine = os.getpid()
+        self.noted.update({k: v for k, v in self._own.items() if k[0] != mine})
 
 
 _OWN = _OwnTree()
 
 
-def _own_tree_seconds() -> tuple[float, float]:
-    """This process tree's CPU seconds, ``(live, seen)`` (:class:`_OwnTree`)."""
+def _own_tree_seconds() -> float:
+    """CPU seconds of this process tree, live, reaped and noted (:class:`_OwnTree`)."""
     return _OWN.seconds()
 
 
 def note_own_tree() -> None:
-    """Look at this process tree's CPU now: call it just before shutting down processes this one started
-    (a local Ray), so that their seconds count as ours after they end."""
+    """Look at this process tree now: call it just before shutting down processes this one started that will
+    leave the tree rather than be reaped inside it (a local Ray), so that their seconds stay ours."""
     try:
-        _own_tree_seconds()
+        _OWN.note()
     except Exception:  # no psutil: the load window says it is unavailable
         pass
 
@@ -337,8 +362,8 @@ class LoadWindow:
         if not self.available or wall <= 0:
             return {"available": False, "window_s": round(wall, 3), "usable_cores": cores}
         busy, steal = _busy_seconds()
-        own = max(now - then for now, then in zip(_own_tree_seconds(), self._own0))   # the larger: _OwnTree
-        other = max(0.0, (busy - self._busy0) - own) / wall
+        own = _own_tree_seconds()
+        other = max(0.0, (busy - self._busy0) - (own - self._own0)) / wall
         steal_cores = max(0.0, steal - self._steal0) / wall
         fraction = (other + steal_cores) / cores
         return {"available": True, "window_s": round(wall, 3), "usable_cores": cores,
