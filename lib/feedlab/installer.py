@@ -32,6 +32,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+if not __package__:   # run as a file (the Makefile, before feedlab is installed): its package from beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from feedlab.procgroup import run_group  # noqa: E402  (standard library only; a group killed whole at its limit)
+
 ENV = "FEEDLAB_INSTALLER"
 TIMEOUT_S = 1800        # an install of torch and its CUDA libraries from an empty cache, with room
 CONFIG_TIMEOUT_S = 60   # `pip config list`
@@ -48,37 +52,6 @@ _ENV = {"default-timeout": "UV_HTTP_TIMEOUT", "timeout": "UV_HTTP_TIMEOUT", "ret
 _HARMLESS = {"config-file", "disable-pip-version-check", "progress-bar", "quiet", "verbose", "no-color", "no-input",
              "root-user-action", "no-warn-script-location", "require-virtualenv", "no-cache-dir", "cache-dir",
              "no-python-version-warning", "no-warn-conflicts"}
-
-
-def run_group(cmd: list[str], capture_output: bool = True, text: bool = True, timeout: float | None = None,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``subprocess.run`` in a process group of its own: past ``timeout`` the whole group is stopped (a build
-    backend, a compiler uv or pip started), not only the installer, then ``TimeoutExpired`` as ``run`` raises."""
-    pipe = subprocess.PIPE if capture_output else None
-    proc = subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=text, env=env, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=10)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        proc.communicate()
-        raise
-    except BaseException:   # an interrupt: nothing of the install is left running
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        raise
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def choice(env=os.environ) -> str:
@@ -216,9 +189,9 @@ def install(python: str, args: list[str], *, what: str = "", uv: str | None = No
     rc, line = 1, ""
     for i, (tool, cmd, step_env) in enumerate(steps):
         left = end - time.monotonic()
+        if left <= 0:
+            return 124, f"{_step(tool)} {label}: not started, the install's {timeout:.0f} s had passed"
         try:
-            if left <= 0:
-                raise subprocess.TimeoutExpired(cmd, timeout)
             r = run(cmd, capture_output=True, text=True, timeout=left, env=step_env)
         except subprocess.TimeoutExpired:
             return 124, f"{_step(tool)} {label}: ran past {timeout:.0f} s"
@@ -266,8 +239,15 @@ def bootstrap(python: str, constraints: str | None = None, run: Callable = run_g
     return True
 
 
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if __name__ == "__main__":   # a timeout or a cancelled job stops the step under way with its group
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGHUP, _interrupt)
     if argv[:1] == ["bootstrap"]:
         ap = argparse.ArgumentParser(prog="installer.py bootstrap")
         ap.add_argument("--python", default=sys.executable)
@@ -298,4 +278,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:   # Ctrl-C or a signal: the step's group is already stopped, in one line
+        print(f"install: stopped ({exc or 'interrupted'}) with everything it had started", file=sys.stderr)
+        sys.exit(130)

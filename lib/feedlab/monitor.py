@@ -271,44 +271,50 @@ class _OwnTree:
     after the note, and CPU the tree reaped of others in the same interval, are not credited."""
 
     def __init__(self) -> None:
-        self.noted: dict[tuple[int, float], float] = {}   # (pid, start time) -> own seconds when noted
+        self.noted: dict[int, tuple[float, float]] = {}   # pid -> (its start time, own seconds when noted)
         self.credit = 0.0                                 # seconds of noted processes that left unreaped
         self.reaped: float | None = None                  # the live tree's children_* at the last look
-        self._own: dict[tuple[int, float], float] = {}    # each live process's own seconds at the last look
+        self._own: dict[int, tuple[float, float]] = {}    # pid -> (start time, own seconds) at the last look
 
-    def _look(self) -> tuple[float, float, dict[tuple[int, float], float], set[int]]:
-        """``(own and reaped, reaped, {key: own} of live processes, pids present, zombies included)``."""
+    def _look(self) -> tuple[float, float, dict[int, tuple[float, float]], dict[int, float | None]]:
+        """``(own and reaped, reaped, {pid: (start, own)} of live processes, {pid: start} present)``. A tree
+        that cannot be listed raises (the window then says it is unavailable rather than guess); a process
+        that cannot be read is present, not gone (its credit would count seconds it still carries)."""
         import psutil
 
         me = psutil.Process()
-        try:
-            procs = [me, *me.children(recursive=True)]
-        except psutil.Error:
-            procs = [me]
+        procs = [me, *me.children(recursive=True)]
         total = reaped = 0.0
-        own: dict[tuple[int, float], float] = {}
-        present: set[int] = set()
+        own: dict[int, tuple[float, float]] = {}
+        present: dict[int, float | None] = {}
         for p in procs:
             try:
                 with p.oneshot():
-                    t, key = p.cpu_times(), (p.pid, p.create_time())
-            except psutil.ZombieProcess:
-                present.add(p.pid)   # ended, not yet reaped: its parent will count it
+                    t, start = p.cpu_times(), p.create_time()
+            except psutil.NoSuchProcess:   # ended since it was listed (a zombie is still read, on Linux)
                 continue
             except psutil.Error:
+                present[p.pid] = None
                 continue
             kids = getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
             total += t.user + t.system + kids
             reaped += kids
-            own[key] = t.user + t.system
-            present.add(p.pid)
+            own[p.pid] = (start, t.user + t.system)
+            present[p.pid] = start
         return total, reaped, own, present
+
+    @staticmethod
+    def _same(start: float, now: float | None) -> bool:
+        """The same process, not its pid reused: start times within a second (psutil derives them from the
+        boot time, read afresh each time, so a clock step moves them a little), or unreadable now."""
+        return now is None or abs(start - now) < 1.0
 
     def seconds(self) -> float:
         total, reaped, own, present = self._look()
-        gone = [k for k in self.noted if k[0] not in present]
+        gone = [pid for pid, (start, _s) in self.noted.items()
+                if pid not in present or not self._same(start, present[pid])]
         if gone:
-            lost = sum(self.noted.pop(k) for k in gone)
+            lost = sum(self.noted.pop(pid)[1] for pid in gone)
             absorbed = max(0.0, reaped - (reaped if self.reaped is None else self.reaped))
             self.credit += max(0.0, lost - absorbed)
         self.reaped = reaped
@@ -319,7 +325,7 @@ class _OwnTree:
         """Remember each live descendant's seconds now (:func:`note_own_tree`)."""
         self.seconds()
         mine = os.getpid()
-        self.noted.update({k: v for k, v in self._own.items() if k[0] != mine})
+        self.noted.update({pid: v for pid, v in self._own.items() if pid != mine})
 
 
 _OWN = _OwnTree()
@@ -361,8 +367,11 @@ class LoadWindow:
         wall = time.monotonic() - self._t0
         if not self.available or wall <= 0:
             return {"available": False, "window_s": round(wall, 3), "usable_cores": cores}
-        busy, steal = _busy_seconds()
-        own = _own_tree_seconds()
+        try:
+            busy, steal = _busy_seconds()
+            own = _own_tree_seconds()
+        except Exception:  # the tree or /proc could not be read this time: say so rather than guess
+            return {"available": False, "window_s": round(wall, 3), "usable_cores": cores}
         other = max(0.0, (busy - self._busy0) - (own - self._own0)) / wall
         steal_cores = max(0.0, steal - self._steal0) / wall
         fraction = (other + steal_cores) / cores

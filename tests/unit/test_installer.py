@@ -190,7 +190,7 @@ def test_an_install_has_one_deadline_for_all_its_steps():
     import unittest.mock as mock
     with mock.patch.object(installer.time, "monotonic", lambda: float(next(clock))):
         rc, line = installer.install("/py", ["toy"], uv="/uv", run=run, log=lambda _m: None, timeout=100)
-    assert rc == 124 and "ran past 100 s" in line
+    assert rc == 124 and line == "pip install toy: not started, the install's 100 s had passed"
     assert given == [40.0]     # uv had what was left of the 100 s; pip nothing, so it was not started
 
 
@@ -201,8 +201,8 @@ def test_past_its_deadline_a_step_is_stopped_with_what_it_started(tmp_path):
 
     import psutil
 
-    pidfile = tmp_path / "grandchild.pid"
-    cmd = ["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"]
+    pidfile = tmp_path / "grandchild.pid"   # a grandchild that ignores SIGTERM and holds the output open
+    cmd = ["sh", "-c", f"(trap '' TERM; exec sleep 60) & echo $! > {pidfile}; wait"]
     t = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         installer.run_group(cmd, timeout=0.5)
@@ -212,3 +212,35 @@ def test_past_its_deadline_a_step_is_stopped_with_what_it_started(tmp_path):
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the step's child outlived its deadline"
         time.sleep(0.05)
+
+
+def test_a_signal_stops_the_install_with_its_step_in_one_line(tmp_path):
+    """SIGTERM (a timeout around make, a cancelled job) stops the step under way with its process group, and
+    the script says so in one line (uv left running would hold its cache lock for the next install)."""
+    import os
+    import signal
+    import time
+
+    fake = tmp_path / "python"
+    pidfile = tmp_path / "step.pid"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "FEEDLAB_INSTALLER": "pip"}
+    proc = subprocess.Popen([sys.executable, "-P", installer.__file__, "--python", str(fake), "--", "toy"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 20
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pidfile.exists(), "the step did not start"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert err.strip().splitlines() == ["install: stopped (signal 15) with everything it had started"]
+    step = int(pidfile.read_text())
+    time.sleep(0.2)
+    try:
+        os.kill(step, 0)
+        alive = open(f"/proc/{step}/stat").read().split()[2] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        alive = False
+    assert not alive, "the step outlived the signal"
