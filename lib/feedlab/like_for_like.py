@@ -72,6 +72,9 @@ class Side:
     epoch_batches: int | None = None  # batches per loader epoch in the timed pass, 0: one epoch holds the whole
                                       # pass (compared where recorded)
     half_width: float | None = None   # the rate's 95% relative half-width where it was timed to a precision
+    busy: str | None = None           # why this side's measurement was busy (other load); None: quiet or not known
+    rate_kind: str | None = None      # "steady", "imprecise", "startup_inclusive"; None: not recorded
+    repeats: int | None = None        # timed repeats behind the side's median
 
     def window_short(self) -> str | None:
         """Why this side's window cannot give a rate, or None."""
@@ -134,3 +137,73 @@ def judged(verdict: str, a: Side, b: Side) -> str:
 
 def is_like(a: Side, b: Side) -> bool:
     return not differences(a, b)
+
+
+# ---- the one judge: every ratio, gain or target that becomes a verdict goes through :func:`verdict` ----
+MET, MISSED, WITHIN, NOT_FAIR = "met", "missed", "within spread", "not tested fairly"
+WORDS = (MET, MISSED, WITHIN, NOT_LIKE, NOT_FAIR)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judged comparison: ``word`` is one of :data:`WORDS`; ``why`` what differs (not like for like), why the
+    test was not fair, or a note (the baseline already met the target); ``ratio`` with its interval."""
+    word: str
+    why: str = ""
+    ratio: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    target: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.word} ({self.why})" if self.why else self.word
+
+    @property
+    def judged(self) -> bool:
+        """True where the comparison gave a verdict on the claim (met, missed, or within spread)."""
+        return self.word in (MET, MISSED, WITHIN)
+
+
+def _fair_problems(side: Side) -> list[str]:
+    out = []
+    if side.busy:
+        out.append(f"{side.label} measured on a busy machine ({side.busy})")
+    if side.rate_kind not in (None, "steady"):
+        out.append(f"{side.label}'s rate is {side.rate_kind}")
+    if not _missing(side.repeats) and side.repeats < 2 and _missing(side.half_width):
+        out.append(f"{side.label} measured once, with no stated precision")
+    return out
+
+
+def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = None,
+            lo: float | None = None, hi: float | None = None, lower_is_better: bool = False,
+            baseline: float | None = None, check_sides: bool = True) -> Verdict:
+    """The one judge. ``ratio`` is ``a`` over ``b`` (the change over its start, ours over theirs), with its
+    interval ``lo``–``hi`` from the two sides' own spread where known; ``target`` the ratio to reach (``None``:
+    a gain over ×1.00, i.e. the two told apart). In order:
+
+    1. the sides differ on a recorded invariant, or one did not record it: "not like for like (what differs)";
+    2. a side was busy, unsteady, or measured once with no precision: "not tested fairly (why)";
+    3. no ratio: "not tested fairly (no ratio measured)";
+    4. the interval holds the target (or ×1.00 with no target): "within spread";
+    5. else "met" or "missed" against the target (``lower_is_better`` flips it). ``baseline``: the start's own
+       value against the same target: where it already met it, the verdict says so.
+    ``check_sides=False`` only where the caller has already compared the sides by other means (say so)."""
+    tgt = 1.0 if target is None else float(target)
+    if check_sides:
+        diff = differences(a, b)
+        if diff:
+            return Verdict(NOT_LIKE, "; ".join(diff), ratio, lo, hi, target)
+    unfair = _fair_problems(a) + _fair_problems(b)
+    if unfair:
+        return Verdict(NOT_FAIR, "; ".join(unfair), ratio, lo, hi, target)
+    if _missing(ratio):
+        return Verdict(NOT_FAIR, "no ratio measured", None, lo, hi, target)
+    note = ""
+    if baseline is not None and not _missing(baseline):
+        if (baseline <= tgt) if lower_is_better else (baseline >= tgt):
+            note = f"the baseline already met the target ({baseline:.3g})"
+    if not (_missing(lo) or _missing(hi)) and min(lo, hi) <= tgt <= max(lo, hi):
+        return Verdict(WITHIN, note or f"{min(lo, hi):.3g}–{max(lo, hi):.3g} holds {tgt:g}", ratio, lo, hi, target)
+    ok = ratio <= tgt if lower_is_better else ratio >= tgt
+    return Verdict(MET if ok else MISSED, note, ratio, lo, hi, target)

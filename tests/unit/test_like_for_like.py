@@ -126,3 +126,38 @@ def test_a_rate_timed_to_its_precision_needs_no_fifty_batches_but_still_a_second
     diff = differences(loose, long_)
     assert len(diff) == 1 and "12 batches < 50 (±9% > ±5%)" in diff[0]
     assert any("< 1 s" in d for d in differences(short_precise, long_))
+
+
+# ---- the one judge ----
+from dataclasses import replace as _replace  # noqa: E402
+
+from feedlab.like_for_like import MET, MISSED, NOT_FAIR, NOT_LIKE, WITHIN, Side, verdict  # noqa: E402
+
+_A = Side("change", order="global", pixel_error=0.0, batch_size=128, workers=2, cache="warm",
+          timed_batches=60, window_s=2.0, repeats=3, rate_kind="steady")
+_B = _replace(_A, label="start")
+
+
+def test_verdict_refuses_unlike_sides_and_names_what_differs():
+    v = verdict(_A, _replace(_B, batch_size=256), 10.6, target=10.0)
+    assert v.word == NOT_LIKE and "batch size: 128 vs 256" in v.why and not v.judged
+
+
+def test_verdict_reads_a_missing_invariant_as_not_known_never_equal():
+    v = verdict(_A, _replace(_B, cache=None), 2.0)
+    assert v.word == NOT_LIKE and "cache not recorded for start" in v.why
+
+
+def test_verdict_a_busy_or_unsteady_or_single_side_is_not_tested_fairly():
+    assert verdict(_A, _replace(_B, busy="18% other load"), 2.0).word == NOT_FAIR
+    assert verdict(_replace(_A, rate_kind="imprecise"), _B, 2.0).word == NOT_FAIR
+    assert verdict(_replace(_A, repeats=1), _B, 2.0).word == NOT_FAIR
+    assert verdict(_A, _B, None).word == NOT_FAIR
+
+
+def test_verdict_within_spread_met_missed_and_a_baseline_that_already_met():
+    assert verdict(_A, _B, 1.02, lo=0.95, hi=1.10).word == WITHIN
+    assert verdict(_A, _B, 1.20, target=1.05, lo=1.10, hi=1.30).word == MET
+    assert verdict(_A, _B, 0.85, target=1.05, lo=0.80, hi=0.90).word == MISSED
+    v = verdict(_A, _B, 0.03, target=0.05, lower_is_better=True, baseline=0.002)
+    assert v.word == MET and "already met" in v.why
