@@ -107,6 +107,26 @@ def _truthy(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+UV_LONGEST_TIMEOUT_S = 86400   # pip's `inf` (wait for ever) as uv takes it: whole seconds, a day
+
+
+def _uv_number(key: str, value: str) -> str | None:
+    """A pip timeout or retry count as uv takes it (whole seconds, a whole number of retries), or None
+    where uv has no equivalent and pip should read it itself: a timeout that is not a number, NaN, zero
+    or negative; a retry count that is not a whole number >= 0. ``inf`` (pip takes it: no limit) is
+    :data:`UV_LONGEST_TIMEOUT_S`, the longest uv is told to wait."""
+    text = value.strip()
+    if key == "retries":
+        return text if text.isdigit() else None
+    try:
+        seconds = float(text)
+    except ValueError:
+        return None
+    if math.isnan(seconds) or seconds <= 0:
+        return None
+    return str(UV_LONGEST_TIMEOUT_S if seconds > UV_LONGEST_TIMEOUT_S else math.ceil(seconds))
+
+
 def uv_options(config: dict[str, str]) -> tuple[list[str], dict[str, str], list[str]]:
     """``(flags, environment, untranslated)``: pip's settings as uv reads them. ``untranslated`` names the
     settings uv has no equivalent for (a proxy, a client certificate, a target folder, ...): with any, pip
@@ -126,10 +146,11 @@ def uv_options(config: dict[str, str]) -> tuple[list[str], dict[str, str], list[
         elif key == "cert":
             env["SSL_CERT_DIR" if Path(value).is_dir() else "SSL_CERT_FILE"] = value
         elif key in _ENV:
-            try:   # uv takes whole seconds and a whole number of retries
-                env[_ENV[key]] = str(math.ceil(float(value)))
-            except ValueError:
+            number = _uv_number(key, value)
+            if number is None:   # pip reads it its own way (or refuses it in its own words): pip installs
                 untranslated.append(key)
+            else:
+                env[_ENV[key]] = number
         elif key not in _HARMLESS:
             untranslated.append(key)
     sources = sum(1 for k in ("index-url", "extra-index-url", "find-links") for _ in config.get(k, "").split())

@@ -244,3 +244,27 @@ def test_a_signal_stops_the_install_with_its_step_in_one_line(tmp_path):
     except (ProcessLookupError, FileNotFoundError):
         alive = False
     assert not alive, "the step outlived the signal"
+
+
+@pytest.mark.parametrize("value, uv_env", [("inf", "86400"), ("Infinity", "86400"), ("1e300", "86400"),
+                                           ("2.5", "3"), ("nan", None), ("-5", None), ("0", None),
+                                           ("soon", None)])
+def test_every_timeout_pip_takes_reaches_an_install_without_a_traceback(value, uv_env):
+    """PIP_DEFAULT_TIMEOUT=inf (pip takes it: no limit) was an OverflowError traceback and no install; a
+    value uv has no equivalent for (NaN, zero, negative, not a number) is pip's to read, as pip reads it."""
+    calls, said = [], []
+
+    def run(cmd, **kw):
+        calls.append((cmd, kw.get("env") or {}))
+        return _proc(0, f":env:.default-timeout='{value}'\n") if "config" in cmd else _proc()
+
+    rc, line = installer.install("/v/bin/python", ["toy"], what="toy", uv="/v/bin/uv", run=run, log=said.append,
+                                 timeout=60)
+    assert rc == 0, line
+    cmd, env = calls[-1]
+    if uv_env is None:
+        assert cmd[:3] == ["/v/bin/python", "-m", "pip"] and "default-timeout" in " ".join(said), (cmd, said)
+    else:
+        assert cmd[0] == "/v/bin/uv" and env.get("UV_HTTP_TIMEOUT") == uv_env, (cmd, env)
+    flags, uv, untranslated = installer.uv_options({"retries": "inf"})
+    assert "retries" in untranslated and "UV_HTTP_RETRIES" not in uv     # pip's whole number only
