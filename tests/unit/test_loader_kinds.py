@@ -104,3 +104,72 @@ def test_dataloader_kind_takes_batch_size_none_for_a_dataset_of_whole_batches():
     ld = make_loader(Batches(), PipelineSpec(batch_size=4, device="cpu"), shuffle=False, collate_fn=default_convert,
                      sampler=[2, 0, 1], batch_size=None)
     assert [b[0, 0].item() for b in ld] == [2.0, 0.0, 1.0] and ld.batch_size is None
+
+
+class _SlowRead(Store):
+    """A store whose batch read blocks until released (a slow network read), at most ``hold_s``."""
+
+    def __init__(self, hold_s: float):
+        import threading
+
+        self.release, self.hold_s, self.reads = threading.Event(), hold_s, 0
+
+    def read_batch(self, indices, out=None):
+        self.reads += 1
+        if self.reads > 1:                     # the first batch comes at once; the next ones hang
+            self.release.wait(self.hold_s)
+        return super().read_batch(indices, out)
+
+
+def _reader_threads():
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("feedlab-threads-")]
+
+
+def test_the_threads_kind_stops_at_once_when_the_consumer_stops_early(capfd):
+    """The consumer takes one batch and stops while the readers are in a slow read: the stop is
+    LET_GO_S and one line, not LET_GO_NORMAL_S (30 s) of silence."""
+    import time
+
+    from feedlab.pipeline.loaders import LET_GO_S, ThreadLoader
+
+    store = _SlowRead(hold_s=12.0)
+    loop = ThreadLoader(store, batch_size=4, num_threads=2, shuffle=False)
+    it = iter(loop)
+    try:
+        next(it)
+        t0 = time.monotonic()
+        it.close()
+        took = time.monotonic() - t0
+    finally:
+        store.release.set()                    # the test's own deadline on the abandoned reads
+        end = time.monotonic() + 5
+        while _reader_threads() and time.monotonic() < end:
+            time.sleep(0.05)
+    assert took < LET_GO_S + 2.0, f"the stop took {took:.1f} s"
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "abandoned" in err and "_SlowRead" in err, err
+    assert not _reader_threads()
+
+
+def test_the_threads_kind_stops_a_per_sample_fill_between_samples():
+    import time
+
+    from feedlab.pipeline.loaders import ThreadLoader
+
+    class Slow(Store):
+        def __getitem__(self, i):
+            if i >= 8:                         # the first batch comes at once, the second is in hand at the stop
+                time.sleep(0.25)
+            return super().__getitem__(i)
+
+    Slow.read_batch = None                     # no batch read: filled sample by sample
+    loop = ThreadLoader(Slow(), batch_size=8, num_threads=2, shuffle=False)
+    it = iter(loop)
+    lr, hr = next(it)
+    assert lr.shape[0] == 8 and int(lr[0, 0, 0, 0]) == 0
+    t0 = time.monotonic()
+    it.close()
+    assert time.monotonic() - t0 < 1.0          # the read in hand stops at the next sample (8 x 0.25 s before)
+    assert not _reader_threads()

@@ -177,8 +177,10 @@ class ThreadLoader(BatchReadLoader):
     filled by ``dataset.read_batch(idx, out=slot)`` (else per sample) in a pool thread while the
     consumer holds batch ``b - 1``; yielded in order. A batch is valid until the next ``next()``
     (its slot is then refilled). A reader's exception is raised in the consumer as it is. The
-    readers are daemon threads: when the loop stops (a deadline, Ctrl-C) one stuck in a read is
-    abandoned, never joined (:meth:`_let_go`)."""
+    readers are daemon threads: when the loop stops before its last batch (the consumer had enough, a
+    deadline, Ctrl-C) they are told to stop (a per-sample fill stops between samples) and given
+    :data:`LET_GO_S` for the read in hand; one still in a read then is abandoned, never joined, in one
+    line (:meth:`_let_go`)."""
 
     def __init__(self, dataset, batch_size: int, num_threads: int = 2, slots: int | None = None,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False):
@@ -192,7 +194,7 @@ class ThreadLoader(BatchReadLoader):
         self._slots = [self._alloc(self.batch_size) for _ in range(self.slots)]
         self._tensors = [tuple(torch.from_numpy(b) for b in s) for s in self._slots]
 
-    def _fill(self, slot: int, idx) -> int:
+    def _fill(self, slot: int, idx, stop: threading.Event | None = None) -> int:
         lr, hr = self._slots[slot]
         n = len(idx)
         read_batch = getattr(self.dataset, "read_batch", None)
@@ -202,6 +204,8 @@ class ThreadLoader(BatchReadLoader):
                 lr[:n], hr[:n] = a, b
         else:
             for k, i in enumerate(idx):
+                if stop is not None and stop.is_set():   # the loop stopped: the rest of this batch is not wanted
+                    return k
                 lr[k], hr[k] = self.dataset[i]
         return n
 
@@ -211,7 +215,8 @@ class ThreadLoader(BatchReadLoader):
         batches = list(self._batches())
         self.epoch += 1
         jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threads = [threading.Thread(target=_reader, args=(jobs, self._fill), name=f"feedlab-threads-{k}",
+        stop = threading.Event()
+        threads = [threading.Thread(target=_reader, args=(jobs, self._fill, stop), name=f"feedlab-threads-{k}",
                                     daemon=True) for k in range(self.num_threads)]
         for t in threads:
             t.start()
@@ -232,15 +237,17 @@ class ThreadLoader(BatchReadLoader):
                 yield (lr, hr) if n == len(lr) else (lr[:n], hr[:n])
                 free.append(slot)  # the consumer asked for the next batch: this one is done with
         finally:
+            early = bool(pending) or nxt < len(batches)   # the consumer stopped before the last batch
+            stop.set()
             for _slot, fut in pending:
                 fut.cancel()
             interrupted = deadlines_fired() > fired or isinstance(sys.exc_info()[1], KeyboardInterrupt)
-            self._let_go(threads, jobs, LET_GO_S if interrupted else LET_GO_NORMAL_S)
+            self._let_go(threads, jobs, LET_GO_S if interrupted or early else LET_GO_NORMAL_S)
 
     def _let_go(self, threads: list, jobs, wait_s: float = 2.0) -> None:
         """Stop the reader threads: each is told to end and given ``wait_s`` to finish the read in hand
-        (:data:`LET_GO_S` after a deadline or a Ctrl-C, :data:`LET_GO_NORMAL_S` at a normal stop, where a
-        slow read on a loaded machine is no hang). One still reading then (a read that never returns: a
+        (:data:`LET_GO_S` when the loop stopped before its last batch: the consumer had enough, a deadline,
+        a Ctrl-C; :data:`LET_GO_NORMAL_S` after the last batch, when no read is in hand). One still reading then (a read that never returns: a
         hung mount, a FIFO) is abandoned, never joined, said in one line: a daemon thread, it ends with
         the process, and the slots it may still write into are replaced. A Ctrl-C here ends the wait at once."""
         for _ in threads:
@@ -257,13 +264,13 @@ class ThreadLoader(BatchReadLoader):
                   file=sys.stderr, flush=True)
 
 
-#: seconds the threads kind gives its reader threads to finish the read in hand when it stops after a
-#: deadline or a Ctrl-C, and when it stops normally (the consumer had its batches)
+#: seconds the threads kind gives its reader threads to finish the read in hand when the loop stops before
+#: its last batch (the consumer stopped early, a deadline, a Ctrl-C), and after its last batch
 LET_GO_S = 2.0
 LET_GO_NORMAL_S = 30.0
 
 
-def _reader(jobs, fill) -> None:
+def _reader(jobs, fill, stop: threading.Event) -> None:
     """A reader thread of :class:`ThreadLoader`: fills the slots it is given until told to end."""
     while True:
         job = jobs.get()
@@ -273,6 +280,6 @@ def _reader(jobs, fill) -> None:
         if not fut.set_running_or_notify_cancel():
             continue
         try:
-            fut.set_result(fill(slot, idx))
+            fut.set_result(fill(slot, idx, stop))
         except BaseException as exc:  # the consumer raises it as it is
             fut.set_exception(exc)
