@@ -19,6 +19,7 @@ from feedlab.report.claims.core import (
     JUDGED,
     NOT_FAIR,
     NOT_REPRODUCED,
+    NOT_RUN,
     NOT_TESTABLE,
     PARTLY,
     REPRODUCED,
@@ -85,5 +86,5 @@ def report(notebook: str, payload: dict, out_dir: str | Path | None = None,
 
 
 __all__ = ["CLAIMS", "BY_ID", "STATUSES", "JUDGED", "REPRODUCED", "PARTLY", "NOT_REPRODUCED", "NOT_FAIR",
-           "NOT_TESTABLE", "SMOKE", "Claim", "NoData", "Outcome", "Precondition", "Run", "Unfair", "Verdict",
+           "NOT_RUN", "NOT_TESTABLE", "SMOKE", "Claim", "NoData", "Outcome", "Precondition", "Run", "Unfair", "Verdict",
            "claims_for", "format_verdict", "judge", "report", "verdicts"]

@@ -12,7 +12,8 @@ holds a verdict written in advance.
 
 Outcomes: ``reproduced`` / ``partly`` / ``not reproduced`` (judged), ``not tested fairly
 here`` (the run measured it, but a precondition of a fair test failed: the note says
-which), ``not testable here`` (the machine cannot, or the run did not record it) and
+which), ``not run`` (the machine could, but the run did not measure it: the note says why),
+``not testable here`` (only a capability the machine lacks: a GPU, cores, a library) and
 ``smoke: not judged`` (a smoke-profile run: plumbing, not a measurement). A verdict
 from a run whose machine was busy carries ``caveat``.
 """
@@ -30,10 +31,11 @@ REPRODUCED = "reproduced"
 PARTLY = "partly"
 NOT_REPRODUCED = "not reproduced"
 NOT_FAIR = "not tested fairly here"
-NOT_TESTABLE = "not testable here"
+NOT_TESTABLE = "not testable here"   # only a capability the machine lacks (a GPU, cores, a library)
+NOT_RUN = "not run"                  # the machine could, but the run did not measure it (the note says why)
 SMOKE = "smoke: not judged"
 JUDGED = (REPRODUCED, PARTLY, NOT_REPRODUCED)
-STATUSES = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_FAIR, NOT_TESTABLE, SMOKE)
+STATUSES = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_FAIR, NOT_RUN, NOT_TESTABLE, SMOKE)
 
 
 class NoData(Exception):

@@ -25,6 +25,7 @@ from feedlab.pipeline import MIN_TIMED_BATCHES  # timed batches after warm-up fo
 from feedlab.report.claims.core import (
     JUDGED,
     NOT_FAIR,
+    NOT_RUN,
     NOT_TESTABLE,
     PARTLY,
     SMOKE,
@@ -42,6 +43,7 @@ from feedlab.report.claims.core import (
 MIN_REPEATS = 3              # repeats of a setting for a median and its spread
 GPU_BOUND_BUSY = 0.5         # GPU busy fraction (CUDA events) from which a loop is GPU-bound
 DATA_BOUND_WAIT = 0.5        # share of the loop waiting for data above which it is data-bound
+LOADING_SHOWS_WAIT = 0.2     # a loading claim judged on training rates: the baseline waits for data this much
 NVML_FASTEST_PERIOD_S = 1 / 6  # NVML averages utilisation over 1/6 s to 1 s, by product
 NVML_MIN_PERIODS = 10        # a window NVML resolves spans at least this many of its periods
 DEFAULT_PREFETCH = 2         # DataLoader's prefetch_factor when a row does not say
@@ -176,6 +178,33 @@ def gpu_bound_reason(run: Run, out: Outcome) -> str:
     return "; ".join(bad)
 
 
+def gpu_fed_reason(run: Run, out: Outcome) -> str:
+    """For a claim that the GPU *starves* at some setting: the step can keep the GPU busy when fed — GPU busy
+    (CUDA events) ≥ :data:`GPU_BOUND_BUSY` at the outcome's last setting (its best-fed one). Low use at the
+    starved setting is what such a claim asserts, so it is not checked there."""
+    if not out.settings:
+        return ""
+    return gpu_bound_reason(run, Outcome(out.status, out.ours, settings=(out.settings[-1],)))
+
+
+def loading_shows_reason(run: Run, out: Outcome, baseline: dict | None = None) -> str:
+    """A claim about loading speed judged on a training loop's throughput: the baseline's loop must wait for
+    data at least :data:`LOADING_SHOWS_WAIT` of its time (median over the settings compared), else the step
+    bounds the loop and a loading difference cannot show in its rate (the ratio sits in noise around 1)."""
+    base = [s for s in out.settings if all(s.get(k) == v for k, v in (baseline or {}).items())]
+    waits = [w for s in base for w in [metric_median(rows_of(run, s), "data_wait_fraction")] if w is not None]
+    if not waits:
+        return ""
+    import statistics
+
+    med = statistics.median(waits)
+    if med >= LOADING_SHOWS_WAIT:
+        return ""
+    what = ", ".join(f"{k}={v}" for k, v in (baseline or {}).items()) or "the baseline"
+    return (f"the loop was bound by its step, not by loading: {what} waited for data {min(waits):.0%}–{max(waits):.0%} "
+            f"of it (median {med:.0%} < {LOADING_SHOWS_WAIT:.0%}), so a loading difference cannot show in its rate")
+
+
 # ---------------------------------------------------------------- a meter that resolves its window
 def nvml_min_window_s() -> float:
     return NVML_MIN_PERIODS * NVML_FASTEST_PERIOD_S
@@ -255,9 +284,18 @@ def busy_reason(run: Run, out: Outcome | None = None) -> str:
             f"(house threshold {thr:.0%}, fingerprint other_load)")
 
 
+BUSY_PREFIX = "the machine was busy: "
+
+
 def busy_caveat(run: Run) -> str:
+    """The caveat a verdict carries: "BUSY run: …" only where the fingerprint recorded other load over the
+    threshold; a run with no load record says that instead (not busy, not known to be quiet); '' when quiet."""
     why = busy_reason(run)
-    return f"BUSY run: {why[len('the machine was busy: '):]}; timings may be slowed" if why else ""
+    if not why:
+        return ""
+    if why.startswith(BUSY_PREFIX):
+        return f"BUSY run: {why[len(BUSY_PREFIX):]}; timings may be slowed"
+    return why   # "no record of the machine's other load …": not busy, and not known to be quiet
 
 
 # ---------------------------------------------------------------- the preconditions
@@ -265,6 +303,11 @@ STEADY = Precondition("steady", "steady rates: warm-up (workers × prefetch + th
                       f"≥ {MIN_TIMED_BATCHES} timed batches (or a rate the run labelled steady)", unsteady_reason)
 GPU_BOUND = Precondition("GPU-bound", f"a GPU-bound step at the largest batch (GPU busy ≥ {GPU_BOUND_BUSY:.0%}; "
                          f"a loop waiting for data > {DATA_BOUND_WAIT:.0%} of its time is not)", gpu_bound_reason)
+GPU_FED = Precondition("GPU fed", f"a step that keeps the GPU busy when fed (GPU busy ≥ {GPU_BOUND_BUSY:.0%} at the "
+                       "best-fed setting compared; the starved one is what the claim asserts)", gpu_fed_reason)
+LOADING_SHOWS = Precondition("loading shows", f"a loop bound by loading at the baseline (PNG waits for data ≥ "
+                             f"{LOADING_SHOWS_WAIT:.0%} of it, median over the settings compared)",
+                             lambda run, out: loading_shows_reason(run, out, {"format": "png"}))
 METER = Precondition("meter", "a GPU meter that resolves its window (CUDA events, or NVML over ≥ "
                      f"{NVML_MIN_PERIODS} of its sample periods)", meter_reason)
 REPEATS = Precondition("repeats", f"≥ {MIN_REPEATS} repeats of every setting compared, or a steady window timed "
@@ -295,10 +338,10 @@ def judge(claim: Claim, run: Run) -> Verdict:
     try:
         out = claim.test(run)
     except NoData as e:
-        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
+        return Verdict(claim.id, NOT_RUN, "—", claim.theirs,
                        f"not measured in this run: {e} (re-run {claim.notebook})", caveat)
     except (KeyError, IndexError) as e:  # a setting the comparison needs is absent from a partial run
-        return Verdict(claim.id, NOT_TESTABLE, "—", claim.theirs,
+        return Verdict(claim.id, NOT_RUN, "—", claim.theirs,
                        f"not measured in this run: no {e} among its settings (re-run {claim.notebook})", caveat)
     except Unfair as e:
         if is_smoke(run):
@@ -322,6 +365,7 @@ def _unmet(claim: Claim, run: Run, out: Outcome) -> list[str]:
 
 def _unfair(claim: Claim, run: Run, ours: str, reasons: list[str], caveat: str) -> Verdict:
     reasons = list(dict.fromkeys(reasons))
-    if caveat and any(r.startswith("the machine was busy") for r in reasons):
+    if caveat and any(r.startswith(BUSY_PREFIX) or r.startswith("no record of the machine's other load")
+                      for r in reasons):
         caveat = ""  # said once, as the reason
     return Verdict(claim.id, NOT_FAIR, ours, claim.theirs, "; ".join(reasons), caveat)

@@ -18,7 +18,7 @@ from feedlab.like_for_like import NOT_LIKE, judged
 from feedlab.machines import machine_dirs, machine_key
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.peers import PEERS
-from feedlab.report.claims import CLAIMS, NOT_FAIR, NOT_TESTABLE, SMOKE, STATUSES, Run, Verdict, judge
+from feedlab.report.claims import CLAIMS, NOT_FAIR, NOT_RUN, SMOKE, STATUSES, Run, Verdict, judge
 
 CLAIMS_MD = REPO_ROOT / "docs" / "CLAIMS.md"
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -60,7 +60,7 @@ def table(figures_dir: Path = FIGURES_DIR) -> tuple[list[str], dict[str, dict[st
         for m in machines:
             folder = runs[c.notebook].get(m)
             if folder is None:
-                row[m] = Verdict(c.id, NOT_TESTABLE, "—", c.theirs, f"{c.notebook} has no results from {m}")
+                row[m] = Verdict(c.id, NOT_RUN, "—", c.theirs, f"{c.notebook} was not run on {m}: no committed results")
             else:
                 row[m] = judge(c, Run(out_dir=folder))
         out[c.id] = row
@@ -156,9 +156,11 @@ def claims_markdown(figures_dir: Path = FIGURES_DIR) -> str:
            "*Not tested fairly here* means the run measured the claim's numbers but a precondition of a fair "
            "test failed, named in brackets (rates not steady, a loop bound by data where the claim is about the "
            "GPU, a worker count the claim names not run, a busy machine, too few repeats, a GPU meter that cannot "
-           "see its window); the number it measured is shown, not judged. *Not testable here* gives the reason: a "
-           "GPU or core count the machine lacks (read from its fingerprint), a library it did not have, or a "
-           "number its run did not record. A verdict from a run whose machine was busy carries a caveat.", ""]
+           "see its window); the number it measured is shown, not judged. *Not run* means the machine could have "
+           "measured it but its run did not (the notebook was not run there, or its run left the setting out: the "
+           "reason in brackets). *Not testable here* is kept for a capability the machine lacks: a GPU or core "
+           "count (read from its fingerprint), or a library it did not have. A verdict from a run whose machine "
+           "was busy carries a caveat; a run with no load record says so, and is not called busy.", ""]
     if not machines:
         out += ["No committed results yet: run `make figures`.", ""]
     out += _count_table(machines, n) + [""]

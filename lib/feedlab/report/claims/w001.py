@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import math
 
-from feedlab.report.claims.core import NOT_TESTABLE, Claim, NoData, Outcome, Unfair, at_least, at_most, by_int, verdict  # noqa: F401
+from feedlab.report.claims.core import (  # noqa: F401
+    NOT_RUN,
+    NOT_TESTABLE,
+    Claim,
+    NoData,
+    Outcome,
+    Unfair,
+    at_least,
+    at_most,
+    by_int,
+    verdict,
+)
 from feedlab.report.claims.fair import STEADY, TIMING, steady_state, unsteady_reason
 
 NB01, NB03, NB05, NB07, NB11 = ("01_worker_scaling", "03_pinned_memory_by_input_size", "05_storage_formats",
@@ -51,8 +62,8 @@ def too_many_workers(run) -> Outcome:
     if cores is None:
         raise NoData("no core count in the fingerprint")
     if not any(w > cores for w in s):
-        return Outcome(NOT_TESTABLE, f"no worker count above this machine's {cores} cores was run "
-                       f"(max {max(s)})")
+        return Outcome(NOT_RUN, "—", f"no worker count above this machine's {cores} cores was run "
+                       f"(max {max(s)}; re-run 01 with one above the cores)")
     where = dict(experiment="throughput_vs_workers", model="none")
     steady = {w: v for w, v in s.items() if steady_state(run, dict(where, num_workers=w))[0]}
     within = {w: v for w, v in steady.items() if w <= cores}

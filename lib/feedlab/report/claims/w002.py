@@ -17,7 +17,7 @@ from feedlab.report.claims.core import (
     keyed,
     verdict,
 )
-from feedlab.report.claims.fair import GPU_BOUND, METER, STEADY, TIMING, steady_state, workers_named
+from feedlab.report.claims.fair import GPU_BOUND, GPU_FED, METER, STEADY, TIMING, steady_state, workers_named
 from feedlab.report.claims.w000 import UTIL_METERS
 
 NB01, NB06, NB10, NB12 = "01_worker_scaling", "06_decode_backends", "10_doctor", "12_beyond"
@@ -158,7 +158,7 @@ CLAIMS = (
           "items in flight: reproduced ≥ 80% of the workers, partly ≥ 1.5", sleep_whole_batch),
     Claim("002-gpu-util-one-worker", "002", "With 1 worker the GPU is starved.", "peak utilisation 50%", NB01,
           "reproduced ≤ 60%, partly ≤ 75%", gpu_util_one_worker, ("gpu",),
-          (METER, STEADY, GPU_BOUND, *TIMING)),
+          (METER, STEADY, GPU_FED, *TIMING)),
     Claim("002-gpu-util-many-workers", "002", "With enough workers the GPU is kept busy.",
           "95% average utilisation with 7 workers", NB01, "reproduced ≥ 85%, partly ≥ 70%", gpu_util_many,
           ("gpu",), (METER, STEADY, GPU_BOUND, *TIMING)),
