@@ -129,7 +129,8 @@ def test_the_report_file_carries_the_script_phase(tmp_path, monkeypatch):
     assert M.main(["--script", "train.py", "--diagnose", "--report", str(out)]) == 0
     text = out.read_text()
     assert "data wait 12.3 ms" in text and "waiting for data 13%" in text      # the script phase
-    assert "VERDICT: compute-bound" in text.split("data wait 12.3 ms")[1]      # then the diagnosis
+    after = text.split("data wait 12.3 ms")[1]
+    assert "VERDICT" not in after and "diagnosis of the verdict above (compute-bound)" in after   # one verdict
     assert "the step was priced as it ran in your script, beside its 2 loader worker(s) prefetching" in text
 
 

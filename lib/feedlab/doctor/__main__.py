@@ -41,6 +41,7 @@ from .report import json_default, render
 from .script import PROG, render_script, run_script
 from .share import report_problem, write_report
 from .user import diagnose_loader, render_user
+from .verdict import one_verdict
 from .whatif import add_arguments as add_whatif_arguments
 from .whatif import problem as whatif_problem
 from .whatif import render as render_whatif
@@ -172,6 +173,10 @@ def _user_loader(args, loader=None, step_cost_s=None, head: str = "", script: di
         rep["step_priced"] = (f"as it ran in your script, beside its {W} loader worker(s) prefetching (alone it may "
                               "run faster)" if W else "as it ran in your script, with nothing loading beside it "
                               "(num_workers=0)")
+        if script.get("verdict"):   # one verdict a run: the script's own loop, measured; the stages explain it
+            loop = script.get("loop") or {"share": script["data_wait_fraction"], "verdict": script["verdict"],
+                                          "mean_share": script["data_wait_fraction"], "windows": 1, "bursts": 0}
+            one_verdict(rep, dict(loop, source="your script"), busy=bool((rep.get("load") or {}).get("busy")))
     if args.trace is not None:
         _trace_user(args, loader, rep)
     _emit(args, rep, render_user(rep), head)

@@ -140,6 +140,24 @@ def resize_line(rep: dict) -> str | None:
     return None
 
 
+def verdict_line(rep: dict, pred, meas) -> str:
+    """The run's one verdict: the loop's measured data-wait share where it was measured (the stages then
+    say which one bounds, never a second verdict); under ``--script`` the verdict was printed above with the
+    script's loop, and this line is the stages' explanation of it."""
+    stages = (f"bounded by {rep.get('bound_stage') or '—'} ({rep.get('binding_term') or '—'}); predicted "
+              f"{fmt_rate(pred)} samples/s, measured {fmt_rate(meas) if meas else 'not measured'}")
+    loop = rep.get("loop")
+    if (rep.get("script") or {}).get("verdict"):
+        return f"the stage-by-stage diagnosis of the verdict above ({rep.get('verdict')}): {stages}"
+    if loop and loop.get("verdict"):
+        return (f"VERDICT: {rep['verdict']} — your loop waited for data {100 * loop['share']:.0f}% of the time "
+                f"(measured: {loop.get('source', 'your loop')}, median of {loop['windows']} window(s)); "
+                f"the stages: {stages}")
+    if rep.get("kind") == "user" and rep.get("verdict"):
+        return f"VERDICT: {rep['verdict']} (predicted from the stages; the loop was not measured) — {stages}"
+    return f"VERDICT: {rep.get('verdict') or 'not measured'} — {stages}"
+
+
 def answer_lines(rep: dict) -> list[str]:
     """Verdict, then the changes that matter (with gain and code line), then the
     headroom and ahead-of-time sentences."""
@@ -147,9 +165,9 @@ def answer_lines(rep: dict) -> list[str]:
                  if r.get("num_workers") == rep.get("num_workers", rep.get("config", {}).get("num_workers"))),
                 rep.get("predicted_samples_per_s"))
     meas = rep.get("measured_samples_per_s")
-    lines = [f"VERDICT: {rep.get('verdict') or 'not measured'} — bounded by {rep.get('bound_stage') or '—'} "
-             f"({rep.get('binding_term') or '—'}); predicted {fmt_rate(pred)} samples/s, "
-             f"measured {fmt_rate(meas) if meas else 'not measured'}"]
+    lines = [verdict_line(rep, pred, meas)]
+    if rep.get("verdict_note"):
+        lines.append(rep["verdict_note"])
     for line in (headspace_line(rep), headroom_line(rep), priced_line(rep)):
         if line:
             lines.append(line)

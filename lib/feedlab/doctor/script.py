@@ -38,9 +38,9 @@ from feedlab.run_limit import descendants, stop_processes
 
 from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, deadline
 from .report import fmt_rate
+from .verdict import DATA_BOUND_FRACTION, spread_words, step_price, wait_share  # noqa: F401
 from .wrap import batch_len
 
-DATA_BOUND_FRACTION = 0.2   # the step waits for data this share of the time or more: the input pipeline bounds
 PROG = "python -m feedlab.doctor"
 _real_exit = os._exit
 
@@ -155,22 +155,26 @@ class Recorder:
 
 
 def summarize(rec: dict) -> dict:
-    """Verdict from data wait vs step, the first batch (start-up) left out."""
+    """Verdict from data wait vs step, the first batch (start-up) left out: the data-wait share is the median
+    over windows of the loop (:func:`feedlab.doctor.verdict.wait_share`: one burst moves one window, not the
+    verdict), the step priced by its median per sample with its spread (:func:`~feedlab.doctor.verdict.step_price`)."""
     wait, step, n = rec["wait"], rec["step"], rec["n"]
     k = len(step)                              # batches whose step was seen end to end
     w, s, m = np.array(wait[1:k], float), np.array(step[1:k], float), np.array(n[1:k], float)
-    out = {"loader": loader_settings(rec["loader"]), "batches": len(wait), "first_batch_wait_s": wait[0]}
-    if len(w) < 1 or (w.sum() + s.sum()) <= 0:
+    settings = loader_settings(rec["loader"])
+    out = {"loader": settings, "batches": len(wait), "first_batch_wait_s": wait[0]}
+    loop = wait_share(w, s, settings["num_workers"]) if len(w) else None
+    if loop is None:
         out.update(verdict=None, note=f"your script ran only {len(wait)} batch(es) of this loader: too few to "
                                       "separate data wait from step")
         return out
     total = w.sum() + s.sum()
-    frac = float(w.sum() / total)
+    price = step_price(s, m, np.asarray(rec["step_cpu"][1:k], float)) if m.sum() else None
     out.update({"data_wait_s_per_batch": float(np.median(w)), "step_s_per_batch": float(np.median(s)),
-                "data_wait_fraction": frac, "samples_per_s": float(m.sum() / total) if m.sum() else None,
-                "step_s_per_sample": float(s.sum() / m.sum()) if m.sum() else None,
-                "step_cpu_s_per_sample": float(np.sum(rec["step_cpu"][1:k]) / m.sum()) if m.sum() else None,
-                "verdict": "data-bound" if frac >= DATA_BOUND_FRACTION else "compute-bound"})
+                "data_wait_fraction": loop["share"], "samples_per_s": float(m.sum() / total) if m.sum() else None,
+                "step_s_per_sample": price["s_per_sample"] if price else None,
+                "step_cpu_s_per_sample": price.get("cpu_s_per_sample") if price else None,
+                "step_price": price, "loop": loop, "verdict": loop["verdict"]})
     return out
 
 
@@ -379,10 +383,24 @@ def render_script(s: dict, offer: bool = True) -> str:
     lines += [f"VERDICT: {s['verdict']} — {what}",
               f"per batch (median, first batch left out): data wait {s['data_wait_s_per_batch'] * 1e3:,.1f} ms, "
               f"step {s['step_s_per_batch'] * 1e3:,.1f} ms; waiting for data {100 * s['data_wait_fraction']:.0f}% "
-              f"of the time; {fmt_rate(s['samples_per_s'])} samples/s; first batch after "
+              f"of the loop (median over its windows); {fmt_rate(s['samples_per_s'])} samples/s; first batch after "
               f"{s['first_batch_wait_s']:.2f} s{' (worker start-up)' if L['num_workers'] else ''}"]
+    lines += loop_lines(s)
     if offer and "diagnosis" not in s:
         args = f" -- {' '.join(s['args'])}" if s["args"] else ""
         lines.append(f"the full stage-by-stage diagnosis of this loader (what to change, predicted): "
                      f"python -m feedlab.doctor --script {s['script']} --diagnose{args}")
     return "\n".join(lines)
+
+
+def loop_lines(s: dict) -> list[str]:
+    """How the verdict and the step's price were read: the windows, a burst named, the step's spread."""
+    loop, price, out = s.get("loop") or {}, s.get("step_price"), []
+    if loop:
+        burst = (f"; {loop['bursts']} burst window(s) (≥ ×2 the median window's time): the whole window's mean "
+                 f"share is {100 * loop['mean_share']:.0f}%, the median stands" if loop.get("bursts") else "")
+        out.append(f"data-wait share: median of {loop['windows']} window(s) of {loop['window_batches']} batch(es)"
+                   f"{burst}")
+    if price:
+        out.append(f"the step priced by its median over the script's window: {spread_words(price)}")
+    return out

@@ -39,6 +39,7 @@ from .probes import measure_machine, probe_worker, startup_s, timed
 from .ranks import advise_ranks
 from .report import Report
 from .stepside import try_step_changes
+from .verdict import one_verdict, wait_share
 from .wrap import batch_len, check_loader, stage_costs, timed_in_main, to_device
 
 KEEP_BATCHES = 4          # full batches kept in memory to time the copy and the step on
@@ -87,29 +88,37 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
     """
     skip = min(int(skip), max(0, batches // 2))
     t_start, n_after, t_after, it = None, 0, None, iter(loader)
+    waits: list[float] = []   # after ``skip``: each batch's wait, then its copy + step (the loop's verdict)
+    steps: list[float] = []
     t0 = time.perf_counter()
     try:
         for k in range(batches):
             if k == skip:
                 timing.sync_device(device)
                 t_after = time.perf_counter()
+            t_ask = time.perf_counter()
             try:
                 batch = _next(it, k, limit, whose)
             except StopIteration:
                 break
+            t_got = time.perf_counter()
             if k >= skip:
                 n_after += batch_len(batch) or 0
-            t_start = t_start or time.perf_counter()
+            t_start = t_start or t_got
             batch = to_device(batch, device)
             if step is not None:
                 user_call(step_name, step, batch, limit_s=step_limit)
+            if k >= skip:
+                timing.sync_device(device)
+                waits.append(t_got - t_ask)
+                steps.append(time.perf_counter() - t_got)
         timing.sync_device(device)
         end = time.perf_counter()
     finally:
         stage.stop(loader, it)
         del it
     rate = n_after / (end - t_after) if t_after is not None and end > t_after and n_after else float("nan")
-    return {"steady": rate, "first_batch_s": (t_start or end) - t0}
+    return {"steady": rate, "first_batch_s": (t_start or end) - t0, "waits": waits, "steps": steps}
 
 
 # ---------------------------------------------------------------- the pieces of a diagnosis
@@ -269,7 +278,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     # 4. your loader as built, end to end
     spec = pl.PipelineSpec(format="user", decode="user", collate="user", batch_size=B, num_workers=W,
                           device=device, pin_memory=bool(loader.pin_memory))
-    measured = None
+    measured = loop = None
     if step is None and step_cost_s:
         notes.append("end to end, a wait of your script's measured step time stands in for the step "
                      "(it does not use the CPU your step did)")
@@ -284,8 +293,12 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
             runs.append(_run(loader, step, device, batches, skip, limit, whose, step_name, deadline_s))
         steady = [r["steady"] for r in runs if np.isfinite(r["steady"]) and r["steady"] > 0]
         measured = float(np.median(steady)) if steady else None
+        loop = wait_share([w for r in runs for w in r["waits"]], [x for r in runs for x in r["steps"]], W)
     rep = _report(table, spec, machine, max_workers, measured, W, B, device, notes, repeats, batches)
     rep["batches_seen"] = lens
+    if loop is not None:   # the one verdict: the loop's measured data-wait share (the stages explain it)
+        one_verdict(rep, dict(loop, source="your loader as built, end to end"),
+                    busy=bool(window.summary().get("busy")))
     if ranks is not None:
         rep["ranks_advice"] = advise_ranks(table, spec, int(ranks))
     if step is not None and not step_cost_s and rep["verdict"] == "compute-bound":

@@ -1,0 +1,127 @@
+"""One verdict a run: from the data-wait share of the user's own loop, as measured.
+
+The loop's batches (``waits[k]``: the time ``next()`` on the loader took; ``steps[k]``: from the batch's
+arrival to the next ``next()``) are cut into windows of consecutive batches, each window at least as long as
+the loader's worker count (with ``W`` workers a loop may wait once every ``W`` batches and not between: a
+window sees the whole cycle), and the share is the **median over the windows**: one slow burst moves one
+window, not the verdict. The step is priced by its median per sample over the same batches, with the
+spread (quartiles) stated.
+
+The stage-by-stage diagnosis (``--diagnose``) explains which stage bounds; it never gives a second verdict.
+Where its prediction reads the other way, :func:`disagreement` says so and why (a burst in the loop's
+window, a busy machine, the step priced alone), and the measured verdict stands.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+DATA_BOUND_FRACTION = 0.2   # the step waits for data this share of the loop or more: the input pipeline bounds
+BURST = 2.0                 # a window whose loop time is this many times the median window's: a burst
+
+
+def window_size(n: int, workers: int) -> int:
+    """Batches per window: at least ``workers`` (one worker cycle) and 1, at most ``n // 3`` so that a
+    median over at least three windows exists (fewer batches: one window of all of them)."""
+    if n < 3:
+        return max(1, n)
+    return max(1, min(max(1, int(workers)), n // 3))
+
+
+def wait_share(waits, steps, workers: int = 0) -> dict | None:
+    """The loop's data-wait share, median over windows (this module's docstring): ``share`` (the verdict's),
+    ``mean_share`` (the whole window's sums: what a burst moves), ``windows``, ``window_batches``,
+    ``bursts`` (windows whose loop time is ≥ ×2 the median window's) and ``verdict``. None without a batch
+    whose wait and step were both seen."""
+    w = np.asarray(list(waits), float)
+    s = np.asarray(list(steps), float)
+    n = min(len(w), len(s))
+    w, s = w[:n], s[:n]
+    if n < 1 or (w.sum() + s.sum()) <= 0:
+        return None
+    k = window_size(n, workers)
+    m = n // k
+    ws = w[:m * k].reshape(m, k).sum(axis=1)
+    ss = s[:m * k].reshape(m, k).sum(axis=1)
+    tot = ws + ss
+    ok = tot > 0
+    shares = ws[ok] / tot[ok]
+    share = float(np.median(shares)) if len(shares) else float(w.sum() / (w.sum() + s.sum()))
+    med = float(np.median(tot)) if len(tot) else 0.0
+    bursts = int(np.sum(tot >= BURST * med)) if med > 0 else 0
+    return {"share": share, "mean_share": float(w.sum() / (w.sum() + s.sum())), "windows": int(m),
+            "window_batches": int(k), "bursts": bursts, "verdict": verdict_of(share)}
+
+
+def verdict_of(share: float | None) -> str | None:
+    if share is None or not math.isfinite(share):
+        return None
+    return "data-bound" if share >= DATA_BOUND_FRACTION else "compute-bound"
+
+
+def step_price(steps, sizes, cpus=None) -> dict | None:
+    """The step per sample over the loop's batches: ``s_per_sample`` (median of each batch's step over its
+    own samples), its quartiles, ``spread`` ((q75 - q25) / median) and the median CPU per sample where
+    ``cpus`` is given. None without a batch of known size."""
+    s = np.asarray(list(steps), float)
+    m = np.asarray(list(sizes), float)
+    n = min(len(s), len(m))
+    s, m = s[:n], m[:n]
+    ok = m > 0
+    if not ok.any():
+        return None
+    per = s[ok] / m[ok]
+    q25, med, q75 = (float(x) for x in np.percentile(per, [25, 50, 75]))
+    out = {"s_per_sample": med, "s_per_sample_q25": q25, "s_per_sample_q75": q75,
+           "spread": (q75 - q25) / med if med > 0 else None, "mean_s_per_sample": float(s[ok].sum() / m[ok].sum()),
+           "batches": int(ok.sum())}
+    c = None if cpus is None else np.asarray(list(cpus), float)[:n]
+    if c is not None and len(c) == n:
+        out["cpu_s_per_sample"] = float(np.median(c[ok] / m[ok]))
+    return out
+
+
+def spread_words(price: dict) -> str:
+    """"step 1.8 ms a sample (median; quartiles 1.7–2.1, spread 22%)"."""
+    sp = price.get("spread")
+    return (f"step {price['s_per_sample'] * 1e3:,.2f} ms a sample (median of {price['batches']} batches; quartiles "
+            f"{price['s_per_sample_q25'] * 1e3:,.2f}–{price['s_per_sample_q75'] * 1e3:,.2f}"
+            + (f", spread {100 * sp:.0f}%" if sp is not None else "") + ")")
+
+
+def disagreement(loop: dict, predicted: str | None, bound_stage: str | None, *, busy: bool = False,
+                 priced: str | None = None) -> str | None:
+    """The sentence where the stage-by-stage prediction reads the other way from the loop's measured verdict:
+    which one stands (the measured) and why they differ; None where they agree."""
+    measured = loop.get("verdict")
+    if measured is None or predicted is None or measured == predicted:
+        return None
+    why = []
+    if loop.get("bursts"):
+        why.append(f"{loop['bursts']} of {loop['windows']} window(s) of your loop were bursts (≥ ×{BURST:g} the "
+                   f"median window's time): the whole window's mean share is {100 * loop['mean_share']:.0f}%, "
+                   f"its median {100 * loop['share']:.0f}%")
+    if busy:
+        why.append("another program used the CPU while the stages were timed (a busy window)")
+    if priced:
+        why.append(f"the stages price the step {priced}, your loop ran it beside its loader")
+    if not why:
+        why.append("the stage costs, each timed alone, add up differently from the loop that overlaps them")
+    return (f"the stage-by-stage prediction reads {predicted} (bounded by {bound_stage or '—'}), your loop "
+            f"measured {measured} ({100 * loop['share']:.0f}% waiting for data): the measured verdict stands; "
+            f"why they differ: {'; '.join(why)}")
+
+
+def one_verdict(rep: dict, loop: dict, *, busy: bool = False, priced: str | None = None) -> dict:
+    """The report's one verdict set from the loop's measured share (``loop``: :func:`wait_share` with a
+    ``source``): ``verdict`` is the measured one, ``predicted_verdict`` what the stages read, ``loop`` the
+    share, ``verdict_note`` the :func:`disagreement` sentence (None where they agree). Returns ``rep``."""
+    predicted = rep.get("predicted_verdict", rep.get("verdict"))
+    rep["predicted_verdict"] = predicted
+    rep["loop"] = loop
+    if loop.get("verdict") is not None:
+        rep["verdict"] = loop["verdict"]
+    rep["verdict_note"] = disagreement(loop, predicted, rep.get("bound_stage"), busy=busy, priced=priced)
+    return rep

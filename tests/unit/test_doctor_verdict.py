@@ -1,0 +1,76 @@
+"""One verdict a run (#46): the verdict is the loop's measured data-wait share, median over windows (a burst
+moves one window, not the verdict); the step is priced by its median with its spread; the stage-by-stage
+diagnosis explains, never prints a second, different verdict, and says why where it reads the other way."""
+
+from __future__ import annotations
+
+from feedlab.doctor.answer import answer_lines, render_user
+from feedlab.doctor.verdict import one_verdict, step_price, wait_share
+
+
+def test_a_burst_moves_one_window_not_the_verdict():
+    waits, steps = [0.003] * 16, [0.007] * 16        # 30% waiting: data-bound
+    steps[5] = 0.5                                    # one slow step (a checkpoint, a log flush)
+    loop = wait_share(waits, steps, workers=0)
+    assert loop["verdict"] == "data-bound" and abs(loop["share"] - 0.3) < 1e-9
+    assert loop["mean_share"] < 0.2 and loop["bursts"] == 1      # the window's mean would have flipped it
+    waits, steps = [0.001] * 16, [0.009] * 16        # 10% waiting: compute-bound
+    waits[3] = 0.6                                    # one slow batch (a cold file)
+    loop = wait_share(waits, steps, workers=0)
+    assert loop["verdict"] == "compute-bound" and loop["mean_share"] > 0.2
+
+
+def test_a_worker_cycle_is_read_whole():
+    # two workers: the loop waits once every two batches and not between; a per-batch median would read 0%
+    waits = [0.0, 0.02] * 8
+    steps = [0.01] * 16
+    loop = wait_share(waits, steps, workers=2)
+    assert loop["window_batches"] == 2 and loop["verdict"] == "data-bound" and abs(loop["share"] - 0.5) < 1e-9
+
+
+def test_the_step_is_priced_by_its_median_with_its_spread():
+    steps = [0.0018 * 8] * 15 + [0.5]                 # 1.8 ms a sample, one 0.5 s burst
+    p = step_price(steps, [8] * 16, cpus=[0.0018 * 8] * 16)
+    assert abs(p["s_per_sample"] - 0.0018) < 1e-12 and p["mean_s_per_sample"] > 0.005
+    assert p["spread"] == 0.0 and p["batches"] == 16 and abs(p["cpu_s_per_sample"] - 0.0018) < 1e-12
+    assert step_price([0.1], [0]) is None             # no batch of known size: no price
+
+
+def _rep(**kw):
+    rep = {"kind": "user", "verdict": "compute-bound", "bound_stage": "model", "binding_term": "main process",
+           "batch_size": 8, "num_workers": 0, "device": "cpu", "cores": 2, "effective_cores": 2.0,
+           "predicted_samples_per_s": 100.0, "measured_samples_per_s": 70.0, "advice": [], "notes": [],
+           "stages": [{"stage": "model", "variant": "your step", "measurable": True, "note": "",
+                       "s_per_sample": 0.01}],
+           "end_to_end": [{"num_workers": 0, "predicted_samples_per_s": 100.0, "bound_stage": "model",
+                           "samples_per_s": 70.0, "error": 0.43}], "headroom": None}
+    rep.update(kw)
+    return rep
+
+
+def test_the_stages_never_print_a_second_verdict():
+    loop = dict(wait_share([0.003] * 16, [0.007] * 16), source="your loader as built, end to end")
+    rep = one_verdict(_rep(), loop)
+    assert rep["verdict"] == "data-bound" and rep["predicted_verdict"] == "compute-bound"
+    text = render_user(rep)
+    assert text.count("VERDICT") == 1 and "VERDICT: data-bound" in text
+    assert "compute-bound" not in text.split("VERDICT: data-bound")[1].split("\n")[0]
+    assert "reads compute-bound (bounded by model)" in rep["verdict_note"] and "measured verdict stands" in text
+
+
+def test_where_they_disagree_the_reason_is_named():
+    waits, steps = [0.003] * 16, [0.007] * 16
+    steps[2] = 0.5
+    rep = one_verdict(_rep(), dict(wait_share(waits, steps), source="x"), busy=True)
+    assert "burst" in rep["verdict_note"] and "busy window" in rep["verdict_note"]
+    agree = one_verdict(_rep(verdict="data-bound"), dict(wait_share([0.003] * 16, [0.007] * 16), source="x"))
+    assert agree["verdict_note"] is None
+
+
+def test_under_script_the_diagnosis_explains_the_verdict_above():
+    script = {"verdict": "data-bound", "data_wait_fraction": 0.27}
+    rep = one_verdict(_rep(script=script), {"verdict": "data-bound", "share": 0.27, "mean_share": 0.27,
+                                            "windows": 5, "bursts": 0, "source": "your script"})
+    lines = answer_lines(rep)
+    assert not any("VERDICT" in ln for ln in lines)
+    assert lines[0].startswith("the stage-by-stage diagnosis of the verdict above (data-bound)")
