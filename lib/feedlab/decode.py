@@ -102,6 +102,30 @@ def _pil_open(data):
     return Image.open(io.BytesIO(_as_bytes_like(data)))
 
 
+def undecodable(exc: BaseException, nbytes: int | None) -> tuple[str, str]:
+    """``(what is wrong, what to do)``, in words, for an encoded image whose decode raised ``exc``;
+    ``nbytes`` is the file's size (None: not known). Empty, over Pillow's decompression-bomb limit,
+    not an image, truncated or damaged, else the decoder's own first line."""
+    import re
+
+    name, text = type(exc).__name__, " ".join(str(exc).split())
+    low = f"{name} {text}".lower()
+    size = f" ({nbytes:,} bytes)" if nbytes else ""
+    if nbytes == 0:
+        return "the file is empty (0 bytes)", "copy it again from its source, or remove it"
+    if "decompressionbomb" in low or "decompression bomb" in low:
+        m = re.search(r"\((\d+) pixels\) exceeds limit of (\d+)", text)
+        px = f"{int(m[1]):,} pixels, over Pillow's limit of {int(m[2]):,}" if m else "over Pillow's pixel limit"
+        return (f"it is a decompression bomb to Pillow ({px})",
+                "shrink it, or raise PIL.Image.MAX_IMAGE_PIXELS if you trust the file")
+    if "cannot identify image" in low or "unidentified" in low or "not a jpeg" in low or "unknown image" in low:
+        return (f"it is not an image this decoder reads{size}",
+                "move it out of the folder, or convert it to JPEG/PNG")
+    if any(w in low for w in ("truncated", "broken", "premature end", "corrupt", "unexpected end", "damaged")):
+        return f"it is truncated or damaged{size}", "copy it again from its source, or remove it"
+    return f"{name}: {text.splitlines()[0] if text else 'no message'}{size}", "remove it, or convert it to JPEG/PNG"
+
+
 def _decode_pil(data, out):
     im = _pil_open(data)
     if im.mode != "RGB":

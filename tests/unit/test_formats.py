@@ -390,3 +390,47 @@ def test_lmdb_env_is_opened_once_when_threads_race(tmp_path):
         t.join()
     L.close_envs()
     assert not errors and len({id(e) for e in got}) == 1
+
+
+def _bad_images(folder):
+    """One good PNG and each kind of bad file a user's folder holds, in a class folder ``cat/``."""
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    cat = folder / "cat"
+    cat.mkdir(parents=True)
+    buf = io.BytesIO()
+    Image.fromarray(np.full((8, 8, 3), 7, np.uint8)).save(buf, format="PNG")
+    good = buf.getvalue()
+    (cat / "a_good.png").write_bytes(good)
+    (cat / "b_empty.png").write_bytes(b"")
+    (cat / "c_truncated.png").write_bytes(good[:len(good) // 2])
+    (cat / "d_notes.jpg").write_bytes(b"shopping list: milk, eggs\n" * 20)
+    ihdr = struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)           # a 20000x20000 header, no pixels
+    chunk = b"IHDR" + ihdr
+    (cat / "e_bomb.png").write_bytes(good[:8] + struct.pack(">I", 13) + chunk
+                                     + struct.pack(">I", zlib.crc32(chunk)) + good[33:])
+    return {"b_empty.png": "empty", "c_truncated.png": "truncated", "d_notes.jpg": "not an image",
+            "e_bomb.png": "decompression bomb"}
+
+
+@pytest.mark.parametrize("fmt", ["images", "imagefolder"])
+def test_a_file_that_does_not_decode_is_named_with_what_to_do(tmp_path, fmt):
+    """'cannot decode a file under DIR' named no file: each bad file is named relative to the folder
+    given, with what is wrong and what to do, on the DataLoader path (ds[i]) and the doctor's split
+    read → decode path (decode_raw(read_raw(i)), which hands the decoder bytes, not a name)."""
+    bad = _bad_images(tmp_path)
+    ds = F.open_dataset(tmp_path, fmt)
+    names = [p.name for p in ds.store_files(range(len(ds)))]
+    assert names[0] == "a_good.png" and ds[0] is not None
+    for i, name in enumerate(names[1:], start=1):
+        for how, call in (("ds[i]", lambda: ds[i]), ("split", lambda: ds.decode_raw(ds.read_raw(i)))):
+            with pytest.raises(ValueError) as err:
+                call()
+            line = str(err.value)
+            assert "\n" not in line and f"cat/{name} under {tmp_path}" in line, (how, line)
+            assert bad[name] in line and ("remove" in line or "move it" in line or "shrink" in line), (how, line)
+    assert sorted(p.name for p in (tmp_path / "cat").iterdir()) == sorted(names)   # nothing written beside

@@ -9,7 +9,10 @@ every store of encoded images (``png``, ``imagefolder``/``jpeg``, ``images``).
 
 from __future__ import annotations
 
-from typing import Callable
+import os
+import time
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -54,3 +57,50 @@ class DecoderState:
     @property
     def decode_name(self) -> str:
         return self.decode if isinstance(self.decode, str) else getattr(self.decode, "__name__", "custom")
+
+
+#: seconds :func:`file_of` looks for the file a failed decode's bytes came from
+FIND_FILE_S = 2.0
+
+
+def file_of(paths: Sequence[Path], raw, limit_s: float = FIND_FILE_S) -> Path | None:
+    """The file among ``paths`` whose bytes are ``raw`` (the split read → decode hands the decode
+    bytes, not a name): same size first, then the same bytes; None when not found within ``limit_s``.
+    Only a failed decode looks, so a read costs nothing for it."""
+    try:
+        data = memoryview(raw).cast("B")
+    except TypeError:
+        return None
+    end = time.monotonic() + limit_s
+    for p in paths:
+        if time.monotonic() > end:
+            return None
+        try:
+            if os.stat(p).st_size != data.nbytes:
+                continue
+            with open(p, "rb") as fh:
+                if fh.read(data.nbytes + 1) == data:
+                    return Path(p)
+        except OSError:
+            continue
+    return None
+
+
+def cannot_decode(fmt: str, root: Path, path: Path | None, exc: BaseException) -> ValueError:
+    """One line for a file under ``root`` that did not decode: which file (relative to ``root``), what is
+    wrong with it and what to do (:func:`feedlab.decode.undecodable`)."""
+    nbytes = None
+    if path is not None:
+        try:
+            nbytes = os.stat(path).st_size
+        except OSError:
+            pass
+        try:
+            name = str(Path(path).relative_to(root))
+        except ValueError:
+            name = str(path)
+        where = f"{name} under {root}"
+    else:
+        where = f"a file under {root}"
+    what, todo = _dec.undecodable(exc, nbytes)
+    return ValueError(f"{fmt}: cannot decode {where}: {what}; {todo}")

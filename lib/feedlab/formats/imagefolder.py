@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ._decoding import DecoderState
+from ._decoding import DecoderState, cannot_decode, file_of
 from ._io import read_regular
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
@@ -54,7 +54,7 @@ class ImageFolderDataset(DecoderState, Dataset):
 
     def __getitem__(self, i):
         path, label = self.samples[i]
-        img = self._decode(read_regular(path))
+        img = self._named_decode(read_regular(path), path)
         if self.transform is not None:
             img = self.transform(img)
         if self.as_tensor:
@@ -70,7 +70,16 @@ class ImageFolderDataset(DecoderState, Dataset):
         return read_regular(path), label
 
     def decode_raw(self, raw):
-        return self._decode(raw[0]), raw[1]
+        return self._named_decode(raw[0]), raw[1]
+
+    def _named_decode(self, data, path: Path | None = None) -> np.ndarray:
+        """The image in ``data``; one that does not decode is one line naming its file (``path``, else
+        the file with these bytes) and what to do."""
+        try:
+            return self._decode(data)
+        except Exception as exc:  # the decoder's error, whatever it is: the file named, one line
+            paths = [p for p, _label in self.samples]
+            raise cannot_decode("imagefolder", self.root, path or file_of(paths, data), exc) from None
 
     def store_files(self, indices):
         return [self.samples[int(i)][0] for i in indices]

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 
 from feedlab.formats._io import read_regular
 
-from ._decoding import DecoderState
+from ._decoding import DecoderState, cannot_decode, file_of
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -50,18 +50,19 @@ class ImagesDataset(DecoderState, Dataset):
     def read_raw(self, i: int) -> bytes:
         return read_regular(self.paths[i])
 
-    def decode_raw(self, raw) -> np.ndarray:
+    def decode_raw(self, raw, path: Path | None = None) -> np.ndarray:
+        """The image in ``raw``; one that does not decode is one line naming its file (``path``, else
+        the file with these bytes) and what to do."""
         try:
             return self._decode(raw)
-        except Exception as exc:
-            raise ValueError(f"images: cannot decode a file under {self.root} ({exc}); "
-                             "remove it or convert it to JPEG/PNG") from None
+        except Exception as exc:  # the decoder's error, whatever it is: the file named, one line
+            raise cannot_decode("images", self.root, path or file_of(self.paths, raw), exc) from None
 
     def store_files(self, indices):
         return [self.paths[int(i)] for i in indices]
 
     def __getitem__(self, i):
-        img = self.decode_raw(self.read_raw(i))
+        img = self.decode_raw(self.read_raw(i), self.paths[i])
         if self.as_tensor:
             import torch
 
