@@ -253,3 +253,27 @@ def _state(pid: int) -> str:
         return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_the_doctors_ring_probe_on_image_data_says_why_it_is_not_run():
+    """Every --data report on an image folder carried 'ring probe: ValueError: too many values to unpack':
+    one image a sample has no (lr, hr) pair for the ring; the probe is not run, and says so."""
+    import os
+    from types import SimpleNamespace
+
+    from feedlab.doctor.measure import Doctor
+
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    for sample, ran in ((np.zeros((16, 16, 3), np.uint8), False), ((np.zeros((16, 16, 3), np.uint8), 3), False),
+                        ((np.zeros((4, 4, 3), np.uint8), np.zeros((8, 8, 3), np.uint8)), True)):
+        fake = SimpleNamespace(_items=lambda bs, s=sample: [s] * bs, notes=[], table={},
+                               effort=SimpleNamespace(repeats=1))
+        Doctor.measure_ring(fake, 4)
+        if ran:                                                   # a pair of uint8 arrays: measured as before
+            assert ("ring_receive", 4) in fake.table and not fake.notes, fake.notes
+        else:
+            assert fake.table == {} and len(fake.notes) == 1, fake.notes
+            note = fake.notes[0]
+            assert "Error" not in note and "not run" in note and "(lr, hr)" in note, note
+    left = (set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()) - before
+    assert not [n for n in left if "feedlab" in n or n.startswith("torch_")], left

@@ -41,6 +41,7 @@ from .probes import (
     measure_machine,
     probe_ring,
     probe_worker,
+    ring_unfit,
     round_fits,
     startup_s,
     stream_stages,
@@ -189,6 +190,10 @@ class Doctor:
     def measure_ring(self, bs: int) -> None:
         """The ring's hand-over (``loader="ring"``): the main process's CPU to receive a batch
         whose worker filled a slot of the shared-memory ring (a slot index, no pickled tensor)."""
+        unfit = ring_unfit(self._items(1)[0])
+        if unfit is not None:   # e.g. an image folder: one image a sample, no (lr, hr) pair
+            self.notes.append(f"ring probe: not run, {unfit}")
+            return
         try:
             pr = probe_ring(self._items(bs), bs, batches=max(6, 4 * self.effort.repeats))
         except Exception as exc:  # e.g. no usable /dev/shm: the ring is then not priced

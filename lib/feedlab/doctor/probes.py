@@ -298,6 +298,23 @@ class _Items:
         return self.items[int(i) % len(self.items)]
 
 
+def ring_unfit(sample) -> str | None:
+    """Why the shared-memory ring (``loader="ring"``) cannot carry ``sample``, or None: it carries an
+    ``(lr, hr)`` pair of uint8 arrays per sample (an image folder's sample is one image)."""
+    def what(x) -> str:
+        shape = getattr(x, "shape", None)
+        return f"{type(x).__name__}{tuple(shape) if shape is not None else ''}"
+
+    if not isinstance(sample, (tuple, list)) or len(sample) != 2:
+        return f"the ring carries (lr, hr) pairs of uint8 arrays; a sample of this data is one {what(sample)}"
+    for part in sample:
+        arr = np.asarray(part)
+        if arr.ndim == 0 or arr.dtype != np.uint8:
+            return (f"the ring carries (lr, hr) pairs of uint8 arrays; a sample of this data is "
+                    f"({what(sample[0])}, {what(sample[1])})")
+    return None
+
+
 def probe_ring(items: list, batch_size: int, batches: int = 12, skip: int = 3, workers: int = 1,
                loader_cls=None) -> dict:
     """The ring's hand-over measured: one worker fills slots of a shared-memory ring
