@@ -40,6 +40,27 @@ def notebook_parameters(path: str | os.PathLike) -> dict:
     return {}
 
 
+def parameter_types(path: str | os.PathLike) -> dict[str, str]:
+    """``{name: type}`` for the names of the notebook's ``parameters`` cell, as papermill infers them
+    (``papermill.inspect_notebook``'s ``inferred_type_name``): the annotation's text (``int``,
+    ``list[int]``, ``str``), ``"None"`` where a name has none. Read here, without importing papermill
+    (seconds on a loaded machine): the runner types each ``-p`` value by it (:mod:`feedlab.run_params`)."""
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
+            src = cell.get("source", "")
+            out: dict[str, str] = {}
+            for node in ast.parse("".join(src) if isinstance(src, list) else src).body:
+                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    out.setdefault(node.target.id, ast.unparse(node.annotation))
+                elif isinstance(node, ast.Assign):
+                    for t in node.targets:
+                        if isinstance(t, ast.Name):
+                            out.setdefault(t.id, "None")
+            return out
+    return {}
+
+
 def route_params(params: dict, notebooks: list[Path]) -> dict[Path, dict]:
     """``{notebook: the params it declares}``. Raises ``ValueError`` naming a key that is
     not an identifier, or that none of ``notebooks`` declares, with the allowed names."""

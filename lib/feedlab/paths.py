@@ -45,6 +45,28 @@ def scratch_dir(notebook_name: str, profile: str = "quick") -> Path:
     return SCRATCH_DIR / (profile or "quick") / notebook_name
 
 
+def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) -> Path:
+    """The scratch folder (``$FEEDLAB_SCRATCH``, else ``runs/``) made ready for the runner's locks, failed runs and
+    temporaries: ``ValueError``, one line naming the folder and what to do, where it (or one of ``subfolders``)
+    is a file, cannot be made or cannot be written; raised before a notebook runs, never blamed on one of its cells."""
+    root = Path(SCRATCH_DIR)
+    env = os.environ.get("FEEDLAB_SCRATCH")
+    name = f"FEEDLAB_SCRATCH={env}" if env else f"the scratch folder {root}"
+    fix = "point FEEDLAB_SCRATCH at a folder you can write (or unset it: runs/ in the checkout)"
+    for path in (root, *(root / sub for sub in subfolders)):
+        for part in (*reversed(path.parents), path):
+            if part.exists() and not part.is_dir():
+                what = "" if part == root else f" ({part} is a file)"
+                raise ValueError(f"{name}: not a folder{what}; {fix}")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"{name}: cannot make {path} ({exc.strerror or exc}); {fix}") from None
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{name}: {path} is not writable; {fix}")
+    return root
+
+
 def writes_committed() -> bool:
     """True inside a notebook that ``feedlab.run`` executes (it sets :data:`RUNNER_ENV`)."""
     return os.environ.get(RUNNER_ENV) == "1"

@@ -5,7 +5,10 @@
                           [--dry-run [--cores N]] [--tar FILE]
                           [--limit-s N [N ...]] [--deadline-s T]
 
-Values after ``-p`` are parsed as YAML (``-p batch_sizes "[8, 32]"`` is a list).
+Values after ``-p`` are typed by the notebook's parameters cell (:mod:`feedlab.run_params`): a ``str``
+(a path) verbatim, ``int``/``float``/``bool`` as such, a list as YAML (``-p batch_sizes "[8, 32]"``); the
+profile, ``out_dir`` and ``data_root`` are resolved once with the runner's own options (a ``-p`` that
+contradicts ``--profile``, ``--out-root`` or ``--data-only`` is refused).
 A ``-p`` key reaches only the notebooks that declare it; the runner says which do
 not (``-p data_root DIR``: the notebooks that measure built-in data, and why).
 Each notebook shows a per-cell progress bar while it runs.
@@ -41,15 +44,13 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from feedlab import findings, machines, paths
 from feedlab.budget import DEADLINE_ENV
-from feedlab.errors import cli_errors
+from feedlab.errors import cli_errors, one_line
 from feedlab.machines import machine_key
-from feedlab.nbparams import notebook_parameters, route_params
-from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, default_cls_root, default_sr_root
-from feedlab.profiles import PROFILES, check_workers, choose_profile, profile_values
+from feedlab.nbparams import notebook_parameters, route_params  # noqa: F401  (notebook_parameters re-exported)
+from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, check_scratch, default_cls_root, default_sr_root
+from feedlab.profiles import PROFILES, check_workers, profile_values
 from feedlab.results import atomic_write
 from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline and the margins re-exported)
     MIN_START_S,
@@ -68,6 +69,7 @@ from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline
     stopped_record,
     within_deadline,
 )
+from feedlab.run_params import builtin_data_reason, plan_parameters, resolve_run  # noqa: F401  (re-exported)
 from feedlab.run_plan import list_notebooks, plan, planned_machine_key, print_plan  # noqa: F401  (re-exported)
 from feedlab.run_record import (  # noqa: F401  (re-exported: the runner's record, tests use them here)
     RecordWouldLose,
@@ -122,34 +124,6 @@ def _failed_cell(exc) -> str:
     return f"{where}: {ename}: {str(evalue).splitlines()[0] if evalue else ''}"
 
 
-def builtin_data_reason(nb: Path) -> str:
-    """Why a notebook measures built-in data instead of ``data_root`` (its metadata says)."""
-    import json
-
-    meta = json.loads(nb.read_text(encoding="utf-8")).get("metadata", {})
-    return (meta.get("feedlab") or {}).get("builtin_data") or "it has no data_root parameter"
-
-
-def plan_parameters(notebooks: list[Path], params: dict, log=print) -> dict[Path, dict]:
-    """The ``-p`` values each notebook declares; says once which keys some notebooks do not
-    take (for ``data_root``: that they measure built-in data, and why). A key that no
-    selected notebook takes is an error."""
-    declared = {nb: notebook_parameters(nb) for nb in notebooks}
-    for key in params:
-        if notebooks and not any(key in names for names in declared.values()):
-            raise SystemExit(f"-p {key}: no selected notebook has a parameter {key!r} "
-                             f"(papermill --help-notebook NOTEBOOK lists them)")
-        skipped = [nb for nb in notebooks if key not in declared[nb]]
-        if not skipped:
-            continue
-        if key == "data_root":
-            for nb in skipped:
-                log(f"{nb.stem}: measures built-in data, not data_root: {builtin_data_reason(nb)}")
-        else:
-            log(f"-p {key}: not a parameter of {', '.join(nb.stem for nb in skipped)} (not passed there)")
-    return {nb: {k: v for k, v in params.items() if k in declared[nb]} for nb in notebooks}
-
-
 # the environment a notebook's kernel runs in (set around each notebook, then restored)
 KERNEL_ENV = {RUNNER_ENV: "1", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
 
@@ -192,7 +166,9 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
         tmp = tmp_sibling(final)
         tmp.mkdir()
         executed = tmp / f"{name}.executed.ipynb"
-        parameters = {"profile": profile, **params, "out_dir": str(tmp)}
+        if params.get("profile", profile) != profile:   # one truth: never a second profile in the kernel
+            raise ValueError(f"-p profile {params['profile']} contradicts the run's profile {profile}")
+        parameters = {**params, "profile": profile, "out_dir": str(tmp)}
         # the kernel inherits these: only the runner writes under figures/ (paths.RUNNER_ENV), and its
         # figures show inline in the executed record even where the caller set MPLBACKEND=Agg
         before = {k: os.environ.get(k) for k in (*KERNEL_ENV, DEADLINE_ENV)}
@@ -294,7 +270,8 @@ def _main(argv: list[str] | None = None) -> int:
                     "(default: $FEEDLAB_PROFILE or quick)")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="notebooks by name, prefix or number")
     ap.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
-                    help="override a notebook parameter; VALUE is parsed as YAML")
+                    help="override a notebook parameter; VALUE is typed by the notebook's parameters cell "
+                         "(text verbatim for a str, YAML for a list)")
     ap.add_argument("--out-root", type=Path, help="write results/figures under DIR/<notebook> "
                     "instead of figures/")
     ap.add_argument("--data-only", action="store_true", help="only build the data sets")
@@ -326,37 +303,20 @@ def _main(argv: list[str] | None = None) -> int:
             ap.error(f"--cores {args.cores}: must be at least 1")
         os.environ["FEEDLAB_CORES"] = str(args.cores)
 
-    try:
-        profile = choose_profile(args.profile)
-    except ValueError as exc:
-        ap.error(str(exc))
-    os.environ["FEEDLAB_PROFILE"] = profile
-    params = {}
-    for key, value in args.param:
-        try:
-            params[key] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            ap.error(f"-p {key} {value!r}: not valid YAML ({exc})")
     notebooks = select(list_notebooks(), args.only)
+    route_params(dict(args.param), notebooks)  # a key must be a parameter some selected notebook declares
+    # one truth: the profile, the folders and every -p value, resolved once; all below read only these
+    run_params = resolve_run(notebooks, [tuple(kv) for kv in args.param], args.profile, args.out_root,
+                             args.data_only)
+    profile, params, args.out_root = run_params.profile, run_params.params, run_params.out_root
+    os.environ["FEEDLAB_PROFILE"] = profile
     if args.list:
         for nb in notebooks:
             print(nb.stem)
         return 0
     if args.dry_run:
-        print_plan(plan(notebooks, profile, params), profile, machines.usable_cores())
+        print_plan(plan(notebooks, profile, params, run_params.for_notebook), profile, machines.usable_cores())
         return 0
-    # notebooks run with notebooks/ as their working directory: paths given here are
-    # taken relative to where the command was typed
-    for key in ("data_root", "out_dir", "cls_root"):
-        if isinstance(params.get(key), str) and params[key]:
-            params[key] = str(Path(params[key]).expanduser().resolve())
-    if args.out_root is not None:
-        args.out_root = args.out_root.expanduser().resolve()
-
-    try:
-        route_params(params, notebooks)  # a key must be a parameter some selected notebook declares
-    except ValueError as exc:
-        ap.error(str(exc))
     if params.get("out_dir") and len(notebooks) > 1 and not args.data_only:
         ap.error(f"-p out_dir {params['out_dir']} names one folder for {len(notebooks)} notebooks: each would "
                  "replace the last one's results; use --out-root DIR (each notebook's record in a folder of its "
@@ -368,9 +328,14 @@ def _main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         ap.error(str(exc))
     check_workers(params, "-p ")  # a worker count over the cap is refused here, not in a notebook's cell
-    params_for = plan_parameters(notebooks, params) if not args.data_only else {}
+    params_for = {nb: {k: run_params.for_notebook.get(nb, {}).get(k, v) for k, v in given.items()}
+                  for nb, given in (plan_parameters(notebooks, params) if not args.data_only else {}).items()}
     for nb, given in params_for.items():  # a folder that is not the runner's own: refused before anything runs
         check_destination(nb.stem, profile, given, args.out_root)
+    check_scratch()   # the locks, temporaries and failed runs' folder: a file there is one line, not a cell's
+    for name, values in plan(list(params_for), profile, {}, params_for):  # each value as its notebook resolves it
+        if isinstance(values, str):
+            raise ValueError(f"{name}: {values.removeprefix('cannot resolve: ')}")
     if not args.no_data and not params.get("data_root"):
         prepare_data(profile)  # with data_root, notebooks build only the built-in data they use
     if args.data_only:
@@ -408,7 +373,8 @@ def _main(argv: list[str] | None = None) -> int:
                 break
             continue
         except Exception as exc:  # papermill raises PapermillExecutionError with the cell
-            msg = f"{nb.name}: {exc}" if isinstance(exc, RecordWouldLose) else f"{nb.name} failed in {_failed_cell(exc)}"
+            msg = f"{nb.name} failed in {_failed_cell(exc)}" if hasattr(exc, "ename") else \
+                f"{nb.name}: {one_line(exc)}"   # the runner's own failure (a folder, a file): never blamed on a cell
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
             failures.append(msg)
             if getattr(exc, "feedlab_kept", None) is not None:  # this run's folder, never an older one

@@ -41,13 +41,17 @@ def list_notebooks() -> list[Path]:
                   if ".executed" not in p.name and not p.name.startswith("."))
 
 
-def plan(notebooks: list[Path], profile: str, params: dict) -> list[tuple[str, dict | str]]:
-    """What each notebook would run with: ``(name, resolved parameters)`` or ``(name, error)``."""
+def plan(notebooks: list[Path], profile: str, params: dict,
+         params_for: dict[Path, dict] | None = None) -> list[tuple[str, dict | str]]:
+    """What each notebook would run with: ``(name, resolved parameters)`` or ``(name, error)``. ``params_for``:
+    each notebook's own typed values (:class:`feedlab.run_params.RunParams`), else ``params``. The profile is
+    ``profile`` only: a ``profile`` key in the values is one the runner refused or agreed with already."""
     out, key = [], None
     for nb in notebooks:
         names = notebook_parameters(nb)
         given = {k: v for k, v in names.items() if k != "profile"}
-        given.update({k: v for k, v in params.items() if k in names})
+        mine = (params_for or {}).get(nb, params)
+        given.update({k: v for k, v in mine.items() if k in names and k != "profile"})
         values_of = profile_values(nb.stem, profile)   # "" means "the profile's value" only where it has one
         given = {k: (None if v == "" and k in values_of and k not in ("data_root", "out_dir", "cls_root") else v)
                  for k, v in given.items()}

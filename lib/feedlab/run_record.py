@@ -56,6 +56,29 @@ def tar_results(dest: Path, root: Path | None = None, key: str | None = None,
     return len(folders)
 
 
+#: the characters of a record folder's name its lock file keeps (the rest is named by a hash of its path)
+LOCK_NAME_CHARS = 64
+#: what the runner adds to a record folder's name for its temporary and the old record it swaps out
+SIBLING_SUFFIX = ".tmp-4194304-000000"
+
+
+def name_problem(final: Path, flag: str = "") -> str:
+    """"" where the runner can make its siblings of ``final`` (``<name>.tmp-<pid>-<hex>``); else one line: a
+    folder name so long that its temporary's would pass the file system's limit on a name (a run that made
+    it only to fail writing its first file)."""
+    parent = next((p for p in (final.parent, *final.parent.parents) if p.is_dir()), Path("/"))
+    try:
+        most = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        most = 255
+    size = len(os.fsencode(final.name)) + len(SIBLING_SUFFIX)
+    if size <= most:
+        return ""
+    return (f"{flag or rel(final)}: the folder name is {len(os.fsencode(final.name))} bytes; the runner's temporary "
+            f"beside it needs {len(SIBLING_SUFFIX)} more, over this file system's limit of {most} bytes a name: "
+            f"give a name of at most {most - len(SIBLING_SUFFIX)} bytes")
+
+
 class RunLocked(OSError):
     """Another run of this notebook into this folder is under way."""
 
@@ -151,7 +174,7 @@ def check_destination(name: str, profile: str, params: dict, out_root: Path | No
         raise ValueError(f"--profile gpu on {key}, a machine without a GPU: it would replace {rel(final)} "
                          "(this machine's committed records); run it on a GPU machine, or give --out-root DIR "
                          "outside figures/")
-    why = record_problem(name, final)
+    why = name_problem(final, flag) or record_problem(name, final)
     if why:
         raise ValueError(why)
     return final
@@ -224,7 +247,7 @@ def run_lock(final: Path):
     locks = paths.SCRATCH_DIR / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(str(final.resolve()).encode()).hexdigest()[:16]
-    path = locks / f"{final.name}-{key}.lock"
+    path = locks / f"{final.name[:LOCK_NAME_CHARS]}-{key}.lock"   # the hash names the folder: any length fits
     with open(path, "a+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -104,3 +104,15 @@ def test_papermill_cli_p_list(tmp_path):
                     "-y", "batch_sizes: [8, 16]"], check=True, capture_output=True)
     P = _resolved(out)
     assert P.input_sizes == [24, 48] and P.batch_sizes == [8, 16]
+
+
+def test_the_runner_types_parameters_as_papermill_infers_them():
+    """The runner types each ``-p`` value by ``nbparams.parameter_types`` (read without importing papermill):
+    the same types ``papermill.inspect_notebook`` infers, for every notebook."""
+    import papermill as pm
+
+    from feedlab.nbparams import parameter_types
+
+    for path in NOTEBOOKS:
+        inferred = {k: p["inferred_type_name"] for k, p in pm.inspect_notebook(str(path)).items()}
+        assert parameter_types(path) == inferred, path.stem

@@ -90,3 +90,57 @@ def test_more_workers_than_cores_is_said_once_and_torchs_warning_silenced():
             expect_more_workers_than_cores({"worker_counts": [64]}, 2)  # filters go on top of "always"
             dl.check_worker_number_rationality()
         assert not [w for w in caught if "worker processes in total" in str(w.message)]
+
+
+# ---------------------------------------------------------------- the runner's scratch folder and folder names
+@pytest.fixture()
+def fake_run(tmp_path, monkeypatch):
+    """The runner with papermill replaced by a recorder: whatever fails here fails in the runner, not a cell."""
+    import papermill
+
+    from feedlab import run
+
+    ran = []
+    monkeypatch.setenv("FEEDLAB_MACHINE", "cpu-2c")
+    monkeypatch.setenv("FEEDLAB_PROFILE", "smoke")
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: ran.append(a))
+
+    def main(*args):
+        try:
+            return run.main(["--no-data", "--only", "04", *args]), ran
+        except SystemExit as exc:
+            return exc.code, ran
+
+    return main
+
+
+def test_feedlab_scratch_set_to_a_file_is_one_line_before_the_notebook_runs(fake_run, tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("FEEDLAB_SCRATCH", str(blocker))
+    monkeypatch.setattr(paths, "SCRATCH_DIR", blocker)
+    rc, ran = fake_run("--out-root", str(tmp_path / "o"))
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and ran == [] and len(err) == 1, err
+    assert f"FEEDLAB_SCRATCH={blocker}: not a folder" in err[0] and "failed in" not in err[0]
+    assert blocker.read_text() == "not a folder"
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")   # a file where its locks go: named too
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "locks").write_text("x")
+    with pytest.raises(ValueError, match=r"not a folder \(.*locks is a file\)"):
+        paths.check_scratch()
+
+
+def test_a_folder_name_too_long_for_its_temporary_is_one_line_and_a_long_one_still_locks(fake_run, tmp_path,
+                                                                                         monkeypatch, capsys):
+    from feedlab.run_record import SIBLING_SUFFIX, run_lock
+
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")
+    rc, ran = fake_run("-p", "out_dir", str(tmp_path / ("x" * 240)))
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and ran == [] and len(err) == 1, err
+    assert "the folder name is 240 bytes" in err[0] and "failed in" not in err[0]
+    longest = tmp_path / ("y" * (255 - len(SIBLING_SUFFIX)))   # the longest a record folder may be named
+    with run_lock(longest):   # its lock file's name is cut, the folder named by a hash: it fits
+        pass
+    assert len(list((tmp_path / "runs" / "locks").iterdir())) == 1

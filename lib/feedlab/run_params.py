@@ -1,0 +1,204 @@
+"""One truth for a run's parameters: the runner's options and its ``-p KEY VALUE`` pairs resolved once.
+
+``python -m feedlab.run --profile quick -p profile smoke`` used to print "ok" and rewrite the quick
+record with smoke readings: the folder checks read ``--profile``, the notebook read ``-p profile``.
+Here both become one :class:`RunParams`, which the folder checks, the GPU refusal, the dry-run plan and
+the record all read:
+
+* ``-p profile``, ``-p out_dir``, ``-p data_root`` that contradict a runner option (``--profile``,
+  ``--out-root``, ``--data-only``) are refused in one line; ``-p profile X`` alone is ``--profile X``.
+* Each value is typed against the parameters cell of every notebook that takes it, as papermill infers
+  its type (the annotation: :func:`feedlab.nbparams.parameter_types`). A ``str`` parameter (a path, a
+  name) is the text verbatim: a newline or `` #2`` stays (YAML folded the one and dropped the other);
+  ``int``, ``float`` and ``bool`` are read as such; a list or mapping is YAML (``"[8, 32]"``), its items
+  checked against the declared item type. ``None``, ``null`` or nothing mean the profile's value. A value
+  of the wrong type is one line naming the parameter and what to write (``-p print_every 2001-01-01``).
+* A worker count may be written against the cores (``"cores // 2"``), as in the profiles.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from feedlab.machines import WORKER_KEYS
+from feedlab.nbparams import notebook_parameters, parameter_types
+from feedlab.profiles import choose_profile
+
+#: parameters the runner owns: ``-p`` may name them only where it agrees with the runner's option
+RUNNER_OPTIONS = {"profile": "--profile", "out_dir": "--out-root", "data_root": "--data-only"}
+#: parameters that name a folder: taken relative to where the command was typed (notebooks run in notebooks/)
+PATH_KEYS = ("data_root", "out_dir", "cls_root")
+#: what a value that means "the profile's value" is written as (a ``str`` parameter takes these verbatim)
+NONE_WORDS = ("", "None", "none", "null", "~")
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """A run's parameters, resolved once: ``profile``, ``out_root`` (``--out-root``, absolute, or None),
+    ``params`` (every ``-p`` key, typed; a path absolute) and ``for_notebook`` (what each notebook gets:
+    the keys it declares, typed by its own parameters cell)."""
+
+    profile: str
+    out_root: Path | None = None
+    params: dict = field(default_factory=dict)
+    for_notebook: dict = field(default_factory=dict)
+
+
+def _kind(type_name: str) -> tuple[str, str]:
+    """``("list", "int")`` for ``list[int]``; ``("int", "")``; ``("yaml", "")`` for no annotation."""
+    t = type_name.replace(" ", "")
+    m = re.fullmatch(r"(?:typing\.)?(list|List|tuple|Tuple|set|dict|Dict)(?:\[(.*)\])?", t)
+    if m:
+        return ("dict" if m[1].lower() == "dict" else "list"), (m[2] or "")
+    base = t.split("|")[0] if "|" in t else t   # int | None: an int
+    base = re.sub(r"^(?:typing\.)?Optional\[(.*)\]$", r"\1", base)
+    return (base, "") if base in ("str", "int", "float", "bool") else ("yaml", "")
+
+
+def _example(kind: str, item: str) -> str:
+    return {"int": "a whole number such as 100", "float": "a number such as 0.5", "bool": "true or false",
+            "str": "text", "dict": "a mapping such as \"{a: 1}\""}.get(
+        kind, f"a list such as \"[{', '.join(['8', '32'] if item in ('int', '') else ['a', 'b'] if item == 'str' else ['true', 'false'])}]\"")
+
+
+def _scalar(text: str, kind: str):
+    """``text`` as ``kind`` (int, float, bool), None for a none-word; raises ``ValueError``."""
+    t = text.strip()
+    if t in NONE_WORDS:
+        return None
+    if kind == "int" and re.fullmatch(r"[+-]?\d+", t):
+        return int(t)
+    if kind == "float":
+        v = float(t)   # ValueError where it is not a number
+        if math.isfinite(v):
+            return v
+    if kind == "bool" and t.lower() in ("true", "false", "yes", "no"):
+        return t.lower() in ("true", "yes")
+    raise ValueError(t)
+
+
+def _item_ok(value, item: str, worker_key: bool) -> bool:
+    if worker_key and isinstance(value, str):
+        return True   # "cores // 2": resolved and checked against the cores (profiles.check_workers)
+    want = {"int": int, "float": (int, float), "bool": bool, "str": str}.get(item.split("[")[0])
+    if want is None:
+        return True
+    return isinstance(value, want) and (item == "bool" or not isinstance(value, bool))
+
+
+def parse_value(key: str, text: str, type_name: str, notebook: str = "") -> Any:
+    """The value ``-p key text`` gives a parameter declared as ``type_name`` (papermill's inferred type).
+    Raises ``ValueError``, one line naming the parameter, where the text is not of that type."""
+    kind, item = _kind(type_name)
+    where = f"{notebook}'s " if notebook else ""
+    wrong = (f"-p {key} {text!r}: {where}{key} is {type_name}, so this is not a valid value; "
+             f"give {_example(kind, item)}" + (", or None for the profile's value" if kind != "str" else ""))
+    if kind == "str":
+        return text
+    worker_key = key in WORKER_KEYS
+    if kind in ("int", "float", "bool"):
+        try:
+            return _scalar(text, kind)
+        except ValueError:
+            if worker_key and kind == "int" and "cores" in text:
+                return text.strip()   # an expression of the cores, resolved by the notebook (and checked here)
+            raise ValueError(wrong) from None
+    try:
+        value = yaml.safe_load(text) if text.strip() not in NONE_WORDS else None
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"-p {key} {text!r}: not valid YAML ({first}); give {_example(kind, item)}") from None
+    if value is None or kind == "yaml":
+        return value
+    if kind == "dict":
+        if not isinstance(value, dict):
+            raise ValueError(wrong)
+        return value
+    if isinstance(value, dict):
+        raise ValueError(wrong)
+    items = value if isinstance(value, list) else [value]   # one value where a list is declared: a list of one
+    if not all(_item_ok(v, item, worker_key) for v in items):
+        bad = next(v for v in items if not _item_ok(v, item, worker_key))
+        raise ValueError(f"{wrong} ({bad!r} is not {item}{'; quote it' if item == 'str' else ''})")
+    return value
+
+
+def builtin_data_reason(nb: Path) -> str:
+    """Why a notebook measures built-in data instead of ``data_root`` (its metadata says)."""
+    import json
+
+    meta = json.loads(nb.read_text(encoding="utf-8")).get("metadata", {})
+    return (meta.get("feedlab") or {}).get("builtin_data") or "it has no data_root parameter"
+
+
+def plan_parameters(notebooks: list[Path], params: dict, log=print) -> dict[Path, dict]:
+    """The ``-p`` values each notebook declares; says once which keys some notebooks do not
+    take (for ``data_root``: that they measure built-in data, and why). A key that no
+    selected notebook takes is an error."""
+    declared = {nb: notebook_parameters(nb) for nb in notebooks}
+    for key in params:
+        if notebooks and not any(key in names for names in declared.values()):
+            raise SystemExit(f"-p {key}: no selected notebook has a parameter {key!r} "
+                             f"(papermill --help-notebook NOTEBOOK lists them)")
+        skipped = [nb for nb in notebooks if key not in declared[nb]]
+        if not skipped:
+            continue
+        if key == "data_root":
+            for nb in skipped:
+                log(f"{nb.stem}: measures built-in data, not data_root: {builtin_data_reason(nb)}")
+        else:
+            log(f"-p {key}: not a parameter of {', '.join(nb.stem for nb in skipped)} (not passed there)")
+    return {nb: {k: v for k, v in params.items() if k in declared[nb]} for nb in notebooks}
+
+
+def _given_once(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    for key, text in pairs:
+        if key in texts and texts[key] != text:
+            raise ValueError(f"-p {key} is given twice ({texts[key]!r}, {text!r}): give it once")
+        texts[key] = text
+    return texts
+
+
+def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_flag: str = "",
+                out_root: Path | None = None, data_only: bool = False) -> RunParams:
+    """The run's one set of parameters from the runner's options and its ``-p`` pairs (text, as typed).
+    Raises ``ValueError``, one line, for a ``-p`` that contradicts a runner option, a key given twice
+    with two values, or a value not of its parameter's type (:func:`parse_value`)."""
+    texts = _given_once(pairs)
+    if "profile" in texts:
+        given = texts.pop("profile").strip()
+        if profile_flag and given and given != profile_flag.strip():
+            raise ValueError(f"-p profile {given} contradicts --profile {profile_flag}: a run has one profile, "
+                             f"which chooses its folder and its values; give it once (--profile {given})")
+        profile_flag = profile_flag or given
+    profile = choose_profile(profile_flag)
+    if texts.get("out_dir", "").strip() and out_root is not None:
+        raise ValueError(f"-p out_dir {texts['out_dir']} and --out-root {out_root} both say where the record goes: "
+                         "give one (--out-root DIR writes DIR/<notebook>/; -p out_dir DIR one notebook's folder)")
+    if texts.get("data_root", "").strip() and data_only:
+        raise ValueError(f"--data-only builds the embedded data sets, and -p data_root {texts['data_root']} names "
+                         "your own: give one")
+    types = {nb: parameter_types(nb) for nb in notebooks}
+    params: dict[str, Any] = {}
+    for_notebook: dict[Path, dict] = {nb: {} for nb in notebooks}
+    for key, text in texts.items():
+        if key in PATH_KEYS and not text.strip():
+            continue   # "": the runner's own folder, the embedded set
+        for nb in notebooks:
+            if key in types[nb]:
+                value = parse_value(key, text, types[nb][key], nb.stem)
+                if key in PATH_KEYS and isinstance(value, str):
+                    value = str(Path(value).expanduser().resolve())
+                for_notebook[nb][key] = value
+                params.setdefault(key, value)
+        if key not in params:   # no selected notebook takes it: the caller says so (nbparams.route_params)
+            params[key] = text
+    root = out_root.expanduser().resolve() if out_root is not None else None
+    return RunParams(profile, root, params, for_notebook)

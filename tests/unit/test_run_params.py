@@ -1,0 +1,147 @@
+"""``feedlab.run_params``: a run's profile, folders and ``-p`` values resolved once, and the runner reads only those.
+A ``-p`` that contradicts a runner option is refused in one line before anything runs; each value is typed by
+the notebook's parameters cell (a path verbatim, an int an int), a wrong one names the parameter."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from feedlab import paths
+from feedlab import run as R
+from feedlab.run_params import parse_value, resolve_run
+
+NB04 = next(p for p in R.list_notebooks() if p.stem.startswith("04_"))
+
+
+def _snapshot(d: Path) -> dict:
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture()
+def runner(tmp_path, monkeypatch):
+    """The runner with a fake papermill (it records what the kernel was given), a committed record of 04 in a
+    figures/ of tmp_path, and the scratch folder there too."""
+    import papermill
+
+    from feedlab import run_record
+
+    figs = tmp_path / "figures"
+    rec = figs / "04_print_overhead" / "cpu-2c"
+    rec.mkdir(parents=True)
+    for name in ("04_print_overhead.executed.ipynb", "results.json", "fingerprint.json", "fig.png"):
+        (rec / name).write_text(f"quick {name}")
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")
+    monkeypatch.setattr(paths, "FIGURES_DIR", figs)
+    monkeypatch.setattr(run_record, "FIGURES_DIR", figs)
+    monkeypatch.setattr(run_record, "cuda_here", lambda: False)
+    monkeypatch.setenv("FEEDLAB_MACHINE", "cpu-2c")
+    monkeypatch.setenv("FEEDLAB_PROFILE", "quick")
+    ran: list[dict] = []
+
+    def execute(nb, executed, parameters, **kw):
+        ran.append(dict(parameters))
+        out = Path(parameters["out_dir"])
+        for name in ("results.json", "fingerprint.json", "fig.png"):
+            (out / name).write_text(f"{parameters['profile']} {name}")
+        Path(executed).write_text('{"cells": []}')
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    monkeypatch.setattr(R.findings, "add_findings", lambda executed: None)
+    return figs, rec, ran
+
+
+def _main(capsys, *args):
+    try:
+        rc = R.main(["--no-data", "--only", "04", *args])
+    except SystemExit as exc:
+        rc = exc.code
+    return rc, capsys.readouterr()
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in err and len(lines) == 1, err
+    assert lines[0].startswith("python -m feedlab.run: error: "), err
+    return lines[0]
+
+
+def test_a_p_profile_that_contradicts_the_runners_is_refused_and_the_record_is_untouched(runner, capsys):
+    figs, rec, ran = runner
+    before = _snapshot(figs)
+    rc, out = _main(capsys, "--profile", "quick", "-p", "profile", "smoke")
+    line = _one_line(out.err)
+    assert rc == 2 and "-p profile smoke contradicts --profile quick" in line
+    assert ran == [] and _snapshot(figs) == before
+
+
+def test_p_profile_alone_is_the_runs_profile_for_the_folder_the_gpu_refusal_and_the_kernel(runner, capsys):
+    figs, rec, ran = runner
+    before = _snapshot(figs)
+    rc, out = _main(capsys, "-p", "profile", "gpu")   # on a machine without a GPU: refused, as --profile gpu is
+    assert rc == 2 and "--profile gpu on cpu-2c, a machine without a GPU" in _one_line(out.err)
+    assert ran == [] and _snapshot(figs) == before
+    rc, out = _main(capsys, "-p", "profile", "smoke")   # a smoke run: the scratch folder, never figures/
+    assert rc == 0, out.err
+    assert [r["profile"] for r in ran] == ["smoke"] and "runs" in Path(ran[0]["out_dir"]).parts
+    assert _snapshot(figs) == before
+    rc, out = _main(capsys, "--profile", "smoke", "-p", "profile", "smoke")   # the same profile twice: fine
+    assert rc == 0 and ran[-1]["profile"] == "smoke"
+
+
+def test_dry_run_with_p_profile_plans_that_profile(capsys):
+    assert R.main(["--dry-run", "--only", "04", "-p", "profile", "smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "plan: profile smoke" in out and "repeats" in out
+
+
+def test_a_path_is_verbatim_and_a_wrong_type_names_the_parameter(runner, capsys, tmp_path, monkeypatch):
+    figs, rec, ran = runner
+    monkeypatch.chdir(tmp_path)
+    rc, out = _main(capsys, "-p", "out_dir", "yes")   # YAML made this True, and a traceback
+    assert rc == 0, out.err
+    assert ran[-1]["out_dir"] != str(tmp_path / "yes")   # the kernel writes a temporary beside it ...
+    assert (tmp_path / "yes" / "results.json").is_file()   # ... put in place at the folder given
+    rc, out = _main(capsys, "-p", "print_every", "2001-01-01")   # YAML made this a date, failed "in a cell"
+    line = _one_line(out.err)
+    assert rc == 2 and "print_every" in line and "whole number" in line
+    rc, out = _main(capsys, "-p", "repeats", "0")   # the right type, a value the notebook refuses: before it runs
+    assert rc == 2 and "04_print_overhead: repeats=0" in _one_line(out.err)
+    assert len(ran) == 1
+
+
+def test_parse_value_follows_the_declared_type():
+    assert parse_value("out_dir", "a\nb #2", "str") == "a\nb #2"   # YAML folded the newline, dropped " #2"
+    assert parse_value("model", "none", "str") == "none"
+    assert parse_value("repeats", "3", "int") == 3 and parse_value("repeats", "None", "int") is None
+    assert parse_value("rate_precision", "0.05", "float") == 0.05
+    assert parse_value("cold", "true", "bool") is True and parse_value("cold", "False", "bool") is False
+    assert parse_value("batch_sizes", "[8, 32]", "list[int]") == [8, 32]
+    assert parse_value("batch_sizes", "8", "list[int]") == 8   # one value: the notebook makes it a list of one
+    assert parse_value("worker_counts", "[0, cores // 2]", "list[int]") == [0, "cores // 2"]
+    assert parse_value("max_workers", "cores * 2", "int") == "cores * 2"
+    for key, text, typ, words in [("print_every", "2001-01-01", "int", "whole number"),
+                                  ("rate_precision", "inf", "float", "a number"),
+                                  ("cold", "maybe", "bool", "true or false"),
+                                  ("batch_sizes", "[8, x]", "list[int]", "'x' is not int"),
+                                  ("modes", "[print, on]", "list[str]", "quote it"),
+                                  ("batch_sizes", "{a: 1}", "list[int]", "a list"),
+                                  ("batch_sizes", "[8, 32", "list[int]", "not valid YAML")]:
+        with pytest.raises(ValueError, match=key) as err:
+            parse_value(key, text, typ, "04_print_overhead")
+        assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_runner_options_and_their_p_twins_are_one_truth(tmp_path):
+    with pytest.raises(ValueError, match="both say where the record goes"):
+        resolve_run([NB04], [("out_dir", str(tmp_path / "a"))], out_root=tmp_path / "b")
+    with pytest.raises(ValueError, match="--data-only builds the embedded data sets"):
+        resolve_run([NB04], [("data_root", "x")], data_only=True)
+    with pytest.raises(ValueError, match="given twice"):
+        resolve_run([NB04], [("repeats", "2"), ("repeats", "3")])
+    rp = resolve_run([NB04], [("profile", "smoke"), ("repeats", "2"), ("out_dir", "")], out_root=tmp_path / "r")
+    assert rp.profile == "smoke" and rp.params == {"repeats": 2} and rp.for_notebook == {NB04: {"repeats": 2}}
+    assert rp.out_root == tmp_path / "r"
