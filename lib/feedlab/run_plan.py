@@ -136,7 +136,8 @@ def settings_changed(notebook: str, profile: str, commit: str | None) -> list[st
     if not commit:
         return []
     try:
-        text = subprocess.run(["git", "-C", str(paths.REPO_ROOT), "show", f"{commit}:notebooks/profiles.yaml"],
+        text = subprocess.run(["git", "-C", str(paths.REPO_ROOT), "show", "--end-of-options",
+                               f"{commit}:notebooks/profiles.yaml"],
                               capture_output=True, text=True, timeout=20)
         if text.returncode:
             return []

@@ -50,3 +50,28 @@ def test_a_missing_record_is_one_line(tmp_path, monkeypatch):
     (tmp_path / "figs" / "02_lmdb_vs_png" / "cpu-2c" / "results.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match="commit abc has no figures/02_lmdb_vs_png/cpu-2c"):
         rerun.compare("abc", ["02"], "cpu-2c", tmp_path / "figs")
+
+
+def test_before_is_a_commit_never_an_option_of_git(tmp_path, monkeypatch, capsys):
+    """``--before=--output=x`` reached git as an option: git wrote its output to x (4 files). Now a rev is
+    looked up as a name only (``--end-of-options``), and one that names no commit is one line."""
+    import uuid
+
+    from feedlab.paths import REPO_ROOT
+
+    monkeypatch.chdir(tmp_path)
+    probe = f"feedlab-rerun-probe-{uuid.uuid4().hex[:8]}"
+    written = [REPO_ROOT / probe, tmp_path / probe]
+    try:
+        with pytest.raises(SystemExit) as ex:
+            rerun.main([f"--before=--output={probe}", "01"])
+        assert ex.value.code == 2
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert len(err) == 1 and "not a commit of this repository" in err[0], err
+        assert rerun._git_show(f"--output={probe}", "figures/x/results.json") is None
+        assert not any(p.exists() for p in written)
+    finally:
+        for p in written:
+            p.unlink(missing_ok=True)
+    head = rerun.resolve_commit("HEAD")
+    assert len(head) == 40 and rerun.resolve_commit(head[:12]) == head

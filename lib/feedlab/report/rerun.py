@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,8 +29,22 @@ FILES = ("results.json", "results.csv", "fingerprint.json")
 
 
 def _git_show(rev: str, path: str) -> bytes | None:
-    r = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"{rev}:{path}"], capture_output=True, timeout=60)
+    # --end-of-options: a rev such as "--output=x" is a name to look up, never an option of git's
+    r = subprocess.run(["git", "-C", str(REPO_ROOT), "show", "--end-of-options", f"{rev}:{path}"],
+                       capture_output=True, timeout=60)
     return r.stdout if r.returncode == 0 else None
+
+
+def resolve_commit(rev: str) -> str:
+    """The commit ``rev`` names in this repository (its full hex name), else ``ValueError``, one line:
+    ``--before`` is looked up as a name only (``git rev-parse --verify --end-of-options REV^{commit}``)."""
+    r = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                        f"{rev}^{{commit}}"], capture_output=True, text=True, timeout=60)
+    sha = r.stdout.strip()
+    if r.returncode or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", sha):
+        raise ValueError(f"--before {rev!r}: not a commit of this repository; give a commit, tag or branch "
+                         "(HEAD~3, a hash from git log)")
+    return sha
 
 
 def _duration(executed: bytes | str | None) -> float | None:
@@ -132,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the markdown here too")
     args = ap.parse_args(argv)
     with cli_errors("feedlab.report.rerun"):
-        text = compare(args.before, args.notebooks, args.machine)
+        text = compare(resolve_commit(args.before), args.notebooks, args.machine)
         print(text)
         if args.out:
             atomic_write(args.out, text + "\n")
