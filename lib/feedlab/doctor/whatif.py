@@ -2,12 +2,17 @@
 
 :mod:`feedlab.peers.whatif` measures (in a child process, :func:`run_whatif`: the peers import the doctor,
 so the doctor reaches them through a process, never an import), on a sample of your own data, your pipeline and each installed
-peer of notebook 13 (:mod:`feedlab.peers`) that can express it, through the peers' own runners; this
-module decides what each peer can express (:func:`express`), turns each measured peer into a row with
-its gain against your pipeline, its share of the doctor's headspace and its like-for-like judgement
-(:mod:`feedlab.like_for_like`: order, pixels against the reference decode, batch size, workers, cache,
-window), and writes the answer: "switching to X would give ×a (conversion b s); the doctor's changes give
-×c without migrating; the most possible is ×N". A ratio whose sides differ is never the answer.
+peer of notebook 13 (:mod:`feedlab.peers`) that can express it, through the peers' own runners, in
+interleaved rounds (A B C, B C A, …; :data:`ROUNDS`), each pass with the other programs' load over it
+(:func:`pass_busy`: ``monitor.LoadWindow``'s busy threshold, or less than ``monitor.BUSY_SPEED`` of a core
+left to each of the side's processes). A busy pass is measured again once; a side still busy is "too busy
+to judge" (:func:`summarise`). This module decides what each peer can express (:func:`express`), turns each
+measured peer into a row with its gain on your loop against your pipeline (each side's median over its
+passes, the interval from the paired per-pass ratios: :func:`gain_interval`), its share of the doctor's
+headspace, and the one judge's verdict (:func:`feedlab.like_for_like.verdict`: like-for-like sides, neither
+busy, the interval clear of ×:data:`SWITCH_TARGET`), and writes the answer (:func:`answer`): "switch to X"
+only where that verdict is "met"; else "no switch" and why; then the doctor's own best change (measured
+where its table measured one) and the headspace, never below a gain measured in the same run.
 """
 
 from __future__ import annotations
@@ -17,14 +22,18 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
+from feedlab import like_for_like as lfl
+from feedlab import procgroup
 from feedlab.like_for_like import Side, differences, order_of
+from feedlab.monitor import BUSY_SPEED, speed_left
 
 from .answer import headspace, top_changes
 from .report import fmt_rate
@@ -33,11 +42,15 @@ from .report import fmt_rate
 WHATIF_PEERS = ("ffcv", "dali", "spdl", "litdata", "webdataset", "mosaic_streaming")
 DEFAULT_SAMPLES = 2048
 # what the child needs of the doctor's report: the step and end-to-end rate (headspace), the advice
-REPORT_KEYS = ("stages", "measured_samples_per_s", "advice", "step_changes", "calibration")
+REPORT_KEYS = ("stages", "measured_samples_per_s", "advice", "step_changes", "calibration", "end_to_end",
+               "num_workers", "verdict", "headroom", "kind")
 GRACE_S = 15.0      # after SIGTERM at the limit, how long the child has to stop its peers before SIGKILL
 # the shortest timed window a rate is judged on (like_for_like.MIN_TIMED_BATCHES): a sample holds at least
 # this many batches, so one epoch of it is a window
 MIN_BATCHES = 50
+ROUNDS = 3          # interleaved rounds: every side measured once a round (A B C, B C A, …); at least 2
+SWITCH_TARGET = 1.05  # a switch is worth naming only at >= x1.05 on your loop, its interval clear of it
+TOO_BUSY = "too busy to judge"
 
 
 def add_arguments(ap) -> None:
@@ -117,60 +130,155 @@ def share_of_most(gain: float, most: float | None) -> float | None:
     return (gain - 1.0) / (most - 1.0)
 
 
+def pass_busy(load: dict | None, processes: int) -> str | None:
+    """Why one pass was measured on a busy machine, or None: other programs used more than the workbook's
+    busy threshold of the cores (``LoadWindow.summary()['busy']``), or left each of the side's ``processes``
+    (its workers and main process) less than ``monitor.BUSY_SPEED`` of a core. None where the window could not
+    read the load (said in the pass's record)."""
+    if not load or not load.get("available"):
+        return None
+    left = speed_left(load, max(1, int(processes)))
+    if not load.get("busy") and (left is None or left >= BUSY_SPEED):
+        return None
+    return (f"other processes used {load.get('other_cpu_cores', 0):.2f} of {load.get('usable_cores', '?')} usable "
+            f"cores ({load.get('other_fraction', 0):.0%}; {left if left is not None else float('nan'):.2f} of a core "
+            f"left to each of {max(1, int(processes))} processes)")
+
+
+def summarise(passes: list[dict]) -> dict:
+    """A side from its passes (each ``{rate, busy, ...}``; a busy pass measured again is marked ``replaced``
+    and followed by its second reading): ``rate`` the median over its passes, ``rate_lo``/``rate_hi`` their range, ``repeats``,
+    and ``busy`` (why) where a pass stayed busy after its second reading: then the side is too busy to judge."""
+    kept = [p for p in passes if not p.get("replaced")]
+    rates = [float(p["rate"]) for p in kept if p.get("rate")]
+    busy = next((p["busy"] for p in kept if p.get("busy")), None)
+    if not rates:
+        return {"rate": None, "rate_lo": None, "rate_hi": None, "repeats": 0, "busy": busy, "rates": []}
+    return {"rate": float(np.median(rates)), "rate_lo": min(rates), "rate_hi": max(rates), "repeats": len(rates),
+            "busy": f"measured on a busy machine twice ({busy})" if busy else None, "rates": rates}
+
+
 def side_of(label: str, shuffle: str | None, pixel_error: float | None, batch_size: int | None,
-            workers: int | None, batches: int | None, window_s: float | None) -> Side:
-    return Side(label, order_of(shuffle), pixel_error, batch_size, workers, "warm", batches, window_s)
+            workers: int | None, batches: int | None, window_s: float | None, busy: str | None = None,
+            repeats: int | None = None) -> Side:
+    return Side(label, order_of(shuffle), pixel_error, batch_size, workers, "warm", batches, window_s,
+                busy=busy, rate_kind="steady", repeats=repeats)
+
+
+def gain_interval(rates: list[float], base_rates: list[float], step_rate: float | None) -> tuple[float, float]:
+    """The interval of the loop gain: the range of the paired per-round gains (this side's pass k against
+    your pipeline's pass k, the two measured side by side in one round) and of the ratio of the medians."""
+    g = loop_gain(float(np.median(rates)), float(np.median(base_rates)), step_rate, overlapped=True)
+    paired = [loop_gain(r, b, step_rate, overlapped=True) for r, b in zip(rates, base_rates) if r > 0 and b > 0]
+    return min([g, *paired]), max([g, *paired])
 
 
 def peer_row(info: dict, base: dict, step_rate: float | None, most: float | None) -> dict:
     """One peer's row from :func:`feedlab.peers.measure.run_peer`'s info (``rate``, ``window_s``,
-    ``batches`` added by the runner) against your pipeline's ``base`` (``rate``, ``side``)."""
+    ``batches`` added by the runner; ``rates``/``passes``/``busy`` where measured in rounds) against your
+    pipeline's ``base`` (``rate``, ``side``, ``rates``): its gain, interval and the one judge's verdict."""
     row = {"peer": info["name"], "label": info.get("label", info["name"]), "available": bool(info.get("available")),
            "reason": info.get("reason", ""), "convert_s": info.get("convert_s"),
            "bytes_on_disk": info.get("bytes_on_disk"), "shuffle": info.get("shuffle", ""),
-           "pixel_error": info.get("pixel_error"), "interpreter": info.get("interpreter", "")}
+           "pixel_error": info.get("pixel_error"), "interpreter": info.get("interpreter", ""),
+           "passes": info.get("passes", [])}
     rate = info.get("rate")
     if not row["available"] or rate is None or not base.get("rate"):
         row["measured"] = False
         if row["available"] and not row["reason"]:
             row["reason"] = info.get("error") or "not timed"
         return row
+    rates = info.get("rates") or [rate]
     side = side_of(row["label"], row["shuffle"], row["pixel_error"], info.get("batch_size"), info.get("workers"),
-                   info.get("batches"), info.get("window_s"))
+                   info.get("batches"), info.get("window_s"), info.get("busy"), len(rates))
     diff = differences(base["side"], side)
     gain = loop_gain(rate, base["rate"], step_rate, overlapped=True)
-    row.update(measured=True, samples_per_s=rate, loader_ratio=rate / base["rate"], gain=gain,
-               share_of_most=share_of_most(gain, most), like_for_like=not diff, differs=diff,
-               order=side.order)
+    lo, hi = gain_interval(rates, base.get("rates") or [base["rate"]], step_rate)
+    v = lfl.verdict(side, base["side"], gain, target=SWITCH_TARGET, lo=lo, hi=hi)
+    busy = [s.busy and f"{s.label} {s.busy}" for s in (base["side"], side)]
+    row.update(measured=True, samples_per_s=rate, loader_ratio=rate / base["rate"], gain=gain, gain_lo=lo,
+               gain_hi=hi, share_of_most=share_of_most(gain, most), like_for_like=not diff, differs=diff,
+               order=side.order, busy=info.get("busy"), repeats=len(rates), verdict=v.word, verdict_why=v.why,
+               judged=(f"{TOO_BUSY} ({'; '.join(filter(None, busy))})" if any(busy) else str(v)))
     return row
 
 
 def doctor_gain(rep: dict) -> tuple[float, str]:
-    """The doctor's own best change without migrating (measured where measured) and its words."""
+    """The doctor's own best change without migrating and its words: its advice's best change (measured where
+    measured), or the best worker count its own table measured end to end where that is higher (the ANSWER
+    never reads lower than the run's measured table)."""
     changes = top_changes(rep)
-    if not changes:
-        return 1.0, "no change advised"
-    best = max(changes, key=lambda c: c["gain_value"])
-    return float(best["gain_value"]), best["what"]
+    best = max(changes, key=lambda c: c.get("gain_value") or 0.0) if changes else None
+    gain = float(best.get("gain_value") or 1.0) if best else 1.0
+    what = best.get("what", "") if best else "no change advised"
+    if best and "measured" not in str(best.get("gain", "measured")):
+        what += ", predicted"
+    t = table_best(rep)
+    if t and t[0] > gain:
+        gain, what = t
+    return gain, what
 
 
-def answer(rows: list[dict], rep: dict) -> str:
-    """The one sentence: the best like-for-like peer's gain and conversion, the doctor's changes, the most."""
+def table_best(rep: dict) -> tuple[float, str] | None:
+    """The doctor's end-to-end table: the best worker count measured (not busy) over the one you run, with
+    its words, where it is faster than yours; None otherwise."""
+    rows = [r for r in rep.get("end_to_end") or [] if r.get("samples_per_s") and not r.get("too_busy")]
+    mine = next((r for r in rows if r.get("num_workers") == rep.get("num_workers")), None)
+    if mine is None or not rows:
+        return None
+    best = max(rows, key=lambda r: r["samples_per_s"])
+    g = best["samples_per_s"] / mine["samples_per_s"]
+    if best is mine or g <= 1.0:
+        return None
+    return g, f"num_workers = {best['num_workers']}, measured in the doctor's table"
+
+
+def _no_switch(rows: list[dict], base_busy: str | None) -> str:
+    """Why no switch is named: your pipeline too busy; the best judged like-for-like peer inside the spread
+    or under the target; a peer too busy; or no peer like for like."""
+    if base_busy:
+        return f"no switch: {TOO_BUSY} (your pipeline {base_busy})"
+    like = [r for r in rows if r.get("measured") and r.get("like_for_like")]
+    judged = [r for r in like if r.get("verdict") in (lfl.WITHIN, lfl.MISSED)]
+    if judged:
+        r = max(judged, key=lambda r: (round(r["gain"], 2), r["loader_ratio"]))
+        why = ("inside the spread of" if r["verdict"] == lfl.WITHIN else "under")
+        return (f"no switch: the best like-for-like peer, {r['label']}, measured ×{r['gain']:.2f} on your loop "
+                f"(×{r['gain_lo']:.2f}–{r['gain_hi']:.2f}), {why} ×{SWITCH_TARGET:.2f}")
+    busy = [r for r in like if r.get("busy")]
+    if busy:
+        return f"no switch: {TOO_BUSY} ({busy[0]['label']} {busy[0]['busy']})"
+    if like:
+        return f"no switch: {like[0]['label']} {like[0].get('judged', 'not judged')}"
+    measured = [r for r in rows if r.get("measured")]
+    return "no peer could be compared like for like" + (
+        f" ({measured[0]['label']}: {'; '.join(measured[0]['differs'])})" if measured else " (none measured)")
+
+
+def answer(rows: list[dict], rep: dict, base_busy: str | None = None) -> str:
+    """The one sentence: a switch only where the one judge says "met" (like for like, neither side busy, the
+    interval clear of ×SWITCH_TARGET), else "no switch" and why; the doctor's own best change; the headspace,
+    named, and never below a gain this run measured."""
     h = headspace(rep)
-    most = f"×{h['most']:.2f}" if h else "not measured (no training step timed: give --model)"
     c, what = doctor_gain(rep)
     mine = f"the doctor's changes give ×{c:.2f} without migrating ({what})"
-    like = [r for r in rows if r.get("measured") and r.get("like_for_like")]
-    if like:
-        best = max(like, key=lambda r: (round(r["gain"], 2), r["loader_ratio"]))   # a tie on the loop: the faster loader
-        head = (f"switching to {best['label']} would give ×{best['gain']:.2f} "
-                f"(conversion {best['convert_s'] or 0:.1f} s; its loader alone ×{best['loader_ratio']:.2f})")
+    met = [r for r in rows if r.get("measured") and r.get("verdict") == lfl.MET and not base_busy]
+    if met:
+        best = max(met, key=lambda r: (round(r["gain"], 2), r["loader_ratio"]))   # a tie on the loop: the faster loader
+        head = (f"switching to {best['label']} would give ×{best['gain']:.2f} (×{best['gain_lo']:.2f}–"
+                f"{best['gain_hi']:.2f} over {best.get('repeats') or 1} interleaved passes a side; conversion "
+                f"{best['convert_s'] or 0:.1f} s; its loader alone ×{best['loader_ratio']:.2f})")
     else:
-        measured = [r for r in rows if r.get("measured")]
-        head = ("no peer could be compared like for like" + (
-            f" ({measured[0]['label']}: {'; '.join(measured[0]['differs'])})" if measured else
-            " (none measured)"))
-    return f"{head}; {mine}; the most possible is {most}"
+        head = _no_switch(rows, base_busy)
+    if h is None:
+        return f"{head}; {mine}; the most possible is not measured (no training step timed: give --model)"
+    seen = [(r["gain"], r["label"]) for r in met] + [(c, what)]
+    top = max(seen)
+    most = f"the most possible is ×{h['most']:.2f} (the headspace: your step alone over end to end)"
+    if top[0] > h["most"] * 1.05:
+        most += (f", below the ×{top[0]:.2f} measured here ({top[1]}): your step runs slower beside the loader "
+                 "than alone, so the headspace understates what a change gives")
+    return f"{head}; {mine}; {most}"
 
 
 def _bytes(b) -> str:
@@ -181,29 +289,44 @@ def _num(x, fmt: str, none: str = "—") -> str:
     return none if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
 
+def _spread(lo, hi) -> str:
+    return "" if lo is None or hi is None else f"{fmt_rate(lo)}–{fmt_rate(hi)}"
+
+
+def _loads(passes: list[dict]) -> str:
+    v = [p["load"]["other_fraction"] for p in passes if (p.get("load") or {}).get("available") and not p.get("replaced")]
+    return f"{max(v):.0%}" if v else "—"
+
+
 def render(w: dict) -> list[str]:
-    """The what-if's lines: what was measured, the table, the peers that could not, the answer."""
+    """The what-if's lines: what was measured, the table (each side's median and range over its interleaved
+    passes, the busiest pass's other load, the verdict), the peers that could not, the answer."""
     if "error" in w:
         return ["", f"WHAT IF you switched loaders? not measured: {w['error']}"]
     b = w["baseline"]
+    rounds = w.get("rounds", 1)
     lines = ["", f"WHAT IF you switched loaders? {w['samples']:,} items of your data ({w['how']}), batch "
              f"{w['batch_size']}, {w['workers']} workers, warm cache, {w['device']}; every side timed alike "
-             "(notebook 13's harness: each batch to the device as float)"]
+             f"(notebook 13's harness: each batch to the device as float), in {rounds} interleaved rounds "
+             "(each side once a round, the order rotated), each pass with the other programs' load"]
     lines += [f"  note: {n}" for n in w.get("notes", [])]
-    lines.append(f"  {'loader':<22} {'samples/s':>10} {'×loader':>8} {'×loop':>6} {'of most':>8} "
-                 f"{'convert':>8} {'on disk':>11} {'order':<10} {'pixels':>6}  like for like")
-    lines.append(f"  {'your pipeline':<22} {fmt_rate(b.get('rate')):>10} {'1.00':>8} {'1.00':>6} {'':>8} "
-                 f"{'0.0 s':>8} {_bytes(b.get('bytes_on_disk')):>11} {str(b.get('order')):<10} "
-                 f"{_num(b.get('pixel_error'), '.1f'):>6}  (the reference side)")
+    lines.append(f"  {'loader':<22} {'samples/s':>10} {'range':>13} {'other':>6} {'×loader':>8} {'×loop':>6} "
+                 f"{'of most':>8} {'convert':>8} {'on disk':>11} {'order':<10} {'pixels':>6}  verdict")
+    lines.append(f"  {'your pipeline':<22} {fmt_rate(b.get('rate')):>10} {_spread(b.get('rate_lo'), b.get('rate_hi')):>13} "
+                 f"{_loads(b.get('passes') or []):>6} {'1.00':>8} {'1.00':>6} {'':>8} {'0.0 s':>8} "
+                 f"{_bytes(b.get('bytes_on_disk')):>11} {str(b.get('order')):<10} {_num(b.get('pixel_error'), '.1f'):>6}  "
+                 + (f"{TOO_BUSY} ({b['busy']})" if b.get("busy") else "(the reference side)"))
     for r in w["peers"]:
         if not r.get("measured"):
             continue
+        rates = [p["rate"] for p in r.get("passes") or [] if p.get("rate")]
+        spread = _spread(min(rates), max(rates)) if rates else ""
         share = _num(r.get("share_of_most"), ".0%")
-        lines.append(f"  {r['label'][:22]:<22} {fmt_rate(r['samples_per_s']):>10} {r['loader_ratio']:>8.2f} "
-                     f"{r['gain']:>6.2f} {share:>8} {_num(r['convert_s'], '.1f'):>6} s "
-                     f"{_bytes(r['bytes_on_disk']):>11} {str(r.get('order')):<10} "
-                     f"{_num(r.get('pixel_error'), '.1f'):>6}  "
-                     + ("yes" if r["like_for_like"] else f"no ({'; '.join(r['differs'])})"))
+        judged = r.get("judged") or ("yes" if r["like_for_like"] else f"no ({'; '.join(r['differs'])})")
+        lines.append(f"  {r['label'][:22]:<22} {fmt_rate(r['samples_per_s']):>10} {spread:>13} "
+                     f"{_loads(r.get('passes') or []):>6} {r['loader_ratio']:>8.2f} {r['gain']:>6.2f} {share:>8} "
+                     f"{_num(r['convert_s'], '.1f'):>6} s {_bytes(r['bytes_on_disk']):>11} {str(r.get('order')):<10} "
+                     f"{_num(r.get('pixel_error'), '.1f'):>6}  {judged}")
     for r in w["peers"]:
         if not r.get("measured"):
             lines.append(f"  {r['label']}: {r['reason']}")
@@ -233,9 +356,9 @@ def run_whatif(rep: dict, root, spec, samples: int | None, peers, device: str, l
         req["work"] = str(work)
         answer, errs = work / "answer.json", work / "stderr.txt"
         with open(errs, "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "feedlab.peers.whatif", str(answer)], stdin=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
-            code = _wait(proc, json.dumps(req), limit, errs, say)
+            group = procgroup.start([sys.executable, "-m", "feedlab.peers.whatif", str(answer)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env)
+            code = _wait(group, json.dumps(req), limit, errs, say)
         if code is None:
             return {"error": f"--what-if ran past {limit:.0f} s ({limit_s:g} s a side): it and the peers it started "
                              "were stopped (--what-if-limit S waits longer)"}
@@ -247,25 +370,28 @@ def run_whatif(rep: dict, root, spec, samples: int | None, peers, device: str, l
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _wait(proc, request: str, limit: float, errs: Path, say) -> int | None:
+def _wait(group, request: str, limit: float, errs: Path, say) -> int | None:
     """Hand the child its request, relay its log lines, stop its group at ``limit`` (SIGTERM, then SIGKILL
-    after ``GRACE_S``) or when this process is interrupted. Its exit status, None at the limit."""
+    after ``GRACE_S``; a daemon it started too) or when this process is interrupted or signalled. Its exit
+    status, None at the limit."""
+    proc = group.proc
     proc.stdin.write(request.encode())
     proc.stdin.close()
     t0, seen = time.monotonic(), 0
     try:
-        while True:
-            try:
-                return proc.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                pass
-            finally:
-                seen = _relay(errs, seen, say)
-            if time.monotonic() - t0 > limit:
-                _stop_group(proc)
-                return None
+        with procgroup.signals_raise():
+            while True:
+                try:
+                    return proc.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    pass
+                finally:
+                    seen = _relay(errs, seen, say)
+                if time.monotonic() - t0 > limit:
+                    group.stop(GRACE_S)
+                    return None
     except BaseException:
-        _stop_group(proc)
+        group.stop(GRACE_S)
         raise
 
 
@@ -280,16 +406,3 @@ def _relay(errs: Path, seen: int, say) -> int:
         if line.strip():
             say(line.strip().removeprefix("… "))
     return seen + done
-
-
-def _stop_group(proc) -> None:
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue

@@ -13,7 +13,12 @@ workers) is timed on it by notebook 13's harness (:func:`feedlab.peers.measure.p
 the device as float, whole epochs in windows of at least ``MIN_TIMED_BATCHES``), its output checked as the
 peers' is (:mod:`feedlab.peers.check`); each peer goes through :func:`feedlab.peers.measure.run_peer`
 (conversion, output check, timed epochs; in its own venv where it has one), un-augmented as yours is.
-Every side runs under a limit; the words are :mod:`feedlab.doctor.whatif`'s.
+
+The sides are measured interleaved (:func:`interleave`): one pass of each side a round (a fresh loader, a
+warm-up epoch, one window), the order rotated each round, at least two rounds, each pass inside a
+``monitor.LoadWindow``; a busy pass is measured again once, and a side busy twice is "too busy to judge"
+(:func:`feedlab.doctor.whatif.summarise`), so a busy window on one side cannot make a switch answer. Every
+pass runs under a limit; the words and the verdicts are :mod:`feedlab.doctor.whatif`'s.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from feedlab.errors import DeadlineError, deadline, strict_json
 from feedlab.formats.imagefolder import scan
 from feedlab.formats.images import scan_images
 from feedlab.like_for_like import order_of
+from feedlab.monitor import LoadWindow
 from feedlab.peers.base import Source
 from feedlab.peers.check import verify_cls, verify_sr
 from feedlab.peers.measure import MIN_TIMED_BATCHES, peer_epoch, run_peer
@@ -47,8 +53,8 @@ from feedlab.peers.report import pixel_error
 from feedlab.peers.venvs import python_for
 from feedlab.results import atomic_write
 
-LIMIT_S = 900.0     # the most one side (your pipeline, or one peer: conversion, check and timing) may take
-REPEATS = 3
+LIMIT_S = 900.0     # the most one pass of a side (your pipeline, or one peer: conversion, check and timing) may take
+REPEATS = W.ROUNDS  # interleaved rounds (at least 2)
 
 
 class _Sample(torch.utils.data.Dataset):
@@ -121,37 +127,37 @@ def _loader(root: Path, spec: pl.PipelineSpec, source, size: int):
                                        collate_fn=pl.make_collate(spec.collate), persistent_workers=w > 0)
 
 
-def time_baseline(root: Path, spec: pl.PipelineSpec, source, size: int, device: str, repeats: int = REPEATS) -> dict:
-    """Your pipeline on the sample: its output checked, then timed as :func:`peers.measure.time_contender`
-    times a peer (a warm-up epoch, then ``repeats`` windows of whole epochs); the median rate."""
+def time_baseline(root: Path, spec: pl.PipelineSpec, source, size: int, device: str, check: bool = True) -> dict:
+    """One pass of your pipeline on the sample, timed as :func:`peers.measure.time_contender` times a peer: a
+    fresh loader, its output checked (``check``: the first pass), a warm-up epoch, then one window of whole
+    epochs; its rate."""
     loader = _loader(root, spec, source, size)
-    check = verify_sr(loader, source) if source.kind == "sr" else verify_cls(loader, source, size)
+    out = {}
+    if check:
+        out["check"] = verify_sr(loader, source) if source.kind == "sr" else verify_cls(loader, source, size)
+        out["pixel_error"] = pixel_error(out["check"])
     peer_epoch(loader, source.kind, device, source.n)
     per_batch = -(-source.n // spec.batch_size)
     per_window = max(1, -(-MIN_TIMED_BATCHES // per_batch))
-    rates, walls = [], []
-    for _ in range(repeats):
-        eps = [peer_epoch(loader, source.kind, device, source.n) for _ in range(per_window)]
-        if not all(e["ok"] for e in eps):
-            raise ValueError(f"your pipeline returned {eps[0]['samples']} samples of {source.n} in an epoch")
-        walls.append(sum(e["wall_s"] for e in eps))
-        rates.append(source.n * per_window / walls[-1])
+    eps = [peer_epoch(loader, source.kind, device, source.n) for _ in range(per_window)]
+    if not all(e["ok"] for e in eps):
+        raise ValueError(f"your pipeline returned {eps[0]['samples']} samples of {source.n} in an epoch")
     del loader
-    rate = float(np.median(rates))
-    return {"rate": rate, "check": check, "pixel_error": pixel_error(check), "batches": per_window * per_batch,
-            "window_s": float(np.median(walls)),
-            "bytes_on_disk": source.source_bytes() if source.kind == "cls" else None}
+    wall = sum(e["wall_s"] for e in eps)
+    return {**out, "available": True, "rate": source.n * per_window / wall, "batches": per_window * per_batch,
+            "window_s": wall, "bytes_on_disk": source.source_bytes() if source.kind == "cls" else None}
 
 
 def time_peer(name: str, source, work: Path, spec: pl.PipelineSpec, size: int, device: str, limit_s: float,
-              stall_s: float | None, repeats: int = REPEATS) -> dict:
-    """One peer through notebook 13's runner, un-augmented: its info with the median warm rate, its timed
-    window and the pixel error of its output check added."""
+              stall_s: float | None, repeats: int = 1, check: bool = True) -> dict:
+    """One pass of a peer through notebook 13's runner, un-augmented (conversion, the output check where
+    ``check``, a warm-up, ``repeats`` windows): its info with the median warm rate, its timed window and the
+    pixel error of its output check added."""
     label = f"--what-if: peer {name}"
     with deadline(None if (python_for(name) and not in_venv()) else limit_s, label,
                   "--what-if-limit S waits longer"):
         res, info = run_peer(name, source, work, spec.batch_size, [spec.num_workers], size=size, repeats=repeats,
-                             device=device, stall_s=stall_s, augment=False)
+                             device=device, stall_s=stall_s, augment=False, check=check)
     rates = [r["value"] for r in res.rows if r["metric"] == "samples_per_s" and r.get("cache", "warm") == "warm"]
     runs = info.get("runs") or []
     if info.get("available") and runs and not runs[0].get("ok"):
@@ -164,7 +170,8 @@ def time_peer(name: str, source, work: Path, spec: pl.PipelineSpec, size: int, d
         threads = ">= 1" in (info.get("parallelism") or "")
         info.update(rate=rate, window_s=epw * source.n / rate, batches=epw * -(-source.n // spec.batch_size),
                     batch_size=spec.batch_size, workers=max(1, spec.num_workers) if threads else spec.num_workers)
-    info["pixel_error"] = pixel_error(info.get("check"))
+    if check:
+        info["pixel_error"] = pixel_error(info.get("check"))
     if info.get("available") and info.get("reason") == "output check failed":
         info["available"] = False
         c = info.get("check") or {}
@@ -172,17 +179,64 @@ def time_peer(name: str, source, work: Path, spec: pl.PipelineSpec, size: int, d
     return info
 
 
+def interleave(sides: list[dict], rounds: int, log=lambda m: None, load_window=LoadWindow) -> dict[str, dict]:
+    """Every side measured once a round for ``rounds`` rounds, the order rotated each round (A B C, B C A,
+    C A B, …), each pass inside a load window (``load_window()``: ``monitor.LoadWindow``, a fake in tests).
+    A side is ``{"label", "run": f(first) -> info with "rate" (or "available": False and "reason"),
+    "processes"}``. A pass measured busy (:func:`feedlab.doctor.whatif.pass_busy`) is measured again once
+    (the busy one kept, marked ``replaced``); busy again, the side is measured no more. A side that raises or
+    is unavailable is measured no more, its first info kept with the reason. Per side: ``{"info": the first
+    pass's info, "passes": [{round, rate, window_s, load, busy, again[, replaced]}], "busy", "error"}``."""
+    out = {s["label"]: {"info": None, "passes": [], "busy": None, "error": None, "seconds": 0.0} for s in sides}
+    n = len(sides)
+    for k in range(int(rounds)):
+        for j in range(n):
+            s = sides[(j + k) % n]
+            o = out[s["label"]]
+            if o["error"] or o["busy"]:
+                continue
+            for attempt in (1, 2):
+                log(f"what-if: {s['label']}, round {k + 1} of {rounds}" + (" (again: busy)" if attempt == 2 else ""))
+                window, t0 = load_window(), time.perf_counter()
+                try:
+                    info = s["run"](o["info"] is None)
+                except (DeadlineError, ValueError, OSError, RuntimeError) as exc:
+                    o["error"] = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+                    break
+                finally:
+                    o["seconds"] += time.perf_counter() - t0
+                load = window.summary()
+                if o["info"] is None:
+                    o["info"] = info
+                if not info.get("available", True) or info.get("rate") is None:
+                    o["error"] = info.get("reason") or info.get("error") or "not timed"
+                    break
+                busy = W.pass_busy(load, s["processes"])
+                p = {"round": k + 1, "rate": float(info["rate"]), "window_s": info.get("window_s"), "load": load,
+                     "busy": busy, "again": attempt == 2}
+                o["passes"].append(p)
+                if not busy:
+                    break
+                if attempt == 1:
+                    p["replaced"] = True
+                    log(f"what-if: {s['label']} busy ({busy}): measured again")
+                else:
+                    o["busy"] = busy
+    return out
+
+
 def what_if(rep: dict, root: Path, spec: pl.PipelineSpec, crop: int = 96, samples: int | None = None,
             peers=W.WHATIF_PEERS, device: str = "cpu", limit_s: float = LIMIT_S, stall_s: float | None = None,
-            repeats: int = REPEATS, log=lambda m: None, work: Path | None = None) -> dict:
-    """The what-if's dict (the report's ``what_if`` key): the sample, your pipeline, every peer (measured,
-    or the one line why not), the answer. Temporaries go in ``work`` (the doctor's folder) or a folder
-    made here, removed at the end either way."""
+            repeats: int = REPEATS, log=lambda m: None, work: Path | None = None, load_window=LoadWindow) -> dict:
+    """The what-if's dict (the report's ``what_if`` key): the sample, your pipeline and every peer measured
+    in ``max(2, repeats)`` interleaved rounds (:func:`interleave`; or the one line why not), the answer.
+    Temporaries go in ``work`` (the doctor's folder) or a folder made here, removed at the end either way."""
     kind = formats.get_format(spec.format).kind
     mapping, how = W.express(kind, spec.transform, crop)
     n, note = W.sample_size(samples, spec.batch_size)
+    rounds = max(2, int(repeats))
     out = {"samples": n, "batch_size": spec.batch_size, "workers": spec.num_workers, "device": device,
-           "how": how, "notes": [note] if note else [], "peers": [], "baseline": {}}
+           "how": how, "notes": [note] if note else [], "peers": [], "baseline": {}, "rounds": rounds}
     if spec.loader != "dataloader":
         out["notes"].append(f"your loader kind {spec.loader!r} is timed here as a DataLoader with your settings")
     h = headspace(rep)
@@ -199,25 +253,44 @@ def what_if(rep: dict, root: Path, spec: pl.PipelineSpec, crop: int = 96, sample
         log(f"what-if: sampling {n:,} items of {root} into {tmp}")
         source, notes = build_sample(Path(root), spec.format, spec.decode_backend, n, tmp)
         out["notes"] += notes
-        log("what-if: your pipeline on the sample")
-        with deadline(limit_s, "--what-if: your pipeline on the sample", "--what-if-limit S waits longer"):
-            base = time_baseline(Path(root), spec, source, size, device, repeats)
+        mine = "your pipeline"
+
+        def base_run(first: bool) -> dict:
+            with deadline(limit_s, "--what-if: your pipeline on the sample", "--what-if-limit S waits longer"):
+                return time_baseline(Path(root), spec, source, size, device, check=first)
+
+        def peer_run(name: str):
+            def run(first: bool) -> dict:
+                try:
+                    return time_peer(name, source, tmp / "peers", spec, size, device, limit_s, stall_s, check=first)
+                except DeadlineError as exc:
+                    return {"name": name, "label": registry.get(name).label, "available": False, "reason": str(exc)}
+            return run
+
+        sides = [{"label": mine, "run": base_run, "processes": spec.num_workers + 1}]
+        sides += [{"label": p, "run": peer_run(p), "processes": max(1, spec.num_workers) + 1} for p in peers]
+        got = interleave(sides, rounds, log, load_window)
+        b = got[mine]
+        if b["error"]:
+            raise ValueError(f"your pipeline on the sample: {b['error']}")
+        base = {**b["info"], **W.summarise(b["passes"]), "passes": b["passes"]}
         base["order"] = order_of("global permutation per epoch (RandomSampler)")
-        base["side"] = W.side_of("your pipeline", "global permutation per epoch", base["pixel_error"],
-                                 spec.batch_size, spec.num_workers, base["batches"], base["window_s"])
+        base["side"] = W.side_of(mine, "global permutation per epoch", base["pixel_error"], spec.batch_size,
+                                 spec.num_workers, base["batches"], base["window_s"], base["busy"], base["repeats"])
         for name in peers:
-            t0 = time.perf_counter()
-            log(f"what-if: {name}")
-            try:
-                info = time_peer(name, source, tmp / "peers", spec, size, device, limit_s, stall_s, repeats)
-            except DeadlineError as exc:
-                info = {"name": name, "label": registry.get(name).label, "available": False, "reason": str(exc)}
-            info["seconds"] = time.perf_counter() - t0
+            g = got[name]
+            info = dict(g["info"] or {"name": name, "label": registry.get(name).label, "available": False})
+            if g["error"] and info.get("available"):
+                info.update(available=False, reason=g["error"])
+            if info.get("available"):
+                info.update({k: v for k, v in W.summarise(g["passes"]).items() if k not in ("rate_lo", "rate_hi")})
+            info["passes"] = g["passes"]
+            info["seconds"] = g["seconds"]
             out["peers"].append(W.peer_row(info, base, step_rate, most))
         out["baseline"] = {k: v for k, v in base.items() if k not in ("side", "check")}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    out["answer"] = W.answer(out["peers"], rep)
+    out["answer"] = W.answer(out["peers"], rep, base_busy=out["baseline"].get("busy"))
     return out
 
 
