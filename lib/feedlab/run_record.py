@@ -129,6 +129,31 @@ def write_manifest(folder: Path) -> None:
                                                                   if p.name != MANIFEST)}) + "\n")
 
 
+def missing_files(folder: Path, tracked: set[Path]) -> list[str]:
+    """The files of a record that its run wrote (its manifest, ``run_record.MANIFEST``) or git tracks (``tracked``)
+    and that are gone: a deleted committed figure is a record missing, never "not measured on this machine"."""
+    try:
+        listed = set(json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = set()
+    listed |= {p.name for p in tracked if p.parent == folder}
+    return sorted(n for n in listed if isinstance(n, str) and not (folder / n).exists())
+
+
+def tracked_files(folder: Path) -> set[Path]:
+    """The files git tracks under ``folder`` (absolute paths); empty outside a git work tree."""
+    import subprocess
+
+    try:
+        r = subprocess.run(["git", "-C", str(folder), "ls-files", "-z", "--full-name", "--", "."],
+                           capture_output=True, timeout=60)
+        top = subprocess.run(["git", "-C", str(folder), "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return {Path(top) / n.decode(errors="surrogateescape") for n in r.stdout.split(b"\0") if n} if top else set()
+
+
 def record_problem(name: str, final: Path) -> str:
     """"" where ``final`` may take notebook ``name``'s record: missing, empty, or a record of that
     notebook (the files a run of it wrote, :func:`written_by_run`, nothing else); otherwise one line

@@ -145,3 +145,33 @@ def test_printed_verdicts_in_the_readme_are_rejudged(tmp_path, monkeypatch):
         "[reproduced] 004-print-75x: A print() in the training loop made each batch about 75× slower. Ours: 40×."]}))
     text = readme.section(tmp_path)
     assert "- [not tested fairly here: the machine was busy" in text and "[reproduced] 004-print-75x" not in text
+
+
+def test_a_deleted_committed_figure_is_a_record_missing_never_not_measured(tmp_path):
+    """A committed figure deleted from a record was drawn as "not measured on this machine", with rc 0. Now the
+    record's manifest or git names it, and the README is not regenerated over it (one line, the path)."""
+    import json
+    import subprocess
+
+    from feedlab.report.readme import input_problems
+
+    figs = tmp_path / "figures"
+    for nb, manifest in (("04_x", True), ("05_y", False)):   # a record with its manifest, and one from before them
+        rec = figs / nb / "cpu-2c"
+        rec.mkdir(parents=True)
+        (rec / "results.json").write_text("{}")
+        (rec / "fingerprint.json").write_text(json.dumps({"machine": "cpu-2c"}))
+        (rec / "fig.png").write_bytes(b"png")
+        if manifest:
+            (rec / ".feedlab-record.json").write_text(json.dumps({"files": ["fig.png", "results.json"]}))
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "figures"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "records"], check=True)
+    clean = input_problems(figs)
+    assert not [p for p in clean if "record missing" in p]
+    for nb in ("04_x", "05_y"):
+        (figs / nb / "cpu-2c" / "fig.png").unlink()
+    got = [p for p in input_problems(figs) if "record missing" in p]
+    assert got == ["record missing: figures/04_x/cpu-2c/fig.png; restore it (git checkout -- figures/04_x/cpu-2c/fig.png)",
+                   "record missing: figures/05_y/cpu-2c/fig.png; restore it (git checkout -- figures/05_y/cpu-2c/fig.png)"]

@@ -30,6 +30,7 @@ from feedlab.report.claims.ledger import END as CLAIMS_END
 from feedlab.report.claims.ledger import START as CLAIMS_START
 from feedlab.report.summary import summary_markdown
 from feedlab.results import atomic_write
+from feedlab.run_record import missing_files, tracked_files
 
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 MAX_LINES = 14
@@ -364,8 +365,15 @@ def input_problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
     ``results.csv``, JSON of the wrong type, a machine folder whose fingerprint names another
     machine). Checked before anything is drawn, written or removed."""
     out: list[str] = []
+    tracked = tracked_files(Path(figures_dir))
     for nb_dir in sorted(p for p in Path(figures_dir).iterdir() if p.is_dir() and re.match(r"\d\d_", p.name)):
         for key, folder in machine_dirs(nb_dir.name, figures_dir).items():
+            gone = missing_files(folder, tracked)
+            if gone:
+                path = (folder / gone[0]).relative_to(Path(figures_dir).parent).as_posix()
+                out.append(f"record missing: {path}" + (f" (and {len(gone) - 1} more of that record)" if len(gone) > 1
+                                                        else "") + f"; restore it (git checkout -- {path})")
+                continue
             try:
                 fp = folder / "fingerprint.json"
                 why = _check_fingerprint(fp, folder) if fp.exists() else f"{folder}: no fingerprint.json"
