@@ -1,6 +1,7 @@
-"""The pure helpers of tests/benchmarks/doctor_on_scripts.py (issue 34, item 5): parsing the
-doctor's output, the step ratio, the truth from hand timings, the verdict and advice checks and
-the summary. Fake outputs only: no script runs here."""
+"""The pure helpers of tests/benchmarks/doctor_on_scripts.py (issue 34 item 5, issue 46 part 6): parsing
+the doctor's output, the step ratio, the truth from hand timings, the verdict checks, the advised lines
+applied and judged, and docs/DOCTOR_ON_SCRIPTS.md read from the committed records. Fake outputs only: no
+script runs here."""
 
 import importlib.util
 import json
@@ -46,6 +47,10 @@ def test_set_flag_replaces_the_scripts_own_workers_flag(B):
     assert B.set_flag(args, "-j", 2) == ["-a", "resnet18", "-j", "2", "-b", "16", "DIR"]
     assert args[3] == "0"                                        # the original list is left alone
     assert B.set_flag(["--dataset", "folder"], "--workers", 1) == ["--dataset", "folder", "--workers", "1"]
+    # minGPT's --key=value form is one token
+    assert B.set_flag(["--trainer.num_workers=0", "--x=1"], "--trainer.num_workers=", 2) == \
+        ["--trainer.num_workers=2", "--x=1"]
+    assert B.set_flag(["--x=1"], "--trainer.num_workers=", 2) == ["--x=1", "--trainer.num_workers=2"]
 
 
 def test_fill_puts_the_run_paths_in(B):
@@ -55,8 +60,20 @@ def test_fill_puts_the_run_paths_in(B):
 
 def test_every_case_names_its_workers_flag_in_its_arguments(B):
     for c in B.CASES:
-        assert c.workers_flag in c.args and "{workers}" in c.args, c.name
-        assert c.intended in ("data-bound", "compute-bound")
+        if c.workers_flag.endswith("="):
+            assert f"{c.workers_flag}{{workers}}" in c.args, c.name
+        else:
+            assert c.workers_flag in c.args and "{workers}" in c.args, c.name
+        assert c.intended in ("data-bound", "compute-bound") and c.source in B.SOURCES
+        assert c.script in B.SOURCES[c.source][1] and c.setup in ("imagefolder", "bsds300", "text")
+
+
+def test_the_cases_span_the_shapes_the_issue_asks_for(B):
+    """At least four scripts of different shapes: heavy augmentation, a GAN, super-resolution, a step loop."""
+    scripts = {c.script for c in B.CASES}
+    assert len(scripts) >= 4
+    assert {"dcgan/main.py", "super_resolution/main.py", "projects/chargpt/chargpt.py"} <= scripts
+    assert any("while" in c.shape for c in B.CASES) and any("RandomResizedCrop" in c.shape for c in B.CASES)
 
 
 def test_hand_summary_leaves_the_first_batch_out_and_gives_the_truth(B):
@@ -109,62 +126,138 @@ REP = {"verdict": "data-bound", "stages": [{"stage": "fetch", "s_per_sample": 0.
                   {"setting": "num_workers", "value": 2, "expected_gain": 1.6}]}
 
 
-def test_advised_takes_the_first_change_and_its_predicted_gain(B):
-    a = B.advised(REP, [{"what": "num_workers = 2", "gain_value": 1.6}, {"what": "step: channels last"}])
-    assert a == {"setting": "num_workers", "value": "2", "predicted_gain": 1.6, "gain_shown": 1.6}
-    assert B.advised(REP, []) is None
-    assert B.advised(REP, [{"what": "step: threads = 1", "gain_value": 1.2}])["predicted_gain"] is None
+def test_advised_changes_read_what_the_doctor_prints(B):
+    top = lambda rep: [{"what": "num_workers = 2", "gain_value": 1.6, "code": "DataLoader(..., num_workers=2)",
+                        "gain": "×1.60 measured", "measured": True}, {"what": "step: threads = 1",
+                                                                       "code": "torch.set_num_threads(1)"}]
+    got = B.advised_changes(REP, top)
+    assert got[0] == {"what": "num_workers = 2", "code": "DataLoader(..., num_workers=2)", "gain_shown": 1.6,
+                      "gain_words": "×1.60 measured", "measured_by_doctor": True, "predicted_gain": 1.6}
+    assert got[1]["predicted_gain"] is None and len(B.advised_changes(REP, top, n=1)) == 1
+    # a list the report names itself is read before the answer's own reading; no reader: nothing advised
+    named = {**REP, "answer": {"changes": [{"what": "pin_memory = True", "code_line": "DataLoader(..., pin_memory=True)"}]}}
+    assert B.advised_changes(named, top)[0]["code"] == "DataLoader(..., pin_memory=True)"
+    assert B.advised_changes(REP, None) == []
+
+
+def test_parse_code_applies_loader_and_thread_lines_and_refuses_the_rest(B):
+    assert B.parse_code("DataLoader(..., num_workers=2)") == {"loader": {"num_workers": 2}}
+    assert B.parse_code("DataLoader(..., num_workers=1, pin_memory=True)") == \
+        {"loader": {"num_workers": 1, "pin_memory": True}}
+    assert B.parse_code("torch.set_num_threads(1)   # beside the workers") == {"threads": 1}
+    for line in ("python -m data_prep pack DIR --to npy_mmap   # then read it with --format npy_mmap",
+                 "decode=simplejpeg   (python -m feedlab.doctor --data DIR --decode simplejpeg)",
+                 "model = model.to(memory_format=torch.channels_last)", "DataLoader(..., collate_fn=f)",
+                 "DataLoader(..., )", None, ""):
+        assert B.parse_code(line) is None, line
+
+
+def test_a_change_is_judged_by_the_one_judge_on_interleaved_passes(B):
+    start = {"rates": [100.0, 104.0], "busy": None}
+    assert B.judge_change(start, {"rates": [130.0, 128.0], "busy": None})["verdict"] == "met"
+    within = B.judge_change(start, {"rates": [110.0, 101.0], "busy": None})
+    assert within["verdict"] == "within spread" and within["lo"] < 1.05 < within["hi"]
+    assert B.judge_change(start, {"rates": [90.0, 92.0], "busy": None})["verdict"] == "missed"
+    busy = B.judge_change(start, {"rates": [300.0, 310.0], "busy": "measured on a busy machine twice (x)"})
+    assert busy["verdict"] == "not tested fairly" and busy["judged"].startswith("too busy to judge")
+    once = B.judge_change({"rates": [100.0]}, {"rates": [150.0]})
+    assert once["verdict"] == "not tested fairly" and "measured once" in once["why"]
+    assert B.paired_interval([], [1.0]) == (None, None, None)
 
 
 def test_model_price(B):
     assert B.model_price(REP) == 0.011 and B.model_price({"stages": []}) is None
 
 
-def _row(B, load=QUIET, after=None, change=None):
+CHANGES = [{"what": "num_workers = 2", "code": "DataLoader(..., num_workers=2)", "predicted_gain": 1.6,
+            "apply": {"loader": {"num_workers": 2}}, "applied_as": "num_workers=2"},
+           {"what": "format = npy_mmap", "code": "python -m data_prep pack DIR --to npy_mmap", "apply": None,
+            "not_applied": "a line the script has no place for"}]
+
+
+def _row(B, load=QUIET, trial=None, changes=()):
     hand = {"fetch_s": [1, 0.04, 0.04, 0.04], "step_s": [1, 0.08, 0.08, 0.08], "sizes": [8] * 4, "workers": 0}
     summary = {"step_s_per_sample": 0.011, "verdict": "data-bound", "data_wait_fraction": 0.3, "samples_per_s": 50.0}
-    return B.case_row(B.CASES[0], 8, 0, hand, summary, REP, change, after, load)
+    return B.case_row(B.CASES[0], 8, 0, hand, summary, REP, [dict(c) for c in changes], trial, load)
+
+
+TRIAL = {"rounds": 2, "sides": {"start": {"rates": [50.0, 52.0], "busy": None},
+                                "num_workers = 2": {"rates": [80.0, 78.0], "busy": None}}}
 
 
 def test_case_row_prices_judges_and_measures_the_advice(B):
-    change = B.advised(REP, [{"what": "num_workers = 2", "gain_value": 1.6}])
-    r = _row(B, after={"samples_per_s": 80.0, "applied_as": "-j 2"}, change=change)
+    r = _row(B, trial=TRIAL, changes=CHANGES)
     assert r["step_ratio"] == pytest.approx(0.011 / 0.01) and r["step_ratio_judged"] == "met"
     assert r["truth"] == "data-bound" and r["verdict_judged"] == "right"
-    assert r["diagnosis_verdict_judged"] == "right"
-    assert r["advice"]["measured_gain"] == pytest.approx(80 / 50)
-    assert r["advice"]["prediction_ratio"] == pytest.approx(1.6 / 1.6)
-    assert r["advice"]["applied_as"] == "-j 2"
+    assert r["diagnosis_verdict_judged"] == "right" and r["one_verdict"]
+    c, other = r["changes"]
+    assert c["ratio"] == pytest.approx(79 / 51) and c["verdict"] == "met" and c["rates"] == [80.0, 78.0]
+    assert c["prediction_ratio"] == pytest.approx(1.6 / (79 / 51)) and c["applied_as"] == "num_workers=2"
+    assert other["not_applied"].startswith("a line the script") and "ratio" not in other
+    assert r["rounds"] == 2
+
+
+def test_case_row_says_when_the_diagnosis_prints_a_second_verdict(B):
+    hand = {"fetch_s": [1, 0.04, 0.04], "step_s": [1, 0.08, 0.08], "sizes": [8] * 3, "workers": 0}
+    r = B.case_row(B.CASES[0], 8, 0, hand, {"verdict": "data-bound"}, {"verdict": "compute-bound"}, [], None, QUIET)
+    assert not r["one_verdict"] and r["diagnosis_verdict_judged"] == "wrong"
 
 
 def test_case_row_on_a_busy_machine_reads_too_busy(B):
     r = _row(B, load=BUSY)
     assert r["step_ratio_judged"].startswith("too busy to judge") and r["verdict_judged"].startswith("too busy")
-    assert r["advice"] is None
+    assert r["changes"] == []
 
 
-def test_markdown_names_origin_cases_errors_and_busy(B):
-    change = B.advised(REP, [{"what": "num_workers = 2", "gain_value": 1.6}])
-    ok = _row(B, after={"samples_per_s": 80.0}, change=change)
+def test_markdown_names_origin_cases_changes_errors_and_busy(B):
+    ok = _row(B, trial=TRIAL, changes=CHANGES)
     busy = _row(B, load=BUSY)
     busy["case"], busy["truth"] = "imagenet resnet18", "compute-bound"
-    result = {"origins": {"imagenet/main.py": {"repository": "github.com/pytorch/examples", "commit": "77f55b9",
-                                               "sha256": "ab" * 32}},
+    result = {"origins": {"pytorch/examples/imagenet/main.py": {"repository": "github.com/pytorch/examples",
+                                                                "path": "imagenet/main.py", "commit": "77f55b9",
+                                                                "sha256": "ab" * 32}},
               "cases": [ok, busy, {"case": "dcgan", "error": "hand timing of dcgan/main.py: exit status 1: boom",
                                    "seconds": 3.0}],
               "images": 640, "classes": 10, "min_size": 320, "max_size": 640, "machine": "2 cores"}
     md = B.markdown(result)
     assert "| imagenet/main.py | github.com/pytorch/examples | 77f55b9 |" in md
-    assert "num_workers = 2: ×1.60 predicted, ×1.60 measured" in md
+    assert ("| `DataLoader(..., num_workers=2)` | num_workers=2 | num_workers = 2: ×1.60 predicted, ×1.55 "
+            "(×1.50–1.60) measured: met |") in md
+    assert "format = npy_mmap (no prediction; not applied: a line the script has no place for)" in md
     assert "| 1.10 | met |" in md
     assert "error: hand timing of dcgan/main.py: exit status 1: boom" in md
     assert "Both truths among the cases: yes" in md
     assert "- imagenet resnet18: the machine was busy (other processes used 1.50 of 2 cores" in md
 
 
+def test_the_doc_is_what_the_committed_records_give():
+    """docs/DOCTOR_ON_SCRIPTS.md is generated from docs/doctor_on_scripts.run*.json: every number in it is
+    read from a record (regenerate: the command in its first comment)."""
+    repo = PATH.parents[2]
+    doc = (repo / "docs" / "DOCTOR_ON_SCRIPTS.md").read_text()
+    names = sorted(p.name for p in (repo / "docs").glob("doctor_on_scripts.run*.json"))
+    assert names, "no committed record"
+    spec = importlib.util.spec_from_file_location("doctor_on_scripts_doc", PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+        want = mod.document([(n, json.loads((repo / "docs" / n).read_text())) for n in names])
+    finally:
+        sys.modules.pop(spec.name, None)
+    assert doc == want
+
+
+def test_the_tally_counts_verdicts_one_verdict_and_advice_met(B):
+    ok = _row(B, trial=TRIAL, changes=CHANGES)
+    t = B.tally([{"cases": [ok, {"case": "x", "error": "boom"}]}])
+    assert t == {"verdict_right": [1, 1], "one_verdict": [1, 1], "advice_met": [1, 1]}
+
+
 def test_no_copy_of_the_examples_is_one_line(B, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(B, "MIRROR", tmp_path / "absent")
-    assert B.main(["--out", str(tmp_path / "out")]) == 2
+    monkeypatch.setattr(B, "MIRRORS", tmp_path / "absent")
+    assert B.main(["--out", str(tmp_path / "out"), "--cases", "dcgan 64px ngf=ndf=8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "give --examples PATH_OR_URL" in err[0]
     assert not (tmp_path / "out").exists()
@@ -177,7 +270,8 @@ def test_examples_that_are_not_a_git_copy_is_one_line_and_nothing_left(B, monkey
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))     # git must not find a repository above it
-    assert B.main(["--out", str(tmp_path / "out"), "--examples", str(tmp_path / "plain")]) == 2
+    assert B.main(["--out", str(tmp_path / "out"), "--examples", str(tmp_path / "plain"),
+                   "--cases", "dcgan 64px ngf=ndf=8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot read the scripts from it" in err[0], err
     assert not (tmp_path / "out").exists() and not any((tmp_path / "tmp").iterdir())
@@ -192,6 +286,13 @@ def test_a_busy_case_says_so_in_its_cells_and_once_below(B):
     busy = _row(B, load=BUSY)
     md = B.markdown({"origins": {}, "cases": [busy], "images": 8, "classes": 2, "min_size": 8, "max_size": 8,
                      "machine": "m"})
-    row = next(line for line in md.splitlines() if line.startswith(f"| {busy['case']} |"))
+    row = next(line for line in md.splitlines() if line.startswith(f"| {busy['case']} | 8 |"))
     assert "| 1.10 | too busy to judge |" in row and "other processes" not in row
     assert md.count("other processes used 1.50 of 2 cores") == 1
+
+
+def test_doc_from_records_that_cannot_be_read_is_one_line(B, tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("{not json")
+    assert B.main(["--doc", str(tmp_path / "doc.md"), str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot read a record" in err[0] and not (tmp_path / "doc.md").exists()
