@@ -75,6 +75,9 @@ class Side:
     busy: str | None = None           # why this side's measurement was busy (other load); None: quiet or not known
     rate_kind: str | None = None      # "steady", "imprecise", "startup_inclusive"; None: not recorded
     repeats: int | None = None        # timed repeats behind the side's median
+    recipe: str | None = None         # what the step trains: model and precision ("srcnn fp32"), where a step
+                                      # runs; compared where either side records it (a recipe change is never
+                                      # a loader's credit)
 
     def window_short(self) -> str | None:
         """Why this side's window cannot give a rate, or None."""
@@ -98,12 +101,19 @@ def _secs(s: float) -> str:
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.1f} s"
 
 
-def differences(a: Side, b: Side) -> list[str]:
+def differences(a: Side, b: Side, changes: tuple[str, ...] = ()) -> list[str]:
     """Every invariant on which ``a`` and ``b`` differ or one of them is not recorded, in words; empty
-    when the comparison is like for like."""
+    when the comparison is like for like. ``changes``: the invariants the comparison is about (``"workers"``
+    where the change under test is the worker count, as the doctor's advice is); only order, workers and
+    cache may be named (batch size, pixels, epochs, the recipe and the window are never a loader's credit)."""
+    bad = set(changes) - {"order", "workers", "cache"}
+    if bad:
+        raise ValueError(f"changes may name order, workers or cache, not {sorted(bad)}")
     out = []
     for name, words in (("order", lambda s: ORDERS.get(s.order, s.order)), ("batch_size", None),
                         ("workers", None), ("cache", None)):
+        if name in changes:
+            continue
         va, vb = getattr(a, name), getattr(b, name)
         label = name.replace("_", " ")
         if _missing(va) or _missing(vb):
@@ -116,6 +126,11 @@ def differences(a: Side, b: Side) -> list[str]:
             out.append(f"epochs not recorded for {a.label if _missing(a.epoch_batches) else b.label}")
         elif a.epoch_batches != b.epoch_batches:
             out.append(f"epochs: {_epochs(a.epoch_batches)} vs {_epochs(b.epoch_batches)}")
+    if not (_missing(a.recipe) and _missing(b.recipe)):
+        if _missing(a.recipe) or _missing(b.recipe):
+            out.append(f"recipe not recorded for {a.label if _missing(a.recipe) else b.label}")
+        elif a.recipe != b.recipe:
+            out.append(f"recipe: {a.recipe} vs {b.recipe}")
     ea, eb = a.pixel_error, b.pixel_error
     if _missing(ea) or _missing(eb):
         out.append(f"pixels not compared with the reference for {a.label if _missing(ea) else b.label}")
@@ -165,6 +180,8 @@ class Verdict:
 
 
 def _fair_problems(side: Side) -> list[str]:
+    """Why one side cannot be judged fairly: busy, a rate not steady (imprecise: not known to its precision),
+    or one measurement with no stated precision."""
     out = []
     if side.busy:
         out.append(f"{side.label} measured on a busy machine ({side.busy})")
@@ -177,7 +194,7 @@ def _fair_problems(side: Side) -> list[str]:
 
 def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = None,
             lo: float | None = None, hi: float | None = None, lower_is_better: bool = False,
-            baseline: float | None = None, check_sides: bool = True) -> Verdict:
+            baseline: float | None = None, check_sides: bool = True, changes: tuple[str, ...] = ()) -> Verdict:
     """The one judge. ``ratio`` is ``a`` over ``b`` (the change over its start, ours over theirs), with its
     interval ``lo``–``hi`` from the two sides' own spread where known; ``target`` the ratio to reach (``None``:
     a gain over ×1.00, i.e. the two told apart). In order:
@@ -188,10 +205,11 @@ def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = Non
     4. the interval holds the target (or ×1.00 with no target): "within spread";
     5. else "met" or "missed" against the target (``lower_is_better`` flips it). ``baseline``: the start's own
        value against the same target: where it already met it, the verdict says so.
-    ``check_sides=False`` only where the caller has already compared the sides by other means (say so)."""
+    ``check_sides=False`` only where the caller has already compared the sides by other means (say so);
+    ``changes``: the invariants the comparison is about (:func:`differences`)."""
     tgt = 1.0 if target is None else float(target)
     if check_sides:
-        diff = differences(a, b)
+        diff = differences(a, b, changes)
         if diff:
             return Verdict(NOT_LIKE, "; ".join(diff), ratio, lo, hi, target)
     unfair = _fair_problems(a) + _fair_problems(b)

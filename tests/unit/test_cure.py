@@ -45,8 +45,11 @@ def test_too_short_a_pass_is_refused_not_mixed():
         C.steady_window(_et([0.1, 0.1], [0.1, 0.1]), skip=2)
 
 
+WINDOW = {"timed_batches": 60, "window_s": 2.0, "half_width": 0.01}   # a steady window at its precision
+
+
 def _steps(wait, busy, kept=True, batch=128, all_cores=False):
-    base = {"kind": "baseline", "q25": 90, "q75": 110, "bound_stage": "decode", "kept": True}
+    base = {"kind": "baseline", "q25": 90, "q75": 110, "bound_stage": "decode", "kept": True, **WINDOW}
     steps = [{**base, "label": "baseline, 2 workers", "samples_per_s": 100.0, "data_wait_share": 0.8, "gpu_busy": 0.1,
               "config": {"batch_size": 128, "num_workers": 2}}]
     if all_cores:
@@ -54,7 +57,8 @@ def _steps(wait, busy, kept=True, batch=128, all_cores=False):
                       "gpu_busy": 0.9, "config": {"batch_size": 128, "num_workers": 16}})
     steps.append({"label": "format=npy_mmap", "kind": "advice", "samples_per_s": 900.0, "q25": 880, "q75": 950,
                   "data_wait_share": wait, "gpu_busy": busy, "bound_stage": "model", "kept": kept,
-                  "against": steps[-1]["label"], "gain": 9.0, "config": {"batch_size": batch, "num_workers": 16}})
+                  "against": steps[-1]["label"], "gain": 9.0, "config": {"batch_size": batch, "num_workers": 16},
+                  **WINDOW})
     return steps
 
 

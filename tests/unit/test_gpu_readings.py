@@ -263,17 +263,36 @@ def test_the_cure_needs_steady_rates_and_cuda():
 
 
 # ---------------------------------------------------------------- 10: the doctor on the GPU machine
-def _doctor(measured, predicted):
+def _doctor(measured, predicted, last_batch=128):
+    cfg = {"batch_size": 128, "num_workers": 0, "model": "srcnn", "device": "cuda"}
     return {"measured_gain_total": measured, "predicted_gain_total": predicted, "verdict": "data-bound",
             "bound_stage": "decode",
-            "steps": [{"label": "0: start"}, {"label": "1: num_workers=10", "predicted_gain": predicted,
-                                              "measured_gain": measured}]}
+            "steps": [{"label": "0: start", "config": cfg},
+                      {"label": "1: num_workers=10", "predicted_gain": predicted, "measured_gain": measured,
+                       "config": dict(cfg, num_workers=10, batch_size=last_batch)}]}
+
+
+def _doctor_rows(measured, last_batch=128):
+    """notebook 10's results.csv rows: three steady repeats of each step, windows of a second or more"""
+    return pd.DataFrame([dict(experiment="doctor_steps", variant=label, metric="samples_per_s", value=rate * (1 + r / 100),
+                              repeat=r, rate_kind="steady", timed_batches=100, batch_size=b, num_workers=w,
+                              model="srcnn", device="cuda", loader="dataloader")
+                         for label, rate, b, w in (("0: start", 1000.0, 128, 0),
+                                                   ("1: num_workers=10", 1000.0 * measured, last_batch, 10))
+                         for r in range(3)])
 
 
 @pytest.mark.parametrize("measured,expect", [(9.0, G.SUPPORTED), (5.0, G.PARTLY), (0.95, G.NOT_SUPPORTED)])
 def test_doctor_predicted_vs_measured(measured, expect):
-    r = read("doctor-on-gpu", _doctor(measured, 10.0))
+    r = read("doctor-on-gpu", _doctor(measured, 10.0), frame=_doctor_rows(measured))
     assert r.status == expect and "×10.00 predicted" in r.text and "1: num_workers=10" in r.text
+
+
+def test_doctor_advice_that_changed_the_batch_size_is_measured_never_credited():
+    """10 on the H100 kept batch_size=256 (128 → 256): a recipe change, so its gain is not like for like."""
+    r = read("doctor-on-gpu", _doctor(9.0, 10.0, last_batch=256), frame=_doctor_rows(9.0, last_batch=256))
+    assert r.status == G.NOT_FAIR and "not like for like (batch size: 256 vs 128" in r.text
+    assert "measured, not judged" in r.text
 
 
 # ---------------------------------------------------------------- the machine and the table

@@ -37,6 +37,7 @@ from feedlab.like_for_like import MAX_HALF_WIDTH, MIN_TIMED_BATCHES, MIN_WINDOW_
 from feedlab.pipeline import PipelineSpec, resolve_model_name, warmup_batches
 from feedlab.pipeline.rates import SteadyStop, gain_resolved
 from feedlab.plots import PALETTE, legend_outside
+from feedlab.report.cure_judge import precision_words, step_tail
 from feedlab.report.targets import (  # noqa: F401  (re-exported: the cure's target)
     TARGET_DATA_WAIT,
     TARGET_GPU_IDLE,
@@ -163,7 +164,8 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     n, w, h = worst_pass(out)
     return {**med, "runs": out, "q25": float(np.percentile(rates, 25)), "q75": float(np.percentile(rates, 75)),
             "skip": skip, "timed_batches": int(n), "window_s": float(w), "half_width": None if math.isnan(h) else float(h),
-            "rate_kind": "steady", "epoch_batches": int(epoch_batches)}
+            "rate_kind": "imprecise" if precision and not math.isnan(h) and h > precision else "steady",
+            "epoch_batches": int(epoch_batches)}
 
 
 def worst_pass(runs: dict) -> tuple[int, float, float]:
@@ -198,7 +200,7 @@ def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int =
         pred = predict(doc.table_now(spec), spec)
         params = dict(step=len(steps), change=label, kind=kind, **spec.as_dict())
         res.add_samples(EXPERIMENT, label, "samples_per_s", m["runs"]["samples_per_s"], "samples/s",
-                        rate_kind="steady", **params)
+                        rate_kind=m["rate_kind"], **params)   # "steady" only at the precision asked
         res.add_samples(EXPERIMENT, label, "data_wait_share", m["runs"]["data_wait_share"], "fraction", **params)
         busy = [b for b in m["runs"]["gpu_busy"] if not math.isnan(b)]
         if busy:  # no CUDA: nothing recorded (the reading says "not measured")
@@ -227,9 +229,13 @@ def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int =
     return res, steps
 
 
-def readings(steps: list[dict], cuda: bool) -> list[str]:
+def readings(steps: list[dict], cuda: bool, precision: float | None = None, busy: str | None = None) -> list[str]:
     """One sentence per step, then the target's verdict, all from the measured steps: a baseline's rate
-    against the first baseline, an advised step's against the all-core baseline it is credited from."""
+    against the first baseline, an advised step's against the all-core baseline it is credited from, and
+    its verdict against the step it was tried on by the one judge (:func:`feedlab.report.cure_judge.step_tail`;
+    an imprecise rate or other epochs is never "undone" as slower, it is not told apart / not like for like).
+    ``precision``: the precision the run asked for (a rate wider than it reads imprecise); ``busy``: the
+    run's other load, where it was busy."""
     out = []
     base = steps[0]["samples_per_s"] if steps else math.nan
     allcore = all_core_baseline(steps)
@@ -237,12 +243,10 @@ def readings(steps: list[dict], cuda: bool) -> list[str]:
         iqr = f"IQR {s['q25']:,.0f}–{s['q75']:,.0f}"
         busy = (f"GPU busy {100 * s['gpu_busy']:.0f}%{_busy_spread(s)}" if not math.isnan(s["gpu_busy"])
                 else "GPU busy not measured (no CUDA device)")
-        tail = ""
-        if s["kind"] == "advice" and not s["kept"]:
-            tail = (f"; not told apart from {s['against']} (×{s['gain']:.2f}, inside the pair's ±"
-                    f"{100 * math.hypot(s['half_width'], s.get('against_half_width') or math.nan):.1f}%): undone"
-                    if s.get("resolved") is False else
-                    f"; measured slower than {s['against']} (×{s['gain']:.2f}): undone")
+        tail = step_tail(s, steps, precision, busy)
+        words = precision_words(s, precision)
+        if words.startswith("imprecise"):
+            tail += f"; rate {words}"
         if s["kind"] == "advice" and allcore is not None:
             credit = f"×{s['samples_per_s'] / allcore['samples_per_s']:.2f} the all-core baseline"
         else:
@@ -253,7 +257,7 @@ def readings(steps: list[dict], cuda: bool) -> list[str]:
     bs = {(s.get("config") or {}).get("batch_size") for s in steps}
     if len(bs) == 1:
         out.append(f"batch size held at {bs.pop()} on every step (a larger batch is a recipe change, not a loader one)")
-    line = cure_target_line(steps, cuda)
+    line = cure_target_line(steps, cuda, precision, busy)
     if line:
         out.append(line)
     return out

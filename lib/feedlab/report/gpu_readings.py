@@ -27,11 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from feedlab.like_for_like import NOT_FAIR as NOT_FAIR_WORD
+from feedlab.like_for_like import NOT_LIKE
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.report import claims as C
 from feedlab.report.claims.core import NoData, Run, Unfair, is_smoke
 from feedlab.report.claims.fair import busy_caveat, steady_state, unsteady_reason
+from feedlab.report.claims.sides import advice_verdict
 from feedlab.report.claims.w000 import gpu_util_table
 from feedlab.report.claims.w002 import _with_model
 from feedlab.report.targets import (
@@ -231,10 +234,14 @@ def doctor_on_gpu(run: Run) -> Reading:
     per = "; ".join(f"{s.get('label', '?')}: predicted ×{s['predicted_gain']:.2f}, measured ×{s['measured_gain']:.2f}"
                     for s in steps[1:] if s.get("predicted_gain") and s.get("measured_gain"))
     share = measured / predicted if predicted > 0 else float("nan")
+    text = (f"verdict {run.get('verdict')} (bound by {run.payload.get('bound_stage', '?')}); "
+            f"measured ×{measured:.2f} against ×{predicted:.2f} predicted ({100 * share:.0f}% delivered)"
+            + (f" — {per}" if per else ""))
+    v = advice_verdict(run)   # the one judge: a batch size or recipe change is measured, never credited
+    if v.word in (NOT_LIKE, NOT_FAIR_WORD):
+        raise Unfair(f"{v}; measured, not judged: {text}")
     status = SUPPORTED if 0.8 <= share <= 1.25 else PARTLY if measured > 1.05 else NOT_SUPPORTED
-    return Reading(status, f"verdict {run.get('verdict')} (bound by {run.payload.get('bound_stage', '?')}); "
-                   f"measured ×{measured:.2f} against ×{predicted:.2f} predicted ({100 * share:.0f}% delivered)"
-                   + (f" — {per}" if per else ""))
+    return Reading(status, text)
 
 
 def cure_on_gpu(run: Run) -> Reading:
@@ -268,7 +275,8 @@ def cure_on_gpu(run: Run) -> Reading:
 QUESTIONS: tuple[Question, ...] = (
     Question("epoch-vs-batch", "09_batch_size_breakdown", "Epoch time vs batch size with SRCNN on the GPU (000: 5.3×)",
              "claim 000-epoch-vs-batch: supported ≥ 2.65×, partly ≥ 1.25×", epoch_vs_batch),
-    Question("gpu-util-by-batch", "01_worker_scaling", "GPU utilisation by batch size, via NVML (000: 33% → 84%)",
+    Question("gpu-util-by-batch", "01_worker_scaling", "GPU utilisation by batch size, by the run's meter (CUDA events where recorded, else NVML) "
+             "(000: 33% → 84%)",
              "claim 000-gpu-util-rises: supported if it rises ≥ 25 points, partly ≥ 5", gpu_util_by_batch),
     Question("pinned-crossover", "03_pinned_memory_by_input_size",
              "Pinned vs pageable step time by input size, and where pinned starts to win (000, 003)",

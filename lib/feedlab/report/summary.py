@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from feedlab.like_for_like import Verdict
 from feedlab.paths import FIGURES_DIR
-from feedlab.report.claims.core import Outcome, Run
+from feedlab.report.claims import sides
+from feedlab.report.claims.core import NoData, Outcome, Run
 from feedlab.report.claims.fair import unsteady_reason
+from feedlab.report.targets import BEST_OVER_BASELINE
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class Effect:
     scope: str = "stage"  # "training": samples/s of whole training steps; "stage": one stage alone
     settings: tuple = ()  # the results.csv settings compared (checked for steady rates)
     unsteady: str = ""    # why the rates compared were not steady ('' when they were, or are not checked)
+    judge: Callable[[Run], Verdict] | None = None  # the one judge on the effect's two sides, where they are loaders
+    verdict: str = ""     # the judge's word where it did not judge the effect ('' when judged, or not checked)
 
 
 def _num(x) -> float | None:
@@ -90,7 +95,8 @@ def _formats(p: dict) -> Effect | None:
     return Effect("05_storage_formats", ratio,
                   f"`{p.get('best_read', 'the best loader')}` instead of PNG + PIL + ToTensor + "
                   f"default_collate, reading alone (no model step; a whole-pipeline comparison: format, decode, "
-                  f"collate, loader and workers all differ, the baseline a DataLoader with 2 workers)")
+                  f"collate, loader and workers all differ, the baseline a DataLoader with 2 workers)",
+                  judge=lambda run: sides.storage_best_over_baseline(run, BEST_OVER_BASELINE))
 
 
 def _out_of_band(p: dict) -> Effect | None:
@@ -134,9 +140,9 @@ def _doctor(p: dict) -> Effect | None:
     promised = f"; it promised ×{pred:.1f}" if pred else ""
     if str(p.get("model") or "none") == "none":   # the loader alone: one stage, not training
         return Effect("10_doctor", gain, f"the doctor's advice applied step by step, the loader alone (no model "
-                      f"step){promised}")
+                      f"step){promised}", judge=sides.advice_verdict)
     return Effect("10_doctor", gain, f"the doctor's advice applied step by step, measured end to end{promised}",
-                  "training")
+                  "training", judge=sides.advice_verdict)
 
 
 def _persistent(p: dict) -> Effect | None:
@@ -175,17 +181,24 @@ def machine_effects(figures_dir: Path | None = None) -> dict[str, list[Effect]]:
             if effect is not None:
                 out.setdefault(machine_dir.name, []).append(_checked(effect, machine_dir))
     for effects in out.values():
-        effects.sort(key=lambda e: (bool(e.unsteady), -e.factor))
+        effects.sort(key=lambda e: (bool(e.unsteady or e.verdict), -e.factor))
     return dict(sorted(out.items(), key=lambda kv: (not kv[0].startswith("cpu"), kv[0])))
 
 
 def _checked(effect: Effect, folder: Path) -> Effect:
-    """The effect with ``unsteady`` set when a rate it compares was not steady."""
-    if not effect.settings or not (folder / "results.csv").is_file():
-        return effect
+    """The effect with ``unsteady`` set when a rate it compares was not steady, and ``verdict`` where the one
+    judge (:mod:`feedlab.report.claims.sides`) did not judge its two sides (not like for like, not tested fairly)."""
     from dataclasses import replace
 
-
+    if effect.judge is not None:
+        try:
+            v = effect.judge(Run(out_dir=folder))
+        except NoData as e:
+            v = f"not tested fairly ({e})"
+        if isinstance(v, str) or not v.judged:
+            effect = replace(effect, verdict=str(v))
+    if not effect.settings or not (folder / "results.csv").is_file():
+        return effect
     why = unsteady_reason(Run(out_dir=folder), Outcome("partly", "", settings=effect.settings))
     return replace(effect, unsteady=why) if why else effect
 
@@ -199,13 +212,16 @@ def summary_markdown(figures_dir: Path | None = None, top: int = 3) -> str:
              f"The {top} largest effects each machine measured, from the committed results (medians over "
              "repeats; each notebook's section below has the spread and the setting). *Training*: samples/s "
              "of whole training steps, the number a starving GPU feels. *One stage*: that stage timed alone, "
-             "an upper bound on what it can give a pipeline it does not bound.", ""]
+             "an upper bound on what it can give a pipeline it does not bound. An effect whose two sides differ (batch "
+             "size, order, workers, window: `feedlab.like_for_like`) or were not measured fairly is listed after the "
+             "judged ones, with what differs.", ""]
     for machine, found in effects.items():
         lines.append(f"**{machine}**")
         lines.append("")
         for scope, title in (("training", "training"), ("stage", "one stage")):
             for e in [e for e in found if e.scope == scope][:top]:
-                flag = f" — not a steady comparison ({e.unsteady})" if e.unsteady else ""
+                flag = (f" — {e.verdict}: measured, not credited" if e.verdict else
+                        f" — not a steady comparison ({e.unsteady})" if e.unsteady else "")
                 lines.append(f"- {title}: ×{e.factor:.1f} — {e.text}{flag} "
                              f"([{e.notebook[:2]}](notebooks/{e.notebook}.ipynb))")
         lines.append("")

@@ -17,16 +17,26 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from feedlab.like_for_like import NOT_LIKE, Side, differences, judged
+from feedlab.like_for_like import NOT_LIKE, Verdict, judged
 from feedlab.machines import pcie_theoretical_gbps
 from feedlab.monitor import BUSY_SPEED, process_speed  # BUSY_SPEED (10): the doctor's probe under it: too busy
 from feedlab.peers.report import sides_of_record
+from feedlab.report.claims import sides as sides_
 from feedlab.report.claims.core import NoData, Run
 from feedlab.report.claims.fair import steady_state
+from feedlab.report.cure_judge import (  # noqa: F401  (re-exported: the cure's rules, judged in cure_judge)
+    TARGET_DATA_WAIT,
+    TARGET_GPU_IDLE,
+    all_core_baseline,
+    cure_differences,
+    cure_step_line,
+    cure_target_line,
+    final_step,
+    host_wait_note,
+    step_side,
+    target_verdict,
+)
 
-TARGET_GPU_IDLE = 0.05    # the GPU idle ≤ 5% of the steady window (CUDA events), with the doctor's pipeline
-TARGET_DATA_WAIT = 0.05   # the host's wait for the next batch ≤ 5% of the loop: shown beside it (host time),
-                          # and the target itself where there is no GPU to keep busy
 PCIE_FRACTION = 0.75        # 03: pinned host→device bandwidth ÷ the link's payload ceiling
 SINGLE_OVER_CEILING = 0.9   # 05: best single-process loader ÷ the memcpy-into-batch-slot ceiling
 LMDB_OVER_CEILING = 0.7     # 05: best batched LMDB reader ÷ that ceiling
@@ -99,15 +109,28 @@ def _pcie(t: Target, run: Run) -> list[str]:
 
 
 def _ratio_line(label: str, key: str, what_key: str | None = None, fmt: str = "{:.2f}", of_key: str | None = None,
-                settings: Callable[[Run], list[dict]] | None = None):
+                settings: Callable[[Run], list[dict]] | None = None,
+                sides: Callable[[Run, float], Verdict] | None = None):
     """``label`` may hold ``{who}`` (the payload's ``what_key``: the loader that made the number) and
     ``{of}`` (the payload's ``of_key``: the rate it is divided by, samples/s). ``settings``: the
     rows the ratio's rates come from; where the run's table shows one of them not steady, the
-    ratio is shown, not judged (:func:`unsteady`)."""
+    ratio is shown, not judged (:func:`unsteady`). ``sides``: where the ratio compares two loaders, the one
+    judge on their recorded invariants (:mod:`feedlab.report.claims.sides`); a ratio it does not judge is shown,
+    never met or missed."""
     def render(t: Target, run: Run) -> list[str]:
         r = _f(run.get(key))
         who = f" ({run.payload.get(what_key)})" if what_key and run.payload.get(what_key) else ""
         of = f" ({_f(run.payload[of_key]):,.0f} samples/s)" if of_key and run.payload.get(of_key) else ""
+        if sides is not None:
+            v = sides(run, t.bound)
+            if not v.judged:
+                return [f"{label.format(who=who, of=of)} = {fmt.format(r)}: {v} against the {t.bound_text} "
+                        "target; measured, not judged."]
+            word = {"met": "meets", "missed": "misses"}.get(v.word)
+            if word is None:
+                return [f"{label.format(who=who, of=of)} = {fmt.format(r)}: {v} of the {t.bound_text} target."]
+            return [f"{label.format(who=who, of=of)} = {fmt.format(r)}: {word} the {t.bound_text} target"
+                    + (f" ({v.why})" if v.why else "") + "."]
         why = unsteady(run, settings(run)) if settings else []
         if why:
             return [f"{label.format(who=who, of=of)} = {fmt.format(r)}: not tested fairly here against the "
@@ -233,7 +256,8 @@ TARGETS: tuple[Target, ...] = (
            _ratio_line("Target 2, best loader{who} ÷ baseline (PNG+PIL+ToTensor+default_collate, a DataLoader with 2 "
                        "workers: a whole-pipeline comparison){of}",
                        "ratio_best_to_baseline", "best_read", "{:.1f}×", "baseline_samples_per_s",
-                       settings=_storage_read("best_read_variant")), r"^Target 2, ", "×"),
+                       settings=_storage_read("best_read_variant"), sides=sides_.storage_best_over_baseline),
+           r"^Target 2, ", "×"),
     Target("fast-over-stock", "07_totensor_vs_fast_collate", ">=", FAST_OVER_STOCK,
            "uint8 fast collate ÷ ToTensor + default_collate", _fast, r"^Target fast ", "×"),
     Target("doctor-error", "10_doctor", "<=", DOCTOR_ERROR,
@@ -250,31 +274,29 @@ PEER = Target("feedlab-over-peer", "13_peer_loaders", ">=", PEER_RATIO,
 CURE = next(t for t in TARGETS if t.id == "cure-gpu-idle")
 
 
-def cure_step_line(line: str, t: Target, run: Run | None = None) -> str:
-    """A cure step's line as an older record printed it, completed by today's rules: an advised step
-    credited from the first baseline also gets its credit from the all-core baseline (going from 2 workers
-    to every core is the machine's cores, not the advice), and a step whose batch size or epochs differ from
-    that baseline says it is not like for like with it."""
-    if run is None:
+_OVERALL = re.compile(r"^Overall \(kept steps\): measured ×([\d.]+) over the start, against ×([\d.]+) predicted "
+                      r"\((\d+)% of the promised gain delivered\)\.?(.*)$")
+
+
+def advice_line(line: str, t: Target, run: Run | None = None) -> str:
+    """10's "Overall (kept steps)" line with the one judge's word on the advice's gain (start to last kept step,
+    :func:`feedlab.report.claims.sides.advice_verdict`): a batch size or recipe change is measured, never credited."""
+    m = _OVERALL.match(line)
+    if not m or run is None:
         return line
     try:
-        steps = run.get("steps")
+        v = sides_.advice_verdict(run)
     except NoData:
         return line
-    label = line.split(":", 1)[0]
-    step = next((s for s in steps if s.get("label") == label), None)
-    base = all_core_baseline(steps)
-    if step is None or base is None or step is base or step.get("kind") == "baseline":
-        return line
-    if "the first baseline" in line and "the all-core baseline" not in line and base.get("samples_per_s"):
-        line += f"; ×{step['samples_per_s'] / base['samples_per_s']:.2f} the all-core baseline ({base['label']})"
-    diff = [d for d in differences(step_side(base), step_side(step)) if d.startswith(("batch size", "epochs"))]
-    if diff and NOT_LIKE not in line:
-        line += f"; {NOT_LIKE} with the all-core baseline ({'; '.join(diff)})"
-    return line
+    head = f"Overall (kept steps): measured ×{m.group(1)} over the start, against ×{m.group(2)} predicted"
+    if not v.judged:
+        return f"{head}: {v}; measured, not credited."
+    return f"{head} ({m.group(3)}% of the promised gain delivered; {v})."
 
 
-CLAUSES = {TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line)}
+ADVICE = Target("advice-gain", "10_doctor", ">=", 1.0, "the doctor's advice, start to last kept step, told apart "
+                "from ×1 like for like", lambda t, run: [], _OVERALL.pattern, "×")
+CLAUSES = {ADVICE.notebook: (ADVICE, advice_line), TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line)}
 
 
 def for_notebook(notebook: str) -> tuple[Target, ...]:
@@ -301,109 +323,11 @@ def rewrite_reading(notebook: str, reading: list[str], run: Run) -> list[str]:
     return out
 
 
-# ---------------------------------------------------------------- the cure (15_the_cure, issues #27, #32)
-
-
-def final_step(steps: list[dict]) -> dict | None:
-    """The last kept step: the doctor's pipeline as the cure leaves it."""
-    kept = [s for s in steps if s.get("kept", True)]
-    return kept[-1] if kept else None
-
-
-def all_core_baseline(steps: list[dict]) -> dict | None:
-    """The baseline at the most workers: where the doctor's changes are credited from (going from 2
-    workers to every core is the machine's cores, not the doctor's insight)."""
-    base = [s for s in steps if s.get("kind") == "baseline"]
-    return max(base, key=lambda s: (s.get("config") or {}).get("num_workers", 0)) if base else None
-
-
-def step_side(s: dict):
-    """A cure step as one side of a comparison: batch size, the epochs its timed pass ran in (a loader
-    kind that takes no sampler cycles epochs of ``epoch_batches``), the steady window (its shortest pass's
-    batches and seconds, its widest precision, where the record has them). Order and pixels
-    are the same data set's (global shuffle, same decode) on every step."""
-    cfg = s.get("config") or {}
-    return Side(s.get("label", "?"), order="global", pixel_error=0.0, batch_size=cfg.get("batch_size"),
-                cache="warm", epoch_batches=s.get("epoch_batches"), timed_batches=s.get("timed_batches"),
-                window_s=s.get("window_s"), half_width=s.get("half_width"))
-
-
-def cure_differences(steps: list[dict]) -> list[str]:
-    """What makes the cure's credit not like for like: the doctor's pipeline at another batch size
-    than the all-core baseline (a recipe change, not a loader one), a window too short for a rate (where
-    recorded), or a step measured over other epochs than the step it is compared with. Workers may differ:
-    they are what the advice changes."""
-    base, last = all_core_baseline(steps), final_step(steps)
-    out = []
-    if base and last and base is not last:
-        # the window is judged where the record has it (a precision-timed cure; older records ran 50 batches)
-        kinds = ("batch size", "window") if all(s.get("window_s") is not None for s in (base, last)) else ("batch size",)
-        out += [d for d in differences(step_side(base), step_side(last)) if d.startswith(kinds)]
-    by_label = {s["label"]: s for s in steps}
-    for s in steps:
-        against = by_label.get(s.get("against") or "")
-        if against is not None:
-            out += [f"{d} ({s['label']} against {against['label']})"
-                    for d in differences(step_side(against), step_side(s)) if d.startswith("epochs")]
-    return out
-
-
-def target_verdict(steps: list[dict], cuda: bool, wait_target: float = TARGET_DATA_WAIT,
-                   idle_target: float = TARGET_GPU_IDLE) -> dict:
-    """The cure's target judged on the doctor's pipeline: the GPU's idle share of the steady window
-    (``met``/``missed``, or ``not measured here`` with the reason: no CUDA device), and the host's data
-    wait beside it; ``not_like_for_like`` lists what differs between the steps it is credited over."""
-    last = final_step(steps)
-    if last is None:
-        return {"data_wait": "not measured", "gpu_idle_verdict": "not measured", "reason": "no step was measured"}
-    busy = last.get("gpu_busy")
-    busy = math.nan if busy is None else float(busy)   # a results.json stores NaN as null (strict JSON)
-    out = {"label": last["label"], "data_wait_share": last["data_wait_share"], "gpu_busy": busy,
-           "data_wait": "met" if last["data_wait_share"] <= wait_target else "missed",
-           "not_like_for_like": cure_differences(steps)}
-    if not cuda or math.isnan(busy):
-        out["gpu_idle_verdict"] = "not measured here"
-        out["reason"] = "no CUDA device: GPU busy needs CUDA events around the step"
-    else:
-        out["gpu_idle"] = 1.0 - busy
-        out["gpu_idle_verdict"] = "met" if out["gpu_idle"] <= idle_target else "missed"
-    return out
-
-
-def cure_target_line(steps: list[dict], cuda: bool) -> str:
-    """The cure's target line, judged only where its steps are like for like (:func:`cure_differences`):
-    the GPU's idle share of the steady window (the host's data wait beside it), or the host's wait where
-    no GPU is measured; "" where no step was measured."""
-    v = target_verdict(steps, cuda)
-    if "label" not in v:
-        return ""
-    idle = (f"GPU idle {100 * v['gpu_idle']:.0f}% of the steady window (target ≤ {100 * TARGET_GPU_IDLE:.0f}%): "
-            f"{v['gpu_idle_verdict']}; host data wait {100 * v['data_wait_share']:.1f}% of the loop beside it"
-            if v["gpu_idle_verdict"] != "not measured here" else
-            f"GPU idle: not measured here ({v['reason']}); host data wait {100 * v['data_wait_share']:.1f}% "
-            f"(target ≤ {100 * TARGET_DATA_WAIT:.0f}% where no GPU is measured): {v['data_wait']}")
-    differs = v.get("not_like_for_like") or []
-    if differs:   # the numbers as measured, no verdict: the steps it is credited over differ
-        idle = re.sub(r" \(target ≤ \d+%[^)]*\): (met|missed)", "", idle)
-        return (f"target with the doctor's pipeline ({v['label']}): {idle}; {NOT_LIKE} ({'; '.join(differs)}): "
-                "measured, not judged")
-    return f"target with the doctor's pipeline ({v['label']}): {idle}" + host_wait_note(v)
-
-
 def _cure(t: Target, run: Run) -> list[str]:
     try:
         steps = run.get("steps")
     except NoData:
         return []
-    line = cure_target_line(steps, bool(run.payload.get("cuda")))
+    line = cure_target_line(steps, bool(run.payload.get("cuda")), run.payload.get("precision"),
+                            sides_.run_busy(run))
     return [line] if line else []
-
-
-def host_wait_note(v: dict) -> str:
-    """Data wait is the training loop's (host) time blocked on the next batch; the step is
-    asynchronous, so the host can wait while the GPU works through queued steps. Where the host's
-    wait is over its bound while the GPU idles within its target, say so."""
-    if v.get("data_wait") != "missed" or v.get("gpu_idle_verdict") != "met":
-        return ""
-    return (f"; the loop's wait ({100 * v['data_wait_share']:.0f}%) is host time, overlapped by queued GPU work: "
-            f"the GPU itself was idle {100 * v['gpu_idle']:.0f}% of the steady window")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from feedlab.like_for_like import NOT_LIKE
 from feedlab.report.claims.core import (
     Claim,
     NoData,
@@ -18,6 +19,7 @@ from feedlab.report.claims.core import (
     verdict,
 )
 from feedlab.report.claims.fair import GPU_BOUND, GPU_FED, METER, STEADY, TIMING, steady_state, workers_named
+from feedlab.report.claims.sides import advice_verdict
 from feedlab.report.claims.w000 import UTIL_METERS
 
 NB01, NB06, NB10, NB12 = "01_worker_scaling", "06_decode_backends", "10_doctor", "12_beyond"
@@ -129,9 +131,17 @@ def memory_per_worker(run) -> Outcome:
 
 
 def io_tenfold(run) -> Outcome:
+    """The doctor's advice, start to last kept step (notebook 10), judged like for like first
+    (:func:`feedlab.report.claims.sides.advice_verdict`): a step that changed the batch size or the recipe is measured,
+    never credited to I/O."""
     g = float(run.get("measured_gain_total"))
-    return Outcome(at_least(g, 5, 2), f"{g:.1f}× loader throughput after the doctor's I/O advice",
-                   "loader alone, no GPU step")
+    model = str(run.payload.get("model") or "none")
+    what = ("loader alone, no model step" if model == "none" else
+            f"end to end with {model} on {run.payload.get('device') or 'its device'}")
+    v = advice_verdict(run, 5.0)
+    if v.word == NOT_LIKE:
+        raise Unfair(f"{v}; measured, not judged: {g:.1f}× throughput after the doctor's advice ({what})")
+    return Outcome(at_least(g, 5, 2), f"{g:.1f}× throughput after the doctor's I/O advice", what)
 
 
 def out_of_band(run) -> Outcome:

@@ -1,0 +1,155 @@
+"""The two sides of each committed comparison that becomes a verdict, read from a run's own records, and the
+one judge (:func:`feedlab.like_for_like.verdict`) on them.
+
+A notebook's ratio, gain or target turns into a word in one place: here the two sides are built from what the
+run recorded (``results.csv`` rows: batch size, the workers that ran, cache, rate kind, timed batches and
+window, precision, repeats; ``fingerprint.json``: other load), and the judge compares them. A side that did not
+record an invariant reads "not recorded", never equal. Used by :mod:`feedlab.report.targets` (05's Target 2),
+:mod:`feedlab.report.summary` (the README's top effects), :mod:`feedlab.report.gpu_readings` and the claims
+ledger (the doctor's advice, notebook 10), so the README, docs/CLAIMS.md and docs/GPU_READINGS.md say the same.
+"""
+
+from __future__ import annotations
+
+import math
+
+from feedlab.like_for_like import Side, Verdict, verdict
+from feedlab.report.claims.core import NoData, Run
+from feedlab.report.claims.fair import BUSY_PREFIX, busy_reason, rows_of
+
+SPS = "samples_per_s"
+
+
+def _num(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def run_busy(run: Run) -> str | None:
+    """The other load that made the run busy (its words), or None (quiet, or not recorded: not busy)."""
+    why = busy_reason(run)
+    return why[len(BUSY_PREFIX):] if why.startswith(BUSY_PREFIX) else None
+
+
+def rate_kind_of(rows) -> str | None:
+    if "rate_kind" not in rows.columns or rows["rate_kind"].isna().all():
+        return None
+    kinds = set(rows["rate_kind"].dropna().astype(str))
+    return "steady" if kinds == {"steady"} else "imprecise" if "imprecise" in kinds else "startup_inclusive"
+
+
+def side_of_rows(run: Run, setting: dict, label: str, *, order: str | None = "global", pixel_error: float | None = 0.0,
+                 recipe: str | None = None, metric: str = SPS) -> tuple[Side, float | None, tuple]:
+    """One side from the run's ``results.csv`` rows of ``setting`` (their ``metric``): the Side, the median rate,
+    and its interval (the rows' 95% bounds ``rate_low``/``rate_high`` where recorded, else the repeats' IQR).
+    The window is the rows' ``window_s``, or the timed batches × batch size ÷ rate where only those are recorded."""
+    rows = rows_of(run, dict(setting, metric=metric))
+    if rows.empty:
+        return Side(label), None, (None, None)
+    first = lambda c: rows[c].iloc[0] if c in rows.columns else None  # noqa: E731
+    rate = _num(rows["value"].median())
+    timed = _num(rows["timed_batches"].min()) if "timed_batches" in rows.columns else None
+    bs = _num(first("batch_size"))
+    window = _num(rows["window_s"].min()) if "window_s" in rows.columns else None
+    if window is None and timed and bs and rate:
+        window = timed * bs / rate
+    hw = _num(rows["rate_half_width"].max()) if "rate_half_width" in rows.columns else None
+    reps = int(rows["repeat"].nunique()) if "repeat" in rows.columns else None
+    loader = first("loader")
+    side = Side(label, order="chunk" if loader == "chunk" else order, pixel_error=pixel_error,
+                batch_size=None if bs is None else int(bs), workers=_int(first("num_workers")),
+                cache=str(first("cache")) if first("cache") is not None and str(first("cache")) != "nan" else "warm",
+                timed_batches=None if timed is None else int(timed), window_s=window, half_width=hw,
+                busy=run_busy(run), rate_kind=rate_kind_of(rows), repeats=reps, recipe=recipe)
+    if {"rate_low", "rate_high"} <= set(rows.columns) and rows["rate_low"].notna().all() and len(rows) == 1:
+        span = (_num(rows["rate_low"].iloc[0]), _num(rows["rate_high"].iloc[0]))
+    elif reps and reps > 1:
+        span = (_num(rows["value"].quantile(0.25)), _num(rows["value"].quantile(0.75)))
+    else:
+        span = (None, None)
+    return side, rate, span
+
+
+def _int(x) -> int | None:
+    v = _num(x)
+    return None if v is None else int(v)
+
+
+def ratio_interval(a_span: tuple, b_span: tuple) -> tuple[float | None, float | None]:
+    """The ratio's interval from the two sides' own bounds: a's low over b's high to a's high over b's low."""
+    (al, ah), (bl, bh) = a_span, b_span
+    if None in (al, ah, bl, bh) or not bl or not bh:
+        return None, None
+    return al / bh, ah / bl
+
+
+# ---------------------------------------------------------------- 05: the best loader over the baseline
+def storage_best_over_baseline(run: Run, target: float) -> Verdict:
+    """05's Target 2: the best reading-alone loader ÷ PNG + PIL + ToTensor + default_collate (a DataLoader with 2
+    workers), judged on both sides' recorded invariants (a whole-pipeline comparison: the loader's order and
+    workers differ from the baseline's, so it is measured, never judged)."""
+    best = run.payload.get("best_read_variant") or run.payload.get("best_read")
+    ratio = _num(run.payload.get("ratio_best_to_baseline"))
+    if not best or ratio is None:
+        raise NoData("results.json has no best_read_variant / ratio_best_to_baseline")
+    a, ra, sa = side_of_rows(run, {"variant": best, "mode": "read"}, f"the best ({best})")
+    b, rb, sb = side_of_rows(run, {"variant": "baseline_png_pil_totensor", "mode": "read"}, "the baseline")
+    lo, hi = ratio_interval(sa, sb)
+    return verdict(a, b, ratio, target=target, lo=lo, hi=hi)
+
+
+# ---------------------------------------------------------------- 10: the doctor's advice, start to final step
+def _step_rows_setting(step: dict) -> dict:
+    return {"experiment": "doctor_steps", "variant": step["label"]}
+
+
+def advice_sides(run: Run) -> tuple[Side, Side, dict, dict] | None:
+    """Notebook 10's start and its last kept step as the two sides of the advice's gain (None without steps).
+    The worker count is what the advice changes; batch size and the recipe (the model on its device) are not."""
+    steps = run.payload.get("steps") or []
+    kept = [s for s in steps if s.get("kept", True)]
+    if len(kept) < 2:
+        return None
+    start, last = kept[0], kept[-1]
+    sides = []
+    for s in (last, start):
+        cfg = s.get("config") or {}
+        recipe = f"{cfg.get('model') or 'no model'} on {cfg.get('device') or '?'}"
+        try:
+            side, _, _ = side_of_rows(run, _step_rows_setting(s), s["label"], recipe=recipe)
+        except NoData:
+            side = Side(s["label"])
+        if side.batch_size is None:   # a record without the csv: its config still says what ran
+            from dataclasses import replace
+            side = replace(side, order="global", pixel_error=0.0, batch_size=cfg.get("batch_size"),
+                           workers=cfg.get("num_workers"), cache="warm", recipe=recipe, busy=run_busy(run))
+        if side.repeats is None and s.get("measured_q25") == s.get("measured_q75"):
+            from dataclasses import replace
+            side = replace(side, repeats=1)
+        sides.append(side)
+    return sides[0], sides[1], last, start
+
+
+def advice_verdict(run: Run, target: float | None = None) -> Verdict:
+    """The doctor's advice, its measured gain over the start (``measured_gain_total``) judged by the one judge:
+    the worker count may change (it is the advice), a batch size or recipe change is measured, never credited;
+    ``target`` the gain to reach (None: told apart from ×1)."""
+    gain = _num(run.payload.get("measured_gain_total"))
+    got = advice_sides(run)
+    if got is None or gain is None:
+        raise NoData("results.json has no steps / measured_gain_total")
+    a, b, last, start = got
+    span_a = (_num(last.get("measured_q25")), _num(last.get("measured_q75")))
+    span_b = (_num(start.get("measured_q25")), _num(start.get("measured_q75")))
+    lo, hi = ratio_interval(span_a, span_b)
+    if lo is not None and lo == hi:
+        lo = hi = None
+    return verdict(a, b, gain, target=target, lo=lo, hi=hi, changes=("workers",))
+
+
+def verdict_clause(v: Verdict) -> str:
+    """A verdict as a README clause: the word and why; "measured, not judged" where it is not judged."""
+    return str(v) if v.judged else f"{v}: measured, not judged"

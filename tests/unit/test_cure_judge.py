@@ -1,0 +1,70 @@
+"""The cure's steps judged by the one judge (feedlab.report.cure_judge): "steady" only at the stated precision,
+an undone step on an imprecise rate or other epochs is not told apart / not like for like (never "slower"), and a
+target the baseline already met says so."""
+
+from __future__ import annotations
+
+from feedlab.like_for_like import NOT_LIKE, WITHIN
+from feedlab.paths import FIGURES_DIR
+from feedlab.report import cure_judge as J
+from feedlab.report.claims.core import Run
+
+WIN = {"timed_batches": 60, "window_s": 2.0, "epoch_batches": 0, "runs": {"samples_per_s": [1, 2, 3]}}
+
+
+def _step(label, rate, hw, kind="advice", against=None, workers=16, batch=128, **kw):
+    return {"label": label, "kind": kind, "samples_per_s": rate, "half_width": hw, "against": against,
+            "config": {"batch_size": batch, "num_workers": workers}, "rate_kind": "steady", "kept": True,
+            "data_wait_share": 0.02, "gpu_busy": float("nan"), **WIN, **kw}
+
+
+def test_steady_only_at_the_stated_precision():
+    assert J.step_kind({"half_width": 0.52, "rate_kind": "steady"}, 0.05) == "imprecise"
+    assert J.step_kind({"half_width": 0.04, "rate_kind": "steady"}, 0.05) == "steady"
+    assert J.precision_words({"half_width": 0.20}, 0.05) == "imprecise: ±20% > the ±5% asked"
+    assert J.step_side({"half_width": 0.2, "rate_kind": "steady"}, 0.05).rate_kind == "imprecise"
+
+
+def test_an_undone_step_on_other_epochs_is_not_like_for_like_not_slower():
+    base = _step("collate=fast", 1000.0, 0.02)
+    ring = _step("loader=ring", 890.0, 0.52, against="collate=fast", gain=0.89, kept=False, epoch_batches=32)
+    tail = J.step_tail(ring, [base, ring], 0.05)
+    assert f"{NOT_LIKE} (epochs: 32 batches per epoch vs one epoch" in tail and "undone, not credited" in tail
+    assert "slower" not in tail
+
+
+def test_a_gain_inside_the_pairs_precision_is_not_told_apart():
+    base = _step("a", 1000.0, 0.03)
+    b = _step("b", 1020.0, 0.03, against="a", gain=1.02, kept=False)
+    v = J.step_verdict(b, base, 0.05)
+    assert v.word == WITHIN and "not told apart from a" in J.step_tail(b, [base, b], 0.05)
+
+
+def test_a_target_the_baseline_already_met_says_so():
+    base = _step("baseline, 2 workers", 100.0, 0.01, kind="baseline", workers=2, data_wait_share=0.002)
+    last = _step("num_workers=0", 160.0, 0.01, against="baseline, 2 workers", gain=1.6, workers=0,
+                 data_wait_share=0.03)
+    line = J.cure_target_line([base, last], cuda=False, precision=0.05)
+    assert ": met" in line and "the baseline (baseline, 2 workers) already met the target (0.2%)" in line
+
+
+def test_the_committed_cure_records_read_by_todays_rules():
+    """h100: the ring's ±52% pass over 32-batch epochs is not like for like with collate=fast (it read "measured
+    slower: undone"); every imprecise pass says so. cpu-2c: the baseline's 0.2% data wait already met the target."""
+    h100 = FIGURES_DIR / "15_the_cure" / "h100-16c"
+    if (h100 / "results.json").is_file():
+        run = Run(out_dir=h100)
+        line = J.cure_step_line("loader=ring: 16,259 samples/s; measured slower than collate=fast (×0.89): undone",
+                                None, run)
+        if any(s.get("label") == "loader=ring" and (s.get("epoch_batches") or 0) > 0 for s in run.payload["steps"]):
+            assert "measured slower" not in line and NOT_LIKE in line, line
+        for s in run.payload["steps"]:
+            if J.step_kind(s, run.payload.get("precision")) == "imprecise":
+                assert "imprecise" in J.cure_step_line(f"{s['label']}: x", None, run), s["label"]
+    cpu = FIGURES_DIR / "15_the_cure" / "cpu-2c"
+    if (cpu / "results.json").is_file():
+        run = Run(out_dir=cpu)
+        v = J.target_verdict(run.payload["steps"], cuda=False, precision=run.payload.get("precision"))
+        base = J.all_core_baseline(run.payload["steps"])
+        if v.get("judged") and base["data_wait_share"] <= J.TARGET_DATA_WAIT:
+            assert v["baseline_met"].startswith("the baseline (")
