@@ -52,6 +52,14 @@ from feedlab.nbparams import notebook_parameters, route_params  # noqa: F401  (n
 from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, check_scratch, default_cls_root, default_sr_root
 from feedlab.profiles import PROFILES, check_workers, profile_values
 from feedlab.results import atomic_write
+from feedlab.run_kernel import (  # noqa: F401  (kernel_options re-exported: tests/notebooks/nbrun.py)
+    RunnerStopped,
+    kernel_folder,
+    kernel_options,
+    progress_options,
+    stop_on_signals,
+    watch,
+)
 from feedlab.run_limit import (  # noqa: F401  (notebook_limits, within_deadline and the margins re-exported)
     MIN_START_S,
     STOP_MARGIN_S,
@@ -128,24 +136,6 @@ def _failed_cell(exc) -> str:
 KERNEL_ENV = {RUNNER_ENV: "1", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
 
 
-def kernel_options() -> dict:
-    """papermill keyword arguments for the kernel: IPC sockets instead of TCP, so the
-    kernel has nothing to warn about ("running over TCP without encryption") and its
-    channels are not open to other users of the machine."""
-    if os.name != "posix":
-        return {}
-    from traitlets.config import Config
-
-    cfg = Config()
-    cfg.KernelManager.transport = "ipc"
-    return {"config": cfg}
-
-
-def progress_options(name: str) -> dict:
-    """papermill's per-cell bar, labelled with the notebook."""
-    return {"desc": f"    {name}", "unit": "cell", "leave": False, "mininterval": 0.5}
-
-
 def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
                  kernel: str = "python3", limit_s: float | None = None) -> Path:
     """Execute ``nb`` into a temporary folder beside its destination (``<dest>.tmp-<pid>-XXXXXX``);
@@ -179,12 +169,13 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
             os.environ[DEADLINE_ENV] = f"{time.time() + limit_s:.3f}"
         before_pids, t0 = {p.pid for p in descendants()}, time.perf_counter()
         try:
-            try:
-                with limit(limit_s, snapshot=lambda: read_notebook(executed),
-                           stop=lambda procs: stop_processes([p for p in procs if p.pid not in before_pids])):
+            try:   # a signal stops what this notebook started (run_kernel.watch); its sockets go with kernel_folder
+                with kernel_folder() as sockets, watch(), limit(
+                        limit_s, snapshot=lambda: read_notebook(executed),
+                        stop=lambda procs: stop_processes([p for p in procs if p.pid not in before_pids])):
                     pm.execute_notebook(str(nb), str(executed), parameters=parameters, kernel_name=kernel,
                                         cwd=str(NOTEBOOKS_DIR), progress_bar=progress_options(name),
-                                        log_output=False, **kernel_options())
+                                        log_output=False, **kernel_options(sockets))
             except NotebookLimit as stop:
                 stop_processes([p for p in stop.procs if p.pid not in before_pids])
                 quiet_abandoned_tasks()
@@ -240,25 +231,17 @@ def scrub_paths(path: Path, also: dict[str, str] | None = None) -> None:
         atomic_write(path, clean)
 
 
-def _on_sigterm(_signum, _frame):
-    raise KeyboardInterrupt  # the notebook under way is removed, its old record stays
-
-
 def main(argv: list[str] | None = None) -> int:
-    import signal
-
-
-    try:
-        old = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread
-        old = None
     env = {k: os.environ.get(k) for k in ("FEEDLAB_PROFILE", "FEEDLAB_CORES")}   # _main sets them for its kernels
     try:
-        with cli_errors("python -m feedlab.run"):
-            return _main(argv)
+        with stop_on_signals(), cli_errors("python -m feedlab.run"):
+            try:
+                return _main(argv)
+            except RunnerStopped as stop:   # SIGTERM, SIGHUP, SIGINT: what it started is stopped, one line
+                quiet_abandoned_tasks()
+                print(f"python -m feedlab.run: {stop.line()}", file=sys.stderr, flush=True)
+                return stop.code
     finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
         restore_env(env)   # a caller in the same process (a test, a notebook) gets its own back
 
 

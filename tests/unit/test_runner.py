@@ -79,3 +79,93 @@ def test_main_gives_the_caller_its_environment_back(monkeypatch):
     monkeypatch.delenv("FEEDLAB_CORES", raising=False)
     assert run.main(["--dry-run", "--profile", "gpu", "--cores", "16", "--only", "04"]) == 0
     assert "FEEDLAB_PROFILE" not in os.environ and "FEEDLAB_CORES" not in os.environ
+
+
+HANG = '''
+import sys
+from pathlib import Path
+import nbformat
+from feedlab import run
+tmp = Path(sys.argv[1])
+nb = nbformat.v4.new_notebook()
+params = nbformat.v4.new_code_cell("profile = ''\\nout_dir = ''")
+params.metadata.tags = ["parameters"]
+cell = ("import subprocess, sys, time, os\\nfrom pathlib import Path\\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])  # as 04's child\\n"
+        f"Path({str(tmp)!r}, 'pids.tmp').write_text(f'{{os.getpid()}} {{child.pid}}')\\n"
+        f"os.replace(Path({str(tmp)!r}, 'pids.tmp'), Path({str(tmp)!r}, 'pids'))\\n"
+        "time.sleep(300)")
+nb.cells = [params, nbformat.v4.new_code_cell(cell)]
+nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+path = tmp / "nb" / "99_hang.ipynb"
+path.parent.mkdir(parents=True)
+nbformat.write(nb, path)
+run.list_notebooks = lambda: [path]
+sys.exit(run.main(["--only", "99", "--no-data", "--profile", "smoke", "--out-root", str(tmp / "out")]))
+'''
+
+
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_runner_its_kernel_and_children_and_leaves_nothing(tmp_path, sig):
+    """The runner died silently on SIGHUP, leaving its kernel, the kernel's child, its temporary folder and
+    notebooks/kernel-ipc-N sockets. Now: one line, 128+n, and nothing left in its session, its out root,
+    its TMPDIR or notebooks/."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from feedlab.paths import NOTEBOOKS_DIR, REPO_ROOT
+
+    signum = getattr(signal, sig)
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    sockets_before = set(NOTEBOOKS_DIR.glob("kernel-ipc-*"))
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "lib"), TMPDIR=str(tmpdir),
+               FEEDLAB_SCRATCH=str(tmp_path / "runs"))
+    p = subprocess.Popen([sys.executable, "-c", HANG, str(tmp_path)], env=env, start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "pids").exists():
+            assert p.poll() is None, p.communicate()
+            assert time.monotonic() < deadline, "the notebook's cell never started"
+            time.sleep(0.2)
+        pids = [int(x) for x in (tmp_path / "pids").read_text().split()]   # the kernel and its child
+        assert list((tmp_path / "out").glob("99_hang.tmp-*")), "no temporary folder while it runs"
+        p.send_signal(signum)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    assert p.returncode == 128 + signum, (p.returncode, err)
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and "%|" not in ln]   # tqdm's bar
+    assert "Traceback" not in err and "Kernel died" not in err, err
+    assert len(lines) == 1 and lines[0].startswith(f"python -m feedlab.run: stopped by {sig}"), err
+    time.sleep(0.3)
+    alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], f"still running: {alive}"
+    in_session = [q.pid for q in psutil.process_iter() if q.pid != p.pid and _sid(q.pid) == p.pid]
+    assert in_session == [], f"left in the runner's session: {in_session}"
+    assert list(tmpdir.iterdir()) == [], list(tmpdir.iterdir())   # the kernel's sockets and connection file
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    assert set(NOTEBOOKS_DIR.glob("kernel-ipc-*")) <= sockets_before
+
+
+def _sid(pid: int) -> int | None:
+    import os
+
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None

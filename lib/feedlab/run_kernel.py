@@ -1,0 +1,125 @@
+"""The runner's kernel: how it is started (IPC sockets in a folder of the runner's own) and how everything the
+runner started stops with it on SIGTERM, SIGHUP or SIGINT.
+
+A runner killed by a signal used to die silently: the kernel and 04's child interpreter kept running, the
+notebook's ``*.tmp-<pid>-<hex>/`` folder stayed beside the record, and the kernel's ``kernel-ipc-N`` sockets
+stayed in ``notebooks/`` (jupyter_client makes them in its working directory). Now:
+
+* :func:`kernel_folder` — a temporary folder (in ``$TMPDIR``) for the kernel's sockets and its connection file
+  (``JUPYTER_RUNTIME_DIR``), removed when the notebook ends, however it ends; :func:`kernel_options` points the
+  kernel there.
+* :func:`stop_on_signals` — within, SIGTERM, SIGHUP and SIGINT stop this process's descendants that were not
+  there before (:func:`watch`: the kernel, its workers, what they started; by
+  :func:`feedlab.run_limit.stop_processes`) at once, before anything unwinds, then raise :class:`RunnerStopped`
+  (a KeyboardInterrupt: it leaves asyncio's tasks at once) so that the notebook's temporary folder is removed
+  on the way out; further signals are held until the runner is back. The runner says so in one line and exits
+  with 128 + the signal's number.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from feedlab.run_limit import descendants, stop_processes
+
+SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+#: the pids that were this process's descendants before the notebook under way started (None: none under way)
+_BEFORE: dict = {"pids": None}
+
+
+class RunnerStopped(KeyboardInterrupt):
+    """A signal stopped the runner; ``stopped``: how many of its processes were still running then."""
+
+    def __init__(self, signum: int, stopped: int = 0):
+        self.signum, self.code, self.stopped = int(signum), 128 + int(signum), stopped
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+    def line(self) -> str:
+        what = f"the kernel and what it started ({self.stopped} process{'es' if self.stopped != 1 else ''})" \
+            if self.stopped else "no notebook was running"
+        return (f"{self}: {what} stopped, the notebook's temporary folder and the kernel's sockets removed; "
+                "the old record is as it was")
+
+
+def _on_signal(signum, _frame):
+    for sig in SIGNALS:   # one stop: a second signal does not cut the clean-up short
+        signal.signal(sig, signal.SIG_IGN)
+    _BEFORE["logging"] = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)   # the kernel client's "Kernel died ..." as its kernel is stopped: the line says it
+    before = _BEFORE["pids"] or set()   # no notebook under way: whatever is below the runner is its own
+    procs = [p for p in descendants() if p.pid not in before]
+    raise RunnerStopped(signum, stop_processes(procs) if procs else 0)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within: SIGTERM, SIGHUP and SIGINT stop what the notebook under way started and raise
+    :class:`RunnerStopped` (each where it has its default action: never over one that is ignored, as under
+    nohup); put back on the way out. Off the main thread a no-op."""
+    old: dict = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in SIGNALS:
+            if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+                old[sig] = signal.signal(sig, _on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if "logging" in _BEFORE:
+            logging.disable(_BEFORE.pop("logging"))
+
+
+@contextmanager
+def watch() -> Iterator[None]:
+    """Around a notebook: the processes that appear below this one are the ones a signal stops."""
+    _BEFORE["pids"] = {p.pid for p in descendants()}
+    try:
+        yield
+    finally:
+        _BEFORE["pids"] = None
+
+
+@contextmanager
+def kernel_folder() -> Iterator[Path]:
+    """A folder of the runner's own for the kernel's IPC sockets and connection file (a short path in
+    ``$TMPDIR``: a socket's name is at most 107 bytes), removed with whatever the kernel left in it."""
+    folder = Path(tempfile.mkdtemp(prefix="feedlab-kernel-"))
+    before = os.environ.get("JUPYTER_RUNTIME_DIR")
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if before is None:
+            os.environ.pop("JUPYTER_RUNTIME_DIR", None)
+        else:
+            os.environ["JUPYTER_RUNTIME_DIR"] = before
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def kernel_options(folder: Path | None = None) -> dict:
+    """papermill keyword arguments for the kernel: IPC sockets instead of TCP, so the kernel has nothing to
+    warn about ("running over TCP without encryption") and its channels are not open to other users of the
+    machine; in ``folder`` (:func:`kernel_folder`) where given, never in the notebook's working directory."""
+    if os.name != "posix":
+        return {}
+    from traitlets.config import Config
+
+    cfg = Config()
+    cfg.KernelManager.transport = "ipc"
+    if folder is not None:
+        cfg.KernelManager.ip = str(Path(folder) / "kernel-ipc")
+    return {"config": cfg}
+
+
+def progress_options(name: str) -> dict:
+    """papermill's per-cell bar, labelled with the notebook."""
+    return {"desc": f"    {name}", "unit": "cell", "leave": False, "mininterval": 0.5}
