@@ -248,7 +248,7 @@ def test_peer_ratio_rows_from_notebook_13_results(tmp_path):
                "best_peer": {"label": "LitData"}},
         "jpeg": {"ratio": None, "why_missing": "no peer passed"}}}))
     rows = ledger.peer_ratio_rows(tmp_path)
-    assert "| cpu-2c | sr | ×1.50 (1.20–1.90) | LitData | not like for like (its sides were not recorded) |" in rows
+    assert "| cpu-2c | sr | ×1.50 (1.20–1.90) | LitData | not like for like (its sides were not recorded) | not measured |" in rows
     assert any("jpeg | n/a (no peer passed)" in r for r in rows)
     assert ledger.peer_ratio_rows(tmp_path / "nothing") == []
     # a ratio computed without part of the field names the peers that were missing, in the row
@@ -261,8 +261,30 @@ def test_peer_ratio_rows_from_notebook_13_results(tmp_path):
         "cls": {"ratio": 1.1, "ratio_low": 1.0, "ratio_high": 1.2, "verdict": "met (>= 1.0)",
                 "best_peer": {"label": "DALI"}, "missing_peers": {}}}}))
     rows = ledger.peer_ratio_rows(tmp_path)
-    assert "| cpu-2c | sr | ×2.00 (1.80–2.20) | LitData (without FFCV, SPDL) | not like for like (its sides were not recorded) |" in rows
-    assert "| cpu-2c | cls | ×1.10 (1.00–1.20) | DALI | not like for like (its sides were not recorded) |" in rows  # recorded: every peer ran
+    assert ("| cpu-2c | sr | ×2.00 (1.80–2.20) | LitData, the best of the peers measured (without FFCV, SPDL) | "
+            "not like for like (its sides were not recorded) | not measured |") in rows
+    assert "| cpu-2c | cls | ×1.10 (1.00–1.20) | DALI | not like for like (its sides were not recorded) | not measured |" in rows  # recorded: every peer ran
+
+
+def test_the_peer_verdict_is_the_one_the_notebook_recorded_not_the_point_ratio():
+    """13 sr printed "within this run's spread of 1.0" (0.90, 0.79–1.03); the README and CLAIMS.md once said
+    "misses the ≥ 1 target" from the point ratio alone. The cold ratio is kept beside it."""
+    import json
+
+    from feedlab.report import targets
+
+    payload = json.loads((FIGURES_DIR / "13_peer_loaders" / "cpu-2c" / "results.json").read_text())
+    for kind, r in (payload.get("ratios") or {}).items():
+        v = targets.peer_verdict(payload, kind)
+        if v is None or not v.judged:
+            continue
+        recorded = str(r.get("verdict", ""))
+        expect = {"within this run's spread of 1.0": "within spread", "not met": "missed"}.get(
+            recorded, "met" if recorded.startswith("met") else None)
+        if expect:
+            assert v.word == expect, (kind, recorded, v)
+    rows = "\n".join(ledger.peer_ratio_rows())
+    assert "| cold |" in rows
 
 
 # ---------------------------------------------------------------- shared helpers of the claim tests

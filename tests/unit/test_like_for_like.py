@@ -109,7 +109,7 @@ def test_a_run_whose_sides_match_is_judged():
 
     line = "sr: feedlab best 10 vs 5: ratio 0.95 (from the IQRs 0.90–1.10); target >= 1.0: met (>= 1.0)."
     assert targets.peer_line(line, targets.PEER, Run(payload, fingerprint={})).endswith(
-        "ratio 0.95 (from the IQRs 0.90–1.10); misses the ≥ 1 target.")
+        "ratio 0.95 (from the IQRs 0.90–1.10); within this run's spread of the ≥ 1 target (0.9–1.1 holds 1).")
 
 
 def test_a_rate_timed_to_its_precision_needs_no_fifty_batches_but_still_a_second():

@@ -17,7 +17,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from feedlab.like_for_like import NOT_LIKE, Verdict, judged
+from feedlab.like_for_like import MET, MISSED, NOT_LIKE, WITHIN, Side, Verdict
+from feedlab.like_for_like import verdict as like_verdict
 from feedlab.machines import pcie_theoretical_gbps
 from feedlab.monitor import BUSY_SPEED, process_speed  # BUSY_SPEED (10): the doctor's probe under it: too busy
 from feedlab.peers.report import sides_of_record
@@ -224,16 +225,54 @@ def timer_line(line: str, t: Target, run: Run | None = None) -> str:
     return _TIMER.sub(sub, line)
 
 
+def peer_verdict(payload: dict, kind: str, cold: bool = False, printed: tuple | None = None) -> Verdict | None:
+    """13's ratio on ``kind`` (feedlab's best ÷ the best peer; ``cold``: with the page cache dropped) by the one
+    judge: its two recorded sides (:func:`feedlab.peers.report.sides_of_record`, the record's ``cold_sides``),
+    the interval the run recorded (``ratio_low``–``ratio_high``), the ≥ 1 target. The same rule the notebook
+    printed its verdict by (within the run's spread of 1 where the interval holds it), never the point ratio alone.
+    None where the run recorded no such ratio. ``printed``: ``(ratio, low, high)`` as a line printed them."""
+    r = (payload.get("ratios") or {}).get(kind) or {}
+    pre = "cold_" if cold else ""
+    ratio = r.get(f"{pre}ratio")
+    if printed is not None:
+        ratio, lo_p, hi_p = printed
+        r = dict(r, **{f"{pre}ratio_low": lo_p, f"{pre}ratio_high": hi_p})
+    if not isinstance(ratio, (int, float)):
+        return None
+    if cold:
+        recorded = r.get("cold_sides") or []
+        sides = tuple(Side(**{k: v for k, v in d.items() if k in Side.__dataclass_fields__}) for d in recorded)
+        sides = sides if len(sides) == 2 else None
+    else:
+        sides = sides_of_record(payload, kind)
+    if not sides:
+        return Verdict(NOT_LIKE, "its sides were not recorded", ratio, target=PEER_RATIO)
+    return like_verdict(*sides, float(ratio), target=PEER_RATIO, lo=r.get(f"{pre}ratio_low"),
+                        hi=r.get(f"{pre}ratio_high"))
+
+
+def peer_words(v: Verdict) -> str:
+    """A peer verdict as the README and docs/CLAIMS.md write it."""
+    bound = f"≥ {PEER_RATIO:g}"
+    if v.word == MET:
+        return f"meets the {bound} target"
+    if v.word == MISSED:
+        return f"misses the {bound} target"
+    if v.word == WITHIN:
+        return f"within this run's spread of the {bound} target ({v.why})"
+    return str(v)
+
+
 def peer_line(line: str, t: Target, run: Run | None = None) -> str:
-    """13's per-data-set line (``sr: ...``) with its target clause computed from the ratio it printed, and
-    judged only where the run's two sides are like for like (:func:`feedlab.peers.report.sides_of_record`)."""
+    """13's per-data-set line (``sr: ...``) with its target clause from the one judge on the run's recorded
+    sides and interval (:func:`peer_verdict`), as the notebook judged it."""
     kind = line.split(":", 1)[0]
-    sides = sides_of_record(run.payload, kind) if run is not None else None
 
     def sub(m):
-        r = float(m.group(1))
-        clause = f"{verdict(r, t.op, t.bound)} the {t.bound_text} target"
-        clause = judged(clause, *sides) if sides else f"{NOT_LIKE} (its sides were not recorded)"
+        bounds = re.findall(r"[\d.]+", m.group(2))
+        printed = (float(m.group(1)), *(float(b) for b in bounds[:2])) if len(bounds) >= 2 else None
+        v = peer_verdict(run.payload, kind, printed=printed) if run is not None else None
+        clause = peer_words(v) if v is not None else f"{NOT_LIKE} (its sides were not recorded)"
         return f"ratio {m.group(1)} {m.group(2)}; {clause}."
     return _PEER.sub(sub, line)
 

@@ -14,7 +14,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from feedlab.like_for_like import NOT_LIKE, judged
 from feedlab.machines import machine_dirs, machine_key
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.peers import PEERS
@@ -188,8 +187,7 @@ def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
     peer loader per data set (notebook 13), per committed machine, with the run's spread."""
     import json
 
-    from feedlab.peers.report import sides_of_record
-    from feedlab.report.targets import PEER, verdict
+    from feedlab.report.targets import PEER, peer_verdict, peer_words
 
     rows = []
     for machine, folder in machine_dirs("13_peer_loaders", figures_dir).items():
@@ -208,25 +206,36 @@ def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
             recorded = isinstance(r, dict) and isinstance(r.get("missing_peers"), dict)
             missing = list(r["missing_peers"]) if recorded else unavailable
             field = f" (without {', '.join(missing)})" if missing else ""
+            if recorded and missing:   # not run, and why (the run's own words, grouped by reason)
+                why: dict[str, list[str]] = {}
+                for name, reason in r["missing_peers"].items():
+                    why.setdefault(str(reason).split(" (")[0], []).append(name)
+                field = " (not run: " + "; ".join(f"{', '.join(names)}: {reason}" for reason, names in why.items()) + ")"
             if not isinstance(r, dict) or r.get("ratio") is None:
                 why = r.get("why_missing", "not measured") if isinstance(r, dict) else "not measured"
-                rows.append(f"| {machine} | {kind} | n/a ({why}) | {field.strip()} | |")
+                rows.append(f"| {machine} | {kind} | n/a ({why}) | {field.strip()} | | |")
                 continue
             peer = r.get("best_peer") or {}
-            target = f"{verdict(float(r['ratio']), PEER.op, PEER.bound)} the {PEER.bound_text} target"
-            sides = sides_of_record(payload, kind)
-            target = judged(target, *sides) if sides else f"{NOT_LIKE} (its sides were not recorded)"
+            target = peer_words(peer_verdict(payload, kind))
+            cold = peer_verdict(payload, kind, cold=True)
+            cold_cell = (f"×{r['cold_ratio']:.2f} ({r.get('cold_ratio_low', float('nan')):.2f}–"
+                         f"{r.get('cold_ratio_high', float('nan')):.2f}): {peer_words(cold)}" if cold is not None else
+                         "not measured")
+            best = peer.get("label") or peer.get("contender", "?")
+            if missing:
+                best = f"{best}, the best of the peers measured"
             rows.append(f"| {machine} | {kind} | ×{r['ratio']:.2f} ({r.get('ratio_low', float('nan')):.2f}–"
-                        f"{r.get('ratio_high', float('nan')):.2f}) | {peer.get('label') or peer.get('contender', '?')}"
-                        f"{field} | {target} |")
+                        f"{r.get('ratio_high', float('nan')):.2f}) | {best}{field} | {target} | {cold_cell} |")
     if not rows:
         return []
     return ["feedlab's recommended pipeline ÷ the best peer loader on the same data and machine "
             f"([notebook 13](notebooks/13_peer_loaders.ipynb); target {PEER.bound_text}, `feedlab.report.targets`; the "
             "range is the ratio of the interquartile bounds; a ratio computed without part of the field names the "
             "peers that did not run; a ratio whose two sides differ in order, pixels, batch size, workers, cache or "
-            "timed window is not judged, `feedlab.like_for_like`):", "",
-            "| machine | data set | feedlab ÷ best peer | best peer | target |", "|---|---|---|---|---|", *rows, ""]
+            "timed window is not judged, `feedlab.like_for_like`; the verdict is the one judge's on the run's recorded "
+            "interval, as the notebook printed it; *cold*: the same ratio with the page cache dropped):", "",
+            "| machine | data set | feedlab ÷ best peer | best peer | target | cold |", "|---|---|---|---|---|---|",
+            *rows, ""]
 
 
 def readme_block(figures_dir: Path = FIGURES_DIR) -> str:
