@@ -11,11 +11,15 @@ offered (``--diagnose`` runs it: :func:`feedlab.doctor.user.diagnose_loader`, wi
 the step priced as your script ran it). What ``torch.utils.bottleneck`` does for CPU
 profiles, done for the input pipeline.
 
-Nothing the script does holds the doctor past its deadline: a :class:`Watchdog` thread
-ends the process, after printing what was measured, when the script asks for no batch in
-``deadline_s`` (no DataLoader built, a step that never returns, loaders in ``mp.spawn``
-children), does not end ``deadline_s`` after the doctor's stop, or catches the stop (a
-bare ``except:``) and asks for more; the processes the script started go with it. Only
+Nothing the script does holds the doctor past its deadline (:mod:`feedlab.doctor.script_watch`):
+the script is ended, after what was measured is printed, when it makes no progress (a batch
+delivered or a step taken) in ``deadline_s`` (no DataLoader built, an empty one in a step-based
+loop, a step that never returns, loaders in ``mp.spawn`` children), does not end ``deadline_s``
+after the doctor's stop, or catches the stop (a bare ``except:``) and asks for more; the processes
+the script started go with it. From the command line (``report`` given) the script runs in a forked
+child watched by the doctor's process, so a script stuck in C code that holds the GIL is ended too;
+a library caller gets the in-process :class:`~feedlab.doctor.script_watch.Watchdog` thread, which
+cannot reach such a script. Only
 the process that started the doctor speaks: a forked copy of the script ends silently
 at the stop. ``os._exit`` in the script ends the script, not the doctor: what was
 measured up to then is reported.
@@ -38,22 +42,13 @@ from feedlab.run_limit import descendants, stop_processes
 
 from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, deadline
 from .report import fmt_rate
+from .script_watch import Progress, Watchdog, Wire, fork_watched, quiet_exit, watch_child
 from .verdict import DATA_BOUND_FRACTION, spread_words, step_price, wait_share  # noqa: F401
 from .wrap import batch_len
 
 PROG = "python -m feedlab.doctor"
 _real_exit = os._exit
-
-
-def _quiet_exit(code: int) -> None:
-    """End this process now, its buffered output written (a forked copy of the script, or
-    the doctor after its last line)."""
-    for f in (sys.stdout, sys.stderr):
-        try:
-            f.flush()
-        except Exception:  # a closed or broken stream: nothing more can be said on it
-            pass
-    _real_exit(code)
+_quiet_exit = quiet_exit
 
 
 class Enough(BaseException):
@@ -82,26 +77,21 @@ def loader_settings(loader) -> dict[str, Any]:
             "collate_fn": getattr(loader.collate_fn, "__name__", type(loader.collate_fn).__name__)}
 
 
-class Recorder:
-    """Per DataLoader: data wait and step seconds of each batch, and its size."""
+class Recorder(Progress):
+    """Per DataLoader: data wait and step seconds of each batch, and its size; each change also told
+    to ``tell`` (a :class:`~feedlab.doctor.script_watch.Wire` to the watching process, or nothing)."""
 
-    def __init__(self, max_batches: int, batch_deadline_s: float | None):
+    def __init__(self, max_batches: int, batch_deadline_s: float | None, tell=None):
+        super().__init__()
         self.max_batches, self.limit = int(max_batches), batch_deadline_s
-        self.loaders: dict[int, dict] = {}
         self.owner = os.getpid()                 # the process that started the doctor: the one that speaks
-        self.t_progress = time.monotonic()       # the script's last request for a batch (or its start)
-        self.waiting: float | None = None        # while it waits for one: that wait's own deadline (0: none)
-        self.stop: tuple[str, bool] | None = None   # (why, an error?) once the doctor stopped the script
-        self.t_stop: float | None = None
-        self.parked = False                      # the script caught the stop and asked for more
+        self.tell = tell or (lambda *ev: None)
+        self.keys: dict[int, int] = {}
 
     def stopping(self, why: str, error: bool = False) -> None:
         if self.stop is None:
-            self.stop, self.t_stop = (why, error), time.monotonic()
-
-    def batches(self) -> int:
-        main = self.main()
-        return len(main["wait"]) if main else 0
+            self.tell("stop", why, error)
+        super().stopping(why, error)
 
     def park(self) -> None:
         """The script caught the doctor's stop and asked for another batch: wait here for
@@ -109,15 +99,25 @@ class Recorder:
         if os.getpid() != self.owner:
             _quiet_exit(0)
         self.parked = True
+        self.tell("parked")
         while True:
             time.sleep(1)
+
+    def _rec(self, loader) -> tuple[int, dict]:
+        key = self.keys.setdefault(id(loader), len(self.keys))
+        if key not in self.loaders:
+            settings = loader_settings(loader)
+            self.loaders[key] = {"loader": loader, "settings": settings, "wait": [], "step": [], "step_cpu": [],
+                                 "n": [], "iters": 0, "empty": 0}
+            self.tell("loader", key, settings)
+        return key, self.loaders[key]
 
     def wrap(self, loader, it):
         if self.stop is not None:
             self.park()
-        rec = self.loaders.setdefault(id(loader), {"loader": loader, "wait": [], "step": [], "step_cpu": [],
-                                                   "n": [], "iters": 0})
+        key, rec = self._rec(loader)
         rec["iters"] += 1
+        self.tell("iter", key)
         t_last = c_last = None
         limit = (loader.timeout or self.limit) if self.limit else None
         while True:
@@ -125,33 +125,40 @@ class Recorder:
             if t_last is not None:
                 rec["step"].append(t0 - t_last)
                 rec["step_cpu"].append(c0 - c_last)
+                self.tell("step", key, t0 - t_last, c0 - c_last)
             if len(rec["wait"]) >= self.max_batches:
                 if os.getpid() != self.owner:
                     _quiet_exit(0)           # a forked copy of the script: stopped without a word
                 self.stopping(f"stopped after {self.max_batches} batches")
                 raise Enough()
-            self.t_progress, self.waiting = time.monotonic(), limit or 0.0
+            # progress is a batch delivered or a step taken: asking again after a batch is a step;
+            # the first ask of a pass is not (an empty loader asked again and again is no progress)
+            self.waiting = limit or 0.0
+            if t_last is not None:
+                self.t_progress = time.monotonic()
+            self.tell("ask", key, self.waiting, t_last is not None)
             try:
                 with deadline(limit, f"batch {len(rec['wait'])} of your script's DataLoader",
                               "a sample that never returns hangs training too"):
                     try:
                         batch = next(it)
                     except StopIteration:
+                        if t_last is None:
+                            rec["empty"] += 1
+                            self.tell("empty", key)
                         return
             except Hung as exc:
                 self.stopping(str(exc), error=True)
                 raise
             finally:
-                self.t_progress, self.waiting = time.monotonic(), None
+                self.waiting = None
+                self.tell("asked")
             t_last, c_last = time.perf_counter(), time.process_time()
             rec["wait"].append(t_last - t0)
             rec["n"].append(batch_len(batch) or 0)
+            self.t_progress = time.monotonic()
+            self.tell("got", key, t_last - t0, rec["n"][-1])
             yield batch
-
-    def main(self) -> dict | None:
-        """The loader that delivered the most batches (the training loader)."""
-        recs = [r for r in self.loaders.values() if r["wait"]]
-        return max(recs, key=lambda r: len(r["wait"])) if recs else None
 
 
 def summarize(rec: dict) -> dict:
@@ -161,7 +168,7 @@ def summarize(rec: dict) -> dict:
     wait, step, n = rec["wait"], rec["step"], rec["n"]
     k = len(step)                              # batches whose step was seen end to end
     w, s, m = np.array(wait[1:k], float), np.array(step[1:k], float), np.array(n[1:k], float)
-    settings = loader_settings(rec["loader"])
+    settings = rec["settings"]
     out = {"loader": settings, "batches": len(wait), "first_batch_wait_s": wait[0]}
     loop = wait_share(w, s, settings["num_workers"]) if len(w) else None
     if loop is None:
@@ -178,45 +185,6 @@ def summarize(rec: dict) -> dict:
     return out
 
 
-class Watchdog(threading.Thread):
-    """Ends the script the doctor cannot stop by an exception: no batch asked for in
-    ``deadline_s`` (beyond a wait's own deadline), not ended ``deadline_s`` after the
-    doctor's stop, or the stop caught and another batch asked for. ``end(why)`` reports
-    and ends the process; :meth:`close` stands it down once the script has ended."""
-
-    def __init__(self, rec: Recorder, deadline_s: float | None, end):
-        super().__init__(name="feedlab-doctor-watchdog", daemon=True)
-        self.rec, self.limit, self.end = rec, deadline_s, end
-        self.done, self.lock = threading.Event(), threading.Lock()
-
-    def overdue(self) -> str | None:
-        rec, now = self.rec, time.monotonic()
-        if rec.parked:
-            return "caught"
-        if not self.limit:
-            return None
-        if rec.t_stop is not None:
-            return "late" if now - rec.t_stop > self.limit else None
-        return "idle" if now - rec.t_progress > self.limit + (rec.waiting or 0.0) else None
-
-    def run(self) -> None:
-        while not self.done.wait(0.1):
-            why = self.overdue()
-            if why is not None:
-                self.fire(why)
-
-    def fire(self, why: str) -> None:
-        self.lock.acquire()          # once: a second caller waits here for the end of the process
-        try:
-            self.end(why)
-        finally:
-            _quiet_exit(2)
-
-    def close(self) -> None:
-        self.done.set()
-        self.lock.acquire()          # held for good by a watchdog that is ending the process
-
-
 def _summary(rec: Recorder, path: Path, args, stopped: str) -> dict | None:
     main = rec.main()
     if main is None:
@@ -226,8 +194,10 @@ def _summary(rec: Recorder, path: Path, args, stopped: str) -> dict | None:
     return out
 
 
-def _ended(rec: Recorder, path: Path, args, why: str, limit: float | None) -> tuple[dict | None, str]:
-    """(summary of what was measured or None, the line that says why the doctor ended the script)."""
+def _ended(rec: Progress, path: Path, args, why: str, limit: float | None,
+           kids: int | None = None) -> tuple[dict | None, str]:
+    """(summary of what was measured or None, the line that says why the doctor ended the script);
+    ``kids``: how many processes the script had started (None: this process's descendants now)."""
     n, stop = rec.batches(), rec.stop
     if why == "caught" or why == "late":
         tail = ("caught the doctor's stop (a bare `except:` around its loop?) and asked for more" if why == "caught"
@@ -239,7 +209,14 @@ def _ended(rec: Recorder, path: Path, args, why: str, limit: float | None) -> tu
         return None, (f"--script {path}: batch {n} of your script's DataLoader did not return within "
                       f"{limit + rec.waiting:g} s: a sample that never returns hangs training too")
     if why == "idle":
-        kids = len(descendants())
+        kids = len(descendants()) if kids is None else kids
+        empty = rec.empty()
+        if n == 0 and empty is not None:
+            L = empty["settings"]
+            return None, (f"--script {path}: your script's DataLoader over {L['dataset']} ({L['dataset_len']} samples, "
+                          f"batch_size={L['batch_size']}, drop_last={L['drop_last']}) yielded no batches in "
+                          f"{empty['empty']} pass(es), and no batch came within {limit:g} s (--deadline): its data "
+                          "set is empty; check the data path it reads (and batch_size against drop_last)")
         if n:
             what = (f"{n} batches, then no batch asked for in {limit:g} s (a step or your script's own code that "
                     "does not return?), so the doctor ended it (--deadline)")
@@ -303,6 +280,15 @@ def _say_and_end(report, summary: dict | None, why: str) -> None:
     _quiet_exit(rc)
 
 
+def _report(report, summary: dict | None, why: str) -> int:
+    """The watching process's last act: ``report(summary, why)`` (or the line alone); its exit status."""
+    try:
+        return report(summary, why)
+    except Exception as exc:  # the report could not be written: one line, still the end
+        print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr, flush=True)
+        return 2
+
+
 def _say(summary: dict | None, why: str) -> int:
     print(f"{PROG}: error: {why}", file=sys.stderr, flush=True)
     return 2
@@ -312,15 +298,25 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
                log=lambda m: None, report=_say) -> tuple[dict, Any]:
     """Run ``path`` as ``__main__`` with ``args`` until one DataLoader delivered
     ``max_batches`` batches (or the script ended); returns (summary, that loader).
-    Where the script cannot be stopped so (see :class:`Watchdog`), ``report(summary or
-    None, why)`` says what was measured and returns the exit status of this process,
-    which then ends."""
+    Where the script cannot be stopped so (:mod:`feedlab.doctor.script_watch`), ``report(summary
+    or None, why)`` says what was measured and returns the exit status of this process, which
+    then ends. With ``report`` given, the script runs in a forked child that this process watches
+    (this process exits with the child's status; the child returns here)."""
     from torch.utils.data import DataLoader
 
     path = Path(path)
     if not path.is_file():
         raise UserCodeError(f"--script {path}: no such file")
-    rec = Recorder(max_batches, deadline_s)
+    watched = report is not _say and hasattr(os, "fork")   # a command line's run: watched from outside
+    tell = None
+    if watched:
+        pid, fd = fork_watched()
+        if pid:   # this process watches the script's (the child's); it ends with it, or ends it
+            seen = Progress()
+            watch_child(pid, fd, seen, deadline_s,
+                        lambda why, kids: _report(report, *_ended(seen, path, args, why, deadline_s, len(kids))))
+        tell = Wire(fd)
+    rec = Recorder(max_batches, deadline_s, tell)
     original = DataLoader.__iter__
     dog = Watchdog(rec, deadline_s, lambda why: _say_and_end(report, *_ended(rec, path, args, why, deadline_s)))
 
@@ -332,6 +328,10 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
             _real_exit(code)
         why = f"your script called os._exit({code}) after {rec.batches()} batches"
         if threading.current_thread() is not threading.main_thread():
+            if watched:                              # from one of its threads: the watching process reports
+                rec.tell("fire", why)
+                while True:
+                    time.sleep(1)
             dog.fire(why)                            # from one of its threads: report and end here
         rec.stopping(why, error=bool(code))
         raise OsExit(code)
@@ -346,7 +346,8 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
     DataLoader.__iter__, os._exit, threading.excepthook = __iter__, _exit, excepthook
     log(f"running {path} {' '.join(args)} for at most {max_batches} batches of its DataLoader")
     outcome: BaseException | None = None
-    dog.start()
+    if not watched:
+        dog.start()
     try:
         runpy.run_path(str(path), run_name="__main__")
     except BaseException as exc:  # how the script ended, said below (a KeyboardInterrupt goes on)
@@ -354,7 +355,11 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
     finally:
         if os.getpid() != rec.owner:                 # a forked copy of the script ends here, silently
             _quiet_exit(_status(outcome))
-        dog.close()
+        rec.tell("done")
+        if watched:
+            dog.done.set()
+        else:
+            dog.close()
         DataLoader.__iter__, os._exit, threading.excepthook = original, os_exit, thread_hook
         sys.argv, sys.path[:] = argv, cwd_path
     stopped = _outcome(outcome, path, max_batches, rec.batches())

@@ -1,4 +1,4 @@
-"""Issue 33, the doctor's --script and --report (round three): nothing hung, nothing lost.
+"""The doctor's --script and --report: nothing hung, nothing lost.
 
 * ``--script`` has an overall deadline no script can swallow: a script that never builds a
   DataLoader, a bare ``except:`` around its loop, ``mp.spawn`` — each ends with its line
@@ -10,8 +10,13 @@
   line naming the folder; it never replaces a file the doctor did not write (the report's
   figure beside ``notes.md`` is never the user's ``notes.png``).
 
-Every doctor runs as a subprocess in its own session under a deadline; what is left in that
-session afterwards fails the test (and is then stopped).
+* a script stuck in C code that holds the GIL (a catastrophic regular expression) is ended at
+  ``--deadline`` with what was measured; an empty DataLoader in a step-based loop is no progress:
+  one line at ``--deadline`` naming the loader's 0 samples and the data path.
+
+Every doctor runs as a subprocess in its own session under a deadline, with its own TMPDIR; what is
+left in that session, that TMPDIR or /dev/shm (``torch_*``) afterwards fails the test (and is then
+stopped).
 """
 
 from __future__ import annotations
@@ -42,20 +47,31 @@ def _left_in_session(sid: int) -> list[str]:
     return left
 
 
-def _doctor(args, cwd) -> subprocess.CompletedProcess:
-    """``python -m feedlab.doctor ARGS`` in its own session; fails the test when it runs past
-    LIMIT_S or leaves a process behind (both are stopped here either way)."""
+def _shm_torch() -> set[str]:
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("torch_")}
+    except OSError:
+        return set()
+
+
+def _doctor(args, cwd, limit_s: float = LIMIT_S) -> subprocess.CompletedProcess:
+    """``python -m feedlab.doctor ARGS`` in its own session, with its own TMPDIR; fails the test when
+    it runs past ``limit_s`` or leaves a process, a temporary or a ``torch_*`` file in /dev/shm behind
+    (processes are stopped here either way)."""
+    tmp = Path(cwd) / "doctor-tmp"
+    tmp.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "lib"), str(ROOT), str(cwd)]),
-               MPLBACKEND="Agg")
+               MPLBACKEND="Agg", TMPDIR=str(tmp))
+    shm_before = _shm_torch()
     p = subprocess.Popen([sys.executable, "-m", "feedlab.doctor", *args], cwd=cwd, env=env, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     left: list[str] = []
     try:
-        out, err = p.communicate(timeout=LIMIT_S)
+        out, err = p.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        pytest.fail(f"doctor {' '.join(args)} did not end within {LIMIT_S} s; stderr: {err[-1500:]}")
+        pytest.fail(f"doctor {' '.join(args)} did not end within {limit_s:g} s; stderr: {err[-1500:]}")
     finally:
         t_end = time.monotonic() + 15           # what it stopped may take a moment to go
         while time.monotonic() < t_end and (left := _left_in_session(p.pid)):
@@ -65,6 +81,8 @@ def _doctor(args, cwd) -> subprocess.CompletedProcess:
         except (ProcessLookupError, PermissionError):
             pass
     assert not left, f"the doctor left processes behind: {left}"
+    assert not list(tmp.iterdir()), f"the doctor left temporaries behind: {list(tmp.iterdir())}"
+    assert not _shm_torch() - shm_before, f"the doctor left /dev/shm files: {_shm_torch() - shm_before}"
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
@@ -225,3 +243,50 @@ def test_report_never_replaces_a_notes_file_it_did_not_write(tmp_path):
     err = _error_lines(r)
     assert len(err) == 1 and "notes.md" in err[0], r.stderr[-2000:]
     assert "VERDICT" not in r.stdout
+
+
+GIL_HELD = HEAD + """
+import re
+loader = DataLoader(list(range(4000)), batch_size=10, num_workers=1)
+for i, x in enumerate(loader):
+    time.sleep(0.005)
+    if i == 5:
+        print("matching", flush=True)
+        re.match(r"(a+)+$", "a" * 40 + "b")      # catastrophic backtracking in C, the GIL held for hours
+"""
+
+EMPTY_EPOCHS = HEAD + """
+loader = DataLoader([], batch_size=4)             # a wrong data path: no files found, an empty data set
+step = 0
+while step < 1000:                                # a step-based loop: every epoch is empty
+    for x in loader:
+        step += 1
+"""
+
+
+def test_a_script_stuck_in_c_code_holding_the_gil_ends_at_the_deadline(tmp_path):
+    """The watchdog was a thread: a regular expression that holds the GIL kept it from running, and
+    --deadline held nothing. Now the script runs in a child the doctor's process watches."""
+    t0 = time.monotonic()
+    r = _doctor(["--script", _write(tmp_path, "regex.py", GIL_HELD), "--batches", "30", "--deadline", "4"],
+                tmp_path, limit_s=90)
+    took = time.monotonic() - t0
+    assert "matching" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("VERDICT") == 1 and "6 batches, then no batch asked for in 4 s" in r.stdout, r.stdout
+    assert not _error_lines(r)
+    assert took < 60, f"{took:.0f} s"
+
+
+def test_an_empty_loader_in_a_step_loop_is_no_progress(tmp_path):
+    """Each empty epoch counted as progress: no output, and 60 s with --deadline 5. Now: one line at the
+    deadline naming the loader's 0 samples and the data path."""
+    t0 = time.monotonic()
+    r = _doctor(["--script", _write(tmp_path, "empty.py", EMPTY_EPOCHS), "--deadline", "5"], tmp_path, limit_s=60)
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = _error_lines(r)
+    assert len(err) == 1, r.stderr[-2000:]
+    assert "empty.py" in err[0] and "no batches" in err[0] and "0 samples" in err[0] and "data path" in err[0], err
+    assert "5 s" in err[0] and "--deadline" in err[0], err[0]
+    assert took < 45, f"{took:.0f} s"
