@@ -22,12 +22,21 @@ from feedlab.errors import cli_errors, one_line
 from feedlab.fingerprint import fingerprint_line
 from feedlab.formats._io import read_regular
 from feedlab.machines import gpu_short_name, machine_dirs
-from feedlab.paths import FIGURES_DIR, REPO_ROOT, scrub_data_paths
+from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.report import claims, compare, gpu_readings, targets
 from feedlab.report.claims import ledger as claims_ledger
 from feedlab.report.claims.core import Run
 from feedlab.report.claims.ledger import END as CLAIMS_END
 from feedlab.report.claims.ledger import START as CLAIMS_START
+from feedlab.report.readme_doctor import (  # noqa: F401  (the doctor block, re-exported)
+    DOCTOR_END,
+    DOCTOR_START,
+    _with_calibration,
+    calibration_lines,
+    doctor_block,
+    doctor_output,
+    worst_error_line,
+)
 from feedlab.report.summary import summary_markdown
 from feedlab.results import atomic_write
 from feedlab.run_record import missing_files, tracked_files
@@ -204,83 +213,6 @@ def section(figures_dir: Path = FIGURES_DIR) -> str:
     if summary:
         head = [summary, ""] + head
     return "\n".join(head + parts)
-
-
-DOCTOR_START, DOCTOR_END = "<!-- doctor:start -->", "<!-- doctor:end -->"
-
-
-def doctor_output(executed) -> str:
-    """What the doctor printed in an executed 10_doctor notebook (the cell that renders its report)."""
-    import nbformat
-
-    nb = nbformat.read(executed, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "render(" in cell.source:
-            text = "".join(o.get("text", "") for o in cell.get("outputs", [])
-                           if o.get("output_type") == "stream" and o.get("name") == "stdout").rstrip()
-            return scrub_data_paths(text)  # the data path as the repository names it
-    return ""
-
-
-def calibration_lines(payload: dict) -> list[str]:
-    """The doctor's calibration, generated from notebook 10's results: the largest error over the
-    worker counts the doctor ran and over every setting the run measured, each against the target
-    as it stands; and, where the run measured its start setting twice, both numbers."""
-    own, every = targets.doctor_errors(payload)
-    bound = targets.DOCTOR_ERROR
-    lines = []
-    if own:
-        counts = ", ".join(str(e.get("num_workers")) for e in payload.get("end_to_end") or [] if e.get("samples_per_s"))
-        parts = [f"largest error {100 * max(own):.0f}% over the {len(own)} worker counts the doctor ran ({counts}): "
-                 f"{targets.verdict(max(own), '<=', bound)} the ±{100 * bound:.0f}% target"]
-        if len(every) > len(own):
-            parts.append(f"{100 * max(every):.0f}% over all {len(every)} settings this run measured (with the "
-                         f"notebook's steps): {targets.verdict(max(every), '<=', bound)} it")
-        lines.append("calibration (generated from this run's results.json): " + "; ".join(parts))
-    steps, e2e = payload.get("steps") or [], payload.get("end_to_end") or []
-    start = next((e for e in e2e if e.get("num_workers") == ((steps[0].get("config") or {}).get("num_workers"))), None) \
-        if steps else None
-    if start and steps[0].get("measured") and start.get("samples_per_s"):
-        lines.append(f"the start setting was measured twice in this run: {start['samples_per_s']:,.0f} samples/s by the "
-                     f"doctor, {steps[0]['measured']:,.0f} by the notebook's step 0")
-    return lines
-
-
-def _with_calibration(text: str, folder: Path) -> str:
-    """The doctor's printed output with its calibration line generated from the run's results."""
-    res = folder / "results.json"
-    try:
-        payload = json.loads(res.read_text()) if res.is_file() else {}
-    except ValueError:
-        payload = {}
-    new = calibration_lines(payload)
-    if not new:
-        return text
-    out, done = [], False
-    for line in text.splitlines():
-        if line.startswith("calibration:"):
-            if not done:
-                out.extend(new)
-            done = True
-            continue
-        out.append(line)
-    return "\n".join(out if done else out + new)
-
-
-def doctor_block(figures_dir: Path = FIGURES_DIR) -> str:
-    """The doctor's real output on the embedded set, per committed machine."""
-    parts = []
-    for key, folder in machine_dirs("10_doctor", figures_dir).items():
-        executed = folder / "10_doctor.executed.ipynb"
-        text = doctor_output(executed) if executed.exists() else ""
-        if not text:
-            continue
-        text = _with_calibration(text, folder)
-        fp = folder / "fingerprint.json"
-        line = fingerprint_line(json.loads(fp.read_text())) if fp.exists() else key
-        parts += [f"**{key}** ({line}), from [the executed notebook]"
-                  f"({executed.relative_to(REPO_ROOT).as_posix()}):", "", "```text", text, "```", ""]
-    return "\n".join(parts)
 
 
 def _replace_between(text: str, start: str, end: str, body: str) -> str:

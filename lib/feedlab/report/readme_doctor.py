@@ -1,0 +1,116 @@
+"""The README's doctor block: the doctor's real output in notebook 10's last run, per committed machine, led
+by its worst case (the largest prediction error over every setting it predicted, then the subset of its own
+worker counts), with its calibration line generated from the run's ``results.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from feedlab.fingerprint import fingerprint_line
+from feedlab.machines import machine_dirs
+from feedlab.paths import FIGURES_DIR, REPO_ROOT, scrub_data_paths
+from feedlab.report import targets
+
+DOCTOR_START, DOCTOR_END = "<!-- doctor:start -->", "<!-- doctor:end -->"
+
+
+def doctor_output(executed) -> str:
+    """What the doctor printed in an executed 10_doctor notebook (the cell that renders its report)."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "render(" in cell.source:
+            text = "".join(o.get("text", "") for o in cell.get("outputs", [])
+                           if o.get("output_type") == "stream" and o.get("name") == "stdout").rstrip()
+            return scrub_data_paths(text)  # the data path as the repository names it
+    return ""
+
+
+def calibration_lines(payload: dict) -> list[str]:
+    """The doctor's calibration, generated from notebook 10's results, the worst case first: the largest error
+    over every setting the run predicted and measured (its worker counts and the notebook's steps), then over
+    the worker counts the doctor ran, each against the target as it stands; and, where the run measured its
+    start setting twice, both numbers."""
+    own, every = targets.doctor_errors(payload)
+    bound = targets.DOCTOR_ERROR
+    lines = []
+    if own:
+        counts = ", ".join(str(e.get("num_workers")) for e in payload.get("end_to_end") or [] if e.get("samples_per_s"))
+        parts = []
+        if len(every) > len(own):
+            parts.append(f"largest error {100 * max(every):.0f}% over all {len(every)} settings this run predicted "
+                         f"and measured (the worker counts and the notebook's steps): "
+                         f"{targets.verdict(max(every), '<=', bound)} the ±{100 * bound:.0f}% target")
+        parts.append(f"{'then ' if parts else 'largest error '}{100 * max(own):.0f}% over the {len(own)} worker "
+                     f"counts the doctor ran ({counts}): {targets.verdict(max(own), '<=', bound)} "
+                     f"{'it' if len(parts) else f'the ±{100 * bound:.0f}% target'}")
+        lines.append("calibration (generated from this run's results.json): " + "; ".join(parts))
+    steps, e2e = payload.get("steps") or [], payload.get("end_to_end") or []
+    start = next((e for e in e2e if e.get("num_workers") == ((steps[0].get("config") or {}).get("num_workers"))), None) \
+        if steps else None
+    if start and steps[0].get("measured") and start.get("samples_per_s"):
+        lines.append(f"the start setting was measured twice in this run: {start['samples_per_s']:,.0f} samples/s by the "
+                     f"doctor, {steps[0]['measured']:,.0f} by the notebook's step 0")
+    return lines
+
+
+def _with_calibration(text: str, folder: Path) -> str:
+    """The doctor's printed output with its calibration line generated from the run's results."""
+    res = folder / "results.json"
+    try:
+        payload = json.loads(res.read_text()) if res.is_file() else {}
+    except ValueError:
+        payload = {}
+    new = calibration_lines(payload)
+    if not new:
+        return text
+    out, done = [], False
+    for line in text.splitlines():
+        if line.startswith("calibration:"):
+            if not done:
+                out.extend(new)
+            done = True
+            continue
+        out.append(line)
+    return "\n".join(out if done else out + new)
+
+
+def worst_error_line(folder: Path) -> str:
+    """The doctor block's headline: the largest prediction error over every setting the run predicted, then the
+    subset of its own worker counts (never the kinder subset first)."""
+    try:
+        payload = json.loads((folder / "results.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    own, every = targets.doctor_errors(payload)
+    if not every:
+        return ""
+    bound = targets.DOCTOR_ERROR
+    head = (f"The doctor's largest prediction error in this run: **{100 * max(every):.0f}%** over all {len(every)} "
+            f"settings it predicted and the run measured ({targets.verdict(max(every), '<=', bound)} the "
+            f"±{100 * bound:.0f}% target)")
+    if own and len(own) < len(every):
+        head += f"; {100 * max(own):.0f}% over the {len(own)} worker counts it ran"
+    return head + "."
+
+
+def doctor_block(figures_dir: Path = FIGURES_DIR) -> str:
+    """The doctor's real output on the embedded set, per committed machine."""
+    parts = []
+    for key, folder in machine_dirs("10_doctor", figures_dir).items():
+        executed = folder / "10_doctor.executed.ipynb"
+        text = doctor_output(executed) if executed.exists() else ""
+        if not text:
+            continue
+        text = _with_calibration(text, folder)
+        fp = folder / "fingerprint.json"
+        line = fingerprint_line(json.loads(fp.read_text())) if fp.exists() else key
+        parts += [f"**{key}** ({line}), from [the executed notebook]"
+                  f"({executed.relative_to(REPO_ROOT).as_posix()}):", ""]
+        worst = worst_error_line(folder)
+        if worst:
+            parts += [worst, ""]
+        parts += ["```text", text, "```", ""]
+    return "\n".join(parts)
