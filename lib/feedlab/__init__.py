@@ -6,3 +6,13 @@ pipeline (the one vocabulary of an input pipeline), nbhelpers, bench, run, docto
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``feedlab.tune``: the tuner's entry point, imported when first asked for (this package is the
+    standard-library floor: importing it brings nothing else)."""
+    if name == "tune":
+        from feedlab.tuner import tune
+
+        return tune
+    raise AttributeError(f"module 'feedlab' has no attribute {name!r}")

@@ -142,9 +142,10 @@ class Records:
 
 # ---------------------------------------------------------------- the rebuild
 def rebuild(loader, dataset=None, collate_fn=None, batch_sampler=None, num_workers: int | None = None,
-            pin_memory: bool | None = None):
+            pin_memory: bool | None = None, *, prefetch_factor: int | None = None,
+            persistent_workers: bool | None = None, multiprocessing_context=None):
     """``loader`` built again around another dataset, collate or batch sampler, keeping every other
-    setting of the user's (the rule in this module's docstring)."""
+    setting of the user's (the rule in this module's docstring) but those given (the tuner's settings)."""
     from torch.utils.data import DataLoader
 
     w = int(loader.num_workers if num_workers is None else num_workers)
@@ -152,8 +153,10 @@ def rebuild(loader, dataset=None, collate_fn=None, batch_sampler=None, num_worke
               collate_fn=collate_fn or loader.collate_fn, worker_init_fn=loader.worker_init_fn,
               pin_memory=loader.pin_memory if pin_memory is None else pin_memory, generator=loader.generator)
     if w > 0:
-        kw.update(timeout=loader.timeout, multiprocessing_context=loader.multiprocessing_context,
-                  prefetch_factor=loader.prefetch_factor or 2, persistent_workers=loader.persistent_workers)
+        kw.update(timeout=loader.timeout,
+                  multiprocessing_context=multiprocessing_context or loader.multiprocessing_context,
+                  prefetch_factor=prefetch_factor or loader.prefetch_factor or 2,
+                  persistent_workers=loader.persistent_workers if persistent_workers is None else persistent_workers)
     if hasattr(loader, "in_order"):
         kw["in_order"] = loader.in_order
     return DataLoader(loader.dataset if dataset is None else dataset, **kw)

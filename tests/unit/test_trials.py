@@ -162,3 +162,10 @@ def test_the_budget_stops_new_passes(passes):
     (t,) = T.measure([T.Candidate("start", _loader())], load_window=_Quiet, budget_s=0.0,
                      **{**FAST, "passes": passes})
     assert t.passes == 1            # every candidate gets its first pass; none after the budget
+
+
+def test_a_recipe_change_is_measured_but_never_credited():
+    start = _trial("start", [100, 101, 99])
+    bigger = _trial("batch_size=64", [300, 301, 299], settings={"batch_size": 64}, recipe=True)
+    v = T.judge(start, bigger)
+    assert v.word == lfl.NOT_LIKE and "recipe" in v.why

@@ -83,7 +83,16 @@ def _parser() -> argparse.ArgumentParser:
     add_whatif_arguments(ap)   # --what-if: doctor.whatif
     ap.add_argument("--no-step-trials", action="store_true", help="with --loader/--step: do not try the "
                     "step-side changes (threads, channels_last, autocast, torch.compile) on your step")
+    ap.add_argument("--tune", action="store_true", help="with --loader/--step, --script or --data: pick, apply and "
+                    "prove your loader's settings, measured (python -m feedlab.tuner: --budget, --epochs; docs/TUNE.md)")
     return ap
+
+
+def _tune(argv: list[str]) -> int:
+    """``--tune``: the tuner, a level above the doctor, reached through a process (never an import)."""
+    import subprocess
+
+    return subprocess.call([sys.executable, "-m", "feedlab.tuner", *[a for a in argv if a != "--tune"]])
 
 
 def _whatif(args, report: dict, spec) -> str:
@@ -223,6 +232,8 @@ def _main(argv: list[str] | None = None) -> int:
 
     ap = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--tune" in (argv[:argv.index("--")] if "--" in argv else argv):
+        return _tune(argv)
     script_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.batch_size < 1 or args.repeats < 1 or (args.max_workers is not None and args.max_workers < 0):

@@ -99,6 +99,8 @@ class Trial:
                                   window_s=self.window_s, epoch_batches=self.epoch_batches,
                                   half_width=self.half_width, busy=self.busy, rate_kind=self.rate_kind,
                                   repeats=self.passes)
+        if self.recipe:   # a recipe change is measured, never a loader's credit: the sides differ on it
+            kw["recipe"] = f"changed: {', '.join(f'{k}={v}' for k, v in self.settings.items())}"
         kw.update(shared)
         return lfl.Side(**kw)
 
@@ -112,7 +114,9 @@ class Trial:
 # ---------------------------------------------------------------- one pass
 
 def _order_of(loader) -> str | None:
-    sampler = getattr(loader, "sampler", None)
+    """The order class of the loader's sampler: the batch sampler's own (a DataLoader rebuilt around a batch
+    sampler reports a default SequentialSampler as its ``sampler``), else the loader's."""
+    sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None) or getattr(loader, "sampler", None)
     if sampler is None:
         return None
     name = type(sampler).__name__
@@ -130,14 +134,15 @@ def _next(it, k: int, limit: float | None, name: str):
         return next(it)
 
 
-def _pass(c: Candidate, step, device, stop_kw: dict, limit: float | None) -> dict:
+def _pass(c: Candidate, step, device, stop_kw: dict, limit: float | None, min_batches: int) -> dict:
     """One pass of ``c``: a fresh loader, its warm-up left out, a steady window of the user's loop."""
     loader = user_call(f"the loader factory for {c.name}", c.make, limit_s=limit)
     shape = _shape(loader)
     warm = rates.warmup_batches(shape)
-    stop = rates.SteadyStop(warm, min_timed=MIN_TIMED, min_capped=lfl.MIN_TIMED_BATCHES, **stop_kw)
+    stop = rates.SteadyStop(warm, min_timed=min(MIN_TIMED, min_batches), min_capped=min_batches, **stop_kw)
     info = dict(workers=shape.num_workers, order=_order_of(loader),
-                batch_size=getattr(loader, "batch_size", None), epoch_batches=None)
+                batch_size=getattr(loader, "batch_size", None)
+                or getattr(getattr(loader, "batch_sampler", None), "batch_size", None), epoch_batches=None)
     try:
         info["epoch_batches"] = len(loader)
     except TypeError:
@@ -193,7 +198,7 @@ def _err(exc: BaseException, c: Candidate) -> str:
         return text
     low = text.lower()
     if "pickle" in low or "can't get attribute" in low or "lambda" in low:
-        return (f"{c.name}: the dataset cannot be sent to a worker process ({type(exc).__name__}: {text}); "
+        return (f"{c.name}: the dataset cannot be pickled for a worker process ({type(exc).__name__}: {text}); "
                 "threads, or a module-level dataset class, avoid the pickling")
     return f"{c.name}: your loader raised {type(exc).__name__}: {text}"
 
@@ -209,12 +214,15 @@ def measure(candidates: list[Candidate], step: Callable[[Any], Any] | None = Non
             passes: int = 3, half_width: float = 0.05, min_window_s: float = 1.0, max_window_s: float = 8.0,
             deadline_s: float | None = 120.0, budget_s: float | None = None,
             log: Callable[[str], None] | None = None,
-            load_window: Callable[[], Any] = monitor.LoadWindow) -> list[Trial]:
+            load_window: Callable[[], Any] = monitor.LoadWindow,
+            min_batches: int = lfl.MIN_TIMED_BATCHES) -> list[Trial]:
     """Every candidate measured in ``passes`` interleaved passes (this module's docstring). ``deadline_s``
     bounds every wait on the user's code (``make()``, a batch, the step); ``budget_s``: no pass after a
     candidate's first starts once that many seconds have gone (a trial then has fewer passes, and says so through ``passes``);
     ``load_window()`` gives what other programs used over a pass (``.summary()``: ``busy``,
-    ``other_fraction``; ``monitor.LoadWindow``, a fake in tests). One :class:`Trial` per candidate, in order."""
+    ``other_fraction``; ``monitor.LoadWindow``, a fake in tests). ``min_batches``: the timed batches an
+    imprecise window runs to before its cap may end it (the like-for-like rule's 50; fewer only where the
+    caller says the windows need not be judged, e.g. a test). One :class:`Trial` per candidate, in order."""
     log = log or (lambda m: None)
     trials = [Trial(c.name, dict(c.settings), c.recipe) for c in candidates]
     infos: list[list[dict]] = [[] for _ in candidates]
@@ -234,7 +242,7 @@ def measure(candidates: list[Candidate], step: Callable[[Any], Any] | None = Non
                 log(f"trial {c.name}: pass {p + 1}/{passes}{' (again: busy)' if attempt == 2 else ''}")
                 window, t0 = load_window(), time.perf_counter()
                 try:
-                    info = _pass(c, step, device, stop_kw, deadline_s)
+                    info = _pass(c, step, device, stop_kw, deadline_s, int(min_batches))
                 except KeyboardInterrupt:
                     raise
                 except Exception as exc:  # the user's code: one line, the other candidates go on
@@ -295,7 +303,8 @@ def ratio_interval(start: Trial, other: Trial) -> tuple[float | None, float | No
 def judge(start: Trial, other: Trial, target: float = DEFAULT_TARGET) -> lfl.Verdict:
     """THE verdict on ``other`` against ``start``: :func:`feedlab.like_for_like.verdict` over their sides and
     the ratio's interval (:func:`ratio_interval`). The setting the change moves is not a difference (a worker
-    count tried is the change under test); an error or a side measured busy is "not tested fairly (why)" before
+    count tried is the change under test: ``verdict(changes=("workers",))``); a recipe change is never
+    credited ("not like for like (recipe ...)"); an error or a side measured busy is "not tested fairly (why)" before
     anything else is compared (a busy window's length says nothing of the change)."""
     for t in (start, other):
         if t.error:
@@ -303,11 +312,10 @@ def judge(start: Trial, other: Trial, target: float = DEFAULT_TARGET) -> lfl.Ver
     busy = [f"{t.name} {t.busy}" for t in (start, other) if t.busy]
     if busy:
         return lfl.Verdict(lfl.NOT_FAIR, "; ".join(busy), target=target)
-    shared = {}
-    if "num_workers" in other.settings or "kind" in other.settings:
-        shared["workers"] = start.workers   # the change under test, not a difference between the sides
+    # the worker count is the change under test where the change names it (threads: no worker processes)
+    changes = ("workers",) if {"num_workers", "kind", "threads"} & set(other.settings) else ()
     r, lo, hi = ratio_interval(start, other)
-    return lfl.verdict(other.side(**shared), start.side(), r, target=target, lo=lo, hi=hi)
+    return lfl.verdict(other.side(), start.side(), r, target=target, lo=lo, hi=hi, changes=changes)
 
 
 def gain_words(v: lfl.Verdict) -> str:

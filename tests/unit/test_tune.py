@@ -1,0 +1,155 @@
+"""feedlab.tune / feedlab.tuner: what it may change, its limits, the line to paste, one-line errors, and a
+busy machine that never gets a pick."""
+
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+import feedlab
+from feedlab import like_for_like as lfl
+from feedlab.doctor.guard import UserCodeError
+from feedlab.tuner import TOO_BUSY, ThreadedLoader, search
+from feedlab.tuner import candidates as CD
+from feedlab.tuner.probe import Probe
+
+SMALL = dict(passes=1, window_s=0.05, max_window_s=0.3, budget_s=5.0, deadline_s=10.0, min_batches=10)
+
+
+class _Quiet:
+    def summary(self):
+        return {"available": True, "busy": False, "other_fraction": 0.0, "other_cpu_cores": 0.0, "usable_cores": 2}
+
+
+class _Busy:
+    def summary(self):
+        return {"available": True, "busy": True, "other_fraction": 0.7, "other_cpu_cores": 1.4, "usable_cores": 2}
+
+
+def _make(n=2048, **kw):
+    ds = TensorDataset(torch.arange(n, dtype=torch.float32).reshape(-1, 1))
+    return lambda: DataLoader(ds, batch_size=8, shuffle=True, **kw)
+
+
+def _probe(fetch=(1e-3, 1e-3), step=(0.0, 0.0), cores=2, **kw):
+    return Probe(32, 10_000, 312, fetch, (1e-5, 1e-5), step, 0.0, cores=cores, free_cores=cores, **kw)
+
+
+def test_feedlab_tune_is_the_tuner_reached_lazily():
+    assert feedlab.tune is search.tune
+    with pytest.raises(AttributeError):
+        feedlab.no_such_thing  # noqa: B018
+
+
+def test_a_fetch_that_waits_is_tried_above_the_cores_and_with_threads():
+    io = _probe(fetch=(2e-3, 1e-4))
+    ladder = CD.worker_ladder(io)
+    assert max(ladder) > io.cores and 0 in ladder
+    assert CD.worker_ladder(_probe(fetch=(1e-3, 1e-3))) == [0, 1, 2]     # compute: never above the cores
+    loader = _make()()
+    settings, left = CD.grid(io, loader)
+    picks, rows = search.shortlist(io, settings, CD.start_settings(loader))
+    assert any(r["threads"] for r in picks) or any(r["settings"].get("num_workers", 0) > io.cores for r in picks)
+    assert all(r["predicted"] for r in rows)
+    assert not any(CD.same(r["settings"], CD.start_settings(loader)) for r in picks)
+
+
+def test_more_workers_are_predicted_to_wait_better_than_fewer():
+    io = _probe(fetch=(2e-3, 1e-4))
+    assert io.predict({"num_workers": 8}) > 2 * io.predict({"num_workers": 2})
+    cpu = _probe(fetch=(1e-3, 1e-3), step=(1e-3, 1e-3))
+    assert cpu.predict({"num_workers": 2}) <= cpu.ceiling() + 1e-9      # capped by the step alone
+
+
+def test_workers_over_the_memory_limit_are_left_out_and_named():
+    p = _probe(worker_uss=300 * 2**20, uss_growth=50_000)
+    settings, left = CD.grid(p, _make()(), epochs=3, ram_bytes=1.0 * 2**30)
+    assert left and all("MiB allowed" in x["why"] for x in left)
+    assert all(s.get("num_workers", 0) * 300 < 1024 for s in settings if "num_workers" in s)
+    assert all(s.get("persistent_workers") for s in settings if s.get("num_workers"))   # several epochs
+
+
+def test_build_keeps_the_recipe_and_the_order_and_pastes_what_changed():
+    loader = _make()()
+    new = CD.build(loader, {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4})
+    assert new.batch_sampler is loader.batch_sampler and new.batch_sampler.batch_size == 8
+    assert new.collate_fn is loader.collate_fn
+    assert (new.num_workers, new.persistent_workers, new.prefetch_factor) == (2, True, 4)
+    line = CD.paste_line(loader, {"num_workers": 2, "persistent_workers": True})
+    assert "batch_size=8" in line and "num_workers=2" in line and "persistent_workers=True" in line
+    th = CD.build(loader, {"kind": "threads", "threads": 3})
+    assert isinstance(th, ThreadedLoader) and th.batch_sampler is loader.batch_sampler
+    assert "ThreadedLoader" in CD.paste_line(loader, {"kind": "threads", "threads": 3})
+
+
+def test_threaded_loader_yields_every_sample_once_in_order():
+    loader = DataLoader(TensorDataset(torch.arange(100)), batch_size=7)
+    got = torch.cat([b[0] for b in ThreadedLoader(loader, threads=4)])
+    assert got.tolist() == list(range(100))
+
+
+def test_a_busy_machine_is_too_busy_to_tune_never_a_pick():
+    make = _make()
+    res = feedlab.tune(make, load_window=_Busy, **SMALL)
+    assert res.busy and res.busy.startswith(TOO_BUSY) and res.settings == {}
+    assert res.verdict.word == lfl.NOT_FAIR and res.render().startswith("Too busy to tune")
+    assert res.loader.batch_sampler.batch_size == 8 and res.loader.num_workers == 0
+
+
+def test_tune_measures_the_start_beside_its_picks_and_chooses_only_a_measured_rate():
+    res = feedlab.tune(_make(), load_window=_Quiet, **SMALL)
+    assert res.trials[0].name == "start" and len(res.trials) >= 2
+    assert res.verdict is not None and res.verdict.word in lfl.WORDS
+    if res.settings:                     # a pick is one of the trials, met against the start
+        assert res.pick is not None and res.pick.ok and res.verdict.word == lfl.MET
+    else:
+        assert res.gain == 1.0 or res.gain is None
+    assert res.loader.batch_sampler.batch_size == 8 and res.passes <= 3
+    s = res.summary()
+    assert s["trials"] and "line" in s and s["kept"]
+
+
+def test_a_raising_factory_is_one_line():
+    def make():
+        raise FileNotFoundError("/data/train.csv")
+
+    with pytest.raises(UserCodeError) as e:
+        feedlab.tune(make, **SMALL)
+    assert "make_loader" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_hanging_step_ends_at_the_deadline_in_one_line():
+    def step(b):
+        time.sleep(30)
+
+    t0 = time.perf_counter()
+    with pytest.raises(UserCodeError) as e:
+        feedlab.tune(_make(), step=step, load_window=_Quiet, **{**SMALL, "deadline_s": 0.5})
+    assert time.perf_counter() - t0 < 10 and "did not return within" in str(e.value)
+
+
+class _Unpicklable(Dataset):
+    def __init__(self):
+        self.fn = lambda i: torch.tensor([float(i)])
+
+    def __len__(self):
+        return 512
+
+    def __getitem__(self, i):
+        return self.fn(i)
+
+
+def test_a_dataset_that_cannot_be_pickled_falls_back_to_threads_and_says_so():
+    import multiprocessing as mp
+
+    make = lambda: DataLoader(_Unpicklable(), batch_size=8, num_workers=1,  # noqa: E731
+                              multiprocessing_context=mp.get_context("spawn"))
+    res = feedlab.tune(make, load_window=_Quiet, **SMALL)
+    text = " ".join(res.notes)
+    assert "pickled" in text and "threads" in text
+    # no worker process is tried: threads, or the main process alone (nothing to pickle)
+    assert all(t.name == "start" or t.settings.get("kind") == "threads" or t.settings.get("num_workers") == 0
+               for t in res.trials)
+    assert res.trials[0].error and "pickled" in res.trials[0].error     # the start itself cannot run: said
+    assert res.settings.get("num_workers", 0) == 0
