@@ -11,7 +11,6 @@ import pytest
 
 from feedlab import paths
 from feedlab import run as R
-from feedlab.run_params import parse_value, resolve_run
 
 NB04 = next(p for p in R.list_notebooks() if p.stem.startswith("04_"))
 
@@ -114,6 +113,8 @@ def test_a_path_is_verbatim_and_a_wrong_type_names_the_parameter(runner, capsys,
 
 
 def test_parse_value_follows_the_declared_type():
+    from feedlab.run_params import parse_value
+
     assert parse_value("out_dir", "a\nb #2", "str") == "a\nb #2"   # YAML folded the newline, dropped " #2"
     assert parse_value("model", "none", "str") == "none"
     assert parse_value("repeats", "3", "int") == 3 and parse_value("repeats", "None", "int") is None
@@ -136,6 +137,8 @@ def test_parse_value_follows_the_declared_type():
 
 
 def test_runner_options_and_their_p_twins_are_one_truth(tmp_path):
+    from feedlab.run_params import resolve_run
+
     with pytest.raises(ValueError, match="both say where the record goes"):
         resolve_run([NB04], [("out_dir", str(tmp_path / "a"))], out_root=tmp_path / "b")
     with pytest.raises(ValueError, match="--data-only builds the embedded data sets"):
