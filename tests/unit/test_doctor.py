@@ -185,7 +185,8 @@ def _cli(args) -> dict:
 
 
 def test_cli_json_on_a_real_set(sr_root):
-    rep = _cli(["--data", str(sr_root), "--format", "png", "--max-workers", "1", "--batch-size", "8"])
+    rep = _cli(["--data", str(sr_root), "--format", "png", "--max-workers", "1", "--batch-size", "8",
+                "--predict-only"])
     for key in ("stages", "end_to_end", "calibration", "predicted_samples_per_s", "measured_samples_per_s",
                 "verdict", "bound_stage", "advice", "refuted", "shm", "config", "cores", "effective_cores"):
         assert key in rep, key
@@ -205,7 +206,7 @@ def test_cli_trace(sr_root, tmp_path):
 
     out = tmp_path / "t.json"
     _cli(["--data", str(sr_root), "--format", "lmdb", "--max-workers", "1", "--batch-size", "2", "--no-cold",
-          "--trace", str(out)])
+          "--predict-only", "--trace", str(out)])
     obj = json.loads(out.read_text())
     assert check_trace(obj) == []
     assert batches_in(obj, "step") == set(range(20))

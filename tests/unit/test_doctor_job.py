@@ -243,7 +243,7 @@ def test_cli_hung_dataset_has_a_deadline_and_leaves_no_process(usermod, tmp_path
     pids = tmp_path / "pids.txt"
     t0 = time.monotonic()
     r = _doctor(["--loader", f"mymod:{factory}", "--max-workers", "1", "--repeats", "1", "--batches", "2",
-                 "--device", "cpu", *extra], usermod, timeout=120, env_extra={"DOCTOR_TEST_PIDS": str(pids)})
+                 "--device", "cpu", "--predict-only", *extra], usermod, timeout=120, env_extra={"DOCTOR_TEST_PIDS": str(pids)})
     assert time.monotonic() - t0 < 110
     _one_line(r, *words)
     for line in pids.read_text().split() if pids.exists() else []:
@@ -270,7 +270,7 @@ def test_cli_loader_honours_its_options(usermod):
     out = usermod / "trace.json"
     r = _doctor(["--loader", "mymod:make_loader", "--step", "mymod:step", "--max-workers", "1", "--ranks", "2",
                  "--pin-memory", "--trace", str(out), "--repeats", "1", "--batches", "4", "--device", "cpu",
-                 "--no-step-trials", "--json"], usermod)
+                 "--no-step-trials", "--predict-only", "--json"], usermod)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(r.stdout)
     assert [row["num_workers"] for row in rep["end_to_end"]] == [0, 1]          # --max-workers
@@ -363,7 +363,7 @@ def test_twenty_jpegs_in_a_flat_folder(tmp_path, fmt):
     for k in range(20):
         Image.fromarray(rng.integers(0, 255, (60 + k, 50, 3), dtype=np.uint8)).save(d / f"{k}.jpg")
     r = run_cli("feedlab.doctor", "--data", str(d), *fmt, "--max-workers", "1", "--no-cold", "--repeats", "1",
-                "--samples", "8")
+                "--samples", "8", "--predict-only")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "too few samples" in r.stdout and "nan" not in r.stdout
 

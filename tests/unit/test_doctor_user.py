@@ -30,7 +30,7 @@ def test_cli_loader_and_step():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-m", "feedlab.doctor", "--loader", "user_loader:make_loader",
                         "--step", "user_loader:train_step", "--batches", "4", "--repeats", "1", "--json",
-                        "--device", "cpu", "--no-step-trials"], capture_output=True, text=True, env=env, timeout=300)
+                        "--device", "cpu", "--no-step-trials", "--predict-only"], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     rep = json.loads(r.stdout)
     assert rep["batch_size"] == 8 and rep["measured_samples_per_s"] > 0
@@ -51,8 +51,10 @@ def test_user_loader_rate_counts_the_wait_of_every_counted_batch(monkeypatch):
 
     loader = [(torch.zeros(4, 1), torch.zeros(4)) for _ in range(10)]  # batches of 4
     out = user._run(loader, None, "cpu", batches=6, skip=2)
-    # every clock read is one "second": t0=0, first batch 1, before batch 2: 2, end: 3;
-    # batches 2..5 (16 samples) in the 1 s from asking for batch 2 to the end
-    assert out["steady"] == 16.0 and out["first_batch_s"] == 1.0
+    # every clock read is one "second": t0=0; batch 0 asked 1, got 2 (the first batch: 2 s); batch 1: 3, 4;
+    # before batch 2 (skip): 5; then each counted batch asked, got, stepped: 3 reads; end 18:
+    # batches 2..5 (16 samples) in the 13 s from before asking for batch 2 to the end
+    assert out["steady"] == 16 / 13 and out["first_batch_s"] == 2.0
+    assert out["waits"] == [1.0] * 4 and out["steps"] == [1.0] * 4     # the loop's verdict: wait vs step
     out = user._run(loader, None, "cpu", batches=4, skip=16)  # skip capped at batches // 2
     assert out["steady"] == out["steady"] and out["steady"] > 0

@@ -81,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
                     "DataLoader(timeout=...) when it has one); with --script also the longest your script may go "
                     "without asking for a batch, or take to end once stopped; with --data, seconds without progress")
     add_whatif_arguments(ap)   # --what-if: doctor.whatif
+    ap.add_argument("--predict-only", action="store_true", help="list the changes the stage costs predict to pay "
+                    "as changes to try, without measuring them on your loop (faster; nothing is then advised)")
     ap.add_argument("--no-step-trials", action="store_true", help="with --loader/--step: do not try the "
                     "step-side changes (threads, channels_last, autocast, torch.compile) on your step")
     ap.add_argument("--tune", action="store_true", help="with --loader/--step, --script or --data: pick, apply and "
@@ -104,10 +106,11 @@ def _whatif(args, report: dict, spec) -> str:
 
 # --loader / --script: the options they honour; every other one set away from its default is refused
 USER_OPTIONS = {"loader", "step", "script", "diagnose", "report", "deadline", "no_step_trials", "max_workers",
+                "predict_only",
                 "ranks", "pin_memory", "trace", "repeats", "batches", "device", "json"}
 
 
-DIAGNOSIS_ONLY = (("--trace", "trace"), ("--ranks", "ranks"), ("--pin-memory", "pin_memory"),
+DIAGNOSIS_ONLY = (("--predict-only", "predict_only"), ("--trace", "trace"), ("--ranks", "ranks"), ("--pin-memory", "pin_memory"),
                   ("--max-workers", "max_workers"), ("--repeats", "repeats"), ("--no-step-trials", "no_step_trials"))
 
 
@@ -175,7 +178,7 @@ def _user_loader(args, loader=None, step_cost_s=None, head: str = "", script: di
                           pin_memory=args.pin_memory or None, deadline_s=args.deadline, log=_log(args),
                           step_trials=() if args.no_step_trials else None, ranks=args.ranks,
                           step_name=f"--step {args.step}" if args.step else "your step(batch)",
-                          step_cost_s=step_cost_s)
+                          step_cost_s=step_cost_s, measure_advice=not args.predict_only)
     if script is not None:   # --script --diagnose: the script phase travels with the report (and its JSON)
         rep["script"] = script
         W = script["loader"]["num_workers"]
@@ -292,7 +295,7 @@ def _main(argv: list[str] | None = None) -> int:
             doc.measure()
         except (FileNotFoundError, ValueError) as exc:
             raise SystemExit(f"doctor: {args.data} as {fmt}: {exc}") from None
-        report = diagnose(doc, spec)
+        report = diagnose(doc, spec, measure_advice=not args.predict_only)
         if args.ranks is not None:
             report["ranks_advice"] = advise_ranks(doc.table, spec, args.ranks)
         if args.trace is not None:

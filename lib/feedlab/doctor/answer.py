@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from .advice import best_line, tried_line
 from .ranks import render_ranks
 from .settings import SETTINGS
 from .words import fit, fmt_rate, stage_value
@@ -25,6 +26,8 @@ def code_line(setting: str, value, rep: dict) -> str:
 
 # the field's words for how input-bound a job is, by the share of the loop spent outside the step
 # (TensorFlow's profiler and the loaders' guides: under 5% not, 5-20% moderately, 20% or more highly)
+MIN_MEASURED_GAIN = 1.05   # a change is advice at ×1.05 measured or more
+NO_CHANGE_SHARE = 0.05   # under this share of the loop outside the step, no input-pipeline change will help
 FIELD = ((0.05, "not input-bound"), (0.20, "moderately input-bound"), (math.inf, "highly input-bound"))
 
 
@@ -67,28 +70,49 @@ def _gain(a: dict, most: float | None = None) -> str:
 
 
 def top_changes(rep: dict, n: int = 3) -> list[dict]:
-    """The best change per setting, best first, at most ``n``: advice (input side) and
-    step-side changes measured faster, each ``{what, gain, code, gain_value}``."""
+    """The best change per setting, best first, at most ``n``: advice (input side) and step-side changes
+    measured faster, each ``{what, gain, code, gain_value, measured}``. Where the advice was measured on the
+    loop (``rep["tried"]``: :mod:`feedlab.doctor.advice`), only the changes judged met; else the predicted ones
+    (changes *to try*: :func:`answer_lines` never prints them as advice), none where the loop has no headspace
+    (under 5% outside the step) or inside this run's own prediction error."""
     best: dict[str, dict] = {}
     h = headspace(rep)
     loader_advice = rep.get("advice") or []
-    if (h is not None and h["words"] == "not input-bound") or headroom_line(rep):
-        loader_advice = []   # the step bounds the loop: no loader change is a gain here (the lines above say so)
+    if no_change_line(rep):
+        loader_advice = []   # the step bounds the loop: no loader change is a gain here (the line says so)
     err = own_error(rep)
+    measured_run = rep.get("tried") is not None
     for a in loader_advice:
-        if within_error(a, err):
+        if not measured_run and within_error(a, err):
             continue   # predicted only, and no larger than the prediction's own error: answer_lines names it
+        if no_gain(a):
+            continue   # measured in this run under ×1.05: "tried: no gain" (answer_lines names it)
         g = a.get("measured_gain") or a["expected_gain"]
         if a["setting"] not in best or g > best[a["setting"]]["gain_value"]:
-            best[a["setting"]] = {"what": f"{a['setting']} = {a['value']}", "gain": _gain(a, h and h["most"]),
-                                  "gain_value": g, "code": code_line(a["setting"], a["value"], rep)}
+            gain = (f"{a['measured_words']} measured on your loop (×{a['expected_gain']:.2f} predicted"
+                    f"{_share(g, h and h['most'])})" if a.get("measured_words") else _gain(a, h and h["most"]))
+            best[a["setting"]] = {"what": f"{a['setting']} = {a['value']}", "gain": gain, "gain_value": g,
+                                  "code": code_line(a["setting"], a["value"], rep),
+                                  "measured": a.get("measured_gain") is not None}
     for s in rep.get("step_changes") or []:
         if s.get("kept") and not s.get("too_busy"):
             what = f"threads = {s['threads']}" if s["change"] == "threads" else s["change"].replace("_", " ")
             best["step:" + s["change"]] = {"what": f"step: {what}",
                                            "gain": f"×{s['gain']:.2f} measured on your step",
-                                           "gain_value": s["gain"], "code": s["code"]}
+                                           "gain_value": s["gain"], "code": s["code"], "measured": True}
     return sorted(best.values(), key=lambda c: -c["gain_value"])[:n]
+
+
+def no_gain(a: dict) -> bool:
+    """An advice row measured in this run (the worker ladder, or a trial) below ×1.05: tried, no gain."""
+    g = a.get("measured_gain")
+    return g is not None and math.isfinite(g) and g < MIN_MEASURED_GAIN
+
+
+def _share(g: float, most: float | None) -> str:
+    if most is None or most <= 1.0:
+        return ""
+    return f", {100 * (min(g, most) - 1) / (most - 1):.0f}% of the most possible"
 
 
 def own_error(rep: dict) -> float | None:
@@ -120,12 +144,23 @@ def within_error(a: dict, err: float | None) -> bool:
             and a.get("expected_gain", 0) - 1.0 <= err)
 
 
+def no_change_line(rep: dict) -> str | None:
+    """"No input-pipeline change will help": only where the headspace was measured under 5% (the step alone
+    against the loop end to end); never from a prediction."""
+    h = headspace(rep)
+    if h is None or h["input_share"] >= NO_CHANGE_SHARE:
+        return None
+    return (f"no input-pipeline change will help: {100 * h['input_share']:.0f}% of the loop is outside the step "
+            f"(measured; under {100 * NO_CHANGE_SHARE:.0f}%): only a faster step (or a bigger machine) will")
+
+
 def headroom_line(rep: dict) -> str | None:
+    """The loader's predicted headroom over the step, as information: never a reason to hold back a measured
+    change (:func:`no_change_line` is the one rule)."""
     h = rep.get("headroom")
     if rep.get("verdict") != "compute-bound" or h is None or not math.isfinite(h) or h < 1.0:
         return None
-    return (f"your loader has {h:.1f}× headroom over the step: no input-pipeline change will help; "
-            "only a faster step (or a bigger machine) will")
+    return f"your loader is predicted to have {h:.1f}× headroom over the step (from the stage costs)"
 
 
 def resize_line(rep: dict) -> str | None:
@@ -168,19 +203,36 @@ def answer_lines(rep: dict) -> list[str]:
     lines = [verdict_line(rep, pred, meas)]
     if rep.get("verdict_note"):
         lines.append(rep["verdict_note"])
-    for line in (headspace_line(rep), headroom_line(rep), priced_line(rep)):
+    for line in (headspace_line(rep), no_change_line(rep), headroom_line(rep), priced_line(rep)):
         if line:
             lines.append(line)
     changes = top_changes(rep)
-    if changes:
-        lines.append("what to change (each alone; best first):")
-        for k, c in enumerate(changes, 1):
+    measured = [c for c in changes if c.get("measured")]
+    predicted = [c for c in changes if not c.get("measured")]
+    if measured:
+        lines.append("what to change (each alone, measured on your loop against the start; best first):")
+        for k, c in enumerate(measured, 1):
             lines.append(f"  {k}. {c['what']}: {c['gain']}")
             lines.append(f"       {c['code']}")
-    else:
-        lines.append("what to change: no single change is predicted (or measured) to gain 5% or more")
+    elif not predicted:
+        lines.append("what to change: no single change measured (or predicted) to gain 5% or more")
+    h = headspace(rep)
+    best = None if no_change_line(rep) else best_line(rep, h and h["input_share"], h and h["most"])
+    if best:
+        lines.append(best)
+    if predicted:
+        lines.append("to try (predicted from the stage costs, not measured in this run: not advice until measured):")
+        for c in predicted:
+            lines.append(f"  {c['what']}: {c['gain']}  ({c['code']})")
+    lines += [tried_line(r) for r in rep.get("tried") or [] if not r["advised"]]
+    ladder = [a for a in rep.get("advice") or [] if no_gain(a) and not a.get("measured_words")]
+    if ladder:
+        lines.append("tried in this run, no gain: " + ", ".join(
+            f"{a['setting']} = {a['value']} (×{a['measured_gain']:.2f} measured, ×{a['expected_gain']:.2f} "
+            "predicted)" for a in ladder))
     err = own_error(rep)
-    held = [a for a in rep.get("advice") or [] if within_error(a, err)] if not headroom_line(rep) else []
+    held = [a for a in rep.get("advice") or [] if within_error(a, err)] \
+        if not no_change_line(rep) and rep.get("tried") is None else []
     if held:
         lines.append(f"not advised, predicted within this run's own prediction error (±{100 * err:.0f}%): "
                      + ", ".join(f"{a['setting']} = {a['value']} (×{a['expected_gain']:.2f})" for a in held))

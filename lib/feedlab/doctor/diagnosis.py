@@ -7,10 +7,16 @@ import shutil
 
 import numpy as np
 
+from feedlab import pipeline as pl
 from feedlab.machines import worker_ladder
 from feedlab.monitor import BUSY_SPEED, process_speed
+from feedlab.pipeline import PipelineSpec
+from feedlab.timing import to_device_float
 
 from . import predict as PR
+from .advice import apply as apply_measured
+from .advice import measure_changes, to_try
+from .answer import no_change_line
 from .measure import Doctor
 from .report import Report
 from .user import diagnose_loader, headroom
@@ -85,15 +91,17 @@ def measured_rates(doc: Doctor) -> dict:
     return {s: r["steady"] for s, r in doc.e2e.items()}
 
 
-def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dict:
+def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: bool = False, **loader_kw) -> dict:
     """The full report for ``spec``: stage table, predicted rates for 0…max workers and measured ones
     on a ladder of them (:func:`feedlab.machines.worker_ladder`) with the prediction's error, verdict, advice (checked against what
     was measured), the /dev/shm check.
 
     ``diagnose(loader, step=train_step)`` with your own ``DataLoader`` instead of a
-    :class:`Doctor` diagnoses that loader (:func:`feedlab.doctor.user.diagnose_loader`)."""
+    :class:`Doctor` diagnoses that loader (:func:`feedlab.doctor.user.diagnose_loader`).
+    ``measure_advice``: the best predicted changes measured against the spec on the same loop (interleaved
+    trials, :mod:`feedlab.doctor.advice`) before any is advised."""
     if not isinstance(doc, Doctor):
-        return diagnose_loader(doc, step=step, **loader_kw)
+        return diagnose_loader(doc, step=step, measure_advice=measure_advice, **loader_kw)
     spec = spec.replace(device=doc.device)
     if e2e:   # every count to 4, then steps of about ×1.5 (16 cores: 9 counts, not 17), and the spec's own
         ladder = worker_ladder(doc.max_workers, also=(spec.num_workers,))
@@ -147,6 +155,41 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, **loader_kw) -> dic
                              "too_busy": [r["num_workers"] for r in rows if r["too_busy"]]},
              "refuted": PR.refuted(doc.table, spec, doc.max_workers, measured=measured),
              "shm": shm_report(bb, max(spec.num_workers, doc.max_workers)), "warmup": doc.effort.warmup}
-    return Report("data", doc.device, doc.cuda, m.cores, m.effective_cores, spec.batch_size, spec.num_workers,
-                  spec.as_dict(), _stage_rows(doc, spec), rows, pred, measured.get(spec), advice, list(doc.notes),
-                  doc.effort.repeats, headroom(doc.table, spec), extra).as_dict()
+    rep = Report("data", doc.device, doc.cuda, m.cores, m.effective_cores, spec.batch_size, spec.num_workers,
+                 spec.as_dict(), _stage_rows(doc, spec), rows, pred, measured.get(spec), advice, list(doc.notes),
+                 doc.effort.repeats, headroom(doc.table, spec), extra).as_dict()
+    if measure_advice and not no_change_line(rep):
+        _measure_advice(doc, spec, rep)
+    return rep
+
+
+DATA_SETTINGS = ("num_workers", "format", "decode", "collate", "pin_memory", "loader")   # batch size: a recipe
+
+
+def _measure_advice(doc: Doctor, spec, rep: dict) -> None:
+    """The best predicted changes of feedlab's pipeline (worker count, format, decode, collate, pinned memory,
+    loader kind) measured against ``spec`` on the doctor's loop, interleaved; advice only where judged met."""
+    todo = to_try(rep["advice"], DATA_SETTINGS)
+    if not todo:
+        rep["tried"] = []
+        return
+    doc.log(f"measuring {', '.join(str(a['setting']) + '=' + str(a['value']) for a in todo)} against the start")
+
+    def make(s):
+        return lambda: doc.loader(s.replace(device=doc.device))
+
+    changes = [(a, make(PipelineSpec(**a["config"]))) for a in todo]
+    apply_measured(rep, measure_changes(make(spec), changes, step=data_step(doc), device=doc.device,
+                                        deadline_s=None, log=doc.log))
+
+
+def data_step(doc: Doctor):
+    """The doctor's loop step on a batch of feedlab's pipeline: uint8 → float on the device, then the model's
+    training step (none with ``--model none``), as ``timing.run_epoch`` runs it."""
+    def step(batch):
+        x, y = batch if isinstance(batch, (list, tuple)) and len(batch) == 2 else (batch, None)
+        x = to_device_float(x, doc.device, False)
+        y = to_device_float(y, doc.device, False) if y is not None else None
+        if doc.model is not None:
+            pl.train_step(doc.model, doc.optimizer, x, y, doc.loss_fn)
+    return step

@@ -32,7 +32,9 @@ from feedlab.errors import DeadlineError, one_line
 from feedlab.timing import torch_threads
 
 from . import predict as PR
-from .answer import render_user  # noqa: F401  (feedlab.doctor.user.render_user, as before)
+from .advice import apply as apply_measured
+from .advice import measure_changes, to_try
+from .answer import no_change_line, render_user  # noqa: F401  (render_user: feedlab.doctor.user.render_user)
 from .costs import CostTable, Stage
 from .guard import DEFAULT_DEADLINE_S, HUNG_HINT, Hung, UserCodeError, collate_hint, deadline, user_call
 from .probes import measure_machine, probe_worker, startup_s, timed
@@ -175,7 +177,8 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
                     device: str | None = None, max_workers: int | None = None, *, pin_memory: bool | None = None,
                     deadline_s: float | None = DEFAULT_DEADLINE_S, log: Callable[[str], None] | None = None,
                     step_trials: tuple[str, ...] | None = None, step_name: str = "your step(batch)",
-                    ranks: int | None = None, step_cost_s: tuple[float, float] | None = None) -> dict:
+                    ranks: int | None = None, step_cost_s: tuple[float, float] | None = None,
+                    measure_advice: bool = False) -> dict:
     """Stage costs of your ``loader`` (fetch, collate, hand-over, copy to ``device``,
     ``step``), the rate predicted from them for 0…``max_workers`` workers, your loader
     measured as built (median of ``repeats`` passes of ``batches`` batches), and the
@@ -187,7 +190,8 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     workers-per-rank advice for that many ranks sharing this machine (predicted);
     ``step_cost_s`` (wall and CPU seconds per sample, measured elsewhere, e.g. by
     ``--script``) prices the step when no ``step`` is given (end to end, a wait of that
-    time stands in for it)."""
+    time stands in for it). ``measure_advice``: the best predicted changes applied to your loader and
+    measured against it on your loop before any is advised (:mod:`feedlab.doctor.advice`)."""
     import torch
 
 
@@ -299,6 +303,8 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     if loop is not None:   # the one verdict: the loop's measured data-wait share (the stages explain it)
         one_verdict(rep, dict(loop, source="your loader as built, end to end"),
                     busy=bool(window.summary().get("busy")))
+    if measure_advice and measured:
+        _measure_advice(rep, loader, step, device, deadline_s, log)
     if ranks is not None:
         rep["ranks_advice"] = advise_ranks(table, spec, int(ranks))
     if step is not None and not step_cost_s and rep["verdict"] == "compute-bound":
@@ -310,6 +316,23 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     if busy.get("busy"):
         rep["notes"].append(monitor.busy_message(busy, "the diagnosis"))
     return rep
+
+
+def _measure_advice(rep: dict, loader, step, device, deadline_s, log) -> None:
+    """Measured before advised: the best predicted changes your loader can take (its worker count, pinned
+    memory) rebuilt around your dataset and collate, measured against it on your loop (the step, or the wait
+    standing in for it) and kept as advice only where judged met (:mod:`feedlab.doctor.advice`)."""
+    if no_change_line(rep):
+        return
+    todo = to_try(rep.get("advice") or [], ("num_workers", "pin_memory"))
+    if not todo:
+        rep["tried"] = []
+        return
+    names = ", ".join(f"{a['setting']}={a['value']}" for a in todo)
+    log(f"measuring {names} against your loader, interleaved")
+    changes = [(a, lambda a=a: stage.rebuild(loader, **{a["setting"]: a["value"]})) for a in todo]
+    apply_measured(rep, measure_changes(lambda: stage.rebuild(loader), changes, step=step, device=device,
+                                        deadline_s=deadline_s, log=log))
 
 
 def _report(table, spec, machine, max_workers, measured, W, B, device, notes, repeats, batches) -> dict:
