@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
+
+from feedlab import procgroup
 
 from .errors import DataPrepError
 
@@ -68,14 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like SIGINT so every temporary is removed on the way out."""
-
-
-def _on_sigterm(_signum, _frame):
-    raise _Terminated()
-
-
 def main(argv: list[str] | None = None) -> int:
     from feedlab.errors import deadlines_fired, leave_stuck
 
@@ -95,11 +88,8 @@ def _main(argv: list[str] | None = None) -> int:
     if args.cmd == "pack" and args.chunk_len is not None and args.chunk_len < 1:
         print(f"data_prep pack: error: --chunk-len must be >= 1, got {args.chunk_len}", file=sys.stderr)
         return 2
-    old_term = None
-    try:
-        old_term = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread: leave SIGTERM alone
-        pass
+    signals = procgroup.signals_raise()   # SIGTERM and SIGHUP unwind like SIGINT: every temporary removed
+    signals.__enter__()
     t0 = time.perf_counter()
     try:
         if args.cmd == "sr":
@@ -125,15 +115,10 @@ def _main(argv: list[str] | None = None) -> int:
     except (OSError, FormatError, json.JSONDecodeError, ValueError) as exc:
         print(f"data_prep {args.cmd}: error: {one_line(exc)}", file=sys.stderr)
         return 2
-    except _Terminated:
-        print(f"data_prep {args.cmd}: terminated (no partial output left)", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print(f"data_prep {args.cmd}: interrupted (no partial output left)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        return procgroup.stopped(f"data_prep {args.cmd}", exc, "no partial output left")
     finally:
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
+        signals.__exit__(None, None, None)
     print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
 

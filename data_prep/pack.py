@@ -11,17 +11,17 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from feedlab import formats as F
+from feedlab.files import sweep_orphans
 from feedlab.formats._common import (
     CHECKSUMS,
     MANIFEST,
     atomic_output,
     checksum_rows,
     read_manifest,
-    sweep_orphans,
     write_json_atomic,
 )
 
-from .errors import DataPrepError, VerifyError
+from .errors import DataPrepError, VerifyError, write_failed
 from .progress import Tracked, track
 
 IN_MEMORY_LIMIT = 2 << 30  # decode the PNGs once into RAM below this size
@@ -158,10 +158,11 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
         t0 = time.perf_counter()
         try:
             F.write(fmt, root, Tracked(ref, f"pack {fmt}"), **opts)
-        except OSError as exc:
-            where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in str(exc.strerror) else ""
-            raise DataPrepError(f"{fmt}: cannot write under {root}: {exc.strerror or exc}{where}; "
-                                "nothing half-written was left") from None
+        except Exception as exc:  # a known library error (EFBIG, ENOSPC, lmdb.Error, h5py's): one line
+            err = write_failed(fmt, root / spec.path.rstrip("/"), exc)
+            if err is None:
+                raise
+            raise err from None
         dt = time.perf_counter() - t0
         size = spec.bytes_on_disk(root)
         man = read_manifest(root)  # re-read: another packer may have recorded a format meanwhile

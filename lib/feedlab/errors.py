@@ -31,6 +31,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from feedlab import procgroup
+
 
 class FormatError(RuntimeError):
     """A packed store is missing, malformed or does not match its header."""
@@ -92,19 +94,23 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
 @contextmanager
 def cli_errors(prog: str, hint: str = "") -> Iterator[None]:
     """``with cli_errors("python -m feedlab.bench"): ...`` turns a user-fixable failure
-    into one line on stderr and ``SystemExit(2)``."""
+    into one line on stderr and ``SystemExit(2)``. SIGTERM and SIGHUP raise like SIGINT inside
+    (:func:`feedlab.procgroup.signals_raise`): every process group we started is stopped, what
+    registered with :func:`feedlab.procgroup.on_stop` is undone (our temporaries), one line says
+    which signal, and the exit status is 128+n (130 for Ctrl-C)."""
     fired = deadlines_fired()
     try:
-        yield
+        with procgroup.signals_raise():
+            yield
     except _user_error_types() as exc:
         msg = one_line(exc)
         print(f"{prog}: error: {msg}{' (' + hint + ')' if hint else ''}", file=sys.stderr)
         leave_stuck(2, since=fired)
         raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        leave_stuck(130, since=fired)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as exc:
+        code = procgroup.stopped(prog, exc)
+        leave_stuck(code, since=fired)
+        raise SystemExit(code) from None
 
 
 class DeadlineError(TimeoutError):
@@ -119,8 +125,9 @@ class Deadline:
     ``what`` updates the description the error will carry."""
 
     def __init__(self, seconds: float | None, what: str | Callable[[], str], on_progress: bool = False,
-                 hint: str = ""):
+                 hint: str = "", fire: "Callable[[Deadline], BaseException] | None" = None):
         self.seconds = seconds
+        self.fire = fire   # what it raises when it fires (default: a DeadlineError)
         self.what = what
         self.hint = hint
         self.armed = False
@@ -157,6 +164,8 @@ def _on_alarm(_signum, _frame) -> None:
     d.armed = False
     _FIRED[0] += 1
     _arm()
+    if d.fire is not None:
+        raise d.fire(d)
     err = DeadlineError(f"{d.describe()}: no progress in {d.seconds:g} s{f' ({d.hint})' if d.hint else ''}")
     err.deadline = d
     raise err
@@ -174,14 +183,17 @@ def progress() -> None:
 
 @contextmanager
 def deadline(seconds: float | None, what: str | Callable[[], str], hint: str = "",
-             on_progress: bool = False) -> Iterator[Deadline]:
+             on_progress: bool = False, fire: Callable[[Deadline], BaseException] | None = None
+             ) -> Iterator[Deadline]:
     """Raise :class:`DeadlineError` in this (main) thread when ``seconds`` pass without a
     ``reset()``: ``"<what>: no progress in N s (<hint>)"``. ``None`` or ``0``: no limit (an
     outer deadline still runs). ``on_progress``: :func:`progress` (called by the measuring
     loops) re-arms it too. Deadlines nest, each keeping its own time: an inner one never
     lengthens or cancels an outer one. Off the main thread (where no signal can be
-    delivered) it is a no-op, said by ``armed``."""
-    d = Deadline(seconds, what, on_progress, hint)
+    delivered) it is a no-op, said by ``armed``. This module is SIGALRM's one owner: every timer of
+    feedlab is a deadline here (:func:`feedlab.run_limit.limit` too, with ``fire``: called when it
+    fires, before anything unwinds, it returns the exception to raise)."""
+    d = Deadline(seconds, what, on_progress, hint, fire)
     usable = bool(seconds) and seconds > 0 and threading.current_thread() is threading.main_thread()
     if not usable:
         yield d

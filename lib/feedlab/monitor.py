@@ -21,6 +21,8 @@ import threading
 import time
 from statistics import fmean
 
+from feedlab import procgroup
+
 
 def usable_cores() -> int:
     """Cores available to this process, or ``$FEEDLAB_CORES`` when set (a pretend count). The one
@@ -282,8 +284,12 @@ class _OwnTree:
         that cannot be read is present, not gone (its credit would count seconds it still carries)."""
         import psutil
 
-        me = psutil.Process()
-        procs = [me, *me.children(recursive=True)]
+        procs = [psutil.Process()]
+        for pid in procgroup.descendants():   # the one tree walk (raises where /proc cannot be listed)
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:     # ended since it was listed
+                continue
         total = reaped = 0.0
         own: dict[int, tuple[float, float]] = {}
         present: dict[int, float | None] = {}

@@ -18,11 +18,12 @@ guess (docs/GPU_RUN.md). A stopped notebook is never a result: nothing of it lan
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from feedlab import procgroup
+from feedlab.errors import deadline
 from feedlab.results import atomic_write
 
 
@@ -41,20 +42,26 @@ class NotebookLimit(KeyboardInterrupt):
 def descendants() -> list:
     """This process's descendants now, as psutil processes (the kernel client's clean-up shuts
     the kernel down before the runner can look; something started in its own session is then
-    no longer below the runner: take them at the alarm)."""
+    no longer below the runner: take them at the alarm). The walk is :func:`feedlab.procgroup.descendants`."""
     try:
         import psutil
 
-        return psutil.Process().children(recursive=True)
-    except Exception:  # pragma: no cover - psutil is a dependency; a process gone mid-walk
+        out = []
+        for pid in procgroup.descendants():
+            try:
+                out.append(psutil.Process(pid))
+            except psutil.Error:  # ended since it was listed
+                pass
+        return out
+    except Exception:  # pragma: no cover - psutil is a dependency; /proc unreadable
         return []
 
 
 @contextmanager
 def limit(seconds: float | None, snapshot=None, stop=None) -> Iterator[None]:
     """Raise :class:`NotebookLimit` in the main thread once ``seconds`` have passed (None or
-    <= 0: no limit). SIGALRM's timer; on the way out the handler and any timer that was set
-    before (what is left of it) are put back. ``snapshot()`` is called at the alarm, before
+    <= 0: no limit). One of :func:`feedlab.errors.deadline`'s timers (SIGALRM has that one
+    owner: a deadline around this one keeps its own time). ``snapshot()`` is called at the alarm, before
     anything unwinds (the kernel client's clean-up interrupts the running cell and marks it
     finished): its value rides on the exception, with the descendants then. ``stop(procs)``
     is called next, with those descendants, before anything unwinds: a kernel stopped there
@@ -65,7 +72,7 @@ def limit(seconds: float | None, snapshot=None, stop=None) -> Iterator[None]:
         yield
         return
 
-    def _alarm(_signum, _frame):
+    def _alarm(_d) -> BaseException:
         try:
             taken = snapshot() if snapshot is not None else None
         except Exception:  # a half-written file: the record says it could not read one
@@ -73,44 +80,16 @@ def limit(seconds: float | None, snapshot=None, stop=None) -> Iterator[None]:
         procs = descendants()
         if stop is not None:
             stop(procs)
-        raise NotebookLimit(seconds, taken, procs)
+        return NotebookLimit(seconds, taken, procs)
 
-    import time
-
-    outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
-    t0 = time.monotonic()
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, float(seconds))
-    try:
+    with deadline(seconds, "the notebook", fire=_alarm):
         yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-        if outer_left > 0:  # an outer deadline on the same timer keeps what is left of it
-            signal.setitimer(signal.ITIMER_REAL, max(0.001, outer_left - (time.monotonic() - t0)))
 
 
 def stop_processes(procs, grace_s: float = 3.0) -> int:
-    """Stop ``procs`` (psutil processes) that are still running: SIGTERM, then SIGKILL to
-    whatever is left after ``grace_s``. Returns how many were still running."""
-    import psutil
-
-    alive = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                p.terminate()
-                alive.append(p)
-        except psutil.Error:
-            pass
-    _gone, left = psutil.wait_procs(alive, timeout=grace_s)
-    for p in left:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(left, timeout=grace_s)
-    return len(alive)
+    """Stop ``procs`` (psutil processes or pids) that are still running: SIGTERM, then SIGKILL to
+    whatever is left after ``grace_s`` (:func:`feedlab.procgroup.stop_pids`). Returns how many were still running."""
+    return procgroup.stop_pids([getattr(p, "pid", p) for p in procs], grace_s)
 
 
 def read_notebook(executed: Path) -> dict | None:

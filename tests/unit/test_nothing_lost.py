@@ -367,3 +367,170 @@ def test_figures_use_unique_temp_names(tmp_path, monkeypatch):
         plt.close(fig)
     assert len(seen) == len(set(seen)) == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["same.png", "same.svg"]
+
+
+# -- issue 47: a signal stops every process we started, with one line, nothing left ------------------------
+# Each test sets its own deadline (communicate/wait timeouts) and checks its session, /dev/shm and its TMPDIR.
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _still_running(pids, wait_s: float = 10.0) -> list[int]:
+    end = time.monotonic() + wait_s
+    while [p for p in pids if _running(p)] and time.monotonic() < end:
+        time.sleep(0.05)
+    return [p for p in pids if _running(p)]
+
+
+def _procs_with(word: str) -> list[int]:
+    out = []
+    for n in os.listdir("/proc"):
+        if n.isdigit():
+            try:
+                with open(f"/proc/{n}/cmdline", "rb") as fh:
+                    if word.encode() in fh.read():
+                        out.append(int(n))
+            except OSError:
+                pass
+    return out
+
+
+def _shm_new_and_unowned(before: set[str]) -> set[str]:
+    """/dev/shm entries made since ``before`` that no process has open or mapped (others' live ones pass)."""
+    new = (set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()) - before
+    for n in os.listdir("/proc"):
+        if not new:
+            break
+        if n.isdigit():
+            try:
+                with open(f"/proc/{n}/maps") as fh:
+                    new -= {ln.split("/dev/shm/", 1)[1].strip() for ln in fh if "/dev/shm/" in ln}
+                new -= {os.readlink(f"/proc/{n}/fd/{fd}").split("/dev/shm/", 1)[-1]
+                        for fd in os.listdir(f"/proc/{n}/fd")}
+            except OSError:
+                pass
+    return new
+
+
+def _signalled(cmd, tmp: Path, ready, sig, wait_s: float = 120.0, env=None):
+    """Run ``cmd`` with TMPDIR=``tmp``; once ``ready()`` returns pids (the processes it started), send ``sig``.
+    Returns (returncode, stderr lines, those pids)."""
+    shm = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    p = subprocess.Popen(cmd, cwd=REPO, env={**(env or _env()), "TMPDIR": str(tmp)}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        end = time.monotonic() + wait_s
+        while not pids and time.monotonic() < end and p.poll() is None:
+            pids = ready()
+            time.sleep(0.05)
+        assert pids, f"never got going: {p.poll()} {p.stderr.read() if p.poll() is not None else ''}"
+        p.send_signal(sig)
+        _out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    left = _still_running(pids, 10.0)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running after {sig.name}: {left}"
+    assert not _shm_new_and_unowned(shm), f"left in /dev/shm: {_shm_new_and_unowned(shm)}"
+    return p.returncode, [ln for ln in err.splitlines() if ln.strip()], pids
+
+
+WHATIF_DRIVER = """
+import sys
+from feedlab import pipeline as P
+from feedlab.doctor import whatif as W
+from feedlab.errors import cli_errors
+rep = {"stages": [{"stage": "model", "s_per_sample": 1e-3}], "measured_samples_per_s": 400.0, "advice": []}
+spec = P.PipelineSpec(format="npy_mmap", transform="none", batch_size=4, num_workers=2)
+log = open(sys.argv[2], "a")
+with cli_errors("python -m feedlab.doctor"):   # the doctor's main, around the doctor's run_whatif
+    W.run_whatif(rep, sys.argv[1], spec, samples=48, peers=("dali",), device="cpu", limit_s=300, stall_s=None,
+                 repeats=20, say=lambda m: print(m, file=log, flush=True))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_to_the_doctor_stops_its_what_if_child_with_one_line(sr_root, tmp_path, sig):
+    """``feedlab-doctor --what-if`` signalled while its ``peers.whatif`` child measures: one line, exit 128+n
+    (130 for Ctrl-C), the child and everything it started stopped, its folder gone, nothing in /dev/shm
+    (before: the child ran on in its own session with PPID 1, beside its temporary folder)."""
+    driver, log, tmp = tmp_path / "driver.py", tmp_path / "said.txt", tmp_path / "tmp"
+    driver.write_text(WHATIF_DRIVER)
+    tmp.mkdir()
+
+    def child():
+        return _procs_with(str(tmp)) if log.is_file() and "your pipeline" in log.read_text() else []
+
+    rc, lines, pids = _signalled([sys.executable, str(driver), str(sr_root), str(log)], tmp, child, sig)
+    assert rc == (130 if sig == signal.SIGINT else 128 + sig) and len(lines) == 1, lines
+    assert lines[0].startswith("python -m feedlab.doctor: ") and "Traceback" not in lines[0]
+    assert not list(tmp.iterdir()), list(tmp.iterdir())
+
+
+HUNG_PEER = """#!/bin/sh
+# a peer venv's python that hangs after leaving a daemon in a session of its own
+setsid sh -c 'sleep 300 & echo $! > "$0"' {pidfile} &
+sleep 300
+"""
+
+BENCH_DRIVER = """
+import sys
+from feedlab.peers import venvs
+venvs.python_for = lambda name, root=None: sys.argv[1]
+from feedlab import bench
+sys.exit(bench.main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_bench_peer_stops_the_peers_venv_process_and_its_daemon(sr_root, tmp_path, sig):
+    """``bench --peer NAME`` signalled while the peer's venv runs: one line, exit 128+n, the venv's process and
+    the daemon it left with setsid stopped (before: both ran on)."""
+    pidfile, tmp = tmp_path / "daemon.pid", tmp_path / "tmp"
+    tmp.mkdir()
+    py = tmp_path / "venv-python"
+    py.write_text(HUNG_PEER.format(pidfile=pidfile))
+    py.chmod(0o755)
+    driver = tmp_path / "driver.py"
+    driver.write_text(BENCH_DRIVER)
+    env = {k: v for k, v in _env().items() if k != "FEEDLAB_PEER_IN_VENV"}
+
+    def started():
+        return [*_procs_with(str(py)), int(pidfile.read_text())] if pidfile.is_file() and pidfile.read_text() else []
+
+    rc, lines, pids = _signalled([sys.executable, str(driver), str(py), "--peer", "ffcv", "--data", str(sr_root),
+                                  "--kind", "sr", "--num-workers", "0", "--batch-size", "8", "--epochs", "1",
+                                  "--timeout", "0"], tmp, started, sig, env=env)
+    assert rc == 128 + sig and len(lines) == 1, lines
+    assert lines[0].startswith("python -m feedlab.bench: ") and sig.name in lines[0]
+    assert not list(tmp.iterdir()), list(tmp.iterdir())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
+def test_a_signal_to_pack_leaves_no_temporary_and_says_so_in_one_line(tmp_path, sig):
+    """``python -m data_prep pack`` hung up (or terminated) mid-write: one line, exit 128+n, no
+    ``*.tmp-<pid>-<hex>`` left beside the set (before: SIGHUP ended it silently and left them)."""
+    root, tmp = tmp_path / "sr", tmp_path / "tmp"
+    tmp.mkdir()
+    data_prep.build_sr(root, 32, 2, 3000, seed=0, log=lambda _m: None)
+    before = {p.name for p in root.iterdir()}
+
+    def writing():
+        return _procs_with(str(root)) if any(".tmp-" in p.name for p in root.iterdir()) else []
+
+    rc, lines, _ = _signalled([sys.executable, "-m", "data_prep", "pack", str(root), "--to", "lmdb,hdf5,npy"],
+                              tmp, writing, sig)
+    assert rc == 128 + sig and len(lines) == 1, lines
+    assert lines[0].startswith("data_prep pack: ") and sig.name in lines[0] and "no partial output" in lines[0]
+    assert not [p.name for p in root.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+    assert {p.name for p in root.iterdir()} - before <= {"lmdb", "hdf5", "npy", "manifest.json"}
+    assert not list(tmp.iterdir())

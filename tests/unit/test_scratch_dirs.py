@@ -144,3 +144,75 @@ def test_a_folder_name_too_long_for_its_temporary_is_one_line_and_a_long_one_sti
     with run_lock(longest):   # its lock file's name is cut, the folder named by a hash: it fits
         pass
     assert len(list((tmp_path / "runs" / "locks").iterdir())) == 1
+
+
+KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from feedlab.formats._io import tmp_sibling   # what pack's atomic_output names its temporary with
+t = tmp_sibling(Path(sys.argv[1]) / "lmdb")
+t.mkdir()
+(t / "data.mdb").write_bytes(b"half")
+print(t.name, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)            # a pack killed mid-write
+"""
+
+
+def test_a_killed_packs_temporary_is_swept_by_the_next_pack_under_another_scratch(tmp_path):
+    """Temporaries are registered by the checkout, not the scratch folder: a temporary left by a SIGKILLed
+    ``data_prep pack`` under ``FEEDLAB_SCRATCH=a`` is swept by the next pack under ``FEEDLAB_SCRATCH=b``
+    (before: b's registry did not know it, and it stayed for ever). Nothing else is touched."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import data_prep
+
+    repo = Path(__file__).resolve().parents[2]
+    root = tmp_path / "sr"
+    data_prep.build_sr(root, 32, 2, 4, seed=0, log=lambda _m: None)
+    mine = root / "lmdb.tmp-999999-c0ffee"   # a user's folder of the same shape: never ours
+    mine.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "lib"), str(repo)]),
+           "XDG_STATE_HOME": str(tmp_path / "state"), "TMPDIR": str(tmp_path)}
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(root)], capture_output=True, text=True,
+                            env={**env, "FEEDLAB_SCRATCH": str(tmp_path / "a")}, timeout=60)
+    assert killed.returncode == -9
+    left = root / killed.stdout.strip()
+    old = time.time() - 3600
+    for p in (left, mine):
+        os.utime(p, (old, old))
+    r = subprocess.run([sys.executable, "-m", "data_prep", "pack", str(root), "--to", "npy"], capture_output=True,
+                       text=True, env={**env, "FEEDLAB_SCRATCH": str(tmp_path / "b")}, timeout=120, cwd=repo)
+    assert r.returncode == 0, r.stderr
+    assert f"removed {left.name}, left by a killed run" in r.stdout
+    assert not left.exists() and mine.is_dir()
+    assert sorted(p.name for p in root.iterdir() if ".tmp-" in p.name) == [mine.name]
+
+
+def test_env_numbers_are_read_by_one_helper_that_names_the_variable(monkeypatch):
+    """FEEDLAB_MAX_WORKERS=0 was taken as 1 in silence, and FEEDLAB_PEER_TIMEOUT_S=soon was a traceback at import."""
+    from feedlab.machines import worker_cap
+    from feedlab.peers import remote
+
+    monkeypatch.setenv("FEEDLAB_MAX_WORKERS", "0")
+    with pytest.raises(ValueError, match=r"FEEDLAB_MAX_WORKERS='0': must be at least 1 workers"):
+        worker_cap(2)
+    monkeypatch.setenv("FEEDLAB_MAX_WORKERS", "lots")
+    with pytest.raises(ValueError, match=r"FEEDLAB_MAX_WORKERS='lots': must be a whole number of workers"):
+        worker_cap(2)
+    monkeypatch.setenv("FEEDLAB_MAX_WORKERS", "8")
+    assert worker_cap(2) == 8
+    monkeypatch.delenv("FEEDLAB_MAX_WORKERS")
+    assert worker_cap(2) == 16
+    for bad in ("soon", "nan", "inf", "-1"):
+        monkeypatch.setenv("FEEDLAB_PEER_TIMEOUT_S", bad)
+        with pytest.raises(ValueError, match=rf"FEEDLAB_PEER_TIMEOUT_S='{bad}': must be") as err:
+            remote.timeout_s()
+        assert "\n" not in str(err.value)
+    monkeypatch.setenv("FEEDLAB_PEER_TIMEOUT_S", "90")
+    assert remote.timeout_s() == 90.0
+    monkeypatch.setenv("FEEDLAB_PEER_TIMEOUT_S", "")
+    assert remote.timeout_s() == remote.TIMEOUT_S
+    assert paths.env_number("FEEDLAB_NOT_SET_ANYWHERE", 7) == 7

@@ -25,23 +25,23 @@ from feedlab.errors import (
     SampleError,
     sample_error,
 )
-from feedlab.formats._io import (  # noqa: F401  (re-exported: writers and data_prep use them here)
+from feedlab.files import (  # noqa: F401  (re-exported: writers and data_prep use them here)
     ORPHAN_MIN_AGE_S,
-    _remove,
-    atomic_output,
     current_umask,
     max_file_bytes,
     open_regular,
     read_regular,
     release,
+    remove,
     replace_path,
     sweep_orphans,
     tmp_sibling,
     tree_bytes,
-    write_json_atomic,
 )
+from feedlab.formats._io import atomic_output, write_json_atomic  # noqa: F401  (re-exported)
 from feedlab.formats._manifest import CHECKSUMS, manifest_problem, plain_name  # noqa: F401  (re-exported)
 
+_remove = remove   # noqa: E305  (the old private name, for older callers)
 MANIFEST = "manifest.json"
 MANIFEST_MAX_BYTES = 64 << 20   # a manifest is a few kB; a larger one is not ours
 

@@ -38,7 +38,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from time import perf_counter
@@ -47,6 +46,7 @@ import numpy as np
 from torch.utils.data.distributed import DistributedSampler
 
 from feedlab import pipeline as pl
+from feedlab import procgroup
 from feedlab.scale.shards import ChunkShardSampler, choose_split, chunk_len_of
 from feedlab.timing import run_epoch
 
@@ -232,24 +232,10 @@ def _alive_ranks(tmp: Path) -> list[int]:
     return out
 
 
-def _stop(proc: subprocess.Popen, tmp: Path, grace_s: float = 10.0) -> None:
-    """Stop the launcher and every rank: SIGTERM to the launcher's process group (it passes it
-    on to its ranks), then SIGKILL to whatever is left of the group and of the ranks."""
-
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        for pid in [-proc.pid, *_alive_ranks(tmp)]:
-            for s in (sig, signal.SIGCONT):  # a stopped process acts on its SIGTERM once continued
-                try:
-                    os.kill(pid, s)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        if not _alive_ranks(tmp):
-            return
-    proc.wait()
+def _stop(group: procgroup.Group, tmp: Path, grace_s: float = 10.0) -> None:
+    """Stop the launcher and every rank (:func:`feedlab.procgroup.stop`: SIGTERM to the launcher's group, which
+    it passes on to its ranks, and to each rank wherever it is; SIGKILL to whatever is left after ``grace_s``)."""
+    group.stop(grace_s, also=lambda: _alive_ranks(tmp))
 
 
 def _stalled(tmp: Path, ranks: int, since: float, stall_s: float) -> str | None:
@@ -277,69 +263,44 @@ def _stalled(tmp: Path, ranks: int, since: float, stall_s: float) -> str | None:
     return f"ranks: no progress in {stall_s:g} s: rank {late} {how}"
 
 
-class _Signalled(BaseException):
-    """SIGTERM or SIGHUP while the ranks ran (raised by the handler :func:`_run_launcher` installs)."""
-
-
-def _on_signals(handler) -> dict:
-    """``handler`` for SIGTERM and SIGHUP where they have their default action (never over one
-    that is ignored, as under nohup, or someone else's); returns what to restore."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    old = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) in (signal.SIG_DFL, _raise_signalled):
-            old[sig] = signal.signal(sig, handler)
-    return old
-
-
-def _raise_signalled(signum, _frame):
-    raise _Signalled(signum)
-
-
 def _run_launcher(cmd: list[str], env: dict, tmp: Path, timeout_s: float | None, ranks: int = 1,
                   stall_s: float | None = None) -> tuple[int, str]:
-    """Run the launcher in its own process group (a Ctrl-C reaches only us, and we stop the
-    launcher and its ranks together: no rank outlives it, nor us: SIGTERM / SIGHUP stop them
-    first, and the launcher gets SIGTERM when we die). Returns ``(exit code, output)``."""
+    """Run the launcher in a group of its own (:func:`feedlab.procgroup.start`: a Ctrl-C reaches only us, and we
+    stop the launcher and its ranks together: no rank outlives it, nor us: SIGTERM / SIGHUP stop them first, and
+    the launcher gets SIGTERM when we die). Returns ``(exit code, output)``."""
     log = tmp / "launcher.log"
     with open(log, "w+b") as fh:
         start, t0 = time.time(), time.monotonic()
-        prctl = _prctl()   # looked up here: after fork, in a parent with threads, the child must not dlopen
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=(lambda: prctl(1, int(signal.SIGTERM))) if prctl else None)
-        old: dict = {}
+        group = procgroup.start(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, die_with_parent=signal.SIGTERM)
+        proc = group.proc
         try:
-            old = _on_signals(_raise_signalled)
-            while True:
-                try:
-                    code = proc.wait(timeout=0.5)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                late = _stalled(tmp, ranks, start, stall_s) if stall_s else None
-                if late is None and timeout_s is not None and time.monotonic() - t0 > timeout_s:
-                    late = f"ranks: no result in {timeout_s:g} s"
-                if late:
-                    _on_signals(signal.SIG_IGN)
-                    _stop(proc, tmp)
-                    raise TimeoutError(f"{late}: the launcher and its ranks were stopped (a rank stuck on a "
-                                       "sample? try `python -m data_prep verify DATA`)")
-        except _Signalled as sig:
-            _on_signals(signal.SIG_IGN)
-            _stop(proc, tmp)
-            name = signal.Signals(sig.args[0]).name
-            print(f"ranks: {name}: the launcher and its ranks were stopped", file=sys.stderr)
-            raise SystemExit(128 + sig.args[0]) from None
+            with procgroup.signals_raise():
+                while True:
+                    try:
+                        code = proc.wait(timeout=0.5)
+                        break
+                    except subprocess.TimeoutExpired:
+                        pass
+                    late = _stalled(tmp, ranks, start, stall_s) if stall_s else None
+                    if late is None and timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                        late = f"ranks: no result in {timeout_s:g} s"
+                    if late:
+                        with procgroup.signals_held():
+                            _stop(group, tmp)
+                        raise TimeoutError(f"{late}: the launcher and its ranks were stopped (a rank stuck on a "
+                                           "sample? try `python -m data_prep verify DATA`)")
+        except procgroup.Signalled as sig:
+            with procgroup.signals_held():
+                _stop(group, tmp)
+            print(f"ranks: {signal.Signals(sig.signum).name}: the launcher and its ranks were stopped", file=sys.stderr)
+            raise SystemExit(sig.code) from None
         except BaseException:  # KeyboardInterrupt, an error of ours: stop them all
-            _on_signals(signal.SIG_IGN)
-            _stop(proc, tmp)
+            with procgroup.signals_held():
+                _stop(group, tmp)
             raise
-        finally:
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
-        if _alive_ranks(tmp):
-            _stop(proc, tmp)
+        if _alive_ranks(tmp) or group.members():
+            _stop(group, tmp)
+        group.stop(0.0)   # untracked (nothing left)
         fh.seek(0)
         text = fh.read().decode("utf-8", "replace")
     return code, text

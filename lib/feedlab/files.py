@@ -1,0 +1,346 @@
+"""Files without anything half-written and without touching what is not ours: the ground floor's file helpers,
+behind every atomic write (:func:`feedlab.results.atomic_write`, :mod:`feedlab.formats._io`'s streamed form,
+data_prep, the runner's records), and the reads that accept regular files only.
+
+Temporaries are siblings named ``<name>.tmp-<pid>-<6 hex>`` (``.old-`` for a replaced set), swapped into
+place atomically (:func:`replace_path`); each is entered in a registry when its name is made, and
+:func:`sweep_orphans` removes only registered ones whose process is gone, never a name by its shape alone (a
+user's ``thesis.tex.tmp-4242-c0ffee`` stays). The registry is keyed by the checkout, not by the scratch folder
+(``$XDG_STATE_HOME/feedlab/temps-<checkout hash>/``, one small file per temporary; the scratch folder's
+``temps/`` where that cannot be written, and read too): a temporary of a killed run is swept whatever
+``FEEDLAB_SCRATCH`` the next run uses. A process stopped by a signal removes its own registered temporaries
+(:func:`remove_mine`, run by :func:`feedlab.procgroup.stopped`). Files are created with the process umask.
+
+* :func:`tmp_sibling`, :func:`release`, :func:`replace_path`, :func:`remove`, :func:`sweep_orphans`,
+  :func:`remove_mine` — temporaries.
+* :func:`open_regular`, :func:`read_regular`, :func:`check_regular_tree`, :func:`max_file_bytes`,
+  :func:`kind_of` — reads of regular files only, size-bounded.
+* :func:`current_umask`, :func:`tree_bytes`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import time
+from pathlib import Path
+
+from feedlab import paths, procgroup
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it where /proc allows."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def tmp_sibling(final: Path, kind: str = "tmp") -> Path:
+    """``<final>.tmp-<pid>-<6 hex>``, registered as this process's temporary: the only names
+    :func:`sweep_orphans` removes (once this process is gone). :func:`release` (called by
+    :func:`replace_path` and :func:`remove`) takes it off the registry."""
+    tmp = final.with_name(f"{final.name}.{kind}-{os.getpid()}-{os.urandom(3).hex()}")
+    _register(tmp)
+    return tmp
+
+
+def registries() -> list[Path]:
+    """Where temporaries are registered: the checkout's folder in the user's state directory first, then the
+    scratch folder's ``temps/`` (where the first cannot be written, and where older runs wrote)."""
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    checkout = hashlib.sha256(str(Path(paths.REPO_ROOT).resolve()).encode()).hexdigest()[:16]
+    return [state / "feedlab" / f"temps-{checkout}", Path(paths.SCRATCH_DIR) / "temps"]
+
+
+def _key(path: Path) -> str:
+    full = os.path.join(os.path.realpath(path.parent), path.name)
+    return hashlib.sha256(full.encode()).hexdigest()[:32]
+
+
+def entry(path: Path) -> Path:
+    """The registry entry of temporary ``path`` (where it is, else where it would be written)."""
+    key = _key(Path(path))
+    found = [r / key for r in registries() if (r / key).is_file()]
+    return found[0] if found else registries()[0] / key
+
+
+def _register(tmp: Path) -> None:
+    """Enter ``tmp`` (its full path, this pid) in the registry. Where the registry cannot be
+    written the temporary is simply not swept later: safe, never a reason to fail a write."""
+    record = json.dumps({"path": os.path.join(os.path.realpath(tmp.parent), tmp.name), "pid": os.getpid()})
+    for registry in registries():
+        try:
+            registry.mkdir(parents=True, exist_ok=True)
+            fd = os.open(registry / _key(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(record)
+            procgroup.on_stop(remove_mine)   # a signal that stops us takes our temporaries too
+            return
+        except OSError:
+            continue
+
+
+def release(tmp: str | os.PathLike) -> None:
+    """``tmp`` was put in place or removed: take it off the registry."""
+    for registry in registries():
+        try:
+            (registry / _key(Path(tmp))).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _registered(path: Path, pid: int) -> bool:
+    """Did process ``pid`` of feedlab make ``path`` (a registry entry for exactly this path and pid)?"""
+    try:
+        with open(entry(path), encoding="utf-8") as fh:
+            rec = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    full = os.path.join(os.path.realpath(path.parent), path.name)
+    return isinstance(rec, dict) and rec.get("path") == full and rec.get("pid") == pid
+
+
+def _prune_registry() -> None:
+    """Drop the entries of processes that are gone whose temporary is gone too (put in place
+    by a caller that did not :func:`release` it)."""
+    for e in _entries():
+        try:
+            with open(e.path, encoding="utf-8") as fh:
+                rec = json.load(fh)
+            gone = not os.path.lexists(rec["path"]) and not _pid_alive(int(rec["pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            gone = True  # unreadable: not an entry anything can match
+        if gone:
+            try:
+                os.unlink(e.path)
+            except OSError:
+                pass
+
+
+def _entries() -> list:
+    out = []
+    for registry in registries():
+        try:
+            out.extend(os.scandir(registry))
+        except OSError:
+            continue
+    return out
+
+
+def remove_mine() -> list[Path]:
+    """Remove every temporary this process registered and has not put in place (a signal stops it: nothing
+    half-written is left, whatever was unwinding). Returns what was removed."""
+    removed = []
+    for e in _entries():
+        try:
+            with open(e.path, encoding="utf-8") as fh:
+                rec = json.load(fh)
+            if rec.get("pid") != os.getpid():
+                continue
+            path = Path(rec["path"])
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            continue
+        if os.path.lexists(path):
+            remove(path)
+            removed.append(path)
+        else:
+            release(path)
+    return removed
+
+
+_ORPHAN = re.compile(r"^.+\.(?:tmp|old)-(?P<pid>\d+)-[0-9a-f]{6}$")
+ORPHAN_MIN_AGE_S = 600.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(parent: str | os.PathLike, min_age_s: float = ORPHAN_MIN_AGE_S) -> list[Path]:
+    """Remove the temporaries a killed writer left in ``parent``: only entries named
+    ``<name>.tmp-<pid>-<6 hex>`` or ``<name>.old-<pid>-<6 hex>`` that a feedlab process made
+    (registered by :func:`tmp_sibling` under that pid: a name of that shape the user wrote is
+    never touched), whose process is gone and that were last changed ``min_age_s`` ago or
+    more. Returns what was removed."""
+    parent = Path(parent)
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    now = time.time()
+    for e in entries:
+        m = _ORPHAN.match(e.name)
+        if m is None:
+            continue
+        pid = int(m.group("pid"))
+        try:
+            age = now - e.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        if pid == os.getpid() or _pid_alive(pid) or age < min_age_s or not _registered(Path(e.path), pid):
+            continue
+        remove(Path(e.path))
+        removed.append(Path(e.path))
+    _prune_registry()
+    return removed
+
+
+def remove(path: Path) -> None:
+    """Remove a file, link or folder (a temporary), and take it off the registry."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+    release(path)
+
+
+def replace_path(tmp: Path, final: Path) -> None:
+    """Move a finished ``tmp`` file or directory onto ``final``.
+
+    A directory cannot be ``os.replace``d onto a non-empty one, so an existing
+    ``final`` is first renamed aside, then removed once the new one is in place.
+    """
+    if final.exists() or final.is_symlink():
+        old = tmp_sibling(final, "old")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        remove(old)
+    else:
+        os.replace(tmp, final)
+    release(tmp)
+
+
+#: the largest file a read accepts unless told otherwise ($FEEDLAB_MAX_FILE_BYTES overrides it)
+MAX_FILE_BYTES = 1 << 30
+
+
+def max_file_bytes() -> int:
+    """The size bound of one read: ``$FEEDLAB_MAX_FILE_BYTES`` or :data:`MAX_FILE_BYTES`."""
+    raw = os.environ.get("FEEDLAB_MAX_FILE_BYTES", "").strip()
+    if not raw:
+        return MAX_FILE_BYTES
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"FEEDLAB_MAX_FILE_BYTES={raw!r}: a whole number of bytes") from None
+    if n < 1:
+        raise ValueError(f"FEEDLAB_MAX_FILE_BYTES={raw!r}: must be at least 1")
+    return n
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, in words ('a FIFO', 'a folder')."""
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def _refuse_irregular(path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        link = " (a link, followed)" if os.path.islink(path) else ""
+        raise OSError(f"{path}{link} is {kind_of(mode)}, not a regular file: only regular files are read "
+                      "(replace it with the file itself)")
+
+
+def open_regular(path: str | os.PathLike, limit: int | None = None):
+    """Open ``path`` for binary reading only if it is a regular file of at most ``limit``
+    bytes (default :func:`max_file_bytes`); returns the file object. A FIFO, socket or
+    device, or a link to one, is refused at once (the link followed, checked before it is
+    opened, then opened non-blocking and checked again with ``fstat`` on the descriptor, so it
+    never blocks and cannot be swapped in between check and read): ``OSError`` naming the file
+    and what it is."""
+    limit = max_file_bytes() if limit is None else int(limit)
+    _refuse_irregular(path, os.stat(path).st_mode)   # a link to a device is never even opened
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        _refuse_irregular(path, st.st_mode)
+        if st.st_size > limit:
+            raise OSError(f"{path} is {st.st_size} bytes, over the {limit}-byte bound of one read "
+                          "(set FEEDLAB_MAX_FILE_BYTES to allow it)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular_tree(path: str | os.PathLike, limit: int = 10_000) -> None:
+    """Refuse a store holding a FIFO, socket or device (a library opening it would block for
+    ever): ``OSError`` naming it. Looks at ``path`` and, for a folder, up to ``limit`` entries
+    under it (stat only, nothing is opened); stores of one file per sample are checked as each
+    file is read (:func:`open_regular`)."""
+    path = Path(path)
+    seen = 0
+    todo = [path]
+    while todo and seen < limit:
+        p = todo.pop()
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        seen += 1
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                todo.extend(Path(e.path) for e in os.scandir(p))
+            except OSError:
+                continue
+        elif not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{p} is {kind_of(st.st_mode)}, not a regular file: only regular files are read "
+                          "(replace it with the file itself)")
+
+
+def read_regular(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (see :func:`open_regular`)."""
+    lim = max_file_bytes() if limit is None else int(limit)
+    parts, total = [], 0
+    with open_regular(path, lim) as fh:
+        want = os.fstat(fh.fileno()).st_size + 1   # its size, and one byte more to see it grew
+        while total <= lim:
+            part = fh.read(min(want, lim + 1 - total))   # never a buffer of the whole bound at once
+            if not part:
+                break
+            parts.append(part)
+            total += len(part)
+            want = READ_CHUNK
+    if total > lim:  # grew after the check
+        raise OSError(f"{path} grew past the {lim}-byte bound of one read while it was read")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+#: bytes :func:`read_regular` asks for at a time past a file's stated size
+READ_CHUNK = 1 << 20
+
+
+def tree_bytes(path: str | os.PathLike) -> int:
+    """Apparent size in bytes of a file, or of every file under a directory."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            total += os.stat(os.path.join(dirpath, name)).st_size
+    return total

@@ -1,0 +1,263 @@
+"""procgroup: every process we start, in one room (issue 47): a group started, marked and stopped whole, a
+daemon that left with setsid / a double fork found by its mark, a signal that stops us stops what we started
+with one line, and SIGALRM with one owner.
+
+Every test sets its own deadline and checks that nothing is left in its process session, /dev/shm or its
+temporary folder (:func:`leaves_nothing`)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from feedlab import procgroup
+from feedlab.errors import DeadlineError, deadline
+
+REPO = Path(__file__).resolve().parents[2]
+LIB = REPO / "lib" / "feedlab"
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), str(REPO)])}
+
+# a command that leaves a daemon behind: a double fork into a session of its own (setsid), pid written to $1
+DAEMON = """#!/bin/sh
+setsid sh -c 'sleep 300 & echo $! > "$0"' "$1" &
+wait
+{tail}
+"""
+
+
+def _script(tmp: Path, tail: str = "sleep 300") -> Path:
+    p = tmp / "leaves-a-daemon.sh"
+    p.write_text(DAEMON.format(tail=tail))
+    p.chmod(0o755)
+    return p
+
+
+def _pid_in(path: Path, wait_s: float = 10.0) -> int:
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            time.sleep(0.02)
+    raise AssertionError(f"{path} was never written")
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _gone(pids, wait_s: float = 10.0) -> list[int]:
+    end = time.monotonic() + wait_s
+    while [p for p in pids if _running(p)] and time.monotonic() < end:
+        time.sleep(0.05)
+    return [p for p in pids if _running(p)]
+
+
+def _session() -> set[int]:
+    """The processes of this test's session (and of sessions marked with a group token of ours) but this one."""
+    sid = os.getsid(0)
+    out = set()
+    for n in os.listdir("/proc"):
+        if n.isdigit() and int(n) != os.getpid():
+            try:
+                if os.getsid(int(n)) == sid and _running(int(n)):
+                    out.add(int(n))
+            except OSError:
+                pass
+    return out
+
+
+def _shm_mapped() -> set[str]:
+    """/dev/shm names some process has open or mapped now (others' live semaphores are not a leak)."""
+    names = set()
+    for n in os.listdir("/proc"):
+        if not n.isdigit():
+            continue
+        try:
+            with open(f"/proc/{n}/maps") as fh:
+                names.update(ln.split("/dev/shm/", 1)[1].strip() for ln in fh if "/dev/shm/" in ln)
+        except OSError:
+            pass
+        try:
+            for fd in os.listdir(f"/proc/{n}/fd"):
+                target = os.readlink(f"/proc/{n}/fd/{fd}")
+                if target.startswith("/dev/shm/"):
+                    names.add(target.split("/dev/shm/", 1)[1])
+        except OSError:
+            pass
+    return names
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.fixture()
+def leaves_nothing(tmp_path, monkeypatch):
+    """The test's own temporary folder as TMPDIR; afterwards nothing new in this session, nothing new and
+    unowned in /dev/shm, nothing in the temporary folder."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    before_procs, before_shm = _session(), _shm()
+    yield tmp
+    left = _gone(_session() - before_procs, 10.0)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "a process was left in the test's session"
+    new = _shm() - before_shm
+    assert not (new - _shm_mapped()), f"left in /dev/shm: {sorted(new - _shm_mapped())}"
+    assert not list(tmp.iterdir()), f"left in the temporary folder: {list(tmp.iterdir())}"
+
+
+def test_a_daemon_that_escaped_with_setsid_is_stopped_with_the_group_at_its_limit(tmp_path, leaves_nothing):
+    """The command double-forks a ``sleep`` into a session of its own: at the limit it is stopped too
+    (before: only the process group was killed; the daemon ran on with PPID 1)."""
+    pidfile = tmp_path / "daemon.pid"
+    with deadline(60, "run_group at its limit"):
+        with pytest.raises(subprocess.TimeoutExpired):
+            procgroup.run_group([str(_script(tmp_path)), str(pidfile)], timeout=1.0)
+    daemon = _pid_in(pidfile)
+    assert not _gone([daemon], 5.0), "the setsid daemon outlived its group"
+
+
+def test_a_daemon_left_by_a_command_that_exits_is_stopped_when_it_exits(tmp_path, leaves_nothing):
+    pidfile = tmp_path / "daemon.pid"
+    with deadline(60, "run_group of a command that leaves a daemon"):
+        r = procgroup.run_group([str(_script(tmp_path, tail="echo done")), str(pidfile)], timeout=30)
+    assert r.returncode == 0 and r.stdout.strip() == "done"
+    assert not _gone([_pid_in(pidfile)], 5.0), "the daemon outlived the command that started it"
+
+
+def test_members_are_the_group_and_what_carries_its_mark_and_stop_takes_them_all(tmp_path, leaves_nothing):
+    pidfile = tmp_path / "daemon.pid"
+    with deadline(60, "a started group"):
+        group = procgroup.start([str(_script(tmp_path)), str(pidfile)])
+        daemon = _pid_in(pidfile)
+        assert group.pid in group.members() and daemon in group.members()
+        assert procgroup.carrying(group.token) and daemon in procgroup.carrying(group.token)
+        assert group.stop(grace_s=2.0) >= 2
+    assert group.proc.returncode is not None and not _gone([daemon], 5.0)
+    assert group.pid not in procgroup._LIVE
+
+
+def test_a_term_ignoring_member_is_killed_after_the_grace(tmp_path, leaves_nothing):
+    with deadline(60, "a TERM-ignoring group"):
+        group = procgroup.start(["sh", "-c", "trap '' TERM; sleep 300 & wait"])
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        group.stop(grace_s=1.0)
+        took = time.monotonic() - t0
+    assert 0.9 <= took < 8.0 and not group.members()
+
+
+DRIVER = """
+import sys
+from feedlab import procgroup
+from feedlab.errors import cli_errors
+with cli_errors("driver"):
+    procgroup.run_group([sys.argv[1], sys.argv[2]], timeout=120)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_stops_what_we_started_with_one_line(tmp_path, sig, leaves_nothing):
+    """SIGTERM, SIGINT and SIGHUP to a command line running a group: one line naming the signal, exit 128+n
+    (130 for Ctrl-C), the group and its escaped daemon stopped (before: SIGTERM and SIGHUP ended the command
+    alone; its child and the daemon ran on)."""
+    pidfile = tmp_path / "daemon.pid"
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    proc = subprocess.Popen([sys.executable, str(driver), str(_script(tmp_path)), str(pidfile)], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        daemon = _pid_in(pidfile, 30.0)
+        os.kill(proc.pid, sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == (130 if sig == signal.SIGINT else 128 + sig), err
+    assert len(lines) == 1 and lines[0].startswith("driver: "), err
+    assert (sig.name in lines[0]) if sig != signal.SIGINT else ("interrupted" in lines[0])
+    assert not _gone([daemon], 5.0), "the daemon outlived the signalled command"
+
+
+def test_descendants_and_stop_pids_take_a_tree(tmp_path, leaves_nothing):
+    with deadline(30, "a tree of three"):
+        proc = subprocess.Popen(["sh", "-c", "sh -c 'sleep 300' & sleep 300 & wait"])
+        end = time.monotonic() + 10
+        while len(procgroup.descendants()) < 4 and time.monotonic() < end:
+            time.sleep(0.05)
+        tree = procgroup.descendants()
+        assert proc.pid in tree and len(tree) >= 4
+        assert procgroup.stop_pids(tree, grace_s=2.0) >= 4
+        proc.wait(5)
+    assert not _gone(tree, 5.0)
+
+
+# ---------------------------------------------------------------- one timer
+
+
+def test_a_deadline_inside_a_notebook_limit_keeps_the_limit():
+    """SIGALRM has one owner: a deadline that ends inside ``run_limit.limit`` leaves the limit's timer
+    running (before: the deadline's exit cleared the timer and the notebook ran on past its limit)."""
+    from feedlab.run_limit import NotebookLimit, limit
+
+    t0 = time.monotonic()
+    with deadline(30, "the test"):
+        with pytest.raises(NotebookLimit):
+            with limit(0.5):
+                with deadline(10, "an inner wait"):
+                    pass
+                time.sleep(5)
+    assert time.monotonic() - t0 < 3
+
+
+def test_a_limit_inside_a_deadline_keeps_the_deadline():
+    from feedlab.run_limit import limit
+
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineError):
+        with deadline(0.5, "the outer wait"):
+            with limit(30):
+                pass
+            time.sleep(5)
+    assert time.monotonic() - t0 < 3
+
+
+def _calls(path: Path, names: set[str]) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            out.append(f"{path.relative_to(REPO)}:{node.lineno} {node.attr}")
+        if isinstance(node, ast.keyword) and node.arg == "start_new_session":
+            out.append(f"{path.relative_to(REPO)}:{node.value.lineno} start_new_session")
+    return out
+
+
+def test_one_room_starts_groups_and_one_owns_sigalrm():
+    """Groups are started only by procgroup (no ``start_new_session`` or ``killpg`` elsewhere), and SIGALRM's
+    timer is set only by errors (run_limit's limit is one of its deadlines)."""
+    groups, alarms = [], []
+    for p in sorted([*LIB.rglob("*.py"), *(REPO / "data_prep").rglob("*.py")]):
+        if p.name != "procgroup.py":
+            groups += _calls(p, {"killpg", "setsid"})
+        if p.name != "errors.py":
+            alarms += _calls(p, {"setitimer", "SIGALRM", "alarm"})
+    assert not groups, "process groups started or stopped outside procgroup: " + "; ".join(groups)
+    alarms = [a for a in alarms if "start_new_session" not in a]
+    assert not alarms, "SIGALRM set outside errors: " + "; ".join(alarms)
