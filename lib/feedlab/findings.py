@@ -71,8 +71,11 @@ def _md_escape(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
-def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder: Path) -> str:
-    """The findings cell's markdown for an executed notebook (see the module docstring)."""
+def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder: Path,
+                      lines: list[str] | None = None) -> str:
+    """The findings cell's markdown for an executed notebook (see the module docstring). ``lines``: the
+    readings as today's rules state them (``python -m feedlab.report.readme --findings`` passes them for a
+    committed record), else what the Reading cells printed."""
     title = _text(nb["cells"][0]).lstrip().splitlines()[0].lstrip("# ").strip() if nb.get("cells") else ""
     profile = payload.get("profile", "?")
 
@@ -85,13 +88,15 @@ def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder:
         head.append("**Smoke run**: tiny sizes, only a check that the notebook runs; its readings and "
                     "verdicts are not findings.")
     load = (fingerprint or {}).get("other_load") or {}
-    if load.get("busy"):
+    if not load:
+        head.append("This run recorded no load of other programs: whether the machine was busy is not known.")
+    elif load.get("busy"):
         w = load.get("busiest_window") or load.get("whole_run") or {}
         share = f" (up to {w['other_fraction']:.0%} of the cores)" if "other_fraction" in w else ""
         head.append(f"The machine was busy with other work during this run{share}: readings may be slowed "
                     "and ratios distorted; re-run on an idle machine before relying on them.")
     parts = ["\n".join(head)]
-    lines = reading_lines(nb)
+    lines = reading_lines(nb) if lines is None else lines
     if lines:
         shown = [f"- {_md_escape(x)}" for x in lines[:MAX_READINGS]]
         if len(lines) > MAX_READINGS:
@@ -113,16 +118,21 @@ def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder:
     return "\n\n".join(parts) + "\n"
 
 
-def add_findings(executed: str | Path) -> bool:
+def add_findings(executed: str | Path, lines: list[str] | None = None, verdicts: dict | None = None) -> bool:
     """Put the findings cell at the top of ``executed`` (replacing an earlier one), reading
     ``results.json`` and ``fingerprint.json`` beside it. Returns False (and changes nothing)
-    where the run recorded no ``results.json`` or the file is not a notebook. Rewritten atomically."""
+    where the run recorded no ``results.json`` or the file is not a notebook. Rewritten atomically.
+    ``lines`` and ``verdicts`` (``{claim: {"status", "ours"}}``): the readings and the claims' verdicts as
+    today's rules state them, for a committed record (the reporting wing passes them; a fresh run's own are
+    already today's)."""
     path = Path(executed)
     folder = path.parent
     results = folder / "results.json"
     if not results.is_file():
         return False
     payload = json.loads(results.read_text())
+    if verdicts is not None:
+        payload = dict(payload, verdicts=verdicts)
     fp_path = folder / "fingerprint.json"
     fingerprint = json.loads(fp_path.read_text()) if fp_path.is_file() else None
     try:
@@ -135,7 +145,7 @@ def add_findings(executed: str | Path) -> bool:
     cells = [c for c in nb.get("cells", []) if TAG not in (c.get("metadata", {}).get("tags") or [])]
     nb["cells"] = cells
     cell = {"cell_type": "markdown", "metadata": {"tags": [TAG]},
-            "source": findings_markdown(nb, payload, fingerprint, folder).splitlines(keepends=True)}
+            "source": findings_markdown(nb, payload, fingerprint, folder, lines).splitlines(keepends=True)}
     if nb.get("nbformat", 4) >= 4 and nb.get("nbformat_minor", 0) >= 5:
         cell["id"] = "feedlab-findings"
     nb["cells"] = [cell] + cells

@@ -98,3 +98,29 @@ def test_tables_are_rounded_and_captioned():
     assert findings.notebook_display() is False  # outside a kernel: nothing registered, no error
     assert pd.get_option("display.precision") == 3
     pd.reset_option("display.precision")
+
+
+def test_committed_findings_are_refreshed_by_todays_rules(tmp_path):
+    """A committed record's findings cell states its readings and verdicts as the README does (the reporting
+    wing re-judges them from the record): a busy run's timing claim reads not tested fairly, never the
+    verdict the notebook printed when it ran."""
+    from feedlab.report import readme
+
+    folder = tmp_path / "04_print_overhead" / "cpu-2c"
+    folder.mkdir(parents=True)
+    nb = _nb("[reproduced] 004-print-75x: A print() made each batch 75× slower. Ours: 40×.\nplain reading.\n")
+    (folder / "04_print_overhead.executed.ipynb").write_text(json.dumps(nb))
+    (folder / "results.json").write_text(json.dumps({"per_sink": {"file": {"print_factor": 40.0}}}))
+    busy = {"cpu_usable": 2, "gpus": [], "other_load": {"whole_run": {"available": True, "other_fraction": 0.5},
+                                                        "busy": True}}
+    (folder / "fingerprint.json").write_text(json.dumps(busy))
+    assert readme.refresh_findings(tmp_path) == [folder / "04_print_overhead.executed.ipynb"]
+    cell = "".join(json.loads((folder / "04_print_overhead.executed.ipynb").read_text())["cells"][0]["source"])
+    assert "[not tested fairly here: the machine was busy" in cell and "[reproduced] 004-print-75x" not in cell
+    assert "plain reading." in cell and "| 004-print-75x | not tested fairly here |" in cell
+    assert readme.refresh_findings(tmp_path) == []   # the same records: nothing changes
+
+
+def test_a_run_with_no_load_record_is_not_called_busy_nor_quiet():
+    md = findings.findings_markdown(_nb("x\n"), {"profile": "quick"}, {"cpu_usable": 2}, __import__("pathlib").Path("."))
+    assert "whether the machine was busy is not known" in md and "was busy with other work" not in md

@@ -18,6 +18,7 @@ import re
 import sys
 from pathlib import Path
 
+from feedlab import findings
 from feedlab.errors import cli_errors, one_line
 from feedlab.fingerprint import fingerprint_line
 from feedlab.formats._io import read_regular
@@ -331,6 +332,27 @@ def _write_text_atomic(path: Path, text: str) -> None:
     atomic_write(path, text)
 
 
+def refresh_findings(figures_dir: Path = FIGURES_DIR) -> list[Path]:
+    """Every committed executed notebook's findings cell with its readings and claim verdicts as today's
+    rules state them (the same lines the README shows: :func:`generated_targets`), from the committed records
+    alone; the notebooks changed."""
+    changed = []
+    for nb_dir in sorted(p for p in Path(figures_dir).iterdir() if p.is_dir()):
+        for _key, folder in machine_dirs(nb_dir.name, figures_dir).items():
+            executed = folder / f"{nb_dir.name}.executed.ipynb"
+            if not executed.is_file() or not (folder / "results.json").is_file():
+                continue
+            nb = json.loads(executed.read_text(encoding="utf-8"))
+            lines = generated_targets(nb_dir.name, folder, findings.reading_lines(nb))
+            run = Run(out_dir=folder)
+            verdicts = {c.id: claims.judge(c, run).as_dict() for c in claims.claims_for(nb_dir.name)} or None
+            before = executed.read_bytes()
+            findings.add_findings(executed, lines, verdicts)
+            if executed.read_bytes() != before:
+                changed.append(executed)
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -340,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drop-missing", action="store_true",
                     help="regenerate although results the README lists are gone from figures/ (their "
                          "sections are dropped); without it the command stops and names them")
+    ap.add_argument("--findings", action="store_true",
+                    help="also refresh each committed executed notebook's findings cell (its readings and the "
+                         "claims' verdicts as today's rules state them, from the committed records alone)")
     args = ap.parse_args(argv)  # --help prints and exits before anything is read or written
     with cli_errors("python -m feedlab.report.readme"):
         gone = vanished_records((REPO_ROOT / "README.md").read_text())
@@ -356,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         print("README updated" if update_readme() else "README unchanged")
         print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
         print("docs/GPU_READINGS.md updated" if gpu_readings.write() else "docs/GPU_READINGS.md unchanged")
+        if args.findings:
+            print(f"findings cells refreshed: {len(refresh_findings())} executed notebooks changed")
     return 0
 
 
