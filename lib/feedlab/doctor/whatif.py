@@ -211,7 +211,7 @@ def doctor_gain(rep: dict) -> tuple[float, str]:
     best = max(changes, key=lambda c: c.get("gain_value") or 0.0) if changes else None
     gain = float(best.get("gain_value") or 1.0) if best else 1.0
     what = best.get("what", "") if best else "no change advised"
-    if best and "measured" not in str(best.get("gain", "measured")):
+    if best and not best.get("measured", "measured" in str(best.get("gain", ""))):
         what += ", predicted"
     t = table_best(rep)
     if t and t[0] > gain:
