@@ -25,7 +25,7 @@ from pathlib import Path
 
 from feedlab import fingerprint
 from feedlab.monitor import usable_cores  # noqa: F401  (one definition, re-exported)
-from feedlab.paths import FIGURES_DIR
+from feedlab.paths import FIGURES_DIR, env_number
 
 #: parameters whose values are worker counts (one int, or a list of ints)
 WORKER_KEYS = ("worker_counts", "max_workers", "num_workers", "fetch_workers", "timeline_workers")
@@ -39,13 +39,8 @@ _DROP = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "instinct", "g
 def worker_cap(cores: int | None = None) -> int:
     """The most DataLoader workers feedlab starts: 4 per usable core, at least 16
     (``$FEEDLAB_MAX_WORKERS`` sets another cap). More only thrash memory and the scheduler."""
-    raw = os.environ.get("FEEDLAB_MAX_WORKERS", "").strip()
-    if raw:
-        try:
-            return max(1, int(raw))
-        except ValueError:
-            raise ValueError(f"FEEDLAB_MAX_WORKERS={raw!r}: must be a whole number") from None
-    return max(16, 4 * (cores if cores is not None else usable_cores()))
+    cap = env_number("FEEDLAB_MAX_WORKERS", None, int, low=1, unit="workers")
+    return cap if cap is not None else max(16, 4 * (cores if cores is not None else usable_cores()))
 
 
 def gpu_short_name(name: str) -> str:

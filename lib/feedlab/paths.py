@@ -45,6 +45,28 @@ def scratch_dir(notebook_name: str, profile: str = "quick") -> Path:
     return SCRATCH_DIR / (profile or "quick") / notebook_name
 
 
+def env_number(name: str, default, kind: type = int, low: float | None = None, unit: str = ""):
+    """``$name`` read as a number of ``kind`` (``int``: a whole number; ``float``: a finite one) of at least
+    ``low``; ``default`` where it is unset or empty. ``ValueError``, one line naming the variable and what it takes,
+    otherwise: the one reading of feedlab's numeric variables (``FEEDLAB_MAX_WORKERS``, ``FEEDLAB_PEER_TIMEOUT_S``)."""
+    import math
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    what = ("a whole number" if kind is int else "a finite number") + (f" of {unit}" if unit else "")
+    try:
+        value = kind(raw)
+        if kind is float and not math.isfinite(value):
+            raise ValueError(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: must be {what}; unset it for the default"
+                         + (f" ({default})" if default is not None else "")) from None
+    if low is not None and value < low:
+        raise ValueError(f"{name}={raw!r}: must be at least {low:g}" + (f" {unit}" if unit else ""))
+    return value
+
+
 def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) -> Path:
     """The scratch folder (``$FEEDLAB_SCRATCH``, else ``runs/``) made ready for the runner's locks, failed runs and
     temporaries: ``ValueError``, one line naming the folder and what to do, where it (or one of ``subfolders``)

@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from feedlab.paths import env_number
 from feedlab.results import Results
 
 from . import get
@@ -35,7 +36,12 @@ from ._process import BEAT, IN_VENV, Stalled, beat, check_imports, in_venv, run_
 
 # one peer on one data set, every worker count: a bound against a hung child, not a budget (the full
 # profile's slowest peers take tens of minutes); FEEDLAB_PEER_TIMEOUT_S sets another
-TIMEOUT_S = float(os.environ.get("FEEDLAB_PEER_TIMEOUT_S", 4 * 3600))
+TIMEOUT_S = 4 * 3600.0
+
+
+def timeout_s() -> float:
+    """``$FEEDLAB_PEER_TIMEOUT_S`` (seconds, > 0), else :data:`TIMEOUT_S`; a bad value is one line naming it."""
+    return env_number("FEEDLAB_PEER_TIMEOUT_S", TIMEOUT_S, float, low=1e-3, unit="seconds")
 
 
 def request(name: str, source, work_root, batch_size: int, worker_counts, size: int, warmup: int, repeats: int,
@@ -51,9 +57,11 @@ def _lib_dir() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def run(python, req: dict, timeout: float = TIMEOUT_S, run_=run_group, stall_s: float | None = None):
+def run(python, req: dict, timeout: float | None = None, run_=run_group, stall_s: float | None = None):
     """Run ``req`` in the venv of ``python`` (:func:`run_group`: its process group killed at ``timeout``
-    s, or ``stall_s`` s without progress). Returns ``(Results, info)``; never raises for the child's failure."""
+    s (None: :func:`timeout_s`), or ``stall_s`` s without progress). Returns ``(Results, info)``; never raises
+    for the child's failure."""
+    timeout = timeout_s() if timeout is None else timeout
     peer = get(req["peer"])
     info = {"name": peer.name, "label": peer.label, "kind": req["kind"], "parallelism": peer.parallelism,
             "shuffle": peer.shuffle, "recipe": peer.recipe, "interpreter": str(python), "available": False}
