@@ -105,7 +105,7 @@ def test_the_answer_reads_switch_then_the_doctors_changes_then_the_headspace():
 def test_with_a_model_the_answer_names_the_headspace_and_never_reads_below_the_measured_table():
     """The doctor's own table measured num_workers=0 ×1.22 over your 2 workers (the step runs slower beside
     the workers than alone): the answer says so, and the headspace is not called the most without a word."""
-    rep = {**REP, "measured_samples_per_s": 900.0, "num_workers": 2, "verdict": "compute-bound", "headroom": 1.3,
+    rep = {**REP, "measured_samples_per_s": 900.0, "num_workers": 2, "advice": [],
            "end_to_end": [{"num_workers": 0, "samples_per_s": 610.0}, {"num_workers": 1, "samples_per_s": 560.0,
                                                                           "too_busy": True},
                           {"num_workers": 2, "samples_per_s": 500.0}]}
