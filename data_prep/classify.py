@@ -19,7 +19,8 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
-from feedlab.formats._common import MANIFEST, _remove, sweep_orphans, tmp_sibling, write_json_atomic
+from feedlab.files import remove, sweep_orphans, tmp_sibling
+from feedlab.formats._common import MANIFEST, write_json_atomic
 
 from .errors import DataPrepError
 from .images import builtin_photo_paths, find_images, load_photos
@@ -149,7 +150,7 @@ def build_cls(out, classes: int | None = 4, per_class: int = 128, *, min_size: i
         write_json_atomic(tmp / MANIFEST, manifest)
         install(tmp, out, "cls", mode)
     except BaseException:
-        _remove(tmp)
+        remove(tmp)
         raise
     log(f"wrote {manifest['count']} JPEGs in {len(loaded)} classes to {out} in {time.perf_counter() - t0:.1f} s")
     return out

@@ -160,7 +160,7 @@ def to_rgb8(im: Image.Image) -> np.ndarray:
 def load_rgb8(path: str | os.PathLike) -> tuple[np.ndarray, str]:
     """Decode an image file fully; returns ``(rgb, source_mode)``. Raises
     ``DataPrepError`` naming the file if it cannot be read."""
-    from feedlab.formats._io import open_regular
+    from feedlab.files import open_regular
 
     try:
         with open_regular(path) as fh, Image.open(fh) as im:

@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 
 from feedlab.errors import FormatError
-from feedlab.formats._common import MANIFEST, _remove, read_manifest, release, replace_path, tmp_sibling
+from feedlab.files import release, remove, replace_path, tmp_sibling
+from feedlab.formats._common import MANIFEST, read_manifest
 
 from .errors import DataPrepError
 
@@ -97,12 +98,12 @@ def install(tmp: Path, out: Path, kind: str, mode: str) -> None:
     # set reads as incomplete (and is rebuilt), never as complete with old parts
     man = out / MANIFEST
     if man in ours:
-        _remove(man)
+        remove(man)
     for p in ours:
         if p != man:
             aside = tmp_sibling(p, "old")
             os.replace(p, aside)
-            _remove(aside)
+            remove(aside)
     entries = sorted(tmp.iterdir(), key=lambda p: p.name == MANIFEST)
     for p in entries:
         os.replace(p, out / p.name)

@@ -18,14 +18,12 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from feedlab.files import remove, sweep_orphans, tmp_sibling
 from feedlab.formats import png as png_fmt
 from feedlab.formats._common import (
     CHECKSUMS,
     MANIFEST,
-    _remove,
     checksum_rows,
-    sweep_orphans,
-    tmp_sibling,
     write_json_atomic,
 )
 
@@ -163,7 +161,7 @@ def build_sr(out, patch: int = 64, scale: int = 2, count: int = 4096, *, source=
         write_json_atomic(tmp / MANIFEST, manifest)
         install(tmp, out, "sr", mode)
     except BaseException:
-        _remove(tmp)
+        remove(tmp)
         raise
     log(f"wrote {count} SR pairs ({patch}px HR, x{scale}) from {len(photos)} photo(s) to {out} "
         f"in {time.perf_counter() - t0:.1f} s")

@@ -196,3 +196,32 @@ def test_a_report_is_built_once_in_its_kinds_key_order_and_refuses_a_key_out_of_
     with pytest.raises(ValueError, match="warmup"):
         Report("data", "cpu", False, 2, 2.0, 64, 1, {}, [], [], pred, None, [], [], 3, None,
                {k: v for k, v in extra.items() if k != "warmup"}).as_dict()
+
+
+# the runner's records still import them lazily from formats._io (issue 47-A moves those imports to the top, onto files)
+FILES_PENDING = {"run.py", "run_record.py"}
+FILE_HELPERS = {"tmp_sibling", "release", "replace_path", "remove", "_remove", "sweep_orphans", "open_regular",
+                "read_regular", "check_regular_tree", "max_file_bytes", "kind_of", "_kind", "current_umask"}
+
+
+def test_the_file_helpers_have_one_public_home_on_the_ground_floor():
+    """``files`` holds the helpers behind the atomic write (issue 47): every room outside formats imports them
+    from there, never from the private ``formats._io`` / ``formats._common`` (before: five rooms did)."""
+    import feedlab.files as files
+    from feedlab.formats import _common, _io
+
+    repo = LIB.parents[1]
+    bad = []
+    for p in sorted([*LIB.rglob("*.py"), *(repo / "data_prep").rglob("*.py")]):
+        if p.name in FILES_PENDING or p.name in ("_io.py", "_common.py"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith(("._io", "._common")) \
+                    and "peers" not in (node.module or "") and not (node.level and p.parent.name == "peers"):
+                hit = sorted(FILE_HELPERS & {a.name for a in node.names})
+                if hit:
+                    bad.append(f"{p.relative_to(repo)}:{node.lineno} {', '.join(hit)}")
+    assert not bad, "file helpers imported from formats' private modules: " + "; ".join(bad)
+    for name in ("tmp_sibling", "replace_path", "sweep_orphans", "open_regular", "release"):
+        assert getattr(_io, name) is getattr(files, name) is getattr(_common, name)   # one helper, re-exported
+    assert _io._remove is files.remove and _common._remove is files.remove

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from feedlab.formats._io import check_regular_tree
+from feedlab.files import check_regular_tree
 
 from . import hdf5_store, imagefolder, images, lmdb_store, npy_store, png, pt_store, zarr_store
 from ._common import FormatError, SRDataset, raw_nbytes, read_manifest, tree_bytes

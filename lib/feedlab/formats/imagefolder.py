@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from feedlab.files import read_regular
+
 from ._decoding import DecoderState, cannot_decode, file_of
-from ._io import read_regular
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 from torch.utils.data import Dataset
 
-from feedlab.formats._io import read_regular
+from feedlab.files import read_regular
 
 from ._decoding import DecoderState, cannot_decode, file_of
 

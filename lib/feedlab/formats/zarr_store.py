@@ -22,7 +22,7 @@ from pathlib import Path
 import zarr
 
 from feedlab.errors import SampleError
-from feedlab.formats._io import _kind
+from feedlab.files import kind_of
 
 from ._common import LazyHandle, atomic_output, files_in, first_shapes, tree_bytes, write_blocks
 from .chunked import ChunkedSRDataset
@@ -99,7 +99,7 @@ class ZarrDataset(ChunkedSRDataset):
                     mode = None
                 if mode is None or not stat.S_ISREG(mode):
                     first, last = c * self.chunk_len, min((c + 1) * self.chunk_len, self._n) - 1
-                    what = "missing" if mode is None else f"{_kind(mode)}, not a regular file"
+                    what = "missing" if mode is None else f"{kind_of(mode)}, not a regular file"
                     raise SampleError(f"zarr: chunk {c} of {name} (samples {first}–{last}) is {what}: {f}; "
                                       f"repack with `python -m data_prep pack {self.root} --to zarr`")
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from feedlab import findings
 from feedlab.errors import cli_errors, one_line
+from feedlab.files import read_regular
 from feedlab.fingerprint import fingerprint_line
-from feedlab.formats._io import read_regular
 from feedlab.machines import gpu_short_name, machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.report import claims, compare, gpu_readings, targets
