@@ -193,3 +193,17 @@ def test_the_committed_advice_and_storage_ratios_go_through_the_judge():
         v = sides.storage_best_over_baseline(run, 20.0)
         if "chunk" in str(run.payload.get("best_read_variant")):
             assert v.word == NOT_LIKE and "order: chunk" in v.why
+
+
+def test_the_peer_line_keeps_its_cold_ratio_and_what_follows():
+    """The README cut 13's line after its target clause: the cold ratio, each side's values and the CPU per
+    sample were dropped. Both clauses are judged; the rest of the line stays."""
+    from feedlab.report import targets
+    from feedlab.report.claims.core import Run
+
+    payload = json.loads(OLD_13.read_text())
+    line = ("sr: feedlab best 10 vs 5: ratio 0.95 (from the IQRs 0.90–1.10); target >= 1.0: met (>= 1.0). "
+            "Cold page cache: ratio 0.81 (from the spreads 0.75–0.87): not met. Each side (feedlab / peer): x.")
+    out = targets.peer_line(line, targets.PEER, Run(payload, fingerprint={}))
+    assert "Cold page cache: ratio 0.81 (from the spreads 0.75–0.87): " in out and out.endswith("Each side (feedlab / peer): x.")
+    assert "target >= 1.0" not in out and ": not met." not in out

@@ -213,7 +213,8 @@ def _doctor(t: Target, run: Run) -> list[str]:
 
 
 _TIMER = re.compile(r"(?<![\d.])([\d.]+)% of the smallest batch time timed here \(([^;]+); target [^)]*\)")
-_PEER = re.compile(r"ratio ([\d.]+) (\(from the (?:IQRs|spreads) [^)]*\)); target .*$")
+_PEER = re.compile(r"ratio ([\d.]+) (\(from the (?:IQRs|spreads) [^)]*\)); target (?:[^.]|\.\d)*\.?")
+_PEER_COLD = re.compile(r"Cold page cache: ratio ([\d.]+) (\(from the (?:IQRs|spreads) [^)]*\)): (?:[^.]|\.\d)*\.")
 
 
 def timer_line(line: str, t: Target, run: Run | None = None) -> str:
@@ -274,7 +275,14 @@ def peer_line(line: str, t: Target, run: Run | None = None) -> str:
         v = peer_verdict(run.payload, kind, printed=printed) if run is not None else None
         clause = peer_words(v) if v is not None else f"{NOT_LIKE} (its sides were not recorded)"
         return f"ratio {m.group(1)} {m.group(2)}; {clause}."
-    return _PEER.sub(sub, line)
+
+    def cold(m):
+        bounds = re.findall(r"[\d.]+", m.group(2))
+        printed = (float(m.group(1)), *(float(b) for b in bounds[:2])) if len(bounds) >= 2 else None
+        v = peer_verdict(run.payload, kind, cold=True, printed=printed) if run is not None else None
+        clause = peer_words(v) if v is not None else f"{NOT_LIKE} (its sides were not recorded)"
+        return f"Cold page cache: ratio {m.group(1)} {m.group(2)}: {clause}."
+    return _PEER_COLD.sub(cold, _PEER.sub(sub, line))
 
 
 TARGETS: tuple[Target, ...] = (
