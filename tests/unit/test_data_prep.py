@@ -291,3 +291,46 @@ def test_ensure_cls_idempotent_and_deterministic(tmp_path):
     ja = json.loads((a / "manifest.json").read_text())
     jb = json.loads((b / "manifest.json").read_text())
     assert ja["content_sha256"] == jb["content_sha256"] and ja["classes"] == ["astronaut", "chelsea"]
+
+
+@pytest.mark.parametrize("fmt, file", [("lmdb_raw", "lmdb_raw"), ("hdf5", "sr.h5")])
+def test_pack_under_a_file_size_limit_is_one_line_naming_the_file_and_the_fix(tmp_path, fmt, file):
+    """`ulimit -f` gave a 20-line lmdb.Error traceback (and h5py's RuntimeError): one line naming the file,
+    the limit and the fix, nothing half-written under the set or in TMPDIR (Python ignores SIGXFSZ: the
+    write gets EFBIG, LMDB's commit EIO)."""
+    import resource
+
+    root = tmp_path / "sr"
+    data_prep.build_sr(root, 64, 2, 48, seed=0, log=lambda _m: None)
+    before = sorted(p.name for p in root.iterdir())
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    limit = 150_000
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = dict(os.environ, PYTHONPATH=f"{REPO / 'lib'}{os.pathsep}{REPO}", TMPDIR=str(tmp))
+    r = subprocess.run([sys.executable, "-m", "data_prep", "pack", str(root), "--to", fmt], capture_output=True,
+                       text=True, cwd=REPO, env=env, timeout=120, preexec_fn=small_files)
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in r.stderr and len(err) == 1, r.stderr[-2000:]
+    assert f"{root / file}" in err[0] and f"{limit:,} bytes" in err[0] and "ulimit -f unlimited" in err[0], err[0]
+    assert sorted(p.name for p in root.iterdir()) == before
+    assert [p for p in tmp.iterdir() if not p.name.startswith("torchinductor_")] == []   # torch's own cache
+
+
+def test_a_full_disk_or_an_lmdb_error_is_one_line_naming_the_file():
+    import errno
+
+    from data_prep.errors import write_failed
+
+    target = Path("/data/sr/lmdb")
+    full = write_failed("lmdb", target, OSError(errno.ENOSPC, "No space left on device"))
+    assert "/data/sr/lmdb" in str(full) and "no space left" in str(full) and "df -h /data/sr" in str(full)
+    lm = write_failed("lmdb", target, lmdb.Error("mdb_env_sync: No space left on device"))
+    assert lm is not None and "no space left" in str(lm) and "\n" not in str(lm)
+    lm = write_failed("lmdb", target, lmdb.Error("mdb_txn_commit: Input/output error"))
+    assert lm is not None and "/data/sr/lmdb" in str(lm) and "LMDB" in str(lm)
+    assert write_failed("lmdb", target, KeyError("x")) is None     # not a write error: not ours to word
