@@ -45,3 +45,12 @@ def test_on_many_cores_the_step_keeps_its_threads():
                                                        (8, 6, 8, 2), (1, 4, 2, 1)])
 def test_shared_threads(threads, workers, cores, want):
     assert PR.shared_threads(threads, workers, cores) == want
+
+
+def test_a_prediction_off_by_more_than_twenty_percent_marks_the_table():
+    from feedlab.doctor.answer import off_line
+
+    rows = [{"num_workers": 0, "error": 0.05}, {"num_workers": 16, "error": -0.89}, {"num_workers": 2}]
+    assert off_line({"end_to_end": rows}) == ("prediction off by -89%: use the measured column (the predicted one "
+                                              "does not hold here)")
+    assert off_line({"end_to_end": [{"error": 0.19}, {"error": -0.5, "too_busy": True}]}) is None

@@ -22,8 +22,10 @@ diagnoses that loader stage by stage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from feedlab import formats
@@ -226,8 +228,39 @@ def _script(args, script_args: list[str]) -> int:
     return _user_loader(args, loader=loader, step_cost_s=cost, head=head, script=summary)
 
 
+WORKER_WARNING = "This DataLoader will create"   # torch's worker-count warning, once per loader built
+
+
+@contextlib.contextmanager
+def worker_warnings_collected(say=None):
+    """Torch's worker-count warnings (``This DataLoader will create N worker processes in total. Our
+    suggested max number of worker in current system is M …``: one per loader the doctor builds, 26 of them
+    between the lines of one table) collected and said in one line at the end."""
+    seen: list[str] = []
+    show = warnings.showwarning
+
+    def collect(message, category, filename, lineno, file=None, line=None):
+        if str(message).startswith(WORKER_WARNING):
+            seen.append(str(message))
+            return
+        show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = collect
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("always", message=WORKER_WARNING)
+            warnings.showwarning = collect   # catch_warnings restores it on the way out
+            yield seen
+    finally:
+        warnings.showwarning = show
+        if seen:
+            text = ". ".join(seen[0].split(". ")[:2]).strip().rstrip(".")
+            (say or (lambda m: print(m, file=sys.stderr, flush=True)))(
+                f"note: torch warned {len(seen)} time(s) about the worker count: {text}.")
+
+
 def main(argv: list[str] | None = None) -> int:
-    with cli_errors("python -m feedlab.doctor"):
+    with cli_errors("python -m feedlab.doctor"), worker_warnings_collected():
         return _main(argv)
 
 

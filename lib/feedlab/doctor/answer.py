@@ -251,6 +251,20 @@ def answer_lines(rep: dict) -> list[str]:
     return lines
 
 
+TABLE_TARGET = 0.20   # a prediction within ±20% of what the run measured holds; else the table says so
+
+
+def off_line(rep: dict) -> str | None:
+    """"prediction off by X%: use the measured column" where a prediction the run checked missed ±20% (the
+    largest such error, over the rows measured quietly); None where every checked one held."""
+    errs = [r["error"] for r in rep.get("end_to_end") or [] if r.get("error") is not None
+            and math.isfinite(r["error"]) and not r.get("too_busy")]
+    worst = max(errs, key=abs) if errs else None
+    if worst is None or abs(worst) <= TABLE_TARGET:
+        return None
+    return f"prediction off by {100 * worst:+.0f}%: use the measured column (the predicted one does not hold here)"
+
+
 def render_user(rep: dict) -> str:
     """The report on your own DataLoader: the answer first, then the stage table and
     the rates per worker count (one predicted rate each)."""
@@ -261,6 +275,9 @@ def render_user(rep: dict) -> str:
     for r in rep["stages"]:
         lines.append(f"{r['stage']:<10} {fit(r['variant'], 52):<52} {stage_value(r):>22}")
     lines += ["", f"{'workers':>7} {'predicted/s':>12} {'bound by':<10} {'measured/s':>12} {'error':>7}"]
+    off = off_line(rep)
+    if off:
+        lines.append(off)
     for r in rep["end_to_end"]:
         meas = fmt_rate(r["samples_per_s"]) if "samples_per_s" in r else "not run"
         err = f"{100 * r['error']:+.0f}%" if r.get("error") is not None else ""

@@ -10,7 +10,7 @@ import numpy as np
 
 from feedlab.pipeline import PipelineSpec
 
-from .answer import answer_lines
+from .answer import answer_lines, off_line
 from .costs import VERDICTS  # noqa: F401  (re-exported: one list of the doctor's verdicts)
 from .words import fit, fmt_rate, stage_value  # noqa: F401  (re-exported: report.fit, report.fmt_rate)
 
@@ -113,6 +113,9 @@ def render(report: dict) -> str:
     lines += _stage_lines(report)
     lines += ["", f"{'workers':>7} {'threads':>7} {'predicted/s':>12} {'measured/s (IQR)':>26} {'error':>7} "
                   f"{'epoch pred/meas':>18}"]
+    off = off_line(report)
+    if off:
+        lines.append(off)
     for r in report["end_to_end"]:
         meas = (f"{r['samples_per_s']:,.0f} ({r['samples_per_s_q25']:,.0f}–{r['samples_per_s_q75']:,.0f})"
                 if "samples_per_s" in r else r.get("not_measured", "not run"))
