@@ -115,7 +115,7 @@ CASES = (
          batch=4),   # its README's batch: a 255-px pair costs ~0.2 s of step on 2 cores
     Case("minGPT chargpt gpt-nano", "projects/chargpt/chargpt.py",
          ("--trainer.num_workers={workers}", "--trainer.batch_size={batch}", "--model.model_type=gpt-nano",
-          "--system.work_dir={outf}", "--trainer.max_iters=100000"),
+          "--system.work_dir=out", "--trainer.max_iters=100000"),   # a bare word: its parser takes a path for code
          "--trainer.num_workers=", "compute-bound", source="karpathy/minGPT",
          shape="step-based loop (while True … max_iters), text windows", setup="text"),
 )
@@ -205,7 +205,8 @@ def advised_changes(rep: dict, top=None, n: int = 3) -> list[dict]:
     """The changes the doctor's diagnosis prints as advice, from its ``--json`` report: a list it names
     (``changes`` or ``advised``, at the top or under ``answer``) where it has one, else the answer's own
     reading of the report (``top``: ``feedlab.doctor.answer.top_changes``). Each ``{what, code, gain_shown,
-    measured_by_doctor, predicted_gain}``; at most ``n``; the predicted gain from ``rep['advice']``."""
+    measured_by_doctor, predicted_gain, doctor_measured_gain}``; at most ``n``; the predicted and the doctor's
+    own measured gain from ``rep['advice']``."""
     rows = None
     for holder in (rep, rep.get("answer") if isinstance(rep.get("answer"), dict) else {}):
         for key in ("changes", "advised"):
@@ -220,10 +221,11 @@ def advised_changes(rep: dict, top=None, n: int = 3) -> list[dict]:
     for c in rows[:n]:
         what = str(c.get("what") or c.get("setting") or "")
         setting, _, value = what.partition(" = ")
-        pred = next((a.get("expected_gain") for a in rep.get("advice") or []
-                     if a.get("setting") == setting.strip() and str(a.get("value")) == value.strip()), None)
+        row = next((a for a in rep.get("advice") or []
+                    if a.get("setting") == setting.strip() and str(a.get("value")) == value.strip()), {})
         out.append({"what": what, "code": c.get("code") or c.get("code_line"), "gain_shown": c.get("gain_value"),
-                    "gain_words": c.get("gain"), "measured_by_doctor": c.get("measured"), "predicted_gain": pred})
+                    "gain_words": c.get("gain"), "measured_by_doctor": c.get("measured"),
+                    "predicted_gain": row.get("expected_gain"), "doctor_measured_gain": row.get("measured_gain")})
     return out
 
 
@@ -326,7 +328,8 @@ def case_row(case: Case, batch: int, workers: int, hand: dict, summary: dict, re
            "truth_wait_share": h["wait_share"],
            "verdict_judged": judge_verdict(summary.get("verdict"), h["truth"], busy),
            "diagnosis_verdict_judged": judge_verdict(rep.get("verdict"), h["truth"], busy),
-           "samples_per_s": summary.get("samples_per_s"), "changes": [], "load": load, "busy": busy}
+           "samples_per_s": summary.get("samples_per_s"), "changes": [], "load": load, "busy": busy,
+           "doctor_tried": rep.get("tried")}
     sides = (trial or {}).get("sides") or {}
     start = sides.get("start")
     for c in changes:

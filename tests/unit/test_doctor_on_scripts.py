@@ -132,7 +132,8 @@ def test_advised_changes_read_what_the_doctor_prints(B):
                                                                        "code": "torch.set_num_threads(1)"}]
     got = B.advised_changes(REP, top)
     assert got[0] == {"what": "num_workers = 2", "code": "DataLoader(..., num_workers=2)", "gain_shown": 1.6,
-                      "gain_words": "×1.60 measured", "measured_by_doctor": True, "predicted_gain": 1.6}
+                      "gain_words": "×1.60 measured", "measured_by_doctor": True, "predicted_gain": 1.6,
+                      "doctor_measured_gain": None}
     assert got[1]["predicted_gain"] is None and len(B.advised_changes(REP, top, n=1)) == 1
     # a list the report names itself is read before the answer's own reading; no reader: nothing advised
     named = {**REP, "answer": {"changes": [{"what": "pin_memory = True", "code_line": "DataLoader(..., pin_memory=True)"}]}}

@@ -61,7 +61,8 @@ def add_arguments(ap) -> None:
     ap.add_argument("--what-if-samples", type=int, default=None, help="items in the --what-if sample (default "
                     "2048, raised to 50 batches)")
     ap.add_argument("--what-if-peers", default=",".join(WHATIF_PEERS), help="comma-separated peers to measure")
-    ap.add_argument("--what-if-limit", type=float, default=900.0, help="seconds one --what-if side may take")
+    ap.add_argument("--what-if-limit", type=float, default=900.0, help="seconds one pass of a --what-if side may "
+                    "take (its sides are measured in interleaved rounds)")
 
 
 def problem(args) -> str | None:
