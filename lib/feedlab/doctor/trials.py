@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable
@@ -229,6 +230,17 @@ def measure(candidates: list[Candidate], step: Callable[[Any], Any] | None = Non
     stop_kw = dict(half_width=half_width, min_window_s=min_window_s, max_window_s=max_window_s)
     t_start = time.perf_counter()
     n = len(candidates)
+    with warnings.catch_warnings():   # torch's "more workers than suggested": a trial above the cores means it
+        warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker processes")
+        _passes(candidates, trials, infos, step, device, passes, stop_kw, deadline_s, budget_s, log, load_window,
+                min_batches, t_start, n)
+    for t, got in zip(trials, infos):
+        _summarise(t, got)
+    return trials
+
+
+def _passes(candidates, trials, infos, step, device, passes, stop_kw, deadline_s, budget_s, log, load_window,
+            min_batches, t_start, n) -> None:
     for p in range(int(passes)):
         for j in range(n):
             i = (j + p) % n        # rotate the order each pass
@@ -259,9 +271,6 @@ def measure(candidates: list[Candidate], step: Callable[[Any], Any] | None = Non
                 if attempt == 2:
                     t.busy = f"measured on a busy machine twice ({_busy_words(s)})"
                     infos[i].append(info)
-    for t, got in zip(trials, infos):
-        _summarise(t, got)
-    return trials
 
 
 def _summarise(t: Trial, got: list[dict]) -> None:

@@ -1,0 +1,62 @@
+"""experiments.tune_proof and _tune_readings: the targets' words, the readings and the payload notebook 16 records."""
+
+from types import SimpleNamespace
+
+from feedlab import like_for_like as lfl
+from feedlab.doctor.trials import Trial
+from feedlab.experiments import _tune_readings as R
+from feedlab.experiments import tune_proof as TP
+
+
+def _t(name, rates, workers=0, settings=None):
+    return Trial(name, settings or {}, rates=list(rates), median=sorted(rates)[len(rates) // 2], lo=min(rates),
+                 hi=max(rates), half_width=0.01, passes=len(rates), timed_batches=60, window_s=1.2, rate_kind="steady",
+                 batch_size=16, workers=workers, order="global", epoch_batches=100)
+
+
+def _tuned(passes=2, busy=None):
+    return SimpleNamespace(passes=passes, busy=busy)
+
+
+def test_targets_met_missed_and_not_fair():
+    start, best = _t("start", [100, 101, 99]), _t("num_workers=8", [400, 404, 396], 8, {"num_workers": 8})
+    near = _t("num_workers=4", [380, 384, 376], 4, {"num_workers": 4})
+    far = _t("num_workers=2", [200, 202, 198], 2, {"num_workers": 2})
+    t = TP.targets(best, near, start, _tuned(), 5.0, 50.0)
+    assert t["share"]["word"] == lfl.MET and t["not_below_start"]["word"] == lfl.MET
+    assert t["passes"]["word"] == lfl.MET and t["seconds"]["word"] == lfl.MET
+    t = TP.targets(best, far, start, _tuned(passes=4), 20.0, 50.0)
+    assert t["share"]["word"] == lfl.MISSED and t["passes"]["word"] == lfl.MISSED and t["seconds"]["word"] == lfl.MISSED
+    slower = _t("threads=2", [50, 51, 49], 0, {"kind": "threads", "threads": 2})
+    assert TP.targets(best, slower, start, _tuned(), 5.0, 50.0)["not_below_start"]["word"] == lfl.MISSED
+    busy = TP.targets(best, near, start, _tuned(busy="too busy to tune: x"), 5.0, 50.0)
+    assert busy["share"]["word"] == lfl.NOT_FAIR
+
+
+def _record(key="storage"):
+    best, start = _t("threads=8", [400, 404, 396]), _t("start", [100, 101, 99], 1)
+    t = TP.targets(best, best, start, _tuned(), 5.0, 50.0)
+    return {"key": key, "title": "(a) storage latency", "why": "w", "grid": [best.row() | {"name": best.name,
+            "over_limit": False}], "grid_s": 50.0, "best": best.name, "best_rate": 400.0,
+            "heuristic_names": {"start": "start", "pytorch_default": "num_workers=0", "cores": "num_workers=2",
+                                "cores_minus_1": "start"},
+            "shares": {"tuner": 1.0, "start": 0.25, "pytorch_default": 0.2, "cores": 0.5, "cores_minus_1": 0.25},
+            "tuner": {"name": "threads=8", "wall_s": 5.0, "passes": 2}, "targets": t}
+
+
+def test_readings_name_each_target_and_where_each_heuristic_fails():
+    lines = R.readings([_record()])
+    assert lines[0].startswith("(a) storage latency: grid best threads=8") and "1.00 of the best" in lines[0]
+    assert any(x.startswith("Target (pick ≥ 0.90") and "met in 1 of 1" in x for x in lines)
+    assert any(x.startswith("workers = cores fails") and "storage (0.50)" in x for x in lines)
+    assert any("over \"cores − 1\"" in x and "×4.00" in x for x in lines)
+
+
+def test_payload_carries_every_scenario_and_the_sizes():
+    P = SimpleNamespace(profile="smoke", samples=512, batch_size=16, grid_passes=1, tune_passes=1, tune_top=1,
+                        window_s=0.1, max_window_s=0.3, min_batches=8, tune_budget_s=5)
+    p = R.payload([_record(), _record("memory")], P)
+    assert p["notebook"] == "16_tune" and [s["key"] for s in p["scenarios"]] == ["storage", "memory"]
+    assert p["targets"]["share"] == ["met", "met"] and p["sizes"]["batch_size"] == 16
+    res = TP.results([_record()])
+    assert {r["metric"] for r in res.rows} == {"samples_per_s", "tune_s", "grid_s"}
