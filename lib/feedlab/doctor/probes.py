@@ -15,6 +15,7 @@ from feedlab import monitor
 from feedlab.budget import FINISH_S, seconds_to_deadline
 from feedlab.errors import progress
 from feedlab.pipeline.ring import RingLoader
+from feedlab.pipeline.shm import CheckedDataLoader  # out of /dev/shm: one line, no torch_* left
 from feedlab.timing import PHASES, main_threads_for, run_epoch, time_callable
 
 from .costs import Machine
@@ -184,9 +185,7 @@ def probe_worker(items, collate, batches: int = 16) -> dict[str, list[float]]:
     collate in the worker (wall, cpu), the worker's CPU per batch beyond the collate
     (the hand-over: sending a shared-memory batch), and the main process's CPU to
     receive it (process time of the loop, which otherwise only waits)."""
-    from torch.utils.data import DataLoader
-
-    loader = DataLoader(_CollateProbe(items, collate, batches), batch_size=None, num_workers=1,
+    loader = CheckedDataLoader(_CollateProbe(items, collate, batches), batch_size=None, num_workers=1,
                         prefetch_factor=2)
     stamps = []
     it = iter(loader)
@@ -219,11 +218,9 @@ class _Tiny:
 
 def startup_s(workers: int, repeats: int = 3) -> list[float]:
     """Seconds from ``iter(loader)`` to a first trivial batch with ``workers`` fresh workers."""
-    from torch.utils.data import DataLoader
-
     out = []
     for _ in range(repeats):
-        loader = DataLoader(_Tiny(), batch_size=1, num_workers=workers)
+        loader = CheckedDataLoader(_Tiny(), batch_size=1, num_workers=workers)
         t0 = time.perf_counter()
         it = iter(loader)
         next(it)

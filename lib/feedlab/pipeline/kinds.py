@@ -92,8 +92,11 @@ def build(dataset, spec, **kw):
 
 
 def _dataloader(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=False, pin=False, **overrides):
+    """A DataLoader whose workers are checked against /dev/shm before they start, and whose running out of
+    it is one line (:mod:`feedlab.pipeline.shm`)."""
     import torch
-    from torch.utils.data import DataLoader
+
+    from .shm import CheckedDataLoader, SharedMemoryError, shm_problem_of
 
     kw: dict = {}
     if spec.num_workers > 0:
@@ -104,8 +107,11 @@ def _dataloader(dataset, spec, *, collate_fn, seed=0, shuffle=True, drop_last=Fa
         kw["generator"] = torch.Generator().manual_seed(seed)
     batch_size = overrides.pop("batch_size", spec.batch_size)  # None: the dataset yields whole batches
     kw.update(overrides)
-    return DataLoader(dataset, batch_size=batch_size, num_workers=spec.num_workers, pin_memory=pin,
-                      collate_fn=collate_fn, drop_last=drop_last, **kw)
+    problem = shm_problem_of(dataset, batch_size, spec.num_workers, kw.get("prefetch_factor") or 2)
+    if problem:
+        raise SharedMemoryError(problem)
+    return CheckedDataLoader(dataset, batch_size=batch_size, num_workers=spec.num_workers, pin_memory=pin,
+                             collate_fn=collate_fn, drop_last=drop_last, **kw)
 
 
 class NCHWView:

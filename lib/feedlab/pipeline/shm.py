@@ -1,0 +1,115 @@
+"""DataLoader workers and ``/dev/shm``: checked before the workers start, one line when it runs out.
+
+Workers hand each batch to the main process through shared memory, ``prefetch_factor`` batches per
+worker in flight. A container's small ``/dev/shm`` then ends in a bus error or ``No space left on
+device`` inside a worker, which torch reports as a 70-line traceback, and a worker killed while
+writing leaves ``torch_<pid>_*`` files that stay until reboot.
+
+* :func:`worker_shm_problem` — one line when ``/dev/shm`` has less free than
+  ``batch bytes × prefetch_factor × workers`` (the free space read by
+  :func:`feedlab.pipeline.ring.shm_free_bytes`, the ring's own reading);
+* :class:`CheckedDataLoader` — a ``DataLoader`` whose workers' shared-memory failure is one
+  :class:`SharedMemoryError` line naming the fix, with the ``torch_*`` files of its workers and of
+  this process removed.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+from .ring import SHM_DIR, shm_free_bytes
+
+#: what to do when DataLoader workers run out of shared memory
+FIX = ("torch.multiprocessing.set_sharing_strategy('file_system') at the top of your script, fewer workers "
+       "(num_workers), a smaller batch_size or prefetch_factor, or a larger /dev/shm (docker run --shm-size=...)")
+_SIGNS = ("shared memory", "no space left on device", "bus error", "torch_shm", "/torch_", "shm_open")
+
+
+class SharedMemoryError(ValueError):
+    """DataLoader workers ran, or would run, out of shared memory; the message is one line with the fix."""
+
+
+def nbytes(obj) -> int:
+    """Bytes held by a sample or a batch: arrays and tensors, inside tuples, lists and dicts."""
+    if isinstance(obj, (tuple, list)):
+        return sum(nbytes(x) for x in obj)
+    if isinstance(obj, dict):
+        return sum(nbytes(x) for x in obj.values())
+    if hasattr(obj, "element_size") and hasattr(obj, "numel"):
+        return int(obj.element_size() * obj.numel())
+    return int(getattr(obj, "nbytes", 0) or 0)
+
+
+def worker_shm_problem(batch_bytes: int, workers: int, prefetch_factor: int, path: str = SHM_DIR,
+                       free: int | None = None) -> str | None:
+    """One line when ``path`` has less free than the workers' in-flight batches need
+    (``batch_bytes × prefetch_factor × workers``), else None (also where it cannot be read)."""
+    need = int(batch_bytes) * int(prefetch_factor) * int(workers)
+    free = shm_free_bytes(path) if free is None else free
+    if not workers or free is None or free >= need:
+        return None
+    return (f"{path} has {free / 2**20:,.0f} MiB free, but {workers} DataLoader worker(s) × prefetch_factor "
+            f"{prefetch_factor} × {batch_bytes / 2**20:,.1f} MiB batches need {need / 2**20:,.0f} MiB; use {FIX}")
+
+
+def shm_problem_of(dataset, batch_size: int | None, workers: int, prefetch_factor: int) -> str | None:
+    """:func:`worker_shm_problem` for a DataLoader over ``dataset``: a batch's bytes from its first sample
+    (read here, in this process) × ``batch_size`` (None: the dataset's items are batches); None where there
+    are no workers or the sample cannot be read here (the loader then says what is wrong as it runs)."""
+    if not workers:
+        return None
+    try:
+        one = nbytes(dataset[0])
+    except Exception:  # an iterable data set, a sample that fails: not this check's to report
+        return None
+    return worker_shm_problem(one * (batch_size or 1), workers, prefetch_factor)
+
+
+def is_shm_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (what a DataLoader raised in the main process) is its workers running out of shared memory."""
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(s in text for s in _SIGNS)
+
+
+def sweep_torch_files(pids, path: str = SHM_DIR) -> list[str]:
+    """Remove ``path/torch_<pid>_*`` of each of ``pids`` (torch's shared-memory files of processes we started):
+    the names removed."""
+    gone = []
+    for pid in pids:
+        for f in glob.glob(os.path.join(path, f"torch_{int(pid)}_*")):
+            try:
+                os.unlink(f)
+                gone.append(os.path.basename(f))
+            except OSError:   # removed meanwhile, or not ours to remove
+                pass
+    return gone
+
+
+class _CheckedIter(_MultiProcessingDataLoaderIter):
+    def _next_data(self):
+        try:
+            return super()._next_data()
+        except RuntimeError as exc:
+            if not is_shm_failure(exc):
+                raise
+            pids = [os.getpid(), *(w.pid for w in getattr(self, "_workers", []) if w.pid)]
+            self._shutdown_workers()
+            sweep_torch_files(pids)
+            free = shm_free_bytes()
+            now = f" ({SHM_DIR}: {free / 2**20:,.0f} MiB free now)" if free is not None else ""
+            raise SharedMemoryError(f"DataLoader workers ran out of shared memory{now}: use {FIX}") from None
+
+
+class CheckedDataLoader(DataLoader):
+    """A ``DataLoader`` whose workers running out of shared memory is one :class:`SharedMemoryError`
+    line, their ``torch_*`` files in /dev/shm removed."""
+
+    def _get_iterator(self):
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        self.check_worker_number_rationality()
+        return _CheckedIter(self)

@@ -1,0 +1,86 @@
+"""feedlab.pipeline.shm: DataLoader workers checked against /dev/shm before they start, and one line
+(with the file_system sharing strategy as the fix) when they run out anyway, no torch_* file left.
+
+A small /dev/shm is simulated: its free-space reading patched, and a worker that fails as torch's
+shared-memory writer does (RuntimeError "unable to write to file </torch_...>: No space left on
+device") after leaving a torch_<pid>_* file behind."""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from feedlab import pipeline as P
+from feedlab.pipeline import shm
+
+
+class Images:
+    """64 HWC uint8 images of 64×64."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return np.full((64, 64, 3), i, np.uint8), np.zeros((32, 32, 3), np.uint8)
+
+
+class FullShm(Images):
+    """A worker writes a torch_<pid>_* file, then fails as torch's writer does when /dev/shm is full."""
+
+    def __getitem__(self, i):
+        import torch.utils.data
+
+        if torch.utils.data.get_worker_info() is None:   # the main process: the size check's sample
+            return super().__getitem__(i)
+        with open(f"/dev/shm/torch_{os.getpid()}_feedlab_test_{i}", "wb") as fh:
+            fh.write(b"x" * 4096)
+        raise RuntimeError(f"unable to write to file </torch_{os.getpid()}_1234_{i}>: No space left on device (28)")
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _spec(workers=2):
+    return P.PipelineSpec(format="npy", num_workers=workers, batch_size=64, prefetch_factor=2, collate="totensor")
+
+
+def test_workers_are_refused_before_they_start_when_dev_shm_is_too_small(monkeypatch):
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: 1 << 20)   # 1 MiB free
+    before = _children()
+    with pytest.raises(shm.SharedMemoryError) as err:
+        P.make_loader(Images(), _spec())
+    line = str(err.value)
+    assert "\n" not in line and "1 MiB free" in line and "2 DataLoader worker(s)" in line, line
+    assert "set_sharing_strategy('file_system')" in line and "--shm-size" in line, line
+    assert _children() == before                                   # no worker was started
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: 1 << 40)
+    assert isinstance(P.make_loader(Images(), _spec()), shm.CheckedDataLoader)   # room: built as before
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_workers_running_out_of_shared_memory_is_one_line_and_leaves_no_torch_file():
+    t_end = time.monotonic() + 60                                  # the test's own deadline
+    before = set(glob.glob("/dev/shm/torch_*"))
+    loader = P.make_loader(FullShm(), _spec(workers=1))
+    with pytest.raises(shm.SharedMemoryError) as err:
+        for _ in loader:
+            assert time.monotonic() < t_end
+    line = str(err.value)
+    assert "\n" not in line and "ran out of shared memory" in line and "file_system" in line, line
+    assert not set(glob.glob("/dev/shm/torch_*")) - before, "torch_* files left in /dev/shm"
+    while _children() and time.monotonic() < t_end:
+        time.sleep(0.05)
+    assert not _children(), "a worker was left running"
+
+
+def test_a_failure_that_is_not_shared_memory_is_raised_as_it_is():
+    assert shm.is_shm_failure(RuntimeError("DataLoader worker (pid 7) is killed by signal: Bus error."))
+    assert shm.is_shm_failure(RuntimeError("unable to write to file </torch_7_1_0>: No space left on device (28)"))
+    assert not shm.is_shm_failure(RuntimeError("Caught ValueError in DataLoader worker process 0: bad sample"))
+    assert not shm.is_shm_failure(ValueError("shared memory"))
