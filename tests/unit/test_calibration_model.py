@@ -182,3 +182,23 @@ def test_what_others_left_a_pass_reads_their_load_not_its_own_waiting():
     assert round(speed_left(dict(idle, other_cpu_cores=1.7), 1), 2) == 0.3
     assert round(speed_left(dict(idle, other_cpu_cores=0.5, steal_cores=0.3), 3), 2) == 0.6   # 1.2 of 2 cores
     assert speed_left({"available": False}, 1) is None
+
+
+def test_a_fast_stage_is_timed_over_rounds_of_many_calls():
+    """#46: notebook 10's npy_mmap step was priced from three single calls of a millisecond (13,605 then 27,028
+    samples/s predicted, ~28,000 measured): a fast call now runs often enough to fill a round."""
+    assert probes.calls_per_round(0.001, 0.05) == 50 and probes.calls_per_round(0.2, 0.05) == 1
+    assert probes.calls_per_round(1e-9, 0.05) == probes.MAX_NUMBER and probes.calls_per_round(0.0, 0.05) == 1
+    calls = []
+    wall, cpu = probes.timed(lambda: calls.append(1), per=4, warmup=1, repeats=3, min_round_s=0.01)
+    assert len(wall) == len(cpu) == 3 and len(calls) > 3 * 2 + 2     # several calls a round
+    calls.clear()
+    probes.timed(lambda: calls.append(1), per=4, warmup=1, repeats=3, setup=lambda: None, min_round_s=0.01)
+    assert len(calls) == 4                                           # a set-up per round: one call a round
+
+
+def test_stream_stages_fill_a_round_with_passes_over_the_items():
+    seen = []
+    got, last = probes.stream_stages([("read", lambda i: seen.append(i) or i)], [1, 2], warmup=1, repeats=2,
+                                     min_round_s=0.01)
+    assert last == [1, 2] and len(got["read"][0]) == 2 and len(seen) > 2 * 3   # rounds of many passes

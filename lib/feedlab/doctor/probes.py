@@ -4,6 +4,7 @@ start-up."""
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import time
 from types import SimpleNamespace
@@ -20,49 +21,81 @@ from feedlab.timing import PHASES, main_threads_for, run_epoch, time_callable
 
 from .costs import Machine
 
+MIN_ROUND_S = 0.05   # a timed round of a stage lasts at least this long (a fast call is run several times)
+MAX_NUMBER = 200     # … but no more calls a round than this
+
+
+def calls_per_round(one_s: float, min_round_s: float = MIN_ROUND_S) -> int:
+    """Calls of a ``one_s``-second call that make a round of at least ``min_round_s`` (1 … MAX_NUMBER). A
+    stage priced from three single calls of a millisecond moved ±30% between runs: one descheduling, one
+    burst of page faults in one call is a third of the sample (notebook 10's ``format=npy_mmap`` step,
+    predicted 13,605 then 27,028 samples/s; #46)."""
+    if min_round_s <= 0 or not one_s or one_s >= min_round_s:
+        return 1
+    return int(max(1, min(MAX_NUMBER, math.ceil(min_round_s / max(one_s, 1e-7)))))
+
 
 def timed(fn: Callable[[], Any], per: int, warmup: int, repeats: int, device=None,
-          setup: Callable[[], Any] | None = None) -> tuple[list[float], list[float]]:
-    """(wall, cpu) seconds per unit (``per`` units per call) for each timed call."""
+          setup: Callable[[], Any] | None = None, min_round_s: float = MIN_ROUND_S) -> tuple[list[float], list[float]]:
+    """(wall, cpu) seconds per unit (``per`` units per call) for each timed round. A fast call is run
+    several times a round (:func:`calls_per_round`, sized by one untimed call after the warm-up); with
+    ``setup`` (run before every round, e.g. an eviction) one call a round."""
+    number = 1
+    if setup is None and min_round_s > 0:
+        for _ in range(max(0, warmup)):
+            fn()
+        t0 = time.perf_counter()
+        fn()
+        number = calls_per_round(time.perf_counter() - t0, min_round_s)
+        warmup = 0   # warmed up above
     cpu: list[float] = []
 
     def call():
         c0 = time.process_time()
-        fn()
+        for _ in range(number):
+            fn()
         cpu.append(time.process_time() - c0)
         progress()
 
     wall = time_callable(call, warmup=warmup, repeats=repeats, device=device, setup=setup)
     cpu = cpu[len(cpu) - repeats:]
-    return [w / per for w in wall], [c / per for c in cpu]
+    return [w / (per * number) for w in wall], [c / (per * number) for c in cpu]
 
 
-def stream_stages(stages, items, warmup: int, repeats: int) -> tuple[dict[str, tuple[list, list]], list]:
+def stream_stages(stages, items, warmup: int, repeats: int,
+                  min_round_s: float = 2 * MIN_ROUND_S) -> tuple[dict[str, tuple[list, list]], list]:
     """(wall, cpu) seconds per item of each stage of a chain, timed as a loop runs it: one item through
     every stage before the next (``stages``: ``(name, fn)`` in order, each ``fn`` taking the previous
     one's output; ``items`` go into the first). Each stage timed alone over the whole list first ran
     13-16% less CPU per sample than the DataLoader loop that interleaves them (PNG + PIL, notebook 10's
     start on cpu-2c: 3,223 against 2,779 samples per CPU-second; docs/DOCTOR.md), the 0-worker
-    over-prediction. Returns the per-stage lists (one value per timed repeat) and the last outputs."""
+    over-prediction. At least one warm-up pass (it sizes the rounds: each timed round passes over the items
+    as often as makes ``min_round_s``; 128 samples of ``npy_mmap`` are 4 ms, one descheduling in it a quarter of
+    the cost). Returns the per-stage lists (one value per timed repeat) and the last outputs."""
     out: dict[str, tuple[list, list]] = {name: ([], []) for name, _ in stages}
     last: list = []
     n = max(1, len(items))
-    for r in range(warmup + repeats):
+    cycles = 1   # passes over the items a timed round makes: a round lasts at least min_round_s
+    for r in range(max(1, warmup) + repeats):
         acc = {name: [0.0, 0.0] for name, _ in stages}
-        last = []
-        for x in items:
-            for name, fn in stages:
-                t0, c0 = time.perf_counter(), time.process_time()
-                x = fn(x)
-                a = acc[name]
-                a[0] += time.perf_counter() - t0
-                a[1] += time.process_time() - c0
-            last.append(x)
+        t_round = time.perf_counter()
+        for _ in range(cycles if r >= max(1, warmup) else 1):
+            last = []
+            for x in items:
+                for name, fn in stages:
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    x = fn(x)
+                    a = acc[name]
+                    a[0] += time.perf_counter() - t0
+                    a[1] += time.process_time() - c0
+                last.append(x)
         progress()
-        if r >= warmup:
+        if r == max(1, warmup) - 1:   # the last warm-up pass sizes the timed rounds
+            cycles = calls_per_round(time.perf_counter() - t_round, min_round_s)
+        if r >= max(1, warmup):
             for name, (w, c) in acc.items():
-                out[name][0].append(w / n)
-                out[name][1].append(c / n)
+                out[name][0].append(w / (n * cycles))
+                out[name][1].append(c / (n * cycles))
     return out, last
 
 
