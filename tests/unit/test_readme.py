@@ -193,3 +193,14 @@ def test_a_deleted_committed_figure_is_a_record_missing_never_not_measured(tmp_p
     got = [p for p in input_problems(figs) if "record missing" in p]
     assert got == ["record missing: figures/04_x/cpu-2c/fig.png; restore it (git checkout -- figures/04_x/cpu-2c/fig.png)",
                    "record missing: figures/05_y/cpu-2c/fig.png; restore it (git checkout -- figures/05_y/cpu-2c/fig.png)"]
+
+
+def test_doctor_md_calibration_is_generated_from_the_committed_records():
+    """docs/DOCTOR.md once called a superseded run (+40%) 'committed'; its calibration block is now made from
+    notebook 10's committed records, the worst case first."""
+    from feedlab.report import readme_doctor
+
+    text = readme_doctor.DOCTOR_MD.read_text()
+    block = text.split(readme_doctor.CALIB_START)[1].split(readme_doctor.CALIB_END)[0]
+    assert block == "\n" + readme_doctor.calibration_doc(), "docs/DOCTOR.md is stale: run `python -m feedlab.report.readme`"
+    assert "2,515" not in text and "+40%" not in text

@@ -29,6 +29,7 @@ from feedlab.report.claims import ledger as claims_ledger
 from feedlab.report.claims.core import Run
 from feedlab.report.claims.ledger import END as CLAIMS_END
 from feedlab.report.claims.ledger import START as CLAIMS_START
+from feedlab.report.costs import COSTS_END, COSTS_START, costs_markdown
 from feedlab.report.readme_doctor import (  # noqa: F401  (the doctor block, re-exported)
     DOCTOR_END,
     DOCTOR_START,
@@ -36,6 +37,7 @@ from feedlab.report.readme_doctor import (  # noqa: F401  (the doctor block, re-
     calibration_lines,
     doctor_block,
     doctor_output,
+    update_doctor_md,
     worst_error_line,
 )
 from feedlab.report.summary import summary_markdown
@@ -228,6 +230,7 @@ def update_readme(path=REPO_ROOT / "README.md") -> bool:
         raise SystemExit(f"{path}: markers {START} / {END} missing")
     new = text.split(START)[0] + START + "\n" + _defuse(section()) + "\n" + END + text.split(END, 1)[1]
     new = _replace_between(new, DOCTOR_START, DOCTOR_END, _defuse(doctor_block()))
+    new = _replace_between(new, COSTS_START, COSTS_END, costs_markdown().rstrip())  # the runner's own seconds
     new = claims_ledger.update_readme_block(new)  # the verdict counts; docs/CLAIMS.md by write_claims()
     changed = new != text
     if changed:
@@ -381,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         print("README updated" if update_readme() else "README unchanged")
         print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
         print("docs/GPU_READINGS.md updated" if gpu_readings.write() else "docs/GPU_READINGS.md unchanged")
+        print("docs/DOCTOR.md updated" if update_doctor_md() else "docs/DOCTOR.md unchanged")
         if args.findings:
             print(f"findings cells refreshed: {len(refresh_findings())} executed notebooks changed")
     return 0

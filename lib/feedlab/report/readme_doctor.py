@@ -11,6 +11,7 @@ from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT, scrub_data_paths
 from feedlab.report import targets
+from feedlab.results import atomic_write
 
 DOCTOR_START, DOCTOR_END = "<!-- doctor:start -->", "<!-- doctor:end -->"
 
@@ -114,3 +115,55 @@ def doctor_block(figures_dir: Path = FIGURES_DIR) -> str:
             parts += [worst, ""]
         parts += ["```text", text, "```", ""]
     return "\n".join(parts)
+
+
+CALIB_START, CALIB_END = "<!-- calibration:start -->", "<!-- calibration:end -->"
+DOCTOR_MD = REPO_ROOT / "docs" / "DOCTOR.md"
+
+
+def calibration_doc(figures_dir: Path = FIGURES_DIR) -> str:
+    """docs/DOCTOR.md's account of the committed calibration, per machine, from notebook 10's record alone:
+    the worst case first (every setting predicted), then each row's prediction, measurement and error, the
+    start setting's repeats and their spread."""
+    out = []
+    for key, folder in machine_dirs("10_doctor", figures_dir).items():
+        try:
+            payload = json.loads((folder / "results.json").read_text())
+        except (OSError, ValueError):
+            continue
+        cal = payload.get("calibration") or {}
+        rows = cal.get("rows") or []
+        if not rows:
+            continue
+        rel = (folder / "results.json").relative_to(REPO_ROOT).as_posix() if folder.is_relative_to(REPO_ROOT) \
+            else (folder / "results.json").as_posix()
+        out += [f"**{key}** (`{rel}`, the committed record):", ""]
+        worst = worst_error_line(folder)
+        if worst:
+            out += [worst, ""]
+        out += ["| setting | predicted samples/s | measured samples/s | error |", "|---|---:|---:|---:|"]
+        for r in rows:
+            what = f"{r.get('kind', '')} {r.get('change', r.get('label', ''))}".strip()
+            err = "too busy to judge" if r.get("too_busy") else f"{100 * r['error']:+.0f}%"
+            out.append(f"| {what} | {r['predicted']:,.0f} | {r['measured']:,.0f} | {err} |")
+        b = cal.get("baseline") or {}
+        if b.get("measurements"):
+            vals = ", ".join(f"{v:,.0f}" for v in b["measurements"])
+            out += ["", f"The start setting ({b.get('setting', '?')}) measured {len(b['measurements'])} times in the "
+                    f"same run: {vals} samples/s, a spread of {100 * b['spread']:.0f}% of the median."]
+        out.append("")
+    return "\n".join(out).rstrip() + "\n" if out else "No committed record of notebook 10 yet: run `make figures`.\n"
+
+
+def update_doctor_md(path: Path = DOCTOR_MD) -> bool:
+    """docs/DOCTOR.md with its generated calibration block made from the committed records; True if changed."""
+    if not path.is_file():
+        return False
+    text = path.read_text(encoding="utf-8")
+    if CALIB_START not in text or CALIB_END not in text:
+        return False
+    new = text.split(CALIB_START)[0] + CALIB_START + "\n" + calibration_doc() + CALIB_END + text.split(CALIB_END, 1)[1]
+    if new == text:
+        return False
+    atomic_write(path, new)
+    return True
