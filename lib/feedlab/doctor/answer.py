@@ -168,10 +168,11 @@ def resize_line(rep: dict) -> str | None:
     if rep.get("verdict") != "data-bound":
         return None
     if b in ("decode", "transform") and rep.get("kind") != "user":
-        return f"decode + resize bound the loader: {RESIZE_AHEAD}"
+        return f"to try (not measured in this run: not advice until measured): decode + resize bound the loader: " \
+               f"{RESIZE_AHEAD}"
     if b == "read" and rep.get("kind") == "user":
-        return (f"your dataset's fetch (read + decode + transform) bounds the loader: if it decodes and resizes "
-                f"images, {RESIZE_AHEAD}")
+        return (f"to try (not measured in this run: not advice until measured): your dataset's fetch (read + decode "
+                f"+ transform) bounds the loader: if it decodes and resizes images, {RESIZE_AHEAD}")
     return None
 
 
