@@ -373,6 +373,13 @@ def changes_of(row: dict) -> list[dict]:
     return [c]
 
 
+def one_verdict(r: dict) -> bool:
+    """The run printed one verdict: the script's and the diagnosis's agree, or only one was printed."""
+    if "one_verdict" in r:
+        return bool(r["one_verdict"])
+    return not (r.get("diagnosis_verdict") and r.get("doctor_verdict") and r["diagnosis_verdict"] != r["doctor_verdict"])
+
+
 def change_words(c: dict) -> str:
     pred = f"×{fmt(c.get('predicted_gain'))} predicted" if c.get("predicted_gain") is not None else "no prediction"
     if c.get("ratio") is None:
@@ -396,8 +403,7 @@ def run_section(result: dict) -> list[str]:
         if r.get("error"):
             lines.append(f"| {r['case']} | | | | | | | | | | error: {r['error']} | {fmt(r.get('seconds'), '.0f')} |")
             continue
-        one = r.get("one_verdict", not (r.get("diagnosis_verdict") and r.get("doctor_verdict")
-                                        and r["diagnosis_verdict"] != r["doctor_verdict"]))
+        one = one_verdict(r)
         lines.append(
             f"| {r['case']} | {r['batch']} | {fmt(r['doctor_step_s_per_sample'], '.1f', 1e3)} | "
             f"{fmt(r['hand']['step_s_per_sample'], '.1f', 1e3)} | {fmt(r['step_ratio'])} | {cell(r['step_ratio_judged'])} | "
@@ -427,7 +433,7 @@ def tally(results: list[dict]) -> dict:
     judged = [r for r in rows if r["verdict_judged"] in ("right", "wrong")]
     changes = [c for r in rows for c in changes_of(r) if c.get("ratio") is not None]
     return {"verdict_right": [sum(r["verdict_judged"] == "right" for r in judged), len(judged)],
-            "one_verdict": [sum(bool(r.get("one_verdict", True)) for r in rows), len(rows)],
+            "one_verdict": [sum(one_verdict(r) for r in rows), len(rows)],
             "advice_met": [sum(c.get("verdict") == "met" for c in changes), len(changes)]}
 
 

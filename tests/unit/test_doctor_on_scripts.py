@@ -297,3 +297,46 @@ def test_doc_from_records_that_cannot_be_read_is_one_line(B, tmp_path, capsys):
     assert B.main(["--doc", str(tmp_path / "doc.md"), str(tmp_path / "bad.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot read a record" in err[0] and not (tmp_path / "doc.md").exists()
+
+
+class _Load:
+    """A fake monitor.LoadWindow: busy where the test's ``busy(n)`` says for the n-th pass of the run."""
+    n = 0
+    busy = staticmethod(lambda n: False)
+
+    def summary(self):
+        _Load.n += 1
+        return BUSY if _Load.busy(_Load.n) else QUIET
+
+
+def test_the_trial_interleaves_runs_a_busy_pass_again_and_stops_a_side_busy_twice(B, monkeypatch):
+    import feedlab.monitor
+
+    monkeypatch.setattr(feedlab.monitor, "LoadWindow", _Load)
+    _Load.n, _Load.busy = 0, staticmethod(lambda n: n in (2, 5, 6))
+    order = []
+
+    def run(side):
+        order.append(side["name"])
+        return {"samples_per_s": {"start": 50.0, "w2": 80.0, "t1": 60.0}[side["name"]], "verdict": "data-bound"}
+
+    sides = {n: {"name": n, "apply": {}, "workers": 0} for n in ("start", "w2", "t1")}
+    got = B.trial(sides, run, rounds=2, until=float("inf"), log=lambda m: None)
+    # round 1: start, w2 (busy: again), w2, t1; round 2 rotated: w2 (busy), w2 (busy again: stopped), t1, start
+    assert order == ["start", "w2", "w2", "t1", "w2", "w2", "t1", "start"]
+    s = got["sides"]
+    assert s["start"]["rates"] == [50.0, 50.0] and s["t1"]["rates"] == [60.0, 60.0]
+    assert s["w2"]["busy"].startswith("measured on a busy machine twice") and s["w2"]["rates"] == [80.0]
+    assert [p.get("replaced", False) for p in s["w2"]["passes"]] == [True, False, True, False]
+    assert B.judge_change(s["start"], s["w2"])["judged"].startswith("too busy to judge")
+    assert B.judge_change(s["start"], s["t1"])["verdict"] == "met"
+
+
+def test_the_trial_starts_no_pass_after_the_deadline(B, monkeypatch):
+    import feedlab.monitor
+
+    monkeypatch.setattr(feedlab.monitor, "LoadWindow", _Load)
+    _Load.n, _Load.busy = 0, staticmethod(lambda n: False)
+    got = B.trial({"start": {"apply": {}}, "w1": {"apply": {}}}, lambda s: {"samples_per_s": 1.0}, rounds=2,
+                  until=0.0, log=lambda m: None)
+    assert all(v["rates"] == [] and "--deadline" in v["error"] for v in got["sides"].values())
