@@ -153,3 +153,43 @@ def test_a_dataset_that_cannot_be_pickled_falls_back_to_threads_and_says_so():
                for t in res.trials)
     assert res.trials[0].error and "pickled" in res.trials[0].error     # the start itself cannot run: said
     assert res.settings.get("num_workers", 0) == 0
+
+
+def test_cli_names_a_bad_loader_reference_in_one_line(capsys):
+    from feedlab.tuner.__main__ import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--loader", "no_such_module_here:make"])
+    assert "cannot import it" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(SystemExit) as e:
+        main(["--budget", "3"])
+    assert e.value.code == 2 and "give one of --loader" in capsys.readouterr().err
+
+
+def test_cli_tunes_a_loader_and_prints_json(tmp_path, monkeypatch, capsys):
+    import json
+
+    (tmp_path / "tunemod.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "def make():\n    return DataLoader(TensorDataset(torch.rand(20000, 4)), batch_size=64)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from feedlab.tuner.__main__ import main
+
+    assert main(["--loader", "tunemod:make", "--budget", "4", "--max-workers", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "line" in out and out["passes"] <= 3 and out["settings"] is not None
+    if out["busy"]:                      # a shared machine: said, and no trial run, never a pick
+        assert out["busy"].startswith("too busy to tune") and out["settings"] == {}
+    else:
+        assert out["trials"][0]["name"] == "start"
+
+
+def test_doctor_tune_hands_over_to_the_tuner_in_one_line():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "feedlab.doctor", "--tune", "--loader", "no_such_module_here:make"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "cannot import it" in p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1

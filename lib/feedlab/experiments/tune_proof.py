@@ -1,8 +1,9 @@
 """Notebook 16, the proof of ``feedlab.tune``: per scenario (:mod:`feedlab.experiments._tune_scenarios`), in one run,
 
 * the tuner as a user runs it (its probe, its trials, its seconds, its pick);
-* the exhaustive grid: every setting the tuner may choose from (the same probe's space: workers, threads,
-  persistent workers), each measured by the same trials (``feedlab.doctor.trials``: interleaved passes, steady
+* the exhaustive grid: every setting of the tuner's space a user could pick by hand (the same probe's worker
+  ladder, each with and without persistent workers, and the thread counts: ``tuner.candidates.exhaustive``), each
+  measured by the same trials (``feedlab.doctor.trials``: interleaved passes, steady
   windows, other load per pass), the ground truth;
 * the heuristics read off the grid: the user's start, PyTorch's default (0 workers), "workers = cores", "cores − 1";
 * under a memory limit, each worker count's memory measured over the scenario's epochs (a setting over the limit
@@ -102,7 +103,7 @@ def run_scenario(sc: S.Scenario, P, log=print) -> dict:
     log(f"{sc.title}: tuned in {tune_s:.1f} s → {CD.name_of(tuned.settings)} ({tuned.verdict})")
     loader = sc.make()
     start = CD.start_settings(loader)
-    space, _left = CD.grid(tuned.probe, loader, sc.epochs, None, P.max_workers)
+    space = CD.exhaustive(tuned.probe, loader, P.max_workers)
     named = {}
     for s in space:
         named.setdefault(CD.name_of(CD.changed(s, start)), s)

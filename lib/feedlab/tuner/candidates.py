@@ -126,6 +126,20 @@ def grid(probe: Probe, loader, epochs: int = 1, ram_bytes: float | None = None,
     return out, left
 
 
+def exhaustive(probe: Probe, loader, max_workers: int | None = None) -> list[dict]:
+    """Every setting a user could pick by hand in the tuner's space, for an exhaustive search (notebook 16's
+    ground truth): each worker count of the ladder with and without persistent workers, and each thread count.
+    A setting at its DataLoader default leaves the key out (so it is named as the tuner names it)."""
+    out: list[dict] = []
+    for w in worker_ladder(probe, max_workers):
+        if w and not probe.picklable:
+            continue
+        out.append({"num_workers": w})
+        if w:
+            out.append({"num_workers": w, "persistent_workers": True})
+    return out + [{"kind": "threads", "threads": t} for t in thread_ladder(probe, max_workers)]
+
+
 def same(settings: dict, start: dict) -> bool:
     """Whether ``settings`` leaves the user's loader as it is."""
     if settings.get("kind") == "threads":
