@@ -54,3 +54,9 @@ def test_a_prediction_off_by_more_than_twenty_percent_marks_the_table():
     assert off_line({"end_to_end": rows}) == ("prediction off by -89%: use the measured column (the predicted one "
                                               "does not hold here)")
     assert off_line({"end_to_end": [{"error": 0.19}, {"error": -0.5, "too_busy": True}]}) is None
+
+
+def test_cost_table_nearest_is_public():
+    t = _user_table(threads=2)
+    assert t.nearest(("model", 8), 2).variant == "m" and t.nearest(("model", 8), 16).variant == "m"
+    assert t.nearest(("model", 64), 2) is None

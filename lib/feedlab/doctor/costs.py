@@ -136,6 +136,15 @@ class CostTable:
     def __contains__(self, key: tuple) -> bool:
         return key in self.stages
 
+    def nearest(self, prefix: tuple, threads: int) -> Stage | None:
+        """The stage measured under ``prefix`` at ``threads`` intra-op threads (the key's last field), else at
+        the nearest thread count measured (fewer first on a tie); None where none was measured."""
+        cands = [k for k in self.stages if k[:len(prefix)] == tuple(prefix) and len(k) == len(prefix) + 1
+                 and self.get(k) is not None]
+        if not cands:
+            return None
+        return self.get(min(cands, key=lambda k: (abs(int(k[-1]) - threads), k[-1])))
+
     def values_of(self, kind: str, position: int) -> set:
         """Every value at ``position`` of the keys of stage ``kind`` (e.g. measured batch sizes)."""
         return {k[position] for k in self.stages if k[0] == kind and len(k) > position}

@@ -36,7 +36,7 @@ import numpy as np
 from feedlab.gpu_decode import DEVICE_DECODERS
 from feedlab.pipeline.kinds import UINT8_COLLATES
 
-from .costs import BOUND_STAGES, MAIN_STAGES, WORKER_STAGES, CostTable
+from .costs import BOUND_STAGES, MAIN_STAGES, WORKER_STAGES, CostKey, CostTable
 from .settings import SETTINGS, Change
 
 MIN_GAIN = 1.05
@@ -54,16 +54,6 @@ def _first(table: CostTable, *keys):
     return None
 
 
-def _nearest_threads(table: CostTable, prefix: tuple, threads: int):
-    """The stage measured at ``threads`` intra-op threads, else at the nearest count."""
-    cands = [k for k in table.stages if k[:len(prefix)] == prefix and len(k) == len(prefix) + 1
-             and table.get(k) is not None]
-    if not cands:
-        return None
-    best = min(cands, key=lambda k: (abs(int(k[-1]) - threads), k[-1]))
-    return table.get(best)
-
-
 def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
     """(wall, cpu) seconds per sample of every stage of ``spec``; None if one is unmeasured."""
     m = table.machine
@@ -73,7 +63,7 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
     T = m.threads(W)
     out: dict[str, tuple[float, float]] = {}
     for stage in ("read", "decode", "transform"):
-        s = table.get((stage, fmt, dec))
+        s = table.get(CostKey(stage, fmt, dec))
         if s is None:
             return None
         out[stage] = (s.t, s.c)
@@ -84,32 +74,32 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
     if len(reads) > 1:
         out["read"] = (float(np.median([s.t for s in reads])), float(np.median([s.c for s in reads])))
     if W == 0:
-        s = table.get(("collate", c, B))
+        s = table.get(CostKey("collate", c, B))
     else:
-        s = _first(table, ("collate_worker", c, B), ("collate", c, B))
+        s = _first(table, CostKey("collate_worker", c, B), CostKey("collate", c, B))
     if s is None:
         return None
     out["collate"] = (s.t, s.c)
     zero = (0.0, 0.0)
-    hw = table.get(("handover_worker", c, B)) if W else None
-    rc = table.get(("receive", c, B)) if W else None
+    hw = table.get(CostKey("handover_worker", c, B)) if W else None
+    rc = table.get(CostKey("receive", c, B)) if W else None
     out["handover"] = (hw.t, hw.c) if hw else zero
     out["receive"] = (rc.t, rc.c) if rc else zero
     kind = getattr(spec, "loader", "dataloader")
     if kind == "ring":  # a worker copies each sample into a ring slot; the main process takes an index
         if W < 1 or c not in UINT8_COLLATES:
             return None
-        fill, ring = table.get(("collate", c, B)), table.get(("ring_receive", B))
+        fill, ring = table.get(CostKey("collate", c, B)), table.get(CostKey("ring_receive", B))
         if fill is None or ring is None:
             return None
         out["collate"], out["handover"], out["receive"] = (fill.t, fill.c), zero, (ring.t, ring.c)
     elif kind != "dataloader":  # a one-process kind reading whole batches: its own loop, measured
-        k = table.get(("kind", fmt, kind, B))
+        k = table.get(CostKey("kind", fmt, kind, B))
         if k is None or W:
             return None
         out["read"], out["decode"], out["transform"], out["collate"] = (k.t, k.c), zero, zero, zero
-    h = _nearest_threads(table, ("h2d", c, B, pin), T)
-    mo = _nearest_threads(table, ("model", B), T)
+    h = table.nearest(("h2d", c, B, pin), T)
+    mo = table.nearest(("model", B), T)
     if h is None or mo is None:
         return None
     out["h2d"] = (h.t, h.c)
@@ -218,7 +208,7 @@ def predict(table: CostTable, spec, batches: int | None = None) -> dict | None:
         "ceilings": terms, "costs": cs, "main_threads": m.threads(W),
     }
     if batches:
-        st = table.get(("startup", W))
+        st = table.get(CostKey("startup", W))
         startup = st.t if (st is not None and W > 0) else 0.0
         if W == 0:
             first = B * (t_w + t_m)
@@ -252,7 +242,7 @@ def candidates(table: CostTable, spec, max_workers: int) -> list[tuple[str, Any,
     kind = getattr(spec, "loader", "dataloader")
     # the loader kinds the table prices (the DataLoader and the ring), where the spec can use them as it is
     if kind != "ring" and spec.num_workers >= 1 and spec.collate in UINT8_COLLATES \
-            and table.get(("ring_receive", spec.batch_size)) is not None:
+            and table.get(CostKey("ring_receive", spec.batch_size)) is not None:
         out.append(("loader", "ring", spec.replace(loader="ring")))
     for k in sorted({key[2] for key in table.stages if key[0] == "kind" and key[1] == spec.format
                      and key[3] == spec.batch_size and table.get(key) is not None} - {kind}):

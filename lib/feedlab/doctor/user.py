@@ -35,7 +35,7 @@ from . import predict as PR
 from .advice import apply as apply_measured
 from .advice import measure_changes, to_try
 from .answer import no_change_line, render_user  # noqa: F401  (render_user: feedlab.doctor.user.render_user)
-from .costs import CostTable, Stage
+from .costs import CostKey, CostTable, Stage
 from .guard import DEFAULT_DEADLINE_S, HUNG_HINT, Hung, UserCodeError, collate_hint, deadline, user_call
 from .probes import measure_machine, probe_worker, startup_s, timed
 from .ranks import advise_ranks
@@ -229,13 +229,13 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
         notes.append(f"your loader yields only {len(lens)} batch(es): too few to measure a steady rate "
                      "(the stage costs are measured; the end-to-end rate is not)")
     costs = stage_costs(q)
-    table[("read", "user", "user")] = Stage("fetch", "your dataset's __getitem__ (read+decode+transform)",
+    table[CostKey("read", "user", "user")] = Stage("fetch", "your dataset's __getitem__ (read+decode+transform)",
                                             *costs["fetch"])
-    table[("decode", "user", "user")] = Stage("decode", "inside fetch", [0.0], [0.0],
+    table[CostKey("decode", "user", "user")] = Stage("decode", "inside fetch", [0.0], [0.0],
                                               note="not measured: inside your fetch")
-    table[("transform", "user", "user")] = Stage("transform", "inside fetch", [0.0], [0.0],
+    table[CostKey("transform", "user", "user")] = Stage("transform", "inside fetch", [0.0], [0.0],
                                                  note="not measured: inside your fetch")
-    table[("collate", "user", B)] = Stage("collate", f"your collate_fn (batch {B})", *costs["collate"])
+    table[CostKey("collate", "user", B)] = Stage("collate", f"your collate_fn (batch {B})", *costs["collate"])
     # 2. the hand-over of one batch's items, collated in a worker
     if max_workers > 0:
         log("hand-over worker → main (a one-worker probe)")
@@ -248,11 +248,11 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
             with deadline(limit and 4 * limit, "the hand-over probe"):
                 pr = probe_worker(items, loader.collate_fn, batches=max(4, 4 * repeats))
             per = lambda xs: [x / n_items for x in xs]  # noqa: E731
-            table[("collate_worker", "user", B)] = Stage("collate", "your collate_fn in a worker",
+            table[CostKey("collate_worker", "user", B)] = Stage("collate", "your collate_fn in a worker",
                                                          per(pr["collate_wall"]), per(pr["collate_cpu"]))
-            table[("handover_worker", "user", B)] = Stage("handover", "worker → main (worker side)",
+            table[CostKey("handover_worker", "user", B)] = Stage("handover", "worker → main (worker side)",
                                                           per(pr["handover_cpu"]), per(pr["handover_cpu"]))
-            table[("receive", "user", B)] = Stage("receive", "worker → main (main side)", per(pr["receive_cpu"]),
+            table[CostKey("receive", "user", B)] = Stage("receive", "worker → main (main side)", per(pr["receive_cpu"]),
                                                   per(pr["receive_cpu"]))
         except Hung:
             raise
@@ -261,24 +261,24 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
             notes.append(f"hand-over not measured ({type(exc).__name__}: {one_line(exc)}); predicted without it")
         log(f"worker start-up, 1…{max_workers} workers")
         for w in range(1, max_workers + 1):
-            table[("startup", w)] = Stage("startup", f"{w} fresh worker(s) to a first batch", startup_s(w, repeats),
+            table[CostKey("startup", w)] = Stage("startup", f"{w} fresh worker(s) to a first batch", startup_s(w, repeats),
                                           [0.0], note="seconds, not per sample")
     # 3. copy to the device and the step, on the full batches in hand
     for T in sorted(set(machine.main_threads.values())):
         with torch_threads(T):
             b0, m0 = kept[0]
             w, c = timed(lambda: to_device(b0, device), m0 or 1, 1, repeats, device if cuda else None)
-            table[("h2d", "user", B, False, T)] = Stage("h2d", f"batch to {device}, {T} thread(s)", w, c)
+            table[CostKey("h2d", "user", B, False, T)] = Stage("h2d", f"batch to {device}, {T} thread(s)", w, c)
         if step is None and step_cost_s:
-            table[("model", B, T)] = Stage("model", "your script's step, as it ran", [step_cost_s[0]],
+            table[CostKey("model", B, T)] = Stage("model", "your script's step, as it ran", [step_cost_s[0]],
                                            [step_cost_s[1]], note="measured in your script")
         elif step is None:
-            table[("model", B, T)] = Stage("model", "no step given", [0.0], [0.0],
+            table[CostKey("model", B, T)] = Stage("model", "no step given", [0.0], [0.0],
                                            note="not measured: no step given (--step)")
         else:
             log(f"your step on {len(kept)} full batch(es), {T} thread(s)")
             w, c = _step_costs(step, kept, device, repeats, step_name, T, deadline_s)
-            table[("model", B, T)] = Stage("model", f"your step, {T} thread(s)", w, c)
+            table[CostKey("model", B, T)] = Stage("model", f"your step, {T} thread(s)", w, c)
     # 4. your loader as built, end to end
     spec = pl.PipelineSpec(format="user", decode="user", collate="user", batch_size=B, num_workers=W,
                           device=device, pin_memory=bool(loader.pin_memory))
@@ -356,7 +356,7 @@ def headroom(table: CostTable, spec) -> float | None:
     """How many times faster the loader alone (the step priced at zero) is predicted to
     run than the step alone: > 1 means the input pipeline is not what bounds training."""
     T = table.machine.threads(spec.num_workers)
-    model = PR._nearest_threads(table, ("model", spec.batch_size), T)
+    model = table.nearest(("model", spec.batch_size), T)
     if model is None or model.t <= 0:
         return None
     stages = {k: (Stage(v.stage, v.variant, [0.0], [0.0]) if k[0] == "model" else v)
