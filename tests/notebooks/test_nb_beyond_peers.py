@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from feedlab import like_for_like as L
 from feedlab import peers
 
 from nbrun import recorded, smoke
@@ -46,7 +47,13 @@ def test_13_peer_loaders_smoke():
     assert (timed.value > 0).all() and {"feedlab_best", "torch_stock"} <= set(timed.variant)
     assert (out / "samples_per_s.png").is_file()
     for row in res["ratio_table"]:  # the field is named in the table itself
-        assert row["field"] == "every peer" or row["field"].startswith("without")
+        assert row["field"].startswith("every peer")
+    installed = {n for n, a in res["availability"].items() if a["available"]}
+    for kind in ("sr", "cls"):   # every installed peer measured on both data sets (#45)
+        assert installed <= set(timed[timed.kind == kind].variant) | {
+            r["contender"] for r in res["table"] if r["kind"] == kind and r.get("check_ok") is False}, kind
+        v = res["verdicts"][kind]   # the one judge's verdict, recorded for the generators
+        assert v["word"] in L.WORDS and v["ratio"] == pytest.approx(res["ratios"][kind]["ratio"])
     assert {"FFCV"} <= {r["peer"] for r in res["published"]} and res["cores"] >= 1
     assert all(r.get("interpreter") for r in res["table"] if r["available"])
     env = res["environments"]   # where each measured contender ran, with its versions

@@ -156,7 +156,7 @@ def test_ratio_and_readings_are_computed_from_the_table():
     assert r["ratio"] == pytest.approx(2.0) and r["verdict"].startswith("met")
     lose = _tab(500.0, 1000.0)
     rat = ratios(lose)
-    assert rat["sr"]["ratio"] == pytest.approx(0.5) and rat["sr"]["verdict"] == "not met"
+    assert rat["sr"]["ratio"] == pytest.approx(0.5) and rat["sr"]["verdict"] == "missed"
     text = " ".join(readings(rat, lose))
     assert "less CPU per sample" in text and "FFCV" in text and "no wheel" in text
     close = ratios(_tab(1000.0, 1020.0))["sr"]
@@ -346,16 +346,17 @@ def test_ratio_table_names_the_peers_missing_from_the_field():
 
     tab = _tab(2000.0, 1000.0)
     miss = missing_peers(tab, "sr", field=["dali", "ffcv", "spdl"])
-    assert miss == {"FFCV": "unavailable: no wheel", "SPDL": "not run"}
+    assert miss == {"FFCV": "not installed: no wheel", "SPDL": "not run"}
     row = ratio_table(ratios(tab, field=["dali", "ffcv", "spdl"])).iloc[0]
     assert row.ratio == pytest.approx(2.0) and row.best_peer == "DALI"
-    assert row.field == "without 2: FFCV, SPDL" and "no wheel" in row.missing_peers
+    assert row.field == "every peer but 2: FFCV (not installed: no wheel); SPDL (not run)"
+    assert "no wheel" in row.missing_peers
     full = ratio_table(ratios(tab[tab.contender != "ffcv"], field=["dali"])).iloc[0]
     assert full.field == "every peer" and full.missing_peers == ""
     from feedlab.peers.report import readings
 
     text = " ".join(readings(ratios(tab, field=["dali", "ffcv"]), tab))
-    assert "Computed without FFCV" in text
+    assert "The best of every peer but 1: FFCV (not installed: no wheel)" in text
 
 
 def test_published_numbers_sit_beside_the_measured_rate_per_core():
@@ -500,3 +501,55 @@ def test_each_contender_records_where_it_ran_and_with_which_versions():
     env = report.environments(infos)
     assert env == {"ffcv": {"interpreter": "/r/.venv-ffcv/bin/python", "python": "3.11.7",
                             "versions": {"ffcv": "1.0.2", "numba": "0.61.0"}}}
+
+
+def test_every_peer_verdict_is_the_one_judges_and_the_record_keeps_it():
+    """#45: 13's verdicts come from like_for_like.verdict on both sides' recorded precision and load, and
+    results.json keeps them (``verdicts``) for the generators to read rather than recompute."""
+    import json
+
+    from feedlab import like_for_like as L
+    from feedlab.peers.report import ratios, verdicts
+
+    steady = dict(half_width=0.03, rate_kind="steady", windows=1, other_load=0.02)
+    rat = ratios(_tab(500.0, 1000.0, **steady).assign(**{k: [v, v, None] for k, v in steady.items()}),
+                 field=["dali", "ffcv"])
+    rec = verdicts(rat)["sr"]
+    assert rec["word"] == L.MISSED and rec["ratio"] == pytest.approx(0.5) and rec["best_peer"] == "DALI"
+    assert rec["lo"] < rec["ratio"] < rec["hi"] and rec["target"] == 1.0
+    assert rec["missing_peers"] == {"FFCV": "not installed: no wheel"}
+    json.dumps(rec)   # the record is plain JSON
+    # a rate short of its stated precision, or a busy window, is not a fair test: never met or missed
+    imprecise = ratios(_tab(2000.0, 1000.0, half_width=0.08, rate_kind="imprecise", windows=1))["sr"]
+    assert imprecise["judged"]["word"] == L.NOT_FAIR and "feedlab best's rate is imprecise" in imprecise["verdict"]
+    busy = ratios(_tab(2000.0, 1000.0, other_load=0.6))["sr"]
+    assert busy["judged"]["word"] == L.NOT_FAIR and "60% of the cores" in busy["judged"]["why"]
+    quiet = ratios(_tab(2000.0, 1000.0, other_load=0.1))["sr"]
+    assert quiet["judged"]["word"] == L.MET
+    # no ratio at all: recorded as not tested fairly, with why
+    none = verdicts(ratios(_tab(500.0, 1000.0)[lambda d: d.contender != "dali"]))["sr"]
+    assert none["word"] == L.NOT_FAIR and "no peer passed" in none["why"]
+    from feedlab.experiments._finding_titles import peers_title
+
+    assert peers_title({"sr": imprecise}, "sr", "SR").endswith("— not tested fairly")
+
+
+def test_the_table_carries_each_windows_precision_kind_and_other_load():
+    from feedlab.peers.report import table
+    from feedlab.peers.sides import side
+    from feedlab.results import Results
+
+    res = Results()
+    for cache, hw, precise, load in (("warm", 0.04, 1.0, 0.05), ("cold", 0.09, 0.0, 0.4)):
+        for metric, v in (("samples_per_s", 1000.0), ("rate_half_width", hw), ("precise", precise),
+                          ("timed_batches", 80), ("window_s", 1.5), ("other_load", load)):
+            res.add("peers", "dali", metric, v, "", 0, kind="sr", num_workers=1, batch_size=64, cache=cache)
+    info = {"name": "dali", "label": "DALI", "kind": "sr", "available": True, "shuffle": "global permutation",
+            "parallelism": "threads", "check": {"ok": True, "method": "sha1"}, "samples": 2048,
+            "runs": [{"num_workers": 1, "ok": True}], "window": {"max_s": 1.5}}
+    row = table([info], res.frame()).iloc[0].to_dict()
+    assert row["rate_kind"] == "steady" and row["half_width"] == pytest.approx(0.04) and row["max_window_s"] == 1.5
+    assert row["cold_rate_kind"] == "imprecise" and row["cold_other_load"] == pytest.approx(0.4)
+    warm, cold = side(row), side(row, "cold")
+    assert warm.rate_kind == "steady" and warm.busy is None and warm.repeats == 1
+    assert cold.rate_kind == "imprecise" and "40% of the cores" in cold.busy and cold.half_width == pytest.approx(0.09)

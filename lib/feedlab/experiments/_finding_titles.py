@@ -139,7 +139,8 @@ def peers_title(rat: dict, kind: str, fallback: str) -> str:
     if r.get("ratio") is None:
         return f"{fallback}: no ratio (feedlab best or every peer missing)"
     p = r["best_peer"]
-    caveat = " — not like for like" if r.get("differs") else ""   # peers.report.ratios: what differs
+    word = (r.get("judged") or {}).get("word")   # the one judge's (peers.report.ratios); differs: what differs
+    caveat = " — not like for like" if r.get("differs") else " — not tested fairly" if word == "not tested fairly" else ""
     return (f"{fallback}:\nfeedlab best {times(r['ratio'])} the best peer, {p['label']} "
             f"({workers_label(p['num_workers'])}){caveat}")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -93,13 +94,28 @@ def verify_sr(batches, source: Source) -> dict:
     return out
 
 
+_REFERENCES: dict[tuple, tuple[list, np.ndarray]] = {}
+
+
+def references(source: Source, size: int) -> tuple[list, np.ndarray]:
+    """Every source image's reference decode at ``size`` and its 8x8 thumbnail, computed once per source
+    (files, count, size and the files' sizes and times) in this process: each contender is checked against
+    the same references without decoding them again."""
+    stats = tuple((str(p), st.st_size, st.st_mtime_ns) for p in source.paths for st in [Path(p).stat()])
+    key = (hash(stats), int(size))
+    if key not in _REFERENCES:
+        refs = [reference_image(source, i, size) for i in range(source.n)]
+        _REFERENCES.clear()   # one source at a time: no growth over a long session
+        _REFERENCES[key] = (refs, np.stack([_thumb(r) for r in refs]))
+    return _REFERENCES[key]
+
+
 def verify_cls(batches, source: Source, size: int, pixels: bool = True, tolerance: float = CLS_TOLERANCE) -> dict:
     """One un-augmented epoch: ids once each, labels right, pixels near the reference."""
     ids_seen: Counter = Counter()
     thumbs = None
     if pixels:  # 8x8 thumbnails of every reference: is each image nearest to its own?
-        refs = [reference_image(source, i, size) for i in range(source.n)]
-        thumbs = np.stack([_thumb(r) for r in refs])
+        refs, thumbs = references(source, size)
     not_nearest = 0
     bad_label = 0
     worst = 0.0

@@ -5,7 +5,7 @@ As its "Use with PyTorch" guide says: ``Dataset.from_dict(..., features=...)``
 JPEG bytes, ``label`` and ``idx``), ``save_to_disk``; then ``load_from_disk``,
 ``with_format("torch")`` (SR) or ``with_transform`` (the torchvision recipe on
 the decoded PIL images), and ``torch.utils.data.DataLoader(shuffle=True,
-num_workers=W)``, which fetches each batch with one ``__getitems__`` call.
+num_workers=W, persistent_workers=True)``, which fetches each batch with one ``__getitems__`` call.
 """
 
 from __future__ import annotations
@@ -33,7 +33,13 @@ def convert(source: Source, work) -> Conversion:
                                                  for i in range(source.n)],
                                        "label": source.labels.tolist(), "idx": list(range(source.n))},
                                       features=feats)
-        ds.save_to_disk(str(tmp / "ds"))
+        was_on = hf.is_progress_bar_enabled()
+        hf.disable_progress_bars()   # its tqdm bar would fill the notebook's output
+        try:
+            ds.save_to_disk(str(tmp / "ds"))
+        finally:
+            if was_on:
+                hf.enable_progress_bars()
 
     return timed_conversion(work, write, "Arrow (save_to_disk)")
 
@@ -64,7 +70,7 @@ def loader(source: Source, work, spec: Spec):
     else:
         ds = ds.with_transform(_ClsTransform(spec.size, spec.augment))
     dl = DataLoader(ds, batch_size=spec.batch_size, shuffle=spec.shuffle, num_workers=spec.workers,
-                    generator=generator(spec.seed))
+                    generator=generator(spec.seed), persistent_workers=spec.workers > 0)
     return MapBatches(dl, _sr if source.kind == "sr" else _cls)
 
 

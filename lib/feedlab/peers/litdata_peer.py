@@ -4,7 +4,7 @@ As its README shows: ``ld.optimize(fn=..., inputs=..., output_dir=..., chunk_byt
 with one dict per sample (numpy arrays for SR; for classification the opened
 PIL JPEG, which LitData stores as its original bytes, plus label and index),
 then ``StreamingDataset(output_dir, shuffle=True, transform=...)`` under
-``StreamingDataLoader(batch_size, num_workers)``. Images come back as CHW
+``StreamingDataLoader(batch_size, num_workers, persistent_workers=True)``. Images come back as CHW
 uint8 tensors (LitData decodes JPEG with torchvision); the crop and flip are
 ``torchvision.transforms.v2`` on the tensor.
 """
@@ -78,5 +78,6 @@ def loader(source: Source, work, spec: Spec):
     transform = _ClsTransform(spec.size, spec.augment) if source.kind == "cls" else None
     ds = ld.StreamingDataset(str(Path(work).resolve()), shuffle=spec.shuffle, seed=spec.seed,
                              transform=transform)
-    dl = ld.StreamingDataLoader(ds, batch_size=spec.batch_size, num_workers=spec.workers)
+    dl = ld.StreamingDataLoader(ds, batch_size=spec.batch_size, num_workers=spec.workers,
+                                persistent_workers=spec.workers > 0)
     return MapBatches(dl, _sr if source.kind == "sr" else _cls)

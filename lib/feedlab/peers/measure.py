@@ -9,22 +9,32 @@ contender's files (:mod:`feedlab.cache`; the eviction is not timed). A timed win
 and ``min_s`` seconds (50 and 1 s: the like-for-like floor, :mod:`feedlab.like_for_like`) and,
 with a ``precision``, until the 95% interval of its mean batch time is within that half-width
 (:func:`feedlab.pipeline.rel_half_width`), else ``imprecise`` at ``max_s``. Each window records its
-rate, its timed batches, its seconds and its interval. Every batch goes through the same
+rate, its timed batches, its seconds, its interval and the share of the cores other programs used
+meanwhile (:class:`feedlab.monitor.LoadWindow`). A window precise to its ``precision`` at two checks in a row
+may end before ``min_batches`` (at least ``min_s`` still): the like-for-like rule takes a stated precision
+in place of the batch floor. Every batch goes through the same
 start of a training step, :func:`to_device` (to the device, uint8 -> float / 255; no
 model runs), so nobody is timed for stopping short of a usable tensor. Each timed epoch is counted (samples, and
 ids for classification); an epoch of the wrong size fails the contender.
 Peak RSS is the process tree's (main + workers), sampled every 50 ms. The worker count a row
 carries is the one that ran: a peer whose threads start at one (``Peer.min_workers``) runs 1 for 0.
+
+Under a budget (:class:`feedlab.budget.Budget`, the quick profile) every (contender, data set) is measured:
+the budget never leaves a contender out (only the run's own limit does, and names it); it shortens the
+windows instead. Each pair's window cap is its share of the seconds left (:func:`shared_window`), never
+under the window's floor, so a slower machine measures every peer on shorter windows, each labelled
+imprecise where it reached its cap before its precision.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import sys
 import time
 import traceback
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +43,7 @@ import torch
 from feedlab import timing
 from feedlab.cache import evict
 from feedlab.like_for_like import MIN_TIMED_BATCHES, MIN_WINDOW_S
-from feedlab.monitor import CpuMonitor, RssPeak
+from feedlab.monitor import CpuMonitor, LoadWindow, RssPeak
 from feedlab.pipeline.rates import rel_half_width
 from feedlab.results import Results
 
@@ -43,6 +53,9 @@ from .check import EpochCounter, verify
 from .remote import beat
 
 EXPERIMENT = "peers"
+MIN_PRECISE_BATCHES = 20   # the fewest batches whose precision is read (two a block of rel_half_width's ten)
+CONFIRM = 2                # precise checks in a row that end a window before its batch floor
+OVERHEAD_S = 3.0           # a pair's seconds outside its windows (start-up, check, warm-up) until one is measured
 
 
 @dataclass(frozen=True)
@@ -56,9 +69,18 @@ class Window:
     precision: float | None = None
     max_s: float = 10.0
 
-    def done(self, batches: int, seconds: float, durations) -> bool:
-        if batches < self.min_batches or seconds < self.min_s:
+    def precise(self, durations) -> bool:
+        """The mean batch time known to ``precision`` (at least :data:`MIN_PRECISE_BATCHES` batches)."""
+        return (self.precision is not None and len(durations) >= MIN_PRECISE_BATCHES
+                and rel_half_width(durations) <= self.precision)
+
+    def done(self, batches: int, seconds: float, durations, streak: int = 0) -> bool:
+        """``streak``: the checks in a row (one an epoch) that found the window precise; :data:`CONFIRM` of them
+        end it before its batch floor (one narrow interval among many looks is optimistic)."""
+        if seconds < self.min_s:
             return False
+        if batches < self.min_batches:
+            return self.precision is not None and streak >= CONFIRM
         if self.precision is None or seconds >= self.max_s:
             return True
         return rel_half_width(durations) <= self.precision
@@ -114,7 +136,7 @@ def timed_window(loader, kind: str, device, n: int, window: Window, evict_files=
     evicting them (the eviction is not timed). Wall time, batches, epochs, the rate's precision, and the
     first epoch whose count was wrong (``ok`` False)."""
     durations: list[float] = []
-    wall, batches, epochs, bad = 0.0, 0, 0, None
+    wall, batches, epochs, bad, streak = 0.0, 0, 0, None, 0
     while True:
         if evict_files is not None:
             evict(evict_files)
@@ -125,7 +147,8 @@ def timed_window(loader, kind: str, device, n: int, window: Window, evict_files=
         if not ep["ok"]:
             bad = ep
             break
-        if ep["batches"] == 0 or window.done(batches, wall, durations):
+        streak = streak + 1 if batches < window.min_batches and window.precise(durations) else 0
+        if ep["batches"] == 0 or window.done(batches, wall, durations, streak):
             break
     hw = rel_half_width(durations) if len(durations) >= 20 else float("nan")
     return {"wall_s": wall, "batches": batches, "epochs": epochs, "samples": n * epochs, "half_width": hw,
@@ -162,9 +185,11 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
         files = peer.data_files(source, work) if cold else None
         for cache in caches:
             for r in range(repeats):
+                load = LoadWindow()
                 with CpuMonitor(interval=0.05) as cpu, RssPeak(interval=0.05) as rss:
                     win = timed_window(loader, source.kind, device, source.n, window,
                                        files if cache == "cold" else None)
+                other = load.summary()
                 if not win["ok"]:
                     bad = win["bad"]
                     status.update(ok=False, error=f"epoch returned {bad['samples']} samples, expected {source.n}"
@@ -182,6 +207,8 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
                 if window.precision is not None:   # 0: the window reached its cap first (imprecise)
                     res.add(EXPERIMENT, name, "precise", float(win["precise"]), "bool", r, **row)
                 res.add(EXPERIMENT, name, "peak_rss_mib", rss.peak() / 2**20, "MiB", r, **row)
+                if other.get("available"):   # what other programs used of the usable cores meanwhile
+                    res.add(EXPERIMENT, name, "other_load", other["other_fraction"], "fraction", r, **row)
                 if np.isfinite(c["cpu_saturation"]):
                     res.add(EXPERIMENT, name, "cpu_saturation", c["cpu_saturation"], "fraction", r, **row)
                 if np.isfinite(tree):
@@ -261,31 +288,62 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
     return res, info
 
 
+def shared_window(window: Window, budget, pairs_left: int, windows: int, overhead_s: float = OVERHEAD_S) -> Window:
+    """The window of the next (contender, data set) under ``budget``: the seconds left shared by the
+    ``pairs_left`` still to measure (this one included), less each one's time outside its windows
+    (``overhead_s``), over its ``windows`` timed windows; at most ``window.max_s``, shortened further to end
+    before the run's limit (:meth:`feedlab.budget.Budget.cap_s`), never under ``window.min_s``. A budget
+    shortens windows; it never drops a contender."""
+    cap = float(window.max_s)
+    left = budget.left()
+    if math.isfinite(left):
+        cap = min(cap, (left / max(1, pairs_left) - max(0.0, overhead_s)) / max(1, windows))
+    cap = budget.cap_s(cap, passes=max(1, windows), floor_s=window.min_s)
+    return replace(window, max_s=round(max(float(window.min_s), cap), 2))
+
+
+def _timed_s(res: Results) -> float:
+    return sum(r["value"] for r in res.rows if r.get("metric") == "window_s")
+
+
 def run_all(names, sources: dict, work_root, batch_size: int, worker_counts, size: int = 64, warmup: int = 1,
             repeats: int = 3, cold: bool = False, device="cpu", seed: int = 0, log=print,
             window: Window | None = None, budget=None) -> tuple[Results, list]:
     """Every contender on every source (``{kind: Source}``), most telling first (:func:`feedlab.peers.plan`);
-    rows and one info dict per (kind, contender). ``budget``
-    (:class:`feedlab.budget.Budget`): a (contender, data set) whose expected cost no longer fits is left
-    out, and its info says so (``left_out``)."""
+    rows and one info dict per (kind, contender), with the window it was timed to (``window``).
+    ``budget`` (:class:`feedlab.budget.Budget`): every pair is measured, its windows capped at its share
+    of what is left (:func:`shared_window`); only the run's own limit leaves a pair out, and its info says
+    so (``left_out``)."""
     res, infos = Results(), []
-    for name, kind in plan(names, sources):
+    window = window or Window()
+    pairs = plan(names, sources)
+    outside: list[float] = []   # each measured pair's seconds outside its timed windows
+    for i, (name, kind) in enumerate(pairs):
         source = sources[kind]
         what = f"{get(name).label} on {kind}"
-        if budget is not None and not budget.allows(what, group=kind):
+        if budget is not None and not budget.allows(what, group=kind, essential=True):
             p = get(name)
             infos.append({"name": name, "label": p.label, "kind": kind, "parallelism": p.parallelism,
                           "shuffle": p.shuffle, "recipe": p.recipe, "samples": source.n, "available": False,
-                          "left_out": True, "reason": f"left out by this run's time budget ({budget.left_out[-1][1]})"})
+                          "left_out": True, "reason": f"left out by this run's time limit ({budget.left_out[-1][1]})"})
             continue
+        win = window
+        if budget is not None and budget.limited:
+            n_windows = len(workers_that_run(name, worker_counts)) * repeats * (2 if cold else 1)
+            win = shared_window(window, budget, len(pairs) - i, n_windows,
+                                sum(outside) / len(outside) if outside else OVERHEAD_S)
         t0 = time.perf_counter()
         with budget.setting(what, kind) if budget is not None else nullcontext():
             r, info = run_peer(name, source, work_root, batch_size, worker_counts, size, warmup, repeats,
-                               cold, device, seed, window=window)
+                               cold, device, seed, window=win)
+        spent = time.perf_counter() - t0
+        if info.get("runs"):
+            outside.append(max(0.0, spent - _timed_s(r)))
+        info["window"] = win.as_dict()
         res.extend(r)
         infos.append(info)
         if log is not None:
             state = ("unavailable: " + info["reason"]) if not info["available"] else (
                 info["reason"] or "ok")
-            log(f"{kind:4s} {name:18s} {time.perf_counter() - t0:6.1f} s  {state[:160]}")
+            log(f"{kind:4s} {name:18s} {spent:6.1f} s  windows <= {win.max_s:g} s  {state[:160]}")
     return res, infos

@@ -4,7 +4,7 @@ As its README's quick start: ``MDSWriter(out=..., columns={...})`` (SR:
 ``ndarray:uint8:H,W,C`` columns; classification: the JPEG ``bytes``, ``label``
 and ``idx`` as ``int``), then ``StreamingDataset(local=..., shuffle=True,
 batch_size=B)`` under ``torch.utils.data.DataLoader(batch_size=B,
-num_workers=W)``; the classification transform runs in ``__getitem__`` of a
+num_workers=W, persistent_workers=True)``; the classification transform runs in ``__getitem__`` of a
 subclass, as its ImageNet example does.
 """
 
@@ -55,7 +55,7 @@ def loader(source: Source, work, spec: Spec):
     cls = _Cls if source.kind == "cls" else StreamingDataset
     ds = cls(local=str(Path(work) / "mds"), shuffle=spec.shuffle, shuffle_seed=spec.seed,
              batch_size=spec.batch_size)
-    dl = DataLoader(ds, batch_size=spec.batch_size, num_workers=spec.workers)
+    dl = DataLoader(ds, batch_size=spec.batch_size, num_workers=spec.workers, persistent_workers=spec.workers > 0)
     if source.kind == "sr":
         return MapBatches(dl, lambda b: (b["lr"], b["hr"]))
     return MapBatches(dl, lambda b: (b["image"], b["label"], b["idx"]))

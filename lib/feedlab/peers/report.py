@@ -3,7 +3,10 @@ feedlab's best and the best peer is judged only where both sides share order, pi
 cache and a long enough window (:mod:`feedlab.like_for_like`); the table shows each side's values. feedlab's
 side is its row at the worker count the best peer ran (its best row only where it has none, which then
 reads "not like for like"); warm and cold are each judged. A rate is the median of its windows with its
-spread: the IQR of three windows or more, else the 95% interval of the window's mean batch time."""
+spread: the IQR of three windows or more, else the 95% interval of the window's mean batch time.
+Every verdict is the one judge's (:func:`feedlab.like_for_like.verdict`): the two sides' invariants, then
+whether each was measured fairly (a busy window, a rate short of its stated precision), then the ratio's
+interval against the >= 1 target; :func:`verdicts` is what the record keeps for the generators to read."""
 
 from __future__ import annotations
 
@@ -12,11 +15,12 @@ from dataclasses import asdict
 
 import pandas as pd
 
-from feedlab.like_for_like import Side, differences, judged, order_of, workers_of
+from feedlab.like_for_like import differences, verdict, workers_of
 
 from . import BASELINE, FEEDLAB, PEERS
 from .measure import EXPERIMENT
 from .published import LABEL, NONE_PUBLISHED, PUBLISHED, per_vcpu
+from .sides import TARGET, as_record, pixel_error, shared, side, sides_of_record, verdicts, words  # noqa: F401
 
 STAGE = {"sr": "read + batch assembly (no decode)", "cls": "JPEG decode + crop/resize/flip"}
 
@@ -54,8 +58,12 @@ def _rate(df, name, kind, workers, cache) -> dict:
         spread += ", imprecise (a window reached its cap first)"
     tb = _rows(df, name, kind, "timed_batches", workers, cache).value
     ws = _rows(df, name, kind, "window_s", workers, cache).value
+    load = _rows(df, name, kind, "other_load", workers, cache).value
+    kind_ = None if not len(precise) else "steady" if precise.min() >= 1 else "imprecise"
     return {"median": m, "low": lo, "high": hi, "spread": spread, "windows": n,
-            "timed_batches": float(tb.min()) if len(tb) else None, "window_s": float(ws.min()) if len(ws) else None}
+            "timed_batches": float(tb.min()) if len(tb) else None, "window_s": float(ws.min()) if len(ws) else None,
+            "half_width": hw if hw == hw else None, "rate_kind": kind_,
+            "other_load": float(load.max()) if len(load) else None}
 
 
 def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
@@ -85,8 +93,12 @@ def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
                 cold = _rate(df, info["name"], info["kind"], w, "cold")
                 row.update(samples_per_s=warm["median"], q25=warm["low"], q75=warm["high"], spread=warm["spread"],
                            windows=warm["windows"], timed_batches=warm["timed_batches"], window_s=warm["window_s"],
+                           half_width=warm["half_width"], rate_kind=warm["rate_kind"], other_load=warm["other_load"],
                            cold_samples_per_s=cold["median"], cold_low=cold["low"], cold_high=cold["high"],
                            cold_timed_batches=cold["timed_batches"], cold_window_s=cold["window_s"],
+                           cold_windows=cold["windows"], cold_half_width=cold["half_width"],
+                           cold_rate_kind=cold["rate_kind"], cold_other_load=cold["other_load"],
+                           max_window_s=(info.get("window") or {}).get("max_s"),
                            first_batch_s=_med(df, info["name"], info["kind"], "first_batch_s", w, None)[0],
                            peak_rss_mib=_med(df, info["name"], info["kind"], "peak_rss_mib", w)[0],
                            cpu_saturation=_med(df, info["name"], info["kind"], "cpu_saturation", w)[0],
@@ -102,65 +114,6 @@ def _batch_size(df: pd.DataFrame, name: str, kind: str) -> int | None:
     return int(b.iloc[0]) if len(b) else None
 
 
-def pixel_error(check: dict | None) -> float | None:
-    """A contender's largest mean |diff| from the reference decode (0.0 where every pair matched the
-    source's sha1); None where its pixels were not compared."""
-    if not check or check.get("ok") is False:
-        return None
-    if "max_mean_abs_diff" in check:
-        v = check["max_mean_abs_diff"]
-        return None if v is None or v != v else float(v)
-    return 0.0 if "sha1" in str(check.get("method", "")) else None
-
-
-def side(row: dict, cache: str = "warm") -> Side:
-    """A table row (feedlab's best or a peer, at one worker count) as one side of the ratio, warm or cold.
-    Its timed window: the row's least ``timed_batches`` and ``window_s`` (``cold_…`` for cold), else (a run
-    before they were recorded) ``epochs_per_window`` epochs of ``samples`` (one where not recorded)."""
-    pipeline = str(row.get("pipeline") or "")
-    words = pipeline.split()
-    bs = row.get("batch_size")
-    if not bs and any(w.startswith("b") and w[1:].isdigit() for w in words):
-        bs = int(next(w[1:] for w in words if w.startswith("b") and w[1:].isdigit()))
-    n, rate = row.get("samples"), row.get("samples_per_s")
-    epw = row.get("epochs_per_window")
-    epw = 1 if epw is None or (isinstance(epw, float) and math.isnan(epw)) else int(epw)
-    timed = epw * -(-int(n) // int(bs)) if n and bs else None
-    window = epw * n / rate if n and rate and rate == rate and rate > 0 else None
-    pre = "cold_" if cache == "cold" else ""
-    if _given(row.get(pre + "timed_batches")) or _given(row.get(pre + "window_s")):
-        timed, window = _num(row.get(pre + "timed_batches")), _num(row.get(pre + "window_s"))
-        timed = None if timed is None else int(timed)
-    return Side(str(row.get("label") or row.get("contender")), order_of(row.get("shuffle"), words[-1] if words else None),
-                row.get("pixel_error"), None if bs is None else int(bs), workers_of(pipeline, row.get("num_workers")),
-                cache, timed, window)
-
-
-def _given(x) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
-
-
-def _num(x):
-    return float(x) if _given(x) else None
-
-
-def sides_of_record(payload: dict, kind: str) -> tuple[Side, Side] | None:
-    """The two sides of a committed run's ratio on ``kind`` (its ``results.json``), from its table and checks."""
-    r = (payload.get("ratios") or {}).get(kind) or {}
-    if r.get("ratio") is None or not r.get("feedlab") or not r.get("best_peer"):
-        return None
-    rows = []
-    for who in ("feedlab", "best_peer"):
-        want = r[who]
-        row = next((x for x in payload.get("table") or [] if x.get("kind") == kind
-                    and x.get("contender") == want.get("contender") and x.get("num_workers") == want.get("num_workers")),
-                   {})
-        check = (payload.get("checks") or {}).get(f"{kind}/{want.get('contender')}")
-        rows.append({"pixel_error": pixel_error(check), "samples": (payload.get("samples") or {}).get(kind),
-                     "batch_size": payload.get("batch_size"), **row, **want})
-    return side(rows[0]), side(rows[1])
-
-
 def _best(tab: pd.DataFrame, kind: str, names) -> dict | None:
     d = tab[(tab.kind == kind) & tab.contender.isin(names) & (tab.check_ok == True)  # noqa: E712
             & (tab.get("run_ok", False) == True)]  # noqa: E712
@@ -172,8 +125,10 @@ def _best(tab: pd.DataFrame, kind: str, names) -> dict | None:
 
 
 def missing_peers(tab: pd.DataFrame, kind: str, field=None) -> dict[str, str]:
-    """``{label: why}`` of the peers of the field without a checked, timed run on ``kind`` in this table.
-    The field: ``field`` (names), default every registered contender but feedlab's best with a ``kind`` pipeline."""
+    """``{label: why}`` of the peers of the field without a checked, timed run on ``kind`` in this table:
+    not installed (the reason, :func:`feedlab.peers.venvs.why_missing` for a venv peer), left out by the
+    run's own time limit, failed its output check, or its run failed. The field: ``field`` (names), default
+    every registered contender but feedlab's best with a ``kind`` pipeline."""
     names = list(field) if field is not None else list(PEERS)
     names = [n for n in names if n != FEEDLAB and (n not in PEERS or kind in PEERS[n].kinds)]
     d = tab[tab.kind == kind]
@@ -186,7 +141,7 @@ def missing_peers(tab: pd.DataFrame, kind: str, field=None) -> dict[str, str]:
             continue
         first = rows.iloc[0]
         if not bool(first.available):
-            out[label] = first.reason if str(first.reason).startswith("left out by") else f"unavailable: {first.reason}"
+            out[label] = first.reason if str(first.reason).startswith("left out by") else f"not installed: {first.reason}"
         elif first.check_ok is not True and first.check_ok != True:  # noqa: E712
             out[label] = "failed the output check"
         elif "run_ok" not in rows or not (rows.run_ok == True).any():  # noqa: E712
@@ -229,7 +184,8 @@ def ratios(tab: pd.DataFrame, field=None) -> dict:
         lo, hi = fb["q25"] / peer["q75"], fb["q75"] / peer["q25"]
         a, b = side(fb), side(peer)
         cold = _ratio(fb.get("cold_samples_per_s"), peer.get("cold_samples_per_s"))
-        entry = {"ratio": r, "ratio_low": lo, "ratio_high": hi, "verdict": judged(_verdict(lo, hi), a, b),
+        v = verdict(a, b, r, target=TARGET, lo=lo, hi=hi)
+        entry = {"ratio": r, "ratio_low": lo, "ratio_high": hi, "verdict": words(v), "judged": as_record(v),
                  "cold_ratio": cold, "differs": differences(a, b), "sides": [asdict(a), asdict(b)],
                  "feedlab": {**{k: fb.get(k) for k in ("contender", "num_workers", "samples_per_s", "q25", "q75",
                                                         "cpu_ms_per_sample", "first_batch_s", "peak_rss_mib")},
@@ -242,39 +198,16 @@ def ratios(tab: pd.DataFrame, field=None) -> dict:
             ca, cb = side(fb, "cold"), side(peer, "cold")
             clo = _ratio(fb.get("cold_low"), peer.get("cold_high"))
             chi = _ratio(fb.get("cold_high"), peer.get("cold_low"))
+            cv = verdict(ca, cb, cold, target=TARGET, lo=clo, hi=chi)
             entry.update(cold_ratio_low=clo, cold_ratio_high=chi, cold_differs=differences(ca, cb),
-                         cold_sides=[asdict(ca), asdict(cb)],
-                         cold_verdict=judged(_verdict(clo, chi), ca, cb) if clo is not None and chi is not None
-                         else judged("no spread recorded", ca, cb))
+                         cold_sides=[asdict(ca), asdict(cb)], cold_verdict=words(cv), cold_judged=as_record(cv))
         out[kind] = entry
     return out
-
-
-def _verdict(lo, hi) -> str:
-    return "met (>= 1.0)" if lo >= 1.0 else "not met" if hi < 1.0 else "within this run's spread of 1.0"
 
 
 def _ratio(x, y) -> float | None:
     ok = all(v is not None and v == v and v > 0 for v in (x, y))
     return x / y if ok else None
-
-
-def shared(sides: list[dict]) -> str:
-    """Each side's value of every invariant, ``feedlab / peer``: what a reader checks the ratio against."""
-    if not sides or len(sides) != 2:
-        return ""
-    a, b = sides
-
-    def val(s, k):
-        v = s.get(k)
-        if v is None:
-            return "?"
-        if k == "window_s":
-            return f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.1f} s"
-        return f"{v:.1f}" if k == "pixel_error" else str(v)
-
-    return "; ".join(f"{k.replace('_', ' ')} {val(a, k)} / {val(b, k)}"
-                     for k in ("order", "pixel_error", "batch_size", "workers", "cache", "timed_batches", "window_s"))
 
 
 def ratio_table(rat: dict) -> pd.DataFrame:
@@ -288,9 +221,16 @@ def ratio_table(rat: dict) -> pd.DataFrame:
                      "best_peer": (r.get("best_peer") or {}).get("label", ""),
                      "cold_ratio": r.get("cold_ratio"), "cold_verdict": r.get("cold_verdict", ""),
                      "feedlab / peer": shared(r.get("sides") or []),
-                     "field": "every peer" if not miss else f"without {len(miss)}: " + ", ".join(miss),
+                     "field": field_words(miss),
                      "missing_peers": "; ".join(f"{k} ({v})" for k, v in miss.items())})
     return pd.DataFrame(rows)
+
+
+def field_words(missing: dict) -> str:
+    """Which peers the best peer was chosen from: "every peer", else every installed one and those not."""
+    if not missing:
+        return "every peer"
+    return f"every peer but {len(missing)}: " + "; ".join(f"{k} ({v})" for k, v in missing.items())
 
 
 def published_table(tab: pd.DataFrame, cores: int) -> pd.DataFrame:
@@ -329,8 +269,8 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
     lines = []
     for kind, r in rat.items():
         miss = r.get("missing_peers") or {}
-        without = (f" Computed without {', '.join(miss)} ({len(miss)} of the field did not run: see the table)."
-                   if miss else " Every peer of the field ran.")
+        without = (f" The best of every peer but {len(miss)}: " + "; ".join(f"{k} ({v})" for k, v in miss.items())
+                   + "." if miss else " The best of every peer of the field (each measured on this data set).")
         if r.get("ratio") is None:
             lines.append(f"{kind}: no ratio ({r['why_missing']} has no checked, timed run).{without}")
             continue
@@ -339,7 +279,7 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
         s = (f"{kind}: feedlab best ({workers_of(fb.get('pipeline'), fb['num_workers'])} workers{chosen}) {_f(fb['samples_per_s'])} samples/s "
              f"(spread {_f(fb['q25'])}–{_f(fb['q75'])}) vs the best peer, {p['label']} ({int(p['num_workers'])} workers) "
              f"{_f(p['samples_per_s'])} (spread {_f(p['q25'])}–{_f(p['q75'])}): ratio {r['ratio']:.2f} "
-             f"(from the spreads {r['ratio_low']:.2f}–{r['ratio_high']:.2f}); target >= 1.0: {r['verdict']}.")
+             f"(from the spreads {r['ratio_low']:.2f}–{r['ratio_high']:.2f}); target >= {TARGET:g}: {r['verdict']}.")
         if r.get("cold_ratio") is not None:
             s += f" Cold page cache: ratio {r['cold_ratio']:.2f}"
             if r.get("cold_ratio_low") is not None and r.get("cold_ratio_high") is not None:
@@ -360,9 +300,9 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
     out = tab[~tab.available.astype(bool)]
     budget = out.reason.astype(str).str.startswith("left out by")
     for row in out[~budget].drop_duplicates("contender").itertuples():
-        lines.append(f"unavailable: {row.label} — {row.reason}")
+        lines.append(f"not installed: {row.label} — {row.reason}")
     if budget.any():
-        lines.append("left out by this run's time budget: "
+        lines.append("left out by this run's time limit: "
                      + ", ".join(f"{r.label} on {r.kind}" for r in out[budget].itertuples()) + ".")
     failed = tab[(tab.available.astype(bool)) & (tab.check_ok == False)]  # noqa: E712
     for row in failed.drop_duplicates(["kind", "contender"]).itertuples():
@@ -388,5 +328,6 @@ def rows_frame(res) -> pd.DataFrame:
     return df[df.experiment == EXPERIMENT] if not df.empty else df
 
 
-__all__ = ["BASELINE", "FEEDLAB", "STAGE", "missing_peers", "pixel_error", "published_table", "ratio_table", "ratios",
-           "readings", "rows_frame", "shared", "side", "sides_of_record", "table"]
+__all__ = ["BASELINE", "FEEDLAB", "STAGE", "TARGET", "field_words", "missing_peers", "pixel_error", "published_table",
+           "ratio_table", "ratios", "readings", "rows_frame", "shared", "side", "sides_of_record", "table", "verdicts",
+           "words"]

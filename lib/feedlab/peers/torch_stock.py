@@ -3,8 +3,10 @@
 SR: the PNG pairs decoded by PIL per sample, ``ToTensor`` + ``default_collate``
 (feedlab's ``totensor_collate``). Classification: an ImageFolder with the
 torchvision ImageNet recipe (``RandomResizedCrop``, ``RandomHorizontalFlip``,
-``ToTensor``). ``shuffle=True``, ``num_workers`` as given, everything else at
-its default (no persistent workers, prefetch 2).
+``ToTensor``). ``shuffle=True``, ``num_workers`` as given, ``persistent_workers``
+with workers (every contender keeps its workers across epochs: the embedded sets' epochs are a few
+batches long, and a worker start every few batches would be timed as the loader's rate; a long epoch's
+steady state is what a user gets), everything else at its default (prefetch 2).
 """
 
 from __future__ import annotations
@@ -37,4 +39,4 @@ def loader(source: Source, work, spec: Spec):
         ds = ImageFolderIds(source, torchvision_cls_transform(spec.size, spec.augment, to_tensor=True))
         collate = None
     return DataLoader(ds, batch_size=spec.batch_size, shuffle=spec.shuffle, num_workers=spec.workers,
-                      collate_fn=collate, generator=generator(spec.seed))
+                      collate_fn=collate, generator=generator(spec.seed), persistent_workers=spec.workers > 0)

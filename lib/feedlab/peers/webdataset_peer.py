@@ -5,7 +5,7 @@ encoder; classification: the JPEG bytes as ``jpg``, ``cls`` and ``idx``).
 Reader: ``wds.WebDataset(shards, shardshuffle=True)`` -> ``.shuffle(buffer)``
 -> ``.decode(...)`` -> ``.to_tuple(...)`` -> ``.map_tuple(transform)`` ->
 ``.batched(batch_size, partial=True)``, under ``wds.WebLoader(batch_size=None,
-num_workers=W)``; each worker reads whole shards (``split_by_worker``).
+num_workers=W, persistent_workers=True)``; each worker reads whole shards (``split_by_worker``).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def loader(source: Source, work, spec: Spec):
         ds = (ds.decode("pil").to_tuple("jpg", "cls", "idx.cls")
               .map_tuple(torchvision_cls_transform(spec.size, spec.augment), _identity, _identity))
     ds = ds.batched(spec.batch_size, partial=True)
-    return wds.WebLoader(ds, batch_size=None, shuffle=False, num_workers=spec.workers)
+    return wds.WebLoader(ds, batch_size=None, shuffle=False, num_workers=spec.workers,
+                         persistent_workers=spec.workers > 0)
 
 
