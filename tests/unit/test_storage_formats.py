@@ -285,7 +285,9 @@ def test_reading_states_targets_in_words():
     assert "dl_w" not in text and "/batched" not in text and "/chunk" not in text
     assert any(x.startswith("Target 1, ") and "meets the ≥ 0.9 target" in x for x in lines)
     assert any(x.startswith("Target 1b, ") and "meets the ≥ 0.7 target" in x for x in lines)
-    assert any(x.startswith("Target 2, ") and "misses the ≥ 20× target" in x for x in lines)
+    # Target 2 is judged by the one judge on both sides' records: none here, so never met or missed
+    assert any(x.startswith("Target 2, ") and "19.0×: not like for like (" in x and "the ≥ 20× target" in x
+               for x in lines)
     assert "30×" in text  # zarr by chunks ÷ zarr one sample at a time: 9000 / 300
     assert "PNG, a loop in one process vs the DataLoader with 1 worker: 400 vs 420" in text
     assert S.figure_title(nums, 32) == ("Reading alone, npy_mmap, one process, whole chunks (batch 32): ×19 the PNG + "
@@ -305,7 +307,9 @@ def _rows(variant: str, fmt: str, loader: str, samples: int, batch_size: int = 1
 @pytest.mark.parametrize("samples,fair", [(512, False), (128 * 51, True)])
 def test_a_target_of_rates_not_timed_steady_is_shown_not_judged(samples, fair):
     """4 batches an epoch (512 samples at batch 128) are all start-up: Target 1, 1b and 2 say so, as the
-    claims do; 51 batches (the first + 50 timed) are judged."""
+    claims do; 51 batches (the first + 50 timed) are judged. Target 2 compares whole pipelines (the best reads
+    whole chunks in one process, the baseline a global shuffle with 2 workers): the one judge never calls it
+    met or missed, whatever the windows."""
     import pandas as pd
 
     summ = _summary()
@@ -317,6 +321,10 @@ def test_a_target_of_rates_not_timed_steady_is_shown_not_judged(samples, fair):
              if x.startswith("Target 1") or x.startswith("Target 2")]
     assert len(lines) == 3
     for line in lines:
+        if line.startswith("Target 2"):
+            assert ": not like for like (" in line and line.endswith("measured, not judged.")
+            assert "meets" not in line and "misses" not in line
+            continue
         if fair:
             assert "not tested fairly" not in line and ("meets" in line or "misses" in line)
         else:
@@ -345,7 +353,13 @@ def test_reading_has_the_handover_and_its_targets():
     assert any("0.40 GB/s" in x and "0.75 GB/s" in x and "wall time" in x for x in hand)
     assert not any("9.00 GB/s" in x for x in lines)
     assert any("2.0 µs" in x and "meets the ≤ 5 µs target" in x for x in hand)
-    assert any("6.0×" in x and "meets the ≥ 5× target" in x and "the ring" in x for x in hand)
+    # rows that record no window, batch or repeats: the one judge cannot call them like for like
+    assert any("6.0×" in x and "not like for like (" in x and "measured, not judged" in x and "the ring" in x
+               for x in hand)
+    full = dict(batch_size=128, num_workers=2, cache="warm", timed_batches=60, window_s=1.5)
+    ho = [dict(r, repeat=k, **full) for r in ho for k in range(3)]
+    lines = S.readings(_summary(), None, S.numbers(_summary(), ho), handover_batch=128, handover_workers=2)
+    assert any("6.0×" in x and "meets the ≥ 5× target" in x and "the ring" in x for x in lines)
 
 
 def test_progress_lines_are_words(sr_root):

@@ -321,6 +321,32 @@ PEER = Target("feedlab-over-peer", "13_peer_loaders", ">=", PEER_RATIO,
 CURE = next(t for t in TARGETS if t.id == "cure-gpu-idle")
 
 
+HANDOVER_RATIO = 5.0   # 05: LMDB + fast collate ÷ PNG + ToTensor, both with workers (experiments.handover)
+_HANDOVER = re.compile(r"^(Target, LMDB \+ fast collate .* = [\d.]+×): .*? (— a whole-pipeline comparison.*)$")
+
+
+def handover_clause(recorded: str | None) -> str:
+    """05's hand-over target clause from the one judge's recorded word (a run before it: not judged)."""
+    words = recorded or "not tested fairly (no verdict of the one judge recorded)"
+    bound = f"≥ {HANDOVER_RATIO:g}× target"
+    if words.startswith("met"):
+        return f"meets the {bound}" + words[len("met"):]
+    if words.startswith("missed"):
+        return f"misses the {bound}" + words[len("missed"):]
+    return f"{words} against the {bound}; measured, not judged"
+
+
+def handover_line(line: str, t: Target | None = None, run: Run | None = None) -> str:
+    """05's printed hand-over target line, judged again by the one judge on the record's ``handover_rows``."""
+    m = _HANDOVER.match(line)
+    if not m or run is None or not run.payload.get("handover_rows"):
+        return line
+    h = run.payload.get("handover") or {}
+    v = sides_.handover_verdict(run.payload["handover_rows"], h.get("lmdb_best", ""), HANDOVER_RATIO,
+                                sides_.run_busy(run))
+    return f"{m.group(1)}: {handover_clause(str(v))} {m.group(2)}"
+
+
 _OVERALL = re.compile(r"^Overall \(kept steps\): measured ×([\d.]+) over the start, against ×([\d.]+) predicted "
                       r"\((\d+)% of the promised gain delivered\)\.?(.*)$")
 
@@ -343,7 +369,10 @@ def advice_line(line: str, t: Target, run: Run | None = None) -> str:
 
 ADVICE = Target("advice-gain", "10_doctor", ">=", 1.0, "the doctor's advice, start to last kept step, told apart "
                 "from ×1 like for like", lambda t, run: [], _OVERALL.pattern, "×")
-CLAUSES = {ADVICE.notebook: (ADVICE, advice_line), TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line)}
+HANDOVER = Target("lmdb-fast-over-png", "05_storage_formats", ">=", HANDOVER_RATIO,
+                  "LMDB + fast collate ÷ PNG + ToTensor, both with workers (the hand-over)", lambda t, run: [],
+                  _HANDOVER.pattern, "×")
+CLAUSES = {HANDOVER.notebook: (HANDOVER, handover_line), ADVICE.notebook: (ADVICE, advice_line), TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line)}
 
 
 def for_notebook(notebook: str) -> tuple[Target, ...]:
