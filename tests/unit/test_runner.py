@@ -90,8 +90,14 @@ tmp = Path(sys.argv[1])
 nb = nbformat.v4.new_notebook()
 params = nbformat.v4.new_code_cell("profile = ''\\nout_dir = ''")
 params.metadata.tags = ["parameters"]
-cell = ("import subprocess, sys, time, os\\nfrom pathlib import Path\\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])  # as 04's child\\n"
+sem = ("import multiprocessing as mp, pathlib, sys, time\\n"   # a named semaphore in /dev/shm, as a DataLoader's
+       "s = mp.get_context('spawn').Semaphore()\\n"
+       "pathlib.Path(sys.argv[1], 'sem').write_text(s._semlock.name)\\n"
+       "time.sleep(300)")
+cell = (f"SEM = {sem!r}\\n"
+        "import subprocess, sys, time, os\\nfrom pathlib import Path\\n"
+        f"child = subprocess.Popen([sys.executable, '-c', SEM, {str(tmp)!r}], stderr=subprocess.DEVNULL)  # 04's child\\n"
+        f"while not Path({str(tmp)!r}, 'sem').exists(): time.sleep(0.05)\\n"
         f"Path({str(tmp)!r}, 'pids.tmp').write_text(f'{{os.getpid()}} {{child.pid}}')\\n"
         f"os.replace(Path({str(tmp)!r}, 'pids.tmp'), Path({str(tmp)!r}, 'pids'))\\n"
         "time.sleep(300)")
@@ -109,12 +115,13 @@ sys.exit(run.main(["--only", "99", "--no-data", "--profile", "smoke", "--out-roo
 def test_a_signal_stops_the_runner_its_kernel_and_children_and_leaves_nothing(tmp_path, sig):
     """The runner died silently on SIGHUP, leaving its kernel, the kernel's child, its temporary folder and
     notebooks/kernel-ipc-N sockets. Now: one line, 128+n, and nothing left in its session, its out root,
-    its TMPDIR or notebooks/."""
+    its TMPDIR, notebooks/ or /dev/shm (the child's named semaphore)."""
     import os
     import signal
     import subprocess
     import sys
     import time
+    from pathlib import Path
 
     import psutil
 
@@ -160,6 +167,11 @@ def test_a_signal_stops_the_runner_its_kernel_and_children_and_leaves_nothing(tm
     assert list(tmpdir.iterdir()) == [], list(tmpdir.iterdir())   # the kernel's sockets and connection file
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
     assert set(NOTEBOOKS_DIR.glob("kernel-ipc-*")) <= sockets_before
+    shm = Path("/dev/shm") / f"sem.{(tmp_path / 'sem').read_text().lstrip('/')}"
+    gone_by = time.monotonic() + 10   # the child's resource tracker unlinks it once the child is stopped
+    while shm.exists() and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    assert not shm.exists(), f"{shm} left in /dev/shm"
 
 
 def _sid(pid: int) -> int | None:
