@@ -43,10 +43,10 @@ NOT_YET = {
     "docs/ARCHITECTURE.md": "the module contract: its numbers are levels, line limits and rule constants, not results",
     "docs/WRITEUPS.md": "the five write-ups' own numbers, each quoted with its source (the write-up), not ours",
     "docs/TUNE.md": "the tuner's page (another task's, issue 46); its numbers are not yet traced",
-    "docs/RERUNS.md": "the log of re-runs: its numbers quote records that later commits replaced; being traced to "
-                      "their commits (REV:PATH markers)",
-    "docs/GPU_RUN.md": "the rented-GPU runbook: its numbers are call limits and planned seconds from run_plan, "
-                       "being moved to the plan's printed output",
+    "docs/RERUNS.md": "the log of re-runs: its numbers quote records that later commits replaced; 13's paragraph "
+                      "is traced (REV:PATH markers to the commits that hold them), the other paragraphs are not yet",
+    "docs/GPU_RUN.md": "the rented-GPU runbook: which run each record comes from is generated (report.costs); its "
+                       "call limits and planned seconds (run_plan's) are not yet traced",
 }
 MARKER = re.compile(r"<!--\s*src:\s*(?:(?P<rev>[0-9a-f]{7,40}):)?(?P<path>[^#\s]+)#(?P<key>[^\s>]+)\s*-->")
 UNIT = (r"(?:\s?(?:%|×|x\b|s\b|ms\b|µs\b|ns\b|GB/s|MB/s|GB\b|GiB\b|MB\b|MiB\b|KiB\b|TB\b|minutes?\b|min\b|"

@@ -29,7 +29,7 @@ from feedlab.report.claims import ledger as claims_ledger
 from feedlab.report.claims.core import Run
 from feedlab.report.claims.ledger import END as CLAIMS_END
 from feedlab.report.claims.ledger import START as CLAIMS_START
-from feedlab.report.costs import COSTS_END, COSTS_START, costs_markdown
+from feedlab.report.costs import COSTS_END, COSTS_START, costs_markdown, update_records_md
 from feedlab.report.readme_doctor import (  # noqa: F401  (the doctor block, re-exported)
     DOCTOR_END,
     DOCTOR_START,
@@ -385,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
         print("docs/GPU_READINGS.md updated" if gpu_readings.write() else "docs/GPU_READINGS.md unchanged")
         print("docs/DOCTOR.md updated" if update_doctor_md() else "docs/DOCTOR.md unchanged")
+        print("docs/GPU_RUN.md updated" if update_records_md() else "docs/GPU_RUN.md unchanged")
         if args.findings:
             print(f"findings cells refreshed: {len(refresh_findings())} executed notebooks changed")
     return 0
