@@ -764,7 +764,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the start and the changes (>= 2)")
     ap.add_argument("--cases", default=None, help="comma-separated case names to run (default: all)")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds for each script run")
-    ap.add_argument("--deadline", type=float, default=600.0, help="seconds for the whole run: no case or pass "
+    ap.add_argument("--deadline", type=float, default=450.0, help="seconds for the whole run: no case or pass "
                     "starts after it")
     ap.add_argument("--hand", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--apply", default=None, help=argparse.SUPPRESS)

@@ -174,7 +174,7 @@ def test_a_busy_window_on_your_pipeline_never_gives_a_switch(monkeypatch, tmp_pa
     assert w["answer"].startswith("no switch: too busy to judge (your pipeline measured on a busy machine twice")
     row = w["peers"][0]
     assert row["verdict"] == "not tested fairly" and row["judged"].startswith("too busy to judge")
-    assert len(row["passes"]) == 3 and [p["round"] for p in row["passes"]] == [1, 2, 3]
+    assert [p["round"] for p in row["passes"]] == [1]     # nothing is judged against it: no more rounds
     assert "too busy to judge" in W.render(w)[4]
 
 
@@ -262,6 +262,11 @@ def test_a_small_what_if_with_dali_on_the_smoke_set_leaves_nothing_behind(tmp_pa
                      repeats=1, say=said.append)
     assert "error" not in w, w
     row = w["peers"][0]
+    if w["baseline"]["busy"]:     # a busy machine: your pipeline too busy to judge, DALI not measured, no switch
+        assert w["answer"].startswith("no switch: too busy to judge (your pipeline measured on a busy machine twice")
+        assert not row["measured"] and row["reason"].startswith("not measured: your pipeline measured on a busy")
+        assert not list(Path(tmp_path).glob("feedlab-whatif-*")) and not _children() - kids
+        return
     assert row["measured"], row
     assert row["samples_per_s"] > 0 and row["pixel_error"] == 0.0 and w["baseline"]["pixel_error"] == 0.0
     assert row["convert_s"] >= 0 and row["bytes_on_disk"] > 0

@@ -183,18 +183,18 @@ def interleave(sides: list[dict], rounds: int, log=lambda m: None, load_window=L
     """Every side measured once a round for ``rounds`` rounds, the order rotated each round (A B C, B C A,
     C A B, …), each pass inside a load window (``load_window()``: ``monitor.LoadWindow``, a fake in tests).
     A side is ``{"label", "run": f(first) -> info with "rate" (or "available": False and "reason"),
-    "processes"}``. A pass measured busy (:func:`feedlab.doctor.whatif.pass_busy`) is measured again once
+    "processes"}``; the first is the reference (your pipeline): once it is too busy or failed, no pass follows. A pass measured busy (:func:`feedlab.doctor.whatif.pass_busy`) is measured again once
     (the busy one kept, marked ``replaced``); busy again, the side is measured no more. A side that raises or
     is unavailable is measured no more, its first info kept with the reason. Per side: ``{"info": the first
     pass's info, "passes": [{round, rate, window_s, load, busy, again[, replaced]}], "busy", "error"}``."""
     out = {s["label"]: {"info": None, "passes": [], "busy": None, "error": None, "seconds": 0.0} for s in sides}
-    n = len(sides)
+    n, ref = len(sides), out[sides[0]["label"]]
     for k in range(int(rounds)):
         for j in range(n):
             s = sides[(j + k) % n]
             o = out[s["label"]]
-            if o["error"] or o["busy"]:
-                continue
+            if o["error"] or o["busy"] or ref["error"] or ref["busy"]:
+                continue    # nothing is judged against a reference side too busy or failed: no more passes
             for attempt in (1, 2):
                 log(f"what-if: {s['label']}, round {k + 1} of {rounds}" + (" (again: busy)" if attempt == 2 else ""))
                 window, t0 = load_window(), time.perf_counter()
@@ -279,7 +279,8 @@ def what_if(rep: dict, root: Path, spec: pl.PipelineSpec, crop: int = 96, sample
                                  spec.num_workers, base["batches"], base["window_s"], base["busy"], base["repeats"])
         for name in peers:
             g = got[name]
-            info = dict(g["info"] or {"name": name, "label": registry.get(name).label, "available": False})
+            info = dict(g["info"] or {"name": name, "label": registry.get(name).label, "available": False,
+                                      "reason": f"not measured: your pipeline {base['busy'] or 'failed'}"})
             if g["error"] and info.get("available"):
                 info.update(available=False, reason=g["error"])
             if info.get("available"):
