@@ -76,7 +76,7 @@ def _from_data(args):
     why = [p for p in spec.problems() if "pin_memory" not in p]
     if why:
         raise SystemExit(f"{PROG}: error: {'; '.join(why)}")
-    ds = formats.open_dataset(args.data, spec)
+    ds = pl.open_dataset(args.data, spec)
     step = None
     if args.model != "none":
         device = pl.resolve_device(args.device)
