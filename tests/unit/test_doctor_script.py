@@ -290,3 +290,67 @@ def test_an_empty_loader_in_a_step_loop_is_no_progress(tmp_path):
     assert "empty.py" in err[0] and "no batches" in err[0] and "0 samples" in err[0] and "data path" in err[0], err
     assert "5 s" in err[0] and "--deadline" in err[0], err[0]
     assert took < 45, f"{took:.0f} s"
+
+
+BLOCKED = """
+import signal, sys, time
+from feedlab.errors import deadline
+from feedlab.doctor.script_watch import DeadlineWire, fork_watched, stuck_line, watch_deadline
+
+mode = sys.argv[1]
+pid, fd = fork_watched()
+if pid:
+    def end(what, kids):
+        print(stuck_line("prog", what, 2.0, kids), file=sys.stderr, flush=True)
+        return 2
+    watch_deadline(pid, fd, 2.0, end, grace_s=2.0)
+with deadline(2.0, "reading", on_progress=True) as d:
+    wire = DeadlineWire(fd, d, lambda: "reading sample 7 of sr.h5")
+    wire.start()
+    if mode == "gil":                 # C code that holds the GIL and never answers SIGALRM: the wire falls silent
+        import ctypes
+
+        time.sleep(0.6)               # the wire has said what is under way
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+        ctypes.PyDLL(None).sleep(3600)
+    elif mode == "blocked":           # a C call that lets the GIL go but never answers SIGALRM (a hung mount)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+        time.sleep(3600)
+    else:
+        time.sleep(0.3)
+    wire.done()
+print("fine", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["gil", "blocked", "ok"])
+def test_a_read_blocked_inside_c_code_is_bounded_from_outside(tmp_path, mode):
+    """The doctor --data deadline is SIGALRM: an HDF5/LMDB read blocked inside C code (retrying EINTR, or a
+    page fault on a hung mount) never answers it. The command line's run is watched from a second process
+    (doctor.script_watch.watch_deadline): one line naming what was under way, nothing left behind."""
+    (tmp_path / "blocked.py").write_text(BLOCKED)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "lib"), str(ROOT)]))
+    t0 = time.monotonic()
+    p = subprocess.Popen([sys.executable, "blocked.py", mode], cwd=tmp_path, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        pytest.fail(f"{mode}: not ended within 60 s")
+    finally:
+        t_end = time.monotonic() + 10
+        while time.monotonic() < t_end and (left := _left_in_session(p.pid)):
+            time.sleep(0.2)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    assert not left, left
+    if mode == "ok":
+        assert p.returncode == 0 and out == "fine\n" and not err.strip(), (p.returncode, out, err)
+        return
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, (p.returncode, err)
+    assert "reading sample 7 of sr.h5" in lines[0] and "no progress within 2 s" in lines[0], lines[0]
+    assert "fine" not in out and time.monotonic() - t0 < 45

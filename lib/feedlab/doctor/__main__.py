@@ -41,6 +41,7 @@ from .measure import Doctor, Effort
 from .ranks import advise_ranks, render_ranks
 from .report import json_default, render
 from .script import PROG, render_script, run_script
+from .script_watch import DeadlineWire, fork_watched, stuck_line, watch_deadline
 from .share import report_problem, write_report
 from .user import diagnose_loader, render_user
 from .verdict import one_verdict
@@ -217,7 +218,8 @@ def _script(args, script_args: list[str]) -> int:
                          "give either --script or --loader/--step")
     summary, loader = run_script(args.script, script_args, max_batches=max(args.batches, 4),
                                  deadline_s=args.deadline, log=_log(args),
-                                 report=lambda summary, why: _script_ended(args, summary, why))
+                                 report=lambda summary, why: _script_ended(args, summary, why),
+                                 watch=getattr(args, "watched", False))
     head = render_script(summary, offer=not args.diagnose)
     if not args.diagnose:
         _emit(args, summary, head)
@@ -259,6 +261,11 @@ def worker_warnings_collected(say=None):
                 f"note: torch warned {len(seen)} time(s) about the worker count: {text}.")
 
 
+def _stuck(args, what: str, kids: list[int]) -> int:
+    print(stuck_line(PROG, f"doctor --data {args.data}: {what}", args.deadline, kids), file=sys.stderr, flush=True)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     with cli_errors("python -m feedlab.doctor"), worker_warnings_collected():
         return _main(argv)
@@ -267,11 +274,13 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
 
     ap = _parser()
+    watched = argv is None   # the command line: its run is watched from outside (doctor.script_watch)
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--tune" in (argv[:argv.index("--")] if "--" in argv else argv):
         return _tune(argv)
     script_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.watched = watched
     if args.batch_size < 1 or args.repeats < 1 or (args.max_workers is not None and args.max_workers < 0):
         ap.error("--batch-size and --repeats must be >= 1, --max-workers >= 0")
     if args.ranks is not None and args.ranks < 1:
@@ -315,7 +324,15 @@ def _main(argv: list[str] | None = None) -> int:
     effort = Effort(args.repeats, 1, args.samples, args.batches, cold=not args.no_cold)
     where = [f"opening {args.data} as {fmt}"]
     hint = ("a sample that never answers? `python -m data_prep verify DATA` names it; --deadline S waits longer")
+    if args.watched:   # a read blocked inside C code cannot answer SIGALRM: this process watches from outside
+        pid, fd = fork_watched()
+        if pid:
+            watch_deadline(pid, fd, args.deadline, lambda what, kids: _stuck(args, what, kids), first=where[0])
     with deadline(args.deadline, lambda: f"doctor --data {args.data}: {where[0]}", hint, on_progress=True) as d:
+        wire = DeadlineWire(fd, d, lambda: where[0]) if args.watched else None
+        if wire is not None:
+            wire.start()
+
         def log(m: str) -> None:   # each step said is progress; the deadline names the step it waits in
             where[0] = m
             d.reset()
@@ -336,6 +353,8 @@ def _main(argv: list[str] | None = None) -> int:
             trace_run(doc.split(spec.format, spec.decode_backend), report, args.trace, batch_size=spec.batch_size,
                       workers=spec.num_workers, collate=pl.make_collate(spec.collate), max_batches=20, model=doc.model,
                       device=doc.device, optimizer=doc.optimizer, pin_memory=spec.pin_memory and doc.cuda)
+        if wire is not None:
+            wire.done()
     text = render(report)
     if "ranks_advice" in report:
         text += "\n" + "\n".join(render_ranks(report["ranks_advice"]))

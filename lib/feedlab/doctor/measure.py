@@ -192,7 +192,8 @@ class Doctor:
         whose worker filled a slot of the shared-memory ring (a slot index, no pickled tensor)."""
         unfit = ring_unfit(self._items(1)[0])
         if unfit is not None:   # e.g. an image folder: one image a sample, no (lr, hr) pair
-            self.notes.append(f"ring probe: not run, {unfit}")
+            if f"ring probe: not run, {unfit}" not in self.notes:   # said once, for every collate asked
+                self.notes.append(f"ring probe: not run, {unfit}")
             return
         try:
             pr = probe_ring(self._items(bs), bs, batches=max(6, 4 * self.effort.repeats))

@@ -16,7 +16,7 @@ the script is ended, after what was measured is printed, when it makes no progre
 delivered or a step taken) in ``deadline_s`` (no DataLoader built, an empty one in a step-based
 loop, a step that never returns, loaders in ``mp.spawn`` children), does not end ``deadline_s``
 after the doctor's stop, or catches the stop (a bare ``except:``) and asks for more; the processes
-the script started go with it. From the command line (``report`` given) the script runs in a forked
+the script started go with it. From the command line (``watch``) the script runs in a forked
 child watched by the doctor's process, so a script stuck in C code that holds the GIL is ended too;
 a library caller gets the in-process :class:`~feedlab.doctor.script_watch.Watchdog` thread, which
 cannot reach such a script. Only
@@ -295,19 +295,20 @@ def _say(summary: dict | None, why: str) -> int:
 
 
 def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = DEFAULT_DEADLINE_S,
-               log=lambda m: None, report=_say) -> tuple[dict, Any]:
+               log=lambda m: None, report=_say, watch: bool = False) -> tuple[dict, Any]:
     """Run ``path`` as ``__main__`` with ``args`` until one DataLoader delivered
     ``max_batches`` batches (or the script ended); returns (summary, that loader).
     Where the script cannot be stopped so (:mod:`feedlab.doctor.script_watch`), ``report(summary
     or None, why)`` says what was measured and returns the exit status of this process, which
-    then ends. With ``report`` given, the script runs in a forked child that this process watches
-    (this process exits with the child's status; the child returns here)."""
+    then ends. With ``watch`` (a command line's run: never in a process that must go on, such as a
+    test runner's), the script runs in a forked child that this process watches (this process exits
+    with the child's status; the child returns here)."""
     from torch.utils.data import DataLoader
 
     path = Path(path)
     if not path.is_file():
         raise UserCodeError(f"--script {path}: no such file")
-    watched = report is not _say and hasattr(os, "fork")   # a command line's run: watched from outside
+    watched = watch and hasattr(os, "fork")   # a command line's run: watched from outside
     tell = None
     if watched:
         pid, fd = fork_watched()

@@ -231,9 +231,74 @@ def _exit_code(status: int) -> int:
 def watch_child(pid: int, fd: int, p: Progress, limit: float | None,
                 end: Callable[[str, list[int]], int]) -> None:
     """Watch the child ``pid`` that runs the script, reading its events from ``fd`` into ``p``, until
-    it exits (then this process exits with its status) or is overdue: then ``end(why, its
-    descendants)`` reports (the descendants are stopped here first, the child with them) and this
-    process exits with what ``end`` returns. Never returns."""
+    it exits (then this process exits with its status) or is overdue (:func:`overdue`): then ``end(why,
+    its descendants)`` reports (the child and its descendants are stopped here first) and this process
+    exits with what ``end`` returns. Never returns."""
+    watch(pid, fd, p.apply, lambda now: None if p.done else overdue(p, limit, now), end)
+
+
+#: seconds past a deadline's own time before the watching process ends a child that did not answer it
+BACKSTOP_GRACE_S = 5.0
+
+
+class DeadlineWire(threading.Thread):
+    """The child's side of :func:`watch_deadline`: every ``every_s`` it tells the watching process when
+    the open deadline ``d`` (:func:`feedlab.errors.deadline`) is due and what ``where()`` says is under
+    way. It needs the GIL: a main thread stuck in C code that holds it silences it, which the watching
+    process reads as overdue too. ``done()``: the deadline's part is over."""
+
+    def __init__(self, fd: int, d, where: Callable[[], str], every_s: float = 0.25):
+        super().__init__(name="feedlab-deadline-wire", daemon=True)
+        self.wire, self.d, self.where, self.every = Wire(fd), d, where, every_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.every):
+            self.wire("due", self.d.due if self.d.armed else None, self.where())
+
+    def done(self) -> None:
+        self.stopped.set()
+        self.wire("done")
+
+
+def watch_deadline(pid: int, fd: int, limit: float, end: Callable[[str, list[int]], int],
+                   grace_s: float = BACKSTOP_GRACE_S, first: str = "the run") -> None:
+    """The watching side of :class:`DeadlineWire`: the child ``pid`` is overdue ``grace_s`` past its
+    deadline's due time (the deadline did not fire: a read blocked inside C code, HDF5's or LMDB's on a
+    hung mount), or when it has said nothing for ``limit + grace_s`` (C code holding the GIL); then
+    ``end(what was under way, its descendants)`` says so (``first`` until the child said). Never returns."""
+    seen = {"due": None, "t": time.monotonic(), "where": first, "done": False}
+
+    def apply(ev: list) -> None:
+        if ev[0] == "done":
+            seen["done"] = True
+        else:
+            seen.update(due=ev[1], where=ev[2], t=time.monotonic())
+
+    def late(now: float) -> str | None:
+        if seen["done"]:
+            return None
+        talking = now - seen["t"] < 1.0   # the wire speaks, so the main thread lets the GIL go: held up in C code
+        if (talking and seen["due"] is not None and now > seen["due"] + grace_s) or now - seen["t"] > limit + grace_s:
+            return seen["where"] or "the run"
+        return None
+
+    watch(pid, fd, apply, late, end)
+
+
+def stuck_line(prog: str, what: str, limit: float, kids: list[int]) -> str:
+    """The one line :func:`watch_deadline`'s ``end`` prints for a run that did not answer its deadline."""
+    started = f" and the {len(kids)} process(es) it started" if kids else ""
+    return (f"{prog}: error: {what}: no progress within {limit:g} s (--deadline), and the deadline could not "
+            "interrupt it: a call blocked inside C code (an HDF5 or LMDB read on a hung or very slow mount?); "
+            f"stopped it{started}; check the mount, or give --deadline S if it is only slow")
+
+
+def watch(pid: int, fd: int, apply: Callable[[list], None], late: Callable[[float], str | None],
+          end: Callable[[str, list[int]], int]) -> None:
+    """The watching loop: events from ``fd`` to ``apply``; the child's exit is this process's; signals
+    go on to the child; ``late(now)`` saying why ends the child and its tree, then ``end(why, its
+    descendants)`` gives this process's exit status. Never returns."""
     pending: list[int] = []
     signalled: dict[int, list] = {}   # signal → [first seen, forwarded]
 
@@ -252,7 +317,7 @@ def watch_child(pid: int, fd: int, p: Progress, limit: float | None,
             *lines, buf = buf.split(b"\n")
             for ln in lines:
                 try:
-                    p.apply(json.loads(ln))
+                    apply(json.loads(ln))
                 except (ValueError, KeyError, IndexError):   # a line cut short by a kill: nothing to apply
                     pass
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -272,7 +337,7 @@ def watch_child(pid: int, fd: int, p: Progress, limit: float | None,
             if now - st[0] > SIGNAL_GRACE_S:   # the child did not end on the signal: its tree is stopped
                 stop_processes([pid, *_below(pid)], grace_s=2.0)
                 _end(128 + sig)
-        why = None if p.done or signalled else overdue(p, limit, now)
+        why = None if signalled else late(now)
         if why is not None:
             kids = _below(pid)
             os.kill(pid, signal.SIGKILL)   # the script (it may hold the GIL in C code: no handler runs)
