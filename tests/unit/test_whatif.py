@@ -172,10 +172,16 @@ def test_a_busy_window_on_your_pipeline_never_gives_a_switch(monkeypatch, tmp_pa
     assert w["baseline"]["busy"].startswith("measured on a busy machine twice (other processes used 1.40 of 2")
     assert [p["replaced"] for p in w["baseline"]["passes"][:1]] == [True]
     assert w["answer"].startswith("no switch: too busy to judge (your pipeline measured on a busy machine twice")
-    row = w["peers"][0]
-    assert row["verdict"] == "not tested fairly" and row["judged"].startswith("too busy to judge")
-    assert [p["round"] for p in row["passes"]] == [1]     # nothing is judged against it: no more rounds
+    row = w["peers"][0]     # nothing is judged against a reference too busy: no pass follows
+    assert not row["measured"] and row["passes"] == []
+    assert row["reason"].startswith("not measured: your pipeline measured on a busy machine twice")
     assert "too busy to judge" in W.render(w)[4]
+    # busy only later: the peer measured, your pipeline busy twice in round 2: the peer's verdict is not fair
+    w = _fake_what_if(monkeypatch, {"your pipeline": [600.0, 254.0, 250.0], "mosaic_streaming": [610.0, 600.0]},
+                      busy=lambda side, n: side == "your pipeline" and n > 2)
+    row = w["peers"][0]
+    assert row["measured"] and row["verdict"] == "not tested fairly" and row["judged"].startswith("too busy to judge")
+    assert w["answer"].startswith("no switch: too busy to judge (your pipeline measured on a busy machine twice")
 
 
 def test_a_busy_pass_is_measured_again_and_the_quiet_reading_is_judged(monkeypatch, tmp_path):
