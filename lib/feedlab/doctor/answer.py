@@ -215,7 +215,7 @@ def answer_lines(rep: dict) -> list[str]:
         for k, c in enumerate(measured, 1):
             lines.append(f"  {k}. {c['what']}: {c['gain']}")
             lines.append(f"       {c['code']}")
-    elif not predicted:
+    elif not predicted and (rep.get("tried") is None or no_change_line(rep)):   # else best_line says it
         lines.append("what to change: no single change measured (or predicted) to gain 5% or more")
     h = headspace(rep)
     best = None if no_change_line(rep) else best_line(rep, h and h["input_share"], h and h["most"])
