@@ -115,10 +115,13 @@ def run_scenario(sc: S.Scenario, P, log=print) -> dict:
     grid_s = time.perf_counter() - t1
     load = monitor.check_busy(f"{sc.key}: tuner and grid", log=log)
     by_name = {t.name: t for t in grid}
-    memory = {}
-    if sc.ram_bytes:
+    memory, by_workers = {}, {}
+    if sc.ram_bytes:       # once a worker count (persistent or not, the same processes' memory after the epochs)
         for name, s in named.items():
-            memory[name] = _memory(sc.make, s, sc.epochs, P.deadline_s)
+            key = -1 if s.get("kind") == "threads" else int(s.get("num_workers", start.get("num_workers", 0)))
+            if key not in by_workers:
+                by_workers[key] = _memory(sc.make, s, sc.epochs, P.deadline_s)
+            memory[name] = by_workers[key]
     rows = []
     for t in grid:
         r = _row(t)
