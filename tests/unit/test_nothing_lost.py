@@ -529,8 +529,9 @@ def test_a_signal_to_pack_leaves_no_temporary_and_says_so_in_one_line(tmp_path, 
 
     rc, lines, _ = _signalled([sys.executable, "-m", "data_prep", "pack", str(root), "--to", "lmdb,hdf5,npy"],
                               tmp, writing, sig)
+    lines = [ln for ln in lines if "sample/s]" not in ln and "\r" not in ln]   # its progress bars
     assert rc == 128 + sig and len(lines) == 1, lines
     assert lines[0].startswith("data_prep pack: ") and sig.name in lines[0] and "no partial output" in lines[0]
     assert not [p.name for p in root.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
     assert {p.name for p in root.iterdir()} - before <= {"lmdb", "hdf5", "npy", "manifest.json"}
-    assert not list(tmp.iterdir())
+    assert not [p for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]   # torch's cache, at import
