@@ -193,3 +193,13 @@ def test_doctor_tune_hands_over_to_the_tuner_in_one_line():
                        capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "cannot import it" in p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("device,epochs", [("cpu", 1), ("cpu", 3), ("cuda", 1), ("cuda", 3)])
+def test_every_setting_the_tuner_may_pick_is_in_the_exhaustive_grid_by_its_name(device, epochs):
+    p = _probe(fetch=(2e-3, 1e-4), device=device)
+    loader = _make()()
+    start = CD.start_settings(loader)
+    names = {CD.name_of(CD.changed(s, start)) for s in CD.exhaustive(p, loader)}
+    settings, _ = CD.grid(p, loader, epochs=epochs)
+    assert {CD.name_of(CD.changed(s, start)) for s in settings} <= names | {"start"}

@@ -128,15 +128,17 @@ def grid(probe: Probe, loader, epochs: int = 1, ram_bytes: float | None = None,
 
 def exhaustive(probe: Probe, loader, max_workers: int | None = None) -> list[dict]:
     """Every setting a user could pick by hand in the tuner's space, for an exhaustive search (notebook 16's
-    ground truth): each worker count of the ladder with and without persistent workers, and each thread count.
+    ground truth): each worker count of the ladder with and without persistent workers (pinned on CUDA, as the
+    tuner pins), and each thread count.
     A setting at its DataLoader default leaves the key out (so it is named as the tuner names it)."""
+    pin = {"pin_memory": True} if probe.device.startswith("cuda") and not loader.pin_memory else {}
     out: list[dict] = []
     for w in worker_ladder(probe, max_workers):
         if w and not probe.picklable:
             continue
-        out.append({"num_workers": w})
+        out.append({"num_workers": w, **(pin if w else {})})
         if w:
-            out.append({"num_workers": w, "persistent_workers": True})
+            out.append({"num_workers": w, "persistent_workers": True, **pin})
     return out + [{"kind": "threads", "threads": t} for t in thread_ladder(probe, max_workers)]
 
 
