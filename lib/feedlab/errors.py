@@ -221,13 +221,26 @@ def deadlines_fired() -> int:
     return _FIRED[0]
 
 
+def command_line() -> bool:
+    """Whether this process is one of feedlab's command lines: ``python -m feedlab...`` / ``python -m
+    data_prep``, or a ``feedlab-*`` console script. Anything else (a kernel, pytest, a user's script
+    that called a ``main``) is a library caller that goes on after the call."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = str(getattr(spec, "name", "") or "")
+    if name.split(".")[0] in ("feedlab", "data_prep"):
+        return True
+    return os.path.basename(sys.argv[0] if sys.argv else "").startswith("feedlab-")
+
+
 def leave_stuck(code: int, since: int = 0) -> None:
     """End this process now with ``code`` when a deadline fired after ``since`` (a count of
     :func:`deadlines_fired`) and another thread is still alive: it may be blocked in what timed out
     (a read that never returns in zarr's IO pool), and interpreter exit joins such threads, daemon
     or not (``concurrent.futures`` joins its own). Output flushed, worker processes stopped, then
-    ``os._exit``. Otherwise return (the caller exits as usual). For a command line's last step."""
-    if _FIRED[0] <= since:
+    ``os._exit``. Otherwise return (the caller exits as usual). For a command line's last step: a
+    library caller (a notebook, a test runner, a script that imported feedlab and called a ``main``)
+    is never ended here (:func:`command_line`)."""
+    if _FIRED[0] <= since or not command_line():
         return
     if not any(t.is_alive() and t is not threading.main_thread() for t in threading.enumerate()):
         return
