@@ -280,7 +280,7 @@ def what_if(rep: dict, root: Path, spec: pl.PipelineSpec, crop: int = 96, sample
         for name in peers:
             g = got[name]
             info = dict(g["info"] or {"name": name, "label": registry.get(name).label, "available": False,
-                                      "reason": f"not measured: your pipeline {base['busy'] or 'failed'}"})
+                                      "reason": "not measured: your pipeline was " + ("too busy to judge" if base["busy"] else "not measured")})
             if g["error"] and info.get("available"):
                 info.update(available=False, reason=g["error"])
             if info.get("available"):
