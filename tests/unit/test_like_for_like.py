@@ -108,6 +108,12 @@ def test_a_run_whose_sides_match_is_judged():
     from feedlab.report.claims.core import Run
 
     line = "sr: feedlab best 10 vs 5: ratio 0.95 (from the IQRs 0.90–1.10); target >= 1.0: met (>= 1.0)."
+    # sides like for like now: the verdict the notebook recorded ("met (>= 1.0)") is kept, never recomputed
+    assert targets.peer_line(line, targets.PEER, Run(payload, fingerprint={})).endswith(
+        "ratio 0.95 (from the IQRs 0.90–1.10); meets the ≥ 1 target.")
+    # a record with no word of its own is judged by the one judge on the printed interval
+    for r in payload["ratios"].values():
+        r.pop("verdict", None)
     assert targets.peer_line(line, targets.PEER, Run(payload, fingerprint={})).endswith(
         "ratio 0.95 (from the IQRs 0.90–1.10); within this run's spread of the ≥ 1 target (0.9–1.1 holds 1).")
 
@@ -206,4 +212,4 @@ def test_the_peer_line_keeps_its_cold_ratio_and_what_follows():
             "Cold page cache: ratio 0.81 (from the spreads 0.75–0.87): not met. Each side (feedlab / peer): x.")
     out = targets.peer_line(line, targets.PEER, Run(payload, fingerprint={}))
     assert "Cold page cache: ratio 0.81 (from the spreads 0.75–0.87): " in out and out.endswith("Each side (feedlab / peer): x.")
-    assert "target >= 1.0" not in out and ": not met." not in out
+    assert "target >= 1.0" not in out and ": not met." not in out and "Cold page cache: ratio 0.81" in out

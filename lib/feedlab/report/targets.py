@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from feedlab.like_for_like import MET, MISSED, NOT_LIKE, WITHIN, Side, Verdict
+from feedlab.like_for_like import MET, MISSED, NOT_LIKE, WITHIN, Side, Verdict, differences
 from feedlab.like_for_like import verdict as like_verdict
 from feedlab.machines import pcie_theoretical_gbps
 from feedlab.monitor import BUSY_SPEED, process_speed  # BUSY_SPEED (10): the doctor's probe under it: too busy
@@ -226,20 +226,31 @@ def timer_line(line: str, t: Target, run: Run | None = None) -> str:
     return _TIMER.sub(sub, line)
 
 
+_RECORDED = {"met": MET, "not met": MISSED, "within this run's spread of 1.0": WITHIN}
+
+
 def peer_verdict(payload: dict, kind: str, cold: bool = False, printed: tuple | None = None) -> Verdict | None:
-    """13's ratio on ``kind`` (feedlab's best ÷ the best peer; ``cold``: with the page cache dropped) by the one
-    judge: its two recorded sides (:func:`feedlab.peers.report.sides_of_record`, the record's ``cold_sides``),
-    the interval the run recorded (``ratio_low``–``ratio_high``), the ≥ 1 target. The same rule the notebook
-    printed its verdict by (within the run's spread of 1 where the interval holds it), never the point ratio alone.
-    None where the run recorded no such ratio. ``printed``: ``(ratio, low, high)`` as a line printed them."""
+    """13's ratio on ``kind`` (feedlab's best ÷ the best peer; ``cold``: with the page cache dropped), never judged
+    again where the notebook recorded its verdict (no generator recomputes one):
+
+    1. the one judge's verdict the record keeps (``results.json`` → ``verdicts`` → ``kind``, and its ``cold``);
+    2. an older record's printed word (``ratios`` → ``kind`` → ``verdict`` / ``cold_verdict``), kept where its two
+       recorded sides are like for like (:func:`feedlab.peers.report.sides_of_record`), else what differs;
+    3. no recorded word: the one judge on the recorded sides and interval (``printed``: ``(ratio, low, high)``
+       as a line printed them).
+    None where the run recorded no such ratio."""
     r = (payload.get("ratios") or {}).get(kind) or {}
     pre = "cold_" if cold else ""
     ratio = r.get(f"{pre}ratio")
-    if printed is not None:
-        ratio, lo_p, hi_p = printed
-        r = dict(r, **{f"{pre}ratio_low": lo_p, f"{pre}ratio_high": hi_p})
     if not isinstance(ratio, (int, float)):
         return None
+    kept = ((payload.get("verdicts") or {}).get(kind) or {})
+    kept = kept.get("cold") if cold else kept
+    if isinstance(kept, dict) and kept.get("word"):
+        return Verdict(kept["word"], kept.get("why") or "", kept.get("ratio"), kept.get("lo"), kept.get("hi"),
+                       kept.get("target"))
+    lo, hi = (printed[1], printed[2]) if printed else (r.get(f"{pre}ratio_low"), r.get(f"{pre}ratio_high"))
+    ratio = printed[0] if printed else ratio
     if cold:
         recorded = r.get("cold_sides") or []
         sides = tuple(Side(**{k: v for k, v in d.items() if k in Side.__dataclass_fields__}) for d in recorded)
@@ -248,8 +259,15 @@ def peer_verdict(payload: dict, kind: str, cold: bool = False, printed: tuple | 
         sides = sides_of_record(payload, kind)
     if not sides:
         return Verdict(NOT_LIKE, "its sides were not recorded", ratio, target=PEER_RATIO)
-    return like_verdict(*sides, float(ratio), target=PEER_RATIO, lo=r.get(f"{pre}ratio_low"),
-                        hi=r.get(f"{pre}ratio_high"))
+    word = str(r.get(f"{pre}verdict") or "")
+    word = _RECORDED.get(word, MET if word.startswith("met") else None)
+    if word is not None:
+        diff = differences(*sides)
+        if diff:
+            return Verdict(NOT_LIKE, "; ".join(diff), ratio, lo, hi, PEER_RATIO)
+        why = f"{min(lo, hi):.3g}–{max(lo, hi):.3g} holds 1" if word == WITHIN and None not in (lo, hi) else ""
+        return Verdict(word, why, ratio, lo, hi, PEER_RATIO)
+    return like_verdict(*sides, float(ratio), target=PEER_RATIO, lo=lo, hi=hi)
 
 
 def peer_words(v: Verdict) -> str:
