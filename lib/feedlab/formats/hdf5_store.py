@@ -9,6 +9,12 @@ opens it once in ``__init__`` and keeps that handle in every forked worker:
 deliberately unsafe (HDF5 handles are not fork-safe), kept for the
 concurrency notebook that shows what goes wrong. It also cannot be pickled
 for the ``spawn`` start method.
+
+Deadlines: a read blocked inside HDF5's C library (it retries a read that a signal interrupts), e.g.
+on a hung network mount, never answers the SIGALRM of :func:`feedlab.errors.deadline`. From the
+command line the doctor bounds it from a second process
+(:func:`feedlab.doctor.script_watch.watch_deadline`: one line, its processes stopped); a library
+caller's deadline cannot, and says nothing until the read returns.
 """
 
 from __future__ import annotations

@@ -31,6 +31,12 @@ datasets of that process and closed before any ``fork`` (py-lmdb refuses a
 second open of the same env in one process, and a forked child inherits that
 refusal), and reads with ``buffers=True``: one copy from the mapped page into
 the destination array (plus lz4 decompression for ``lmdb``).
+
+Deadlines: a read blocked inside LMDB (its reads are page faults of a memory map), e.g. on a hung
+network mount, never answers the SIGALRM of :func:`feedlab.errors.deadline`. From the command line
+the doctor bounds it from a second process (:func:`feedlab.doctor.script_watch.watch_deadline`: one
+line, its processes stopped); a library caller's deadline cannot, and says nothing until the read
+returns.
 """
 
 from __future__ import annotations
