@@ -41,9 +41,10 @@ from .report import fmt_rate
 # the peers the what-if measures, in this order, where installed (notebook 13's registry names)
 WHATIF_PEERS = ("ffcv", "dali", "spdl", "litdata", "webdataset", "mosaic_streaming")
 DEFAULT_SAMPLES = 2048
-# what the child needs of the doctor's report: the step and end-to-end rate (headspace), the advice
+# what the child needs of the doctor's report: the step and end-to-end rate (headspace), the advice (its measured trials),
+# the end-to-end table (the answer never reads below it)
 REPORT_KEYS = ("stages", "measured_samples_per_s", "advice", "step_changes", "calibration", "end_to_end",
-               "num_workers", "verdict", "headroom", "kind")
+               "num_workers", "verdict", "headroom", "kind", "tried", "loop")
 GRACE_S = 15.0      # after SIGTERM at the limit, how long the child has to stop its peers before SIGKILL
 # the shortest timed window a rate is judged on (like_for_like.MIN_TIMED_BATCHES): a sample holds at least
 # this many batches, so one epoch of it is a window
