@@ -234,16 +234,7 @@ MAX_FILE_BYTES = 1 << 30
 
 def max_file_bytes() -> int:
     """The size bound of one read: ``$FEEDLAB_MAX_FILE_BYTES`` or :data:`MAX_FILE_BYTES`."""
-    raw = os.environ.get("FEEDLAB_MAX_FILE_BYTES", "").strip()
-    if not raw:
-        return MAX_FILE_BYTES
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"FEEDLAB_MAX_FILE_BYTES={raw!r}: a whole number of bytes") from None
-    if n < 1:
-        raise ValueError(f"FEEDLAB_MAX_FILE_BYTES={raw!r}: must be at least 1")
-    return n
+    return paths.env_number("FEEDLAB_MAX_FILE_BYTES", MAX_FILE_BYTES, int, low=1, unit="bytes")
 
 
 def kind_of(mode: int) -> str:

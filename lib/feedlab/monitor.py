@@ -22,21 +22,16 @@ import time
 from statistics import fmean
 
 from feedlab import procgroup
+from feedlab.paths import env_number
 
 
 def usable_cores() -> int:
     """Cores available to this process, or ``$FEEDLAB_CORES`` when set (a pretend count). The one
     definition (``feedlab.machines`` re-exports it): it lives on the ground floor, with what
     measures the machine, so nothing below ``machines`` imports upward."""
-    pretend = os.environ.get("FEEDLAB_CORES", "").strip()
-    if pretend:
-        try:
-            n = int(pretend)
-        except ValueError:
-            raise ValueError(f"FEEDLAB_CORES={pretend!r}: must be a whole number of cores") from None
-        if n < 1:
-            raise ValueError(f"FEEDLAB_CORES={pretend!r}: must be at least 1")
-        return n
+    pretend = env_number("FEEDLAB_CORES", None, int, low=1, unit="cores")
+    if pretend is not None:
+        return pretend
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux

@@ -63,7 +63,7 @@ def env_number(name: str, default, kind: type = int, low: float | None = None, u
         raise ValueError(f"{name}={raw!r}: must be {what}; unset it for the default"
                          + (f" ({default})" if default is not None else "")) from None
     if low is not None and value < low:
-        raise ValueError(f"{name}={raw!r}: must be at least {low:g}" + (f" {unit}" if unit else ""))
+        raise ValueError(f"{name}={raw!r}: must be at least {low:g}")
     return value
 
 

@@ -197,7 +197,7 @@ def test_env_numbers_are_read_by_one_helper_that_names_the_variable(monkeypatch)
     from feedlab.peers import remote
 
     monkeypatch.setenv("FEEDLAB_MAX_WORKERS", "0")
-    with pytest.raises(ValueError, match=r"FEEDLAB_MAX_WORKERS='0': must be at least 1 workers"):
+    with pytest.raises(ValueError, match=r"FEEDLAB_MAX_WORKERS='0': must be at least 1$"):
         worker_cap(2)
     monkeypatch.setenv("FEEDLAB_MAX_WORKERS", "lots")
     with pytest.raises(ValueError, match=r"FEEDLAB_MAX_WORKERS='lots': must be a whole number of workers"):
@@ -216,3 +216,14 @@ def test_env_numbers_are_read_by_one_helper_that_names_the_variable(monkeypatch)
     monkeypatch.setenv("FEEDLAB_PEER_TIMEOUT_S", "")
     assert remote.timeout_s() == remote.TIMEOUT_S
     assert paths.env_number("FEEDLAB_NOT_SET_ANYWHERE", 7) == 7
+    from feedlab.files import max_file_bytes
+    from feedlab.monitor import usable_cores
+
+    for name, read in (("FEEDLAB_CORES", usable_cores), ("FEEDLAB_MAX_FILE_BYTES", max_file_bytes)):
+        for bad in ("abc", "0", "1.5"):
+            monkeypatch.setenv(name, bad)
+            with pytest.raises(ValueError, match=rf"{name}='{bad}': must be") as err:
+                read()
+            assert "\n" not in str(err.value)
+        monkeypatch.setenv(name, "3")
+        assert read() == 3
