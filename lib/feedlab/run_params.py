@@ -13,6 +13,8 @@ the record all read:
   ``int``, ``float`` and ``bool`` are read as such; a list or mapping is YAML (``"[8, 32]"``), its items
   checked against the declared item type. ``None``, ``null`` or nothing mean the profile's value. A value
   of the wrong type is one line naming the parameter and what to write (``-p print_every 2001-01-01``).
+  papermill's own ``-p`` guesses a type from the text (``True``, ``None``, a number, else a string) and ``-r``
+  passes it raw; here the notebook's declaration decides, so ``-p out_dir 1`` is the folder ``1``.
 * A worker count may be written against the cores (``"cores // 2"``), as in the profiles.
 """
 
@@ -35,7 +37,7 @@ RUNNER_OPTIONS = {"profile": "--profile", "out_dir": "--out-root", "data_root": 
 #: parameters that name a folder: taken relative to where the command was typed (notebooks run in notebooks/)
 PATH_KEYS = ("data_root", "out_dir", "cls_root")
 #: what a value that means "the profile's value" is written as (a ``str`` parameter takes these verbatim)
-NONE_WORDS = ("", "None", "none", "null", "~")
+NONE_WORDS = ("", "None", "null", "~")   # not "none": a mode, a model and a transform are named so
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,8 @@ def _scalar(text: str, kind: str):
         v = float(t)   # ValueError where it is not a number
         if math.isfinite(v):
             return v
-    if kind == "bool" and t.lower() in ("true", "false", "yes", "no"):
-        return t.lower() in ("true", "yes")
+    if kind == "bool" and t.lower() in ("true", "false", "yes", "no", "1", "0"):
+        return t.lower() in ("true", "yes", "1")
     raise ValueError(t)
 
 

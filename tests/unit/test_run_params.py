@@ -117,6 +117,8 @@ def test_parse_value_follows_the_declared_type():
 
     assert parse_value("out_dir", "a\nb #2", "str") == "a\nb #2"   # YAML folded the newline, dropped " #2"
     assert parse_value("model", "none", "str") == "none"
+    assert parse_value("modes", "none", "list[str]") == "none"   # a mode's name, not the profile's value
+    assert parse_value("out_dir", "1", "str") == "1" and parse_value("cold", "1", "bool") is True
     assert parse_value("repeats", "3", "int") == 3 and parse_value("repeats", "None", "int") is None
     assert parse_value("rate_precision", "0.05", "float") == 0.05
     assert parse_value("cold", "true", "bool") is True and parse_value("cold", "False", "bool") is False
