@@ -43,10 +43,9 @@ class RunnerStopped(KeyboardInterrupt):
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
     def line(self) -> str:
-        what = f"the kernel and what it started ({self.stopped} process{'es' if self.stopped != 1 else ''})" \
-            if self.stopped else "no notebook was running"
-        return (f"{self}: {what} stopped, the notebook's temporary folder and the kernel's sockets removed; "
-                "the old record is as it was")
+        what = (f"{self.stopped} process{'es' if self.stopped != 1 else ''} it had started (the kernel and what it "
+                "started) stopped" if self.stopped else "no process of its own was running")
+        return f"{self}: {what}; its temporary folder and the kernel's sockets removed; every record is as it was"
 
 
 def _on_signal(signum, _frame):

@@ -181,3 +181,24 @@ def _sid(pid: int) -> int | None:
         return os.getsid(pid)
     except OSError:
         return None
+
+
+def test_a_signal_between_notebooks_is_one_line_and_the_handlers_come_back(monkeypatch, capsys, tmp_path):
+    import os
+    import signal
+
+    from feedlab import paths
+
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")
+    monkeypatch.setattr(run, "run_notebook", lambda *a, **k: os.kill(os.getpid(), signal.SIGHUP))
+    outer = signal.signal(signal.SIGHUP, signal.SIG_DFL)   # as in a terminal (under nohup it is ignored: left so)
+    try:
+        before = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
+        rc = run.main(["--no-data", "--profile", "smoke", "--only", "04", "--out-root", str(tmp_path / "o")])
+        after = {s: signal.getsignal(s) for s in before}
+    finally:
+        signal.signal(signal.SIGHUP, outer)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 128 + signal.SIGHUP and len(err) == 1, err
+    assert err[0].startswith("python -m feedlab.run: stopped by SIGHUP: no process of its own was running")
+    assert after == before
