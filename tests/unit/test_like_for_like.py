@@ -84,7 +84,9 @@ def test_the_claims_ledger_judges_the_committed_peer_ratios_only_where_like_for_
     from feedlab.report.claims.ledger import peer_ratio_rows
 
     rows = [r for r in peer_ratio_rows() if r.startswith("| cpu-2c |")]
-    assert len(rows) == 2 and all("not like for like (" not in r and "target |" in r for r in rows)
+    # like for like; judged, or (a busy or imprecise record, whatever machine made it) not tested fairly with why
+    assert len(rows) == 2 and all("not like for like (" not in r and ("target |" in r or "not tested fairly (" in r)
+                                  for r in rows)
     old = tmp_path / "13_peer_loaders" / "cpu-2c"
     old.mkdir(parents=True)
     (old / "results.json").write_text(OLD_13.read_text())
