@@ -49,3 +49,28 @@ def test_payload_holds_what_the_claims_and_gpu_readings_read():
     assert [s["label"] for s in p["steps"]] == ["start", "num_workers=2", "collate=fast"]
     assert set(p["steps"][0]) == set(DS.STEP_KEYS)
     json.dumps(p)
+
+
+def _frame(batch_of_last=64, repeats=3):
+    import pandas as pd
+
+    rows = []
+    for s, bs, w in ((STEPS[0], 64, 0), (STEPS[1], batch_of_last, 2)):
+        for r in range(repeats):
+            rows.append(dict(experiment="doctor_steps", variant=s["label"], metric="samples_per_s",
+                             value=s["measured"] * (1 + r / 100), repeat=r, rate_kind="steady", timed_batches=200,
+                             batch_size=bs, num_workers=w, model="none", device="cpu", loader="dataloader"))
+    return pd.DataFrame(rows)
+
+
+def test_the_overall_gain_goes_through_the_one_judge_where_the_steps_rows_are_given():
+    """10's advice is credited only like for like: the worker count may change, a batch size may not (10 on the
+    H100 kept batch_size=256); a gain judged like for like keeps its words."""
+    steps = [dict(s, config={"batch_size": 64, "num_workers": 0 if s["step"] == 0 else 2}) for s in STEPS]
+    lines = DS.readings(REPORT, steps, START, CALIB, frame=_frame())
+    assert any(x.startswith("Overall (kept steps): measured ×2.00") and "(100% of the promised gain delivered; met)"
+               in x for x in lines), lines
+    assert lines[-1] == "The advice raised throughput in this run."
+    lines = DS.readings(REPORT, steps, START, CALIB, frame=_frame(batch_of_last=256))
+    assert any("not like for like (batch size: 256 vs 64" in x and "measured, not credited" in x for x in lines)
+    assert lines[-1].startswith("The advice's gain is not credited in this run: not like for like (batch size")

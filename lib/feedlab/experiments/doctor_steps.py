@@ -20,7 +20,9 @@ from feedlab.doctor.predict import predict
 from feedlab.experiments._advice_steps import follow
 from feedlab.pipeline import MIN_TIMED_BATCHES, PipelineSpec
 from feedlab.plots import PALETTE, legend_outside, times, training_step
-from feedlab.report.targets import BUSY_SPEED, row_speed, too_busy
+from feedlab.report.claims.core import Run
+from feedlab.report.claims.sides import advice_verdict
+from feedlab.report.targets import BUSY_SPEED, advice_line, row_speed, too_busy
 from feedlab.results import Results
 
 EXPERIMENT = "doctor_steps"
@@ -278,9 +280,11 @@ def overall_gain(steps: list[dict]) -> tuple[float, float]:
     return kept[-1]["measured"] / steps[0]["measured"], kept[-1]["predicted"] / steps[0]["predicted"]
 
 
-def readings(report: dict, steps: list[dict], start: PipelineSpec, calib: dict) -> list[str]:
+def readings(report: dict, steps: list[dict], start: PipelineSpec, calib: dict, frame=None) -> list[str]:
     """10's findings as text: the start's verdict, the machine, the calibration, each step
-    (kept or measured slower and undone) and the overall gain, all from the run."""
+    (kept or measured slower and undone) and the overall gain, all from the run. ``frame``: the steps' rows
+    (``Results.frame()``): the overall gain is then the one judge's (:func:`feedlab.report.targets.advice_line`:
+    a batch size or recipe change, a short window or a single measurement is measured, never credited)."""
     out = [f"Start ({start.label()}): {report['verdict']}, bounded by {report['bound_stage']}; "
            f"predicted {report['predicted_samples_per_s']:,.0f} samples/s, measured {steps[0]['measured']:,.0f}.",
            f"Machine: {report['cores']} cores, {report['effective_cores']:.2f} effective during the run "
@@ -292,9 +296,18 @@ def readings(report: dict, steps: list[dict], start: PipelineSpec, calib: dict) 
                    f"({s['measured']:,.0f} samples/s, IQR {s['measured_q25']:,.0f}–{s['measured_q75']:,.0f}); "
                    f"{verdict}; bounded by {s['bound_stage']}")
     total, promised = overall_gain(steps)
-    out.append(f"Overall (kept steps): measured ×{total:.2f} over the start, against ×{promised:.2f} predicted "
+    overall = (f"Overall (kept steps): measured ×{total:.2f} over the start, against ×{promised:.2f} predicted "
                f"({100 * min(total / promised, 9.99):.0f}% of the promised gain delivered).")
-    out.append("The advice " + ("raised" if total > 1.05 else "did NOT measurably raise") + " throughput in this run.")
+    judged = None
+    if frame is not None:
+        judged = advice_verdict(Run({"steps": steps, "measured_gain_total": total}, frame=frame, fingerprint={}))
+        overall = advice_line(overall, None, Run({"steps": steps, "measured_gain_total": total}, frame=frame,
+                                                 fingerprint={}))
+    out.append(overall)
+    if judged is not None and not judged.judged:
+        out.append(f"The advice's gain is not credited in this run: {judged}.")
+    else:
+        out.append("The advice " + ("raised" if total > 1.05 else "did NOT measurably raise") + " throughput in this run.")
     if (report.get("shm") or {}).get("warning"):
         out.append("Shared memory: " + report["shm"]["warning"])
     return out
