@@ -158,7 +158,12 @@ def test_ratio_and_readings_are_computed_from_the_table():
     rat = ratios(lose)
     assert rat["sr"]["ratio"] == pytest.approx(0.5) and rat["sr"]["verdict"] == "missed"
     text = " ".join(readings(rat, lose))
-    assert "less CPU per sample" in text and "FFCV" in text and "no wheel" in text
+    assert "less CPU per sample" in text and "sr: FFCV: not installed: no wheel" in text
+    from feedlab.peers.report import unavailable_words
+
+    assert unavailable_words("conversion failed: OSError: x") == "conversion failed: OSError: x"
+    assert unavailable_words("its venv's run (p) exited 1 without an answer: boom").startswith("run failed: ")
+    assert unavailable_words("left out by this run's time limit (x)").startswith("left out by")
     close = ratios(_tab(1000.0, 1020.0))["sr"]
     assert close["verdict"].startswith("within")
     # the same ratio between sides that differ is shown, not judged, and the table shows both sides
@@ -553,3 +558,52 @@ def test_the_table_carries_each_windows_precision_kind_and_other_load():
     warm, cold = side(row), side(row, "cold")
     assert warm.rate_kind == "steady" and warm.busy is None and warm.repeats == 1
     assert cold.rate_kind == "imprecise" and "40% of the cores" in cold.busy and cold.half_width == pytest.approx(0.09)
+
+
+class _Hangs:
+    """A contender run in this interpreter whose conversion never returns (``beats``: it makes progress
+    that long first, then fails)."""
+
+    label, parallelism, shuffle, recipe, kinds, import_names, min_workers = "hangs", "-", "-", "-", ("sr",), (), 0
+
+    def __init__(self, beats_s: float = 0.0):
+        self.beats_s = beats_s
+
+    def check(self):
+        return True, ""
+
+    def convert(self, source, work):
+        import time
+
+        from feedlab.peers.remote import beat
+
+        t_end = time.monotonic() + self.beats_s
+        while time.monotonic() < t_end:             # progress: each beat re-arms --timeout
+            beat()
+            time.sleep(0.2)
+        if self.beats_s:
+            raise RuntimeError("converted nothing")
+        time.sleep(3600)                            # a conversion that never returns
+
+
+@pytest.mark.parametrize("beats_s", [0.0, 4.0])
+def test_a_peer_in_this_interpreter_is_bounded_by_timeout(tmp_path, monkeypatch, beats_s):
+    """--timeout bounded a peer in its own venv only: one run in this interpreter (its venv is this one)
+    that never returns held bench for ever. Progress (a batch, a beat) re-arms it, as for a venv run."""
+    import time
+    from types import SimpleNamespace
+
+    from feedlab.peers import measure
+
+    monkeypatch.setattr(measure, "get", lambda name: _Hangs(beats_s))
+    monkeypatch.setattr(measure.remote, "in_venv", lambda: True)          # this interpreter runs it
+    source = SimpleNamespace(kind="sr", n=8, key=lambda: "k")
+    t0 = time.monotonic()
+    res, info = measure.run_peer("hangs", source, tmp_path, 4, [0], check=False, stall_s=1.5)
+    took = time.monotonic() - t0
+    if beats_s:                                      # beating for 4 s past a 1.5 s limit: not stopped
+        assert info["reason"].startswith("conversion failed") and "converted nothing" in info["reason"], info
+        assert beats_s <= took < beats_s + 3
+    else:
+        assert info["reason"] == "stopped: no progress in 1.5 s (--timeout)", info
+        assert took < 10, f"{took:.1f} s"

@@ -67,8 +67,9 @@ PEERS: dict[str, Peer] = {p.name: p for p in [
 ]}
 
 
-# most telling first (a budgeted run measures in this order), per data set: feedlab's best, then the peers
-# by their rates in the committed cpu-2c run (FFCV best on SR, DALI on JPEG), the stock DataLoader early
+# most telling first, per data set: feedlab's best, then the peers by their rates in the committed cpu-2c runs
+# (FFCV best on SR, DALI on JPEG), the stock DataLoader early. A budgeted run measures every pair in this order,
+# the first with the longest windows (peers.measure.shared_window); only a run's own limit leaves out the last
 PRIORITY = {"sr": ("feedlab_best", "ffcv", "torch_stock", "torchdata_nodes", "litdata", "dali", "spdl",
                    "hf_datasets", "mosaic_streaming", "webdataset"),
             "cls": ("feedlab_best", "dali", "ffcv", "torch_stock", "litdata", "hf_datasets", "mosaic_streaming",

@@ -141,13 +141,25 @@ def missing_peers(tab: pd.DataFrame, kind: str, field=None) -> dict[str, str]:
             continue
         first = rows.iloc[0]
         if not bool(first.available):
-            out[label] = first.reason if str(first.reason).startswith("left out by") else f"not installed: {first.reason}"
+            out[label] = unavailable_words(first.reason)
         elif first.check_ok is not True and first.check_ok != True:  # noqa: E712
             out[label] = "failed the output check"
         elif "run_ok" not in rows or not (rows.run_ok == True).any():  # noqa: E712
             errs = [e for e in rows["error"] if isinstance(e, str) and e] if "error" in rows else []
             out[label] = f"run failed: {errs[0]}" if errs else "no timed run"
     return out
+
+
+def unavailable_words(reason) -> str:
+    """Why a contender has no row: left out by the run's limit, its conversion or its venv's run failed (each
+    as it says), else not installed (its check's reason: the import that failed and the install line, or
+    :func:`feedlab.peers.venvs.why_missing`)."""
+    reason = str(reason or "")
+    if reason.startswith(("left out by", "conversion failed")):
+        return reason
+    if reason.startswith("its venv's run"):
+        return f"run failed: {reason}"
+    return f"not installed: {reason}"
 
 
 def _at_workers(tab: pd.DataFrame, kind: str, name: str, workers) -> dict | None:
@@ -299,8 +311,8 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
         lines.append(s + without)
     out = tab[~tab.available.astype(bool)]
     budget = out.reason.astype(str).str.startswith("left out by")
-    for row in out[~budget].drop_duplicates("contender").itertuples():
-        lines.append(f"not installed: {row.label} — {row.reason}")
+    for row in out[~budget].drop_duplicates(["kind", "contender"]).itertuples():
+        lines.append(f"{row.kind}: {row.label}: {unavailable_words(row.reason)}")
     if budget.any():
         lines.append("left out by this run's time limit: "
                      + ", ".join(f"{r.label} on {r.kind}" for r in out[budget].itertuples()) + ".")
@@ -329,5 +341,5 @@ def rows_frame(res) -> pd.DataFrame:
 
 
 __all__ = ["BASELINE", "FEEDLAB", "STAGE", "TARGET", "field_words", "missing_peers", "pixel_error", "published_table",
-           "ratio_table", "ratios", "readings", "rows_frame", "shared", "side", "sides_of_record", "table", "verdicts",
-           "words"]
+           "ratio_table", "ratios", "readings", "rows_frame", "shared", "side", "sides_of_record", "table",
+           "unavailable_words", "verdicts", "words"]
