@@ -20,6 +20,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -56,6 +57,21 @@ def unshown_figures(nb_path: Path) -> str | None:
     files = len(list(nb_path.parent.glob("*.png")))
     shown = len(expected(nb_path)["images"])
     return f"shows {shown} of the {files} figure files beside it" if shown < files else None
+
+
+def key_figure_unshown(nb_path: Path) -> str | None:
+    """A record whose first cell (the findings) does not show its key figure inline: a markdown image of a PNG
+    its run wrote beside it (issue 48: the answer and its picture first). Checked without a browser."""
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    cells = nb.get("cells") or []
+    if not list(nb_path.parent.glob("*.png")):
+        return None   # a run that drew no figure has none to show
+    first = cells[0] if cells else {}
+    src = "".join(first.get("source", "")) if isinstance(first.get("source"), list) else str(first.get("source", ""))
+    shown = [m for m in re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", src) if (nb_path.parent / m).is_file()]
+    if first.get("cell_type") != "markdown" or not shown:
+        return "its first cell does not show its key figure (refresh: python -m feedlab.report.readme --findings)"
+    return None
 
 
 def expected(nb_path: Path) -> dict:
@@ -216,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"{missing[0]}: no such notebook", file=sys.stderr)
         return 2
-    unshown = [f"{_name(p)}: {why}" for p in paths if (why := unshown_figures(p))]
+    unshown = [f"{_name(p)}: {why}" for p in paths if (why := unshown_figures(p) or key_figure_unshown(p))]
     for line in unshown:
         print(f"FAIL {line}")
     chromium = find_chromium()

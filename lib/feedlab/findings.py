@@ -102,15 +102,18 @@ def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder:
         if len(lines) > MAX_READINGS:
             shown.append(f"- … {len(lines) - MAX_READINGS} more lines in the Reading section below.")
         parts.append("**Readings**\n\n" + "\n".join(shown))
-    verdicts = payload.get("verdicts") or {}
-    if verdicts:
+    figs = figure_names(nb, folder)
+    if figs:   # the key figure beside the readings: the run's first, drawn by this run (issue 48)
+        parts.append(f"**Key figure** ({figs[0]}, drawn by this run; every figure follows the code below)\n\n"
+                     f"![{figs[0]}]({figs[0]}.png)")
+    verdicts = {k: v for k, v in (payload.get("verdicts") or {}).items() if isinstance(v, dict) and "status" in v}
+    if verdicts:   # the write-up claims' verdicts (13 keeps its ratios' under the same key: not claims)
         rows = ["| claim | verdict | ours |", "|---|---|---|"]
         for cid, v in sorted(verdicts.items()):
             rows.append(f"| {_md_escape(cid)} | {_md_escape(str(v.get('status', '?')))} | "
                         f"{_md_escape(str(v.get('ours', '')))} |")
         parts.append("**The write-ups' claims, judged on this run** (docs/CLAIMS.md has every machine's)\n\n"
                      + "\n".join(rows))
-    figs = figure_names(nb, folder)
     if figs:
         parts.append("**Figures** (below, and as files): " + ", ".join(f"[{n}]({n}.png)" for n in figs))
     if not (lines or verdicts or figs):

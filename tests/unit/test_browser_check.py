@@ -74,7 +74,8 @@ def _record(folder, images: int, pngs: int):
     folder.mkdir(parents=True, exist_ok=True)
     outs = [{"output_type": "display_data", "data": {"image/png": _png(300, 200)}, "metadata": {}}] * images
     nb = folder / "x.executed.ipynb"
-    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "", "outputs": outs}]}))
+    findings = {"cell_type": "markdown", "source": "## Findings\n\n![f0](f0.png)\n", "metadata": {}}  # key figure
+    nb.write_text(json.dumps({"cells": [findings, {"cell_type": "code", "source": "", "outputs": outs}]}))
     for i in range(pngs):
         (folder / f"f{i}.png").write_bytes(b"png")
     return nb
@@ -95,3 +96,21 @@ def test_a_record_that_shows_fewer_figures_than_its_run_wrote_fails_without_a_br
 def test_the_committed_records_show_every_figure_file_they_wrote():
     bad = [str(p) for p in sorted(B.REPO.glob("figures/*/*/*.executed.ipynb")) if B.unshown_figures(p)]
     assert bad == []
+
+
+def test_a_record_whose_findings_do_not_show_the_key_figure_is_named(tmp_path):
+    """Issue 48: each executed record shows its key figure in its first cell (the findings), under the readings."""
+    import json
+
+    from feedlab import findings
+
+    nb = tmp_path / "99_x.executed.ipynb"
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "x", "outputs": [], "metadata": {}}],
+                              "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    (tmp_path / "alpha.png").write_bytes(b"png")
+    assert "does not show its key figure" in B.key_figure_unshown(nb)
+    (tmp_path / "results.json").write_text("{}")
+    assert findings.add_findings(nb)
+    assert B.key_figure_unshown(nb) is None
+    first = "".join(json.loads(nb.read_text())["cells"][0]["source"])
+    assert "![alpha](alpha.png)" in first
