@@ -181,16 +181,20 @@ class _Src:
         self.kind, self.n = kind, 8
 
 
-def _fake_run(monkeypatch, now, ran, overhead=3.0):
+def _fake_run(monkeypatch, now, ran, overhead=3.0, colds=None):
     from feedlab.peers import measure
     from feedlab.results import Results
 
-    def fake_run_peer(name, source, *a, window=None, **kw):
+    colds = [] if colds is None else colds
+
+    def fake_run_peer(name, source, work_root, batch_size, worker_counts, size, warmup, repeats, cold, *a,
+                      window=None, **kw):
         ran.append((name, source.kind, window.max_s))
+        colds.append(cold)
         res = Results()
-        for cache in ("warm", "cold"):   # each window runs to its cap
+        for cache in ("warm", "cold") if cold else ("warm",):   # each window runs to its cap
             res.add("peers", name, "window_s", window.max_s, "s", kind=source.kind, cache=cache)
-        now[0] += overhead + 2 * window.max_s
+        now[0] += overhead + (2 if cold else 1) * window.max_s
         return res, {"name": name, "label": name, "kind": source.kind, "available": True, "reason": "",
                      "runs": [{"num_workers": 1, "ok": True}]}
 
@@ -218,11 +222,20 @@ def test_a_budget_measures_every_contender_on_both_data_sets_and_shortens_their_
     caps = [c for _, _, c in ran]
     assert caps[0] == 3.0 and min(caps) >= 1.0 and caps[-1] < caps[0]   # shortened, never under the floor
     assert [i["window"]["max_s"] for i in infos] == caps                  # each pair's window is in its info
-    # a budget far too small still measures every pair, at the floor
-    now[0], ran[:] = 0.0, []
-    measure.run_all(names, {"sr": _Src("sr"), "cls": _Src("cls")}, "w", 64, [1], log=None, cold=True, repeats=1,
-                    budget=Budget(5.0, "13", clock=lambda: now[0]), window=Window(min_s=1.0, max_s=3.0))
+    # a budget far too small still measures every pair, at the floor; once it is spent, warm windows only
+    now[0], ran[:], colds = 0.0, [], []
+    measure = _fake_run(monkeypatch, now, ran, colds=colds)
+    _res, infos = measure.run_all(names, {"sr": _Src("sr"), "cls": _Src("cls")}, "w", 64, [1], log=None, cold=True,
+                                  repeats=1, budget=Budget(5.0, "13", clock=lambda: now[0]),
+                                  window=Window(min_s=1.0, max_s=3.0))
     assert len(ran) == 8 and {c for _, _, c in ran[1:]} == {1.0}
+    assert colds == [True] + [False] * 7
+    assert all("budget of 5 s was spent: timed warm only" in i["cold_left_out"] for i in infos[1:])
+    assert "cold_left_out" not in infos[0]
+    from feedlab.peers.report import readings, table
+
+    tab = table([dict(i, shuffle="", parallelism="", runs=[]) for i in infos], pd.DataFrame())
+    assert any(line.startswith("timed warm only (this run's budget of 5 s was spent") for line in readings({}, tab))
 
 
 def test_only_the_runs_own_limit_leaves_a_contender_out_and_names_it(monkeypatch):

@@ -312,8 +312,9 @@ def run_all(names, sources: dict, work_root, batch_size: int, worker_counts, siz
     """Every contender on every source (``{kind: Source}``), most telling first (:func:`feedlab.peers.plan`);
     rows and one info dict per (kind, contender), with the window it was timed to (``window``).
     ``budget`` (:class:`feedlab.budget.Budget`): every pair is measured, its windows capped at its share
-    of what is left (:func:`shared_window`); only the run's own limit leaves a pair out, and its info says
-    so (``left_out``)."""
+    of what is left (:func:`shared_window`); once the budget is spent, the pairs still to come are timed
+    warm only (their info says so, ``cold_left_out``): a setting is cut, never a peer. Only the run's own
+    limit leaves a pair out, and its info says so (``left_out``)."""
     res, infos = Results(), []
     window = window or Window()
     pairs = plan(names, sources)
@@ -327,19 +328,23 @@ def run_all(names, sources: dict, work_root, batch_size: int, worker_counts, siz
                           "shuffle": p.shuffle, "recipe": p.recipe, "samples": source.n, "available": False,
                           "left_out": True, "reason": f"left out by this run's time limit ({budget.left_out[-1][1]})"})
             continue
-        win = window
+        win, cold_here = window, cold
         if budget is not None and budget.limited:
-            n_windows = len(workers_that_run(name, worker_counts)) * repeats * (2 if cold else 1)
+            cold_here = cold and budget.left() > 0   # spent: warm windows only, every peer still measured
+            n_windows = len(workers_that_run(name, worker_counts)) * repeats * (2 if cold_here else 1)
             win = shared_window(window, budget, len(pairs) - i, n_windows,
                                 sum(outside) / len(outside) if outside else OVERHEAD_S)
         t0 = time.perf_counter()
         with budget.setting(what, kind) if budget is not None else nullcontext():
             r, info = run_peer(name, source, work_root, batch_size, worker_counts, size, warmup, repeats,
-                               cold, device, seed, window=win)
+                               cold_here, device, seed, window=win)
         spent = time.perf_counter() - t0
         if info.get("runs"):
             outside.append(max(0.0, spent - _timed_s(r)))
         info["window"] = win.as_dict()
+        if cold_here != cold:
+            info["cold_left_out"] = (f"this run's budget of {budget.seconds:.0f} s was spent" if budget.seconds
+                                     else "no time left before the run's limit") + ": timed warm only"
         res.extend(r)
         infos.append(info)
         if log is not None:

@@ -78,7 +78,8 @@ def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
                 "check": (info.get("check") or {}).get("method", (info.get("check") or {}).get("error", "")),
                 "shuffle": info["shuffle"], "parallelism": info["parallelism"],
                 "interpreter": info.get("interpreter", ""), "pixel_error": pixel_error(info.get("check")),
-                "samples": info.get("samples"), "batch_size": _batch_size(df, info["name"], info["kind"])}
+                "samples": info.get("samples"), "batch_size": _batch_size(df, info["name"], info["kind"]),
+                "cold_left_out": info.get("cold_left_out", "")}
         runs = info.get("runs") or []
         if not runs:
             rows.append({**base, "num_workers": None})
@@ -316,6 +317,11 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
     if budget.any():
         lines.append("left out by this run's time limit: "
                      + ", ".join(f"{r.label} on {r.kind}" for r in out[budget].itertuples()) + ".")
+    if "cold_left_out" in tab:
+        warm_only = tab[tab.cold_left_out.fillna("").astype(str).str.len() > 0].drop_duplicates(["kind", "contender"])
+        if len(warm_only):
+            lines.append(f"timed warm only ({warm_only.cold_left_out.iloc[0]}): "
+                         + ", ".join(f"{r.label} on {r.kind}" for r in warm_only.itertuples()) + ".")
     failed = tab[(tab.available.astype(bool)) & (tab.check_ok == False)]  # noqa: E712
     for row in failed.drop_duplicates(["kind", "contender"]).itertuples():
         lines.append(f"{row.kind}: {row.label} failed the output check ({row.check}); it is not ranked.")
