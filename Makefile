@@ -43,7 +43,8 @@ data: $(STAMP) ## build the embedded data sets for PROFILE (default quick) and p
 # that builds against system libraries (MosaicML streaming, FFCV, SPDL; apt where we are root, else one line
 # naming the packages). Cached: a second run rebuilds nothing. A peer that fails stays in notebook 13 as
 # unavailable with the failing step.
-peers: $(STAMP) ## install notebook 13's peer loaders (the extra, and .venv-mosaic, .venv-ffcv, .venv-spdl)
+peers: $(STAMP) ## install notebook 13's peer loaders (the extra, and .venv-mosaic, .venv-ffcv, .venv-spdl; as root also system packages via apt-get)
+	@echo "peers: installs the [peers] extra and three peer venvs; run as root it also apt-get installs their system libraries (otherwise it prints the apt-get line for you to run)"
 	grep -E '^(torch|torchvision|numpy)==' constraints.txt > $(VENV)/core-constraints.txt
 	@$(INSTALL) --timeout 900 --what "the [peers] extra" -- -c $(VENV)/core-constraints.txt -e '.[peers]' \
 	  || echo "peers: the [peers] extra did not install; notebook 13 reports those peers unavailable"
