@@ -203,3 +203,19 @@ def test_every_setting_the_tuner_may_pick_is_in_the_exhaustive_grid_by_its_name(
     names = {CD.name_of(CD.changed(s, start)) for s in CD.exhaustive(p, loader)}
     settings, _ = CD.grid(p, loader, epochs=epochs)
     assert {CD.name_of(CD.changed(s, start)) for s in settings} <= names | {"start"}
+
+
+class _Boom(Dataset):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        if i == 17:
+            raise KeyError("sample 17 is missing")
+        return torch.tensor([i])
+
+
+def test_threaded_loader_raises_the_fetch_error_in_the_loop():
+    with pytest.raises(KeyError, match="sample 17"):
+        for _ in ThreadedLoader(DataLoader(_Boom(), batch_size=4), threads=3):
+            pass

@@ -5,15 +5,18 @@ the training process run fetches side by side with nothing crossing a process bo
 dataset or the batches, no worker start-up, no copy of the dataset per worker. The loader keeps the user's
 dataset, batch sampler (so the order), collate function and batch size; batches come out in order, at most
 ``prefetch`` of them in flight. A batch that raises raises in the loop, as it does with a DataLoader; a loop
-that stops early cancels the batches not yet started (a fetch in hand finishes in its thread).
+that stops early cancels the batches not yet started (a fetch in hand finishes in its daemon thread, which never holds the
+interpreter's exit).
 
     loader = ThreadedLoader(DataLoader(ds, batch_size=32, shuffle=True), threads=8)
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Iterator
 
 
@@ -43,20 +46,43 @@ class ThreadedLoader:
         return self.collate_fn(items)
 
     def __iter__(self) -> Iterator:
-        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="feedlab-tuner")
+        jobs: queue.SimpleQueue = queue.SimpleQueue()
+        stop = threading.Event()
+        threads = [threading.Thread(target=_reader, args=(jobs, self._fetch, stop), daemon=True,
+                                    name=f"feedlab-tuner-{k}") for k in range(self.threads)]
+        for t in threads:
+            t.start()
         pending: deque = deque()
-        batches = iter(self.batch_sampler)
         try:
-            for idx in batches:
-                pending.append(pool.submit(self._fetch, idx))
+            for idx in self.batch_sampler:
+                fut: Future = Future()
+                jobs.put((fut, idx))
+                pending.append(fut)
                 if len(pending) >= self.prefetch:
                     yield pending.popleft().result()
             while pending:
                 yield pending.popleft().result()
-        finally:
+        finally:   # daemon threads: one stuck in a fetch never holds the interpreter's exit
+            stop.set()
             for f in pending:
                 f.cancel()
-            pool.shutdown(wait=False, cancel_futures=True)
+            for _ in threads:
+                jobs.put(None)
 
     def __repr__(self) -> str:
         return f"ThreadedLoader(<your DataLoader>, threads={self.threads})"
+
+
+def _reader(jobs: queue.SimpleQueue, fetch, stop: threading.Event) -> None:
+    """One fetch thread: batches from ``jobs`` until told to stop (``None``, or ``stop`` set)."""
+    while not stop.is_set():
+        job = jobs.get()
+        if job is None:
+            return
+        fut, idx = job
+        if not fut.set_running_or_notify_cancel():   # cancelled: the loop stopped before it was started
+            continue
+        try:
+            fut.set_result(fetch(idx))
+        except BaseException as exc:  # the user's fetch: raised in the loop, as a DataLoader raises it
+            fut.set_exception(exc)
