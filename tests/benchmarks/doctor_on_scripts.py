@@ -37,8 +37,8 @@ All on CPU, offline, on data built here (``data_prep.build_cls``). For each case
 Each run writes one JSON record (``--out``, an atomic write) with the origins (repository, path, commit,
 sha256), the machine, the load, every reading and judgement; nothing else. ``--doc`` writes
 docs/DOCTOR_ON_SCRIPTS.md from the committed records (tests/unit/test_doctor_on_scripts.py checks that the
-doc is what the records give). ``--deadline`` bounds the whole run: a case not started by then is recorded
-"left out (deadline)". The defaults (batch 16, 6 batches a run, 2 rounds) are sized for a quiet 2-core
+doc is what the records give). ``--deadline`` bounds the whole run: a case or pass not started by then is
+recorded as left out, and no script run goes on more than ``GRACE_S`` past it (its group is killed). The defaults (batch 16, 6 batches a run, 2 rounds) are sized for a quiet 2-core
 machine: about 6–8 minutes for the five cases.
 """
 
@@ -78,6 +78,8 @@ DATA_BOUND_SHARE = 0.2          # the doctor's DATA_BOUND_FRACTION: a data-wait 
 CACHE_BATCHES = 4               # batches fetched as built (then replayed) by the hand timing
 CHANGE_TARGET = 1.05            # an advised change is worth its line at ×1.05 measured (issue 46)
 NAME = "doctor_on_scripts"
+GRACE_S = 60.0                  # a run started before the deadline may end this long after it
+MIN_RUN_S = 30.0                # the shortest limit a script run is given
 
 
 @dataclass(frozen=True)
@@ -615,6 +617,11 @@ def trial(sides: dict[str, dict], run_pass, rounds: int, until: float, log=None)
     return {"sides": out, "rounds": rounds}
 
 
+def limit(a, until: float) -> float:
+    """One script run's limit: ``--timeout``, cut so no run ends more than ``GRACE_S`` past the run's deadline."""
+    return max(MIN_RUN_S, min(float(a.timeout), until - time.monotonic() + GRACE_S))
+
+
 def run_case(case: Case, scripts: Path, data: Path, tmp: Path, a, until: float) -> dict:
     from feedlab.monitor import LoadWindow
 
@@ -633,11 +640,11 @@ def run_case(case: Case, scripts: Path, data: Path, tmp: Path, a, until: float) 
     window = LoadWindow()
     hand_out = tmp / "hand.json"
     _run([sys.executable, __file__, "--hand", hand_out, "--batches", a.batches, "--script", script, "--", *args],
-         tmp, a.timeout, f"hand timing of {case.script}", [root])
+         tmp, limit(a, until), f"hand timing of {case.script}", [root])
     hand = json.loads(hand_out.read_text())
     hand_out.unlink()
-    summary = _doctor(script, args, tmp, a.timeout, a.batches, path=[root])
-    rep = _doctor(script, args, tmp, a.timeout, a.batches,
+    summary = _doctor(script, args, tmp, limit(a, until), a.batches, path=[root])
+    rep = _doctor(script, args, tmp, limit(a, until), a.batches,
                   ("--diagnose", "--repeats", a.repeats, "--max-workers", a.max_workers), path=[root])
     changes = advised_changes(rep, top_changes, a.changes)
     sides = {"start": {"apply": {}, "workers": a.workers}}
@@ -654,7 +661,8 @@ def run_case(case: Case, scripts: Path, data: Path, tmp: Path, a, until: float) 
     if len(sides) > 1:
         # the batches new workers prefetch while they start are not the rate: every side runs the same longer loop
         batches = a.batches + 2 * max(int(s["workers"] or 0) for s in sides.values())
-        got = trial(sides, lambda s: _doctor(script, args, tmp, a.timeout, batches, apply=s["apply"], path=[root]),
+        got = trial(sides, lambda s: _doctor(script, args, tmp, limit(a, until), batches, apply=s["apply"],
+                                             path=[root]),
                     a.rounds, until)
     return case_row(case, batch, a.workers, hand, summary, rep, changes, got, window.summary())
 
