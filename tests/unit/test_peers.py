@@ -593,13 +593,15 @@ def test_a_peer_in_this_interpreter_is_bounded_by_timeout(tmp_path, monkeypatch,
     import time
     from types import SimpleNamespace
 
+    from feedlab.errors import deadline
     from feedlab.peers import measure
 
     monkeypatch.setattr(measure, "get", lambda name: _Hangs(beats_s))
     monkeypatch.setattr(measure.remote, "in_venv", lambda: True)          # this interpreter runs it
     source = SimpleNamespace(kind="sr", n=8, key=lambda: "k")
     t0 = time.monotonic()
-    res, info = measure.run_peer("hangs", source, tmp_path, 4, [0], check=False, stall_s=1.5)
+    with deadline(30, "the test's own deadline on run_peer"):          # a hang fails the test, never holds it
+        res, info = measure.run_peer("hangs", source, tmp_path, 4, [0], check=False, stall_s=1.5)
     took = time.monotonic() - t0
     if beats_s:                                      # beating for 4 s past a 1.5 s limit: not stopped
         assert info["reason"].startswith("conversion failed") and "converted nothing" in info["reason"], info

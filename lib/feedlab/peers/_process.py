@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from feedlab.errors import progress
 from feedlab.procgroup import Stalled, run_group  # noqa: F401  (re-exported: peers.remote)
 
 IN_VENV = "FEEDLAB_PEER_IN_VENV"
@@ -21,12 +22,15 @@ def in_venv() -> bool:
 
 
 def beat() -> None:
-    """The child's sign of progress to its parent (a file's mtime, at most once a second); a no-op
-    outside a venv run."""
-    path = os.environ.get(BEAT)
-    if path and time.monotonic() - _last_beat[0] > 1.0:
-        _last_beat[0] = time.monotonic()
-        Path(path).touch()
+    """A sign of progress, at most once a second: to the parent of a venv run (a file's mtime), and to
+    the deadline of a run in this interpreter (:func:`feedlab.errors.progress`: ``--timeout``)."""
+    now = time.monotonic()
+    if now - _last_beat[0] > 1.0:
+        _last_beat[0] = now
+        progress()
+        path = os.environ.get(BEAT)
+        if path:
+            Path(path).touch()
 
 
 def check_imports(python, names, timeout: float = 300, run_=run_group) -> str:

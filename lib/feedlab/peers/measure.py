@@ -42,6 +42,7 @@ import torch
 
 from feedlab import timing
 from feedlab.cache import evict
+from feedlab.errors import DeadlineError, deadline
 from feedlab.like_for_like import MIN_TIMED_BATCHES, MIN_WINDOW_S
 from feedlab.monitor import CpuMonitor, LoadWindow, RssPeak
 from feedlab.pipeline.rates import rel_half_width
@@ -214,6 +215,8 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
                 if np.isfinite(tree):
                     res.add(EXPERIMENT, name, "cpu_ms_per_sample", 10.0 * tree * win["wall_s"] / win["samples"],
                             "ms", r, **row)
+    except DeadlineError:   # --timeout: the whole peer stops (run_peer says so)
+        raise
     except Exception as exc:  # a contender that breaks stays in the table with the reason
         status.update(ok=False, error=_last_line(exc), trace=traceback.format_exc(limit=3))
     finally:
@@ -258,34 +261,47 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
     if source.kind not in peer.kinds:
         info.update(available=False, reason=f"no {source.kind} pipeline")
         return res, info
-    work = Path(work_root) / source.key() / name
-    beat()
+    # in this interpreter: --timeout bounds it as it bounds a venv run (a batch, a conversion step is progress)
+    d = None
     try:
-        conv = peer.convert(source, work)
-    except Exception as exc:
-        info.update(available=False, reason=f"conversion failed: {_last_line(exc)}")
-        return res, info
-    info.update(convert_s=conv.seconds, bytes_on_disk=conv.bytes, convert_note=conv.note)
-    res.add(EXPERIMENT, name, "convert_s", conv.seconds, "s", kind=source.kind)
-    res.add(EXPERIMENT, name, "bytes_on_disk", conv.bytes, "B", kind=source.kind)
-    ran = workers_that_run(name, worker_counts)
-    spec = Spec(source.kind, batch_size=batch_size, workers=ran[0], size=size, seed=seed, augment=augment)
-    if check:
-        beat()
-        try:
-            info["check"] = verify(peer, source, work, spec)
-        except Exception as exc:
-            info["check"] = {"ok": False, "error": _last_line(exc)}
-        if not info["check"]["ok"]:
-            info.update(available=True, reason="output check failed")
+        with deadline(stall_s, f"peer {name} on {source.kind}", "--timeout S waits longer", on_progress=True) as d:
+            work = Path(work_root) / source.key() / name
+            beat()
+            try:
+                conv = peer.convert(source, work)
+            except DeadlineError:
+                raise
+            except Exception as exc:
+                info.update(available=False, reason=f"conversion failed: {_last_line(exc)}")
+                return res, info
+            info.update(convert_s=conv.seconds, bytes_on_disk=conv.bytes, convert_note=conv.note)
+            res.add(EXPERIMENT, name, "convert_s", conv.seconds, "s", kind=source.kind)
+            res.add(EXPERIMENT, name, "bytes_on_disk", conv.bytes, "B", kind=source.kind)
+            ran = workers_that_run(name, worker_counts)
+            spec = Spec(source.kind, batch_size=batch_size, workers=ran[0], size=size, seed=seed, augment=augment)
+            if check:
+                beat()
+                try:
+                    info["check"] = verify(peer, source, work, spec)
+                except DeadlineError:
+                    raise
+                except Exception as exc:
+                    info["check"] = {"ok": False, "error": _last_line(exc)}
+                if not info["check"]["ok"]:
+                    info.update(available=True, reason="output check failed")
+                    return res, info
+            info["runs"] = []
+            for w in ran:
+                r, status = time_contender(name, source, work, spec.with_(workers=w), warmup, repeats, cold, device,
+                                           window)
+                res.extend(r)
+                info["runs"].append(status)
             return res, info
-    info["runs"] = []
-    for w in ran:
-        r, status = time_contender(name, source, work, spec.with_(workers=w), warmup, repeats, cold, device,
-                                   window)
-        res.extend(r)
-        info["runs"].append(status)
-    return res, info
+    except DeadlineError as exc:
+        if d is None or exc.deadline is not d:   # an outer deadline's: its own line
+            raise
+        info.update(available=True, reason=f"stopped: no progress in {stall_s:g} s (--timeout)")
+        return res, info
 
 
 def shared_window(window: Window, budget, pairs_left: int, windows: int, overhead_s: float = OVERHEAD_S) -> Window:
