@@ -222,7 +222,8 @@ def test_a_folder_of_images_is_data(tmp_path):
         d.mkdir(parents=True, exist_ok=True)
         size = (40 + 4 * k, 48)
         Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(d / f"{k}.jpg")
-    rep = _cli(["--data", str(tmp_path / "photos"), "--max-workers", "0", "--batch-size", "4", "--no-cold"])
+    rep = _cli(["--data", str(tmp_path / "photos"), "--max-workers", "0", "--batch-size", "4", "--no-cold",
+                "--predict-only"])
     assert rep["format"] == "images" and rep["config"]["transform"] == "default"
     assert rep["end_to_end"][0]["samples_per_s"] > 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from .advice import best_line, tried_line
+from .ahead import ahead_words
 from .ranks import render_ranks
 from .settings import SETTINGS
 from .words import fit, fmt_rate, stage_value
@@ -167,6 +168,11 @@ def resize_line(rep: dict) -> str | None:
     b = rep.get("bound_stage")
     if rep.get("verdict") != "data-bound":
         return None
+    r = rep.get("resize_ahead")
+    if r and r.get("gain") and r["gain"] >= MIN_MEASURED_GAIN:
+        g = r.get("loop_gain_predicted")
+        loop = f"; the loop ×{g:.2f} predicted from the stage costs (not measured)" if g else ""
+        return f"to try: resize once ahead (store the images at the size you train at): {ahead_words(r)}{loop}"
     if b in ("decode", "transform") and rep.get("kind") != "user":
         return f"to try (not measured in this run: not advice until measured): decode + resize bound the loader: " \
                f"{RESIZE_AHEAD}"

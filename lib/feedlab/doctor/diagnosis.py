@@ -16,6 +16,7 @@ from feedlab.timing import to_device_float
 from . import predict as PR
 from .advice import apply as apply_measured
 from .advice import measure_changes, to_try
+from .ahead import loop_gain, resize_ahead
 from .answer import no_change_line
 from .measure import Doctor
 from .report import Report
@@ -158,6 +159,11 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
     rep = Report("data", doc.device, doc.cuda, m.cores, m.effective_cores, spec.batch_size, spec.num_workers,
                  spec.as_dict(), _stage_rows(doc, spec), rows, pred, measured.get(spec), advice, list(doc.notes),
                  doc.effort.repeats, headroom(doc.table, spec), extra).as_dict()
+    if rep.get("bound_stage") in ("decode", "transform"):   # resize once ahead, measured on a sample
+        split = doc.split(spec.format, spec.decode_backend)
+        r = resize_ahead(split, doc._indices(len(split))[:16], doc.effort.warmup, doc.effort.repeats)
+        if r is not None:
+            rep["resize_ahead"] = dict(r, loop_gain_predicted=loop_gain(doc.table, spec, r))
     if measure_advice and not no_change_line(rep):
         _measure_advice(doc, spec, rep)
     return rep
