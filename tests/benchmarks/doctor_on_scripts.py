@@ -576,7 +576,8 @@ def _doctor(script: Path, args, tmp: Path, timeout: float, batches: int, extra=(
 def trial(sides: dict[str, dict], run_pass, rounds: int, until: float, log=None) -> dict:
     """Every side (``{name: {"apply", "workers"}}``, the start first) run once a round for ``rounds`` rounds,
     the order rotated each round, each pass inside a load window; a busy pass run again once, busy twice: the
-    side is too busy to judge and runs no more. ``run_pass(side)`` gives the doctor's summary. No pass starts
+    side is too busy to judge and runs no more (the start so: no side runs more). ``run_pass(side)`` gives the
+    doctor's summary. No pass starts
     after ``until`` (a monotonic time). Per side: ``{rates, passes, busy, error}``."""
     from feedlab.doctor.whatif import pass_busy
     from feedlab.monitor import LoadWindow
@@ -584,12 +585,13 @@ def trial(sides: dict[str, dict], run_pass, rounds: int, until: float, log=None)
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     names = list(sides)
     out = {n: {"rates": [], "passes": [], "busy": None, "error": None} for n in names}
+    ref = out[names[0]]
     for k in range(rounds):
         for j in range(len(names)):
             name = names[(j + k) % len(names)]
             o = out[name]
-            if o["error"] or o["busy"]:
-                continue
+            if o["error"] or o["busy"] or ref["error"] or ref["busy"]:
+                continue    # nothing is judged against a start too busy or failed: no more passes
             for attempt in (1, 2):
                 if time.monotonic() > until:
                     o["error"] = o["error"] or f"round {k + 1} not started: the run's --deadline"

@@ -332,6 +332,17 @@ def test_the_trial_interleaves_runs_a_busy_pass_again_and_stops_a_side_busy_twic
     assert B.judge_change(s["start"], s["t1"])["verdict"] == "met"
 
 
+def test_a_start_too_busy_to_judge_ends_the_trial(B, monkeypatch):
+    import feedlab.monitor
+
+    monkeypatch.setattr(feedlab.monitor, "LoadWindow", _Load)
+    _Load.n, _Load.busy = 0, staticmethod(lambda n: n <= 2)
+    ran = []
+    got = B.trial({"start": {"n": "start"}, "w1": {"n": "w1"}}, lambda s: ran.append(s["n"]) or {"samples_per_s": 1.0},
+                  rounds=2, until=float("inf"), log=lambda m: None)
+    assert ran == ["start", "start"] and got["sides"]["start"]["busy"] and got["sides"]["w1"]["rates"] == []
+
+
 def test_the_trial_starts_no_pass_after_the_deadline(B, monkeypatch):
     import feedlab.monitor
 
@@ -339,4 +350,5 @@ def test_the_trial_starts_no_pass_after_the_deadline(B, monkeypatch):
     _Load.n, _Load.busy = 0, staticmethod(lambda n: False)
     got = B.trial({"start": {"apply": {}}, "w1": {"apply": {}}}, lambda s: {"samples_per_s": 1.0}, rounds=2,
                   until=0.0, log=lambda m: None)
-    assert all(v["rates"] == [] and "--deadline" in v["error"] for v in got["sides"].values())
+    s = got["sides"]
+    assert "--deadline" in s["start"]["error"] and s["start"]["rates"] == [] == s["w1"]["rates"]
