@@ -229,12 +229,12 @@ def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int =
     return res, steps
 
 
-def readings(steps: list[dict], cuda: bool, precision: float | None = None, busy: str | None = None) -> list[str]:
+def readings(steps: list[dict], cuda: bool, precision: float | None = None, load: str | None = None) -> list[str]:
     """One sentence per step, then the target's verdict, all from the measured steps: a baseline's rate
     against the first baseline, an advised step's against the all-core baseline it is credited from, and
     its verdict against the step it was tried on by the one judge (:func:`feedlab.report.cure_judge.step_tail`;
     an imprecise rate or other epochs is never "undone" as slower, it is not told apart / not like for like).
-    ``precision``: the precision the run asked for (a rate wider than it reads imprecise); ``busy``: the
+    ``precision``: the precision the run asked for (a rate wider than it reads imprecise); ``load``: the
     run's other load, where it was busy."""
     out = []
     base = steps[0]["samples_per_s"] if steps else math.nan
@@ -243,7 +243,7 @@ def readings(steps: list[dict], cuda: bool, precision: float | None = None, busy
         iqr = f"IQR {s['q25']:,.0f}–{s['q75']:,.0f}"
         busy = (f"GPU busy {100 * s['gpu_busy']:.0f}%{_busy_spread(s)}" if not math.isnan(s["gpu_busy"])
                 else "GPU busy not measured (no CUDA device)")
-        tail = step_tail(s, steps, precision, busy)
+        tail = step_tail(s, steps, precision, load)
         words = precision_words(s, precision)
         if words.startswith("imprecise"):
             tail += f"; rate {words}"
@@ -257,7 +257,7 @@ def readings(steps: list[dict], cuda: bool, precision: float | None = None, busy
     bs = {(s.get("config") or {}).get("batch_size") for s in steps}
     if len(bs) == 1:
         out.append(f"batch size held at {bs.pop()} on every step (a larger batch is a recipe change, not a loader one)")
-    line = cure_target_line(steps, cuda, precision, busy)
+    line = cure_target_line(steps, cuda, precision, load)
     if line:
         out.append(line)
     return out

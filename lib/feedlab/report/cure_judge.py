@@ -76,11 +76,13 @@ def step_side(s: dict, precision: float | None = None, busy: str | None = None) 
 
 def step_verdict(s: dict, against: dict, precision: float | None = None, busy: str | None = None):
     """An advised step's gain over the step it was tried on, by the one judge: the worker count may change (it
-    is the advice), nothing else; the gain's interval from the two rates' half-widths."""
+    is the advice), nothing else; the gain's interval from the two rates' half-widths (the pair's own, as the
+    cure recorded them: ``half_width`` and ``against_half_width``)."""
     gain = s.get("gain")
     if not _finite(gain) and _finite(s.get("samples_per_s")) and _finite(against.get("samples_per_s")):
         gain = s["samples_per_s"] / against["samples_per_s"]
-    hws = [h for h in (s.get("half_width"), against.get("half_width")) if _finite(h)]
+    theirs = s.get("against_half_width") if _finite(s.get("against_half_width")) else against.get("half_width")
+    hws = [h for h in (s.get("half_width"), theirs) if _finite(h)]
     lo = hi = None
     if _finite(gain) and len(hws) == 2:
         h = math.hypot(*hws)
@@ -91,18 +93,23 @@ def step_verdict(s: dict, against: dict, precision: float | None = None, busy: s
 
 def step_tail(s: dict, steps: list[dict], precision: float | None = None, busy: str | None = None) -> str:
     """What a step line says of an advised step beside the step it was tried on: the judge's word, then
-    whether the cure kept it ("undone": not credited)."""
+    whether the cure kept it ("undone"; a step kept on sides the judge could not compare is not credited)."""
     against = next((x for x in steps if x.get("label") == s.get("against")), None)
     if s.get("kind") != "advice" or against is None:
         return ""
     v = step_verdict(s, against, precision, busy)
     gain = f"×{v.ratio:.2f}" if _finite(v.ratio) else "no gain measured"
-    kept = "kept" if s.get("kept", True) else "undone, not credited"
+    kept = s.get("kept", True)
     if v.word == WITHIN:
-        return f"; not told apart from {against['label']} ({gain}, {v.why}): {kept}"
+        h = (v.hi - v.lo) / (2 * v.ratio) if _finite(v.ratio) and v.ratio else float("nan")
+        return (f"; not told apart from {against['label']} ({gain}, inside the pair's ±{100 * h:.1f}%): "
+                + ("kept" if kept else "undone"))
     if not v.judged:
-        return f"; against {against['label']} ({gain}): {v}: {kept}"
-    return f"; {'faster' if v.ratio >= 1 else 'slower'} than {against['label']} ({gain}): {kept}"
+        return f"; against {against['label']} ({gain}): {v}: " + ("kept, not credited" if kept else
+                                                                   "undone, not credited")
+    if v.ratio < 1:
+        return f"; measured slower than {against['label']} ({gain}): " + ("kept" if kept else "undone")
+    return f"; faster than {against['label']} ({gain}): " + ("kept" if kept else "undone")
 
 
 def cure_differences(steps: list[dict]) -> list[str]:
