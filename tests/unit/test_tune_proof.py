@@ -53,9 +53,9 @@ def test_readings_name_each_target_and_where_each_heuristic_fails():
 
 
 def test_payload_carries_every_scenario_and_the_sizes():
-    P = SimpleNamespace(profile="smoke", samples=512, batch_size=16, grid_passes=1, tune_passes=1, tune_top=1,
+    P = SimpleNamespace(profile="smoke", samples=512, batch_size=16, grid_passes=1, tune_passes=1, tune_top=1, budget_s=None,
                         window_s=0.1, max_window_s=0.3, min_batches=8, tune_budget_s=5)
-    p = R.payload([_record(), _record("memory")], P)
+    p = R.payload([_record(), _record("memory")], P, {"budget_s": None, "left_out": []})
     assert p["notebook"] == "16_tune" and [s["key"] for s in p["scenarios"]] == ["storage", "memory"]
     assert p["targets"]["share"] == ["met", "met"] and p["sizes"]["batch_size"] == 16
     res = TP.results([_record()])

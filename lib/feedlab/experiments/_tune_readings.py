@@ -103,12 +103,13 @@ def title(records: list[dict]) -> str:
             f"across {len(shares)} scenarios")
 
 
-def payload(records: list[dict], P) -> dict:
-    """What the notebook records (results.json): every scenario whole, its targets, and the run's sizes."""
-    return {"notebook": "16_tune", "profile": P.profile, "scenarios": records,
+def payload(records: list[dict], P, budget: dict | None = None) -> dict:
+    """What the notebook records (results.json): every scenario whole, its targets, the run's sizes, and what its
+    budget left out (``Budget.record()``)."""
+    return {"notebook": "16_tune", "profile": P.profile, "scenarios": records, "budget": budget,
             "targets": {k: [r["targets"][k]["word"] for r in records] for k in TARGET_WORDS},
             "sizes": {k: getattr(P, k) for k in ("samples", "batch_size", "grid_passes", "tune_passes", "tune_top",
-                                                 "window_s", "max_window_s", "min_batches", "tune_budget_s")}}
+                                                 "window_s", "max_window_s", "min_batches", "tune_budget_s", "budget_s")}}
 
 
 def rows(records: list[dict]) -> list[dict]:

@@ -23,6 +23,7 @@ from typing import Callable
 
 from feedlab import like_for_like as lfl
 from feedlab import monitor, paths, stage
+from feedlab.budget import Budget
 from feedlab.doctor import trials as TR
 from feedlab.doctor.script import run_script
 from feedlab.doctor.wrap import batch_len
@@ -183,14 +184,25 @@ def targets(best, pick, start, tuned, tune_s: float, grid_s: float) -> dict:
     return out
 
 
-def run(P, keys=None, log=print, cls_root: str | None = None, script: str | None = None) -> list[dict]:
-    """Every scenario of ``keys`` (default ``P.scenarios``), one after another."""
+def run(P, keys=None, log=print, cls_root: str | None = None, script: str | None = None,
+        out_dir=None) -> tuple[list[dict], Budget]:
+    """Every scenario of ``keys`` (default ``P.scenarios``), one after another, inside the profile's
+    ``budget_s`` (and the runner's limit): a scenario that would not fit is left out and named
+    (:class:`feedlab.budget.Budget`; its seconds saved beside the results where ``out_dir`` is given)."""
+    budget = Budget(getattr(P, "budget_s", None), "16_tune")
+    if out_dir is not None:
+        budget.keep_in(out_dir)
     out = []
     for key in (keys or P.scenarios):
         sc = S.build(key, P, cls_root=cls_root, script=script)
+        if not budget.allows(sc.title, group="scenario"):
+            continue
         log(f"— {sc.title}: {sc.why}")
-        out.append(run_scenario(sc, P, log))
-    return out
+        with budget.setting(sc.title, "scenario"):
+            out.append(run_scenario(sc, P, log))
+    if budget.note():
+        log(budget.note())
+    return out, budget
 
 
 def script_path():
