@@ -44,7 +44,7 @@ import sys
 import time
 from pathlib import Path
 
-from feedlab import findings, machines, paths
+from feedlab import files, findings, machines, paths
 from feedlab.budget import DEADLINE_ENV
 from feedlab.errors import cli_errors, one_line
 from feedlab.machines import machine_key
@@ -145,15 +145,13 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
     :class:`NotebookStopped`); an interrupted one is removed. The old record stays as it was."""
     import papermill as pm
 
-    from feedlab.formats._io import _remove, sweep_orphans, tmp_sibling
-
     name = nb.stem
     final = destination(name, profile, params, out_root)
     final.parent.mkdir(parents=True, exist_ok=True)
     with run_lock(final):
         check_destination(name, profile, params, out_root)  # again, under the lock
-        sweep_orphans(final.parent)
-        tmp = tmp_sibling(final)
+        files.sweep_orphans(final.parent)
+        tmp = files.tmp_sibling(final)
         tmp.mkdir()
         executed = tmp / f"{name}.executed.ipynb"
         if params.get("profile", profile) != profile:   # one truth: never a second profile in the kernel
@@ -199,7 +197,7 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
                 pass
             raise
         except BaseException:
-            _remove(tmp)
+            files.remove(tmp)
             raise
         finally:
             restore_env(before)

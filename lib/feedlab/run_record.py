@@ -17,7 +17,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from feedlab import paths
+from feedlab import files, paths
 from feedlab.machines import key_has_gpu, machine_key
 from feedlab.paths import FIGURES_DIR, figure_dir, rel
 from feedlab.results import atomic_write
@@ -242,15 +242,13 @@ def install_record(tmp: Path, final: Path, name: str, whole: bool) -> None:
     one rename. A folder the user named (``-p out_dir``) is kept: its old record files (all it
     holds, checked again here) are replaced file by file. A committed record (``figures/``) is
     never replaced by one that lacks some of its files (:func:`check_nothing_lost`)."""
-    from feedlab.formats._io import release, replace_path
-
     why = record_problem(name, final)
     if why:  # changed while the notebook ran: this run is kept as a failed one
         raise ValueError(why)
     check_nothing_lost(tmp, final, name)
     write_manifest(tmp)
     if whole or not final.exists():
-        replace_path(tmp, final)
+        files.replace_path(tmp, final)
         return
     new = {p.name for p in tmp.iterdir()}
     for name_ in written_by_run(name, final) - new:   # the old run's own files only
@@ -258,7 +256,7 @@ def install_record(tmp: Path, final: Path, name: str, whole: bool) -> None:
     for p in tmp.iterdir():
         os.replace(p, final / p.name)
     tmp.rmdir()
-    release(tmp)
+    files.release(tmp)
 
 
 @contextmanager
@@ -295,16 +293,14 @@ def run_lock(final: Path):
 
 def keep_failed(tmp: Path, name: str) -> Path | None:
     """Move a failed run's folder to ``runs/failed/<name>/`` (outside the committed results)."""
-    from feedlab.formats._io import _remove, replace_path
-
     if not tmp.is_dir():
         return None
     dest = paths.SCRATCH_DIR / "failed" / name
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        replace_path(tmp, dest)
+        files.replace_path(tmp, dest)
     except OSError:
-        _remove(tmp)
+        files.remove(tmp)
         return None
     print(f"    the failed run's notebook and results: {dest}", file=sys.stderr)
     return dest

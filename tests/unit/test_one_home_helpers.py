@@ -199,7 +199,7 @@ def test_a_report_is_built_once_in_its_kinds_key_order_and_refuses_a_key_out_of_
 
 
 # the runner's records still import them lazily from formats._io (issue 47-A moves those imports to the top, onto files)
-FILES_PENDING = {"run.py", "run_record.py"}
+FILES_PENDING: set[str] = set()
 FILE_HELPERS = {"tmp_sibling", "release", "replace_path", "remove", "_remove", "sweep_orphans", "open_regular",
                 "read_regular", "check_regular_tree", "max_file_bytes", "kind_of", "_kind", "current_umask"}
 
