@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from feedlab import procgroup
 from feedlab.run_limit import descendants, stop_processes
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -54,8 +55,10 @@ def _on_signal(signum, _frame):
     _BEFORE["logging"] = logging.root.manager.disable
     logging.disable(logging.CRITICAL)   # the kernel client's "Kernel died ..." as its kernel is stopped: the line says it
     before = _BEFORE["pids"] or set()   # no notebook under way: whatever is below the runner is its own
-    procs = [p for p in descendants() if p.pid not in before]
-    raise RunnerStopped(signum, stop_processes(procs) if procs else 0)
+    procs = {p.pid for p in descendants() if p.pid not in before}
+    if _BEFORE.get("token"):   # a daemon the notebook started that left the tree (setsid, a double fork)
+        procs |= set(procgroup.carrying(_BEFORE["token"]))
+    raise RunnerStopped(signum, stop_processes(sorted(procs)) if procs else 0)
 
 
 @contextmanager
@@ -79,12 +82,26 @@ def stop_on_signals() -> Iterator[None]:
 
 @contextmanager
 def watch() -> Iterator[None]:
-    """Around a notebook: the processes that appear below this one are the ones a signal stops."""
-    _BEFORE["pids"] = {p.pid for p in descendants()}
+    """Around a notebook: the processes that appear below this one are the ones a signal stops. The kernel
+    (started within) carries a token of :mod:`feedlab.procgroup` in its environment, and so does whatever it
+    starts: a daemon that left the tree (``setsid``, a double fork) is found by it, stopped at a signal, and
+    stopped when the notebook has ended (nothing the notebook started outlives its run)."""
+    token = os.urandom(8).hex()
+    old = os.environ.get(procgroup.TOKENS)
+    os.environ[procgroup.TOKENS] = procgroup.marked_env({} if old is None else {procgroup.TOKENS: old},
+                                                        token)[procgroup.TOKENS]
+    _BEFORE["pids"], _BEFORE["token"] = {p.pid for p in descendants()}, token
     try:
         yield
     finally:
-        _BEFORE["pids"] = None
+        _BEFORE["pids"] = _BEFORE["token"] = None
+        if old is None:
+            os.environ.pop(procgroup.TOKENS, None)
+        else:
+            os.environ[procgroup.TOKENS] = old
+        left = procgroup.carrying(token)
+        if left:
+            stop_processes(left)
 
 
 @contextmanager

@@ -202,3 +202,30 @@ def test_a_signal_between_notebooks_is_one_line_and_the_handlers_come_back(monke
     assert rc == 128 + signal.SIGHUP and len(err) == 1, err
     assert err[0].startswith("python -m feedlab.run: stopped by SIGHUP: no process of its own was running")
     assert after == before
+
+
+def test_run_kernel_watch_stops_a_daemon_the_notebook_left_outside_its_tree():
+    """A process started inside ``watch`` (as the kernel and what it starts are) that escapes the tree with
+    ``setsid`` and a double fork is found by the run's token and stopped when the run ends (issue 47)."""
+    import os
+    import subprocess
+    import time
+
+    from feedlab import procgroup, run_kernel
+
+    with run_kernel.watch():
+        out = subprocess.run(["bash", "-c", "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $!"],
+                             capture_output=True, text=True, timeout=10).stdout
+        daemon = int(out.split()[0])
+        assert daemon in procgroup.carrying(run_kernel._BEFORE["token"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(daemon, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(daemon, 9)
+        raise AssertionError("the escaped daemon outlived the run")
+    assert procgroup.TOKENS not in os.environ or run_kernel._BEFORE["token"] is None
