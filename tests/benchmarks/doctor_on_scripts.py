@@ -342,7 +342,10 @@ def case_row(case: Case, batch: int, workers: int, hand: dict, summary: dict, re
                      start_busy=start.get("busy"), busy=got.get("busy"))
             c["prediction_ratio"] = ratio(c.get("predicted_gain"), c["ratio"])
         elif c.get("apply") is not None and not c.get("not_applied"):
-            c["not_applied"] = (got or {}).get("error") or (start or {}).get("error") or "not measured"
+            busy = [f"{n} {t['busy']}" for n, t in (("the start", start), ("the change", got)) if t and t.get("busy")]
+            errs = [t["error"] for t in (start, got) if t and t.get("error")]
+            c["judged"] = (f"too busy to judge ({'; '.join(busy)})" if busy else
+                           f"not measured ({'; '.join(errs) or 'no pass'})")
         row["changes"].append(c)
     if trial:
         row["rounds"] = trial.get("rounds")
@@ -385,6 +388,8 @@ def one_verdict(r: dict) -> bool:
 def change_words(c: dict) -> str:
     pred = f"×{fmt(c.get('predicted_gain'))} predicted" if c.get("predicted_gain") is not None else "no prediction"
     if c.get("ratio") is None:
+        if c.get("judged"):
+            return f"{c['what']} ({pred}; applied: {cell(c['judged'])})"
         return f"{c['what']} ({pred}; not applied: {c.get('not_applied', 'not measured')})"
     spread = f" (×{fmt(c.get('lo'))}–{fmt(c.get('hi'))})" if c.get("lo") is not None else ""
     return f"{c['what']}: {pred}, ×{fmt(c['ratio'])}{spread} measured: {cell(c.get('judged', ''))}"

@@ -198,6 +198,14 @@ def test_case_row_prices_judges_and_measures_the_advice(B):
     assert r["rounds"] == 2
 
 
+def test_a_change_whose_passes_were_busy_reads_too_busy_not_unapplied(B):
+    trial = {"rounds": 2, "sides": {"start": {"rates": [], "busy": "measured on a busy machine twice (x)"},
+                                    "num_workers = 2": {"rates": [], "busy": None}}}
+    c = _row(B, trial=trial, changes=CHANGES[:1])["changes"][0]
+    assert c["judged"].startswith("too busy to judge (the start measured on a busy machine twice")
+    assert "not_applied" not in c and B.change_words(c) == "num_workers = 2 (×1.60 predicted; applied: too busy to judge)"
+
+
 def test_case_row_says_when_the_diagnosis_prints_a_second_verdict(B):
     hand = {"fetch_s": [1, 0.04, 0.04], "step_s": [1, 0.08, 0.08], "sizes": [8] * 3, "workers": 0}
     r = B.case_row(B.CASES[0], 8, 0, hand, {"verdict": "data-bound"}, {"verdict": "compute-bound"}, [], None, QUIET)
