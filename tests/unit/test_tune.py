@@ -219,3 +219,28 @@ def test_threaded_loader_raises_the_fetch_error_in_the_loop():
     with pytest.raises(KeyError, match="sample 17"):
         for _ in ThreadedLoader(DataLoader(_Boom(), batch_size=4), threads=3):
             pass
+
+
+def test_an_imprecise_start_is_measured_once_more_with_a_longer_window(monkeypatch):
+    from feedlab.doctor import trials as TR
+
+    def trial(name, rate, kind, settings=None):
+        return TR.Trial(name, settings or {}, rates=[rate], median=rate, lo=rate, hi=rate, half_width=0.02,
+                        passes=1, timed_batches=60, window_s=1.5, rate_kind=kind, batch_size=8, workers=0,
+                        order="global", epoch_batches=256)
+
+    calls = []
+
+    def fake_measure(cands, **kw):
+        calls.append(([c.name for c in cands], kw.get("max_window_s")))
+        if len(calls) == 1:
+            return [trial(c.name, 100.0 if c.name == "start" else 400.0, "imprecise" if c.name == "start"
+                          else "steady", c.settings) for c in cands]
+        return [trial(c.name, 102.0 if c.name == "start" else 405.0, "steady", c.settings) for c in cands]
+
+    monkeypatch.setattr(search.TR, "measure", fake_measure)
+    res = feedlab.tune(_make(), load_window=_Quiet, **{**SMALL, "passes": 1})
+    assert len(calls) == 2 and len(calls[1][0]) == 2 and calls[1][0][0] == "start"
+    assert calls[1][1] == 2 * SMALL["max_window_s"]                      # twice the cap
+    assert res.start.passes == 2 and res.start.rate_kind == "steady" and res.passes == 2
+    assert res.verdict.word == lfl.MET and res.settings and "once more" in " ".join(res.notes)

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from feedlab import like_for_like as lfl
 from feedlab import monitor, stage
 from feedlab import pipeline as pl
@@ -30,6 +32,7 @@ from . import candidates as CD
 from .probe import Probe, probe
 
 TOO_BUSY = "too busy to tune"
+MAX_PASSES = 3        # measured passes a candidate gets at most, beyond the probe (issue 49)
 NEAR = 0.95           # settings predicted within 5% of the best: the cheapest of them is the one measured
 COMPETES = 0.8        # threads measured where predicted at ≥ 80% of the best (or where the fetch waits)
 
@@ -163,12 +166,46 @@ def tune(make_loader: Callable[[], Any], step: Callable[[Any], Any] | None = Non
                             min_window_s=window_s, max_window_s=max_window_s, deadline_s=deadline_s,
                             budget_s=max(0.0, budget_s - pr.seconds), log=log, load_window=load_window,
                             min_batches=min_batches)
+    if passes < MAX_PASSES:
+        _again(out, cands, dict(step=step, device=device, passes=1, half_width=half_width, min_window_s=window_s,
+                                max_window_s=2 * max_window_s, deadline_s=deadline_s, log=log,
+                                load_window=load_window, min_batches=min_batches))
     out.passes = max((t.passes for t in out.trials), default=0)
     busy = [f"{t.name}: {t.busy}" for t in out.trials if t.busy]
     if busy:
         return _finish(out, t0, f"{TOO_BUSY}: {'; '.join(busy)}")
     _decide(out, loader, pr)
     return _finish(out, t0, None)
+
+
+def _again(out: Tuned, cands: list[TR.Candidate], kw: dict) -> None:
+    """Where the fastest measured and the start are not both steady (a window that reached its cap before its
+    precision), the two are measured once more, interleaved, with twice the cap (at most :data:`MAX_PASSES` passes
+    in all): each is then steady where its longer window reached its precision, its median and spread over
+    both passes."""
+    ok = [t for t in out.trials if t.ok and not t.recipe]
+    start = out.start
+    if start is None or not start.ok or not ok:
+        return
+    best = max(ok, key=lambda t: t.median)
+    if best is start or (start.rate_kind == "steady" and best.rate_kind == "steady"):
+        return
+    by = {c.name: c for c in cands}
+    again = TR.measure([by[start.name], by[best.name]], **kw)
+    for old, new in zip((start, best), again):
+        if new.error or not new.rates:
+            continue
+        i = out.trials.index(old)
+        new.rates = old.rates + new.rates
+        new.passes = old.passes + new.passes
+        new.other_load = old.other_load + new.other_load
+        new.seconds += old.seconds
+        new.median, new.lo, new.hi = float(np.median(new.rates)), min(new.rates), max(new.rates)
+        new.timed_batches = min(x for x in (old.timed_batches, new.timed_batches) if x is not None)
+        new.window_s = min(x for x in (old.window_s, new.window_s) if x is not None)
+        out.trials[i] = new
+    out.notes.append(f"{start.name} and {best.name} measured once more with a longer window (a window reached its "
+                     "cap before its precision)")
 
 
 def _decide(out: Tuned, loader, pr: Probe) -> None:
