@@ -385,6 +385,12 @@ def one_verdict(r: dict) -> bool:
     return not (r.get("diagnosis_verdict") and r.get("doctor_verdict") and r["diagnosis_verdict"] != r["doctor_verdict"])
 
 
+def advised(c: dict) -> bool:
+    """Printed as advice (measured by the doctor before it was printed), not only as a change to try; a doctor
+    that does not say is taken at its word."""
+    return c.get("measured_by_doctor") is not False
+
+
 def change_words(c: dict) -> str:
     pred = f"×{fmt(c.get('predicted_gain'))} predicted" if c.get("predicted_gain") is not None else "no prediction"
     if c.get("ratio") is None:
@@ -417,11 +423,12 @@ def run_section(result: dict) -> list[str]:
             f"{r['truth'] or '—'} ({fmt(r['truth_wait_share'], '.0%')}) | {r['doctor_verdict'] or '—'} "
             f"({fmt(r['doctor_wait_share'], '.0%')}) | {cell(r['verdict_judged'])} | {r['diagnosis_verdict'] or '—'} "
             f"({cell(r['diagnosis_verdict_judged'])}) | {'yes' if one else 'no'} | {fmt(r.get('seconds'), '.0f')} |")
-    lines += ["", "| case | advised change (the doctor's line) | applied as | predicted, measured, judged |", "|---|---|---|---|"]
+    lines += ["", "| case | advised change (the doctor's line; to try: printed as a prediction, not advice) | applied as | "
+              "predicted, measured, judged |", "|---|---|---|---|"]
     for r in result["cases"]:
         for c in changes_of(r):
-            lines.append(f"| {r['case']} | `{c.get('code') or c['what']}` | {c.get('applied_as') or '—'} | "
-                         f"{change_words(c)} |")
+            lines.append(f"| {r['case']} | `{c.get('code') or c['what']}`{'' if advised(c) else ' (to try)'} | "
+                         f"{c.get('applied_as') or '—'} | {change_words(c)} |")
         if not r.get("error") and not changes_of(r):
             lines.append(f"| {r['case']} | none advised | — | — |")
     truths = {r["truth"] for r in result["cases"] if r.get("truth")}
@@ -435,10 +442,10 @@ def run_section(result: dict) -> list[str]:
 
 def tally(results: list[dict]) -> dict:
     """The issue's checks over the records: verdicts right against the hand truth, one verdict a run, and
-    advised changes measured at ×1.05 or more (judged met), each as ``[count, of]``."""
+    advised changes (not those only to try) measured at ×1.05 or more (judged met), each as ``[count, of]``."""
     rows = [r for res in results for r in res["cases"] if not r.get("error")]
     judged = [r for r in rows if r["verdict_judged"] in ("right", "wrong")]
-    changes = [c for r in rows for c in changes_of(r) if c.get("ratio") is not None]
+    changes = [c for r in rows for c in changes_of(r) if c.get("ratio") is not None and advised(c)]
     return {"verdict_right": [sum(r["verdict_judged"] == "right" for r in judged), len(judged)],
             "one_verdict": [sum(one_verdict(r) for r in rows), len(rows)],
             "advice_met": [sum(c.get("verdict") == "met" for c in changes), len(changes)]}

@@ -261,6 +261,11 @@ def test_the_tally_counts_verdicts_one_verdict_and_advice_met(B):
     ok = _row(B, trial=TRIAL, changes=CHANGES)
     t = B.tally([{"cases": [ok, {"case": "x", "error": "boom"}]}])
     assert t == {"verdict_right": [1, 1], "one_verdict": [1, 1], "advice_met": [1, 1]}
+    ok["changes"][0]["measured_by_doctor"] = False       # printed only as a change to try: not counted as advice
+    assert B.tally([{"cases": [ok]}])["advice_met"] == [0, 0]
+    assert "`DataLoader(..., num_workers=2)` (to try) |" in B.markdown({"origins": {}, "cases": [ok], "images": 8,
+                                                                        "classes": 2, "min_size": 8, "max_size": 8,
+                                                                        "machine": "m"})
 
 
 def test_no_copy_of_the_examples_is_one_line(B, monkeypatch, tmp_path, capsys):
