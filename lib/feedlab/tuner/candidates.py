@@ -61,14 +61,18 @@ def start_settings(loader) -> dict:
 
 
 def worker_ladder(probe: Probe, max_workers: int | None = None) -> list[int]:
-    """0 … the cores, and above them by doubling where the fetch waits (up to what would hide the wait)."""
+    """0 … the cores (each count to 4, then a ladder), and above them by doubling where the fetch waits (up to
+    what would hide the wait)."""
     C = max(1, probe.cores)
     top = C
     if probe.io_share >= IO_WAIT:
         top = min(MAX_WORKERS, max(2 * C, math.ceil(C / max(0.03, 1.0 - probe.io_share))))
     if max_workers is not None:
         top = min(top, int(max_workers))
-    ws = set(range(0, min(C, top) + 1))
+    # every count to 4, then powers of two, three quarters of the cores, cores − 1 and the cores (16 cores: 0 1 2 3 4
+    # 8 12 15 16, not all 17: an exhaustive grid over them stays inside a GPU loan)
+    ws = {w for w in {0, 1, 2, 3, 4, (3 * C) // 4, C - 1, C} | {2 ** k for k in range(C.bit_length())}
+          if 0 <= w <= min(C, top)}
     w = C
     while w < top:
         w *= 2
