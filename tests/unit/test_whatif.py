@@ -99,7 +99,9 @@ def test_the_answer_reads_switch_then_the_doctors_changes_then_the_headspace():
     hint = W.render({**w, "peers": [fast]})[-2]
     assert hint.startswith("  only the window kept FFCV from a verdict: a larger --what-if-samples (now 3,200)")
     no_step = W.answer(rows, {"advice": []})
-    assert "×1.00 without migrating (no change advised)" in no_step and "the most possible is not measured" in no_step
+    assert "×1.00 without migrating (no change measured)" in no_step and "the most possible is not measured" in no_step
+    predicted = W.answer(rows, {"advice": [{"setting": "num_workers", "value": 3, "expected_gain": 1.5}]})
+    assert "×1.00 without migrating (no change measured; to try: num_workers = 3, ×1.50 predicted)" in predicted
 
 
 def test_with_a_model_the_answer_names_the_headspace_and_never_reads_below_the_measured_table():

@@ -206,15 +206,15 @@ def peer_row(info: dict, base: dict, step_rate: float | None, most: float | None
 
 
 def doctor_gain(rep: dict) -> tuple[float, str]:
-    """The doctor's own best change without migrating and its words: its advice's best change (measured where
-    measured), or the best worker count its own table measured end to end where that is higher (the ANSWER
-    never reads lower than the run's measured table)."""
+    """The doctor's own best change without migrating and its words: its best change measured on the loop, or
+    the best worker count its own table measured end to end where that is higher (the ANSWER never reads lower
+    than the run's measured table); a change only predicted is named as one to try, never as a gain."""
     changes = top_changes(rep)
-    best = max(changes, key=lambda c: c.get("gain_value") or 0.0) if changes else None
-    gain = float(best.get("gain_value") or 1.0) if best else 1.0
-    what = best.get("what", "") if best else "no change advised"
-    if best and not best.get("measured", "measured" in str(best.get("gain", ""))):
-        what += ", predicted"
+    done = [c for c in changes if c.get("measured", "measured" in str(c.get("gain", "")))]
+    best = max(done, key=lambda c: c.get("gain_value") or 0.0) if done else None
+    gain, what = (float(best.get("gain_value") or 1.0), best.get("what", "")) if best else (1.0, "no change measured")
+    if not best and changes:
+        what += f"; to try: {changes[0].get('what', '')}, ×{changes[0].get('gain_value') or 1.0:.2f} predicted"
     t = table_best(rep)
     if t and t[0] > gain:
         gain, what = t
