@@ -6,7 +6,7 @@ peer of notebook 13 (:mod:`feedlab.peers`) that can express it, through the peer
 interleaved rounds (A B C, B C A, …; :data:`ROUNDS`), each pass with the other programs' load over it
 (:func:`pass_busy`: ``monitor.LoadWindow``'s busy threshold, or less than ``monitor.BUSY_SPEED`` of a core
 left to each of the side's processes). A busy pass is measured again once; a side still busy is "too busy
-to judge" (:func:`summarise`). This module decides what each peer can express (:func:`express`), turns each
+to judge" (:func:`feedlab.peers.whatif.summarise`). This module decides what each peer can express (:func:`express`), turns each
 measured peer into a row with its gain on your loop against your pipeline (each side's median over its
 passes, the interval from the paired per-pass ratios: :func:`gain_interval`), its share of the doctor's
 headspace, and the one judge's verdict (:func:`feedlab.like_for_like.verdict`: like-for-like sides, neither
@@ -145,19 +145,6 @@ def pass_busy(load: dict | None, processes: int) -> str | None:
     return (f"other processes used {load.get('other_cpu_cores', 0):.2f} of {load.get('usable_cores', '?')} usable "
             f"cores ({load.get('other_fraction', 0):.0%}; {left if left is not None else float('nan'):.2f} of a core "
             f"left to each of {max(1, int(processes))} processes)")
-
-
-def summarise(passes: list[dict]) -> dict:
-    """A side from its passes (each ``{rate, busy, ...}``; a busy pass measured again is marked ``replaced``
-    and followed by its second reading): ``rate`` the median over its passes, ``rate_lo``/``rate_hi`` their range, ``repeats``,
-    and ``busy`` (why) where a pass stayed busy after its second reading: then the side is too busy to judge."""
-    kept = [p for p in passes if not p.get("replaced")]
-    rates = [float(p["rate"]) for p in kept if p.get("rate")]
-    busy = next((p["busy"] for p in kept if p.get("busy")), None)
-    if not rates:
-        return {"rate": None, "rate_lo": None, "rate_hi": None, "repeats": 0, "busy": busy, "rates": []}
-    return {"rate": float(np.median(rates)), "rate_lo": min(rates), "rate_hi": max(rates), "repeats": len(rates),
-            "busy": f"measured on a busy machine twice ({busy})" if busy else None, "rates": rates}
 
 
 def side_of(label: str, shuffle: str | None, pixel_error: float | None, batch_size: int | None,

@@ -17,7 +17,7 @@ peers' is (:mod:`feedlab.peers.check`); each peer goes through :func:`feedlab.pe
 The sides are measured interleaved (:func:`interleave`): one pass of each side a round (a fresh loader, a
 warm-up epoch, one window), the order rotated each round, at least two rounds, each pass inside a
 ``monitor.LoadWindow``; a busy pass is measured again once, and a side busy twice is "too busy to judge"
-(:func:`feedlab.doctor.whatif.summarise`), so a busy window on one side cannot make a switch answer. Every
+(:func:`summarise`), so a busy window on one side cannot make a switch answer. Every
 pass runs under a limit; the words and the verdicts are :mod:`feedlab.doctor.whatif`'s.
 """
 
@@ -179,6 +179,19 @@ def time_peer(name: str, source, work: Path, spec: pl.PipelineSpec, size: int, d
     return info
 
 
+def summarise(passes: list[dict]) -> dict:
+    """A side from its passes (each ``{rate, busy, ...}``; a busy pass measured again is marked ``replaced``
+    and followed by its second reading): ``rate`` the median over its passes, ``rate_lo``/``rate_hi`` their range, ``repeats``,
+    and ``busy`` (why) where a pass stayed busy after its second reading: then the side is too busy to judge."""
+    kept = [p for p in passes if not p.get("replaced")]
+    rates = [float(p["rate"]) for p in kept if p.get("rate")]
+    busy = next((p["busy"] for p in kept if p.get("busy")), None)
+    if not rates:
+        return {"rate": None, "rate_lo": None, "rate_hi": None, "repeats": 0, "busy": busy, "rates": []}
+    return {"rate": float(np.median(rates)), "rate_lo": min(rates), "rate_hi": max(rates), "repeats": len(rates),
+            "busy": f"measured on a busy machine twice ({busy})" if busy else None, "rates": rates}
+
+
 def interleave(sides: list[dict], rounds: int, log=lambda m: None, load_window=LoadWindow) -> dict[str, dict]:
     """Every side measured once a round for ``rounds`` rounds, the order rotated each round (A B C, B C A,
     C A B, …), each pass inside a load window (``load_window()``: ``monitor.LoadWindow``, a fake in tests).
@@ -273,7 +286,7 @@ def what_if(rep: dict, root: Path, spec: pl.PipelineSpec, crop: int = 96, sample
         b = got[mine]
         if b["error"]:
             raise ValueError(f"your pipeline on the sample: {b['error']}")
-        base = {**b["info"], **W.summarise(b["passes"]), "passes": b["passes"]}
+        base = {**b["info"], **summarise(b["passes"]), "passes": b["passes"]}
         base["order"] = order_of("global permutation per epoch (RandomSampler)")
         base["side"] = W.side_of(mine, "global permutation per epoch", base["pixel_error"], spec.batch_size,
                                  spec.num_workers, base["batches"], base["window_s"], base["busy"], base["repeats"])
@@ -284,7 +297,7 @@ def what_if(rep: dict, root: Path, spec: pl.PipelineSpec, crop: int = 96, sample
             if g["error"] and info.get("available"):
                 info.update(available=False, reason=g["error"])
             if info.get("available"):
-                info.update({k: v for k, v in W.summarise(g["passes"]).items() if k not in ("rate_lo", "rate_hi")})
+                info.update({k: v for k, v in summarise(g["passes"]).items() if k not in ("rate_lo", "rate_hi")})
             info["passes"] = g["passes"]
             info["seconds"] = g["seconds"]
             out["peers"].append(W.peer_row(info, base, step_rate, most))
