@@ -760,3 +760,44 @@ def test_too_many_workers_with_no_ladder_is_not_measured_not_an_error():
     ``max() arg is an empty sequence`` and stopped the notebook)."""
     v = verdict("001-too-many-workers", {"samples_per_s_loader": {}})
     assert v.status == C.NOT_RUN and "worker ladder was left out" in v.note
+
+
+# ---------------------------------------------------------------- a claim's ratio through the one judge
+def test_status_of_maps_the_judges_words_in_one_place():
+    from feedlab import like_for_like as L
+    from feedlab.report.claims.core import status_of
+
+    assert status_of(L.Verdict(L.MET), L.Verdict(L.MET))[0] == C.REPRODUCED
+    assert status_of(L.Verdict(L.WITHIN, "1.8–2.2 holds 2"), L.Verdict(L.MET)) == (
+        C.PARTLY, "within spread of the reproduced bound: 1.8–2.2 holds 2")
+    assert status_of(L.Verdict(L.MISSED), L.Verdict(L.MET))[0] == C.PARTLY
+    assert status_of(L.Verdict(L.MISSED), L.Verdict(L.WITHIN, "x"))[0] == C.NOT_REPRODUCED
+    assert status_of(L.Verdict(L.MISSED), L.Verdict(L.MISSED))[0] == C.NOT_REPRODUCED
+    assert status_of(L.Verdict(L.NOT_LIKE, "batch size: 256 vs 128")) == (
+        C.NOT_FAIR, "not like for like (batch size: 256 vs 128)")
+    assert status_of(L.Verdict(L.NOT_FAIR, "x busy"))[0] == C.NOT_FAIR
+
+
+def _rate_rows(w, rates, bs=64, window_s=5.0, **extra):
+    return [dict(experiment="throughput_vs_workers", model="srcnn", num_workers=w, batch_size=bs, repeat=i,
+                 metric="samples_per_s", value=v, rate_kind="steady", timed_batches=200, warmup_batches=10,
+                 window_s=window_s, cache="warm", **extra) for i, v in enumerate(rates)]
+
+
+def test_workers_speedup_is_judged_on_both_sides_recorded_invariants():
+    payload = {"model": "srcnn", "samples_per_s_with_model": {"1": 100.0, "7": 300.0}}
+    fp = {**GPU, "cpu_usable": 16}
+    like = pd.DataFrame(_rate_rows(1, [98, 100, 102]) + _rate_rows(7, [295, 300, 305]))
+    assert verdict("002-workers-2.7x", payload, fp, like).status == C.REPRODUCED
+    # the 1-to-7 ratio's interval holds the reproduced bound (×2): not told apart from it, so partly
+    wide = pd.DataFrame(_rate_rows(1, [80, 100, 140]) + _rate_rows(7, [150, 200, 305]))
+    v = verdict("002-workers-2.7x", {**payload, "samples_per_s_with_model": {"1": 100.0, "7": 210.0}}, fp, wide)
+    assert v.status == C.PARTLY and "within spread" in v.note
+    # a batch size that differs, or a side whose window went unrecorded: not like for like, measured, not judged
+    other = pd.DataFrame(_rate_rows(1, [98, 100, 102]) + _rate_rows(7, [295, 300, 305], bs=128))
+    v = verdict("002-workers-2.7x", payload, fp, other)
+    assert v.status == C.NOT_FAIR and "not like for like (batch size: 128 vs 64" in v.note and "3.00×" in v.ours
+    unknown = pd.DataFrame(_rate_rows(1, [98, 100, 102]) + _rate_rows(7, [295, 300, 305])).drop(
+        columns=["window_s", "timed_batches"])
+    v = verdict("002-workers-2.7x", payload, fp, unknown)
+    assert v.status == C.NOT_FAIR and "timed window was not recorded" in v.note

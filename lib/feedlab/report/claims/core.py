@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from feedlab import like_for_like as lfl
+
 REPRODUCED = "reproduced"
 PARTLY = "partly"
 NOT_REPRODUCED = "not reproduced"
@@ -236,6 +238,26 @@ def all_or_some(flags) -> str:
     """REPRODUCED when every flag holds, PARTLY when some do, else NOT_REPRODUCED."""
     flags = list(flags)
     return verdict(all(flags), any(flags))
+
+
+def status_of(full: "lfl.Verdict", part: "lfl.Verdict | None" = None) -> tuple[str, str]:
+    """The one place a judge's words (:func:`feedlab.like_for_like.verdict`) become a claim's status: ``full``
+    judged against the claim's reproduced bound, ``part`` against its partly bound. Sides not like for like
+    (a differing or unrecorded invariant: "not known", never equal) or a side not fair: not tested fairly here
+    (the judge's words); met the reproduced bound: reproduced; its interval holds the reproduced bound (not told
+    apart from it): partly; else met the partly bound: partly; else not reproduced (the partly bound inside the
+    interval is said)."""
+    if full.word in (lfl.NOT_LIKE, lfl.NOT_FAIR):
+        return NOT_FAIR, str(full)
+    if full.word == lfl.MET:
+        return REPRODUCED, full.why
+    if full.word == lfl.WITHIN:
+        return PARTLY, f"within spread of the reproduced bound: {full.why}"
+    if part is None or part.word == lfl.MISSED:
+        return NOT_REPRODUCED, part.why if part is not None else full.why
+    if part.word == lfl.MET:
+        return PARTLY, part.why
+    return NOT_REPRODUCED, f"within spread of the partly bound: {part.why}"
 
 
 def by_int(mapping: dict) -> dict[int, float]:

@@ -351,6 +351,8 @@ def judge(claim: Claim, run: Run) -> Verdict:
     if is_smoke(run):
         return Verdict(claim.id, SMOKE, out.ours, claim.theirs, SMOKE_NOTE, caveat)
     reasons = _unmet(claim, run, out)
+    if out.status == NOT_FAIR:   # the one judge did not judge the ratio (sides unlike, or a side not fair)
+        return _unfair(claim, run, out.ours, [out.note] + reasons, caveat)
     if reasons and out.status in JUDGED:
         return _unfair(claim, run, out.ours, reasons, caveat)
     return Verdict(claim.id, out.status, out.ours, claim.theirs, out.note, caveat)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from feedlab.like_for_like import Side, Verdict, verdict
-from feedlab.report.claims.core import NoData, Run
+from feedlab.report.claims.core import NOT_FAIR, NoData, Outcome, Run, status_of
 from feedlab.report.claims.fair import BUSY_PREFIX, busy_reason, rows_of
 
 SPS = "samples_per_s"
@@ -86,6 +86,46 @@ def ratio_interval(a_span: tuple, b_span: tuple) -> tuple[float | None, float | 
     return al / bh, ah / bl
 
 
+# ---------------------------------------------------------------- a claim's ratio of two settings
+def pair_verdicts(run: Run, a_setting: dict, b_setting: dict, ratio: float | None, full: float,
+                  part: float | None = None, *, labels: tuple[str, str] = ("the change", "the start"),
+                  changes: tuple[str, ...] = (), lower_is_better: bool = False,
+                  metric: str = SPS) -> tuple[Verdict, Verdict | None]:
+    """A claim's ratio ``a`` over ``b`` (two ``results.csv`` settings, their ``metric``) judged by the one judge
+    against its reproduced bound ``full`` and its partly bound ``part``: both sides from the run's rows, the
+    interval from their own spread (:func:`ratio_interval`)."""
+    a, _, sa = side_of_rows(run, a_setting, labels[0], metric=metric)
+    b, _, sb = side_of_rows(run, b_setting, labels[1], metric=metric)
+    lo, hi = ratio_interval(sa, sb)
+    kw = dict(lo=lo, hi=hi, lower_is_better=lower_is_better, changes=changes)
+    v_full = verdict(a, b, ratio, target=full, **kw)
+    return v_full, (None if part is None or not v_full.judged else verdict(a, b, ratio, target=part, **kw))
+
+
+def ratio_outcome(verdicts: tuple[Verdict, Verdict | None], ours: str, note: str = "",
+                  settings: tuple = ()) -> Outcome:
+    """The claim's Outcome from the judge's two verdicts (:func:`feedlab.report.claims.core.status_of`, the one
+    mapping): a verdict not judged reads "not tested fairly here" with the judge's words, its number measured."""
+    status, why = status_of(*verdicts)
+    if status == NOT_FAIR:
+        return Outcome(status, ours, why, settings)
+    return Outcome(status, ours, "; ".join(x for x in (note, why) if x), settings)
+
+
+def workers_setting(run: Run, workers: int) -> dict:
+    """The ``results.csv`` setting of 01's rate with the model at ``workers`` (its ``throughput_vs_workers``)."""
+    where = dict(experiment="throughput_vs_workers", num_workers=int(workers))
+    model = run.payload.get("model")
+    return dict(where, model=model) if model and model != "none" else where
+
+
+def workers_verdicts(run: Run, more: int, fewer: int, ratio: float, full: float,
+                     part: float | None = None) -> tuple[Verdict, Verdict | None]:
+    """01's rate with ``more`` workers over ``fewer``: the worker count is the change under test."""
+    return pair_verdicts(run, workers_setting(run, more), workers_setting(run, fewer), ratio, full, part,
+                         labels=(f"{more} workers", f"{fewer} workers"), changes=("workers",))
+
+
 # ---------------------------------------------------------------- 05: the best loader over the baseline
 def storage_best_over_baseline(run: Run, target: float) -> Verdict:
     """05's Target 2: the best reading-alone loader ÷ PNG + PIL + ToTensor + default_collate (a DataLoader with 2
@@ -134,6 +174,12 @@ def advice_sides(run: Run) -> tuple[Side, Side, dict, dict] | None:
 
 
 def advice_verdict(run: Run, target: float | None = None) -> Verdict:
+    """:func:`advice_verdicts` against ``target`` alone."""
+    return advice_verdicts(run, target)[0]
+
+
+def advice_verdicts(run: Run, target: float | None = None, part: float | None = None) -> tuple[Verdict,
+                                                                                                Verdict | None]:
     """The doctor's advice, its measured gain over the start (``measured_gain_total``) judged by the one judge:
     the worker count may change (it is the advice), a batch size or recipe change is measured, never credited;
     ``target`` the gain to reach (None: told apart from ×1)."""
@@ -147,7 +193,9 @@ def advice_verdict(run: Run, target: float | None = None) -> Verdict:
     lo, hi = ratio_interval(span_a, span_b)
     if lo is not None and lo == hi:
         lo = hi = None
-    return verdict(a, b, gain, target=target, lo=lo, hi=hi, changes=("workers",))
+    v = verdict(a, b, gain, target=target, lo=lo, hi=hi, changes=("workers",))
+    return v, (None if part is None or not v.judged else
+               verdict(a, b, gain, target=part, lo=lo, hi=hi, changes=("workers",)))
 
 
 def verdict_clause(v: Verdict) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from feedlab.like_for_like import NOT_LIKE
 from feedlab.report.claims.core import (
     Claim,
     NoData,
@@ -19,7 +18,7 @@ from feedlab.report.claims.core import (
     verdict,
 )
 from feedlab.report.claims.fair import GPU_BOUND, GPU_FED, METER, STEADY, TIMING, steady_state, workers_named
-from feedlab.report.claims.sides import advice_verdict
+from feedlab.report.claims.sides import advice_verdicts, ratio_outcome, workers_verdicts
 from feedlab.report.claims.w000 import UTIL_METERS
 
 NB01, NB06, NB10, NB12 = "01_worker_scaling", "06_decode_backends", "10_doctor", "12_beyond"
@@ -37,8 +36,8 @@ def workers_speedup(run) -> Outcome:
     if 1 not in s or 7 not in s:
         raise Unfair(f"the claim compares 1 and 7 workers; this run measured {sorted(s)} (re-run {NB01})")
     r = s[7] / s[1]
-    return Outcome(at_least(r, 2.0, 1.3), f"{r:.2f}× samples/s with the model, 1 → 7 workers",
-                   settings=(_with_model(run, 1), _with_model(run, 7)))
+    return ratio_outcome(workers_verdicts(run, 7, 1, r, 2.0, 1.3), f"{r:.2f}× samples/s with the model, 1 → 7 workers",
+                         settings=(_with_model(run, 1), _with_model(run, 7)))
 
 
 def sleep_parallel(run) -> Outcome:
@@ -138,10 +137,7 @@ def io_tenfold(run) -> Outcome:
     model = str(run.payload.get("model") or "none")
     what = ("loader alone, no model step" if model == "none" else
             f"end to end with {model} on {run.payload.get('device') or 'its device'}")
-    v = advice_verdict(run, 5.0)
-    if v.word == NOT_LIKE:
-        raise Unfair(f"{v}; measured, not judged: {g:.1f}× throughput after the doctor's advice ({what})")
-    return Outcome(at_least(g, 5, 2), f"{g:.1f}× throughput after the doctor's I/O advice", what)
+    return ratio_outcome(advice_verdicts(run, 5.0, 2.0), f"{g:.1f}× throughput after the doctor's I/O advice ({what})")
 
 
 def out_of_band(run) -> Outcome:

@@ -7,6 +7,7 @@ import statistics
 
 from feedlab.report.claims.core import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, NoData, Outcome, Unfair, at_least
 from feedlab.report.claims.fair import STEADY, TIMING, workers_named
+from feedlab.report.claims.sides import pair_verdicts, ratio_outcome
 
 NB04, NB05, NB08 = "04_print_overhead", "05_storage_formats", "08_hdf5_concurrency"
 THEIR_FORMATS = ("png", "hdf5", "zarr", "zarr_chunk", "npy", "pt")  # png stands in for ImageFolder
@@ -28,8 +29,9 @@ def _read(run, variant, metric="median"):
 
 def zarr_chunked(run) -> Outcome:
     r = _read(run, "zarr_chunk/chunk") / _read(run, "zarr/plain")
-    return Outcome(at_least(r, 100, 20), f"chunk-aligned Zarr {r:.0f}× random-id Zarr, one process",
-                   settings=(_read_setting("zarr_chunk/chunk"), _read_setting("zarr/plain")))
+    a, b = _read_setting("zarr_chunk/chunk"), _read_setting("zarr/plain")
+    vs = pair_verdicts(run, a, b, r, 100, 20, labels=("chunk-aligned Zarr", "random-id Zarr"), changes=("order",))
+    return ratio_outcome(vs, f"chunk-aligned Zarr {r:.0f}× random-id Zarr, one process", settings=(a, b))
 
 
 def _theirs_grid(run):
@@ -77,8 +79,10 @@ def zarr_one_worker(run) -> Outcome:
         raise NoData(f"no {many}-worker DataLoader over tensor files or images")
     top = max(rivals, key=rivals.get)
     r = chunk / rivals[top]
-    return Outcome(at_least(r, 2, 1), f"chunked Zarr in one process {r:.2f}× the best {many}-worker loader of "
-                   f"tensor files / images ({top})", settings=(_read_setting(chunk_v), _read_setting(top)))
+    a, b = _read_setting(chunk_v), _read_setting(top)
+    vs = pair_verdicts(run, a, b, r, 2, 1, labels=("chunked Zarr", top), changes=("order", "workers"))
+    return ratio_outcome(vs, f"chunked Zarr in one process {r:.2f}× the best {many}-worker loader of "
+                         f"tensor files / images ({top})", settings=(a, b))
 
 
 def custom_like_one_worker(run) -> Outcome:
