@@ -609,3 +609,21 @@ def test_a_peer_in_this_interpreter_is_bounded_by_timeout(tmp_path, monkeypatch,
     else:
         assert info["reason"] == "stopped: no progress in 1.5 s (--timeout)", info
         assert took < 10, f"{took:.1f} s"
+
+
+def test_a_peers_import_check_keeps_tqdms_ipywidgets_warning_out_of_the_notebook(tmp_path, monkeypatch):
+    """datasets and litdata import tqdm.auto, which warns "IProgress not found" in a kernel without
+    ipywidgets: the committed 13 record's set-up cell printed it on stderr."""
+    import warnings
+
+    from feedlab.peers.base import Peer
+
+    (tmp_path / "warns_on_import.py").write_text(
+        "import warnings\nwarnings.warn('IProgress not found. Please update jupyter and ipywidgets.')\n"
+        "warnings.warn('another warning')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ok, why = Peer("w", "W", "w", ("warns_on_import",), "pip install w").check_here()
+    assert ok and why == ""
+    assert [str(w.message) for w in seen] == ["another warning"]   # only that one is kept out

@@ -153,10 +153,13 @@ class Peer:
     def check_here(self) -> tuple[bool, str]:
         """Importable in this interpreter (and its extra check passes)."""
         import importlib
+        import warnings
 
         for name in self.import_names:
             try:
-                importlib.import_module(name)
+                with warnings.catch_warnings():   # tqdm.auto, imported by datasets and litdata, warns in a kernel
+                    warnings.filterwarnings("ignore", message="IProgress not found")   # without ipywidgets
+                    importlib.import_module(name)
             except Exception as exc:  # an install can be present and still fail to import
                 return False, f"import {name}: {type(exc).__name__}: {_last_line(exc)}; install: {self.install}"
         if self.extra_check is not None:

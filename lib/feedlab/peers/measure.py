@@ -360,7 +360,7 @@ def run_all(names, sources: dict, work_root, batch_size: int, worker_counts, siz
         info["window"] = win.as_dict()
         if cold_here != cold:
             info["cold_left_out"] = (f"this run's budget of {budget.seconds:.0f} s was spent" if budget.seconds
-                                     else "no time left before the run's limit") + ": timed warm only"
+                                     else "no time left before the run's limit")   # timed warm only
         res.extend(r)
         infos.append(info)
         if log is not None:
