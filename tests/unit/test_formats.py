@@ -434,3 +434,19 @@ def test_a_file_that_does_not_decode_is_named_with_what_to_do(tmp_path, fmt):
             assert "\n" not in line and f"cat/{name} under {tmp_path}" in line, (how, line)
             assert bad[name] in line and ("remove" in line or "move it" in line or "shrink" in line), (how, line)
     assert sorted(p.name for p in (tmp_path / "cat").iterdir()) == sorted(names)   # nothing written beside
+
+
+def test_a_good_file_the_chosen_decoder_does_not_read_is_not_blamed(tmp_path):
+    """simplejpeg asked to decode a PNG: the file is fine and the one line says the decoder is the cause and
+    what to choose, never 'remove it' (the note named a good file)."""
+    pytest.importorskip("simplejpeg")
+    from PIL import Image
+
+    from feedlab.formats._decoding import cannot_decode
+
+    good = tmp_path / "cat" / "08.png"
+    good.parent.mkdir()
+    Image.fromarray(np.full((8, 8, 3), 7, np.uint8)).save(good)
+    line = str(cannot_decode("images", tmp_path, good, ValueError("not a JPEG file")))
+    assert "cat/08.png" in line and "valid PNG image" in line and "decode='pil'" in line
+    assert "remove" not in line and "\n" not in line

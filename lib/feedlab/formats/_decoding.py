@@ -102,5 +102,22 @@ def cannot_decode(fmt: str, root: Path, path: Path | None, exc: BaseException) -
         where = f"{name} under {root}"
     else:
         where = f"a file under {root}"
+    kind = _readable_elsewhere(path) if path is not None and nbytes else None
+    if kind:   # a good file the chosen decoder does not read (simplejpeg on a PNG): the file is not at fault
+        return ValueError(f"{fmt}: cannot decode {where} with this decoder: it is a valid {kind} image that the "
+                          f"decoder does not read ({type(exc).__name__}); use decode='pil' (or 'auto'), "
+                          "the file is fine")
     what, todo = _dec.undecodable(exc, nbytes)
     return ValueError(f"{fmt}: cannot decode {where}: {what}; {todo}")
+
+
+def _readable_elsewhere(path: Path) -> str | None:
+    """The image format Pillow names where it decodes ``path`` whole (the error path only), else None."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            im.load()
+            return str(im.format or "image")
+    except Exception:   # noqa: BLE001 - not decodable by Pillow either: the file is at fault
+        return None
