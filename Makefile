@@ -16,6 +16,7 @@ STAMP := $(VENV)/.feedlab-installed
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n", $$1, $$2}'
+	@test -x $(PY) && $(PY) -m feedlab.report.costs 2>/dev/null || echo "measured cost of each target: README.md, 'Two commands' (make install to print it here)"
 
 # Every install goes through lib/feedlab/installer.py (standard library only, so it runs before feedlab is installed):
 # uv, put in .venv at the version constraints.txt pins, given what your pip configuration names (indexes, local
@@ -66,7 +67,7 @@ figures: $(STAMP) peers ray ## prepare data and run every notebook (PROFILE=quic
 # the suite writes its temporaries (pytest's, multiprocessing's, the peers' caches, Ray's session, torch's
 # compile cache) under a TMPDIR of its own, removed at the end: yours is left as it was; tests/conftest.py
 # fails the run if /dev/shm gained a file
-test: $(STAMP) ## lint (ruff), the unit tests but the slow ones, then `make nbval` (about 7 minutes on 2 cores)
+test: $(STAMP) ## lint (ruff), the unit tests but the slow ones, then `make nbval` (its measured time: below)
 	$(PY) -m ruff check lib data_prep tests notebooks
 	@tmp=$$(mktemp -d -t feedlab-test.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
 	  TMPDIR=$$tmp FEEDLAB_PROFILE=smoke $(PY) -m pytest -q -m "not slow" tests/unit && \

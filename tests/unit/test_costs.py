@@ -39,9 +39,51 @@ def test_records_are_listed_by_the_run_that_made_them(tmp_path):
 
 
 def test_the_committed_cost_and_record_blocks_are_current():
+    results = (REPO_ROOT / "docs" / "RESULTS.md").read_text()
+    block = results.split(costs.COSTS_START)[1].split(costs.COSTS_END)[0]
+    assert block.strip() == costs.costs_markdown().strip(), "RESULTS.md cost lines stale: python -m feedlab.report.readme"
     readme = (REPO_ROOT / "README.md").read_text()
-    block = readme.split(costs.COSTS_START)[1].split(costs.COSTS_END)[0]
-    assert block.strip() == costs.costs_markdown().strip(), "README cost lines stale: python -m feedlab.report.readme"
+    block = readme.split(costs.TARGET_START)[1].split(costs.TARGET_END)[0]
+    assert block.strip() == costs.targets_markdown().strip(), "README target costs stale: python -m feedlab.report.readme"
     gpu = costs.GPU_RUN_MD.read_text()
     block = gpu.split(costs.RECORDS_START)[1].split(costs.RECORDS_END)[0]
     assert block == "\n" + costs.records_markdown(), "docs/GPU_RUN.md stale: python -m feedlab.report.readme"
+
+
+def test_a_target_never_measured_says_so_and_a_recorded_one_prints_its_record(tmp_path):
+    _record(tmp_path, "01_worker_scaling", "cpu-2c", 90.0)
+    _record(tmp_path, "02_lmdb_vs_png", "cpu-2c", 30.0)
+    _record(tmp_path, "01_worker_scaling", "h100-16c", 10.0)   # a partial run elsewhere: not the whole record
+    path = tmp_path / "costs.json"
+    lines = costs.target_lines(tmp_path, path)
+    assert lines["test"] == lines["peers"] == lines["doctor"] == costs.NOT_MEASURED
+    assert lines["figures"].startswith("its 2 notebooks 2.0 minutes on cpu-2c (quick profile")
+    assert "data and disk: not measured yet" in lines["figures"]
+    costs.record_target("test", 421.0, machine="cpu-2c", path=path)
+    costs.record_target("figures", 3000.0, disk_bytes=10_000_000_000, machine="cpu-2c", path=path)
+    lines = costs.target_lines(tmp_path, path)
+    assert lines["test"].startswith("7.0 minutes on cpu-2c (") and lines["test"].endswith("disk not measured yet")
+    assert lines["figures"].startswith("the whole target 50.0 minutes on cpu-2c (") and "10.0 GB on disk" in lines["figures"]
+    assert "its 2 notebooks 2.0 minutes" in lines["figures"] and "not measured yet" not in lines["figures"]
+    assert "- `make test`: 7.0 minutes" in costs.targets_markdown(tmp_path, path)
+
+
+def test_record_refuses_an_unknown_target_or_a_duration_not_measured(tmp_path, capsys):
+    import pytest
+
+    path = tmp_path / "costs.json"
+    with pytest.raises(ValueError, match="target 'tests'"):
+        costs.record_target("tests", 10.0, path=path)
+    with pytest.raises(ValueError, match="above 0"):
+        costs.record_target("test", 0.0, path=path)
+    assert not path.exists()
+    with pytest.raises(SystemExit) as ex:
+        costs.main(["--record", "test", "ten"])
+    assert ex.value.code == 2 and "SECONDS 'ten'" in capsys.readouterr().err
+
+
+def test_make_help_prints_each_targets_measured_cost():
+    make = (REPO_ROOT / "Makefile").read_text()
+    help_rule = make.split("\nhelp:", 1)[1].split("\n\n", 1)[0]
+    assert "feedlab.report.costs" in help_rule
+    assert "about 7 minutes" not in make   # a typed duration: the measured one is printed by make help

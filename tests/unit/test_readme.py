@@ -136,15 +136,15 @@ def test_the_doctor_block_leads_with_the_largest_error_over_every_setting(tmp_pa
     assert line.index("32%") < line.index("6% over the 1 worker counts")
     from feedlab.paths import REPO_ROOT
 
-    block = (REPO_ROOT / "README.md").read_text().split(readme.DOCTOR_START)[1].split(readme.DOCTOR_END)[0]
+    block = (REPO_ROOT / "docs" / "RESULTS.md").read_text().split(readme.DOCTOR_START)[1].split(readme.DOCTOR_END)[0]
     heads = [x for x in block.splitlines() if x.startswith("The doctor's largest prediction error")]
-    assert heads, "the README's doctor block leads each machine with its worst case"
+    assert heads, "docs/RESULTS.md's doctor block leads each machine with its worst case"
 
 
 def test_committed_readme_has_no_typed_target_beside_a_measured_number():
     from feedlab.paths import REPO_ROOT
 
-    text = (REPO_ROOT / "README.md").read_text()
+    text = (REPO_ROOT / "README.md").read_text() + (REPO_ROOT / "docs" / "RESULTS.md").read_text()
     assert "(within the ±20% target)" not in text
     assert "meets the ≥ 0.5 target" not in text and "(target ≥ 0.75: met)" not in text
     assert "target ±20%: NOT met" not in text and "met (>= 1.0)" not in text
@@ -204,3 +204,69 @@ def test_doctor_md_calibration_is_generated_from_the_committed_records():
     block = text.split(readme_doctor.CALIB_START)[1].split(readme_doctor.CALIB_END)[0]
     assert block == "\n" + readme_doctor.calibration_doc(), "docs/DOCTOR.md is stale: run `python -m feedlab.report.readme`"
     assert "2,515" not in text and "+40%" not in text
+
+
+# ---------------------------------------------------------------- the front page and docs/RESULTS.md (issue 48)
+def test_the_readme_is_one_screen_of_purpose_and_its_front_blocks_are_current():
+    from feedlab.paths import REPO_ROOT
+    from feedlab.report import readme_front
+
+    text = (REPO_ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 250
+    assert "\nmake test\n" in text and "feedlab-doctor --tune" in text and "feedlab.tune(" in text
+    for start, end, make in readme_front.FRONT:
+        assert text.split(start)[1].split(end)[0] == "\n" + make() + "\n", \
+            f"README block {start} is stale: run `python -m feedlab.report.readme`"
+    for marker in (readme.START, readme.DOCTOR_START, "<!-- claims:start -->", "<!-- costs:start -->"):
+        assert marker not in text, f"{marker}: the results live in docs/RESULTS.md"
+
+
+def test_results_md_holds_the_results_and_its_claims_block_is_current():
+    from feedlab.paths import REPO_ROOT
+    from feedlab.report.claims import ledger
+
+    path = REPO_ROOT / "docs" / "RESULTS.md"
+    text = path.read_text()
+    for marker in (readme.START, readme.DOCTOR_START, ledger.START, "<!-- costs:start -->"):
+        assert marker in text
+    assert readme._relink(ledger.update_readme_block(text), path) == text, \
+        "docs/RESULTS.md claims block is stale: run `python -m feedlab.report.readme`"
+    assert "](figures/" not in text and "](notebooks/" not in text   # links from docs/ reach the records
+
+
+def test_relink_moves_only_generated_links_to_the_files_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(readme, "REPO_ROOT", tmp_path)
+    text = ("[hand](CLAIMS.md) ![f](figures/a.png)\n<!-- x:start -->\n![f](figures/01_a/cpu-2c/a.png) "
+            "[c](docs/CLAIMS.md) [n](notebooks/01_a.ipynb) <img src=\"figures/b.png\"> [w](https://x/figures/)\n"
+            "<!-- x:end -->\n")
+    out = readme._relink(text, tmp_path / "docs" / "RESULTS.md")
+    assert out.splitlines()[0] == "[hand](CLAIMS.md) ![f](figures/a.png)"   # the author's prose as written
+    assert ("![f](../figures/01_a/cpu-2c/a.png) [c](CLAIMS.md) [n](../notebooks/01_a.ipynb) "
+            "<img src=\"../figures/b.png\"> [w](https://x/figures/)") in out
+    assert readme._relink(out, tmp_path / "docs" / "RESULTS.md") == out          # a second run changes nothing
+    assert readme._relink(text, tmp_path / "README.md") == text
+    assert readme.vanished_records(f"{readme.START}\n[`k`](../figures/01_a/cpu-2c/)\n{readme.END}", tmp_path) == \
+        ["figures/01_a/cpu-2c"]
+
+
+def test_gallery_links_each_key_figure_to_its_record_and_names_a_notebook_without_one(tmp_path, monkeypatch):
+    import json
+
+    from feedlab.report import readme_front
+
+    monkeypatch.setattr(readme_front, "REPO_ROOT", tmp_path)
+    figs = tmp_path / "figures"
+    d = figs / "01_a" / "cpu-2c"
+    d.mkdir(parents=True)
+    (d / "fingerprint.json").write_text(json.dumps({"cpu_usable": 2, "gpus": []}))
+    (d / "results.json").write_text("{}")
+    code = 'save("second")\nsave("first")' .replace("second", "zeta").replace("first", "alpha")
+    (d / "01_a.executed.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}]}))
+    for name in ("zeta", "alpha"):
+        (d / f"{name}.png").write_bytes(b"png")
+    (figs / "02_b").mkdir()
+    g = readme_front.gallery_block(figs)
+    assert ('<a href="figures/01_a/cpu-2c/01_a.executed.ipynb"><img src="figures/01_a/cpu-2c/zeta.png" '
+            f'width="{readme_front.GALLERY_WIDTH}"') in g   # the run's first figure, by the code's order
+    assert "<b>02 · b</b><br>no committed record yet" in g
+    assert "no committed record yet" in readme_front.tune_block(figs) and "×" not in readme_front.tune_block(figs)

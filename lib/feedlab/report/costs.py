@@ -6,10 +6,14 @@ not recorded, with no number."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
-from feedlab.machines import machine_dirs
+from feedlab.errors import cli_errors
+from feedlab.machines import machine_dirs, machine_key
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.results import atomic_write
 
@@ -99,3 +103,109 @@ def update_records_md(path: Path = GPU_RUN_MD, machine: str = "h100-16c") -> boo
         return False
     atomic_write(path, new)
     return True
+
+
+# ---------------------------------------------------------------- what each make target costs, where a user decides
+COSTS_JSON = REPO_ROOT / "docs" / "costs.json"
+TARGETS = ("figures", "test", "peers", "doctor")
+TARGET_START, TARGET_END = "<!-- target-costs:start -->", "<!-- target-costs:end -->"
+NOT_MEASURED = "not measured yet"
+
+
+def target_records(path: Path = COSTS_JSON) -> dict[str, dict]:
+    """``{target: {"seconds", "disk_bytes"?, "machine", "date"}}``: the measured runs of a make target (docs/costs.json,
+    written by ``--record`` from a measured run, never typed); ``{}`` where none is committed."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in (data.get("targets") or {}).items() if isinstance(v, dict) and v.get("seconds")}
+
+
+def record_target(target: str, seconds: float, disk_bytes: int | None = None, machine: str = "",
+                  path: Path = COSTS_JSON) -> dict:
+    """Record a measured run of ``make TARGET`` (its wall seconds, the disk it left where measured) in docs/costs.json."""
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r}: one of {', '.join(TARGETS)}")
+    if not seconds > 0:
+        raise ValueError(f"seconds {seconds!r}: a measured duration above 0")
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    entry = {"seconds": round(float(seconds), 1), "machine": machine or machine_key(),
+             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")}
+    if disk_bytes:
+        entry["disk_bytes"] = int(disk_bytes)
+    data.setdefault("targets", {})[target] = entry
+    atomic_write(Path(path), json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return entry
+
+
+def figures_notebooks(figures_dir: Path = FIGURES_DIR) -> tuple[str, dict] | None:
+    """The quick-profile run ``make figures`` makes by default, on the machine whose record is the most whole (then
+    the latest): ``(machine, {notebook: {"seconds", "end"}})``; None where no quick run is committed."""
+    rows = {k: v for k, v in notebook_seconds(figures_dir).items() if k[1] == "quick"}
+    if not rows:
+        return None
+    key = max(rows, key=lambda k: (len(rows[k]), max(v["end"] for v in rows[k].values()), k[0].startswith("cpu")))
+    return key[0], rows[key]
+
+
+def _measured(entry: dict | None) -> str:
+    if not entry:
+        return NOT_MEASURED
+    disk = f", {entry['disk_bytes'] / 1e9:.1f} GB on disk" if entry.get("disk_bytes") else ", disk not measured yet"
+    return f"{entry['seconds'] / 60:.1f} minutes on {entry.get('machine', '?')} ({entry.get('date', '?')}){disk}"
+
+
+def target_lines(figures_dir: Path = FIGURES_DIR, path: Path = COSTS_JSON) -> dict[str, str]:
+    """``{target: what it cost}``, each from a committed record or "not measured yet"."""
+    recs = target_records(path)
+    out = {t: _measured(recs.get(t)) for t in TARGETS}
+    nbs = figures_notebooks(figures_dir)
+    if nbs:
+        machine, rows = nbs
+        total = sum(v["seconds"] for v in rows.values())
+        ends = sorted(v["end"] for v in rows.values() if v["end"])
+        when = f"{ends[0]} – {ends[-1]}" if ends and ends[0] != ends[-1] else (ends[0] if ends else "?")
+        whole = "" if recs.get("figures") else "; the install, peers, Ray, data and disk: not measured yet"
+        out["figures"] = (("the whole target " + out["figures"] + "; " if recs.get("figures") else "")
+                          + f"its {len(rows)} notebooks {total / 60:.1f} minutes on {machine} (quick profile, runs of "
+                          f"{when}){whole}")
+    return out
+
+
+def targets_markdown(figures_dir: Path = FIGURES_DIR, path: Path = COSTS_JSON) -> str:
+    """The README's cost per make target, from the runner's records and docs/costs.json."""
+    lines = [f"- `make {t}`: {text}" for t, text in target_lines(figures_dir, path).items()]
+    return ("What each costs, on the machine that last ran it (the notebooks' seconds are papermill's in each committed "
+            "executed notebook; the other targets' are in [`docs/costs.json`](docs/costs.json), recorded from a "
+            "measured run by `python -m feedlab.report.costs --record TARGET SECONDS`):\n\n" + "\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m feedlab.report.costs",
+                                 description="What each make target costs, from committed records.")
+    ap.add_argument("--record", nargs=2, metavar=("TARGET", "SECONDS"),
+                    help=f"record a measured run of make TARGET ({', '.join(TARGETS)}) in docs/costs.json")
+    ap.add_argument("--disk-bytes", type=int, help="with --record: the disk the target left, measured (du -sb)")
+    ap.add_argument("--machine", default="", help="with --record: the machine key (default: this machine's)")
+    args = ap.parse_args(argv)
+    with cli_errors("python -m feedlab.report.costs"):
+        if args.record:
+            try:
+                seconds = float(args.record[1])
+            except ValueError:
+                raise ValueError(f"SECONDS {args.record[1]!r}: a number of seconds") from None
+            entry = record_target(args.record[0], seconds, args.disk_bytes, args.machine)
+            print(f"docs/costs.json: make {args.record[0]} {entry}")
+            return 0
+        print("measured cost (figures/: the notebooks' own seconds; docs/costs.json: the rest):")
+        for t, text in target_lines().items():
+            print(f"  make {t:<8} {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

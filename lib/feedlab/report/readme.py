@@ -1,6 +1,11 @@
-"""Regenerate the README's figures section from the last run's outputs.
+"""Regenerate the README's front page blocks and docs/RESULTS.md's results from the committed records.
 
     python -m feedlab.report.readme
+
+README.md keeps what a newcomer decides on (the answer's figure, what each make target costs, the tuner's reading,
+the gallery: :mod:`feedlab.report.readme_front`, :mod:`feedlab.report.costs`); docs/RESULTS.md the results below.
+Each block sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``; every file with such markers is
+regenerated the same way (links made relative to the file's folder).
 
 It first redraws the comparison figures (:mod:`feedlab.report.compare`: every committed
 machine in one figure per notebook question, shown above the table). For every
@@ -19,17 +24,24 @@ import sys
 from pathlib import Path
 
 from feedlab import findings
-from feedlab.errors import cli_errors, one_line
-from feedlab.files import read_regular
+from feedlab.errors import cli_errors
 from feedlab.fingerprint import fingerprint_line
-from feedlab.machines import gpu_short_name, machine_dirs
+from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.report import claims, compare, gpu_readings, targets
 from feedlab.report.claims import ledger as claims_ledger
 from feedlab.report.claims.core import Run
 from feedlab.report.claims.ledger import END as CLAIMS_END
 from feedlab.report.claims.ledger import START as CLAIMS_START
-from feedlab.report.costs import COSTS_END, COSTS_START, costs_markdown, update_records_md
+from feedlab.report.costs import (
+    COSTS_END,
+    COSTS_START,
+    TARGET_END,
+    TARGET_START,
+    costs_markdown,
+    targets_markdown,
+    update_records_md,
+)
 from feedlab.report.readme_doctor import (  # noqa: F401  (the doctor block, re-exported)
     DOCTOR_END,
     DOCTOR_START,
@@ -40,9 +52,10 @@ from feedlab.report.readme_doctor import (  # noqa: F401  (the doctor block, re-
     update_doctor_md,
     worst_error_line,
 )
+from feedlab.report.readme_front import FRONT
+from feedlab.report.readme_inputs import input_problems  # noqa: F401  (re-exported)
 from feedlab.report.summary import summary_markdown
 from feedlab.results import atomic_write
-from feedlab.run_record import missing_files, tracked_files
 
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 MAX_LINES = 14
@@ -153,12 +166,12 @@ def _one_line(line: str) -> str:
 def _defuse(body: str) -> str:
     """``body`` with no marker of a generated block in it (a printed one would be read as the
     block's end next time, and the README would grow by a copy of the block each time)."""
-    for marker in (START, END, DOCTOR_START, DOCTOR_END, CLAIMS_START, CLAIMS_END):
+    for marker in (START, END, DOCTOR_START, DOCTOR_END, CLAIMS_START, CLAIMS_END, COSTS_START, COSTS_END):
         body = body.replace(marker, marker.replace("<!--", "&lt;!--"))
     return body
 
 
-_LISTED = re.compile(r"\]\(figures/(\d\d_[^/)\s]+)/([^/)\s]+)/\)")
+_LISTED = re.compile(r"\]\((?:\.\./)?figures/(\d\d_[^/)\s]+)/([^/)\s]+)/\)")
 
 
 def vanished_records(text: str, figures_dir: Path | None = None) -> list[str]:
@@ -224,111 +237,51 @@ def _replace_between(text: str, start: str, end: str, body: str) -> str:
     return text.split(start)[0] + start + "\n" + body + "\n" + end + text.split(end, 1)[1]
 
 
+RESULTS_MD = REPO_ROOT / "docs" / "RESULTS.md"
+_MARKER_PAIR = re.compile(r"<!-- ([\w-]+):start -->")
+_REPO_LINK = re.compile(r'(\]\(|src="|href=")(figures/|notebooks/|lib/|docs/)')
+
+
+def _relink(text: str, path: Path) -> str:
+    """``text`` with each generated block's repository-root links (``figures/…``, ``notebooks/…``, ``docs/…``) made
+    relative to ``path``'s folder (docs/RESULTS.md: ``../figures/…``, ``CLAIMS.md``); the prose around is the author's."""
+    depth = len(Path(path).resolve().parent.relative_to(REPO_ROOT.resolve()).parts) if Path(
+        path).resolve().is_relative_to(REPO_ROOT.resolve()) else 0
+    if not depth:
+        return text
+    up = "../" * depth
+
+    def fix(m: re.Match) -> str:
+        return m.group(1) + ("" if m.group(2) == "docs/" and depth == 1 else up + m.group(2))
+
+    out, pos = [], 0
+    for m in _MARKER_PAIR.finditer(text):
+        end = text.find(f"<!-- {m.group(1)}:end -->", m.end())
+        if end < 0 or m.start() < pos:
+            continue
+        out += [text[pos:m.end()], _REPO_LINK.sub(fix, text[m.end():end])]
+        pos = end
+    return "".join(out) + text[pos:]
+
+
 def update_readme(path=REPO_ROOT / "README.md") -> bool:
+    """Every generated block ``path`` holds (the figures section, the doctor's output, the costs, the claims, the front
+    page's answer, tuner and gallery), regenerated between its markers; True if the file changed."""
     text = path.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{path}: markers {START} / {END} missing")
-    new = text.split(START)[0] + START + "\n" + _defuse(section()) + "\n" + END + text.split(END, 1)[1]
-    new = _replace_between(new, DOCTOR_START, DOCTOR_END, _defuse(doctor_block()))
-    new = _replace_between(new, COSTS_START, COSTS_END, costs_markdown().rstrip())  # the runner's own seconds
-    new = claims_ledger.update_readme_block(new)  # the verdict counts; docs/CLAIMS.md by write_claims()
+    blocks = [(START, END, section), (DOCTOR_START, DOCTOR_END, doctor_block),
+              (COSTS_START, COSTS_END, lambda: costs_markdown().rstrip()),  # the runner's own seconds
+              (TARGET_START, TARGET_END, lambda: targets_markdown().rstrip()), *FRONT]
+    present = [(start, end, make) for start, end, make in blocks if start in text and end in text]
+    if not present and CLAIMS_START not in text:
+        raise SystemExit(f"{path}: no generated block's markers ({START} / {END}, …)")
+    new = text
+    for start, end, make in present:
+        new = _replace_between(new, start, end, _defuse(make()))
+    new = _relink(claims_ledger.update_readme_block(new), path)  # the verdict counts; docs/CLAIMS.md by write_claims()
     changed = new != text
     if changed:
         _write_text_atomic(path, new)
     return changed
-
-
-# ---------------------------------------------------------------- the inputs, checked before anything is written
-RESULT_MAX_BYTES = 256 << 20
-
-
-def _load_json(path: Path):
-    try:
-        return json.loads(read_regular(path, RESULT_MAX_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({str(exc).splitlines()[0][:100]})") from None
-
-
-def _check_fingerprint(path: Path, folder: Path) -> str:
-    fp = _load_json(path)
-    if not isinstance(fp, dict):
-        return f"{path}: holds {type(fp).__name__}, not a fingerprint object"
-    for k, types in (("gpus", list), ("git", dict), ("packages", dict), ("other_load", dict),
-                     ("cpu_usable", int), ("cpu_logical", int), ("memory_bytes", int), ("time_utc", str),
-                     ("cpu_model", str), ("started_utc", str)):
-        if fp.get(k) is not None and not isinstance(fp[k], types):
-            return f"{path}: {k} is {type(fp[k]).__name__}, not {types.__name__}"
-    gpus = fp.get("gpus") or []
-    if not all(isinstance(g, dict) and isinstance(g.get("name"), str) for g in gpus):
-        return f"{path}: gpus is not a list of objects with a name"
-    # the folder a result sits in is the machine it names: a stray or renamed folder would
-    # become a machine column of its own (the key is computed as machines.machine_key does)
-    cores = fp.get("cpu_usable") or fp.get("cpu_logical") or 0
-    key = (f"{len(gpus)}x" if len(gpus) > 1 else "") + f"{gpu_short_name(gpus[0]['name'])}-{cores}c" \
-        if gpus else f"cpu-{cores}c"
-    if folder.name not in (key, fp.get("machine_key")):
-        return (f"{folder}: its fingerprint.json is of machine {key!r}, not {folder.name!r}: move the "
-                f"results to {folder.parent / key}/ or remove the stray folder")
-    return ""
-
-
-def _check_csv(path: Path) -> str:
-    import csv
-    import io
-
-
-    try:
-        text = read_regular(path, RESULT_MAX_BYTES).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"{path}: not UTF-8 text ({exc.reason})"
-    if not text.strip():
-        return f"{path}: empty"
-    if not text.endswith("\n"):
-        return f"{path}: truncated (its last line is not complete)"
-    try:
-        rows = list(csv.reader(io.StringIO(text)))
-    except csv.Error as exc:
-        return f"{path}: not a CSV table ({exc})"
-    width = len(rows[0])
-    for n, row in enumerate(rows[1:], start=2):
-        if row and len(row) != width:
-            return f"{path}: line {n} has {len(row)} fields, the header {width}: truncated or damaged"
-    return ""
-
-
-def input_problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
-    """One line per committed result that cannot be read as written (truncated or unparseable
-    ``results.csv``, JSON of the wrong type, a machine folder whose fingerprint names another
-    machine). Checked before anything is drawn, written or removed."""
-    out: list[str] = []
-    tracked = tracked_files(Path(figures_dir))
-    for nb_dir in sorted(p for p in Path(figures_dir).iterdir() if p.is_dir() and re.match(r"\d\d_", p.name)):
-        for key, folder in machine_dirs(nb_dir.name, figures_dir).items():
-            gone = missing_files(folder, tracked)
-            if gone:
-                path = (folder / gone[0]).relative_to(Path(figures_dir).parent).as_posix()
-                out.append(f"record missing: {path}" + (f" (and {len(gone) - 1} more of that record)" if len(gone) > 1
-                                                        else "") + f"; restore it (git checkout -- {path})")
-                continue
-            try:
-                fp = folder / "fingerprint.json"
-                why = _check_fingerprint(fp, folder) if fp.exists() else f"{folder}: no fingerprint.json"
-                res = folder / "results.json"
-                if not why and res.exists():
-                    r = _load_json(res)
-                    if not isinstance(r, dict):
-                        why = f"{res}: holds {type(r).__name__}, not a results object"
-                    elif r.get("reading") is not None and not (isinstance(r["reading"], str) or (
-                            isinstance(r["reading"], list) and all(isinstance(x, str) for x in r["reading"]))):
-                        why = f"{res}: reading is not text or a list of lines"
-                csv_path = folder / "results.csv"
-                if not why and csv_path.exists():
-                    why = _check_csv(csv_path)
-            except (OSError, ValueError) as exc:
-                why = one_line(exc)
-            if why:
-                out.append(why)
-    return out
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -370,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
                          "claims' verdicts as today's rules state them, from the committed records alone)")
     args = ap.parse_args(argv)  # --help prints and exits before anything is read or written
     with cli_errors("python -m feedlab.report.readme"):
-        gone = vanished_records((REPO_ROOT / "README.md").read_text())
+        docs = [p for p in (REPO_ROOT / "README.md", REPO_ROOT / "docs" / "RESULTS.md") if p.is_file()]
+        gone = sorted({g for p in docs for g in vanished_records(p.read_text())})
         if gone and not args.drop_missing:
             more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
             raise ValueError(f"{gone[0]}{more}: the README lists these results but they are gone; restore them "
@@ -381,7 +335,9 @@ def main(argv: list[str] | None = None) -> int:
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
             raise ValueError(f"{bad[0]}{more}; nothing was written or removed")
         compare.write_all()  # figures/<notebook>/machines_*: every committed machine in one figure
-        print("README updated" if update_readme() else "README unchanged")
+        for path in docs:
+            rel = path.relative_to(REPO_ROOT).as_posix()
+            print(f"{rel} updated" if update_readme(path) else f"{rel} unchanged")
         print("docs/CLAIMS.md updated" if claims_ledger.write_claims() else "docs/CLAIMS.md unchanged")
         print("docs/GPU_READINGS.md updated" if gpu_readings.write() else "docs/GPU_READINGS.md unchanged")
         print("docs/DOCTOR.md updated" if update_doctor_md() else "docs/DOCTOR.md unchanged")
