@@ -141,6 +141,43 @@ def storage_best_over_baseline(run: Run, target: float) -> Verdict:
     return verdict(a, b, ratio, target=target, lo=lo, hi=hi)
 
 
+# ---------------------------------------------------------------- 05: Targets 1 and 1b, a loader over the ceiling
+def ceiling_verdict(run: Run, setting: dict, label: str, target: float, ratio: float | None = None) -> Verdict:
+    """A 05 loader (its ``results.csv`` read rows ``setting``) ÷ the memcpy-into-batch-slot ceiling (the run's
+    ``ceiling_<ceiling_method>`` rows) by the one judge: the ceiling copies in storage order, so order is what
+    differs by design; batch size, workers, cache, pixels and each side's window are compared. ``ratio``: the one
+    the run printed (else the rows' medians)."""
+    a, ra, sa = side_of_rows(run, setting, label)
+    method = run.payload.get("ceiling_method") or "numpy_copy"
+    b, rb, sb = side_of_rows(run, {"variant": f"ceiling_{method}", "mode": "read"}, "the ceiling")
+    if ratio is None and ra and rb:
+        ratio = ra / rb
+    lo, hi = ratio_interval(sa, sb)
+    return verdict(a, b, ratio, target=target, lo=lo, hi=hi, changes=("order",))
+
+
+def single_over_ceiling(run: Run, target: float) -> Verdict:
+    """05's Target 1: the best single-process loader (``best_single_process_variant``) ÷ the ceiling."""
+    best = run.payload.get("best_single_process_variant") or "not named in results.json"
+    return ceiling_verdict(run, {"variant": best, "mode": "read"}, "the best single-process loader", target,
+                           _num(run.payload.get("ratio_best_single_to_ceiling")))
+
+
+def lmdb_over_ceiling(run: Run, target: float) -> Verdict:
+    """05's Target 1b: the fastest batched LMDB reader (``lmdb`` or ``lmdb_raw``, a batch per read) ÷ the ceiling."""
+    best, top = None, None
+    for fmt in ("lmdb", "lmdb_raw"):
+        rows = rows_of(run, {"format": fmt, "loader": "batched", "mode": "read", "metric": SPS})
+        rate = _num(rows["value"].median()) if not rows.empty else None
+        if rate is not None and (top is None or rate > top):
+            best, top = fmt, rate
+    if best is None:   # no batched LMDB row in the table: a side with nothing recorded, never equal
+        return verdict(Side("the best batched LMDB reader"), Side("the ceiling"),
+                       _num(run.payload.get("ratio_best_lmdb_batched_to_ceiling")), target=target)
+    return ceiling_verdict(run, {"format": best, "loader": "batched", "mode": "read"}, f"batched {best}", target,
+                           _num(run.payload.get("ratio_best_lmdb_batched_to_ceiling")))
+
+
 # ---------------------------------------------------------------- 10: the doctor's advice, start to final step
 def _step_rows_setting(step: dict) -> dict:
     return {"experiment": "doctor_steps", "variant": step["label"]}

@@ -1,0 +1,53 @@
+"""report.targets: Targets 1 and 1b (05's loaders ÷ the memcpy ceiling) judged by the one judge on both sides' rows."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from feedlab.report import targets
+from feedlab.report.claims.core import Run
+
+QUIET = {"other_load": {"whole_run": {"available": True, "other_fraction": 0.01}}}
+
+
+def _row(variant, fmt, loader, value, repeat, **recorded):
+    return dict(experiment="storage_formats", variant=variant, format=fmt, loader=loader, num_workers=0,
+                batch_size=128, mode="read", repeat=repeat, metric="samples_per_s", value=value, cache="warm",
+                rate_kind="steady", timed_batches=200, window_s=2.0, **recorded)
+
+
+def _run(ceiling_rows, ratio=0.95, lmdb=0.72):
+    rows = [_row("npy_mmap/chunk", "npy_mmap", "chunk", v, i) for i, v in enumerate((940, 950, 960))]
+    rows += [_row("lmdb_raw/batched", "lmdb_raw", "batched", v, i) for i, v in enumerate((710, 720, 730))]
+    rows += ceiling_rows
+    payload = {"ratio_best_single_to_ceiling": ratio, "best_single_process": "npy_mmap, one process, whole chunks",
+               "best_single_process_variant": "npy_mmap/chunk", "ceiling_method": "numpy_copy",
+               "ceiling_samples_per_s": 1000.0, "ratio_best_lmdb_batched_to_ceiling": lmdb}
+    return Run(payload, fingerprint=QUIET, frame=pd.DataFrame(rows))
+
+
+def _lines(run):
+    return [x for t in targets.for_notebook("05_storage_formats") if t.id in ("single-over-ceiling", "lmdb-over-ceiling")
+            for x in t.lines(run)]
+
+
+def test_targets_1_and_1b_are_judged_where_both_sides_recorded_their_invariants():
+    ceiling = [_row("ceiling_numpy_copy", "ram", "ceiling_numpy_copy", v, i) for i, v in enumerate((995, 1000, 1005))]
+    one, one_b = _lines(_run(ceiling))
+    assert one.endswith("= 0.95: meets the ≥ 0.9 target.") and one_b.endswith("= 0.72: meets the ≥ 0.7 target.")
+    one, _ = _lines(_run(ceiling, ratio=0.85))
+    assert "0.85: misses the ≥ 0.9 target" in one
+
+
+def test_a_ceiling_without_its_window_or_batch_reads_not_known_never_equal():
+    """The committed ceilings recorded no timed window: a side missing an invariant is 'not recorded', so the ratio
+    is measured, never met or missed."""
+    bare = [dict(experiment="storage_formats", variant="ceiling_numpy_copy", format="ram", loader="ceiling_numpy_copy",
+                 num_workers=0, batch_size=128, mode="read", repeat=i, metric="samples_per_s", value=v)
+            for i, v in enumerate((995, 1000, 1005))]
+    for line in _lines(_run(bare)):
+        assert "not like for like (window: the ceiling's timed window was not recorded)" in line
+        assert line.endswith("measured, not judged.") and "meets" not in line and "misses" not in line
+    other = [_row("ceiling_numpy_copy", "ram", "ceiling_numpy_copy", v, i, ) for i, v in enumerate((995, 1000, 1005))]
+    other = [dict(r, batch_size=64) for r in other]
+    assert all("batch size: 128 vs 64" in x for x in _lines(_run(other)))
