@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from feedlab.like_for_like import Verdict
+from feedlab.like_for_like import WITHIN, Verdict
 from feedlab.paths import FIGURES_DIR
 from feedlab.report.claims import sides
 from feedlab.report.claims.core import NoData, Outcome, Run
@@ -58,10 +58,12 @@ def _workers(p: dict) -> Effect | None:
     model = p.get("model", "the model")
     where = dict(experiment="throughput_vs_workers", model=model) if p.get("model") else \
         dict(experiment="throughput_vs_workers")
+    settings = tuple(dict(where, num_workers=w) for w in (0, best))
     return Effect("01_worker_scaling", rates[best] / rates[0],
                   f"`num_workers={best}` instead of 0, PNG pairs feeding {model} "
-                  f"({rates[0]:,.0f} → {rates[best]:,.0f} samples/s)", "training",
-                  tuple(dict(where, num_workers=w) for w in (0, best)))
+                  f"({rates[0]:,.0f} → {rates[best]:,.0f} samples/s)", "training", settings,
+                  judge=lambda run: sides.pairs_verdict(run, [settings[::-1]], rates[best] / rates[0],
+                                                        labels=(f"{best} workers", "0 workers"), changes=("workers",)))
 
 
 def _lmdb(p: dict) -> Effect | None:
@@ -74,9 +76,12 @@ def _lmdb(p: dict) -> Effect | None:
     for k in keyed:
         w, b = int(k.split("_w", 1)[1].split("_")[0]), int(k.rsplit("_b", 1)[1])  # "lmdb_w2_b8"
         settings += [dict(format=f, num_workers=w, batch_size=b) for f in ("lmdb", "png")]
-    return Effect("02_lmdb_vs_png", statistics.median(ratios),
+    pairs = [(settings[i], settings[i + 1]) for i in range(0, len(settings), 2)]
+    med = statistics.median(ratios)
+    return Effect("02_lmdb_vs_png", med,
                   f"LMDB (lz4) instead of PNG files, median over {len(ratios)} batch × worker settings "
-                  f"(range {min(ratios):.2f}–{max(ratios):.2f}×)", "training", tuple(settings))
+                  f"(range {min(ratios):.2f}–{max(ratios):.2f}×)", "training", tuple(settings),
+                  judge=lambda run: sides.pairs_verdict(run, pairs, med, labels=("LMDB", "PNG")))
 
 
 def _pinned(p: dict) -> Effect | None:
@@ -126,10 +131,12 @@ def _batch(p: dict) -> Effect | None:
     best = max(fixed, key=fixed.get)
     w = int(best.split("_")[0][1:])
     pin = "_pin1_" in best
+    settings = tuple(dict(format=f, num_workers=w, batch_size=128, pin_memory=pin) for f in ("png", "lmdb"))
     return Effect("09_batch_size_breakdown", fixed[best],
                   f"the fixed pipeline (LMDB + uint8 fast collate) instead of the PNG + ToTensor baseline at batch 128, "
-                  f"training ({best.replace('_', ' ')})", "training",
-                  tuple(dict(format=f, num_workers=w, batch_size=128, pin_memory=pin) for f in ("png", "lmdb")))
+                  f"training ({best.replace('_', ' ')})", "training", settings,
+                  judge=lambda run: sides.pairs_verdict(run, [settings[::-1]], fixed[best],
+                                                        labels=("the fixed pipeline", "the baseline")))
 
 
 def _doctor(p: dict) -> Effect | None:
@@ -195,7 +202,7 @@ def _checked(effect: Effect, folder: Path) -> Effect:
             v = effect.judge(Run(out_dir=folder))
         except NoData as e:
             v = f"not tested fairly ({e})"
-        if isinstance(v, str) or not v.judged:
+        if isinstance(v, str) or not v.judged or v.word == WITHIN:   # within spread: not told apart from ×1
             effect = replace(effect, verdict=str(v))
     if not effect.settings or not (folder / "results.csv").is_file():
         return effect

@@ -126,6 +126,28 @@ def workers_verdicts(run: Run, more: int, fewer: int, ratio: float, full: float,
                          labels=(f"{more} workers", f"{fewer} workers"), changes=("workers",))
 
 
+def pairs_verdict(run: Run, pairs: list[tuple[dict, dict]], ratio: float | None, *, labels: tuple[str, str],
+                  changes: tuple[str, ...] = ()) -> Verdict:
+    """A ratio taken over several setting pairs (a median over batch × worker settings): each pair by the one judge
+    (told apart from ×1); the first pair not judged (its sides unlike, or not fair) stands for the whole, naming
+    its setting; else the verdict of the pair whose own ratio is nearest ``ratio``."""
+    if not pairs:
+        return verdict(Side(labels[0]), Side(labels[1]), ratio)
+    judged = []
+    for a, b in pairs:
+        tag = lambda st: ", ".join(f"{k}={v}" for k, v in st.items()  # noqa: E731
+                                   if k in ("num_workers", "batch_size", "pin_memory"))
+        sa, ra, spa = side_of_rows(run, a, f"{labels[0]} ({tag(a)})")
+        sb, rb, spb = side_of_rows(run, b, f"{labels[1]} ({tag(b)})")
+        lo, hi = ratio_interval(spa, spb)
+        r = ra / rb if ra and rb else None
+        v = verdict(sa, sb, r, lo=lo, hi=hi, changes=changes)
+        if not v.judged:
+            return v
+        judged.append(v)
+    return min(judged, key=lambda v: abs((v.ratio or 0) - (ratio or 0)))
+
+
 # ---------------------------------------------------------------- 05: the best loader over the baseline
 def storage_best_over_baseline(run: Run, target: float) -> Verdict:
     """05's Target 2: the best reading-alone loader ÷ PNG + PIL + ToTensor + default_collate (a DataLoader with 2
