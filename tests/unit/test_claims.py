@@ -140,7 +140,8 @@ def test_02_lmdb_median_is_a_real_median():
     ratios = {"lmdb_w0_b8": 1.0, "lmdb_w0_b32": 1.2, "lmdb_w2_b8": 1.4, "lmdb_w2_b32": 3.0,
               "lmdb_raw_w0_b8": 9.0}
     steady = pd.DataFrame([{"experiment": "lmdb_vs_png", "format": f, "num_workers": w, "batch_size": b,
-                            "metric": "samples_per_s", "value": 1.0, "repeat": r, "rate_kind": "steady"}
+                            "metric": "samples_per_s", "value": (1.3 if f == "lmdb" else 1.0) * (0.99 + 0.01 * r),
+                            "repeat": r, "rate_kind": "steady", "timed_batches": 200}
                            for f in ("lmdb", "png") for w in (0, 2) for b in (8, 32) for r in range(3)])
     v = verdict("000-lmdb-modest", {"throughput_ratio_vs_png": ratios}, CPU, frame=steady)
     assert "1.30×" in v.ours and v.status == C.REPRODUCED  # (1.2 + 1.4) / 2, raw LMDB excluded
@@ -801,3 +802,19 @@ def test_workers_speedup_is_judged_on_both_sides_recorded_invariants():
         columns=["window_s", "timed_batches"])
     v = verdict("002-workers-2.7x", payload, fp, unknown)
     assert v.status == C.NOT_FAIR and "timed window was not recorded" in v.note
+
+
+def test_lmdb_modest_is_no_gain_inside_its_own_spread_and_not_judged_on_unlike_sides():
+    def rows(fmt, rates, **over):
+        return [dict(experiment="lmdb_vs_png", format=fmt, num_workers=2, batch_size=8, repeat=i, metric="samples_per_s",
+                     value=v, rate_kind="steady", timed_batches=200, cache="warm", **over) for i, v in enumerate(rates)]
+    payload = {"throughput_ratio_vs_png": {"lmdb_w2_b8": 1.05}}
+    noisy = pd.DataFrame(rows("lmdb", [90, 105, 120]) + rows("png", [85, 100, 115]))
+    v = verdict("000-lmdb-modest", payload, CPU, noisy)
+    assert v.status == C.NOT_REPRODUCED and "not told apart from ×1" in v.note
+    clear = pd.DataFrame(rows("lmdb", [104, 105, 106]) + rows("png", [99, 100, 101]))
+    assert verdict("000-lmdb-modest", payload, CPU, clear).status == C.REPRODUCED
+    cold = pd.DataFrame(rows("lmdb", [104, 105, 106]) + rows("png", [99, 100, 101]))
+    cold = cold.assign(cache=["warm"] * 3 + ["cold"] * 3)
+    v = verdict("000-lmdb-modest", payload, CPU, cold)
+    assert v.status == C.NOT_FAIR and "not like for like (cache: warm vs cold)" in v.note

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import statistics
 
+from feedlab.like_for_like import WITHIN
 from feedlab.report.claims.core import (
+    NOT_FAIR,
     NOT_REPRODUCED,
     NOT_TESTABLE,
     REPRODUCED,
@@ -30,6 +32,7 @@ from feedlab.report.claims.fair import (
     unsteady_reason,
     workers_named,
 )
+from feedlab.report.claims.sides import pairs_verdict
 
 NB01, NB02, NB03, NB08, NB09 = ("01_worker_scaling", "02_lmdb_vs_png", "03_pinned_memory_by_input_size",
                                 "08_hdf5_concurrency", "09_batch_size_breakdown")
@@ -213,8 +216,16 @@ def lmdb_modest(run) -> Outcome:
     keys = [k for k in run.get("throughput_ratio_vs_png") if k.startswith("lmdb_w")]   # "lmdb_w2_b8"
     settings = tuple(dict(experiment="lmdb_vs_png", format=f, num_workers=int(k.split("_w", 1)[1].split("_")[0]),
                           batch_size=int(k.rsplit("_b", 1)[1])) for k in keys for f in ("lmdb", "png"))
-    return Outcome(verdict(1.0 < m <= 1.5, m > 1.5), f"LMDB (lz4) throughput {m:.2f}× PNG, median of {len(rs)} settings "
-                   f"({min(rs):.2f}–{max(rs):.2f}×)", settings=settings)
+    ours = f"LMDB (lz4) throughput {m:.2f}× PNG, median of {len(rs)} settings ({min(rs):.2f}–{max(rs):.2f}×)"
+    # each LMDB ÷ PNG pair by the one judge (told apart from ×1): sides unlike or unfair are not judged, and a
+    # gain inside the pair's own spread is no gain
+    v = pairs_verdict(run, [(settings[i], settings[i + 1]) for i in range(0, len(settings), 2)], m,
+                      labels=("LMDB", "PNG"))
+    if not v.judged:
+        return Outcome(NOT_FAIR, ours, str(v), settings)
+    if v.word == WITHIN:
+        return Outcome(NOT_REPRODUCED, ours, f"not told apart from ×1: {v.why}", settings)
+    return Outcome(verdict(1.0 < m <= 1.5, m > 1.5), ours, settings=settings)
 
 
 def _parent_fork(run, reader_prefix: str):
