@@ -170,8 +170,9 @@ def ceiling_verdict(run: Run, setting: dict, label: str, target: float, ratio: f
     differs by design; batch size, workers, cache, pixels and each side's window are compared. ``ratio``: the one
     the run printed (else the rows' medians)."""
     a, ra, sa = side_of_rows(run, setting, label)
-    method = run.payload.get("ceiling_method") or "numpy_copy"
-    b, rb, sb = side_of_rows(run, {"variant": f"ceiling_{method}", "mode": "read"}, "the ceiling")
+    method = run.payload.get("ceiling_method")   # a run before the methods were named: its one memcpy_ceiling
+    b, rb, sb = side_of_rows(run, {"variant": f"ceiling_{method}" if method else "memcpy_ceiling", "mode": "read"},
+                             "the ceiling")
     if ratio is None and ra and rb:
         ratio = ra / rb
     lo, hi = ratio_interval(sa, sb)
@@ -180,7 +181,11 @@ def ceiling_verdict(run: Run, setting: dict, label: str, target: float, ratio: f
 
 def single_over_ceiling(run: Run, target: float) -> Verdict:
     """05's Target 1: the best single-process loader (``best_single_process_variant``) ÷ the ceiling."""
-    best = run.payload.get("best_single_process_variant") or "not named in results.json"
+    best = run.payload.get("best_single_process_variant")
+    old = run.payload.get("best_single_process")   # a run before 2026-11-24 named the variant here
+    if not best and isinstance(old, str) and "/" in old and " " not in old:
+        best = old
+    best = best or "not named in results.json"
     return ceiling_verdict(run, {"variant": best, "mode": "read"}, "the best single-process loader", target,
                            _num(run.payload.get("ratio_best_single_to_ceiling")))
 
