@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from feedlab.report.claims.core import (
+    NOT_FAIR,
     NOT_REPRODUCED,
     NOT_TESTABLE,
     PARTLY,
@@ -17,6 +18,7 @@ from feedlab.report.claims.core import (
     keyed,
 )
 from feedlab.report.claims.fair import DATA_BOUND_WAIT, TIMING, metric_median, rows_of, steady_state
+from feedlab.report.claims.sides import pairs_verdict
 
 NB05, NB06, NB09 = "05_storage_formats", "06_decode_backends", "09_batch_size_breakdown"
 IMAGENET_IMAGES, SIDE, CHANNELS = 1_280_000, 224, 3
@@ -53,10 +55,16 @@ def pin_faster(run) -> Outcome:
                      + (f" and {len(left_out) - 6} more" if len(left_out) > 6 else ""))
     r = statistics.median(fair.values())
     each = ", ".join(f"b{b} w{w} {x:.2f}×" for (w, b), x in sorted(fair.items(), key=lambda kv: kv[0][::-1]))
-    return Outcome(at_least(r, 1.03, 0.97), f"pin_memory=True {r:.2f}× as fast per sample (median over the "
-                   f"{len(fair)} steady settings not bound by data: {each}; {len(left_out)} left out, PNG baseline)",
-                   settings=tuple(dict(format="png", num_workers=w, batch_size=b, pin_memory=p)
-                                  for (w, b) in fair for p in (False, True)))
+    settings = tuple(dict(format="png", num_workers=w, batch_size=b, pin_memory=p) for (w, b) in fair
+                     for p in (False, True))
+    ours = (f"pin_memory=True {r:.2f}× as fast per sample (median over the {len(fair)} steady settings not bound by "
+            f"data: {each}; {len(left_out)} left out, PNG baseline)")
+    # each pinned ÷ pageable pair by the one judge on both sides' rows (pin_memory is the change under test)
+    v = pairs_verdict(run, [(settings[i + 1], settings[i]) for i in range(0, len(settings), 2)], r,
+                      labels=("pinned", "pageable"))
+    if not v.judged:
+        return Outcome(NOT_FAIR, ours, str(v), settings)
+    return Outcome(at_least(r, 1.03, 0.97), ours, settings=settings)
 
 
 def _unavailable(run, backend):
