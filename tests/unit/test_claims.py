@@ -822,3 +822,13 @@ def test_lmdb_modest_is_no_gain_inside_its_own_spread_and_not_judged_on_unlike_s
     cold = cold.assign(cache=["warm"] * 3 + ["cold"] * 3)
     v = verdict("000-lmdb-modest", payload, CPU, cold)
     assert v.status == C.NOT_FAIR and "not like for like (cache: warm vs cold)" in v.note
+
+
+def test_cores_minus_one_is_judged_on_both_worker_counts_sides():
+    payload = {"model": "srcnn", "samples_per_s_with_model": {"1": 100.0, "15": 290.0, "16": 300.0}}
+    fp = {**GPU, "cpu_usable": 16}
+    rows = _rate_rows(1, [99, 100, 101]) + _rate_rows(15, [289, 290, 291]) + _rate_rows(16, [299, 300, 301])
+    assert verdict("002-workers-cores-minus-one", payload, fp, pd.DataFrame(rows)).status == C.REPRODUCED
+    short = pd.DataFrame(rows).assign(window_s=0.4)
+    v = verdict("002-workers-cores-minus-one", payload, fp, short)
+    assert v.status == C.NOT_FAIR and "not like for like (window: 15 workers timed 400.0 ms < 1 s" in v.note
