@@ -832,3 +832,17 @@ def test_cores_minus_one_is_judged_on_both_worker_counts_sides():
     short = pd.DataFrame(rows).assign(window_s=0.4)
     v = verdict("002-workers-cores-minus-one", payload, fp, short)
     assert v.status == C.NOT_FAIR and "not like for like (window: 15 workers timed 400.0 ms < 1 s" in v.note
+
+
+def test_too_many_workers_is_judged_lower_is_better_on_both_sides():
+    payload = {"samples_per_s_loader": {"1": 50.0, "2": 100.0, "4": 90.0}}
+
+    def rows(w, rates, **over):
+        return [dict(experiment="throughput_vs_workers", model="none", num_workers=w, batch_size=32, repeat=i,
+                     metric="samples_per_s", value=v, rate_kind="steady", timed_batches=200, **over)
+                for i, v in enumerate(rates)]
+    like = pd.DataFrame(rows(1, [49, 50, 51]) + rows(2, [99, 100, 101]) + rows(4, [89, 90, 91]))
+    assert verdict("001-too-many-workers", payload, CPU, like).status == C.REPRODUCED   # 0.90 ≤ 0.95
+    cold = like.assign(cache=["warm"] * 6 + ["cold"] * 3)
+    v = verdict("001-too-many-workers", payload, CPU, cold)
+    assert v.status == C.NOT_FAIR and "not like for like (cache: cold vs warm)" in v.note

@@ -17,6 +17,7 @@ from feedlab.report.claims.core import (  # noqa: F401
     verdict,
 )
 from feedlab.report.claims.fair import STEADY, TIMING, steady_state, unsteady_reason
+from feedlab.report.claims.sides import pair_verdicts, ratio_outcome
 
 NB01, NB03, NB05, NB07, NB11 = ("01_worker_scaling", "03_pinned_memory_by_input_size", "05_storage_formats",
                                 "07_totensor_vs_fast_collate", "11_worker_hygiene")
@@ -74,11 +75,13 @@ def too_many_workers(run) -> Outcome:
             run, Outcome("partly", "", settings=tuple(dict(where, num_workers=w) for w in sorted(s)))))
     r = max(beyond.values()) / max(within.values())
     used = (max(within, key=within.get), max(beyond, key=beyond.get))
-    return Outcome(at_most(r, 0.95, 1.05),
-                   f"best rate with more workers than the {cores} cores = {r:.2f}× the best within them "
-                   f"({used[1]} vs {used[0]} workers, PNG loader alone, steady rates)",
-                   "throughput measured; context switches themselves not counted",
-                   tuple(dict(where, num_workers=w) for w in used))
+    settings = tuple(dict(where, num_workers=w) for w in used)
+    # the best beyond the cores over the best within them, by the one judge (the worker count is the change)
+    vs = pair_verdicts(run, settings[1], settings[0], r, 0.95, 1.05, changes=("workers",), lower_is_better=True,
+                       labels=(f"{used[1]} workers", f"{used[0]} workers"))
+    return ratio_outcome(vs, f"best rate with more workers than the {cores} cores = {r:.2f}× the best within them "
+                         f"({used[1]} vs {used[0]} workers, PNG loader alone, steady rates)",
+                         "throughput measured; context switches themselves not counted", settings)
 
 
 def _sps(run, key):
