@@ -84,3 +84,19 @@ def test_a_failure_that_is_not_shared_memory_is_raised_as_it_is():
     assert shm.is_shm_failure(RuntimeError("unable to write to file </torch_7_1_0>: No space left on device (28)"))
     assert not shm.is_shm_failure(RuntimeError("Caught ValueError in DataLoader worker process 0: bad sample"))
     assert not shm.is_shm_failure(ValueError("shared memory"))
+
+
+def test_a_roomy_dev_shm_reads_no_sample_to_check(monkeypatch):
+    """Sizing a batch reads a sample in this process: where /dev/shm has room for any plausible batch, none is
+    read (a user's fetch is not paid twice, and a dataset that logs its reads sees only its workers' reads)."""
+    reads = []
+
+    class Logged(Images):
+        def __getitem__(self, i):
+            reads.append(i)
+            return super().__getitem__(i)
+
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: shm.ROOMY_BYTES)
+    assert shm.shm_problem_of(Logged(), 64, 2, 2) is None and reads == []
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: 1 << 20)
+    assert shm.shm_problem_of(Logged(), 64, 2, 2) and reads == [0]

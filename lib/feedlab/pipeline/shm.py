@@ -56,17 +56,26 @@ def worker_shm_problem(batch_bytes: int, workers: int, prefetch_factor: int, pat
             f"{prefetch_factor} × {batch_bytes / 2**20:,.1f} MiB batches need {need / 2**20:,.0f} MiB; use {FIX}")
 
 
+#: free space in /dev/shm above which the check reads no sample: in-flight batches past this much are caught as the
+#: workers run (one line, :class:`SharedMemoryError`), not guessed here
+ROOMY_BYTES = 4 << 30
+
+
 def shm_problem_of(dataset, batch_size: int | None, workers: int, prefetch_factor: int) -> str | None:
     """:func:`worker_shm_problem` for a DataLoader over ``dataset``: a batch's bytes from its first sample
     (read here, in this process) × ``batch_size`` (None: the dataset's items are batches); None where there
-    are no workers or the sample cannot be read here (the loader then says what is wrong as it runs)."""
+    are no workers or the sample cannot be read here (the loader then says what is wrong as it runs). Where
+    /dev/shm has :data:`ROOMY_BYTES` free no sample is read (the check costs nothing on a roomy machine)."""
     if not workers:
         return None
+    free = shm_free_bytes()
+    if free is None or free >= ROOMY_BYTES:   # no sample read where a batch could not plausibly overflow it:
+        return None                           # reading one costs the user a fetch (and is seen by a logging dataset)
     try:
         one = nbytes(dataset[0])
     except Exception:  # an iterable data set, a sample that fails: not this check's to report
         return None
-    return worker_shm_problem(one * (batch_size or 1), workers, prefetch_factor)
+    return worker_shm_problem(one * (batch_size or 1), workers, prefetch_factor, free=free)
 
 
 def is_shm_failure(exc: BaseException) -> bool:
