@@ -8,6 +8,7 @@ import sys
 import time
 
 from feedlab import procgroup
+from feedlab.errors import seconds_or_zero
 
 from .errors import DataPrepError
 
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     vf = sub.add_parser("verify", help="check every packed sample bit-exact against the PNGs")
     vf.add_argument("root")
     vf.add_argument("--formats", default=None, help="comma list (default: every packed format)")
-    vf.add_argument("--timeout", type=float, default=None, metavar="S",
+    vf.add_argument("--timeout", type=seconds_or_zero, default=None, metavar="S",
                     help="give up when one sample takes S seconds (default 120; 0: wait for ever)")
     return p
 

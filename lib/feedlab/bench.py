@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from feedlab import pipeline as pl
-from feedlab.errors import cli_errors, deadline, strict_json
+from feedlab.errors import cli_errors, deadline, seconds_or_zero, strict_json
 from feedlab.monitor import CpuMonitor
 from feedlab.paths import default_sr_root
 from feedlab.peers.cli import add_arguments as add_peer_arguments
@@ -118,7 +118,7 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-verify", action="store_true", help="skip the per-sample checksum check on read "
                     "(on by default; see the checksum cost in notes)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--timeout", type=float, default=STALL_S, metavar="S",
+    ap.add_argument("--timeout", type=seconds_or_zero, default=STALL_S, metavar="S",
                     help=f"give up when no batch arrives for S seconds (default {STALL_S:g}; 0: wait for ever)")
     ap.add_argument("--ranks", type=int, default=None, help="launch R ranks with torch.distributed.run, each "
                     "with its own loader and share of the cores (feedlab.scale.ranks)")

@@ -9,6 +9,8 @@
   (missing or unreadable files, permissions, malformed JSON, corrupt data, bad
   values) become ``prog: error: <one line>`` and exit status 2 instead of a
   traceback. Programming errors still raise.
+* :func:`seconds` / :func:`seconds_or_zero` — the one argparse type of every seconds option: a
+  finite number > 0 (or >= 0 where 0 means "wait for ever"); ``nan`` and ``inf`` never pass.
 * :func:`strict_json` — JSON without ``NaN``/``Infinity`` (they become ``null``).
 * :func:`deadline` — a wait with a limit: :class:`DeadlineError` (a ``TimeoutError``, so
   :func:`cli_errors` prints it on one line) naming what was being waited for; re-armed by
@@ -21,6 +23,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -259,6 +262,28 @@ def leave_stuck(code: int, since: int = 0) -> None:
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def _seconds(text: str, zero: bool) -> float:
+    want = "a finite number of seconds " + (">= 0 (0: wait for ever)" if zero else "> 0")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give {want}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise argparse.ArgumentTypeError(f"{text!r}: give {want}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """argparse ``type=`` of a seconds option: a finite number > 0 (never nan or inf), else one line
+    naming the option (argparse adds it) and what to give."""
+    return _seconds(text, zero=False)
+
+
+def seconds_or_zero(text: str) -> float:
+    """As :func:`seconds`, where 0 means "wait for ever"."""
+    return _seconds(text, zero=True)
 
 
 def _finite(obj: Any) -> Any:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 if not __package__:   # run as a file (the Makefile, before feedlab is installed): its package from beside it
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from feedlab.errors import seconds  # noqa: E402  (standard library and procgroup only)
 from feedlab.procgroup import run_group  # noqa: E402  (standard library only; a group killed whole at its limit)
 
 ENV = "FEEDLAB_INSTALLER"
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ap = argparse.ArgumentParser(prog="installer.py", description="pip install ARGS, through uv where it can")
     ap.add_argument("--python", default=sys.executable, help="the environment's interpreter")
-    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="the install's deadline in seconds")
+    ap.add_argument("--timeout", type=seconds, default=TIMEOUT_S, help="the install's deadline in seconds")
     ap.add_argument("--what", default="", help="what the lines call this install")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="-- then pip install's arguments")
     a = ap.parse_args(argv)

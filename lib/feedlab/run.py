@@ -46,7 +46,7 @@ from pathlib import Path
 
 from feedlab import files, findings, machines, paths
 from feedlab.budget import DEADLINE_ENV
-from feedlab.errors import cli_errors, one_line
+from feedlab.errors import cli_errors, one_line, seconds
 from feedlab.machines import machine_key
 from feedlab.nbparams import notebook_parameters, route_params  # noqa: F401  (notebook_parameters re-exported)
 from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, check_scratch, default_cls_root, default_sr_root
@@ -265,11 +265,11 @@ def _main(argv: list[str] | None = None) -> int:
                     help="with --dry-run: resolve worker counts for N usable cores instead of this machine's")
     ap.add_argument("--tar", type=Path, metavar="FILE",
                     help="after each notebook, write FILE: a tar of this machine's results (figures/*/<machine>/)")
-    ap.add_argument("--limit-s", type=float, nargs="+", metavar="N",
+    ap.add_argument("--limit-s", type=seconds, nargs="+", metavar="N",
                     help="stop a notebook after N seconds and keep what it executed (runs/failed/<name>/, "
                          "STOPPED.json; in --tar as runs/failed/<machine>/<name>/); one N for every "
                          "notebook, or one per notebook in --only's order")
-    ap.add_argument("--deadline-s", type=float, metavar="T",
+    ap.add_argument("--deadline-s", type=seconds, metavar="T",
                     help="this whole command's seconds: a notebook starts only with at least "
                          f"{MIN_START_S:g} s left, and its limit is cut to what is left (less {STOP_MARGIN_S:g} s "
                          "to stop it and write the tar); the ones not started are named")

@@ -46,3 +46,51 @@ def test_a_command_line_is_told_from_a_library_caller(monkeypatch):
     assert not errors.command_line()           # pytest: a library caller
     monkeypatch.setattr(sys, "argv", ["/usr/bin/feedlab-doctor", "--data", "x"])
     assert errors.command_line()
+
+
+NON_FINITE = r"""
+import contextlib, io, sys
+from feedlab.doctor.__main__ import main as doctor
+from feedlab.tuner.__main__ import main as tuner
+from feedlab.run import main as run
+from feedlab.bench import main as bench
+from feedlab.installer import main as installer
+from data_prep.__main__ import main as data_prep
+cases = [(doctor, ["--script", "x.py", "--deadline", "nan"], "--deadline"),
+         (doctor, ["--script", "x.py", "--deadline", "1e309"], "--deadline"),
+         (doctor, ["--data", "d", "--what-if", "--what-if-limit", "inf"], "--what-if-limit"),
+         (tuner, ["--script", "x.py", "--deadline", "nan"], "--deadline"),
+         (tuner, ["--script", "x.py", "--budget", "inf"], "--budget"),
+         (run, ["--only", "04", "--dry-run", "--limit-s", "nan"], "--limit-s"),
+         (run, ["--only", "04", "--dry-run", "--deadline-s", "inf"], "--deadline-s"),
+         (bench, ["--timeout", "nan"], "--timeout"),
+         (installer, ["--timeout", "inf", "--", "x"], "--timeout"),
+         (data_prep, ["verify", "d", "--timeout=-inf"], "--timeout")]
+for main, argv, flag in cases:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:
+            rc = exc.code
+    lines = [ln for ln in err.getvalue().splitlines() if "error" in ln]
+    print(rc, flag, lines[-1] if lines else "")
+"""
+
+
+def test_every_seconds_option_refuses_nan_and_inf_in_one_line(tmp_path):
+    """nan and inf once passed ``<= 0`` and left a run with no deadline at all (doctor, tuner, runner)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}", "TMPDIR": str(tmp_path)}
+    p = subprocess.Popen([sys.executable, "-c", NON_FINITE], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=90)
+    finally:
+        p.kill()
+    rows = out.splitlines()
+    assert len(rows) == 10, out + err[-2000:]
+    for row in rows:
+        rc, flag, line = row.split(" ", 2)
+        assert rc == "2" and flag in line and "a finite number of seconds" in line, row
+    assert not list(tmp_path.iterdir()), "the refusals ran nothing and wrote nothing"
+    assert subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True).returncode == 1, "left in its session"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from feedlab import formats
 from feedlab import pipeline as pl
-from feedlab.errors import cli_errors, deadline, strict_json
+from feedlab.errors import cli_errors, deadline, seconds, strict_json
 from feedlab.formats import FORMATS
 from feedlab.paths import default_sr_root
 from feedlab.trace import trace_run
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
                     "stage by stage")
     ap.add_argument("--report", type=Path, default=None, help="also write the report with its figure to "
                     "FILE.md or FILE.html")
-    ap.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, help="seconds to wait for one batch "
+    ap.add_argument("--deadline", type=seconds, default=DEFAULT_DEADLINE_S, help="seconds to wait for one batch "
                     "of your loader, its length, make_loader() or one step before giving up (your "
                     "DataLoader(timeout=...) when it has one); with --script also the longest your script may go "
                     "without asking for a batch, or take to end once stopped; with --data, seconds without progress")

@@ -32,6 +32,7 @@ import numpy as np
 
 from feedlab import like_for_like as lfl
 from feedlab import procgroup
+from feedlab.errors import seconds
 from feedlab.like_for_like import Side, differences, order_of
 from feedlab.monitor import BUSY_SPEED, speed_left
 
@@ -62,7 +63,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--what-if-samples", type=int, default=None, help="items in the --what-if sample (default "
                     "2048, raised to 50 batches)")
     ap.add_argument("--what-if-peers", default=",".join(WHATIF_PEERS), help="comma-separated peers to measure")
-    ap.add_argument("--what-if-limit", type=float, default=900.0, help="seconds one pass of a --what-if side may "
+    ap.add_argument("--what-if-limit", type=seconds, default=900.0, help="seconds one pass of a --what-if side may "
                     "take (its sides are measured in interleaved rounds)")
 
 

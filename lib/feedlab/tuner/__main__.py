@@ -25,7 +25,7 @@ from feedlab.collate import to_float
 from feedlab.doctor.guard import DEFAULT_DEADLINE_S
 from feedlab.doctor.script import run_script
 from feedlab.doctor.wrap import batch_len
-from feedlab.errors import cli_errors, strict_json
+from feedlab.errors import cli_errors, seconds, strict_json
 
 from .search import tune
 
@@ -42,12 +42,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=64, help="with --data: the batch size (never changed)")
     ap.add_argument("--num-workers", type=int, default=0, help="with --data: the start's workers")
     ap.add_argument("--model", default="none", help="with --data: the training step's model (never changed)")
-    ap.add_argument("--budget", type=float, default=60.0, help="seconds of measured passes (default 60)")
+    ap.add_argument("--budget", type=seconds, default=60.0, help="seconds of measured passes (default 60)")
     ap.add_argument("--epochs", type=int, default=1, help="epochs your job runs (> 1: persistent workers tried)")
     ap.add_argument("--max-workers", type=int, default=None, help="most workers or threads to try")
     ap.add_argument("--batches", type=int, default=16, help="with --script: batches to run your script for")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, help="seconds to wait for make_loader(), "
+    ap.add_argument("--deadline", type=seconds, default=DEFAULT_DEADLINE_S, help="seconds to wait for make_loader(), "
                     "one batch or one step before giving up")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     return ap
