@@ -62,6 +62,12 @@ def machine_key(fp: dict | None = None) -> str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", override):
             raise ValueError(f"FEEDLAB_MACHINE={override!r}: use letters, digits, '.', '_' or '-'")
         return override
+    return fingerprint_key(fp)
+
+
+def fingerprint_key(fp: dict | None = None) -> str:
+    """The key a fingerprint gives (this machine's when None), whatever ``$FEEDLAB_MACHINE`` says:
+    what a machine is, as against what it is called."""
     if fp is None:
         fp = fingerprint.machine_fingerprint()
     cores = fp.get("cpu_usable") or fp.get("cpu_logical") or 0
@@ -71,6 +77,12 @@ def machine_key(fp: dict | None = None) -> str:
     short = gpu_short_name(gpus[0])
     count = f"{len(gpus)}x" if len(gpus) > 1 else ""
     return f"{count}{short}-{cores}c"
+
+
+def key_names_gpu(key: str) -> bool:
+    """A key shaped as :func:`machine_key` names a GPU machine (``h100-16c``, ``2xa100-64c``,
+    ``rtx4090-8c``): a GPU model with digits, then the cores. ``box-1c`` or ``my-box`` do not."""
+    return bool(re.fullmatch(r"(\d+x)?[a-z]+\d+[a-z0-9]*-\d+c", key)) and not key.startswith("cpu-")
 
 
 def key_has_gpu(key: str) -> bool:

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from feedlab import files, paths
-from feedlab.machines import key_has_gpu, machine_key
+from feedlab.machines import fingerprint_key, key_has_gpu, key_names_gpu, machine_key
 from feedlab.paths import FIGURES_DIR, figure_dir, rel
 from feedlab.results import atomic_write
 
@@ -193,16 +193,39 @@ def check_destination(name: str, profile: str, params: dict, out_root: Path | No
         own = figure_dir(name, "", profile, create=False, committed=True, machine=key)
         if final.resolve() != own.resolve():
             raise ValueError(f"{flag}: {rel(final)} lies inside figures/, where the runner writes only its own "
-                             f"folder for this run ({rel(own)}); leave {flag.split()[0]} out to write there, "
+                             f"folder for this run ({rel(own)}); leave {' '.join(flag.split()[:2 if flag.startswith('-p') else 1])} out to write there, "
                              f"or give a folder outside figures/")
     if profile == "gpu" and inside and not (key_has_gpu(key) and cuda_here()):   # a FEEDLAB_MACHINE name too
         raise ValueError(f"--profile gpu on {key}, a machine without a GPU: it would replace {rel(final)} "
                          "(this machine's committed records); run it on a GPU machine, or give --out-root DIR "
                          "outside figures/")
+    if inside:
+        _check_machine(key, final)
     why = name_problem(final, flag) or record_problem(name, final)
     if why:
         raise ValueError(why)
     return final
+
+
+def _check_machine(key: str, final: Path) -> None:
+    """A record inside ``figures/`` under a ``$FEEDLAB_MACHINE`` name that is not this machine's own
+    key is refused (one line) where the name is a GPU machine's and no GPU is here, and where the
+    folder already holds a record (its ``fingerprint.json``) another machine made. The name stays
+    free for a machine's own folder under another name, and for a new folder a CPU run may take."""
+    own = fingerprint_key()
+    if key == own:
+        return
+    if key_names_gpu(key) and not cuda_here():
+        raise ValueError(f"FEEDLAB_MACHINE={key}: names a GPU machine, and this one ({own}) has no GPU: it would "
+                         f"replace {rel(final)}; unset FEEDLAB_MACHINE, or give --out-root DIR outside figures/")
+    try:
+        made_on = fingerprint_key(json.loads((final / "fingerprint.json").read_text()))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return
+    if made_on != own:
+        raise ValueError(f"FEEDLAB_MACHINE={key}: {rel(final)} holds a record made on {made_on} (its fingerprint.json), "
+                         f"and this machine is {own}: unset FEEDLAB_MACHINE to write {own}'s own folder, or give "
+                         "--out-root DIR outside figures/")
 
 
 class RecordWouldLose(ValueError):

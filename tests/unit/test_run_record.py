@@ -1,0 +1,93 @@
+"""feedlab.run_record.check_destination: a record inside figures/ is written only under a machine key
+this machine is (issue 47 F1: ``FEEDLAB_MACHINE=h100-16c`` on a 2-core CPU box rewrote the committed
+H100 record of 04, rc 0)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from feedlab import machines, run_record
+from feedlab.paths import FIGURES_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = FIGURES_DIR / "04_print_overhead" / "h100-16c"
+
+
+@pytest.fixture
+def cpu_box(monkeypatch):
+    monkeypatch.setattr(run_record, "fingerprint_key", lambda fp=None: "cpu-2c" if fp is None
+                        else machines.fingerprint_key(fp))
+    monkeypatch.setattr(run_record, "cuda_here", lambda: False)
+
+
+def test_a_gpu_machine_key_on_a_machine_without_a_gpu_is_refused_whatever_the_profile(monkeypatch, cpu_box):
+    monkeypatch.setenv("FEEDLAB_MACHINE", "h100-16c")
+    for profile in ("quick", "full", "gpu"):
+        with pytest.raises(ValueError, match=r"h100-16c|without a GPU") as err:
+            run_record.check_destination("04_print_overhead", profile, {}, None)
+        assert "\n" not in str(err.value)
+
+
+def test_a_committed_record_of_another_machine_is_never_replaced(monkeypatch, cpu_box):
+    if not (H100 / "fingerprint.json").is_file():
+        pytest.skip("no committed h100 record of 04 in this checkout")
+    monkeypatch.setattr(run_record, "cuda_here", lambda: True)      # even where a GPU is seen
+    monkeypatch.setenv("FEEDLAB_MACHINE", "h100-16c")
+    with pytest.raises(ValueError, match=r"holds a record made on h100-16c .*this machine is cpu-2c"):
+        run_record.check_destination("04_print_overhead", "quick", {}, None)
+
+
+def test_feedlab_machine_still_names_this_machines_own_folder(monkeypatch, cpu_box):
+    monkeypatch.setenv("FEEDLAB_MACHINE", "cpu-2c")
+    assert run_record.check_destination("04_print_overhead", "quick", {}, None).name == "cpu-2c"
+    monkeypatch.setenv("FEEDLAB_MACHINE", "box-1c")   # a name of one's own, no record there yet
+    assert run_record.check_destination("04_print_overhead", "quick", {}, None).name == "box-1c"
+    assert not machines.key_names_gpu("box-1c") and machines.key_names_gpu("2xa100-64c")
+
+
+def test_the_runner_refuses_before_anything_runs(tmp_path):
+    """The command line of the attack, as a dry run: one line, rc 2, nothing left behind."""
+    if machines.fingerprint_key().startswith("h100-16c"):
+        pytest.skip("this machine is h100-16c")
+    env = {**os.environ, "FEEDLAB_MACHINE": "h100-16c", "TMPDIR": str(tmp_path), "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
+    before = subprocess.run(["git", "status", "--porcelain", "--", "figures"], cwd=ROOT, capture_output=True,
+                            text=True).stdout
+    p = subprocess.Popen([sys.executable, "-m", "feedlab.run", "--profile", "quick", "--only", "04", "--dry-run"],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and "FEEDLAB_MACHINE=h100-16c" in lines[0], out + err
+    assert subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True).returncode == 1
+    assert not list(tmp_path.iterdir())
+    assert subprocess.run(["git", "status", "--porcelain", "--", "figures"], cwd=ROOT, capture_output=True,
+                          text=True).stdout == before
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--profile", "smoke", "-p", "out_dir", "figures/04_print_overhead/cpu-2c/../cpu-2c/"],
+     "leave -p out_dir out"),
+    (["--profile", "smoke", "-p", "batch_size", "-5"], "batch_size=-5"),
+])
+def test_the_dry_run_refuses_what_the_run_refuses(tmp_path, argv, says):
+    """Issue 47 W1/W3: the dry run gave rc 0 (the folder silently replaced; "cannot resolve" printed)."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
+    env.pop("FEEDLAB_MACHINE", None)
+    p = subprocess.Popen([sys.executable, "-m", "feedlab.run", "--only", "04", *argv, "--dry-run"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == 2 and says in out + err, out + err
+    assert subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True).returncode == 1
+    assert not list(tmp_path.iterdir())
