@@ -72,6 +72,19 @@ def _prctl():
         return None
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """This process adopts the orphans of its descendants (Linux ``PR_SET_CHILD_SUBREAPER``): a daemon a
+    child started (``setsid``, a double fork, with whatever environment: a cleared one drops the token)
+    reparents here instead of to init, so :func:`descendants` finds it and it is stopped with the rest.
+    Returns whether it took (False off Linux). For a command line's own process only: the orphans it
+    adopts are its to reap."""
+    prctl = _prctl()
+    return bool(prctl) and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
 def marked_env(env: dict | None, token: str) -> dict:
     """``env`` (default: ours) with ``token`` added to :data:`TOKENS`."""
     env = dict(os.environ if env is None else env)

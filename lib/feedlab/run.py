@@ -46,7 +46,7 @@ from pathlib import Path
 
 from feedlab import files, findings, machines, paths
 from feedlab.budget import DEADLINE_ENV
-from feedlab.errors import cli_errors, one_line, seconds
+from feedlab.errors import cli_errors, command_line, one_line, seconds
 from feedlab.machines import machine_key
 from feedlab.nbparams import notebook_parameters, route_params  # noqa: F401  (notebook_parameters re-exported)
 from feedlab.paths import NOTEBOOKS_DIR, RUNNER_ENV, check_scratch, default_cls_root, default_sr_root
@@ -54,6 +54,7 @@ from feedlab.profiles import PROFILES, check_workers, profile_values
 from feedlab.results import atomic_write
 from feedlab.run_kernel import (  # noqa: F401  (kernel_options re-exported: tests/notebooks/nbrun.py)
     RunnerStopped,
+    adopt_orphans,
     kernel_folder,
     kernel_options,
     progress_options,
@@ -231,6 +232,8 @@ def scrub_paths(path: Path, also: dict[str, str] | None = None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     env = {k: os.environ.get(k) for k in ("FEEDLAB_PROFILE", "FEEDLAB_CORES")}   # _main sets them for its kernels
+    if command_line():   # a notebook's daemon, whatever its environment, is adopted here and stopped (run_kernel.watch)
+        adopt_orphans()
     try:
         with stop_on_signals(), cli_errors("python -m feedlab.run"):
             try:

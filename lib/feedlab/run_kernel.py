@@ -34,6 +34,13 @@ from feedlab.run_limit import descendants, stop_processes
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 #: the pids that were this process's descendants before the notebook under way started (None: none under way)
 _BEFORE: dict = {"pids": None}
+ADOPTING = {"on": False}   # this process is a child subreaper (adopt_orphans): new descendants are leftovers
+
+
+def adopt_orphans() -> None:
+    """A command line's runner adopts the orphans of what its notebooks start (a daemon with a cleared
+    environment carries no token): :func:`watch` then stops every descendant a notebook left."""
+    ADOPTING["on"] = procgroup.become_subreaper()
 
 
 class RunnerStopped(KeyboardInterrupt):
@@ -94,12 +101,15 @@ def watch() -> Iterator[None]:
     try:
         yield
     finally:
+        before = _BEFORE["pids"] or set()
         _BEFORE["pids"] = _BEFORE["token"] = None
         if old is None:
             os.environ.pop(procgroup.TOKENS, None)
         else:
             os.environ[procgroup.TOKENS] = old
         left = procgroup.carrying(token)
+        if ADOPTING["on"]:   # orphans that reparented here (procgroup.become_subreaper), whatever their environment
+            left = sorted(set(left) | {p.pid for p in descendants()} - before)
         if left:
             stop_processes(left)
 

@@ -354,3 +354,31 @@ def test_a_read_blocked_inside_c_code_is_bounded_from_outside(tmp_path, mode):
     assert p.returncode == 2 and len(lines) == 1, (p.returncode, err)
     assert "reading sample 7 of sr.h5" in lines[0] and "no progress within 2 s" in lines[0], lines[0]
     assert "fine" not in out and time.monotonic() - t0 < 45
+
+
+ENV_DAEMON = HEAD + '''
+import subprocess
+from torch.utils.data import TensorDataset
+subprocess.Popen(["setsid", "sh", "-c", "echo $$ > daemon.pid; exec sleep 301"], env={"PATH": "/usr/bin:/bin"},
+                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+while not os.path.exists("daemon.pid") or not open("daemon.pid").read().strip():
+    time.sleep(0.02)
+for b in DataLoader(TensorDataset(torch.zeros(64, 3)), batch_size=8):
+    time.sleep(0.05)
+'''
+
+
+def test_a_daemon_with_a_cleared_environment_is_stopped_with_the_script(tmp_path):
+    """Issue 47 F3: ``setsid`` with ``env={PATH}`` (no token) outlived ``--script`` with PPID 1: the watching
+    process is now a child subreaper, so the orphan is adopted and stopped."""
+    r = _doctor(["--script", _write(tmp_path, "envi_daemon.py", ENV_DAEMON), "--deadline", "20"], tmp_path)
+    daemon = int((tmp_path / "daemon.pid").read_text())
+    end = time.monotonic() + 5
+    while time.monotonic() < end and os.path.exists(f"/proc/{daemon}"):
+        time.sleep(0.05)
+    alive = os.path.exists(f"/proc/{daemon}")
+    if alive:
+        os.kill(daemon, signal.SIGKILL)
+    assert not alive, "the setsid daemon with a cleared environment outlived the doctor"
+    assert r.returncode == 0, r.stderr[-2000:]

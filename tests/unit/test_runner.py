@@ -229,3 +229,46 @@ def test_run_kernel_watch_stops_a_daemon_the_notebook_left_outside_its_tree():
         os.kill(daemon, 9)
         raise AssertionError("the escaped daemon outlived the run")
     assert procgroup.TOKENS not in os.environ or run_kernel._BEFORE["token"] is None
+
+
+ADOPT = r"""
+import os, subprocess, sys, time
+from feedlab import run_kernel
+run_kernel.adopt_orphans()
+with run_kernel.watch():
+    p = subprocess.Popen(["setsid", "sh", "-c", "echo $$; exec sleep 60"], env={"PATH": "/usr/bin:/bin"},
+                         start_new_session=True, stdout=subprocess.PIPE, text=True)
+    daemon = int(p.stdout.readline())
+    p.wait(timeout=10)
+    time.sleep(0.2)
+    print(daemon, open(f"/proc/{daemon}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid()), flush=True)
+time.sleep(0.3)
+print(os.path.exists(f"/proc/{daemon}") and open(f"/proc/{daemon}/stat").read().rsplit(")", 1)[1].split()[0] != "Z")
+"""
+
+
+def test_run_kernel_watch_stops_an_orphan_with_a_cleared_environment(tmp_path):
+    """Issue 47 F3: a daemon started with ``env={PATH}`` carries no token; the runner (a child subreaper on
+    the command line: run_kernel.adopt_orphans) adopts it, and watch stops it when the notebook ends."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(root / "lib")}
+    p = subprocess.Popen([sys.executable, "-c", ADOPT], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    lines = out.split("\n")
+    daemon, adopted = lines[0].split()
+    if os.path.exists(f"/proc/{daemon}"):
+        os.kill(int(daemon), signal.SIGKILL)
+    assert adopted == "True", out + err
+    assert lines[1] == "False", "the orphan outlived the notebook's run"
+    assert subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True).returncode == 1
+    assert not list(tmp_path.iterdir())

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Callable
 
-from feedlab.procgroup import descendants
+from feedlab.procgroup import become_subreaper, descendants
 from feedlab.run_limit import stop_processes
 
 #: seconds a signal forwarded to the script's process may take to end it before its tree is stopped
@@ -203,6 +203,7 @@ def fork_watched() -> tuple[int, int]:
         _die_with_parent()
         return 0, w
     os.close(w)
+    become_subreaper()   # a daemon the script leaves (setsid, a cleared environment) is adopted here, then stopped
     return pid, r
 
 
@@ -218,9 +219,28 @@ def _end(code: int) -> None:
     :func:`fork_watched`) removed, then :func:`quiet_exit`."""
     import shutil
 
+    _stop_adopted()
     if _shared.get("mp_tmp"):
         shutil.rmtree(_shared["mp_tmp"], ignore_errors=True)
     quiet_exit(code)
+
+
+def _stop_adopted(settle_s: float = 1.0) -> None:
+    """The orphans this process adopted (:func:`fork_watched`) are stopped; a resource tracker that
+    is ending on its own (its writers gone) gets ``settle_s`` to clean up first."""
+    end = time.monotonic() + settle_s
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:   # adopted orphans that ended: reaped
+                pass
+        except ChildProcessError:
+            pass
+        left = _below(os.getpid())
+        if not left or time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    if left:
+        stop_processes(left, grace_s=2.0)
 
 
 def _exit_code(status: int) -> int:
