@@ -627,3 +627,34 @@ def test_a_peers_import_check_keeps_tqdms_ipywidgets_warning_out_of_the_notebook
         ok, why = Peer("w", "W", "w", ("warns_on_import",), "pip install w").check_here()
     assert ok and why == ""
     assert [str(w.message) for w in seen] == ["another warning"]   # only that one is kept out
+
+
+LEAVES_LOCKS = r"""
+import os, sys, tempfile
+d = tempfile.gettempdir()
+open(os.path.join(d, "000000_cache_filelock"), "w").close()
+os.mkdir(os.path.join(d, "pymp-leftover"))
+print(d)
+"""
+
+
+def test_a_peers_temporaries_live_and_go_with_its_own_folder(tmp_path, monkeypatch):
+    """Issue 47 F2/W6: mosaic's ``*_filelock`` files and multiprocessing's ``pymp-*`` were left in the caller's
+    $TMPDIR (after a normal run too): the peer's TMPDIR is now inside its ``feedlab-peer-*`` folder."""
+    import sys
+    import tempfile
+
+    from feedlab.peers import remote
+    from feedlab.procgroup import run_group
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    src = type("S", (), {"kind": "sr", "root": tmp_path, "limit": 4})()
+    req = remote.request("ffcv", src, tmp_path, 8, [0], 64, 1, 1, False, "cpu", 0, True)
+
+    def child(cmd, **kw):   # the peer's venv run, standing in: it leaves what mosaic and multiprocessing leave
+        return run_group([sys.executable, "-c", LEAVES_LOCKS], **kw)
+
+    _res, info = remote.run(sys.executable, req, timeout=30, run_=child)
+    assert "without an answer" in info["reason"] and "feedlab-peer-" in info["reason"], info
+    assert not list(tmp_path.iterdir()), f"left in $TMPDIR: {list(tmp_path.iterdir())}"

@@ -67,8 +67,11 @@ def run(python, req: dict, timeout: float | None = None, run_=run_group, stall_s
             "shuffle": peer.shuffle, "recipe": peer.recipe, "interpreter": str(python), "available": False}
     env = {**os.environ, IN_VENV: "1",
            "PYTHONPATH": os.pathsep.join([str(_lib_dir()), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    with tempfile.TemporaryDirectory(prefix="feedlab-peer-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="feedlab-peer-", ignore_cleanup_errors=True) as tmp:
         answer, beat_file = Path(tmp) / "answer.json", Path(tmp) / "beat"
+        scratch = Path(tmp) / "tmp"   # the peer's temporaries (mosaic's filelocks, pymp-*): removed with tmp
+        scratch.mkdir()
+        env.update({k: str(scratch) for k in ("TMPDIR", "TEMP", "TMP")})
         limits = {"stall_s": stall_s, "beat_file": beat_file} if stall_s else {}
         try:
             r = run_([str(python), "-m", "feedlab.peers.child", str(answer)], input=json.dumps(req),
