@@ -261,8 +261,16 @@ def bootstrap(python: str, constraints: str | None = None, run: Callable = run_g
     return True
 
 
+class Signalled(KeyboardInterrupt):
+    """A signal stopped the install; its exit status is 128 + the signal's number (143 for SIGTERM)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.code = 128 + signum
+
+
 def _interrupt(signum, _frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise Signalled(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -304,4 +312,4 @@ if __name__ == "__main__":
         sys.exit(main())
     except KeyboardInterrupt as exc:   # Ctrl-C or a signal: the step's group is already stopped, in one line
         print(f"install: stopped ({exc or 'interrupted'}) with everything it had started", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(getattr(exc, "code", 130))
