@@ -382,3 +382,46 @@ def test_a_daemon_with_a_cleared_environment_is_stopped_with_the_script(tmp_path
         os.kill(daemon, signal.SIGKILL)
     assert not alive, "the setsid daemon with a cleared environment outlived the doctor"
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+SWALLOW = HEAD + '''
+import signal
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+loader = DataLoader(list(range(100000)), batch_size=10)
+while True:
+    try:
+        for b in loader:
+            open("started", "w").close()
+            time.sleep(0.05)
+    except BaseException:
+        pass
+'''
+
+
+def test_sigterm_the_script_ignores_still_ends_the_doctor_with_one_line(tmp_path):
+    """Issue 47 W8: the script ignored the forwarded SIGTERM; the doctor ended it after SIGNAL_GRACE_S with
+    rc 143 and no line. It now says why, in one line, and leaves nothing."""
+    tmp = tmp_path / "doctor-tmp"
+    tmp.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "lib"), str(ROOT)]), MPLBACKEND="Agg",
+               TMPDIR=str(tmp))
+    p = subprocess.Popen([sys.executable, "-m", "feedlab.doctor", "--script", _write(tmp_path, "swallow.py", SWALLOW),
+                          "--batches", "100000", "--deadline", "60"], cwd=tmp_path, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        end = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and time.monotonic() < end and p.poll() is None:
+            time.sleep(0.1)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        left = _left_in_session(p.pid)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    lines = [ln for ln in err.splitlines() if ln.strip() and "running" not in ln]
+    assert p.returncode == 143, err[-2000:]
+    assert len(lines) == 1 and "SIGTERM" in lines[0] and "stopped it" in lines[0], err[-2000:]
+    assert not left and not list(tmp.iterdir())

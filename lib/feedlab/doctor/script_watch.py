@@ -314,6 +314,16 @@ def stuck_line(prog: str, what: str, limit: float, kids: list[int]) -> str:
             f"stopped it{started}; check the mount, or give --deadline S if it is only slow")
 
 
+def ignored_line(sig: int, kids: int) -> str:
+    """The one line of a run whose script did not end on the signal forwarded to it (stopped here)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = str(getattr(spec, "name", "") or "").removesuffix(".__main__")
+    prog = f"python -m {name}" if name else os.path.basename(sys.argv[0] if sys.argv else "") or "feedlab"
+    started = f" and the {kids} process(es) it started" if kids else ""
+    return (f"{prog}: {signal.Signals(sig).name}: your script did not end on it within {SIGNAL_GRACE_S:g} s "
+            f"(it ignores or catches the signal); stopped it{started}")
+
+
 def watch(pid: int, fd: int, apply: Callable[[list], None], late: Callable[[float], str | None],
           end: Callable[[str, list[int]], int]) -> None:
     """The watching loop: events from ``fd`` to ``apply``; the child's exit is this process's; signals
@@ -355,7 +365,9 @@ def watch(pid: int, fd: int, apply: Callable[[list], None], late: Callable[[floa
                 os.kill(pid, sig)
                 st[1] = True
             if now - st[0] > SIGNAL_GRACE_S:   # the child did not end on the signal: its tree is stopped
-                stop_processes([pid, *_below(pid)], grace_s=2.0)
+                kids = _below(pid)
+                stop_processes([pid, *kids], grace_s=2.0)
+                print(ignored_line(sig, len(kids)), file=sys.stderr, flush=True)
                 _end(128 + sig)
         why = None if signalled else late(now)
         if why is not None:
