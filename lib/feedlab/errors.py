@@ -54,6 +54,13 @@ def sample_error(fmt: str, index: int, path, exc: BaseException | str) -> Sample
     return SampleError(f"{fmt}: sample {index} ({path}) cannot be read: {why}")
 
 
+def shown(name) -> str:
+    """A user's file name as one line prints it: as it is, or quoted (``repr``) where it holds a control
+    character (a newline would split the one line in two)."""
+    text = str(name)
+    return repr(text) if any(ord(c) < 32 or ord(c) == 127 for c in text) else text
+
+
 def _first_line(text: str) -> str:
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     return lines[0] if lines else ""

@@ -450,3 +450,14 @@ def test_a_good_file_the_chosen_decoder_does_not_read_is_not_blamed(tmp_path):
     line = str(cannot_decode("images", tmp_path, good, ValueError("not a JPEG file")))
     assert "cat/08.png" in line and "valid PNG image" in line and "decode='pil'" in line
     assert "remove" not in line and "\n" not in line
+
+
+def test_a_file_name_with_a_newline_stays_on_the_one_line(tmp_path):
+    """Issue 47 W12: a truncated ``bad\\nname.png`` split the one-line error in two: the name is quoted."""
+    from feedlab.formats._decoding import cannot_decode
+
+    bad = tmp_path / "bad\nname.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n")   # truncated
+    line = str(cannot_decode("images", tmp_path, bad, OSError("image file is truncated")))
+    assert "\n" not in line and "'bad\\nname.png'" in line, line
+    assert list(tmp_path.iterdir()) == [bad]

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from feedlab import decode as _dec
+from feedlab.errors import shown
 
 
 def resolve_decoder(decode: str | Callable[[bytes], np.ndarray]) -> Callable:
@@ -96,12 +97,12 @@ def cannot_decode(fmt: str, root: Path, path: Path | None, exc: BaseException) -
         except OSError:
             pass
         try:
-            name = str(Path(path).relative_to(root))
+            name = shown(Path(path).relative_to(root))
         except ValueError:
-            name = str(path)
-        where = f"{name} under {root}"
+            name = shown(path)
+        where = f"{name} under {shown(root)}"
     else:
-        where = f"a file under {root}"
+        where = f"a file under {shown(root)}"
     kind = _readable_elsewhere(path) if path is not None and nbytes else None
     if kind:   # a good file the chosen decoder does not read (simplejpeg on a PNG): the file is not at fault
         return ValueError(f"{fmt}: cannot decode {where} with this decoder: it is a valid {kind} image that the "
