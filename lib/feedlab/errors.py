@@ -51,7 +51,7 @@ class ChecksumError(SampleError):
 
 def sample_error(fmt: str, index: int, path, exc: BaseException | str) -> SampleError:
     why = exc if isinstance(exc, str) else f"{type(exc).__name__}: {_first_line(str(exc))}"
-    return SampleError(f"{fmt}: sample {index} ({path}) cannot be read: {why}")
+    return SampleError(f"{fmt}: sample {index} ({shown(path)}) cannot be read: {why}")
 
 
 def shown(name) -> str:

@@ -274,6 +274,9 @@ def test_a_script_stuck_in_c_code_holding_the_gil_ends_at_the_deadline(tmp_path)
     assert "matching" in r.stdout, r.stdout + r.stderr[-2000:]
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("VERDICT") == 1 and "6 batches, then no batch asked for in 4 s" in r.stdout, r.stdout
+    # issue 47 W7: from 6 batches, the numbers measured and no verdict
+    assert "VERDICT: not measured — the run ended at its deadline after 6 batch(es): too few" in r.stdout, r.stdout
+    assert "measured (median per batch" in r.stdout and "data-bound" not in r.stdout, r.stdout
     assert not _error_lines(r)
     assert took < 60, f"{took:.0f} s"
 

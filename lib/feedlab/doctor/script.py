@@ -47,6 +47,8 @@ from .verdict import DATA_BOUND_FRACTION, spread_words, step_price, wait_share  
 from .wrap import batch_len
 
 PROG = "python -m feedlab.doctor"
+#: batches a run the deadline ended needs before its loop gives a verdict (fewer: the measured numbers only)
+VERDICT_MIN_BATCHES = 16
 _real_exit = os._exit
 _quiet_exit = quiet_exit
 
@@ -220,7 +222,11 @@ def _ended(rec: Progress, path: Path, args, why: str, limit: float | None,
         if n:
             what = (f"{n} batches, then no batch asked for in {limit:g} s (a step or your script's own code that "
                     "does not return?), so the doctor ended it (--deadline)")
-            return _summary(rec, path, args, what), what
+            summary = _summary(rec, path, args, what)
+            if summary and summary.get("verdict") and n < VERDICT_MIN_BATCHES:   # the numbers only, no verdict
+                summary.update(verdict=None, note=f"the run ended at its deadline after {n} batch(es): too few for a "
+                                                  f"verdict (the step under way then is not in these numbers)")
+            return summary, what
         started = (f"; it started {kids} other process(es) (mp.spawn, multiprocessing?) whose loaders the doctor does "
                    "not see — run the training loop in this one process for the diagnosis; stopped them"
                    if kids else "")
@@ -383,6 +389,9 @@ def render_script(s: dict, offer: bool = True) -> str:
              f"persistent_workers={L['persistent_workers']}, timeout={L['timeout']}", ""]
     if s.get("verdict") is None:
         lines.append(f"VERDICT: not measured — {s['note']}")
+        if s.get("data_wait_s_per_batch") is not None:   # what was measured, without a verdict from it
+            lines.append(f"measured (median per batch, first batch left out): data wait "
+                         f"{s['data_wait_s_per_batch'] * 1e3:,.1f} ms, step {s['step_s_per_batch'] * 1e3:,.1f} ms")
         return "\n".join(lines)
     what = ("the input pipeline bounds training: the step waits for data"
             if s["verdict"] == "data-bound" else "the step bounds training: data is ready when it asks")
