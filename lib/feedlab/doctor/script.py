@@ -43,12 +43,10 @@ from feedlab.run_limit import descendants, stop_processes
 from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, deadline
 from .report import fmt_rate
 from .script_watch import Progress, Watchdog, Wire, fork_watched, quiet_exit, watch_child
-from .verdict import DATA_BOUND_FRACTION, spread_words, step_price, wait_share  # noqa: F401
+from .verdict import DATA_BOUND_FRACTION, VERDICT_MIN_BATCHES, spread_words, step_price, wait_share  # noqa: F401
 from .wrap import batch_len
 
 PROG = "python -m feedlab.doctor"
-#: batches a run the deadline ended needs before its loop gives a verdict (fewer: the measured numbers only)
-VERDICT_MIN_BATCHES = 16
 _real_exit = os._exit
 _quiet_exit = quiet_exit
 

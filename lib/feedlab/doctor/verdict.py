@@ -19,6 +19,8 @@ import math
 import numpy as np
 
 DATA_BOUND_FRACTION = 0.2   # the step waits for data this share of the loop or more: the input pipeline bounds
+#: batches a --script run the deadline ended needs before its loop gives a verdict (fewer: the numbers only)
+VERDICT_MIN_BATCHES = 16
 BURST = 2.0                 # a window whose loop time is this many times the median window's: a burst
 
 
