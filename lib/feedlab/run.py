@@ -302,7 +302,7 @@ def _main(argv: list[str] | None = None) -> int:
                   for nb, given in (plan_parameters(notebooks, params) if not args.data_only else {}).items()}
     if args.dry_run:   # it agrees with the run: the same refusals (the gpu plan is drawn up on any machine)
         for nb, given in params_for.items() if profile != "gpu" else ():
-            check_destination(nb.stem, profile, given, args.out_root)
+            check_destination(nb.stem, profile, given, args.out_root, planning=True)
         rows = plan(notebooks, profile, params, run_params.for_notebook)
         print_plan(rows, profile, machines.usable_cores())
         return 2 if any(isinstance(values, str) for _, values in rows) else 0

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from feedlab import files, paths
-from feedlab.machines import fingerprint_key, key_has_gpu, key_names_gpu, machine_key
+from feedlab.machines import fingerprint_key, key_has_gpu, key_names_gpu, machine_key, usable_cores
 from feedlab.paths import FIGURES_DIR, figure_dir, rel
 from feedlab.results import atomic_write
 
@@ -179,7 +179,7 @@ def cuda_here() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def check_destination(name: str, profile: str, params: dict, out_root: Path | None) -> Path:
+def check_destination(name: str, profile: str, params: dict, out_root: Path | None, planning: bool = False) -> Path:
     """Where ``name``'s record would land, refused (``ValueError``, one line) before anything runs
     when the folder holds anything that is not a record of that notebook; when ``--out-root`` or
     ``-p out_dir`` lies inside ``figures/`` elsewhere than the runner's own folder for this run
@@ -200,18 +200,24 @@ def check_destination(name: str, profile: str, params: dict, out_root: Path | No
                          "(this machine's committed records); run it on a GPU machine, or give --out-root DIR "
                          "outside figures/")
     if inside:
-        _check_machine(key, final)
+        _check_machine(key, final, planning)
     why = name_problem(final, flag) or record_problem(name, final)
     if why:
         raise ValueError(why)
     return final
 
 
-def _check_machine(key: str, final: Path) -> None:
+def _check_machine(key: str, final: Path, planning: bool = False) -> None:
     """A record inside ``figures/`` under a ``$FEEDLAB_MACHINE`` name that is not this machine's own
     key is refused (one line) where the name is a GPU machine's and no GPU is here, and where the
     folder already holds a record (its ``fingerprint.json``) another machine made. The name stays
-    free for a machine's own folder under another name, and for a new folder a CPU run may take."""
+    free for a machine's own folder under another name, and for a new folder a CPU run may take. A real
+    run (not ``planning``, the dry run's pretend count) refuses ``$FEEDLAB_CORES`` above the cores it has."""
+    real = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if not planning and os.environ.get("FEEDLAB_CORES", "").strip() and usable_cores() > real:
+        raise ValueError(f"FEEDLAB_CORES={os.environ['FEEDLAB_CORES'].strip()}: more than the {real} cores this machine "
+                         f"gives the run: its record in {rel(final)} would claim them; unset FEEDLAB_CORES (it "
+                         "pretends only for --dry-run), or give --out-root DIR outside figures/")
     own = fingerprint_key()
     if key == own:
         return

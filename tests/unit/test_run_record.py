@@ -91,3 +91,19 @@ def test_the_dry_run_refuses_what_the_run_refuses(tmp_path, argv, says):
     assert p.returncode == 2 and says in out + err, out + err
     assert subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True).returncode == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_a_pretend_core_count_never_reaches_a_record(monkeypatch, cpu_box):
+    """Issue 47 W9: ``FEEDLAB_CORES=16`` on a 2-core machine would write figures/<nb>/cpu-16c/, a record
+    claiming 16 cores. A real run refuses it in one line; the dry run (planning) still pretends."""
+    monkeypatch.delenv("FEEDLAB_MACHINE", raising=False)
+    real = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("FEEDLAB_CORES", str(real + 14))
+    monkeypatch.setattr(run_record, "machine_key", lambda: f"cpu-{real + 14}c")
+    with pytest.raises(ValueError, match=rf"FEEDLAB_CORES={real + 14}: more than the {real} cores") as err:
+        run_record.check_destination("04_print_overhead", "quick", {}, None)
+    assert "\n" not in str(err.value)
+    planned = run_record.check_destination("04_print_overhead", "quick", {}, None, planning=True)
+    assert planned.name == f"cpu-{real + 14}c" and not planned.exists()
+    monkeypatch.setenv("FEEDLAB_CORES", str(real))   # no more than it has: as before
+    run_record.check_destination("04_print_overhead", "quick", {}, None)
