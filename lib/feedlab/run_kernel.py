@@ -117,17 +117,21 @@ def watch() -> Iterator[None]:
 @contextmanager
 def kernel_folder() -> Iterator[Path]:
     """A folder of the runner's own for the kernel's IPC sockets and connection file (a short path in
-    ``$TMPDIR``: a socket's name is at most 107 bytes), removed with whatever the kernel left in it."""
+    ``$TMPDIR``: a socket's name is at most 107 bytes), removed with whatever the kernel left in it. The
+    kernel's ``TMPDIR`` (``TEMP``, ``TMP``) is inside it too: a kernel killed mid-cell leaves no temporary."""
     folder = Path(tempfile.mkdtemp(prefix="feedlab-kernel-"))
-    before = os.environ.get("JUPYTER_RUNTIME_DIR")
-    os.environ["JUPYTER_RUNTIME_DIR"] = str(folder)
+    (folder / "tmp").mkdir()
+    names = ("JUPYTER_RUNTIME_DIR", "TMPDIR", "TEMP", "TMP")
+    before = {k: os.environ.get(k) for k in names}
+    os.environ.update({k: str(folder if k == "JUPYTER_RUNTIME_DIR" else folder / "tmp") for k in names})
     try:
         yield folder
     finally:
-        if before is None:
-            os.environ.pop("JUPYTER_RUNTIME_DIR", None)
-        else:
-            os.environ["JUPYTER_RUNTIME_DIR"] = before
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         shutil.rmtree(folder, ignore_errors=True)
 
 

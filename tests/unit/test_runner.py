@@ -272,3 +272,26 @@ def test_run_kernel_watch_stops_an_orphan_with_a_cleared_environment(tmp_path):
     assert lines[1] == "False", "the orphan outlived the notebook's run"
     assert subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True).returncode == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_the_kernels_temporaries_live_in_the_runners_own_folder(tmp_path, monkeypatch):
+    """Issue 47 W4: a kernel killed mid-cell left its TemporaryDirectory in $TMPDIR; its TMPDIR is now inside
+    the runner's kernel folder, removed however the run ends."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from feedlab import run_kernel
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with pytest.raises(KeyboardInterrupt):
+        with run_kernel.kernel_folder() as folder:
+            assert os.environ["TMPDIR"].startswith(str(folder)) and os.environ["TEMP"] == os.environ["TMPDIR"]
+            made = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp(prefix='feedlab_print_'))"],
+                                  capture_output=True, text=True, timeout=30).stdout.strip()
+            assert made.startswith(str(folder)), made
+            raise KeyboardInterrupt   # a signal mid-cell
+    assert os.environ["TMPDIR"] == str(tmp_path) and not folder.exists()
+    assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())
