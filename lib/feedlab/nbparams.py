@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 from pathlib import Path
 
 
@@ -38,6 +39,21 @@ def notebook_parameters(path: str | os.PathLike) -> dict:
                             out[t.id] = ast.unparse(value)
             return out
     return {}
+
+
+def parameter_choices(path: str | os.PathLike) -> dict[str, list[str]]:
+    """``{name: [choice, ...]}`` for the list parameters whose line in the ``parameters`` cell says
+    ``# list from: a, b, c`` (up to a ``;`` or ``(``): the runner refuses any other item before a cell runs."""
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    out: dict[str, list[str]] = {}
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
+            src = cell.get("source", "")
+            for line in ("".join(src) if isinstance(src, list) else src).splitlines():
+                m = re.match(r"\s*(\w+)\s*[:=][^#]*#\s*list from:\s*([^;(]+)", line)
+                if m:
+                    out[m.group(1)] = [c.strip() for c in m.group(2).split(",") if c.strip()]
+    return out
 
 
 def parameter_types(path: str | os.PathLike) -> dict[str, str]:

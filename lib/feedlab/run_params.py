@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from feedlab.machines import WORKER_KEYS
-from feedlab.nbparams import notebook_parameters, parameter_types
+from feedlab.nbparams import notebook_parameters, parameter_choices, parameter_types
 from feedlab.profiles import choose_profile
 
 #: parameters the runner owns: ``-p`` may name them only where it agrees with the runner's option
@@ -168,6 +168,14 @@ def _given_once(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return texts
 
 
+def _check_choices(key: str, text: str, value, choices: list[str] | None, notebook: str) -> None:
+    """A list item outside the notebook's ``# list from:`` choices: one line naming it, before a cell runs."""
+    bad = [v for v in (value if isinstance(value, list) else []) if choices and str(v) not in choices]
+    if bad:
+        raise ValueError(f"-p {key} {text!r}: {', '.join(map(str, bad))} not among {notebook}'s {key} "
+                         f"(list from: {', '.join(choices)})")
+
+
 def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_flag: str = "",
                 out_root: Path | None = None, data_only: bool = False) -> RunParams:
     """The run's one set of parameters from the runner's options and its ``-p`` pairs (text, as typed).
@@ -196,6 +204,7 @@ def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_fla
         for nb in notebooks:
             if key in types[nb]:
                 value = parse_value(key, text, types[nb][key], nb.stem)
+                _check_choices(key, text, value, parameter_choices(nb).get(key), nb.stem)
                 if key in PATH_KEYS and isinstance(value, str):
                     value = str(Path(value).expanduser().resolve())
                 for_notebook[nb][key] = value

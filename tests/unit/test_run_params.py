@@ -150,3 +150,19 @@ def test_runner_options_and_their_p_twins_are_one_truth(tmp_path):
     rp = resolve_run([NB04], [("profile", "smoke"), ("repeats", "2"), ("out_dir", "")], out_root=tmp_path / "r")
     assert rp.profile == "smoke" and rp.params == {"repeats": 2} and rp.for_notebook == {NB04: {"repeats": 2}}
     assert rp.out_root == tmp_path / "r"
+
+
+def test_a_list_item_outside_the_notebooks_choices_is_refused_before_a_cell(tmp_path):
+    """Issue 47 W2: ``-p modes "[print, bogus]"`` passed the dry run and failed in cell [3]: now one line naming
+    the item and the notebook's ``# list from:`` choices."""
+    from feedlab.nbparams import parameter_choices
+    from feedlab.run_params import resolve_run
+
+    nb = paths.REPO_ROOT / "notebooks" / "04_print_overhead.ipynb"
+    assert parameter_choices(nb)["unbuffered"] == ["0", "1"]
+    for key, text, bad in (("modes", "[print, bogus]", "bogus"), ("unbuffered", "[0, 2]", "2")):
+        with pytest.raises(ValueError, match=rf"-p {key} .*{bad} not among 04_print_overhead's {key} \(list from") as e:
+            resolve_run([nb], [(key, text)], "smoke")
+        assert "\n" not in str(e.value)
+    assert resolve_run([nb], [("modes", "[none, print]")], "smoke").params["modes"] == ["none", "print"]
+    assert not list(tmp_path.iterdir())
