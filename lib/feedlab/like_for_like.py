@@ -179,13 +179,19 @@ class Verdict:
         return self.word in (MET, MISSED, WITHIN)
 
 
+def _known_precision(side: Side) -> bool:
+    """An imprecise rate (its window reached its cap before the asked precision) whose 95% half-width was still
+    measured: judged on an interval widened by it (:func:`verdict`), never as if it were steady."""
+    return side.rate_kind == "imprecise" and not _missing(side.half_width) and math.isfinite(side.half_width)
+
+
 def _fair_problems(side: Side) -> list[str]:
     """Why one side cannot be judged fairly: busy, a rate not steady (imprecise: not known to its precision),
     or one measurement with no stated precision."""
     out = []
     if side.busy:
         out.append(f"{side.label} measured on a busy machine ({side.busy})")
-    if side.rate_kind not in (None, "steady"):
+    if side.rate_kind not in (None, "steady") and not _known_precision(side):
         out.append(f"{side.label}'s rate is {side.rate_kind}")
     if not _missing(side.repeats) and side.repeats < 2 and _missing(side.half_width):
         out.append(f"{side.label} measured once, with no stated precision")
@@ -200,7 +206,8 @@ def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = Non
     a gain over ×1.00, i.e. the two told apart). In order:
 
     1. the sides differ on a recorded invariant, or one did not record it: "not like for like (what differs)";
-    2. a side was busy, unsteady, or measured once with no precision: "not tested fairly (why)";
+    2. a side was busy, unsteady (an imprecise rate with no measured half-width), or measured once with no
+       precision: "not tested fairly (why)"; an imprecise rate with its half-width widens the interval by it;
     3. no ratio: "not tested fairly (no ratio measured)";
     4. the interval holds the target (or ×1.00 with no target): "within spread";
     5. else "met" or "missed" against the target (``lower_is_better`` flips it). ``baseline``: the start's own
@@ -217,6 +224,11 @@ def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = Non
         return Verdict(NOT_FAIR, "; ".join(unfair), ratio, lo, hi, target)
     if _missing(ratio):
         return Verdict(NOT_FAIR, "no ratio measured", None, lo, hi, target)
+    wide = [s.half_width for s in (a, b) if _known_precision(s)]
+    if wide:   # an imprecise side: the ratio's interval holds its measured half-width too
+        h = math.hypot(*wide) if len(wide) > 1 else wide[0]
+        lo = ratio * (1 - h) if _missing(lo) else min(lo, ratio * (1 - h))
+        hi = ratio * (1 + h) if _missing(hi) else max(hi, ratio * (1 + h))
     note = ""
     if baseline is not None and not _missing(baseline):
         if (baseline <= tgt) if lower_is_better else (baseline >= tgt):

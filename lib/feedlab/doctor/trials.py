@@ -322,7 +322,7 @@ def judge(start: Trial, other: Trial, target: float = DEFAULT_TARGET) -> lfl.Ver
     if busy:
         return lfl.Verdict(lfl.NOT_FAIR, "; ".join(busy), target=target)
     # the worker count is the change under test where the change names it (threads: no worker processes)
-    changes = ("workers",) if {"num_workers", "kind", "threads"} & set(other.settings) else ()
+    changes = ("workers",) if {"num_workers", "kind", "threads"} & (set(other.settings) | set(start.settings)) else ()
     r, lo, hi = ratio_interval(start, other)
     return lfl.verdict(other.side(), start.side(), r, target=target, lo=lo, hi=hi, changes=changes)
 
