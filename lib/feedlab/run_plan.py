@@ -345,12 +345,18 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", type=int, default=16)
     ap.add_argument("--seconds", action="store_true", help="print the call's seconds (its deadline) instead")
     args = ap.parse_args(argv)
+    before = os.environ.get("FEEDLAB_CORES")
     os.environ["FEEDLAB_CORES"] = str(args.cores)  # worker counts resolved for that machine
     try:
         print(call_deadline(args.call) if args.seconds else call_items(args.call, args.cores))
     except ValueError as exc:
         print(f"feedlab.run_plan: {exc}", file=sys.stderr)
         return 2
+    finally:   # the pretend count is this call's alone: a caller in the same process gets its own back
+        if before is None:
+            os.environ.pop("FEEDLAB_CORES", None)
+        else:
+            os.environ["FEEDLAB_CORES"] = before
     return 0
 
 

@@ -67,6 +67,7 @@ def test_workers_are_refused_before_they_start_when_dev_shm_is_too_small(monkeyp
 def test_workers_running_out_of_shared_memory_is_one_line_and_leaves_no_torch_file():
     t_end = time.monotonic() + 60                                  # the test's own deadline
     before = set(glob.glob("/dev/shm/torch_*"))
+    kids = _children()                                             # what earlier tests left is not this loader's
     loader = P.make_loader(FullShm(), _spec(workers=1))
     with pytest.raises(shm.SharedMemoryError) as err:
         for _ in loader:
@@ -74,9 +75,9 @@ def test_workers_running_out_of_shared_memory_is_one_line_and_leaves_no_torch_fi
     line = str(err.value)
     assert "\n" not in line and "ran out of shared memory" in line and "file_system" in line, line
     assert not set(glob.glob("/dev/shm/torch_*")) - before, "torch_* files left in /dev/shm"
-    while _children() and time.monotonic() < t_end:
+    while _children() - kids and time.monotonic() < t_end:
         time.sleep(0.05)
-    assert not _children(), "a worker was left running"
+    assert not _children() - kids, "a worker was left running"
 
 
 def test_a_failure_that_is_not_shared_memory_is_raised_as_it_is():
