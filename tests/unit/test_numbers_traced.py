@@ -92,11 +92,11 @@ def _prose(text: str) -> list[tuple[int, str]]:
         if line.strip().startswith("```"):
             fence = not fence
             continue
-        m = re.search(r"<!--\s*(\w+):start\s*-->", line)
+        m = re.search(r"<!--\s*([\w-]+):start\s*-->", line)
         if m:
             region = m.group(1)
             continue
-        if region and re.search(rf"<!--\s*{region}:end\s*-->", line):
+        if region and re.search(rf"<!--\s*{re.escape(region)}:end\s*-->", line):
             region = None
             continue
         if fence or region:
