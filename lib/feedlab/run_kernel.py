@@ -75,14 +75,18 @@ def stop_on_signals() -> Iterator[None]:
     nohup); put back on the way out. Off the main thread a no-op."""
     old: dict = {}
     if threading.current_thread() is threading.main_thread():
-        for sig in SIGNALS:
-            if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
-                old[sig] = signal.signal(sig, _on_signal)
+        # every one of SIGNALS is put back, not only those taken: a stop ignores them all (``_on_signal``), the
+        # ones someone else handles (Ray's SIGTERM handler after ``ray.init``) too
+        old = {sig: signal.getsignal(sig) for sig in SIGNALS}
+        for sig, handler in old.items():
+            if handler in (signal.SIG_DFL, signal.default_int_handler):
+                signal.signal(sig, _on_signal)
     try:
         yield
     finally:
         for sig, handler in old.items():
-            signal.signal(sig, handler)
+            if handler is not None:   # None: set outside Python; left as it is
+                signal.signal(sig, handler)
         if "logging" in _BEFORE:
             logging.disable(_BEFORE.pop("logging"))
 

@@ -192,12 +192,15 @@ def test_a_signal_between_notebooks_is_one_line_and_the_handlers_come_back(monke
     monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")
     monkeypatch.setattr(run, "run_notebook", lambda *a, **k: os.kill(os.getpid(), signal.SIGHUP))
     outer = signal.signal(signal.SIGHUP, signal.SIG_DFL)   # as in a terminal (under nohup it is ignored: left so)
+    # someone else's SIGTERM handler, as ``ray.init`` leaves one: the runner leaves it alone and it is there after
+    outer_term = signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         before = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
         rc = run.main(["--no-data", "--profile", "smoke", "--only", "04", "--out-root", str(tmp_path / "o")])
         after = {s: signal.getsignal(s) for s in before}
     finally:
         signal.signal(signal.SIGHUP, outer)
+        signal.signal(signal.SIGTERM, outer_term)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert rc == 128 + signal.SIGHUP and len(err) == 1, err
     # one line; between notebooks the runner's own processes are whatever is below it (in a full test run, what
