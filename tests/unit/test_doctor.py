@@ -154,6 +154,8 @@ def test_slow_decode_is_named():
     # 5 ms per decoded sample: far above read/collate (µs) on any machine
     _doc, rep = run_doctor(FakeStore(decode_sleep=0.005))
     assert rep["bound_stage"] == "decode" and rep["verdict"] == "data-bound"
+    # --data's verdict is its own loop's measured data-wait share (doctor.verdict), as --script's and --loader's
+    assert rep["loop"]["source"] == "feedlab's pipeline as specified, end to end" and rep["loop"]["share"] >= 0.2
     assert rep["measured_samples_per_s"] > 0
     assert {"read", "decode", "transform", "collate", "handover", "receive", "h2d", "model"} <= \
         {r["stage"] for r in rep["stages"]}
@@ -167,6 +169,7 @@ def test_slow_model_is_compute_bound():
     # 40 ms per batch of 8 = 5 ms/sample in the model; the data stages cost µs
     _doc, rep = run_doctor(FakeStore(), model=SlowModel(0.04))
     assert rep["bound_stage"] == "model" and rep["verdict"] == "compute-bound"
+    assert rep["loop"]["verdict"] == "compute-bound" and rep["verdict_note"] is None   # one verdict, no second
 
 
 def test_shm_report_warns_when_batches_do_not_fit(tmp_path):

@@ -74,3 +74,60 @@ def test_under_script_the_diagnosis_explains_the_verdict_above():
     lines = answer_lines(rep)
     assert not any("VERDICT" in ln for ln in lines)
     assert lines[0].startswith("the stage-by-stage diagnosis of the verdict above (data-bound)")
+
+
+def test_one_verdict_rule_for_every_kind_of_run():
+    """--script, --loader and --data read their verdict by one rule: the loop's data-wait share against
+    DATA_BOUND_FRACTION, median over windows (doctor.verdict)."""
+    from types import SimpleNamespace
+
+    from feedlab.doctor.diagnosis import loop_share
+    from feedlab.doctor.script import summarize  # noqa: F401  (the --script reader imports the same rule)
+    from feedlab.doctor.verdict import DATA_BOUND_FRACTION, verdict_of
+    from feedlab.pipeline import PipelineSpec
+
+    assert verdict_of(DATA_BOUND_FRACTION) == "data-bound" and verdict_of(DATA_BOUND_FRACTION - 1e-9) == "compute-bound"
+    assert verdict_of(None) is None and verdict_of(float("nan")) is None
+    spec = PipelineSpec(num_workers=2, device="cpu")
+    waits, steps = [0.0, 0.02] * 8, [0.01] * 16
+    doc = SimpleNamespace(device="cpu", e2e={spec: {"waits": waits, "steps": steps, "steady": 1.0}})
+    assert loop_share(doc, spec) == wait_share(waits, steps, workers=2)   # --data: the same reading as --loader's
+    assert loop_share(doc, spec.replace(num_workers=1)) is None           # not measured end to end: no loop
+
+
+def test_data_reports_the_loop_verdict_and_says_when_it_is_only_predicted():
+    from feedlab.doctor.verdict import Loop, verdict_of_report
+
+    rep = _rep(kind="data")
+    v = verdict_of_report(rep)
+    assert v.verdict == "compute-bound" and not v.measured and v.loop is None
+    assert answer_lines(rep)[0].startswith("VERDICT: compute-bound (predicted from the stages; the loop was not measured)")
+    one_verdict(rep, dict(wait_share([0.003] * 16, [0.007] * 16), source="feedlab's pipeline as specified, end to end"))
+    v = verdict_of_report(rep)
+    assert v.measured and v.verdict == "data-bound" and v.predicted == "compute-bound"
+    assert isinstance(v.loop, Loop) and abs(v.loop.share - 0.3) < 1e-9 and v.loop.windows == 16
+    assert rep["loop"] == v.loop.as_dict()                       # --json carries the same reading, as a dict
+    line = answer_lines(rep)[0]
+    assert line.startswith("VERDICT: data-bound — your loop waited for data 30% of the time (measured: feedlab's "
+                           "pipeline as specified, end to end")
+
+
+def test_no_input_pipeline_change_will_help_only_under_five_percent_measured():
+    """The sentence's one rule (doctor.verdict.no_change_helps): the headspace measured under 5%, never a
+    prediction, however large the predicted headroom."""
+    from feedlab.doctor.answer import no_change_line
+    from feedlab.doctor.verdict import NO_CHANGE_SHARE, no_change_helps
+
+    assert NO_CHANGE_SHARE == 0.05
+    assert [no_change_helps(x) for x in (0.0, 0.049, 0.05, 0.3, None, float("nan"))] == [
+        True, True, False, False, False, False]
+    step = 0.01                                           # the step alone: 100 samples/s
+    assert no_change_line(_rep(measured_samples_per_s=96.0))              # 4% outside the step
+    assert no_change_line(_rep(measured_samples_per_s=94.0)) is None      # 6%: a change may help
+    rep = _rep(measured_samples_per_s=None, headroom=0.1, predicted_samples_per_s=100.0)
+    assert no_change_line(rep) is None                    # nothing measured end to end: never said
+    rep = _rep(stages=[{"stage": "decode", "s_per_sample": step}], measured_samples_per_s=99.0)
+    assert no_change_line(rep) is None                    # no measured step: never said
+    text = render_user(_rep(measured_samples_per_s=96.0, advice=[{"setting": "num_workers", "value": 2,
+                                                                   "expected_gain": 3.0}]))
+    assert "no input-pipeline change will help: 4%" in text and "num_workers = 2" not in text

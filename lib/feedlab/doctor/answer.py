@@ -13,6 +13,7 @@ from .advice import best_line, tried_line
 from .ahead import ahead_words
 from .ranks import render_ranks
 from .settings import SETTINGS
+from .verdict import NO_CHANGE_SHARE, no_change_helps, verdict_of_report
 from .words import fit, fmt_rate, stage_value
 
 RESIZE_AHEAD = ("resize once ahead: store the images at the size you train at (notebook 06 measures what decoding "
@@ -28,7 +29,6 @@ def code_line(setting: str, value, rep: dict) -> str:
 # the field's words for how input-bound a job is, by the share of the loop spent outside the step
 # (TensorFlow's profiler and the loaders' guides: under 5% not, 5-20% moderately, 20% or more highly)
 MIN_MEASURED_GAIN = 1.05   # a change is advice at ×1.05 measured or more
-NO_CHANGE_SHARE = 0.05   # under this share of the loop outside the step, no input-pipeline change will help
 FIELD = ((0.05, "not input-bound"), (0.20, "moderately input-bound"), (math.inf, "highly input-bound"))
 
 
@@ -147,9 +147,9 @@ def within_error(a: dict, err: float | None) -> bool:
 
 def no_change_line(rep: dict) -> str | None:
     """"No input-pipeline change will help": only where the headspace was measured under 5% (the step alone
-    against the loop end to end); never from a prediction."""
+    against the loop end to end); never from a prediction. The rule is :func:`feedlab.doctor.verdict.no_change_helps`."""
     h = headspace(rep)
-    if h is None or h["input_share"] >= NO_CHANGE_SHARE:
+    if h is None or not no_change_helps(h["input_share"]):
         return None
     return (f"no input-pipeline change will help: {100 * h['input_share']:.0f}% of the loop is outside the step "
             f"(measured; under {100 * NO_CHANGE_SHARE:.0f}%): only a faster step (or a bigger machine) will")
@@ -159,14 +159,14 @@ def headroom_line(rep: dict) -> str | None:
     """The loader's predicted headroom over the step, as information: never a reason to hold back a measured
     change (:func:`no_change_line` is the one rule)."""
     h = rep.get("headroom")
-    if rep.get("verdict") != "compute-bound" or h is None or not math.isfinite(h) or h < 1.0:
+    if verdict_of_report(rep).verdict != "compute-bound" or h is None or not math.isfinite(h) or h < 1.0:
         return None
     return f"your loader is predicted to have {h:.1f}× headroom over the step (from the stage costs)"
 
 
 def resize_line(rep: dict) -> str | None:
     b = rep.get("bound_stage")
-    if rep.get("verdict") != "data-bound":
+    if verdict_of_report(rep).verdict != "data-bound":
         return None
     r = rep.get("resize_ahead")
     if r and r.get("gain") and r["gain"] >= MIN_MEASURED_GAIN:
@@ -188,16 +188,15 @@ def verdict_line(rep: dict, pred, meas) -> str:
     script's loop, and this line is the stages' explanation of it."""
     stages = (f"bounded by {rep.get('bound_stage') or '—'} ({rep.get('binding_term') or '—'}); predicted "
               f"{fmt_rate(pred)} samples/s, measured {fmt_rate(meas) if meas else 'not measured'}")
-    loop = rep.get("loop")
+    v = verdict_of_report(rep)
     if (rep.get("script") or {}).get("verdict"):
-        return f"the stage-by-stage diagnosis of the verdict above ({rep.get('verdict')}): {stages}"
-    if loop and loop.get("verdict"):
-        return (f"VERDICT: {rep['verdict']} — your loop waited for data {100 * loop['share']:.0f}% of the time "
-                f"(measured: {loop.get('source', 'your loop')}, median of {loop['windows']} window(s)); "
-                f"the stages: {stages}")
-    if rep.get("kind") == "user" and rep.get("verdict"):
-        return f"VERDICT: {rep['verdict']} (predicted from the stages; the loop was not measured) — {stages}"
-    return f"VERDICT: {rep.get('verdict') or 'not measured'} — {stages}"
+        return f"the stage-by-stage diagnosis of the verdict above ({v.verdict}): {stages}"
+    if v.loop is not None:
+        return (f"VERDICT: {v.verdict} — your loop waited for data {100 * v.loop.share:.0f}% of the time "
+                f"(measured: {v.loop.source}, median of {v.loop.windows} window(s)); the stages: {stages}")
+    if v.verdict:
+        return f"VERDICT: {v.verdict} (predicted from the stages; the loop was not measured) — {stages}"
+    return f"VERDICT: not measured — {stages}"
 
 
 def answer_lines(rep: dict) -> list[str]:

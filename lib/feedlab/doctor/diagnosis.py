@@ -21,6 +21,7 @@ from .answer import no_change_line
 from .measure import Doctor
 from .report import Report
 from .user import diagnose_loader, headroom
+from .verdict import one_verdict, wait_share
 
 
 def shm_report(batch_bytes: int, workers: int, prefetch_factor: int = 2, path: str = "/dev/shm") -> dict:
@@ -159,6 +160,10 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
     rep = Report("data", doc.device, doc.cuda, m.cores, m.effective_cores, spec.batch_size, spec.num_workers,
                  spec.as_dict(), _stage_rows(doc, spec), rows, pred, measured.get(spec), advice, list(doc.notes),
                  doc.effort.repeats, headroom(doc.table, spec), extra).as_dict()
+    loop = loop_share(doc, spec)
+    if loop is not None:   # the one verdict, as --script and --loader give it: the loop's measured data-wait share
+        one_verdict(rep, dict(loop, source="feedlab's pipeline as specified, end to end"),
+                    busy=bool(row_now and row_now.get("too_busy")))
     if rep.get("bound_stage") in ("decode", "transform"):   # resize once ahead, measured on a sample
         split = doc.split(spec.format, spec.decode_backend)
         r = resize_ahead(split, doc._indices(len(split))[:16], doc.effort.warmup, doc.effort.repeats)
@@ -167,6 +172,16 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
     if measure_advice and not no_change_line(rep):
         _measure_advice(doc, spec, rep)
     return rep
+
+
+def loop_share(doc: Doctor, spec) -> dict | None:
+    """The data-wait share of the doctor's own loop at ``spec`` (every timed batch of its end-to-end passes:
+    the wait for the batch, then the copy and the step on it), by the one rule of :mod:`feedlab.doctor.verdict`;
+    None where that setting was not measured end to end."""
+    r = doc.e2e.get(spec.replace(device=doc.device)) or {}
+    if not r.get("waits"):
+        return None
+    return wait_share(r["waits"], r["steps"], spec.num_workers)
 
 
 DATA_SETTINGS = ("num_workers", "format", "decode", "collate", "pin_memory", "loader")   # batch size: a recipe

@@ -377,7 +377,8 @@ class Doctor:
         specs = [s.replace(device=self.device) for s in specs]
         loaders = {s: self.loader(s, self.pass_batches(s)) for s in specs}
         nbs = {s: max(2, min(self.pass_batches(s), len(loaders[s]))) for s in specs}
-        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": [], "pass_speed": []} for s in specs}
+        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": [], "pass_speed": [], "waits": [], "steps": []}
+                for s in specs}   # waits/steps: each timed batch's data wait and the loop's work on it (the verdict)
         for s in specs:
             for _ in range(self.effort.warmup):
                 run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
@@ -395,8 +396,10 @@ class Doctor:
                 window = LoadWindow()   # the load beside this pass, seen from inside it
                 r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
                 runs[s]["pass_speed"].append(speed_left(window.summary(), s.num_workers + 1))
-                runs[s]["steady_runs"].append(pl.steady_rate(r, skip=min(pl.warmup_batches(s), r.batches - 1))
-                                              or r.samples_per_s)
+                skip = min(pl.warmup_batches(s), r.batches - 1)
+                runs[s]["steady_runs"].append(pl.steady_rate(r, skip=skip) or r.samples_per_s)
+                runs[s]["waits"] += r.phases_s[skip:, 0].tolist()
+                runs[s]["steps"] += r.phases_s[skip:, 1:].sum(axis=1).tolist()
                 spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
                 runs[s]["epoch_runs"].append(r.samples / (r.wall_s + spawn) if r.wall_s > 0 else 0.0)
             last_round_s = time.perf_counter() - t_round

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from feedlab.results import atomic_write
 
+from .verdict import verdict_of_report
+
 SUFFIXES = (".md", ".html", ".htm")
 MARK = "feedlab doctor report"      # the title of every file the doctor writes (the figure's PNG Title too)
 SIGNS = {".md": (b"# " + MARK.encode() + b"\n", b""), ".html": (b"<!doctype html>", f"<title>{MARK}</title>".encode()),
@@ -129,7 +131,9 @@ def figure(rep: dict):
     b.set_xlabel("DataLoader workers (num_workers)")
     b.xaxis.set_major_locator(MaxNLocator(integer=True))   # worker counts are whole
     b.set_ylabel("samples/s")
-    b.set_title(f"verdict: {rep.get('verdict')}, bounded by {rep.get('bound_stage')}", fontsize=9)
+    v = verdict_of_report(rep)   # the run's one verdict, as the answer printed it
+    b.set_title(f"verdict: {v.verdict} ({'measured on the loop' if v.measured else 'predicted'}), bounded by "
+                f"{rep.get('bound_stage')}", fontsize=9)
     b.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig

@@ -10,15 +10,24 @@ spread (quartiles) stated.
 The stage-by-stage diagnosis (``--diagnose``) explains which stage bounds; it never gives a second verdict.
 Where its prediction reads the other way, :func:`disagreement` says so and why (a burst in the loop's
 window, a busy machine, the step priced alone), and the measured verdict stands.
+
+The same rule for every kind of run: ``--script`` (the script's own loop), ``--loader`` (your loader as built,
+end to end) and ``--data`` (feedlab's pipeline as specified, end to end); :class:`Loop` is the typed reading
+each of them gives, :class:`Verdict` the run's one verdict every reader takes (:func:`verdict_of_report`),
+never re-derived. "No input-pipeline change will help" has one rule too (:func:`no_change_helps`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 DATA_BOUND_FRACTION = 0.2   # the step waits for data this share of the loop or more: the input pipeline bounds
+#: under this share of the loop outside the step (the headspace measured: the step alone against the loop end to
+#: end) no input-pipeline change will help; the one rule of that sentence (:func:`no_change_helps`)
+NO_CHANGE_SHARE = 0.05
 #: batches a --script run the deadline ended needs before its loop gives a verdict (fewer: the numbers only)
 VERDICT_MIN_BATCHES = 16
 BURST = 2.0                 # a window whose loop time is this many times the median window's: a burst
@@ -30,6 +39,65 @@ def window_size(n: int, workers: int) -> int:
     if n < 3:
         return max(1, n)
     return max(1, min(max(1, int(workers)), n // 3))
+
+
+@dataclass(frozen=True)
+class Loop:
+    """The loop's measured data-wait share (:func:`wait_share`), typed: ``share`` (median over windows: the
+    verdict's), ``mean_share`` (the whole window's sums: what a burst moves), ``windows``, ``window_batches``,
+    ``bursts``, ``verdict`` and ``source`` (which loop: your script, your loader, feedlab's pipeline)."""
+
+    share: float
+    mean_share: float
+    windows: int
+    window_batches: int
+    bursts: int
+    verdict: str | None
+    source: str = "your loop"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, d: "dict | Loop", source: str | None = None) -> "Loop":
+        """A reading from its JSON dict (a report read back, ``--script``'s wire), ``source`` set where given."""
+        if isinstance(d, Loop):
+            return d if source is None else cls(**dict(d.as_dict(), source=source))
+        share = float(d["share"])
+        return cls(share=share, mean_share=float(d.get("mean_share", share)), windows=int(d.get("windows", 1)),
+                   window_batches=int(d.get("window_batches", 1)), bursts=int(d.get("bursts", 0)),
+                   verdict=d.get("verdict", verdict_of(share)),
+                   source=str(source or d.get("source") or "your loop"))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The run's one verdict, as every reader takes it (:func:`verdict_of_report`): ``verdict`` (the loop's
+    measured one where the loop was measured, else the stages' prediction, ``measured`` False), ``predicted``
+    (what the stages read), ``loop`` (the :class:`Loop` behind it) and ``note`` (:func:`disagreement`)."""
+
+    verdict: str | None
+    measured: bool
+    predicted: str | None = None
+    loop: Loop | None = None
+    note: str | None = None
+
+
+def verdict_of_report(rep: dict) -> Verdict:
+    """The one verdict a report holds (set by :func:`one_verdict`, or the stages' where no loop was measured):
+    what the printer, the answer, ``--report``'s figure and the what-if read, never re-derived."""
+    loop = rep.get("loop")
+    lp = Loop.of(loop) if loop and loop.get("verdict") is not None and loop.get("share") is not None else None
+    return Verdict(verdict=rep.get("verdict"), measured=lp is not None,
+                   predicted=rep.get("predicted_verdict", None if lp else rep.get("verdict")), loop=lp,
+                   note=rep.get("verdict_note"))
+
+
+def no_change_helps(input_share: float | None) -> bool:
+    """The one rule of "no input-pipeline change will help": the share of the loop outside the step, measured
+    (the step alone against the loop end to end), under :data:`NO_CHANGE_SHARE`; never from a prediction
+    (None: not measured, so never said)."""
+    return input_share is not None and math.isfinite(input_share) and input_share < NO_CHANGE_SHARE
 
 
 def wait_share(waits, steps, workers: int = 0) -> dict | None:
@@ -116,11 +184,13 @@ def disagreement(loop: dict, predicted: str | None, bound_stage: str | None, *, 
             f"why they differ: {'; '.join(why)}")
 
 
-def one_verdict(rep: dict, loop: dict, *, busy: bool = False, priced: str | None = None) -> dict:
+def one_verdict(rep: dict, loop: "dict | Loop", *, busy: bool = False, priced: str | None = None) -> dict:
     """The report's one verdict set from the loop's measured share (``loop``: :func:`wait_share` with a
-    ``source``): ``verdict`` is the measured one, ``predicted_verdict`` what the stages read, ``loop`` the
-    share, ``verdict_note`` the :func:`disagreement` sentence (None where they agree). Returns ``rep``."""
+    ``source``, or a :class:`Loop`): ``verdict`` is the measured one, ``predicted_verdict`` what the stages
+    read, ``loop`` the share (its JSON dict), ``verdict_note`` the :func:`disagreement` sentence (None where
+    they agree). Returns ``rep``; :func:`verdict_of_report` reads it back typed."""
     predicted = rep.get("predicted_verdict", rep.get("verdict"))
+    loop = Loop.of(loop).as_dict()
     rep["predicted_verdict"] = predicted
     rep["loop"] = loop
     if loop.get("verdict") is not None:
