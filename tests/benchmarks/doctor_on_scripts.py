@@ -191,8 +191,18 @@ def hand_summary(hand: dict) -> dict:
            "step_batches": len(step), "fetch_batches": len(fetch)}
     share = truth_share(f, s, hand.get("workers", 0))
     out["wait_share"] = share
-    out["truth"] = None if share is None else ("data-bound" if share >= DATA_BOUND_SHARE else "compute-bound")
+    out["truth"] = truth_of(share)
     return out
+
+
+def truth_of(share: float | None) -> str | None:
+    """The verdict a data-wait share gives, by the doctor's one rule (``feedlab.doctor.verdict.verdict_of``:
+    data-bound at ``DATA_BOUND_FRACTION`` or more); this file's own copy where the library is not importable."""
+    try:
+        from feedlab.doctor.verdict import verdict_of
+    except ImportError:
+        return None if share is None else ("data-bound" if share >= DATA_BOUND_SHARE else "compute-bound")
+    return verdict_of(share)
 
 
 def truth_share(fetch_s: float | None, step_s: float | None, workers: int) -> float | None:
@@ -285,6 +295,36 @@ def model_price(rep: dict) -> float | None:
     return row.get("s_per_sample") if row else None
 
 
+PREDICTION_TARGET = 0.20   # a printed prediction holds within ±20% of what the run measured (issue 46)
+
+
+def prediction_check(rep: dict, busy: str | None = None) -> dict:
+    """The diagnosis's printed prediction table against what the same run measured (its ``end_to_end`` rows with
+    an ``error``, the quiet ones): ``rows``, ``within`` (±20%), ``worst`` (signed), ``marked`` (the report says
+    "prediction off by X%: use the measured column", ``feedlab.doctor.answer.off_line``) and ``judged``: "held"
+    (every one within ±20%), "marked off" (one missed and the report says so), "off, not marked" (one missed
+    and printed as if it held: the issue's failure), "none printed" or the busy sentence."""
+    errs = [float(r["error"]) for r in rep.get("end_to_end") or [] if isinstance(r.get("error"), (int, float))
+            and math.isfinite(r["error"]) and not r.get("too_busy")]
+    worst = max(errs, key=abs) if errs else None
+    try:
+        from feedlab.doctor.answer import off_line
+        marked = bool(off_line(rep))
+    except ImportError:
+        marked = False
+    out = {"rows": len(errs), "within": sum(abs(e) <= PREDICTION_TARGET for e in errs), "worst": worst,
+           "marked": marked}
+    if busy:
+        out["judged"] = f"too busy to judge ({busy})"
+    elif not errs:
+        out["judged"] = "none printed"
+    elif abs(worst) <= PREDICTION_TARGET:
+        out["judged"] = "held"
+    else:
+        out["judged"] = "marked off" if marked else "off, not marked"
+    return out
+
+
 def judge_ratio(r: float | None, busy: str | None, lo_hi=STEP_RATIO) -> str:
     """met / missed by how much / not measured, or the busy sentence instead of a figure."""
     if busy:
@@ -331,7 +371,7 @@ def case_row(case: Case, batch: int, workers: int, hand: dict, summary: dict, re
            "verdict_judged": judge_verdict(summary.get("verdict"), h["truth"], busy),
            "diagnosis_verdict_judged": judge_verdict(rep.get("verdict"), h["truth"], busy),
            "samples_per_s": summary.get("samples_per_s"), "changes": [], "load": load, "busy": busy,
-           "doctor_tried": rep.get("tried")}
+           "doctor_tried": rep.get("tried"), "predictions": prediction_check(rep, busy)}
     sides = (trial or {}).get("sides") or {}
     start = sides.get("start")
     for c in changes:
@@ -341,6 +381,7 @@ def case_row(case: Case, batch: int, workers: int, hand: dict, summary: dict, re
             c.update(judge_change(start, got), start_rates=start["rates"], rates=got["rates"],
                      start_busy=start.get("busy"), busy=got.get("busy"))
             c["prediction_ratio"] = ratio(c.get("predicted_gain"), c["ratio"])
+            c["prediction_judged"] = prediction_words(c["prediction_ratio"], c.get("busy") or c.get("start_busy"))
         elif c.get("apply") is not None and not c.get("not_applied"):
             busy = [f"{n} {t['busy']}" for n, t in (("the start", start), ("the change", got)) if t and t.get("busy")]
             errs = [t["error"] for t in (start, got) if t and t.get("error")]
@@ -350,6 +391,15 @@ def case_row(case: Case, batch: int, workers: int, hand: dict, summary: dict, re
     if trial:
         row["rounds"] = trial.get("rounds")
     return row
+
+
+def prediction_words(r: float | None, busy: str | None = None) -> str:
+    """A change's predicted gain against its measured one: within ±20%, off by how much, or not judged."""
+    if busy:
+        return "too busy to judge"
+    if r is None:
+        return "no prediction"
+    return "within ±20%" if abs(r - 1.0) <= PREDICTION_TARGET else f"off by {100 * (r - 1.0):+.0f}%"
 
 
 def fmt(x, spec: str = ".2f", scale: float = 1.0, none: str = "—") -> str:
@@ -398,7 +448,8 @@ def change_words(c: dict) -> str:
             return f"{c['what']} ({pred}; applied: {cell(c['judged'])})"
         return f"{c['what']} ({pred}; not applied: {c.get('not_applied', 'not measured')})"
     spread = f" (×{fmt(c.get('lo'))}–{fmt(c.get('hi'))})" if c.get("lo") is not None else ""
-    return f"{c['what']}: {pred}, ×{fmt(c['ratio'])}{spread} measured: {cell(c.get('judged', ''))}"
+    held = f"; the prediction {c['prediction_judged']}" if c.get("prediction_judged") else ""
+    return f"{c['what']}: {pred}, ×{fmt(c['ratio'])}{spread} measured: {cell(c.get('judged', ''))}{held}"
 
 
 def run_section(result: dict) -> list[str]:
@@ -431,6 +482,16 @@ def run_section(result: dict) -> list[str]:
                          f"{c.get('applied_as') or '—'} | {change_words(c)} |")
         if not r.get("error") and not changes_of(r):
             lines.append(f"| {r['case']} | none advised | — | — |")
+    lines += ["", "| case | the diagnosis's prediction table: rows within ±20% | worst error | judged |",
+              "|---|---|---|---|"]
+    for r in result["cases"]:
+        if r.get("error"):
+            continue
+        p = r.get("predictions")
+        if p is None:
+            lines.append(f"| {r['case']} | not recorded | — | — |")
+            continue
+        lines.append(f"| {r['case']} | {p['within']} of {p['rows']} | {fmt(p['worst'], '+.0%')} | {cell(p['judged'])} |")
     truths = {r["truth"] for r in result["cases"] if r.get("truth")}
     lines += ["", f"Both truths among the cases: "
               f"{'yes' if truths >= {'data-bound', 'compute-bound'} else 'no (' + (', '.join(sorted(truths)) or 'none') + ')'}."]
@@ -441,14 +502,45 @@ def run_section(result: dict) -> list[str]:
 
 
 def tally(results: list[dict]) -> dict:
-    """The issue's checks over the records: verdicts right against the hand truth, one verdict a run, and
-    advised changes (not those only to try) measured at ×1.05 or more (judged met), each as ``[count, of]``."""
+    """The issue's checks over the records: verdicts right against the hand truth, one verdict a run,
+    advised changes (not those only to try) measured at ×1.05 or more (judged met), and the prediction tables
+    that held or were marked off (``predictions_ok``: of the cases whose table was judged), each as
+    ``[count, of]``."""
     rows = [r for res in results for r in res["cases"] if not r.get("error")]
     judged = [r for r in rows if r["verdict_judged"] in ("right", "wrong")]
     changes = [c for r in rows for c in changes_of(r) if c.get("ratio") is not None and advised(c)]
+    tables = [r["predictions"]["judged"] for r in rows if (r.get("predictions") or {}).get("judged") in
+              ("held", "marked off", "off, not marked")]
     return {"verdict_right": [sum(r["verdict_judged"] == "right" for r in judged), len(judged)],
             "one_verdict": [sum(one_verdict(r) for r in rows), len(rows)],
-            "advice_met": [sum(c.get("verdict") == "met" for c in changes), len(changes)]}
+            "advice_met": [sum(c.get("verdict") == "met" for c in changes), len(changes)],
+            "predictions_ok": [sum(j != "off, not marked" for j in tables), len(tables)]}
+
+
+def side_by_side(results: list[tuple[str, dict]]) -> list[str]:
+    """The runs side by side, one row a case (in the first run's order): per run the verdict against the hand
+    truth, one verdict or two, the advised changes judged met, and the prediction table's judgement."""
+    names: list[str] = []
+    for _, res in results:
+        names += [r["case"] for r in res["cases"] if r["case"] not in names]
+    head = "| case | " + " | ".join(f"run {k}: verdict · one verdict · advice met · predictions"
+                                     for k in range(1, len(results) + 1)) + " |"
+    lines = [head, "|---|" + "---|" * len(results)]
+    for name in names:
+        cells = []
+        for _, res in results:
+            r = next((x for x in res["cases"] if x["case"] == name), None)
+            if r is None or r.get("error"):
+                cells.append("not run" if r is None else f"error ({fmt(r.get('seconds'), '.0f')} s)")
+                continue
+            ch = [c for c in changes_of(r) if c.get("ratio") is not None and advised(c)]
+            met = f"{sum(c.get('verdict') == 'met' for c in ch)} of {len(ch)}" if ch else "none measured"
+            pred = cell((r.get("predictions") or {}).get("judged", "not recorded"))
+            cells.append(f"{r['doctor_verdict'] or '—'} ({cell(r['verdict_judged'])}) · "
+                         f"{'one' if one_verdict(r) else 'TWO'} · {met} · {pred}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    secs = ", ".join(f"run {k} {fmt(res.get('seconds'), '.0f')} s" for k, (_, res) in enumerate(results, 1))
+    return [*lines, "", f"Wall time: {secs}."]
 
 
 def markdown(result: dict) -> str:
@@ -470,7 +562,9 @@ def document(results: list[tuple[str, dict]]) -> str:
            "says how). Below, the committed records, unedited.", "",
            f"Over the records: verdicts right against the hand truth {t['verdict_right'][0]} of {t['verdict_right'][1]}; "
            f"one verdict a run {t['one_verdict'][0]} of {t['one_verdict'][1]}; advised changes measured at "
-           f"×{CHANGE_TARGET:.2f} or more (judged met) {t['advice_met'][0]} of {t['advice_met'][1]}.", ""]
+           f"×{CHANGE_TARGET:.2f} or more (judged met) {t['advice_met'][0]} of {t['advice_met'][1]}; prediction "
+           f"tables within ±{PREDICTION_TARGET:.0%} or marked off {t['predictions_ok'][0]} of {t['predictions_ok'][1]} "
+           "(judged where recorded).", "", *side_by_side(results), ""]
     for k, (name, res) in enumerate(results, 1):
         out += [f"## Run {k} (`docs/{name}`)", "", *run_section(res), ""]
     out += ["The truth is the data-wait share from the hand timings at num_workers=0: fetch ÷ (fetch + step), "

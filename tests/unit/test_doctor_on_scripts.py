@@ -231,7 +231,7 @@ def test_markdown_names_origin_cases_changes_errors_and_busy(B):
     md = B.markdown(result)
     assert "| imagenet/main.py | github.com/pytorch/examples | 77f55b9 |" in md
     assert ("| `DataLoader(..., num_workers=2)` | num_workers=2 | num_workers = 2: ×1.60 predicted, ×1.55 "
-            "(×1.50–1.60) measured: met |") in md
+            "(×1.50–1.60) measured: met; the prediction within ±20% |") in md
     assert "format = npy_mmap (no prediction; not applied: a line the script has no place for)" in md
     assert "| 1.10 | met |" in md
     assert "error: hand timing of dcgan/main.py: exit status 1: boom" in md
@@ -260,7 +260,7 @@ def test_the_doc_is_what_the_committed_records_give():
 def test_the_tally_counts_verdicts_one_verdict_and_advice_met(B):
     ok = _row(B, trial=TRIAL, changes=CHANGES)
     t = B.tally([{"cases": [ok, {"case": "x", "error": "boom"}]}])
-    assert t == {"verdict_right": [1, 1], "one_verdict": [1, 1], "advice_met": [1, 1]}
+    assert t == {"verdict_right": [1, 1], "one_verdict": [1, 1], "advice_met": [1, 1], "predictions_ok": [0, 0]}
     ok["changes"][0]["measured_by_doctor"] = False       # printed only as a change to try: not counted as advice
     assert B.tally([{"cases": [ok]}])["advice_met"] == [0, 0]
     assert "`DataLoader(..., num_workers=2)` (to try) |" in B.markdown({"origins": {}, "cases": [ok], "images": 8,
@@ -365,3 +365,53 @@ def test_the_trial_starts_no_pass_after_the_deadline(B, monkeypatch):
                   until=0.0, log=lambda m: None)
     s = got["sides"]
     assert "--deadline" in s["start"]["error"] and s["start"]["rates"] == [] == s["w1"]["rates"]
+
+
+def test_the_hand_truth_is_read_by_the_doctors_one_rule(B):
+    from feedlab.doctor.verdict import DATA_BOUND_FRACTION
+
+    assert B.truth_of(DATA_BOUND_FRACTION) == "data-bound" and B.truth_of(DATA_BOUND_FRACTION - 0.001) == "compute-bound"
+    assert B.truth_of(None) is None
+
+
+def _e2e(*errors, busy=()):
+    return {"end_to_end": [{"num_workers": k, "predicted_samples_per_s": 100.0, "samples_per_s": 100.0 / (1 + e),
+                            "error": e, "too_busy": k in busy} for k, e in enumerate(errors)]}
+
+
+def test_every_printed_prediction_is_within_20_percent_or_marked_off(B):
+    held = B.prediction_check(_e2e(0.1, -0.19))
+    assert held["judged"] == "held" and held["within"] == 2 and held["rows"] == 2 and not held["marked"]
+    off = B.prediction_check(_e2e(0.1, -0.89))           # the doctor's own rule marks it (answer.off_line)
+    assert off["judged"] == "marked off" and off["marked"] and off["worst"] == -0.89 and off["within"] == 1
+    assert B.prediction_check(_e2e(0.1, 0.5, busy=(1,)))["judged"] == "held"   # a busy row is not a figure
+    assert B.prediction_check({"end_to_end": []})["judged"] == "none printed"
+    assert B.prediction_check(_e2e(0.5), busy="x")["judged"] == "too busy to judge (x)"
+    r = _row(B, trial=TRIAL, changes=CHANGES)
+    assert r["predictions"]["judged"] == "none printed"
+    assert r["changes"][0]["prediction_judged"] == "within ±20%"      # ×1.60 predicted, ×1.55 measured
+    assert B.prediction_words(1.5) == "off by +50%" and B.prediction_words(None) == "no prediction"
+
+
+def test_a_table_off_and_not_marked_is_counted_against_the_run(B, monkeypatch):
+    import feedlab.doctor.answer as A
+
+    monkeypatch.setattr(A, "off_line", lambda rep: None)   # a doctor that prints the table as if it held
+    r = dict(_row(B), predictions=B.prediction_check(_e2e(0.1, 0.6)))
+    assert r["predictions"]["judged"] == "off, not marked"
+    assert B.tally([{"cases": [r]}])["predictions_ok"] == [0, 1]
+
+
+def test_the_doc_sets_two_runs_side_by_side(B):
+    one = _row(B, trial=TRIAL, changes=CHANGES)
+    two = dict(one, predictions=B.prediction_check(_e2e(0.1, -0.5)))
+    runs = [("run1.json", {"origins": {}, "cases": [one], "images": 8, "classes": 2, "min_size": 8, "max_size": 8,
+                           "machine": "m", "seconds": 400.0}),
+            ("run2.json", {"origins": {}, "cases": [two, {"case": "dcgan", "error": "boom", "seconds": 3.0}],
+                           "images": 8, "classes": 2, "min_size": 8, "max_size": 8, "machine": "m", "seconds": 420.0})]
+    doc = B.document(runs)
+    name = B.CASES[0].name
+    assert (f"| {name} | data-bound (right) · one · 1 of 1 · none printed | data-bound (right) · one · 1 of 1 · "
+            "marked off |") in doc
+    assert "| dcgan | not run | error (3 s) |" in doc and "Wall time: run 1 400 s, run 2 420 s." in doc
+    assert "prediction tables within ±20% or marked off 1 of 1" in doc
