@@ -221,26 +221,41 @@ def test_threaded_loader_raises_the_fetch_error_in_the_loop():
             pass
 
 
-def test_an_imprecise_start_is_measured_once_more_with_a_longer_window(monkeypatch):
+def _fake_measure(first: dict, again: dict, calls: list):
+    """trials.measure faked: ``first`` (name → (rate, kind, half-width)) for the race's one-candidate passes,
+    ``again`` for the two-candidate pass measured once more."""
     from feedlab.doctor import trials as TR
 
-    def trial(name, rate, kind, settings=None):
-        return TR.Trial(name, settings or {}, rates=[rate], median=rate, lo=rate, hi=rate, half_width=0.02,
-                        passes=1, timed_batches=60, window_s=1.5, rate_kind=kind, batch_size=8, workers=0,
-                        order="global", epoch_batches=256)
+    def trial(name, rate, kind, hw, settings):
+        return TR.Trial(name, settings, rates=[rate], median=rate, lo=rate, hi=rate, half_width=hw, passes=1,
+                        timed_batches=60, window_s=1.5, rate_kind=kind, batch_size=8, workers=0, order="global",
+                        epoch_batches=256)
 
-    calls = []
-
-    def fake_measure(cands, **kw):
+    def fake(cands, **kw):
         calls.append(([c.name for c in cands], kw.get("max_window_s")))
-        if len(calls) == 1:
-            return [trial(c.name, 100.0 if c.name == "start" else 400.0, "imprecise" if c.name == "start"
-                          else "steady", c.settings) for c in cands]
-        return [trial(c.name, 102.0 if c.name == "start" else 405.0, "steady", c.settings) for c in cands]
+        table = first if len(cands) == 1 else again
+        return [trial(c.name, *table.get(c.name, (50.0, "steady", 0.02)), c.settings) for c in cands]
 
-    monkeypatch.setattr(search.TR, "measure", fake_measure)
+    return fake
+
+
+def test_an_undecided_imprecise_start_is_measured_once_more_with_a_longer_window(monkeypatch):
+    calls = []
+    first = {"start": (100.0, "imprecise", 0.04), "threads=2": (106.0, "steady", 0.02)}   # ×1.06 ±4.5%: within
+    again = {"start": (100.0, "steady", 0.01), "threads=2": (120.0, "steady", 0.01)}
+    monkeypatch.setattr(search.RC.TR, "measure", _fake_measure(first, again, calls))
     res = feedlab.tune(_make(), load_window=_Quiet, **{**SMALL, "passes": 1})
-    assert len(calls) == 2 and len(calls[1][0]) == 2 and calls[1][0][0] == "start"
-    assert calls[1][1] == 2 * SMALL["max_window_s"]                      # twice the cap
+    assert calls[0][0] == ["start"] and all(len(c[0]) == 1 for c in calls[:-1])      # raced one at a time
+    assert calls[-1] == (["start", "threads=2"], 2 * SMALL["max_window_s"])           # once more, twice the cap
     assert res.start.passes == 2 and res.start.rate_kind == "steady" and res.passes == 2
-    assert res.verdict.word == lfl.MET and res.settings and "once more" in " ".join(res.notes)
+    assert "once more" in " ".join(res.notes)
+
+
+def test_a_decided_verdict_is_not_measured_again(monkeypatch):
+    calls = []
+    first = {"start": (100.0, "imprecise", 0.04), "threads=2": (400.0, "steady", 0.02)}   # ×4 ±4.5%: met
+    monkeypatch.setattr(search.RC.TR, "measure", _fake_measure(first, {}, calls))
+    res = feedlab.tune(_make(), load_window=_Quiet, **{**SMALL, "passes": 1})
+    assert all(len(c[0]) == 1 for c in calls) and res.passes == 1
+    assert res.verdict.word == lfl.MET and res.settings == {"kind": "threads", "threads": 2}
+    assert "once more" not in " ".join(res.notes)

@@ -58,6 +58,9 @@ class Candidate:
     make: Callable[[], Iterable]
     settings: dict = field(default_factory=dict)
     recipe: bool = False
+    # told the rate so far, its 95% relative half-width, the timed batches and seconds (every 5 timed batches
+    # from 10); a reason returned ends the pass there, before its window's precision or cap (``Trial.stopped``)
+    early: Callable[[float, float, int, float], str | None] | None = None
 
 
 @dataclass
@@ -84,6 +87,7 @@ class Trial:
     order: str | None = None
     epoch_batches: int | None = None
     seconds: float = 0.0                # wall time spent on it, start-up and warm-up included
+    stopped: str | None = None          # why a pass ended before its precision or cap (``Candidate.early``)
 
     @property
     def ok(self) -> bool:
@@ -171,7 +175,7 @@ def _pass(c: Candidate, step, device, stop_kw: dict, limit: float | None, min_ba
                 user_call("your step(batch)", step, b, limit_s=limit)
             timing.sync_device(device)
             k += 1
-            if stop(k, time.perf_counter()):
+            if stop(k, time.perf_counter()) or _early(c, stop, sizes, warm, info):
                 break
     finally:
         if it is not None:
@@ -183,6 +187,8 @@ def _pass(c: Candidate, step, device, stop_kw: dict, limit: float | None, min_ba
                             f"({warm}) and one timed batch: give it more data")
     if not stop.capped and not stop.precise:
         stop.finish()
+    if info.get("stopped"):
+        stop.precise = False    # ended before its precision: never steady
     t0 = stop.ends[warm - 1]
     window = stop.ends[-1] - t0
     n = sum(sizes[warm:])
@@ -191,6 +197,21 @@ def _pass(c: Candidate, step, device, stop_kw: dict, limit: float | None, min_ba
     if info["batch_size"] is None and sizes:
         info["batch_size"] = max(sizes)
     return info
+
+
+def _early(c: Candidate, stop: rates.SteadyStop, sizes: list[int], warm: int, info: dict) -> bool:
+    """Whether ``c.early`` ends this pass here (every 5 timed batches from 10: the rate so far and its precision)."""
+    timed = len(stop.ends) - warm
+    if c.early is None or timed < 10 or timed % 5:
+        return False
+    window = stop.ends[-1] - stop.ends[warm - 1]
+    if window <= 0:
+        return False
+    d = np.diff(stop.ends[warm - 1:])
+    why = c.early(sum(sizes[warm:]) / window, rates.rel_half_width(d, 10 if d.size >= 20 else 5), timed, window)
+    if why:
+        info["stopped"] = str(why)
+    return bool(why)
 
 
 def _err(exc: BaseException, c: Candidate) -> str:
@@ -288,6 +309,7 @@ def _summarise(t: Trial, got: list[dict]) -> None:
     t.timed_batches = int(min(g["timed"] for g in good))
     t.window_s = float(min(g["window_s"] for g in good))
     t.rate_kind = "steady" if all(g["precise"] for g in good) else "imprecise"
+    t.stopped = next((g["stopped"] for g in good if g.get("stopped")), None)
     first = good[0]
     t.workers, t.order, t.batch_size, t.epoch_batches = (first["workers"], first["order"], first["batch_size"],
                                                         first["epoch_batches"])

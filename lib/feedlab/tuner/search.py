@@ -7,7 +7,9 @@ settings of an unmodified PyTorch DataLoader.
    /dev/shm limit are left out, named.
 3. The few best predicted (the cheapest within 5% of the best worker count, the best thread count where it
    competes, and a neighbour of the first: the model is a guide, not a measurement) are measured beside the
-   start with :func:`feedlab.doctor.trials.measure` (interleaved passes, steady windows, other load recorded).
+   start with :func:`feedlab.doctor.trials.measure` (steady windows, other load recorded), raced
+   (:mod:`feedlab.tuner.race`): a candidate whose interval already excludes it from the pick ends its window
+   there, one already decided needs no longer window; only the start and the pick need a full one.
 4. Only a measured rate is chosen, judged by :func:`feedlab.doctor.trials.judge` against the start: a change
    not told apart from the start by ×1.05 keeps the start and says so; a busy machine is "too busy to tune",
    never a pick.
@@ -19,8 +21,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
-
 from feedlab import like_for_like as lfl
 from feedlab import monitor, stage
 from feedlab import pipeline as pl
@@ -29,6 +29,7 @@ from feedlab.doctor.guard import UserCodeError, user_call
 from feedlab.doctor.wrap import check_loader
 
 from . import candidates as CD
+from . import race as RC
 from .probe import Probe, probe
 
 TOO_BUSY = "too busy to tune"
@@ -57,6 +58,7 @@ class Tuned:
     passes: int = 0
     busy: str | None = None
     notes: list[str] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)   # trials the race ended early: never the pick, why
 
     @property
     def start(self) -> TR.Trial | None:
@@ -74,7 +76,8 @@ class Tuned:
                 "verdict_word": self.verdict.word if self.verdict else None, "gain": self.gain,
                 "gain_lo": self.gain_lo, "gain_hi": self.gain_hi, "headspace": self.headspace,
                 "recovered": self.recovered, "seconds": self.seconds, "passes": self.passes, "busy": self.busy,
-                "notes": self.notes, "trials": [t.row() for t in self.trials], "predicted": self.predicted,
+                "notes": self.notes, "trials": [t.row() for t in self.trials], "excluded": self.excluded,
+                "predicted": self.predicted,
                 "left_out": self.left_out, "probe_s": p.seconds if p else None,
                 "io_share": p.io_share if p else None, "kept": CD.KEPT}
 
@@ -161,51 +164,21 @@ def tune(make_loader: Callable[[], Any], step: Callable[[Any], Any] | None = Non
     if pr.busy:
         return _finish(out, t0, f"{TOO_BUSY}: {pr.busy}")
     cands = [_candidate(loader, None)] + [_candidate(loader, r) for r in picks]
-    log(f"measuring {', '.join(c.name for c in cands)} ({passes} interleaved passes)")
-    out.trials = TR.measure(cands, step=step, device=device, passes=passes, half_width=half_width,
-                            min_window_s=window_s, max_window_s=max_window_s, deadline_s=deadline_s,
-                            budget_s=max(0.0, budget_s - pr.seconds), log=log, load_window=load_window,
-                            min_batches=min_batches)
+    log(f"measuring {', '.join(c.name for c in cands)} ({passes} pass(es), raced)")
+    kw = dict(step=step, device=device, half_width=half_width, min_window_s=window_s, deadline_s=deadline_s,
+              load_window=load_window, min_batches=min_batches)
+    raced = RC.race(cands, passes=passes, budget_s=max(0.0, budget_s - pr.seconds), log=log,
+                    max_window_s=max_window_s, **kw)
     if passes < MAX_PASSES:
-        _again(out, cands, dict(step=step, device=device, passes=1, half_width=half_width, min_window_s=window_s,
-                                max_window_s=2 * max_window_s, deadline_s=deadline_s, log=log,
-                                load_window=load_window, min_batches=min_batches))
+        RC.once_more(raced, cands, log=log, max_window_s=2 * max_window_s, **kw)
+    out.trials, out.excluded = raced.trials, raced.excluded
+    out.notes += raced.notes
     out.passes = max((t.passes for t in out.trials), default=0)
     busy = [f"{t.name}: {t.busy}" for t in out.trials if t.busy]
     if busy:
         return _finish(out, t0, f"{TOO_BUSY}: {'; '.join(busy)}")
     _decide(out, loader, pr)
     return _finish(out, t0, None)
-
-
-def _again(out: Tuned, cands: list[TR.Candidate], kw: dict) -> None:
-    """Where the fastest measured and the start are not both steady (a window that reached its cap before its
-    precision), the two are measured once more, interleaved, with twice the cap (at most :data:`MAX_PASSES` passes
-    in all): each is then steady where its longer window reached its precision, its median and spread over
-    both passes."""
-    ok = [t for t in out.trials if t.ok and not t.recipe]
-    start = out.start
-    if start is None or not start.ok or not ok:
-        return
-    best = max(ok, key=lambda t: t.median)
-    if best is start or (start.rate_kind == "steady" and best.rate_kind == "steady"):
-        return
-    by = {c.name: c for c in cands}
-    again = TR.measure([by[start.name], by[best.name]], **kw)
-    for old, new in zip((start, best), again):
-        if new.error or not new.rates:
-            continue
-        i = out.trials.index(old)
-        new.rates = old.rates + new.rates
-        new.passes = old.passes + new.passes
-        new.other_load = old.other_load + new.other_load
-        new.seconds += old.seconds
-        new.median, new.lo, new.hi = float(np.median(new.rates)), min(new.rates), max(new.rates)
-        new.timed_batches = min(x for x in (old.timed_batches, new.timed_batches) if x is not None)
-        new.window_s = min(x for x in (old.window_s, new.window_s) if x is not None)
-        out.trials[i] = new
-    out.notes.append(f"{start.name} and {best.name} measured once more with a longer window (a window reached its "
-                     "cap before its precision)")
 
 
 def _decide(out: Tuned, loader, pr: Probe) -> None:
@@ -215,7 +188,7 @@ def _decide(out: Tuned, loader, pr: Probe) -> None:
             out.notes.append(f"{t.error} (measured with threads instead)")
         elif t.error:
             out.notes.append(t.error)
-    ok = [t for t in out.trials if t.ok and not t.recipe]
+    ok = [t for t in out.trials if t.ok and not t.recipe and t.name not in out.excluded]
     if start is None or not start.ok:
         why = start.error if start is not None else "not measured"
         if not ok:
@@ -229,7 +202,9 @@ def _decide(out: Tuned, loader, pr: Probe) -> None:
         return
     best = max(ok, key=lambda t: t.median)
     if best is start:
-        out.verdict = lfl.Verdict(lfl.WITHIN, "no setting measured faster than your start", 1.0, target=TR.DEFAULT_TARGET)
+        why = "no setting measured faster than your start" + (" (the others stopped early: " + "; ".join(
+            out.excluded) + ")" if out.excluded else "")
+        out.verdict = lfl.Verdict(lfl.WITHIN, why, 1.0, target=TR.DEFAULT_TARGET)
         out.gain = 1.0
         out.notes.append("your settings measured fastest: kept")
     else:
@@ -281,6 +256,9 @@ def render_lines(t: Tuned) -> list[str]:
         for tr in t.trials:
             if tr.error:
                 out.append(f"    {tr.name:<34} {tr.error}")
+                continue
+            if tr.name in t.excluded:
+                out.append(f"    {tr.name:<34} {tr.median:9.0f}  stopped: {t.excluded[tr.name]}")
                 continue
             rate = f"{tr.median:9.0f} ({tr.lo:.0f}–{tr.hi:.0f})" if tr.median else "not measured"
             vs = "" if tr is start or start is None or not start.ok else f"  {TR.gain_words(TR.judge(start, tr))}"
