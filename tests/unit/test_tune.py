@@ -259,3 +259,46 @@ def test_a_decided_verdict_is_not_measured_again(monkeypatch):
     assert all(len(c[0]) == 1 for c in calls) and res.passes == 1
     assert res.verdict.word == lfl.MET and res.settings == {"kind": "threads", "threads": 2}
     assert "once more" not in " ".join(res.notes)
+
+
+def _fake_tune(seen: dict):
+    def tune(make, step, budget, **kw):
+        loader = make()
+        seen.update(loader=loader, step=step, budget=budget, **kw)
+        return search.Tuned(loader, {}, CD.paste_line(loader, {}), [], None)
+    return tune
+
+
+def test_cli_tune_script_tunes_the_scripts_own_loader_with_its_step_as_a_wait(monkeypatch, capsys):
+    import json
+
+    from feedlab.tuner import __main__ as M
+
+    loader = _make()()
+    ran = {}
+
+    def run_script(path, args, **kw):
+        ran.update(path=str(path), args=args, **kw)
+        return {"step_s_per_sample": 0.002}, loader
+
+    seen = {}
+    monkeypatch.setattr(M, "run_script", run_script)
+    monkeypatch.setattr(M, "tune", _fake_tune(seen))
+    assert M.main(["--script", "train.py", "--budget", "7", "--batches", "8", "--json", "--", "--epochs", "1"]) == 0
+    assert ran["path"] == "train.py" and ran["args"] == ["--epochs", "1"] and ran["max_batches"] == 8
+    assert seen["loader"] is loader and seen["budget"] == 7
+    t0 = time.perf_counter()
+    seen["step"](next(iter(loader)))                                  # the script's step stood in for: 8 × 2 ms
+    assert time.perf_counter() - t0 >= 0.015
+    out = json.loads(capsys.readouterr().out)
+    assert any("stood in" in n for n in out["notes"])
+
+
+def test_cli_tune_data_builds_feedlabs_loader_over_the_folder(monkeypatch, sr_root):
+    from feedlab.tuner import __main__ as M
+
+    seen = {}
+    monkeypatch.setattr(M, "tune", _fake_tune(seen))
+    assert M.main(["--data", str(sr_root), "--format", "png", "--batch-size", "4", "--budget", "3"]) == 0
+    assert seen["loader"].batch_size == 4 and seen["loader"].num_workers == 0 and seen["step"] is None
+    assert len(seen["loader"].dataset) > 0 and seen["budget"] == 3
