@@ -132,8 +132,7 @@ def figure(rep: dict):
     b.xaxis.set_major_locator(MaxNLocator(integer=True))   # worker counts are whole
     b.set_ylabel("samples/s")
     v = verdict_of_report(rep)   # the run's one verdict, as the answer printed it
-    b.set_title(f"verdict: {v.verdict} ({'measured on the loop' if v.measured else 'predicted'}), bounded by "
-                f"{rep.get('bound_stage')}", fontsize=9)
+    b.set_title(f"verdict: {v.verdict}, bounded by {rep.get('bound_stage')}", fontsize=9)
     b.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
