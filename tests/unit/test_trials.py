@@ -169,3 +169,27 @@ def test_a_recipe_change_is_measured_but_never_credited():
     bigger = _trial("batch_size=64", [300, 301, 299], settings={"batch_size": 64}, recipe=True)
     v = T.judge(start, bigger)
     assert v.word == lfl.NOT_LIKE and "recipe" in v.why
+
+
+def test_a_precise_short_pass_beside_a_long_imprecise_one_keeps_the_trial_like_for_like():
+    """Two passes, one precise at 35 batches, one imprecise (±6%) at 60: each is a rate by the like-for-like rule,
+    so the trial is too (its batches are the imprecise pass's; the grid of notebook 16 read 'not like for like')."""
+    t = T.Trial("num_workers=0", {})
+    base = dict(workers=0, order="global", batch_size=8, epoch_batches=100, other=0.0)
+    T._summarise(t, [dict(rate=850.0, timed=35, window_s=1.2, half_width=0.03, precise=True, **base),
+                     dict(rate=860.0, timed=60, window_s=1.5, half_width=0.06, precise=False, **base)])
+    assert t.timed_batches == 60 and t.rate_kind == "imprecise" and t.half_width == 0.06
+    assert t.side().window_short() is None
+
+
+def test_an_early_rule_ends_a_pass_and_says_why():
+    """Candidate.early (the tuner's race): told the rate so far every 5 timed batches from 10; a reason ends the pass."""
+    seen = []
+
+    def early(rate, hw, timed, window):
+        seen.append(timed)
+        return "enough" if timed >= 20 else None
+
+    t = T.measure([T.Candidate("a", _loader(), early=early)], passes=1, min_window_s=5.0, max_window_s=10.0,
+                  deadline_s=10.0, load_window=_Quiet)[0]
+    assert seen == [10, 15, 20] and t.stopped == "enough" and t.timed_batches == 20 and t.rate_kind == "imprecise"

@@ -306,7 +306,8 @@ def _summarise(t: Trial, got: list[dict]) -> None:
     t.rates = [float(g["rate"]) for g in good]
     t.median, t.lo, t.hi = float(np.median(t.rates)), min(t.rates), max(t.rates)
     t.half_width = float(max(g["half_width"] for g in good))
-    t.timed_batches = int(min(g["timed"] for g in good))
+    # the fewest timed batches of a pass that has only its batches to show (a precise pass is a rate at any length)
+    t.timed_batches = int(min(g["timed"] for g in ([g for g in good if not g["precise"]] or good)))
     t.window_s = float(min(g["window_s"] for g in good))
     t.rate_kind = "steady" if all(g["precise"] for g in good) else "imprecise"
     t.stopped = next((g["stopped"] for g in good if g.get("stopped")), None)
