@@ -25,7 +25,8 @@ def test_the_field_words_follow_the_share_outside_the_step():
 def test_a_starving_job_reads_its_headspace_and_each_change_as_a_share_of_it():
     rep = _rep(1 / 1000, 400.0)   # the step alone: 1,000 samples/s; end to end 400
     h = A.headspace(rep)
-    assert round(h["most"], 2) == 2.5 and h["words"] == "highly input-bound" and round(h["input_share"], 2) == 0.6
+    assert round(h.most, 2) == 2.5 and h.words == "highly input-bound" and round(h.input_share, 2) == 0.6
+    assert not h.no_change and A.headspace(_rep(1 / 1000, 960.0)).no_change   # 4% outside the step
     lines = A.answer_lines(rep)
     assert any(x.startswith("the most any loader change can give here: ×2.50") and "highly input-bound" in x
                for x in lines)

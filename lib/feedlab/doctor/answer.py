@@ -13,7 +13,7 @@ from .advice import best_line, tried_line
 from .ahead import ahead_words
 from .ranks import render_ranks
 from .settings import SETTINGS
-from .verdict import NO_CHANGE_SHARE, no_change_helps, verdict_of_report
+from .verdict import FIELD, NO_CHANGE_SHARE, Headspace, field_words, headspace_of, verdict_of_report  # noqa: F401
 from .words import fit, fmt_rate, stage_value
 
 RESIZE_AHEAD = ("resize once ahead: store the images at the size you train at (notebook 06 measures what decoding "
@@ -26,37 +26,24 @@ def code_line(setting: str, value, rep: dict) -> str:
     return row.code(value, rep) if row else f"{setting}={value}"
 
 
-# the field's words for how input-bound a job is, by the share of the loop spent outside the step
-# (TensorFlow's profiler and the loaders' guides: under 5% not, 5-20% moderately, 20% or more highly)
 MIN_MEASURED_GAIN = 1.05   # a change is advice at ×1.05 measured or more
-FIELD = ((0.05, "not input-bound"), (0.20, "moderately input-bound"), (math.inf, "highly input-bound"))
 
 
-def field_words(share: float) -> str:
-    return next(words for bound, words in FIELD if share < bound)
-
-
-def headspace(rep: dict) -> dict | None:
-    """The most any loader change can give: the step alone (timed on a cached batch, loading removed)
-    over the pipeline measured end to end; and the share of the loop outside the step, in the field's
-    words. None without a measured step or an end-to-end rate."""
+def headspace(rep: dict) -> Headspace | None:
+    """The most any loader change can give (:class:`~feedlab.doctor.verdict.Headspace`): the step alone (timed
+    on a cached batch, loading removed) over the pipeline measured end to end; and the share of the loop
+    outside the step, in the field's words. None without a measured step or an end-to-end rate."""
     step = next((r for r in rep.get("stages") or [] if r.get("stage") == "model" and r.get("s_per_sample")), None)
-    meas = rep.get("measured_samples_per_s")
-    if not step or not meas or not math.isfinite(meas) or meas <= 0:
-        return None
-    step_rate = 1.0 / step["s_per_sample"]
-    share = max(0.0, 1.0 - meas / step_rate)
-    return {"step_samples_per_s": step_rate, "most": max(1.0, step_rate / meas), "input_share": share,
-            "words": field_words(share)}
+    return headspace_of(step and step["s_per_sample"], rep.get("measured_samples_per_s"))
 
 
 def headspace_line(rep: dict) -> str | None:
     h = headspace(rep)
     if h is None:
         return None
-    return (f"the most any loader change can give here: ×{h['most']:.2f} (your step alone, loading removed: "
-            f"{fmt_rate(h['step_samples_per_s'])} samples/s; end to end {fmt_rate(rep['measured_samples_per_s'])}); "
-            f"{h['words']}: {100 * h['input_share']:.0f}% of the loop is outside the step (under 5% not, 5–20% "
+    return (f"the most any loader change can give here: ×{h.most:.2f} (your step alone, loading removed: "
+            f"{fmt_rate(h.step_samples_per_s)} samples/s; end to end {fmt_rate(rep['measured_samples_per_s'])}); "
+            f"{h.words}: {100 * h.input_share:.0f}% of the loop is outside the step (under 5% not, 5–20% "
             f"moderately, 20% or more highly input-bound)")
 
 
@@ -91,7 +78,7 @@ def top_changes(rep: dict, n: int = 3) -> list[dict]:
         g = a.get("measured_gain") or a["expected_gain"]
         if a["setting"] not in best or g > best[a["setting"]]["gain_value"]:
             gain = (f"{a['measured_words']} measured on your loop (×{a['expected_gain']:.2f} predicted"
-                    f"{_share(g, h and h['most'])})" if a.get("measured_words") else _gain(a, h and h["most"]))
+                    f"{_share(g, h and h.most)})" if a.get("measured_words") else _gain(a, h and h.most))
             best[a["setting"]] = {"what": f"{a['setting']} = {a['value']}", "gain": gain, "gain_value": g,
                                   "code": code_line(a["setting"], a["value"], rep),
                                   "measured": a.get("measured_gain") is not None}
@@ -149,9 +136,9 @@ def no_change_line(rep: dict) -> str | None:
     """"No input-pipeline change will help": only where the headspace was measured under 5% (the step alone
     against the loop end to end); never from a prediction. The rule is :func:`feedlab.doctor.verdict.no_change_helps`."""
     h = headspace(rep)
-    if h is None or not no_change_helps(h["input_share"]):
+    if h is None or not h.no_change:
         return None
-    return (f"no input-pipeline change will help: {100 * h['input_share']:.0f}% of the loop is outside the step "
+    return (f"no input-pipeline change will help: {100 * h.input_share:.0f}% of the loop is outside the step "
             f"(measured; under {100 * NO_CHANGE_SHARE:.0f}%): only a faster step (or a bigger machine) will")
 
 
@@ -223,7 +210,7 @@ def answer_lines(rep: dict) -> list[str]:
     elif not predicted and (rep.get("tried") is None or no_change_line(rep)):   # else best_line says it
         lines.append("what to change: no single change measured (or predicted) to gain 5% or more")
     h = headspace(rep)
-    best = None if no_change_line(rep) else best_line(rep, h and h["input_share"], h and h["most"])
+    best = None if no_change_line(rep) else best_line(rep, h and h.input_share, h and h.most)
     if best:
         lines.append(best)
     if predicted:

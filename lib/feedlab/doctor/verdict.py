@@ -93,6 +93,46 @@ def verdict_of_report(rep: dict) -> Verdict:
                    note=rep.get("verdict_note"))
 
 
+# the field's words for how input-bound a job is, by the share of the loop spent outside the step
+# (TensorFlow's profiler and the loaders' guides: under 5% not, 5-20% moderately, 20% or more highly)
+FIELD = ((0.05, "not input-bound"), (0.20, "moderately input-bound"), (math.inf, "highly input-bound"))
+
+
+def field_words(share: float) -> str:
+    return next(words for bound, words in FIELD if share < bound)
+
+
+@dataclass(frozen=True)
+class Headspace:
+    """The most any loader change can give, measured: the step alone (loading removed) over the loop end to
+    end (``most``), the share of the loop outside the step (``input_share``) and its field words; built by
+    :func:`headspace_of`, read by the answer and the what-if (``answer.headspace``)."""
+
+    step_samples_per_s: float
+    most: float
+    input_share: float
+
+    @property
+    def words(self) -> str:
+        return field_words(self.input_share)
+
+    @property
+    def no_change(self) -> bool:
+        """Whether "no input-pipeline change will help" may be said (:func:`no_change_helps`)."""
+        return no_change_helps(self.input_share)
+
+
+def headspace_of(step_s_per_sample: float | None, measured_samples_per_s: float | None) -> Headspace | None:
+    """The :class:`Headspace` of a step priced alone at ``step_s_per_sample`` and a loop measured end to end
+    at ``measured_samples_per_s``; None where either is missing or not a positive finite number."""
+    ok = [x is not None and math.isfinite(x) and x > 0 for x in (step_s_per_sample, measured_samples_per_s)]
+    if not all(ok):
+        return None
+    step_rate = 1.0 / step_s_per_sample
+    return Headspace(step_samples_per_s=step_rate, most=max(1.0, step_rate / measured_samples_per_s),
+                     input_share=max(0.0, 1.0 - measured_samples_per_s / step_rate))
+
+
 def no_change_helps(input_share: float | None) -> bool:
     """The one rule of "no input-pipeline change will help": the share of the loop outside the step, measured
     (the step alone against the loop end to end), under :data:`NO_CHANGE_SHARE`; never from a prediction

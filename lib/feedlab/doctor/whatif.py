@@ -264,8 +264,8 @@ def answer(rows: list[dict], rep: dict, base_busy: str | None = None) -> str:
         return f"{head}; {mine}; the most possible is not measured (no training step timed: give --model)"
     seen = [(r["gain"], r["label"]) for r in met] + [(c, what)]
     top = max(seen)
-    most = f"the most possible is ×{h['most']:.2f} (the headspace: your step alone over end to end)"
-    if top[0] > h["most"] * 1.05:
+    most = f"the most possible is ×{h.most:.2f} (the headspace: your step alone over end to end)"
+    if top[0] > h.most * 1.05:
         most += (f", below the ×{top[0]:.2f} measured here ({top[1]}): your step runs slower beside the loader "
                  "than alone, so the headspace understates what a change gives")
     return f"{head}; {mine}; {most}"

@@ -253,7 +253,7 @@ def what_if(rep: dict, root: Path, spec: pl.PipelineSpec, crop: int = 96, sample
     if spec.loader != "dataloader":
         out["notes"].append(f"your loader kind {spec.loader!r} is timed here as a DataLoader with your settings")
     h = headspace(rep)
-    step_rate, most = (h["step_samples_per_s"], h["most"]) if h else (None, None)
+    step_rate, most = (h.step_samples_per_s, h.most) if h else (None, None)
     out.update(most=most, step_samples_per_s=step_rate)
     if mapping is None:
         out["peers"] = [{"peer": p, "label": registry.get(p).label, "available": False, "measured": False,
