@@ -60,3 +60,43 @@ def test_payload_carries_every_scenario_and_the_sizes():
     assert p["targets"]["share"] == ["met", "met"] and p["sizes"]["batch_size"] == 16
     res = TP.results([_record()])
     assert {r["metric"] for r in res.rows} == {"samples_per_s", "tune_s", "grid_s"}
+
+
+def _missing_record():
+    """(c)-like: the tuner kept the start, the grid's best was measured by it but not told apart; 6 s against 25 s."""
+    start, best = _t("start", [700, 705, 695], 2), _t("num_workers=0", [850, 855, 845], 0, {"num_workers": 0})
+    r = _record("compute")
+    r.update(title="(c) compute-bound step", best="num_workers=0", best_rate=850.0, grid_s=25.0, grid_passes=2,
+             grid=[g | {"name": g["name"]} for g in (start.row(), best.row())] * 3 + [start.row()])
+    trials = [_t("start", [800], 2).row() | {"seconds": 1.7},
+              _t("num_workers=0", [830], 0, {"num_workers": 0}).row() | {"seconds": 2.0, "rate_kind": "imprecise"},
+              _t("threads=2", [700]).row() | {"seconds": 0.5}]
+    r["tuner"] = {"name": "start", "wall_s": 6.0, "passes": 1, "probe_s": 0.9, "trials": trials,
+                  "excluded": {"threads=2": "excluded after 0.50 s: at most ×0.92 over your start, under ×1.05"},
+                  "predicted": [{"name": "threads=2", "predicted": 900.0}, {"name": "num_workers=0", "predicted": 850.0}]}
+    r["targets"] = TP.targets(best, start, start, _tuned(passes=1), 6.0, 25.0)
+    return r
+
+
+def test_each_miss_is_stated_by_how_much_and_why_from_the_run():
+    lines = R.miss_lines([_missing_record()])
+    sec = next(x for x in lines if "grid's seconds missed" in x)
+    assert "by 1.0 s (0.24 of the grid's seconds)" in sec and "6.0 s against the 5.0 s allowed" in sec
+    assert "7 settings × 2 pass(es), 14 windows" in sec and "the probe 0.9 s" in sec
+    assert "threads=2 0.5 s (stopped early)" in sec and "the rest 0.9 s" in sec
+    share = next(x for x in lines if x.startswith("(c) compute-bound step: pick ≥ 0.90"))
+    assert "missed by 0.08 (×0.82" in share and "×1.04 of the start" in share and "the start kept" in share
+    assert not any("never below" in x or "measured passes" in x for x in lines)     # met: nothing to explain
+
+
+def test_the_profile_line_names_what_the_full_profile_runs_and_what_it_would_cost():
+    from feedlab.experiments import _tune_scenarios as S
+
+    P = SimpleNamespace(profile="quick", scenarios=["storage", "compute"])
+    lines = R.readings([_record(), _missing_record()], P, {"spent_s": 90.0}, S.KEYS)
+    last = lines[-1]
+    assert last.startswith("Not in the quick profile: (b) jpeg, (d) large, (e) memory, (f) cow, (g) script")
+    assert "median of 43 s a scenario" in last and "about 215 s to its 90 s" in last and "305 s in all" in last
+    assert "past the 150 s" in last
+    full = SimpleNamespace(profile="full", scenarios=list(S.KEYS))
+    assert not any(x.startswith("Not in") for x in R.readings([_record()], full, None, S.KEYS))

@@ -11,6 +11,7 @@ from .tune_proof import HEURISTICS, MAX_PASSES, SECONDS_SHARE, SHARE
 
 LABELS = {"tuner": "the tuner's pick", "start": "the user's start", "pytorch_default": "PyTorch's default (0 workers)",
           "cores": "workers = cores", "cores_minus_1": "workers = cores − 1"}
+QUICK_NOTEBOOK_S = 150    # the quick profile's seconds for notebook 16 (papermill), set by the coordinator
 TARGET_WORDS = {"share": f"pick ≥ {SHARE:.2f} of the grid's best", "not_below_start": "never below the start beyond "
                 "its spread", "passes": f"≤ {MAX_PASSES} measured passes", "seconds": f"≤ 1/{1 / SECONDS_SHARE:.0f} "
                 "of the grid's seconds"}
@@ -66,8 +67,114 @@ def heuristic_failures(records: list[dict]) -> list[str]:
     return out
 
 
-def readings(records: list[dict]) -> list[str]:
-    return [scenario_line(r) for r in records] + target_lines(records) + heuristic_failures(records)
+def _trial_words(t: dict, excluded: dict) -> str:
+    if t["name"] in excluded:
+        return f"{t['name']} {t['seconds']:.1f} s (stopped early)"
+    kind = "" if t.get("rate_kind") in (None, "steady") else f", {t['rate_kind']}"
+    window = f", window {t['window_s']:.1f} s" if t.get("window_s") else ""
+    return f"{t['name']} {t['seconds']:.1f} s ({t.get('passes', 0)} pass(es){window}{kind})"
+
+
+def seconds_why(r: dict) -> str:
+    """Where the tuner's seconds went against the fifth of the grid's it is allowed (this run's numbers)."""
+    t, g = r["tuner"], r["targets"]["seconds"]
+    allowed = SECONDS_SHARE * r["grid_s"]
+    trials = t.get("trials") or []
+    parts = ([f"the probe {t['probe_s']:.1f} s"] if t.get("probe_s") is not None else []) + [
+        _trial_words(x, t.get("excluded") or {}) for x in trials]
+    other = t["wall_s"] - (t.get("probe_s") or 0.0) - sum(x["seconds"] for x in trials)
+    if trials and other > 0.05:
+        parts.append(f"the rest {other:.1f} s")
+    windows = len(r["grid"]) * int(r.get("grid_passes") or 1)
+    return (f"{g['tune_s']:.1f} s against the {allowed:.1f} s allowed (a fifth of the grid's {r['grid_s']:.1f} s: "
+            f"{len(r['grid'])} settings × {r.get('grid_passes') or 1} pass(es), {windows} windows, so a fifth is "
+            f"{windows * SECONDS_SHARE:.1f} windows; the tuner's start and pick need a full one each)"
+            + (f": {', '.join(parts)}" if parts else ""))
+
+
+def share_why(r: dict) -> str:
+    """Why the pick fell short of the grid's best (this run's trials and predictions)."""
+    t, best, pick = r["tuner"], r["best"], r["tuner"].get("name")
+    trials = {x["name"]: x for x in t.get("trials") or []}
+    excluded = t.get("excluded") or {}
+    if best not in trials:
+        pred = sorted(t.get("predicted") or [], key=lambda x: -(x.get("predicted") or 0.0))
+        names = [x["name"] for x in pred]
+        rank = f"the model ranked it {names.index(best) + 1} of {len(names)}" if best in names else "not predicted"
+        return f"the grid's best, {best}, was not among those the tuner measured ({', '.join(trials) or 'none'}): {rank}"
+    if best in excluded:
+        return f"the race stopped the grid's best, {best}: {excluded[best]}"
+    b, s = trials[best], trials.get("start")
+    if pick in (None, "start") and s and s.get("median") and b.get("median"):
+        return (f"the tuner measured {best} at ×{b['median'] / s['median']:.2f} of the start (±"
+                f"{max(b.get('half_width') or 0, s.get('half_width') or 0):.0%}), not told apart by ×1.05: the start kept")
+    p = trials.get(pick)
+    if p and p.get("median") and b.get("median"):
+        grid = {x["name"]: x for x in r["grid"]}
+        gp, gb = grid.get(pick, {}).get("median"), grid.get(best, {}).get("median")
+        both = f"; the grid's {gp:.0f} and {gb:.0f}" if gp and gb else ""
+        return (f"the tuner's trials put {pick} at {p['median']:.0f} and {best} at {b['median']:.0f} samples/s{both}: "
+                "the two swapped places between the tuner's windows and the grid's")
+    return "no measured rate to compare"
+
+
+def miss_lines(records: list[dict]) -> list[str]:
+    """Each target missed (or not judged), scenario by scenario: by how much, and why, from this run."""
+    out = []
+    for r in records:
+        tg = r["targets"]
+        for key, words in TARGET_WORDS.items():
+            t = tg[key]
+            if t["word"] == lfl.MET:
+                continue
+            head = f"{r['title']}: {words} {t['word']}"
+            if t["word"] not in (lfl.MISSED, lfl.WITHIN):
+                out.append(f"{head} ({t.get('why') or 'no measure'})")
+            elif key == "seconds":
+                over = t["tune_s"] - SECONDS_SHARE * r["grid_s"]
+                out.append(f"{head} by {over:.1f} s ({t['value']:.2f} of the grid's seconds): {seconds_why(r)}")
+            elif key == "share":
+                by = f" by {SHARE - t['ratio']:.2f} (×{t['ratio']:.2f}, ×{t['lo']:.2f}–{t['hi']:.2f})" \
+                    if t.get("ratio") is not None and t.get("lo") is not None else ""
+                out.append(f"{head}{by}: {share_why(r)}")
+            elif key == "not_below_start":
+                out.append(f"{head}: the pick measured ×{t['ratio']:.2f} (×{t['lo']:.2f}–{t['hi']:.2f}) of the start "
+                           "in the grid's passes")
+            else:
+                out.append(f"{head} by {t['value'] - t['target']} pass(es): {t['value']} against {t['target']}")
+    return out
+
+
+def profile_line(records: list[dict], scenarios_run: list[str], profile: str, all_keys: tuple[str, ...],
+                 spent_s: float | None) -> str | None:
+    """The scenarios this profile leaves to the full one, and what they would add at this run's cost a scenario."""
+    left = [k for k in all_keys if k not in scenarios_run]
+    if not left:
+        return None
+    names = ", ".join(f"({'abcdefg'[all_keys.index(k)]}) {k}" for k in left)
+    costs = [r["grid_s"] + r["tuner"]["wall_s"] for r in records]
+    if not costs:
+        return f"Not in the {profile} profile: {names} (the full profile runs them)."
+    per = float(np.median(costs))
+    spent = spent_s if spent_s is not None else sum(costs)
+    line = (f"Not in the {profile} profile: {names} (the full profile runs them). At this run's median of {per:.0f} s "
+            f"a scenario (the tuner and its exhaustive grid) they would add about {per * len(left):.0f} s to its "
+            f"{spent:.0f} s of scenarios, {spent + per * len(left):.0f} s in all")
+    if profile == "quick":
+        line += f", past the {QUICK_NOTEBOOK_S} s the quick profile holds notebook 16 to (its figures and set-up besides)"
+    return line + "."
+
+
+def readings(records: list[dict], P=None, budget: dict | None = None, all_keys: tuple[str, ...] = ()) -> list[str]:
+    """The notebook's reading: each scenario, each target over them, each miss by how much and why, where each
+    heuristic fails, and (given ``P``) what the profile left to the full one."""
+    out = [scenario_line(r) for r in records] + target_lines(records) + miss_lines(records)
+    out += heuristic_failures(records)
+    if P is not None and all_keys:
+        line = profile_line(records, list(P.scenarios), P.profile, all_keys, (budget or {}).get("spent_s"))
+        if line:
+            out.append(line)
+    return out
 
 
 def plot_shares(ax, records: list[dict]) -> None:
