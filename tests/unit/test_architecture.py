@@ -421,4 +421,5 @@ def test_every_test_listed_slow_exists():
         if not src.is_file() or f"def {name}(" not in src.read_text():
             missing.append(entry)
     assert not missing, f"listed slow but not found: {', '.join(missing)}"
-    assert len(slow_tests()) <= 60, "the slow list is for the few end-to-end tests, not a place to park tests"
+    # about 5% of the ~1,500 unit tests: the end-to-end ones (deadlines, subprocesses, whole notebooks)
+    assert len(slow_tests()) <= 80, "the slow list is for the few end-to-end tests, not a place to park tests"
