@@ -22,9 +22,11 @@ stopped).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,8 +60,7 @@ def _doctor(args, cwd, limit_s: float = LIMIT_S) -> subprocess.CompletedProcess:
     """``python -m feedlab.doctor ARGS`` in its own session, with its own TMPDIR; fails the test when
     it runs past ``limit_s`` or leaves a process, a temporary or a ``torch_*`` file in /dev/shm behind
     (processes are stopped here either way)."""
-    tmp = Path(cwd) / "doctor-tmp"
-    tmp.mkdir(exist_ok=True)
+    tmp = _short_tmp()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "lib"), str(ROOT), str(cwd)]),
                MPLBACKEND="Agg", TMPDIR=str(tmp))
     shm_before = _shm_torch()
@@ -81,9 +82,20 @@ def _doctor(args, cwd, limit_s: float = LIMIT_S) -> subprocess.CompletedProcess:
         except (ProcessLookupError, PermissionError):
             pass
     assert not left, f"the doctor left processes behind: {left}"
-    assert not list(tmp.iterdir()), f"the doctor left temporaries behind: {list(tmp.iterdir())}"
+    try:
+        assert not list(tmp.iterdir()), f"the doctor left temporaries behind: {list(tmp.iterdir())}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     assert not _shm_torch() - shm_before, f"the doctor left /dev/shm files: {_shm_torch() - shm_before}"
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def _short_tmp() -> Path:
+    """A doctor's own TMPDIR, short: directly in the session's temporary folder, never under ``tmp_path``.
+    A DataLoader worker hands a batch over through a Unix socket in multiprocessing's ``pymp-*`` folder
+    under TMPDIR, and a socket's path has at most 107 bytes: under ``make test-slow``'s fresh TMPDIR,
+    ``tmp_path/doctor-tmp`` made it 123 ('AF_UNIX path too long' in the worker, and no batch came)."""
+    return Path(tempfile.mkdtemp(prefix="dr-"))
 
 
 def _error_lines(r) -> list[str]:
@@ -264,7 +276,6 @@ while step < 1000:                                # a step-based loop: every epo
 """
 
 
-@pytest.mark.xfail(strict=False, reason="failed in make test-slow at a5c38a6 (session 8 closing note): to be diagnosed, not hidden")
 def test_a_script_stuck_in_c_code_holding_the_gil_ends_at_the_deadline(tmp_path):
     """The watchdog was a thread: a regular expression that holds the GIL kept it from running, and
     --deadline held nothing. Now the script runs in a child the doctor's process watches."""
@@ -406,8 +417,7 @@ while True:
 def test_sigterm_the_script_ignores_still_ends_the_doctor_with_one_line(tmp_path):
     """Issue 47 W8: the script ignored the forwarded SIGTERM; the doctor ended it after SIGNAL_GRACE_S with
     rc 143 and no line. It now says why, in one line, and leaves nothing."""
-    tmp = tmp_path / "doctor-tmp"
-    tmp.mkdir()
+    tmp = _short_tmp()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "lib"), str(ROOT)]), MPLBACKEND="Agg",
                TMPDIR=str(tmp))
     p = subprocess.Popen([sys.executable, "-m", "feedlab.doctor", "--script", _write(tmp_path, "swallow.py", SWALLOW),
@@ -428,4 +438,6 @@ def test_sigterm_the_script_ignores_still_ends_the_doctor_with_one_line(tmp_path
     lines = [ln for ln in err.splitlines() if ln.strip() and "running" not in ln]
     assert p.returncode == 143, err[-2000:]
     assert len(lines) == 1 and "SIGTERM" in lines[0] and "stopped it" in lines[0], err[-2000:]
-    assert not left and not list(tmp.iterdir())
+    left_tmp = list(tmp.iterdir())
+    shutil.rmtree(tmp, ignore_errors=True)
+    assert not left and not left_tmp
