@@ -101,47 +101,63 @@ def _secs(s: float) -> str:
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.1f} s"
 
 
-def differences(a: Side, b: Side, changes: tuple[str, ...] = ()) -> list[str]:
+def differences(a: Side, b: Side, changes: tuple[str, ...] = (), varied: tuple[str, ...] = ()) -> list[str]:
     """Every invariant on which ``a`` and ``b`` differ or one of them is not recorded, in words; empty
-    when the comparison is like for like. ``changes``: the invariants the comparison is about (``"workers"``
-    where the change under test is the worker count, as the doctor's advice is); only order, workers and
-    cache may be named (batch size, pixels, epochs, the recipe and the window are never a loader's credit)."""
+    when the comparison is like for like. What the two records show differs comes first; an invariant a side
+    did not record follows, as "not known" (never taken as equal). ``changes``: the invariants the comparison
+    is about (``"workers"`` where the change under test is the worker count, as the doctor's advice is); only
+    order, workers and cache may be named (batch size, pixels, epochs, the recipe and the window are never a
+    loader's credit). ``varied``: the batch size, only where a claim is about the batch size itself (an epoch at
+    batch 8 against one at 128), never a change credited to a loader or an advice."""
     bad = set(changes) - {"order", "workers", "cache"}
     if bad:
         raise ValueError(f"changes may name order, workers or cache, not {sorted(bad)}")
-    out = []
+    if set(varied) - {"batch_size"}:
+        raise ValueError(f"varied may name batch_size only, not {sorted(set(varied) - {'batch_size'})}")
+    known: list[str] = []
+    unknown: dict[str, list[str]] = {}   # invariant → the labels of the sides that did not record it
+
+    def missing(label: str, va, vb) -> bool:
+        gone = [s.label for s, v in ((a, va), (b, vb)) if _missing(v)]
+        if gone:
+            unknown.setdefault(label, gone)
+        return bool(gone)
+
     for name, words in (("order", lambda s: ORDERS.get(s.order, s.order)), ("batch_size", None),
                         ("workers", None), ("cache", None)):
-        if name in changes:
+        if name in changes or name in varied:
             continue
         va, vb = getattr(a, name), getattr(b, name)
         label = name.replace("_", " ")
-        if _missing(va) or _missing(vb):
-            out.append(f"{label} not recorded for {a.label if _missing(va) else b.label}")
-        elif va != vb:
+        if not missing(label, va, vb) and va != vb:
             fa, fb = (words(a), words(b)) if words else (va, vb)
-            out.append(f"{label}: {fa} vs {fb}")
+            known.append(f"{label}: {fa} vs {fb}")
     if not (_missing(a.epoch_batches) and _missing(b.epoch_batches)):
-        if _missing(a.epoch_batches) or _missing(b.epoch_batches):
-            out.append(f"epochs not recorded for {a.label if _missing(a.epoch_batches) else b.label}")
-        elif a.epoch_batches != b.epoch_batches:
-            out.append(f"epochs: {_epochs(a.epoch_batches)} vs {_epochs(b.epoch_batches)}")
+        if not missing("epochs", a.epoch_batches, b.epoch_batches) and a.epoch_batches != b.epoch_batches:
+            known.append(f"epochs: {_epochs(a.epoch_batches)} vs {_epochs(b.epoch_batches)}")
     if not (_missing(a.recipe) and _missing(b.recipe)):
-        if _missing(a.recipe) or _missing(b.recipe):
-            out.append(f"recipe not recorded for {a.label if _missing(a.recipe) else b.label}")
-        elif a.recipe != b.recipe:
-            out.append(f"recipe: {a.recipe} vs {b.recipe}")
-    ea, eb = a.pixel_error, b.pixel_error
-    if _missing(ea) or _missing(eb):
-        out.append(f"pixels not compared with the reference for {a.label if _missing(ea) else b.label}")
-    elif abs(ea - eb) > PIXEL_TOLERANCE:
-        out.append(f"pixels: mean error {ea:.1f} vs {eb:.1f} against the reference decode "
-                   f"(more than {PIXEL_TOLERANCE:g} apart)")
+        if not missing("recipe", a.recipe, b.recipe) and a.recipe != b.recipe:
+            known.append(f"recipe: {a.recipe} vs {b.recipe}")
+    if not missing("pixels against the reference decode", a.pixel_error, b.pixel_error):
+        if abs(a.pixel_error - b.pixel_error) > PIXEL_TOLERANCE:
+            known.append(f"pixels: mean error {a.pixel_error:.1f} vs {b.pixel_error:.1f} against the reference "
+                         f"decode (more than {PIXEL_TOLERANCE:g} apart)")
     for side in (a, b):
-        short = side.window_short()
-        if short:
-            out.append(f"window: {short}")
-    return out
+        if _missing(side.timed_batches) or _missing(side.window_s):
+            unknown.setdefault("timed window", []).append(side.label)
+        elif side.window_short():
+            known.append(f"window: {side.window_short()}")
+    return known + _not_known(unknown)
+
+
+def _not_known(unknown: dict[str, list[str]]) -> list[str]:
+    """The invariants a side did not record, one clause per group of sides: "not recorded for a and b: order,
+    cache (not known)" — never taken as equal."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, labels in unknown.items():
+        groups.setdefault(tuple(dict.fromkeys(labels)), []).append(name)
+    return [f"not recorded for {' and '.join(labels)}: {', '.join(names)} (not known)"
+            for labels, names in groups.items()]
 
 
 def judged(verdict: str, a: Side, b: Side) -> str:
@@ -200,7 +216,8 @@ def _fair_problems(side: Side) -> list[str]:
 
 def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = None,
             lo: float | None = None, hi: float | None = None, lower_is_better: bool = False,
-            baseline: float | None = None, check_sides: bool = True, changes: tuple[str, ...] = ()) -> Verdict:
+            baseline: float | None = None, check_sides: bool = True, changes: tuple[str, ...] = (),
+            varied: tuple[str, ...] = ()) -> Verdict:
     """The one judge. ``ratio`` is ``a`` over ``b`` (the change over its start, ours over theirs), with its
     interval ``lo``–``hi`` from the two sides' own spread where known; ``target`` the ratio to reach (``None``:
     a gain over ×1.00, i.e. the two told apart). In order:
@@ -213,10 +230,10 @@ def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = Non
     5. else "met" or "missed" against the target (``lower_is_better`` flips it). ``baseline``: the start's own
        value against the same target: where it already met it, the verdict says so.
     ``check_sides=False`` only where the caller has already compared the sides by other means (say so);
-    ``changes``: the invariants the comparison is about (:func:`differences`)."""
+    ``changes`` / ``varied``: the invariants the comparison is about (:func:`differences`)."""
     tgt = 1.0 if target is None else float(target)
     if check_sides:
-        diff = differences(a, b, changes)
+        diff = differences(a, b, changes, varied)
         if diff:
             return Verdict(NOT_LIKE, "; ".join(diff), ratio, lo, hi, target)
     unfair = _fair_problems(a) + _fair_problems(b)

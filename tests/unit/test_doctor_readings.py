@@ -59,7 +59,8 @@ def _frame(batch_of_last=64, repeats=3):
         for r in range(repeats):
             rows.append(dict(experiment="doctor_steps", variant=s["label"], metric="samples_per_s",
                              value=s["measured"] * (1 + r / 100), repeat=r, rate_kind="steady", timed_batches=200,
-                             batch_size=bs, num_workers=w, model="none", device="cpu", loader="dataloader"))
+                             batch_size=bs, num_workers=w, model="none", device="cpu", loader="dataloader",
+                             order="global", pixel_error=0.0, cache="warm"))
     return pd.DataFrame(rows)
 
 

@@ -37,9 +37,11 @@ def _ms(b8, b128):
 def _steady_frame(kind="steady", busy=0.9):
     """The 09 rows the epoch-vs-batch claim checks: steady (or not) rates, the GPU busy at b128."""
     return pd.DataFrame([{"format": "png", "num_workers": 16, "batch_size": b, "pin_memory": True, "repeat": r,
-                          "metric": m, "value": v, "rate_kind": kind}
+                          "metric": m, "value": v, "rate_kind": kind, "order": "global", "pixel_error": 0.0,
+                          "cache": "warm", "timed_batches": 200, "window_s": 2.0}
                          for b in (8, 32, 128) for r in range(3)
-                         for m, v in (("gpu_busy", busy if b == 128 else 0.3), ("batches", 100))])
+                         for m, v in (("gpu_busy", busy if b == 128 else 0.3), ("batches", 100),
+                                      ("samples_per_s", 1000.0 * (1 + r / 1000)))])
 
 
 @pytest.mark.parametrize("b8,expect", [(1.6, G.SUPPORTED), (0.5, G.PARTLY), (0.3, G.NOT_SUPPORTED)])
@@ -276,7 +278,8 @@ def _doctor_rows(measured, last_batch=128):
     """notebook 10's results.csv rows: three steady repeats of each step, windows of a second or more"""
     return pd.DataFrame([dict(experiment="doctor_steps", variant=label, metric="samples_per_s", value=rate * (1 + r / 100),
                               repeat=r, rate_kind="steady", timed_batches=100, batch_size=b, num_workers=w,
-                              model="srcnn", device="cuda", loader="dataloader")
+                              model="srcnn", device="cuda", loader="dataloader", order="global", pixel_error=0.0,
+                              cache="warm")
                          for label, rate, b, w in (("0: start", 1000.0, 128, 0),
                                                    ("1: num_workers=10", 1000.0 * measured, last_batch, 10))
                          for r in range(3)])

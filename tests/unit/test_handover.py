@@ -23,7 +23,8 @@ def test_drive_counts_only_the_timed_batches_across_epochs():
 
 
 def test_targets_pick_the_best_lmdb_kind_and_judge_both():
-    legs = dict(batch_size=128, num_workers=2, cache="warm", timed_batches=60, window_s=2.0)
+    legs = dict(batch_size=128, num_workers=2, cache="warm", timed_batches=60, window_s=2.0, order="global",
+                pixel_error=0.0)
     rows = [dict(pipeline="png_totensor_dataloader", samples_per_s=1000.0, main_us_per_sample=20.0, handover_gb_s=1, delivered_gb_s=0.1, repeat=0, **legs),
             dict(pipeline="png_totensor_dataloader", samples_per_s=1000.0, main_us_per_sample=20.0, handover_gb_s=1, delivered_gb_s=0.1, repeat=1, **legs),
             dict(pipeline="lmdb_fast_dataloader", samples_per_s=3000.0, main_us_per_sample=12.0, handover_gb_s=1, delivered_gb_s=0.1, repeat=0, **legs),

@@ -319,6 +319,7 @@ def test_a_target_of_rates_not_timed_steady_is_shown_not_judged(samples, fair):
     nums = S.numbers(summ)
     batches = samples // 128 - 1   # the first batch is the warm-up
     rec = dict(cache="warm", timed_batches=batches, window_s=batches * 0.05, rate_half_width=0.01, warmup_batches=1,
+               order="global", pixel_error=0.0,
                rate_kind="steady" if fair else "startup_inclusive")
     frame = pd.DataFrame([_rows("npy_mmap/chunk", "npy_mmap", "chunk", samples, **rec),
                           _rows("lmdb_raw/batched", "lmdb_raw", "batched", samples, **rec),
@@ -363,7 +364,8 @@ def test_reading_has_the_handover_and_its_targets():
     # rows that record no window, batch or repeats: the one judge cannot call them like for like
     assert any("6.0×" in x and "not like for like (" in x and "measured, not judged" in x and "the ring" in x
                for x in hand)
-    full = dict(batch_size=128, num_workers=2, cache="warm", timed_batches=60, window_s=1.5)
+    full = dict(batch_size=128, num_workers=2, cache="warm", timed_batches=60, window_s=1.5, order="global",
+                pixel_error=0.0)
     ho = [dict(r, repeat=k, **full) for r in ho for k in range(3)]
     lines = S.readings(_summary(), None, S.numbers(_summary(), ho), handover_batch=128, handover_workers=2)
     assert any("6.0×" in x and "meets the ≥ 5× target" in x and "the ring" in x for x in lines)

@@ -22,7 +22,8 @@ def _rates(base, machine, model, rates, timed=200, batch_size=32, **extra):
 
     pd.DataFrame([{"experiment": "throughput_vs_workers", "model": model, "num_workers": w, "batch_size": batch_size,
                    "prefetch_factor": 2, "timed_batches": timed, "repeat": r, "metric": "samples_per_s",
-                   "value": v * f, **extra} for w, v in rates.items() for r, f in enumerate((0.99, 1.0, 1.01))]).to_csv(
+                   "value": v * f, **{"order": "global", "pixel_error": 0.0, "cache": "warm", **extra}}
+                  for w, v in rates.items() for r, f in enumerate((0.99, 1.0, 1.01))]).to_csv(
         base / "01_worker_scaling" / machine / "results.csv", index=False)
 
 
@@ -67,7 +68,8 @@ def test_an_effect_from_start_up_bound_rates_is_labelled_and_ranked_after_the_st
         _write(tmp_path, "01_worker_scaling", machine,
                {"samples_per_s_with_model": {"0": 100.0, "4": 500.0}, "model": "m"})
         rows = [{"experiment": "throughput_vs_workers", "model": "m", "num_workers": w, "batch_size": 32,
-                 "prefetch_factor": 2, "timed_batches": batches - 9, "repeat": r, "metric": m, "value": v}
+                 "prefetch_factor": 2, "timed_batches": batches - 9, "repeat": r, "metric": m, "value": v,
+                 "order": "global", "pixel_error": 0.0, "cache": "warm"}
                 for w, rate in ((0, 100.0), (4, 500.0)) for r in range(3)
                 for m, v in (("batches", batches), ("samples_per_s", rate * (1 + 0.01 * r)))]
         pd.DataFrame(rows).to_csv(tmp_path / "01_worker_scaling" / machine / "results.csv", index=False)
@@ -131,4 +133,4 @@ def test_a_top_effect_is_judged_on_both_sides_recorded_invariants(tmp_path):
     # 09: the fixed pipeline over the baseline at batch 128, each side from its rows; no rows: not recorded
     _write(tmp_path, "09_batch_size_breakdown", "cpu-a", {"fixed_over_baseline": {"w2_pin0_b128": 1.3}})
     (e09,) = [e for e in summary.machine_effects(tmp_path)["cpu-a"] if e.notebook == "09_batch_size_breakdown"]
-    assert e09.verdict.startswith("not like for like (order not recorded for the fixed pipeline (num_workers=2")
+    assert e09.verdict.startswith("not like for like (not recorded for the fixed pipeline (num_workers=2")

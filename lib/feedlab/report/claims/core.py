@@ -247,8 +247,10 @@ def status_of(full: "lfl.Verdict", part: "lfl.Verdict | None" = None) -> tuple[s
     (the judge's words); met the reproduced bound: reproduced; its interval holds the reproduced bound (not told
     apart from it): partly; else met the partly bound: partly; else not reproduced (the partly bound inside the
     interval is said)."""
-    if full.word in (lfl.NOT_LIKE, lfl.NOT_FAIR):
+    if full.word == lfl.NOT_LIKE:
         return NOT_FAIR, str(full)
+    if full.word == lfl.NOT_FAIR:   # the status says "not tested fairly here": the judge's reason follows it
+        return NOT_FAIR, full.why
     if full.word == lfl.MET:
         return REPRODUCED, full.why
     if full.word == lfl.WITHIN:

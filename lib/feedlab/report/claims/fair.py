@@ -285,6 +285,7 @@ def busy_reason(run: Run, out: Outcome | None = None) -> str:
 
 
 BUSY_PREFIX = "the machine was busy: "
+BUSY_SIDE = " measured on a busy machine ("   # the one judge's words for a busy side (like_for_like)
 
 
 def busy_caveat(run: Run) -> str:
@@ -352,7 +353,9 @@ def judge(claim: Claim, run: Run) -> Verdict:
         return Verdict(claim.id, SMOKE, out.ours, claim.theirs, SMOKE_NOTE, caveat)
     reasons = _unmet(claim, run, out)
     if out.status == NOT_FAIR:   # the one judge did not judge the ratio (sides unlike, or a side not fair)
-        return _unfair(claim, run, out.ours, [out.note] + reasons, caveat)
+        # a side busy, where the run's own not-busy precondition already says so: said once
+        said = reasons and all(BUSY_SIDE in part for part in out.note.split("; "))
+        return _unfair(claim, run, out.ours, ([] if said else [out.note]) + reasons, caveat)
     if reasons and out.status in JUDGED:
         return _unfair(claim, run, out.ours, reasons, caveat)
     return Verdict(claim.id, out.status, out.ours, claim.theirs, out.note, caveat)

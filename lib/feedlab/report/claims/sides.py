@@ -3,8 +3,9 @@ one judge (:func:`feedlab.like_for_like.verdict`) on them.
 
 A notebook's ratio, gain or target turns into a word in one place: here the two sides are built from what the
 run recorded (``results.csv`` rows: batch size, the workers that ran, cache, rate kind, timed batches and
-window, precision, repeats; ``fingerprint.json``: other load), and the judge compares them. A side that did not
-record an invariant reads "not recorded", never equal. Used by :mod:`feedlab.report.targets` (05's Target 2),
+window, precision, repeats, and order, pixels and cache where the rows record them; ``fingerprint.json``: other
+load), and the judge compares them. A side that did not record an invariant reads "not recorded: not known",
+never equal (no default stands in for it). Used by :mod:`feedlab.report.targets` (05's Target 2),
 :mod:`feedlab.report.summary` (the README's top effects), :mod:`feedlab.report.gpu_readings` and the claims
 ledger (the doctor's advice, notebook 10), so the README, docs/CLAIMS.md and docs/GPU_READINGS.md say the same.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from feedlab.like_for_like import Side, Verdict, verdict
+from feedlab.like_for_like import Side, Verdict, order_of, verdict
 from feedlab.report.claims.core import NOT_FAIR, NoData, Outcome, Run, status_of
 from feedlab.report.claims.fair import BUSY_PREFIX, busy_reason, rows_of
 
@@ -41,11 +42,45 @@ def rate_kind_of(rows) -> str | None:
     return "steady" if kinds == {"steady"} else "imprecise" if "imprecise" in kinds else "startup_inclusive"
 
 
-def side_of_rows(run: Run, setting: dict, label: str, *, order: str | None = "global", pixel_error: float | None = 0.0,
+TIME_METRICS = {"step_ms": 1e-3, "ms_per_batch": 1e-3, "batch_load_ms": 1e-3}   # a time per batch, its unit in s
+WALL_METRICS = ("wall_s",)                                                       # the window's own wall time
+
+
+def _column(rows, name: str):
+    """The rows' one recorded value of ``name`` (None: no such column, or not recorded on every row; several
+    values: None too, as no single one describes the side)."""
+    if name not in rows.columns:
+        return None
+    vals = rows[name].dropna()
+    if len(vals) != len(rows) or vals.astype(str).nunique() != 1:
+        return None
+    return vals.iloc[0]
+
+
+def _window(rows, metric: str, rate: float | None, timed: float | None, bs: float | None) -> float | None:
+    """One timed window's wall time: the rows' ``window_s``; else the window a rate implies (timed batches ×
+    batch size ÷ samples/s), the timed batches × a time per batch, or a wall time the metric itself is."""
+    window = _num(rows["window_s"].min()) if "window_s" in rows.columns else None
+    if window is not None:
+        return window
+    if metric in WALL_METRICS:
+        return _num(rows["value"].min())
+    if metric in TIME_METRICS and timed and rate:
+        return timed * rate * TIME_METRICS[metric]
+    if metric == SPS and timed and bs and rate:
+        return timed * bs / rate
+    return None
+
+
+def side_of_rows(run: Run, setting: dict, label: str, *, order: str | None = None, pixel_error: float | None = None,
                  recipe: str | None = None, metric: str = SPS) -> tuple[Side, float | None, tuple]:
-    """One side from the run's ``results.csv`` rows of ``setting`` (their ``metric``): the Side, the median rate,
+    """One side from the run's ``results.csv`` rows of ``setting`` (their ``metric``): the Side, the median value,
     and its interval (the rows' 95% bounds ``rate_low``/``rate_high`` where recorded, else the repeats' IQR).
-    The window is the rows' ``window_s``, or the timed batches × batch size ÷ rate where only those are recorded."""
+    Every invariant is the rows' own: ``order`` (or a chunk loader), ``pixel_error``, ``cache``,
+    ``epoch_batches``, batch size, workers, the timed window (``window_s``, or what the timed batches and the
+    metric imply), precision, rate kind, repeats; the run's other load from its fingerprint. An invariant the
+    rows do not record stays ``None`` ("not recorded": not known, never equal), unless the caller names it from
+    the run's own record (``order``, ``pixel_error``, ``recipe``: a payload key or the step's config)."""
     rows = rows_of(run, dict(setting, metric=metric))
     if rows.empty:
         return Side(label), None, (None, None)
@@ -53,17 +88,20 @@ def side_of_rows(run: Run, setting: dict, label: str, *, order: str | None = "gl
     rate = _num(rows["value"].median())
     timed = _num(rows["timed_batches"].min()) if "timed_batches" in rows.columns else None
     bs = _num(first("batch_size"))
-    window = _num(rows["window_s"].min()) if "window_s" in rows.columns else None
-    if window is None and timed and bs and rate:
-        window = timed * bs / rate
     hw = _num(rows["rate_half_width"].max()) if "rate_half_width" in rows.columns else None
     reps = int(rows["repeat"].nunique()) if "repeat" in rows.columns else None
     loader = first("loader")
-    side = Side(label, order="chunk" if loader == "chunk" else order, pixel_error=pixel_error,
+    recorded_order = _column(rows, "order")
+    side_order = ("chunk" if loader == "chunk" else
+                  order_of(str(recorded_order)) if recorded_order is not None else order)
+    px = _num(_column(rows, "pixel_error"))
+    cache = _column(rows, "cache")
+    epochs = _num(_column(rows, "epoch_batches"))
+    side = Side(label, order=side_order, pixel_error=px if px is not None else pixel_error,
                 batch_size=None if bs is None else int(bs), workers=_int(first("num_workers")),
-                cache=str(first("cache")) if first("cache") is not None and str(first("cache")) != "nan" else "warm",
-                timed_batches=None if timed is None else int(timed), window_s=window, half_width=hw,
-                busy=run_busy(run), rate_kind=rate_kind_of(rows), repeats=reps, recipe=recipe)
+                cache=None if cache is None else str(cache), timed_batches=None if timed is None else int(timed),
+                window_s=_window(rows, metric, rate, timed, bs), epoch_batches=None if epochs is None else int(epochs),
+                half_width=hw, busy=run_busy(run), rate_kind=rate_kind_of(rows), repeats=reps, recipe=recipe)
     if {"rate_low", "rate_high"} <= set(rows.columns) and rows["rate_low"].notna().all() and len(rows) == 1:
         span = (_num(rows["rate_low"].iloc[0]), _num(rows["rate_high"].iloc[0]))
     elif reps and reps > 1:
@@ -228,8 +266,9 @@ def advice_sides(run: Run) -> tuple[Side, Side, dict, dict] | None:
             side = Side(s["label"])
         if side.batch_size is None:   # a record without the csv: its config still says what ran
             from dataclasses import replace
-            side = replace(side, order="global", pixel_error=0.0, batch_size=cfg.get("batch_size"),
-                           workers=cfg.get("num_workers"), cache="warm", recipe=recipe, busy=run_busy(run))
+            side = replace(side, order=cfg.get("order"), pixel_error=cfg.get("pixel_error"),
+                           batch_size=cfg.get("batch_size"), workers=cfg.get("num_workers"), cache=cfg.get("cache"),
+                           recipe=recipe, busy=run_busy(run))
         if side.repeats is None and s.get("measured_q25") == s.get("measured_q75"):
             from dataclasses import replace
             side = replace(side, repeats=1)
@@ -270,9 +309,9 @@ def verdict_clause(v: Verdict) -> str:
 # ---------------------------------------------------------------- 05: the hand-over (LMDB + fast ÷ PNG + ToTensor)
 def handover_side(rows: list[dict], name: str, label: str, busy: str | None = None) -> tuple[Side, float | None,
                                                                                                tuple]:
-    """One pipeline of 05's hand-over (its ``handover_rows``) as a side: a global shuffle on every leg, the same
-    pixels (the store's own bytes), the batch, workers and cache it ran with, its shortest window, its repeats;
-    the median rate and the repeats' range."""
+    """One pipeline of 05's hand-over (its ``handover_rows``) as a side: the order and pixels its legs recorded
+    (``order``, ``pixel_error``; not recorded: not known), the batch, workers and cache it ran with, its shortest
+    window, its repeats; the median rate and the repeats' range."""
     legs = [r for r in rows if r.get("pipeline") == name and "skipped" not in r]
     if not legs:
         return Side(label), None, (None, None)
@@ -280,7 +319,9 @@ def handover_side(rows: list[dict], name: str, label: str, busy: str | None = No
     windows = [r.get("window_s", r.get("wall_s")) for r in legs]
     timed = [r.get("timed_batches") for r in legs]
     reps = len({r.get("repeat") for r in legs})
-    side = Side(label, order="global", pixel_error=0.0, batch_size=legs[0].get("batch_size"),
+    one = lambda k: legs[0].get(k) if len({str(r.get(k)) for r in legs}) == 1 else None  # noqa: E731
+    side = Side(label, order=order_of(one("order")) if one("order") else None, pixel_error=_num(one("pixel_error")),
+                batch_size=legs[0].get("batch_size"),
                 workers=legs[0].get("num_workers"), cache=legs[0].get("cache"),
                 timed_batches=None if None in timed else min(timed),
                 window_s=None if None in windows else min(windows), busy=busy, repeats=reps)

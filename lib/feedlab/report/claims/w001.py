@@ -16,7 +16,8 @@ from feedlab.report.claims.core import (  # noqa: F401
     by_int,
     verdict,
 )
-from feedlab.report.claims.fair import STEADY, TIMING, steady_state, unsteady_reason
+from feedlab.report.claims.fair import STEADY, TIMING, rows_of, steady_state, unsteady_reason
+from feedlab.report.claims.pairs import grid_verdicts, judged_outcome, worst_and_median
 from feedlab.report.claims.sides import pair_verdicts, ratio_outcome
 
 NB01, NB03, NB05, NB07, NB11 = ("01_worker_scaling", "03_pinned_memory_by_input_size", "05_storage_formats",
@@ -51,8 +52,13 @@ def transpose_largest(run) -> Outcome:
 def fast_collate(run) -> Outcome:
     s = run.wide(["image_size", "batch_size"], "variant", kind="collate", metric="ms_per_batch")
     r = s["totensor"] / s["fast_nchw"]
-    return Outcome(verdict(r.min() >= 1.5, r.median() > 1.0), f"uint8 fast collate {r.median():.1f}× faster than ToTensor + default_collate "
-                   f"(median; {r.min():.1f}–{r.max():.1f}× over {len(r)} image × batch sizes)")
+    pairs = [tuple(dict(kind="collate", variant=v, image_size=int(i), batch_size=int(b)) for v in ("totensor", "fast_nchw"))
+             for i, b in r.index]
+    # every grid point's two sides by the one judge; the worst point against ×1.5, the median against ×1
+    return worst_and_median(run, pairs, [float(x) for x in r], 1.5, 1.0, labels=("ToTensor", "fast collate"),
+                            metric="ms_per_batch",
+                            ours=f"uint8 fast collate {r.median():.1f}× faster than ToTensor + default_collate "
+                            f"(median; {r.min():.1f}–{r.max():.1f}× over {len(r)} image × batch sizes)")
 
 
 def too_many_workers(run) -> Outcome:
@@ -114,7 +120,12 @@ def daemon_workers(run) -> Outcome:
 
 def pinned_faster_copy(run) -> Outcome:
     r = float(run.get("h2d_pinned_gbps")) / float(run.get("h2d_pageable_gbps"))
-    return Outcome(at_least(r, 1.2, 1.0), f"pinned host→device copy {r:.2f}× pageable (largest transfer)")
+    copies = rows_of(run, dict(direction="host_to_device", metric="gb_per_s"))
+    top = copies["bytes"].max() if "bytes" in copies.columns and not copies.empty else None
+    pairs = [tuple(dict(variant=v, direction="host_to_device", **({} if top is None else {"bytes": float(top)}))
+                   for v in ("pinned", "pageable"))]
+    vs = grid_verdicts(run, pairs, r, 1.2, 1.0, metric="gb_per_s", labels=("pinned copy", "pageable copy"))
+    return judged_outcome(vs, f"pinned host→device copy {r:.2f}× pageable (largest transfer)", settings=pairs[0])
 
 
 CLAIMS = (

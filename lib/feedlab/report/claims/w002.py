@@ -18,7 +18,8 @@ from feedlab.report.claims.core import (
     keyed,
     verdict,
 )
-from feedlab.report.claims.fair import GPU_BOUND, GPU_FED, METER, STEADY, TIMING, steady_state, workers_named
+from feedlab.report.claims.fair import GPU_BOUND, GPU_FED, METER, STEADY, TIMING, rows_of, steady_state, workers_named
+from feedlab.report.claims.pairs import grid_verdicts, judged_outcome
 from feedlab.report.claims.sides import advice_verdicts, ratio_outcome, workers_verdicts
 from feedlab.report.claims.w000 import UTIL_METERS
 
@@ -48,9 +49,14 @@ def sleep_parallel(run) -> Outcome:
     if len(ws) < 2:
         raise NoData("one worker count only in the sleep timeline")
     speed = wall[(ws[0], small_b)] / wall[(ws[-1], small_b)]
-    eff = speed / (ws[-1] / ws[0])
-    return Outcome(at_least(eff, 0.8, 0.5), f"{speed:.2f}× faster with {ws[-1]} workers than {ws[0]} "
-                   f"(batch {small_b}; {100 * eff:.0f}% of the ideal {ws[-1] / ws[0]:.0f}×)")
+    ideal = ws[-1] / ws[0]
+    eff = speed / ideal
+    # the fewer workers' wall time over the more workers', both sides from the rows (the worker count is the change)
+    pairs = [tuple(dict(experiment="sleep_timeline", num_workers=w, batch_size=small_b) for w in (ws[0], ws[-1]))]
+    vs = grid_verdicts(run, pairs, speed, 0.8 * ideal, 0.5 * ideal, metric="wall_s", changes=("workers",),
+                       labels=(f"{ws[0]} workers", f"{ws[-1]} workers"))
+    return judged_outcome(vs, f"{speed:.2f}× faster with {ws[-1]} workers than {ws[0]} (batch {small_b}; "
+                          f"{100 * eff:.0f}% of the ideal {ideal:.0f}×)", settings=pairs[0])
 
 
 def sleep_whole_batch(run) -> Outcome:
@@ -150,8 +156,16 @@ def out_of_band(run) -> Outcome:
     pil = float(g.get("pil", float("nan")))
     if math.isnan(pil):
         raise NoData("no Pillow out-of-band gain")
-    return Outcome(at_least(pil, 1.5, 1.1), f"decoding pre-resized JPEGs {pil:.1f}× faster than decode + resize "
-                   "each epoch (Pillow)")
+    resize = dict(op="decode_resize", image_set="jpeg_native", variant="pil")
+    to = rows_of(run, resize)
+    size = to["resize_to"].dropna() if "resize_to" in to.columns else to.iloc[0:0]
+    once = dict(op="decode", image_set=f"jpeg_{int(size.iloc[0])}" if len(size) else "resize_to not recorded",
+                variant="pil")
+    # the pre-resized JPEGs' decode over decode + resize of the native ones, both sides from the rows
+    vs = grid_verdicts(run, [(once, resize)], pil, 1.5, 1.1, metric="img_per_s",
+                       labels=("decode of pre-resized JPEGs", "decode + resize"))
+    return judged_outcome(vs, f"decoding pre-resized JPEGs {pil:.1f}× faster than decode + resize each epoch "
+                          "(Pillow)", settings=(once, resize))
 
 
 CORES_MINUS_ONE = Precondition("workers cores−1", "a rate at cores − 1 workers, beside the best")

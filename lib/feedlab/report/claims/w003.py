@@ -18,6 +18,7 @@ from feedlab.report.claims.core import (
     keyed,
 )
 from feedlab.report.claims.fair import DATA_BOUND_WAIT, TIMING, metric_median, rows_of, steady_state
+from feedlab.report.claims.pairs import grid_verdicts, judged_outcome
 from feedlab.report.claims.sides import pairs_verdict
 
 NB05, NB06, NB09 = "05_storage_formats", "06_decode_backends", "09_batch_size_breakdown"
@@ -77,7 +78,9 @@ def accimage_fast(run) -> Outcome:
     if skip:
         return skip
     r = float(run.get("accimage_over_pillow_loader"))
-    return Outcome(at_least(r, 1.5, 1.1), f"accimage {r:.2f}× Pillow through torchvision's default_loader")
+    pair = tuple(dict(op="loader", image_set="jpeg_native", variant=v) for v in ("accimage", "pil"))
+    vs = grid_verdicts(run, [pair], r, 1.5, 1.1, metric="img_per_s", labels=("accimage", "Pillow"))
+    return judged_outcome(vs, f"accimage {r:.2f}× Pillow through torchvision's default_loader", settings=pair)
 
 
 def simd_fast(run) -> Outcome:

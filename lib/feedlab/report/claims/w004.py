@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import statistics
 
-from feedlab.report.claims.core import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, NoData, Outcome, Unfair, at_least
+from feedlab.report.claims.core import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, NoData, Outcome, Run, Unfair
 from feedlab.report.claims.fair import STEADY, TIMING, workers_named
+from feedlab.report.claims.pairs import band_outcome, grid_verdicts, judged_outcome
 from feedlab.report.claims.sides import pair_verdicts, ratio_outcome
 
 NB04, NB05, NB08 = "04_print_overhead", "05_storage_formats", "08_hdf5_concurrency"
@@ -19,8 +20,30 @@ def print_slowdown(run) -> Outcome:
     if not f:
         raise NoData("no print factor")
     worst = max(f, key=f.get)
-    return Outcome(at_least(f[worst], 76 / 1.02 / 2, 2.0),
-                   f"a print per batch made a batch at most {f[worst]:.2f}× slower ({worst})")
+    # the worst sink's batch with a print over its batch with no output, both sides from that sink's rows
+    sink = _sink_run(run, worst)
+    pair = tuple(dict(experiment="print_overhead", variant=v) for v in ("print", "none"))
+    vs = grid_verdicts(sink, [pair], f[worst], 76 / 1.02 / 2, 2.0, metric="ms_per_batch",
+                       labels=(f"a print per batch ({worst})", f"no output ({worst})"))
+    return judged_outcome(vs, f"a print per batch made a batch at most {f[worst]:.2f}× slower ({worst})",
+                          settings=pair)
+
+
+SINKS = {"Jupyter stream": "jupyter", "terminal (pty)": "pty", "/dev/null": "devnull"}   # 04's labels → sink
+
+
+def _sink_run(run, label: str):
+    """The run with only the rows of one of 04's output sinks (its label: "file, PYTHONUNBUFFERED=1"): the sink
+    and whether PYTHONUNBUFFERED was set; no rows where the table does not name them."""
+    name, _, unbuf = label.partition(", PYTHONUNBUFFERED=")
+    try:
+        df = run.frame
+    except NoData:
+        return run
+    if not {"sink", "pythonunbuffered"} <= set(df.columns):
+        return Run(run.payload, fingerprint=run.fingerprint, frame=df.iloc[0:0])
+    flag = df["pythonunbuffered"].map(lambda x: str(x).strip() in ("1", "1.0")) == (unbuf == "1")
+    return Run(run.payload, fingerprint=run.fingerprint, frame=df[(df["sink"] == SINKS.get(name, name)) & flag])
 
 
 def _read(run, variant, metric="median"):
@@ -132,8 +155,10 @@ def overlap(run) -> Outcome:
     read = run.median(["variant"], mode="read", metric="batch_load_ms")
     alone, during = float(read[v]), _train_load(run, v)
     r = alone / during
-    return Outcome(at_least(r, 8, 2), f"{v}: {alone:.2f} ms per batch reading alone vs {during:.2f} ms waited "
-                   f"during training ({r:.1f}×)", settings=(_read_setting(v), _read_setting(v, "train")))
+    pair = (_read_setting(v), _read_setting(v, "train"))
+    vs = grid_verdicts(run, [pair], r, 8, 2, metric="batch_load_ms", labels=("reading alone", "during training"))
+    return judged_outcome(vs, f"{v}: {alone:.2f} ms per batch reading alone vs {during:.2f} ms waited during "
+                          f"training ({r:.1f}×)", settings=pair)
 
 
 def _train_resolution_ms(run, variant) -> float | None:
@@ -164,8 +189,9 @@ def hdf5_with_training(run) -> Outcome:
         # two waits of a few ms beside a step of hundreds: their ratio flips from run to run (issue 31)
         raise Unfair(f"{ours}: the waits differ by {abs(png - h5):.2f} ms, inside the ±{max(res):.1f} ms the "
                      "training windows know their mean batch time to (95%): not resolved")
-    status = REPRODUCED if 1.15 <= r <= 2.62 else PARTLY if r > 1.0 else NOT_REPRODUCED
-    return Outcome(status, ours, settings=(_read_setting(f"png/{w}", "train"), _read_setting(f"hdf5/{w}", "train")))
+    pair = (_read_setting(f"png/{w}", "train"), _read_setting(f"hdf5/{w}", "train"))
+    vs = grid_verdicts(run, [pair], r, 1.15, 1.0, metric="batch_load_ms", labels=("PNG", "HDF5"))
+    return band_outcome(vs, r, 2.62, ours, settings=pair)
 
 
 def hdf5_labels(run) -> Outcome:
