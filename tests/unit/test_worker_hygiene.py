@@ -88,3 +88,30 @@ def test_persistent_workers_first_batch_latency_shape():
     assert set(df["persistent_workers"]) == {True, False}
     assert len(df) == 4 and (df["value"] > 0).all()
     assert time.perf_counter() - t0 < 60
+
+
+def test_cleanup_tables_run_a_timed_out_loop_once(monkeypatch):
+    """A loop or scenario whose run waited out the join timeout (a worker terminated) is not repeated: its
+    seconds are torch's constant; the others run every repeat."""
+    calls = []
+
+    def fake_cleanup(loop, num_workers=2):
+        calls.append(loop)
+        return {"loop": loop, "raised": "WorkerFailure", "workers_alive_at_error": 2, "leftover": 0,
+                "cleanup_s": 10.0 if loop == "plain" else 0.1, "terminated": 2 if loop == "plain" else 0}
+
+    monkeypatch.setattr(H, "error_cleanup", fake_cleanup)
+    df = H.error_cleanup_table(num_workers=2, repeats=3).frame()
+    assert calls.count("plain") == 1 and calls.count("feedlab") == 3 and calls.count("fix") == 3
+    assert set(df[df.loop == "plain"].repeat) == {0}
+
+    def fake_scenario(sc, dataset, **kw):
+        calls.append(sc)
+        return H.HygieneOutcome(scenario=sc, num_workers=2, workers_started=2, raised="", alive_after_stop=2,
+                                alive_after_del=0, leftover=[], cleanup_s=0.1, batches_seen=2, exitcodes=[0, 0],
+                                terminate_calls=2 if sc == "worker_error" else 0)
+
+    calls.clear()
+    monkeypatch.setattr(H, "run_scenario", fake_scenario)
+    H.hygiene_table(_ds, num_workers=2, repeats=2)
+    assert calls.count("worker_error") == 1 and calls.count("break") == 2
