@@ -32,7 +32,7 @@ from feedlab.doctor.guard import HUNG_HINT, deadline, user_call
 from feedlab.doctor.wrap import batch_len, stage_costs, timed_in_main, to_device
 from feedlab.errors import one_line
 
-PROBE_S = 0.6          # seconds of fetch + collate in the main process the probe aims at
+PROBE_S = 0.4          # seconds of fetch + collate in the main process the probe aims at (at least 3 batches)
 WORKER_BATCHES = 6     # batches of the one-worker pass after its prefetch
 
 
