@@ -47,6 +47,7 @@ from .probes import (
     stream_stages,
     timed,
 )
+from .probes_loop import loop_costs
 from .split import StageSplit, decode_alternatives, open_split
 
 
@@ -162,7 +163,7 @@ class Doctor:
     def measure_collate(self, name: str, bs: int, workers: bool) -> None:
         fn = pl.make_collate(name)
         items = self._items(bs)
-        w, c = self._t(lambda: fn(items), bs)
+        w, c = loop_costs(self, fn, items, self.table.machine.threads(0))["collate"]   # as the loop runs it
         self.table[("collate", name, bs)] = Stage("collate", f"{name} (batch {bs})", w, c)
         batch = fn(items)
         self._batches[(name, bs)] = batch
@@ -206,14 +207,14 @@ class Doctor:
             note="main-process CPU per batch from a shared-memory ring slot")
 
     def measure_h2d(self, name: str, bs: int) -> None:
-        """run_epoch's h2d phase at each thread count the main process may use, timed inside
-        the loop over distinct batches (``probes.loop_h2d``)."""
+        """run_epoch's h2d phase at each thread count the main process may use: on CUDA over distinct batches
+        (``probes.loop_h2d``), on a CPU as the loop converts the batch it just collated (``probes_loop``)."""
         batch = self._batches[(name, bs)]
         b = self.effort
         for T in sorted(set(self.table.machine.main_threads.values())):
             for pin in ((False, True) if self.cuda else (False,)):
-                # the loop's own h2d phase over distinct batches (its allocations as in training)
-                w, c = loop_h2d(batch, self.device, T, pin, warmup=b.warmup, repeats=b.repeats)
+                w, c = (loop_h2d(batch, self.device, T, pin, warmup=b.warmup, repeats=b.repeats) if self.cuda
+                        else loop_costs(self, pl.make_collate(name), self._items(bs), T)["h2d"])
                 what = ("pinned" if pin else "pageable") if self.cuda else "uint8→float only (no CUDA)"
                 self.table[("h2d", name, bs, pin, T)] = Stage(
                     "h2d", f"{what}, {name} batch, {T} thread(s)", w, c,
