@@ -80,3 +80,37 @@ class MapBatches:
 
 def usable_cores() -> int:
     return cores()
+
+
+def _dataloaders(loader, depth: int = 4):
+    """The torch DataLoaders a contender's loader is or wraps (``MapBatches.inner``, a WebLoader's pipeline)."""
+    from torch.utils.data import DataLoader
+
+    if loader is None or depth < 0:
+        return
+    if isinstance(loader, DataLoader):
+        yield loader
+        return
+    for inner in [getattr(loader, "inner", None), *(getattr(loader, "pipeline", None) or [])]:
+        if inner is not None and inner is not loader:
+            yield from _dataloaders(inner, depth - 1)
+
+
+def stop_workers(loader) -> int:
+    """Stop now the worker processes a loader keeps between epochs (``persistent_workers``) and drop its
+    iterator; the number of iterators stopped. Without it, an iterator that holds its own loader (LitData's
+    ``_StreamingMultiProcessingDataLoaderIter._loader``: a cycle only the garbage collector frees) outlives
+    its last use, and the next loader's forked workers inherit it: its ``__del__`` then runs in a forked child
+    and prints a traceback ("can only test a child process") into the notebook. Stopped here, its ``__del__``
+    has nothing left to do wherever it runs."""
+    stopped = 0
+    for dl in _dataloaders(loader):
+        it = dl.__dict__.get("_iterator")
+        if it is None:
+            continue
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+            stopped += 1
+        dl._iterator = None
+    return stopped

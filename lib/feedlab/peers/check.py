@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._common import stop_workers
 from .base import Source, Spec
 
 CLS_TOLERANCE = 20.0  # mean |difference| in grey levels (0..255) allowed against the reference
@@ -154,10 +155,13 @@ def verify(peer, source: Source, work, spec: Spec) -> dict:
     """Run one un-timed epoch of ``peer`` with augmentation off and check it."""
     spec = spec.with_(augment=False)
     batches = peer.loader(source, work, spec)
-    if source.kind == "sr":
-        return verify_sr(batches, source)
-    pixels = getattr(peer._impl(), "VERIFY_PIXELS", True)
-    return verify_cls(batches, source, spec.size, pixels=pixels)
+    try:
+        if source.kind == "sr":
+            return verify_sr(batches, source)
+        pixels = getattr(peer._impl(), "VERIFY_PIXELS", True)
+        return verify_cls(batches, source, spec.size, pixels=pixels)
+    finally:   # its workers stopped before the timed loader forks its own (_common.stop_workers)
+        stop_workers(batches)
 
 
 class EpochCounter:

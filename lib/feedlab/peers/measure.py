@@ -49,6 +49,7 @@ from feedlab.pipeline.rates import rel_half_width
 from feedlab.results import Results
 
 from . import get, plan, remote, venvs
+from ._common import stop_workers
 from .base import Source, Spec, installed_versions
 from .check import EpochCounter, verify
 from .remote import beat
@@ -220,6 +221,7 @@ def time_contender(name: str, source: Source, work: Path, spec: Spec, warmup: in
     except Exception as exc:  # a contender that breaks stays in the table with the reason
         status.update(ok=False, error=_last_line(exc), trace=traceback.format_exc(limit=3))
     finally:
+        stop_workers(loader)   # before the next loader forks (LitData's iterator would outlive it: _common)
         del loader
         gc.collect()
     return res, status
