@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 from feedlab.files import read_regular
 
 from ._decoding import DecoderState, cannot_decode, file_of
+from .images import bad_link
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 
@@ -27,10 +28,19 @@ def scan(root) -> tuple[list[str], list[tuple[Path, int]]]:
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"imagefolder: no folder {root}")
+    seen = {os.path.realpath(root)}
+    for d in sorted(root.iterdir()):   # a class folder linked back into the set, or nowhere: one line naming it
+        problem = None if d.name.startswith(".") else bad_link(root, d, seen)
+        if problem:
+            raise problem
+        seen.add(os.path.realpath(d))
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     samples = []
     for label, name in enumerate(classes):
         for f in sorted((root / name).iterdir()):
+            problem = bad_link(root, f) if f.suffix.lower() in IMAGE_EXTS else None
+            if problem:
+                raise problem
             if f.suffix.lower() in IMAGE_EXTS and f.is_file():
                 samples.append((f, label))
     return classes, samples

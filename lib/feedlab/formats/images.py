@@ -7,13 +7,16 @@ uint8 image; sizes may differ, so batching needs the ``center_crop`` transform.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from feedlab.errors import shown
 from feedlab.files import read_regular
 
 from ._decoding import DecoderState, cannot_decode, file_of
@@ -21,15 +24,53 @@ from ._decoding import DecoderState, cannot_decode, file_of
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 
+class LinkError(ValueError):
+    """A link in a folder of images that leads nowhere, or back into the folder; one line naming it."""
+
+
+def bad_link(root: Path, path: Path, seen: set[str] | None = None) -> LinkError | None:
+    """One :class:`LinkError` line when ``path`` (under ``root``) is a link whose target does not exist, a loop of
+    links, or (a folder) leads to a folder already in ``seen`` (the real paths read so far: a loop, or the same
+    images twice); None otherwise (an ordinary file or folder, a link to a fine one)."""
+    if not path.is_symlink():
+        return None
+    try:
+        name = shown(path.relative_to(root))
+    except ValueError:
+        name = shown(path)
+    where = f"{name} under {shown(root)} is a link to {shown(os.readlink(path))}"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        what = "a loop of links" if exc.errno == errno.ELOOP else "which does not exist"
+        return LinkError(f"{where}, {what}: remove the link or point it at the file it stands for")
+    if stat.S_ISDIR(st.st_mode) and seen is not None and os.path.realpath(path) in seen:
+        return LinkError(f"{where}, a folder already read (a loop, or the same images twice): remove the link")
+    return None
+
+
 def scan_images(root) -> list[Path]:
-    """Image files under ``root`` at any depth, sorted; hidden folders skipped."""
+    """Image files under ``root`` at any depth, sorted; hidden folders skipped; a linked folder followed once. A
+    link that leads nowhere, loops, or leads back to a folder already read is one :class:`LinkError` line."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"images: no folder {root}")
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        out.extend(Path(dirpath) / f for f in sorted(filenames) if Path(f).suffix.lower() in IMAGE_EXTS)
+    out, seen = [], {os.path.realpath(root)}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        keep = []
+        for d in sorted(d for d in dirnames if not d.startswith(".")):
+            problem = bad_link(root, Path(dirpath) / d, seen)
+            if problem:
+                raise problem
+            seen.add(os.path.realpath(Path(dirpath) / d))
+            keep.append(d)
+        dirnames[:] = keep
+        for f in sorted(filenames):
+            if Path(f).suffix.lower() in IMAGE_EXTS:
+                problem = bad_link(root, Path(dirpath) / f)
+                if problem:
+                    raise problem
+                out.append(Path(dirpath) / f)
     return out
 
 
