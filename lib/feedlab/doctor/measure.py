@@ -128,7 +128,10 @@ class Doctor:
         raws = [p.read(i) for i in idx]
         nbytes = float(np.mean([raw_nbytes(r) for r in raws]))
         chain = [("read", p.read), ("decode", p.decode)] + [("transform", p.transform)] * (p.transform is not None)
-        got, samples = stream_stages(chain, idx, self.effort.warmup, self.effort.repeats)  # as the loop runs them
+        try:
+            got, samples = stream_stages(chain, idx, self.effort.warmup, self.effort.repeats)  # as the loop runs them
+        except Exception as exc:   # one line naming the sample's file (a 16-bit PNG the transform cannot take)
+            raise p.named_failure(idx, chain, exc) from None
         self.table[("read", fmt, decode)] = Stage("read", f"{fmt} (warm cache)", *got["read"], nbytes)
         if cold:
             self._measure_cold(p, fmt, decode, idx, nbytes)

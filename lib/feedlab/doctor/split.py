@@ -12,6 +12,7 @@ from typing import Any
 from feedlab import decode as dec
 from feedlab import formats
 from feedlab import pipeline as pl
+from feedlab.errors import one_line, shown
 
 
 class StageSplit:
@@ -37,6 +38,32 @@ class StageSplit:
     def __getitem__(self, i):  # what the end-to-end DataLoader runs per item
         s = self.dataset.decode_raw(self.dataset.read_raw(int(i)))
         return self.transform(s) if self.transform is not None else s
+
+    def named_failure(self, indices, chain, exc: BaseException) -> BaseException:
+        """``exc`` (raised running ``chain`` over ``indices``) as one line naming the sample's file, relative to
+        the data set's folder, and the stage it failed in; ``exc`` itself where no file can be named (an error
+        that already names its file, a store that names none). The error path only: each index is rerun alone."""
+        for i in indices:
+            x, stage = i, "read"
+            try:
+                for stage, fn in chain:
+                    x = fn(x)
+            except Exception:   # noqa: BLE001 - this sample is the one that fails: name it
+                files = self.files([i]) or []
+                if not files or str(Path(files[0]).name) in str(exc):
+                    return exc
+                root = Path(getattr(self.dataset, "root", Path(files[0]).parent))
+                try:
+                    name = shown(Path(files[0]).relative_to(root))
+                except ValueError:
+                    name = shown(files[0])
+                text = one_line(exc)
+                todo = ("it holds 16-bit samples, which this path takes only as 8-bit: convert it to 8 bits, or "
+                        "decode with pil (it converts)" if "<u2" in text or "uint16" in text else
+                        "convert or remove it")
+                return ValueError(f"the {stage} of {name} under {shown(root)} failed: "
+                                  f"{type(exc).__name__}: {text}; {todo}")
+        return exc
 
 
 _OPEN: dict[tuple, Any] = {}
