@@ -18,11 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from feedlab import pipeline as pl
+from feedlab.doctor.script_watch import DeadlineWire, fork_watched, stuck_line, watch_deadline
 from feedlab.errors import cli_errors, deadline, seconds_or_zero, strict_json
+from feedlab.formats import sr_formats
 from feedlab.monitor import CpuMonitor
 from feedlab.paths import default_sr_root
 from feedlab.peers.cli import add_arguments as add_peer_arguments
 from feedlab.peers.cli import main_peer
+from feedlab.scale import ranks as scale_ranks
 from feedlab.timing import run_epoch, timer_overhead_per_batch
 from feedlab.trace import trace_run
 
@@ -31,9 +34,12 @@ STALL_S = 300.0
 
 
 def bench(data: Path, spec: pl.PipelineSpec, epochs: int = 3, warmup: int = 1, max_batches: int | None = None,
-          trace: Path | None = None, verify: bool = True, stall_s: float | None = STALL_S) -> dict:
+          trace: Path | None = None, verify: bool = True, stall_s: float | None = STALL_S,
+          wire_fd: int | None = None) -> dict:
     """Time ``spec`` over ``data``; a stall of ``stall_s`` seconds without a batch (a sample
-    that never arrives) raises ``DeadlineError`` naming the data set and the batch."""
+    that never arrives) raises ``DeadlineError`` naming the data set and the batch. ``wire_fd``: the
+    command line's watching process (:func:`feedlab.doctor.script_watch.watch_deadline`) is told the
+    deadline's due time, so a read blocked inside C code, which SIGALRM cannot interrupt, is ended too."""
     seen = [0]
 
     def what() -> str:
@@ -44,7 +50,19 @@ def bench(data: Path, spec: pl.PipelineSpec, epochs: int = 3, warmup: int = 1, m
             seen[0] += 1
             d.reset()
 
-        return _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d)
+        wire = DeadlineWire(wire_fd, d, what) if wire_fd is not None else None
+        if wire is not None:
+            wire.start()
+        out = _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d)
+        if wire is not None:
+            wire.done()
+        return out
+
+
+def _stuck(limit: float, what: str, kids: list[int]) -> int:
+    """The watching process's one line for a run that did not answer its deadline (``--timeout``)."""
+    print(stuck_line("python -m feedlab.bench", what, limit, kids, option="--timeout"), file=sys.stderr, flush=True)
+    return 2
 
 
 def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> dict:
@@ -99,16 +117,14 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
 
 def main(argv: list[str] | None = None) -> int:
     with cli_errors("python -m feedlab.bench"):
-        return _main(argv)
+        return _main(argv, watched=argv is None)   # the command line: watched from a second process
 
 
-def _main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None = None, watched: bool = False) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedlab.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=None, help="a data set built by data_prep "
                     "(default: the embedded data/sr64)")
-    from feedlab.formats import sr_formats
-
     pl.add_arguments(ap, pl.PipelineSpec(batch_size=128, num_workers=2), formats=sr_formats())
     ap.add_argument("--workers", dest="num_workers", type=int, help=argparse.SUPPRESS)  # the flag's old name
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs (after one warm-up)")
@@ -141,14 +157,18 @@ def _main(argv: list[str] | None = None) -> int:
     if args.data is None:
         args.data = default_sr_root("quick")
     if args.ranks is not None:
-        from feedlab.scale.ranks import launch, render
-
-        out = launch(args.ranks, args.data, spec, args.epochs, args.warmup, max_batches=args.max_batches,
+        out = scale_ranks.launch(args.ranks, args.data, spec, args.epochs, args.warmup, max_batches=args.max_batches,
                      timeout_s=None, stall_s=args.timeout or None)  # --timeout: a rank without a batch
-        print(strict_json(out) if args.json else render(out))
+        print(strict_json(out) if args.json else scale_ranks.render(out))
         return 0
+    fd = None
+    if watched and args.timeout:   # a read blocked inside C code (HDF5, LMDB) cannot answer SIGALRM: watched
+        pid, fd = fork_watched()
+        if pid:
+            watch_deadline(pid, fd, args.timeout, lambda what, kids: _stuck(args.timeout, what, kids),
+                           first=f"bench {spec.format} under {args.data}: opening it")
     out = bench(args.data, spec, args.epochs, args.warmup, args.max_batches, args.trace, verify=not args.no_verify,
-                stall_s=args.timeout)
+                stall_s=args.timeout, wire_fd=fd)
     if args.json:
         print(strict_json(out))
         return 0

@@ -39,3 +39,52 @@ def test_bench_missing_data_names_it_and_the_fix(tmp_path):
     r = run_cli("feedlab.bench", "--data", str(missing), "--json")  # as python -m runs it, in this process
     assert r.returncode != 0
     assert str(missing) in r.stderr and "data_prep sr" in r.stderr
+
+
+_HUNG_HDF5 = '''
+import signal, sys, time
+from feedlab.formats import hdf5_store
+def stuck(self, *a, **k):   # a read blocked inside C code (a hung mount): SIGALRM never answered
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+    while True:
+        time.sleep(3600)
+hdf5_store.Hdf5Dataset._read = hdf5_store.Hdf5Dataset.read_batch = stuck
+from feedlab.bench import main
+sys.argv = ["bench", *sys.argv[1:]]
+sys.exit(main())
+'''
+
+
+def test_a_hdf5_read_blocked_inside_c_code_ends_at_the_timeout_with_one_line(sr_root, tmp_path):
+    """Issue 47: bench's --timeout bounds a read that SIGALRM cannot interrupt (HDF5's or LMDB's C code on a hung
+    mount): the command line is watched from a second process, which ends the run and says so in one line."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from leftovers import session_processes, shm_leaked, shm_names
+
+    repo = Path(__file__).resolve().parents[2]
+    script, tmp = tmp_path / "hung_hdf5.py", tmp_path / "tmp"
+    script.write_text(_HUNG_HDF5)
+    tmp.mkdir()
+    env = dict(os.environ, PYTHONPATH=f"{repo / 'lib'}{os.pathsep}{repo}", TMPDIR=str(tmp))
+    shm, t0 = shm_names(), time.monotonic()
+    p = subprocess.Popen([sys.executable, str(script), "--data", str(sr_root), "--format", "hdf5", "--timeout", "3",
+                          "--epochs", "1", "--num-workers", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env, start_new_session=True)
+    try:
+        _out, err = p.communicate(timeout=150)   # the test's own deadline: a hung bench fails, never hangs
+    finally:
+        left = session_processes(p.pid)
+        if p.poll() is None or left:
+            os.killpg(p.pid, 9)
+            p.wait()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, err
+    assert "no progress within 3 s (--timeout)" in lines[0] and "hdf5" in lines[0], lines[0]
+    assert time.monotonic() - t0 < 120
+    assert not left and not shm_leaked(shm)
+    assert [f for f in os.listdir(tmp) if not f.startswith("torchinductor_")] == []

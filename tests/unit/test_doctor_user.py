@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
 from inproc import run_cli
+from torch.utils.data import Dataset
 from user_loader import make_loader, train_step
 
 from feedlab.doctor import diagnose, render_user
@@ -58,3 +61,29 @@ def test_user_loader_rate_counts_the_wait_of_every_counted_batch(monkeypatch):
     assert out["waits"] == [1.0] * 4 and out["steps"] == [1.0] * 4     # the loop's verdict: wait vs step
     out = user._run(loader, None, "cpu", batches=4, skip=16)  # skip capped at batches // 2
     assert out["steady"] == out["steady"] and out["steady"] > 0
+
+
+class _MiBSamples(Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        return torch.zeros(256, 1024)   # 1 MiB a sample
+
+
+def test_your_loader_with_workers_is_checked_against_dev_shm_before_they_start(tmp_path, monkeypatch):
+    """Issue 47: /dev/shm is checked for a user's own DataLoader where the doctor runs it with its workers, as for
+    feedlab's loaders: one line with the fix, before a worker fills /dev/shm (a container's 64 MiB)."""
+    from leftovers import nothing_left
+    from torch.utils.data import DataLoader
+
+    from feedlab.doctor.guard import UserCodeError
+    from feedlab.pipeline import shm
+
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda *_a, **_k: 1 << 20)   # 1 MiB free, as in a small container
+    loader = DataLoader(_MiBSamples(), batch_size=8, num_workers=2)
+    with nothing_left(tmp_path / "tmp", 120, "the doctor on a loader /dev/shm cannot hold"):
+        with pytest.raises(UserCodeError) as err:
+            diagnose(loader, batches=4, repeats=1, max_workers=2)
+    line = str(err.value)
+    assert "\n" not in line and "/dev/shm has 1 MiB free" in line and "file_system" in line, line

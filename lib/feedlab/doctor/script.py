@@ -42,7 +42,7 @@ from feedlab.run_limit import descendants, stop_processes
 
 from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, deadline
 from .report import fmt_rate
-from .script_watch import Progress, Watchdog, Wire, fork_watched, quiet_exit, watch_child
+from .script_watch import Progress, Watchdog, Wire, fork_watched, quiet_exit, shm_hint, watch_child
 from .verdict import DATA_BOUND_FRACTION, VERDICT_MIN_BATCHES, spread_words, step_price, wait_share  # noqa: F401
 from .wrap import batch_len
 
@@ -254,7 +254,7 @@ def _outcome(exc: BaseException | None, path: Path, max_batches: int, n: int) ->
         if os.path.abspath(tb.tb_frame.f_code.co_filename) == str(path.resolve()):
             where = f" at {path.name}:{tb.tb_lineno}"
         tb = tb.tb_next
-    raise UserCodeError(f"--script {path} raised {type(exc).__name__}{where}: {one_line(exc)}") from None
+    raise UserCodeError(f"--script {path} raised {type(exc).__name__}{where}: {one_line(exc)}{shm_hint(exc)}") from None
 
 
 def _status(outcome: BaseException | None) -> int:

@@ -28,6 +28,8 @@ import threading
 import time
 from typing import Callable
 
+from feedlab.pipeline.shm import FIX as SHM_FIX
+from feedlab.pipeline.shm import is_shm_failure
 from feedlab.procgroup import become_subreaper, descendants
 from feedlab.run_limit import stop_processes
 
@@ -35,6 +37,39 @@ from feedlab.run_limit import stop_processes
 SIGNAL_GRACE_S = 10.0
 _real_exit = os._exit
 _shared: dict[str, str] = {}   # multiprocessing's temporary folder, shared with the child (fork_watched)
+_SHM = "/dev/shm"
+_shm_before: set[str] = set()   # /dev/shm's names at the fork: what was there is never this run's to remove
+
+
+def shm_hint(exc: BaseException) -> str:
+    """``; use <the fix>`` where ``exc`` is DataLoader workers out of shared memory (:mod:`feedlab.pipeline.shm`)."""
+    return f"; the DataLoader's workers ran out of {_SHM}: use {SHM_FIX}" if is_shm_failure(exc) else ""
+
+
+def _sweep_torch_shm() -> list[str]:
+    """``torch_<pid>_*`` files new in /dev/shm since the fork whose process is gone and that no process holds
+    (a worker of the child out of space, or stopped mid-batch): removed, so they do not stay until reboot."""
+    try:
+        new = [n for n in set(os.listdir(_SHM)) - _shm_before if n.startswith("torch_")]
+    except OSError:
+        return []
+    dead = [n for n in new if n.split("_")[1].isdigit() and not os.path.exists(f"/proc/{n.split('_')[1]}")]
+    held = set()
+    for pid in (os.listdir("/proc") if dead else []):
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                held.update(ln.rsplit("/", 1)[-1].strip() for ln in fh if f"{_SHM}/torch_" in ln)
+        except OSError:
+            continue
+    gone = []
+    for n in dead:
+        if n not in held:
+            try:
+                os.unlink(os.path.join(_SHM, n))
+                gone.append(n)
+            except OSError:
+                pass
+    return gone
 
 
 def quiet_exit(code: int) -> None:
@@ -191,6 +226,10 @@ def fork_watched() -> tuple[int, int]:
     from multiprocessing import util
 
     _shared["mp_tmp"] = util.get_temp_dir()
+    try:
+        _shm_before.update(os.listdir(_SHM))
+    except OSError:
+        pass
     for f in (sys.stdout, sys.stderr):   # nothing buffered is printed twice
         try:
             f.flush()
@@ -222,6 +261,7 @@ def _end(code: int) -> None:
     _stop_adopted()
     if _shared.get("mp_tmp"):
         shutil.rmtree(_shared["mp_tmp"], ignore_errors=True)
+    _sweep_torch_shm()
     quiet_exit(code)
 
 
@@ -306,12 +346,13 @@ def watch_deadline(pid: int, fd: int, limit: float, end: Callable[[str, list[int
     watch(pid, fd, apply, late, end)
 
 
-def stuck_line(prog: str, what: str, limit: float, kids: list[int]) -> str:
-    """The one line :func:`watch_deadline`'s ``end`` prints for a run that did not answer its deadline."""
+def stuck_line(prog: str, what: str, limit: float, kids: list[int], option: str = "--deadline") -> str:
+    """The one line :func:`watch_deadline`'s ``end`` prints for a run that did not answer its deadline
+    (``option``: the flag that sets it)."""
     started = f" and the {len(kids)} process(es) it started" if kids else ""
-    return (f"{prog}: error: {what}: no progress within {limit:g} s (--deadline), and the deadline could not "
+    return (f"{prog}: error: {what}: no progress within {limit:g} s ({option}), and the deadline could not "
             "interrupt it: a call blocked inside C code (an HDF5 or LMDB read on a hung or very slow mount?); "
-            f"stopped it{started}; check the mount, or give --deadline S if it is only slow")
+            f"stopped it{started}; check the mount, or give {option} S if it is only slow")
 
 
 def ignored_line(sig: int, kids: int) -> str:

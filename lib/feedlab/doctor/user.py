@@ -21,6 +21,7 @@ Every wait has a deadline (your ``DataLoader(timeout=…)`` when you gave one, e
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 from typing import Any, Callable
 
@@ -29,6 +30,7 @@ import numpy as np
 from feedlab import monitor, stage, timing
 from feedlab import pipeline as pl
 from feedlab.errors import DeadlineError, one_line
+from feedlab.pipeline import shm
 from feedlab.timing import torch_threads
 
 from . import predict as PR
@@ -74,6 +76,11 @@ def _next(it, k: int, limit: float | None, whose: str):
         except (StopIteration, UserCodeError, DeadlineError, KeyboardInterrupt):   # the deadline's own, to it
             raise
         except Exception as exc:
+            if shm.is_shm_failure(exc):   # its workers out of /dev/shm: one line with the fix, their torch_* gone
+                stage.stop(None, it)
+                shm.sweep_torch_files([os.getpid(), *(w.pid for w in getattr(it, "_workers", []) if w.pid)])
+                raise UserCodeError(f"your loader's workers ran out of shared memory ({shm.SHM_DIR}) building "
+                                    f"batch {k}: use {shm.FIX}") from None
             text = one_line(exc)
             raise UserCodeError(f"your loader raised {type(exc).__name__} building batch {k}: {text}; "
                                 f"{collate_hint(text)}") from None
@@ -89,6 +96,11 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
     Each batch is counted by the samples it holds (a short last batch counts short).
     """
     skip = min(int(skip), max(0, batches // 2))
+    workers = getattr(loader, "num_workers", 0) or 0
+    problem = shm.shm_problem_of(loader.dataset, loader.batch_size, workers,
+                                 getattr(loader, "prefetch_factor", None) or 2) if workers else None
+    if problem:   # checked before its workers start, as feedlab's own loaders are (pipeline.shm)
+        raise UserCodeError(f"your loader: {problem}")
     t_start, n_after, t_after, it = None, 0, None, iter(loader)
     waits: list[float] = []   # after ``skip``: each batch's wait, then its copy + step (the loop's verdict)
     steps: list[float] = []
