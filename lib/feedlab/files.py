@@ -218,6 +218,14 @@ def replace_path(tmp: Path, final: Path) -> None:
     A directory cannot be ``os.replace``d onto a non-empty one, so an existing
     ``final`` is first renamed aside, then removed once the new one is in place.
     """
+    try:
+        mode = os.lstat(final).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+        remove(tmp)   # a device, FIFO or socket at the destination is never renamed aside and removed
+        raise OSError(f"{final} is {kind_of(mode)}, not a regular file: left as it is, nothing written; "
+                      "give the path of a file to write")
     if final.exists() or final.is_symlink():
         old = tmp_sibling(final, "old")
         os.replace(final, old)

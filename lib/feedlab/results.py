@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
 from feedlab import paths
+from feedlab.files import kind_of
 from feedlab.fingerprint import machine_fingerprint
 
 BASE_COLUMNS = ("experiment", "variant")
@@ -31,6 +33,13 @@ def atomic_write(path: Path, data: str | bytes, *, tmp: Path | None = None) -> N
     The one atomic write of data held in memory; output a library writes to a path itself (a store, a
     tar, ``np.save``) goes through ``formats._io.atomic_output``, which keeps the same temporaries."""
     path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:   # not there (or not reachable): the write below says what is wrong
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):   # never renamed over /dev/full
+        raise OSError(f"{path} is {kind_of(mode)}, not a regular file: left as it is, nothing written; "
+                      "give the path of a file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tmp) if tmp is not None else path.with_name(f"{path.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
     try:
