@@ -201,6 +201,10 @@ def check_destination(name: str, profile: str, params: dict, out_root: Path | No
                          "outside figures/")
     if inside:
         _check_machine(key, final, planning)
+    above = next((p for p in [final, *final.parents] if p.exists() or p.is_symlink()), None)
+    if flag and above is not None and not above.is_dir():   # a file where the folder would be: refused up front
+        raise ValueError(f"{flag}: {above} is a file, not a folder: give a folder (new or holding only this "
+                         "notebook's record)")
     why = name_problem(final, flag) or record_problem(name, final)
     if why:
         raise ValueError(why)

@@ -107,3 +107,20 @@ def test_a_pretend_core_count_never_reaches_a_record(monkeypatch, cpu_box):
     assert planned.name == f"cpu-{real + 14}c" and not planned.exists()
     monkeypatch.setenv("FEEDLAB_CORES", str(real))   # no more than it has: as before
     run_record.check_destination("04_print_overhead", "quick", {}, None)
+
+
+@pytest.mark.parametrize("where", ["root", "below"])
+def test_an_out_root_that_is_a_file_is_refused_before_anything_runs(tmp_path, where):
+    """Issue 47's attack (R03): ``--out-root FILE`` ran the data step and the notebook, then failed in it with
+    ``[Errno 17] File exists``; it is one line before anything runs, the file left as it was."""
+    from leftovers import nothing_left
+
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    out_root = afile if where == "root" else afile / "deeper"
+    with nothing_left(tmp_path / "tmp", 30, "the destination check"):
+        with pytest.raises(ValueError) as err:
+            run_record.check_destination("04_print_overhead", "smoke", {}, out_root)
+    line = str(err.value)
+    assert "\n" not in line and f"{afile} is a file, not a folder" in line and "--out-root" in line, line
+    assert afile.read_text() == "mine" and sorted(os.listdir(tmp_path)) == ["afile", "tmp"]
