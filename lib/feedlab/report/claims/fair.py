@@ -355,7 +355,9 @@ def judge(claim: Claim, run: Run) -> Verdict:
     if out.status == NOT_FAIR:   # the one judge did not judge the ratio (sides unlike, or a side not fair)
         # a side busy, where the run's own not-busy precondition already says so: said once
         said = reasons and all(BUSY_SIDE in part for part in out.note.split("; "))
-        return _unfair(claim, run, out.ours, ([] if said else [out.note]) + reasons, caveat)
+        busy = [r for r in reasons if r.startswith(BUSY_PREFIX)]   # the run-level reason leads
+        return _unfair(claim, run, out.ours, busy + ([] if said else [out.note]) + [r for r in reasons if r not in busy],
+                       caveat)
     if reasons and out.status in JUDGED:
         return _unfair(claim, run, out.ours, reasons, caveat)
     return Verdict(claim.id, out.status, out.ours, claim.theirs, out.note, caveat)

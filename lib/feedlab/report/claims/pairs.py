@@ -11,7 +11,7 @@ of the pair that stands nearest it. Never a verdict from a point ratio alone.
 
 from __future__ import annotations
 
-from feedlab.like_for_like import Side, Verdict, verdict
+from feedlab.like_for_like import MET, Side, Verdict, verdict
 from feedlab.report.claims.core import NOT_FAIR, NOT_REPRODUCED, PARTLY, REPRODUCED, Outcome, Run, status_of
 from feedlab.report.claims.sides import SPS, ratio_interval, side_of_rows
 
@@ -94,10 +94,10 @@ def worst_and_median(run: Run, pairs: list[tuple[dict, dict]], ratios: list[floa
     v_full, _ = grid_verdicts(run, pairs, ratios[worst], full, labels=labels, metric=metric, stand=worst)
     if not v_full.judged:
         return Outcome(NOT_FAIR, ours, str(v_full))
-    if v_full.word == "met":
+    if v_full.word == MET:
         return Outcome(REPRODUCED, ours)
     med = statistics.median(ratios)
     v_part, _ = grid_verdicts(run, pairs, med, part, labels=labels, metric=metric)
-    if v_part.word == "met":
-        return Outcome(PARTLY, ours, f"the worst point {ratios[worst]:.2f}× misses ×{full:g}: {v_full}".rstrip(": "))
-    return Outcome(NOT_REPRODUCED, ours, str(v_part) if v_part.why else "")
+    if v_part.word == MET:
+        return Outcome(PARTLY, ours, f"the worst point, {ratios[worst]:.2f}×, against ×{full:g}: {v_full}")
+    return Outcome(NOT_REPRODUCED, ours, f"the median, {med:.2f}×, against ×{part:g}: {v_part}")
