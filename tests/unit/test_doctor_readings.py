@@ -29,6 +29,7 @@ def test_the_overall_gain_is_the_last_kept_step():
 def test_readings_name_the_start_each_step_and_the_overall_gain():
     lines = DS.readings(REPORT, STEPS, START, CALIB)
     assert lines[0].startswith("Start (") and "data-bound, bounded by decode" in lines[0]
+    assert "the verdict predicted from the stages (its loop not measured)" in lines[0]
     assert any("step num_workers=2" in x and "; kept;" in x for x in lines)
     assert any("step collate=fast" in x and "measured SLOWER: undone" in x for x in lines)
     assert any("measured ×2.00 over the start, against ×2.00 predicted (100%" in x for x in lines)
@@ -75,3 +76,13 @@ def test_the_overall_gain_goes_through_the_one_judge_where_the_steps_rows_are_gi
     lines = DS.readings(REPORT, steps, START, CALIB, frame=_frame(batch_of_last=256))
     assert any("not like for like (batch size: 256 vs 64" in x and "measured, not credited" in x for x in lines)
     assert lines[-1].startswith("The advice's gain is not credited in this run: not like for like (batch size")
+
+
+def test_the_start_reads_the_reports_one_verdict_measured_on_its_loop():
+    """10's start line takes the doctor's one verdict (the loop's measured share), never the stages' reading."""
+    rep = {**REPORT, "verdict": "compute-bound", "predicted_verdict": "data-bound",
+           "loop": {"share": 0.12, "mean_share": 0.12, "windows": 6, "window_batches": 1, "bursts": 0,
+                    "verdict": "compute-bound", "source": "feedlab's pipeline as specified, end to end"}}
+    line = DS.readings(rep, STEPS, START, CALIB)[0]
+    assert "compute-bound, bounded by decode; the verdict from its loop's measured data wait (12%)" in line
+    assert "data-bound" not in line

@@ -17,6 +17,7 @@ import numpy as np
 
 from feedlab.doctor import Doctor
 from feedlab.doctor.predict import predict
+from feedlab.doctor.verdict import verdict_of_report
 from feedlab.experiments._advice_steps import follow
 from feedlab.pipeline import MIN_TIMED_BATCHES, PipelineSpec
 from feedlab.plots import PALETTE, legend_outside, times, training_step
@@ -285,7 +286,10 @@ def readings(report: dict, steps: list[dict], start: PipelineSpec, calib: dict, 
     (kept or measured slower and undone) and the overall gain, all from the run. ``frame``: the steps' rows
     (``Results.frame()``): the overall gain is then the one judge's (:func:`feedlab.report.targets.advice_line`:
     a batch size or recipe change, a short window or a single measurement is measured, never credited)."""
-    out = [f"Start ({start.label()}): {report['verdict']}, bounded by {report['bound_stage']}; "
+    v = verdict_of_report(report)   # the report's one verdict, as the doctor printed it: never re-derived here
+    how = (f"the verdict from its loop's measured data wait ({100 * v.loop.share:.0f}%)" if v.loop is not None else
+           "the verdict predicted from the stages (its loop not measured)")
+    out = [f"Start ({start.label()}): {v.verdict}, bounded by {report['bound_stage']}; {how}; "
            f"predicted {report['predicted_samples_per_s']:,.0f} samples/s, measured {steps[0]['measured']:,.0f}.",
            f"Machine: {report['cores']} cores, {report['effective_cores']:.2f} effective during the run "
            "(a CPU-bound loop in every core; below the core count means others were using the machine).",
@@ -323,7 +327,7 @@ def payload(P, doc, report: dict, start: PipelineSpec, steps: list[dict], calib:
     return {"notebook": "10_doctor", "profile": P.profile, "batch_size": P.batch_size, "model": P.model,
             "device": doc.device, "cuda": doc.cuda, "cores": report["cores"],
             "effective_cores": report["effective_cores"], "start": start.as_dict(),
-            "verdict": report["verdict"], "bound_stage": report["bound_stage"],
+            "verdict": report["verdict"], "loop": report.get("loop"), "bound_stage": report["bound_stage"],
             "predicted_samples_per_s": report["predicted_samples_per_s"], "end_to_end": report["end_to_end"],
             "advice": [{k: a[k] for k in ("setting", "value", "expected_gain", "predicted_samples_per_s")}
                        for a in report["advice"]],
