@@ -754,3 +754,71 @@ def test_a_peers_persistent_workers_are_stopped_before_the_next_loader_forks(sr_
         monkeypatch.undo()
         gc.collect()
     assert "can only test a child process" not in text and "Traceback" not in text, text
+
+
+class _WarnsInWorkers(torch.utils.data.Dataset):
+    """Warns in every worker, as LitData's deserializer does (PyTorch's non-writable buffer warning)."""
+
+    def __init__(self, source):
+        self.lr, self.hr = source.lr, source.hr
+
+    def __len__(self):
+        return len(self.lr)
+
+    def __getitem__(self, i):
+        import warnings
+
+        warnings.warn("The given buffer is not writable, and PyTorch does not support non-writable tensors. "
+                      "This means you can write to the underlying buffer.", UserWarning)
+        return torch.from_numpy(np.array(self.lr[i])), torch.from_numpy(np.array(self.hr[i]))
+
+
+class _Warns(_KeepsWorkers):
+    name, label = "warns", "Warns"
+    kinds, import_names, parallelism, shuffle, recipe = ("sr",), (), "workers", "global", "a test"
+
+    def check(self):
+        return True, ""
+
+    def convert(self, source, work):
+        import warnings
+
+        from feedlab.peers.base import Conversion
+
+        warnings.warn("a conversion warning\nwith a second line", DeprecationWarning)
+        return Conversion(0.0, 0)
+
+    def loader(self, source, work, spec):
+        from feedlab.peers._common import MapBatches
+
+        return MapBatches(torch.utils.data.DataLoader(_WarnsInWorkers(source), batch_size=spec.batch_size,
+                                                      num_workers=spec.workers, persistent_workers=True),
+                          lambda b: b)
+
+
+def test_a_peers_warnings_become_one_line_notes_not_raw_warnings(sr_source, tmp_path, monkeypatch, capfd):
+    """88a8ebe's 13 showed LitData's raw UserWarning four times (once per forked worker): a contender's warnings,
+    in this process and in its workers, are now one line each in its notes (the table and the readings), once."""
+    import warnings
+
+    from feedlab.peers import measure, report
+
+    monkeypatch.setattr(measure, "get", lambda name: _Warns())
+    monkeypatch.setattr(measure.remote, "in_venv", lambda: True)   # this interpreter runs it
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        res, info = measure.run_peer("warns", sr_source, tmp_path, 10, [1], repeats=1,
+                                     window=measure.Window(2, 0.0, None, 1.0))
+    assert info.get("runs") and info["runs"][0]["ok"], info
+    err = capfd.readouterr().err
+    assert "Warning" not in err, err                     # nothing raw on the process's stderr, workers' included
+    notes = info["notes"]
+    assert len(notes) == len(set(notes)) == 2, notes      # each once, though every worker and epoch warned
+    assert notes[0].startswith("DeprecationWarning (") and notes[0].endswith("a conversion warning"), notes
+    assert notes[1].startswith("UserWarning (") and notes[1].endswith(
+        "The given buffer is not writable, and PyTorch does not support non-writable tensors"), notes
+    assert not list(tmp_path.glob(".warnings-*"))      # its file goes with the run
+    info.update(samples=sr_source.n)
+    tab = report.table([info], report.rows_frame(res))
+    lines = report.readings({}, tab)
+    assert [ln for ln in lines if "warned" in ln] == [f"sr: Warns warned: {n}" for n in notes]

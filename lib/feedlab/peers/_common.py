@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -114,3 +118,41 @@ def stop_workers(loader) -> int:
             stopped += 1
         dl._iterator = None
     return stopped
+
+
+def note_of(message, category, filename, lineno) -> str:
+    """A warning as one line: its category, where it was raised (package/file:line) and its first sentence."""
+    first = next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "")
+    first = first.split(". ")[0].rstrip(".")
+    where = Path(str(filename))
+    return f"{category.__name__} ({where.parent.name}/{where.name}:{lineno}): {first}"[:240]
+
+
+@contextmanager
+def warnings_as_notes(folder, notes: list):
+    """Every warning a contender raises while it runs, in this process and in the workers it forks (they inherit
+    the handler), becomes one line in ``notes`` (:func:`note_of`; each once, in order), not a raw warning under
+    the notebook's cell. The lines pass through a file in ``folder`` (forked workers append to it), removed on
+    the way out, an interruption included. A worker started by spawn has its own handler: not caught here."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=".warnings-", suffix=".txt", dir=folder)
+    os.close(fd)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        try:
+            with open(path, "a") as fh:
+                fh.write(note_of(message, category, filename, lineno).replace("\n", " ") + "\n")
+        except OSError:   # the file gone (the run ended while a worker warned): nothing to keep
+            pass
+
+    try:
+        with warnings.catch_warnings():   # restores showwarning and the filters on the way out
+            warnings.showwarning = show
+            yield notes
+    finally:
+        try:
+            with open(path) as fh:
+                notes.extend(dict.fromkeys(ln.strip() for ln in fh if ln.strip()))
+        finally:
+            os.unlink(path)

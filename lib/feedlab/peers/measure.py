@@ -49,7 +49,7 @@ from feedlab.pipeline.rates import rel_half_width
 from feedlab.results import Results
 
 from . import get, plan, remote, venvs
-from ._common import stop_workers
+from ._common import stop_workers, warnings_as_notes
 from .base import Source, Spec, installed_versions
 from .check import EpochCounter, verify
 from .remote import beat
@@ -263,6 +263,18 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
     if source.kind not in peer.kinds:
         info.update(available=False, reason=f"no {source.kind} pipeline")
         return res, info
+    notes: list[str] = []   # its warnings, one line each (the table's notes), not raw under the cell
+    with warnings_as_notes(Path(work_root), notes):
+        _measure_here(peer, name, source, work_root, batch_size, worker_counts, size, warmup, repeats, cold, device,
+                      seed, check, stall_s, window, augment, info, res)
+    if notes:
+        info["notes"] = notes
+    return res, info
+
+
+def _measure_here(peer, name: str, source: Source, work_root, batch_size, worker_counts, size, warmup, repeats,
+                  cold, device, seed, check, stall_s, window, augment, info: dict, res: Results) -> None:
+    """:func:`run_peer` in this interpreter, into ``info`` and ``res``: conversion, check, every worker count."""
     # in this interpreter: --timeout bounds it as it bounds a venv run (a batch, a conversion step is progress)
     d = None
     try:
@@ -275,7 +287,7 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
                 raise
             except Exception as exc:
                 info.update(available=False, reason=f"conversion failed: {_last_line(exc)}")
-                return res, info
+                return
             info.update(convert_s=conv.seconds, bytes_on_disk=conv.bytes, convert_note=conv.note)
             res.add(EXPERIMENT, name, "convert_s", conv.seconds, "s", kind=source.kind)
             res.add(EXPERIMENT, name, "bytes_on_disk", conv.bytes, "B", kind=source.kind)
@@ -291,19 +303,19 @@ def run_peer(name: str, source: Source, work_root: Path, batch_size: int, worker
                     info["check"] = {"ok": False, "error": _last_line(exc)}
                 if not info["check"]["ok"]:
                     info.update(available=True, reason="output check failed")
-                    return res, info
+                    return
             info["runs"] = []
             for w in ran:
                 r, status = time_contender(name, source, work, spec.with_(workers=w), warmup, repeats, cold, device,
                                            window)
                 res.extend(r)
                 info["runs"].append(status)
-            return res, info
+            return
     except DeadlineError as exc:
         if d is None or exc.deadline is not d:   # an outer deadline's: its own line
             raise
         info.update(available=True, reason=f"stopped: no progress in {stall_s:g} s (--timeout)")
-        return res, info
+        return
 
 
 def shared_window(window: Window, budget, pairs_left: int, windows: int, overhead_s: float = OVERHEAD_S) -> Window:

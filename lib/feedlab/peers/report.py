@@ -79,7 +79,8 @@ def table(infos: list[dict], df: pd.DataFrame) -> pd.DataFrame:
                 "shuffle": info["shuffle"], "parallelism": info["parallelism"],
                 "interpreter": info.get("interpreter", ""), "pixel_error": pixel_error(info.get("check")),
                 "samples": info.get("samples"), "batch_size": _batch_size(df, info["name"], info["kind"]),
-                "cold_left_out": info.get("cold_left_out", "")}
+                "cold_left_out": info.get("cold_left_out", ""),
+                "notes": "\n".join(info.get("notes") or [])}   # its warnings, one line each (measure.run_peer)
         runs = info.get("runs") or []
         if not runs:
             rows.append({**base, "num_workers": None})
@@ -322,6 +323,9 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
         if len(warm_only):
             lines.append(f"timed warm only ({warm_only.cold_left_out.iloc[0]}): "
                          + ", ".join(f"{r.label} on {r.kind}" for r in warm_only.itertuples()) + ".")
+    if "notes" in tab:   # a contender's warnings, each once, as lines (never raw under the cell)
+        for row in tab[tab.notes.fillna("").astype(str).str.len() > 0].drop_duplicates(["kind", "contender"]).itertuples():
+            lines.extend(f"{row.kind}: {row.label} warned: {note}" for note in str(row.notes).splitlines())
     failed = tab[(tab.available.astype(bool)) & (tab.check_ok == False)]  # noqa: E712
     for row in failed.drop_duplicates(["kind", "contender"]).itertuples():
         lines.append(f"{row.kind}: {row.label} failed the output check ({row.check}); it is not ranked.")
