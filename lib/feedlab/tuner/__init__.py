@@ -3,7 +3,8 @@ settings of an unmodified PyTorch DataLoader (``feedlab-doctor --tune``; docs/TU
 
 Modules: ``tuner.probe`` (the stage probe and the doctor's prediction per setting), ``tuner.candidates``
 (what may change, where it applies, the limits, the rebuild and the line to paste), ``tuner.threads``
-(:class:`ThreadedLoader`), ``tuner.search`` (:func:`tune`, :class:`Tuned`), ``tuner.epochs`` (the
+(:class:`ThreadedLoader`), ``tuner.search`` (:func:`tune`, :class:`Tuned`), ``tuner.race`` (its measured
+passes raced: a candidate already out of the running ends its window early), ``tuner.epochs`` (the
 between-epochs re-tuner, :class:`Retuned`), ``tuner.__main__`` (the command line)."""
 
 from .epochs import Retuned
