@@ -287,3 +287,32 @@ def test_a_window_precise_twice_in_a_row_may_end_before_its_batch_floor():
     noisy = [0.01, 0.05] * 12 + [0.2] * 4
     assert not w.precise(noisy)
     assert not Window(min_batches=50, min_s=0.1, precision=None).done(24, 0.24, steady, streak=5)
+
+
+def test_a_rate_whose_interval_reaches_a_zero_batch_time_has_no_upper_bound():
+    """88a8ebe's 13 printed feedlab's SR spread as 16,292–33,983,286,036,261 (hi = rate / 1e-9: its one window's
+    half-width was ±109%): a half-width of 100% or more now leaves the rate's high and the ratio's interval not
+    known, the rate imprecise, and the judge never reads the point ratio as met."""
+    from feedlab.like_for_like import MET
+    from feedlab.peers.report import ratios, readings, table
+    from feedlab.results import Results
+
+    res = Results()
+    for name, rate, hw in (("feedlab_best", 33983.0, 1.086), ("ffcv", 5529.0, 0.03)):
+        for cache in ("warm",):
+            for metric, v in (("samples_per_s", rate), ("rate_half_width", hw), ("precise", float(hw <= 0.05)),
+                              ("timed_batches", 1216), ("window_s", 2.3)):
+                res.add("peers", name, metric, v, "", 0, kind="sr", num_workers=2, batch_size=64, cache=cache)
+    infos = [{"name": n, "label": lab, "kind": "sr", "available": True, "shuffle": "global permutation per epoch",
+              "parallelism": "-", "check": {"ok": True, "method": "sha1"}, "samples": 2048,
+              "runs": [{"num_workers": 2, "ok": True}]} for n, lab in (("feedlab_best", "feedlab best"),
+                                                                      ("ffcv", "FFCV"))]
+    tab = table(infos, res.frame())
+    fb = tab[tab.contender == "feedlab_best"].iloc[0]
+    assert fb.q25 == pytest.approx(33983.0 / 2.086) and np.isnan(fb.q75) and fb.rate_kind == "imprecise"
+    assert "no upper bound" in fb.spread
+    r = ratios(tab)["sr"]
+    assert r["ratio_low"] == pytest.approx((33983.0 / 2.086) / (5529.0 / 0.97)) and r["ratio_high"] is None
+    assert r["judged"]["word"] != MET, r["judged"]   # ×6 with an unbounded side: within its spread, never met
+    line = next(ln for ln in readings(ratios(tab), tab) if ln.startswith("sr:"))
+    assert "n/a" in line and "e+" not in line and "33,983,286" not in line, line

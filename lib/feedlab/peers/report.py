@@ -49,8 +49,11 @@ def _rate(df, name, kind, workers, cache) -> dict:
     m, lo, hi = _med(df, name, kind, "samples_per_s", workers, cache)
     n = len(_rows(df, name, kind, "samples_per_s", workers, cache))
     hw = _med(df, name, kind, "rate_half_width", workers, cache)[0]
-    if n < 3 and hw == hw:
-        lo, hi, spread = m / (1 + hw), m / max(1e-9, 1 - hw), f"95% interval of {n} window(s)"
+    unbounded = n < 3 and hw == hw and hw >= 1
+    if unbounded:   # the mean batch time's interval reaches 0 s: no upper bound on the rate (never m / ~0)
+        lo, hi, spread = m / (1 + hw), float("nan"), f"95% interval of {n} window(s): ±{hw:.0%}, no upper bound"
+    elif n < 3 and hw == hw:
+        lo, hi, spread = m / (1 + hw), m / (1 - hw), f"95% interval of {n} window(s)"
     else:
         spread = f"IQR of {n} windows"
     precise = _rows(df, name, kind, "precise", workers, cache).value
@@ -59,7 +62,7 @@ def _rate(df, name, kind, workers, cache) -> dict:
     tb = _rows(df, name, kind, "timed_batches", workers, cache).value
     ws = _rows(df, name, kind, "window_s", workers, cache).value
     load = _rows(df, name, kind, "other_load", workers, cache).value
-    kind_ = None if not len(precise) else "steady" if precise.min() >= 1 else "imprecise"
+    kind_ = "imprecise" if unbounded else None if not len(precise) else "steady" if precise.min() >= 1 else "imprecise"
     return {"median": m, "low": lo, "high": hi, "spread": spread, "windows": n,
             "timed_batches": float(tb.min()) if len(tb) else None, "window_s": float(ws.min()) if len(ws) else None,
             "half_width": hw if hw == hw else None, "rate_kind": kind_,
@@ -195,7 +198,7 @@ def ratios(tab: pd.DataFrame, field=None) -> dict:
                          "missing_peers": missing, "complete_field": not missing}
             continue
         r = fb["samples_per_s"] / peer["samples_per_s"]
-        lo, hi = fb["q25"] / peer["q75"], fb["q75"] / peer["q25"]
+        lo, hi = _ratio(fb["q25"], peer["q75"]), _ratio(fb["q75"], peer["q25"])   # None: a side unbounded
         a, b = side(fb), side(peer)
         cold = _ratio(fb.get("cold_samples_per_s"), peer.get("cold_samples_per_s"))
         v = verdict(a, b, r, target=TARGET, lo=lo, hi=hi)
@@ -293,11 +296,12 @@ def readings(rat: dict, tab: pd.DataFrame) -> list[str]:
         s = (f"{kind}: feedlab best ({workers_of(fb.get('pipeline'), fb['num_workers'])} workers{chosen}) {_f(fb['samples_per_s'])} samples/s "
              f"(spread {_f(fb['q25'])}–{_f(fb['q75'])}) vs the best peer, {p['label']} ({int(p['num_workers'])} workers) "
              f"{_f(p['samples_per_s'])} (spread {_f(p['q25'])}–{_f(p['q75'])}): ratio {r['ratio']:.2f} "
-             f"(from the spreads {r['ratio_low']:.2f}–{r['ratio_high']:.2f}); target >= {TARGET:g}: {r['verdict']}.")
+             f"(from the spreads {_f(r['ratio_low'], '{:.2f}')}–{_f(r['ratio_high'], '{:.2f}')}); target >= {TARGET:g}: "
+             f"{r['verdict']}.")
         if r.get("cold_ratio") is not None:
             s += f" Cold page cache: ratio {r['cold_ratio']:.2f}"
             if r.get("cold_ratio_low") is not None and r.get("cold_ratio_high") is not None:
-                s += f" (from the spreads {r['cold_ratio_low']:.2f}–{r['cold_ratio_high']:.2f})"
+                s += f" (from the spreads {_f(r['cold_ratio_low'], '{:.2f}')}–{_f(r['cold_ratio_high'], '{:.2f}')})"
             s += f": {r['cold_verdict']}." if r.get("cold_verdict") else "."
         if r.get("sides"):
             s += f" Each side (feedlab / peer): {shared(r['sides'])}."
