@@ -303,6 +303,8 @@ def _main(argv: list[str] | None = None) -> int:
     if args.dry_run:   # it agrees with the run: the same refusals (the gpu plan is drawn up on any machine)
         for nb, given in params_for.items() if profile != "gpu" else ():
             check_destination(nb.stem, profile, given, args.out_root, planning=True)
+        if args.tar is not None and not args.data_only:
+            check_tar_dest(args.tar.expanduser().resolve(), planning=True)
         rows = plan(notebooks, profile, params, run_params.for_notebook)
         print_plan(rows, profile, machines.usable_cores())
         return 2 if any(isinstance(values, str) for _, values in rows) else 0

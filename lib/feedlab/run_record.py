@@ -339,12 +339,17 @@ def keep_failed(tmp: Path, name: str) -> Path | None:
     return dest
 
 
-def check_tar_dest(dest: Path) -> None:
-    """``--tar FILE`` must be writable before the first notebook runs (not after it)."""
+def check_tar_dest(dest: Path, planning: bool = False) -> None:
+    """``--tar FILE`` must be writable before the first notebook runs (not after it), and named ``.tar`` or
+    ``.tar.gz`` (what it holds follows the name); ``planning`` (the dry run): the name only, nothing made."""
     import tempfile
 
     if dest.is_dir():
         raise ValueError(f"--tar {dest} is a folder: give a file name (.tar or .tar.gz)")
+    if not dest.name.endswith((".tar", ".tar.gz")):
+        raise ValueError(f"--tar {dest}: give a .tar or .tar.gz name (the file is a tar, gzipped by its name)")
+    if planning:
+        return
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=dest.parent, prefix=f".{dest.name}.probe-"):

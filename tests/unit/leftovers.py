@@ -48,8 +48,9 @@ def shm_held() -> set[str]:
 
 
 def shm_leaked(before: set[str]) -> set[str]:
-    """Names new in /dev/shm since ``before`` that no process holds."""
-    return (shm_names() - before) - shm_held()
+    """``torch_*`` names (what DataLoader workers leave) new in /dev/shm since ``before`` that no process holds.
+    Other names are left out: on a shared machine other programs' killed runs leave ``sem.mp-*`` meanwhile."""
+    return {n for n in (shm_names() - before) - shm_held() if n.startswith("torch_")}
 
 
 def files_in(folder: Path) -> list[str]:

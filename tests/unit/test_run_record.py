@@ -124,3 +124,16 @@ def test_an_out_root_that_is_a_file_is_refused_before_anything_runs(tmp_path, wh
     line = str(err.value)
     assert "\n" not in line and f"{afile} is a file, not a folder" in line and "--out-root" in line, line
     assert afile.read_text() == "mine" and sorted(os.listdir(tmp_path)) == ["afile", "tmp"]
+
+
+def test_a_tar_named_other_than_tar_or_tar_gz_is_refused_and_the_dry_run_makes_nothing(tmp_path):
+    """Issue 47's attack (R07): ``--tar x.zip`` was taken silently (a plain tar under a .zip name); the dry run
+    said nothing. The name is checked in the dry run too, which makes no folder and no probe file."""
+    from leftovers import nothing_left
+
+    with nothing_left(tmp_path / "tmp", 30, "the --tar check"):
+        for planning in (True, False):
+            with pytest.raises(ValueError, match=r"give a \.tar or \.tar\.gz name"):
+                run_record.check_tar_dest(tmp_path / "out" / "x.zip", planning=planning)
+        run_record.check_tar_dest(tmp_path / "new" / "r.tar.gz", planning=True)
+    assert sorted(os.listdir(tmp_path)) == ["tmp"]
