@@ -96,3 +96,11 @@ def test_once_more_only_where_the_judge_has_not_told_them_apart(monkeypatch):
                         excluded={"threads=2": "excluded after 0.3 s"})
     RC.once_more(excluded, cands, max_window_s=2.0)
     assert len(calls) == 1                                                # an excluded trial is never the best
+
+
+def test_the_first_window_is_capped_at_the_shortest_a_verdict_accepts():
+    fast = TensorDataset(torch.rand(200000, 1))
+    cands = [TR.Candidate("start", lambda: DataLoader(fast, batch_size=8))]
+    kw = dict(half_width=1e-6, min_window_s=0.2, max_window_s=5.0, deadline_s=10.0, min_batches=10, load_window=_Quiet)
+    (t,) = RC.race(cands, passes=1, first_cap_s=0.2, **kw).trials       # never precise: ends at its cap
+    assert 0.2 <= t.window_s < 1.0 and t.rate_kind == "imprecise" and t.timed_batches >= 10

@@ -14,7 +14,8 @@ the next one's window early (``trials.Candidate.early``, asked every 5 timed bat
   other measured: a longer window cannot change the pick; its rate is kept, imprecise with its half-width.
 
 The start is measured first and in full (the reference of every verdict), then the candidates in the order the
-model ranked them; later passes rotate (B C A) over those not excluded. Where the fastest and the start are not
+model ranked them; later passes rotate (B C A) over those not excluded. Successive halving: the first window of
+each may be capped at the shortest a verdict accepts (``first_cap_s``: ≥ 1 s and 50 batches, or ±5% sooner). Where the fastest and the start are not
 both steady and the judge could not yet tell them apart (within spread, or not tested fairly), the two are
 measured once more with twice the cap (:func:`once_more`); a decided verdict (met, or missed) is not re-measured.
 """
@@ -135,11 +136,15 @@ def merge(old: TR.Trial, new: TR.Trial, longer: bool = False) -> TR.Trial:
 
 
 def race(cands: list[TR.Candidate], *, passes: int, budget_s: float | None = None,
-         target: float = TR.DEFAULT_TARGET, log: Callable[[str], None] | None = None, **kw) -> Raced:
+         target: float = TR.DEFAULT_TARGET, log: Callable[[str], None] | None = None,
+         first_cap_s: float | None = None, **kw) -> Raced:
     """``cands`` (the start first) raced over ``passes`` passes (this module's docstring); ``kw`` goes to
     :func:`feedlab.doctor.trials.measure` (``step``, ``device``, ``half_width``, ``min_window_s``,
     ``max_window_s``, ``deadline_s``, ``load_window``, ``min_batches``). ``budget_s``: no pass after a
-    candidate's first starts once that many seconds have gone."""
+    candidate's first starts once that many seconds have gone. ``first_cap_s``: the cap of each candidate's first
+    window (the tuner: the shortest a verdict accepts, ``min_window_s``; an imprecise one still runs to
+    ``min_batches``): a longer window is bought only where the judge cannot yet tell the start and the best apart
+    (:func:`once_more`)."""
     log = log or (lambda m: None)
     t0 = time.perf_counter()
     done: dict[str, TR.Trial] = {}
@@ -158,7 +163,8 @@ def race(cands: list[TR.Candidate], *, passes: int, budget_s: float | None = Non
             rule = None if c.name == start else Rule(
                 c.name, done, start, out.excluded, target, kw.get("min_window_s", 1.0),
                 kw.get("min_batches", lfl.MIN_TIMED_BATCHES), kw.get("half_width", 0.05))
-            new = TR.measure([dataclasses.replace(c, early=rule)], passes=1, log=log, **kw)[0]
+            cap = {"max_window_s": first_cap_s} if p == 0 and first_cap_s is not None else {}
+            new = TR.measure([dataclasses.replace(c, early=rule)], passes=1, log=log, **{**kw, **cap})[0]
             done[c.name] = merge(old, new) if old is not None else new
             if rule is not None and rule.excluded and new.stopped:
                 out.excluded[c.name] = new.stopped

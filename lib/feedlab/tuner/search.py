@@ -142,7 +142,9 @@ def tune(make_loader: Callable[[], Any], step: Callable[[Any], Any] | None = Non
          min_batches: int = lfl.MIN_TIMED_BATCHES) -> Tuned:
     """Tune the DataLoader ``make_loader()`` returns for the user's loop (``step(batch)`` on each batch, on
     ``device``): this module's docstring. ``budget_s`` bounds the measured passes (every candidate gets its
-    first); ``epochs`` > 1 adds ``persistent_workers``; ``ram_bytes`` (default ``ram_share`` of the RAM
+    first); ``window_s`` the shortest window, and the cap of each candidate's first (an imprecise one still runs to
+    ``min_batches``; ``max_window_s`` caps later passes, twice it the start and the best measured once more where
+    they are not yet told apart); ``epochs`` > 1 adds ``persistent_workers``; ``ram_bytes`` (default ``ram_share`` of the RAM
     available now) bounds the workers' memory. The recipe (batch size, model, precision) is never changed."""
     import psutil
 
@@ -168,7 +170,7 @@ def tune(make_loader: Callable[[], Any], step: Callable[[Any], Any] | None = Non
     kw = dict(step=step, device=device, half_width=half_width, min_window_s=window_s, deadline_s=deadline_s,
               load_window=load_window, min_batches=min_batches)
     raced = RC.race(cands, passes=passes, budget_s=max(0.0, budget_s - pr.seconds), log=log,
-                    max_window_s=max_window_s, **kw)
+                    max_window_s=max_window_s, first_cap_s=min(window_s, max_window_s), **kw)
     if passes < MAX_PASSES:
         RC.once_more(raced, cands, log=log, max_window_s=2 * max_window_s, **kw)
     out.trials, out.excluded = raced.trials, raced.excluded
