@@ -544,10 +544,16 @@ def test_epoch_vs_batch_needs_steady_rates_and_a_gpu_bound_step():
 # ---------------------------------------------------------------- the five comparisons, as the claims say
 def test_fewer_workers_compares_8_and_16_workers():
     ms = {"w0_b8": 9.0, "w8_b8": 1.0, "w16_b8": 1.0, "w0_b128": 9.0, "w8_b128": 1.2, "w16_b128": 1.0}
+    known = {k: KNOWN[k] for k in ("order", "pixel_error", "cache", "window_s", "timed_batches")}
     frame = pd.DataFrame([r for w in (0, 8, 16) for b in (8, 128) for r in _rows(
-        {"experiment": "batch_size_table", "num_workers": w, "batch_size": b}, {"batches": 100}, rate_kind="steady")])
+        {"experiment": "batch_size_table", "num_workers": w, "batch_size": b},
+        {"batches": 100, "samples_per_s": 1000.0 / ms[f"w{w}_b{b}"]}, rate_kind="steady", **known)])
     v = verdict("000-fewer-workers-small-batch", {"ms_per_sample": ms}, frame=frame)
     assert v.status == C.REPRODUCED and v.ours.startswith("8 vs 16 workers") and "1.20× at batch 128" in v.ours
+    # a side whose rows did not record its order: measured, not judged (never a grade from the point ratios)
+    silent = frame.assign(order=lambda d: d["order"].where(d["num_workers"] != 8))
+    v = verdict("000-fewer-workers-small-batch", {"ms_per_sample": ms}, frame=silent)
+    assert v.status == C.NOT_FAIR and "not recorded for 8 workers (num_workers=8, batch_size=8): order (not known)" in v.note
     few = verdict("000-fewer-workers-small-batch", {"ms_per_sample": {"w0_b8": 2.0, "w2_b8": 1.0}}, CPU)
     assert few.status == C.NOT_FAIR and "compares 8 and 16 workers" in few.note and "[0, 2]" in few.note
 
@@ -935,7 +941,8 @@ def test_too_many_workers_is_judged_lower_is_better_on_both_sides():
 # ---------------------------------------------------------------- the payload ratios, through the one judge
 PAYLOAD_RATIO_CLAIMS = ("000-paged-wins-small-input", "000-pinned-wins-64", "001-fast-collate", "001-pinned-dma",
                         "002-sleep-parallel", "002-preprocess-out-of-band", "003-accimage-fast", "004-print-75x",
-                        "004-prefetch-overlap", "004-hdf5-with-training", "000-epoch-vs-batch")
+                        "004-prefetch-overlap", "004-hdf5-with-training", "000-epoch-vs-batch",
+                        "000-fewer-workers-small-batch", "003-pillow-simd-fast", "004-custom-loop-like-one-worker")
 
 
 def check_payload_ratios_judged_on_sides(figs):

@@ -63,6 +63,18 @@ def grid_verdicts(run: Run, pairs: list[tuple[dict, dict]], ratio: float | None,
     return v_full, v_part
 
 
+def first_unjudged(run: Run, pairs: list[tuple[dict, dict]], *, labels: tuple[str, str], metric: str = SPS,
+                   changes: tuple[str, ...] = ()) -> Verdict | None:
+    """The judge's verdict on the first pair whose sides are not like for like or not measured fairly (None: every
+    pair's sides may be compared): for a claim graded on a band or a count of pairs, checked before its grade."""
+    for a, b in pairs:
+        sa, sb, r, (lo, hi) = pair_of(run, a, b, labels, metric)
+        v = verdict(sa, sb, r, lo=lo, hi=hi, changes=changes)
+        if not v.judged:
+            return v
+    return None
+
+
 def judged_outcome(verdicts: tuple[Verdict, Verdict | None], ours: str, note: str = "",
                    settings: tuple = ()) -> Outcome:
     """The claim's Outcome from the judge's verdicts (:func:`feedlab.report.claims.core.status_of`); a verdict not

@@ -32,7 +32,7 @@ from feedlab.report.claims.fair import (
     unsteady_reason,
     workers_named,
 )
-from feedlab.report.claims.pairs import grid_verdicts, judged_outcome
+from feedlab.report.claims.pairs import first_unjudged, grid_verdicts, judged_outcome
 from feedlab.report.claims.sides import pairs_verdict
 
 NB01, NB02, NB03, NB08, NB09 = ("01_worker_scaling", "02_lmdb_vs_png", "03_pinned_memory_by_input_size",
@@ -159,9 +159,15 @@ def fewer_workers_small_batch(run) -> Outcome:
     small = ms[(FEWER, sizes[0])] / ms[(MORE, sizes[0])]
     large = ms[(FEWER, sizes[-1])] / ms[(MORE, sizes[-1])]
     settings = tuple(_bst(w, b) for w in (FEWER, MORE) for b in (sizes[0], sizes[-1]))
-    return Outcome(verdict(small <= 1.05 and large > 1.05, small <= 1.05),
-                   f"{FEWER} vs {MORE} workers, time per sample: {small:.2f}× at batch {sizes[0]}, "
-                   f"{large:.2f}× at batch {sizes[-1]}", "≤ 1 means the fewer workers were no slower", settings)
+    ours = (f"{FEWER} vs {MORE} workers, time per sample: {small:.2f}× at batch {sizes[0]}, {large:.2f}× at batch "
+            f"{sizes[-1]}")
+    # both batch sizes' 8- and 16-worker sides by the one judge (the worker count is the change) before the grade
+    v = first_unjudged(run, [(_bst(MORE, b), _bst(FEWER, b)) for b in (sizes[0], sizes[-1])],
+                       labels=(f"{MORE} workers", f"{FEWER} workers"), changes=("workers",))
+    if v is not None:
+        return Outcome(NOT_FAIR, ours, str(v), settings)
+    return Outcome(verdict(small <= 1.05 and large > 1.05, small <= 1.05), ours,
+                   "≤ 1 means the fewer workers were no slower", settings)
 
 
 def loader_cpu(run, **where):

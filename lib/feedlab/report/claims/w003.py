@@ -18,7 +18,7 @@ from feedlab.report.claims.core import (
     keyed,
 )
 from feedlab.report.claims.fair import DATA_BOUND_WAIT, TIMING, metric_median, rows_of, steady_state
-from feedlab.report.claims.pairs import grid_verdicts, judged_outcome
+from feedlab.report.claims.pairs import first_unjudged, grid_verdicts, judged_outcome
 from feedlab.report.claims.sides import pairs_verdict
 
 NB05, NB06, NB09 = "05_storage_formats", "06_decode_backends", "09_batch_size_breakdown"
@@ -90,8 +90,14 @@ def simd_fast(run) -> Outcome:
         res = float(s["pillow-simd"] / s["pil"])
     except (NoData, KeyError):
         res = float("nan")
+    ours = f"Pillow-SIMD decode {dec:.2f}× Pillow" + (f", resize {res:.2f}×" if res == res else "")
+    pairs = [tuple(dict(op=op, image_set="jpeg_native", variant=v) for v in ("pillow-simd", "pil"))
+             for op in ("worker_decode",) + (("worker_resize",) if res == res else ())]
+    v = first_unjudged(run, pairs, labels=("Pillow-SIMD", "Pillow"), metric="img_per_s")
+    if v is not None:   # either side of the decode (or the resize it grades on) not like for like, or not fair
+        return Outcome(NOT_FAIR, ours, str(v), pairs[0])
     status = (REPRODUCED if dec >= 1.5 else PARTLY if dec >= 1.1 or res >= 1.5 else NOT_REPRODUCED)
-    return Outcome(status, f"Pillow-SIMD decode {dec:.2f}× Pillow" + (f", resize {res:.2f}×" if res == res else ""))
+    return Outcome(status, ours, settings=pairs[0])
 
 
 def accimage_like_simd(run) -> Outcome:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import statistics
 
-from feedlab.report.claims.core import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, NoData, Outcome, Run, Unfair
+from feedlab.report.claims.core import NOT_FAIR, NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, NoData, Outcome, Run, Unfair
 from feedlab.report.claims.fair import STEADY, TIMING, workers_named
-from feedlab.report.claims.pairs import band_outcome, grid_verdicts, judged_outcome
+from feedlab.report.claims.pairs import band_outcome, first_unjudged, grid_verdicts, judged_outcome
 from feedlab.report.claims.sides import pair_verdicts, ratio_outcome
 
 NB04, NB05, NB08 = "04_print_overhead", "05_storage_formats", "08_hdf5_concurrency"
@@ -118,10 +118,16 @@ def custom_like_one_worker(run) -> Outcome:
     if not rs:
         raise NoData("no plain loop beside a 1-worker DataLoader")
     m = statistics.median(rs.values())
+    ours = (f"single-process loop ÷ DataLoader with 1 worker: median {m:.2f} over {len(rs)} formats "
+            f"({min(rs.values()):.2f}–{max(rs.values()):.2f})")
+    settings = tuple(_read_setting(f"{fmt}/dl_w1") for fmt in rs)   # the worker's start-up
+    # each format's loop and 1-worker DataLoader by the one judge (the worker count is the change) before the band
+    v = first_unjudged(run, [(_read_setting(f"{fmt}/plain"), _read_setting(f"{fmt}/dl_w1")) for fmt in rs],
+                       labels=("the loop", "the 1-worker DataLoader"), changes=("workers",))
+    if v is not None:
+        return Outcome(NOT_FAIR, ours, str(v), settings)
     status = REPRODUCED if 1 / 1.18 <= m <= 1.18 else PARTLY if 1 / 1.43 <= m <= 1.43 else NOT_REPRODUCED
-    return Outcome(status, f"single-process loop ÷ DataLoader with 1 worker: median {m:.2f} over {len(rs)} formats "
-                   f"({min(rs.values()):.2f}–{max(rs.values()):.2f})",
-                   settings=tuple(_read_setting(f"{fmt}/dl_w1") for fmt in rs))  # the worker's start-up
+    return Outcome(status, ours, settings=settings)
 
 
 def hdf5_single_read(run) -> Outcome:
