@@ -28,6 +28,29 @@ def _shm_names() -> set[str]:
         return set()
 
 
+def shm_held_by_others(ours: set[int] | None = None) -> set[str]:
+    """The /dev/shm names a live process other than ``ours`` (this one and its children) has open or mapped:
+    another test run's on a shared machine, never a file this run left behind."""
+    import psutil
+
+    if ours is None:
+        ours = {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
+    held: set[str] = set()
+    for n in os.listdir("/proc"):
+        if not n.isdigit() or int(n) in ours:
+            continue
+        try:
+            with open(f"/proc/{n}/maps") as fh:
+                held |= {ln.split("/dev/shm/", 1)[1].split(" (deleted)")[0].strip() for ln in fh if "/dev/shm/" in ln}
+            for fd in os.listdir(f"/proc/{n}/fd"):
+                target = os.readlink(f"/proc/{n}/fd/{fd}")
+                if target.startswith("/dev/shm/"):
+                    held.add(target[len("/dev/shm/"):])
+        except OSError:
+            continue
+    return held
+
+
 def pytest_sessionstart(session):
     session.config._feedlab_shm = _shm_names()
 
@@ -64,7 +87,15 @@ def pytest_sessionfinish(session, exitstatus):
     before = getattr(session.config, "_feedlab_shm", None)
     if before is None:
         return
-    left = sorted(_shm_names() - before)
+    import time
+
+    def left_behind() -> list[str]:
+        new = _shm_names() - before
+        return sorted(new - shm_held_by_others()) if new else []
+
+    end = time.monotonic() + 5.0   # a stopped process's semaphores: its resource tracker unlinks them a moment later
+    while (left := left_behind()) and time.monotonic() < end:
+        time.sleep(0.2)
     if left:
         print(f"\n/dev/shm: the tests left {len(left)} file(s) behind: {', '.join(left[:5])}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -417,6 +417,16 @@ def _shm_new_and_unowned(before: set[str]) -> set[str]:
     return new
 
 
+def _shm_left(before: set[str], settle_s: float = 5.0) -> set[str]:
+    """What :func:`_shm_new_and_unowned` still finds after up to ``settle_s``: a semaphore whose process was
+    stopped is unlinked by its resource tracker a moment later (one of this test's, or of any other run on
+    the machine), and a file left behind stays."""
+    end = time.monotonic() + settle_s
+    while (left := _shm_new_and_unowned(before)) and time.monotonic() < end:
+        time.sleep(0.2)
+    return left
+
+
 def _signalled(cmd, tmp: Path, ready, sig, wait_s: float = 120.0, env=None):
     """Run ``cmd`` with TMPDIR=``tmp``; once ``ready()`` returns pids (the processes it started), send ``sig``.
     Returns (returncode, stderr lines, those pids)."""
@@ -440,7 +450,8 @@ def _signalled(cmd, tmp: Path, ready, sig, wait_s: float = 120.0, env=None):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"still running after {sig.name}: {left}"
-    assert not _shm_new_and_unowned(shm), f"left in /dev/shm: {_shm_new_and_unowned(shm)}"
+    shm_left = _shm_left(shm)
+    assert not shm_left, f"left in /dev/shm: {shm_left}"
     return p.returncode, [ln for ln in err.splitlines() if ln.strip()], pids
 
 

@@ -1,0 +1,32 @@
+"""tests/conftest.py's end-of-run /dev/shm check: a file another process on the machine holds (another test run's)
+is not one this run left behind; a file nobody holds, or one this run's own process tree holds, is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import conftest
+import pytest
+
+SHM = Path("/dev/shm")
+
+
+@pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm here")
+def test_a_shm_file_held_by_another_process_is_not_left_behind_one_held_by_this_run_is():
+    held, loose = SHM / f"feedlab-conftest-held-{os.getpid()}", SHM / f"feedlab-conftest-loose-{os.getpid()}"
+    holder = subprocess.Popen([sys.executable, "-c", f"import time; f = open({str(held)!r}, 'w'); "
+                               "print('open', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        loose.write_bytes(b"x")
+        as_another_runs = conftest.shm_held_by_others(ours={os.getpid()})
+        assert held.name in as_another_runs and loose.name not in as_another_runs
+        assert held.name not in conftest.shm_held_by_others()   # by default this run's children are its own
+    finally:
+        holder.kill()
+        holder.wait(10)
+        for f in (held, loose):
+            f.unlink(missing_ok=True)
