@@ -13,7 +13,7 @@ the next one's window early (``trials.Candidate.early``, asked every 5 timed bat
   timed batches an imprecise rate needs) and its interval is above the start's by the target and above every
   other measured: a longer window cannot change the pick; its rate is kept, imprecise with its half-width.
 
-The start is measured first and in full (the reference of every verdict), then the candidates in the order the
+The start is measured first, never ended early (the reference of every verdict), then the candidates in the order the
 model ranked them; later passes rotate (B C A) over those not excluded. Successive halving: the first window of
 each may be capped at the shortest a verdict accepts (``first_cap_s``: ≥ 1 s and 50 batches, or ±5% sooner). Where the fastest and the start are not
 both steady and the judge could not yet tell them apart (within spread, or not tested fairly), the two are
