@@ -13,9 +13,8 @@ import torch
 from test_doctor import SPEC
 
 from feedlab import pipeline as pl
-from feedlab.doctor import CostTable, Doctor, Effort, Machine, Stage, StageSplit
+from feedlab.doctor import CostTable, Doctor, Effort, Machine, Stage, StageSplit, probes_loop
 from feedlab.doctor import predict as PR
-from feedlab.doctor import probes_loop
 
 
 class Clock:
