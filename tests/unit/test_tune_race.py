@@ -59,7 +59,7 @@ class _Slow(Dataset):
         return 4000
 
     def __getitem__(self, i):
-        time.sleep(0.002)
+        time.sleep(0.0005)
         return torch.tensor([float(i)])
 
 
@@ -104,3 +104,14 @@ def test_the_first_window_is_capped_at_the_shortest_a_verdict_accepts():
     kw = dict(half_width=1e-6, min_window_s=0.2, max_window_s=5.0, deadline_s=10.0, min_batches=10, load_window=_Quiet)
     (t,) = RC.race(cands, passes=1, first_cap_s=0.2, **kw).trials       # never precise: ends at its cap
     assert 0.2 <= t.window_s < 1.0 and t.rate_kind == "imprecise" and t.timed_batches >= 10
+
+
+def test_a_merged_trial_counts_the_batches_of_its_imprecise_passes():
+    steady = _trial("a", 100.0, hw=0.02)
+    steady.timed_batches = 30
+    loose = _trial("a", 104.0, hw=0.06, kind="imprecise")
+    m = RC.merge(steady, loose)
+    assert m.passes == 2 and m.rate_kind == "imprecise" and m.half_width == 0.06 and m.timed_batches == 60
+    assert m.median == 102.0 and m.side().window_short() is None          # each pass a rate: so is the trial
+    again = RC.merge(loose, steady, longer=True)                          # the longer window's precision stands
+    assert again.rate_kind == "steady" and again.half_width == 0.02 and again.timed_batches == 60

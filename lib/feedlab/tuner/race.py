@@ -114,6 +114,14 @@ class Rule:
         return f"{kind} after {window:.2f} s: {why}"
 
 
+def _timed(trials: list[TR.Trial]) -> int | None:
+    """The fewest timed batches of those passes that have only their batches to show (a steady one is a rate at
+    any length: ``doctor.trials`` counts a trial's timed batches the same way)."""
+    counts = [t.timed_batches for t in trials if t.timed_batches is not None]
+    loose = [t.timed_batches for t in trials if t.timed_batches is not None and t.rate_kind != "steady"]
+    return min(loose or counts) if counts else None
+
+
 def merge(old: TR.Trial, new: TR.Trial, longer: bool = False) -> TR.Trial:
     """``old`` with ``new``'s pass(es) added: median and range over all; steady where every pass is (``longer``:
     where the new, longer window is: its precision stands for both)."""
@@ -129,7 +137,7 @@ def merge(old: TR.Trial, new: TR.Trial, longer: bool = False) -> TR.Trial:
     if not longer:
         m.half_width = max(x for x in (old.half_width, new.half_width, 0.0) if x is not None)
         m.rate_kind = "steady" if old.rate_kind == new.rate_kind == "steady" else "imprecise"
-    m.timed_batches = min(x for x in (old.timed_batches, new.timed_batches) if x is not None)
+    m.timed_batches = _timed([new] if longer and new.rate_kind != "steady" else [old, new])
     m.window_s = min(x for x in (old.window_s, new.window_s) if x is not None)
     m.busy, m.error, m.stopped = old.busy or new.busy, old.error or new.error, new.stopped or old.stopped
     return m
