@@ -5,7 +5,15 @@ error against the reference decode), batch size, workers that ran, cache state, 
 and :func:`differences` lists every invariant on which they differ, or that one side did not record.
 A ratio whose sides differ is shown with :func:`judged` as "not like for like (what differs)", never as a
 verdict or a target met. Standard library only: the peer table (notebook 13), the cure (15), the
-storage-format ratios (05) and the claims ledger all call it."""
+storage-format ratios (05) and the claims ledger all call it.
+
+Not applicable, not checked. An invariant that has no meaning for what a side timed (no pixels in a raw
+host-to-device copy or in items that only sleep; no sampler order in a collate of in-memory arrays; no cache
+for a sleep) is recorded as the string :data:`NOT_APPLICABLE` (``"not applicable"``; never ``"n/a"``, which
+``pandas.read_csv`` reads back as NaN, i.e. as not recorded). Both sides not applicable: they match; one side
+not applicable and the other a value: "not like for like" (they did not do the same work). A pixel check that
+was not run is recorded as :data:`NOT_CHECKED` and reads as not recorded ("not known"), never equal.
+:func:`invariants` is what an experiment writes on each row: the one place the convention is spelled."""
 
 from __future__ import annotations
 
@@ -27,6 +35,9 @@ PIXEL_TOLERANCE = 1.0
 ORDERS = {"global": "global permutation per epoch", "chunk": "chunk-local shuffle (each batch from one chunk)",
           "quasi": "quasi-random (shuffled pages)", "sequential": "in storage order"}
 NOT_LIKE = "not like for like"
+NOT_APPLICABLE = "not applicable"   # the invariant has no meaning for what this side timed (typed, compared)
+NOT_CHECKED = "not checked"         # it applies, but this run did not measure it: read as not recorded
+INVARIANT_COLUMNS = ("order", "pixel_error", "cache", "window_s", "epoch_batches")
 
 
 def order_of(shuffle: str | None, loader: str | None = None) -> str | None:
@@ -55,21 +66,64 @@ def workers_of(pipeline: str | None, recorded) -> int | None:
 
 
 def _missing(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
+    return x is None or (isinstance(x, float) and math.isnan(x)) or (isinstance(x, str) and x == NOT_CHECKED)
+
+
+def _na(x) -> bool:
+    return isinstance(x, str) and x == NOT_APPLICABLE
+
+
+def invariants(*, order: str, pixel_error: float | str, cache: str, window_s: float | None,
+               epoch_batches: int | str | None = None) -> dict:
+    """The invariants one measured row records, as the experiment's code path set them (never typed as a
+    result): ``order`` a key of :data:`ORDERS` or :data:`NOT_APPLICABLE`; ``pixel_error`` the measured mean
+    |diff| against the reference decode (0–255), :data:`NOT_CHECKED` or :data:`NOT_APPLICABLE`; ``cache``
+    ``"warm"``/``"cold"`` or not applicable; ``window_s`` the timed window's wall seconds; ``epoch_batches``
+    batches per loader epoch in the timed pass (0: one epoch holds the whole pass), not applicable, or None
+    (left off the row). A value outside the convention raises ValueError naming the invariant."""
+    if order not in ORDERS and order != NOT_APPLICABLE:
+        raise ValueError(f"order {order!r}: give one of {sorted(ORDERS)} or {NOT_APPLICABLE!r}")
+    if not (pixel_error in (NOT_CHECKED, NOT_APPLICABLE) or
+            (isinstance(pixel_error, (int, float)) and not isinstance(pixel_error, bool)
+             and math.isfinite(pixel_error) and pixel_error >= 0)):
+        raise ValueError(f"pixel_error {pixel_error!r}: give a measured mean |diff| >= 0, "
+                         f"{NOT_CHECKED!r} or {NOT_APPLICABLE!r}")
+    if cache not in ("warm", "cold", NOT_APPLICABLE):
+        raise ValueError(f"cache {cache!r}: give 'warm', 'cold' or {NOT_APPLICABLE!r}")
+    out = dict(order=order, pixel_error=pixel_error if isinstance(pixel_error, str) else float(pixel_error),
+               cache=cache)
+    if window_s is not None:
+        if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s >= 0):
+            raise ValueError(f"window_s {window_s!r}: give the timed window's seconds")
+        out["window_s"] = float(window_s)
+    if epoch_batches is not None:
+        if epoch_batches != NOT_APPLICABLE and not (isinstance(epoch_batches, int) and epoch_batches >= 0):
+            raise ValueError(f"epoch_batches {epoch_batches!r}: give a batch count >= 0 or {NOT_APPLICABLE!r}")
+        out["epoch_batches"] = epoch_batches
+    return out
+
+
+def _same(va, vb) -> bool | None:
+    """Whether two recorded values match where one or both are :data:`NOT_APPLICABLE`: both not applicable
+    match, one not: they differ; None where neither is (compare the values themselves)."""
+    if _na(va) or _na(vb):
+        return _na(va) and _na(vb)
+    return None
 
 
 @dataclass(frozen=True)
 class Side:
     """One side of a comparison, with what it shares (or not) with the other. ``None``: not recorded."""
     label: str
-    order: str | None = None          # a key of ORDERS
-    pixel_error: float | None = None  # mean |diff| against the reference decode, 0–255; 0.0 = bit-exact
+    order: str | None = None          # a key of ORDERS, or NOT_APPLICABLE (no sampler order)
+    pixel_error: float | str | None = None  # mean |diff| against the reference decode, 0–255; 0.0 = bit-exact;
+                                            # NOT_APPLICABLE: no pixels; NOT_CHECKED: read as not recorded
     batch_size: int | None = None
     workers: int | None = None
-    cache: str | None = None          # "warm" or "cold"
+    cache: str | None = None          # "warm", "cold" or NOT_APPLICABLE
     timed_batches: int | None = None  # per timed window (repeat)
     window_s: float | None = None     # wall time of one timed window
-    epoch_batches: int | None = None  # batches per loader epoch in the timed pass, 0: one epoch holds the whole
+    epoch_batches: int | str | None = None  # batches per loader epoch in the timed pass, 0: one epoch holds the whole
                                       # pass (compared where recorded)
     half_width: float | None = None   # the rate's 95% relative half-width where it was timed to a precision
     busy: str | None = None           # why this side's measurement was busy (other load); None: quiet or not known
@@ -93,8 +147,12 @@ class Side:
         return f"{self.label} timed {' and '.join(why)}" if why else None
 
 
-def _epochs(n: int) -> str:
-    return "one epoch for the whole pass" if int(n) == 0 else f"{int(n)} batches per epoch"
+def _epochs(n: int | str) -> str:
+    return n if _na(n) else "one epoch for the whole pass" if int(n) == 0 else f"{int(n)} batches per epoch"
+
+
+def _pixels(x: float | str) -> str:
+    return x if _na(x) else f"{x:.1f}"
 
 
 def _secs(s: float) -> str:
@@ -133,13 +191,18 @@ def differences(a: Side, b: Side, changes: tuple[str, ...] = (), varied: tuple[s
             fa, fb = (words(a), words(b)) if words else (va, vb)
             known.append(f"{label}: {fa} vs {fb}")
     if not (_missing(a.epoch_batches) and _missing(b.epoch_batches)):
-        if not missing("epochs", a.epoch_batches, b.epoch_batches) and a.epoch_batches != b.epoch_batches:
+        if not missing("epochs", a.epoch_batches, b.epoch_batches) and (
+                _same(a.epoch_batches, b.epoch_batches) is False or a.epoch_batches != b.epoch_batches):
             known.append(f"epochs: {_epochs(a.epoch_batches)} vs {_epochs(b.epoch_batches)}")
     if not (_missing(a.recipe) and _missing(b.recipe)):
         if not missing("recipe", a.recipe, b.recipe) and a.recipe != b.recipe:
             known.append(f"recipe: {a.recipe} vs {b.recipe}")
     if not missing("pixels against the reference decode", a.pixel_error, b.pixel_error):
-        if abs(a.pixel_error - b.pixel_error) > PIXEL_TOLERANCE:
+        same = _same(a.pixel_error, b.pixel_error)
+        if same is False:
+            known.append(f"pixels: {_pixels(a.pixel_error)} vs {_pixels(b.pixel_error)} (one side decodes no "
+                         "pixels)")
+        elif same is None and abs(a.pixel_error - b.pixel_error) > PIXEL_TOLERANCE:
             known.append(f"pixels: mean error {a.pixel_error:.1f} vs {b.pixel_error:.1f} against the reference "
                          f"decode (more than {PIXEL_TOLERANCE:g} apart)")
     for side in (a, b):

@@ -234,3 +234,45 @@ def test_verdict_an_imprecise_rate_with_its_half_width_is_judged_on_a_wider_inte
     v = verdict(_A, start, 1.10, target=1.05)
     assert v.word == WITHIN and v.lo < 1.05 < v.hi
     assert verdict(_A, _replace(_B, rate_kind="imprecise"), 8.0).word == NOT_FAIR
+
+
+# ---- not applicable / not checked (issue 45): an invariant with no meaning for a side, and one not measured
+def test_not_applicable_on_both_sides_matches_and_keeps_the_verdict():
+    a = replace(BASE, order=L.NOT_APPLICABLE, pixel_error=L.NOT_APPLICABLE, cache=L.NOT_APPLICABLE,
+                epoch_batches=L.NOT_APPLICABLE)
+    b = replace(a, label="b")
+    assert L.differences(a, b) == []
+    assert L.verdict(a, b, 2.0, target=1.5).word == L.MET
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("pixel_error", 0.0, "pixels: not applicable vs 0.0"),
+    ("order", "global", "order: not applicable vs global permutation"),
+    ("cache", "warm", "cache: not applicable vs warm"),
+    ("epoch_batches", 0, "epochs: not applicable vs one epoch"),
+])
+def test_not_applicable_against_a_value_is_not_like_for_like(field, value, words):
+    a = replace(BASE, **{field: L.NOT_APPLICABLE})
+    b = replace(BASE, label="b", **{field: value})
+    diff = L.differences(a, b)
+    assert len(diff) == 1 and diff[0].startswith(words), diff
+    assert L.verdict(a, b, 2.0, target=1.5).word == L.NOT_LIKE
+
+
+def test_not_checked_pixels_read_as_not_known_never_equal():
+    a = replace(BASE, pixel_error=L.NOT_CHECKED)
+    b = replace(BASE, label="b", pixel_error=L.NOT_CHECKED)
+    assert L.differences(a, b) == ["not recorded for a and b: pixels against the reference decode (not known)"]
+
+
+def test_invariants_spells_the_row_columns_and_refuses_values_outside_the_convention():
+    row = L.invariants(order="sequential", pixel_error=0, cache="warm", window_s=1.25, epoch_batches=0)
+    assert row == dict(order="sequential", pixel_error=0.0, cache="warm", window_s=1.25, epoch_batches=0)
+    assert set(row) == set(L.INVARIANT_COLUMNS)
+    assert "window_s" not in L.invariants(order=L.NOT_APPLICABLE, pixel_error=L.NOT_CHECKED,
+                                          cache=L.NOT_APPLICABLE, window_s=None)
+    for bad in (dict(order="shuffled"), dict(pixel_error="n/a"), dict(pixel_error=-1.0), dict(cache="hot"),
+                dict(window_s=float("nan")), dict(epoch_batches=-2)):
+        kw = {**dict(order="global", pixel_error=0.0, cache="warm", window_s=1.0), **bad}
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            L.invariants(**kw)

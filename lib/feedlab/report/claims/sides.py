@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from feedlab.like_for_like import Side, Verdict, order_of, verdict
+from feedlab.like_for_like import NOT_APPLICABLE, Side, Verdict, order_of, verdict
 from feedlab.report.claims.core import NOT_FAIR, NoData, Outcome, Run, status_of
 from feedlab.report.claims.fair import BUSY_PREFIX, busy_reason, rows_of
 
@@ -92,15 +92,15 @@ def side_of_rows(run: Run, setting: dict, label: str, *, order: str | None = Non
     reps = int(rows["repeat"].nunique()) if "repeat" in rows.columns else None
     loader = first("loader")
     recorded_order = _column(rows, "order")
-    side_order = ("chunk" if loader == "chunk" else
-                  order_of(str(recorded_order)) if recorded_order is not None else order)
-    px = _num(_column(rows, "pixel_error"))
+    side_order = ("chunk" if loader == "chunk" else _na_or(recorded_order, lambda v: order_of(str(v)))
+                  if recorded_order is not None else order)
+    px = _na_or(_column(rows, "pixel_error"), _num)
     cache = _column(rows, "cache")
-    epochs = _num(_column(rows, "epoch_batches"))
+    epochs = _na_or(_column(rows, "epoch_batches"), lambda v: None if _num(v) is None else int(_num(v)))
     side = Side(label, order=side_order, pixel_error=px if px is not None else pixel_error,
                 batch_size=None if bs is None else int(bs), workers=_int(first("num_workers")),
                 cache=None if cache is None else str(cache), timed_batches=None if timed is None else int(timed),
-                window_s=_window(rows, metric, rate, timed, bs), epoch_batches=None if epochs is None else int(epochs),
+                window_s=_window(rows, metric, rate, timed, bs), epoch_batches=epochs,
                 half_width=hw, busy=run_busy(run), rate_kind=rate_kind_of(rows), repeats=reps, recipe=recipe)
     if {"rate_low", "rate_high"} <= set(rows.columns) and rows["rate_low"].notna().all() and len(rows) == 1:
         span = (_num(rows["rate_low"].iloc[0]), _num(rows["rate_high"].iloc[0]))
@@ -109,6 +109,14 @@ def side_of_rows(run: Run, setting: dict, label: str, *, order: str | None = Non
     else:
         span = (None, None)
     return side, rate, span
+
+
+def _na_or(value, parse):
+    """A recorded invariant: :data:`~feedlab.like_for_like.NOT_APPLICABLE` as it is, else ``parse(value)``
+    (None where not recorded; "not checked" parses to None too: not known)."""
+    if value is None:
+        return None
+    return NOT_APPLICABLE if str(value) == NOT_APPLICABLE else parse(value)
 
 
 def _int(x) -> int | None:
@@ -320,7 +328,7 @@ def handover_side(rows: list[dict], name: str, label: str, busy: str | None = No
     timed = [r.get("timed_batches") for r in legs]
     reps = len({r.get("repeat") for r in legs})
     one = lambda k: legs[0].get(k) if len({str(r.get(k)) for r in legs}) == 1 else None  # noqa: E731
-    side = Side(label, order=order_of(one("order")) if one("order") else None, pixel_error=_num(one("pixel_error")),
+    side = Side(label, order=_na_or(one("order"), order_of), pixel_error=_na_or(one("pixel_error"), _num),
                 batch_size=legs[0].get("batch_size"),
                 workers=legs[0].get("num_workers"), cache=legs[0].get("cache"),
                 timed_batches=None if None in timed else min(timed),
