@@ -19,7 +19,11 @@ A peer whose pins conflict with feedlab's, or that builds against system librari
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
+from ._process import in_venv
 from .base import KINDS, Conversion, Peer, Source, Spec
+from .venvs import VENVS, python_for
 
 BASELINE = "torch_stock"
 FEEDLAB = "feedlab_best"
@@ -109,11 +113,6 @@ def availability(selected=None) -> dict[str, tuple[bool, str]]:
     """``{name: (available, reason)}``; the reason names the failing import and the install line. The peers
     with a venv of their own are checked side by side (each a Python that imports it: seconds each), the
     others here, one after the other (their imports share this interpreter)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ._process import in_venv
-    from .venvs import VENVS, python_for
-
     names = list(selected or PEERS)
     apart = [n for n in names if n in VENVS and not in_venv() and python_for(n) is not None]
     with ThreadPoolExecutor(max_workers=max(1, len(apart))) as pool:
