@@ -316,3 +316,17 @@ def test_a_rate_whose_interval_reaches_a_zero_batch_time_has_no_upper_bound():
     assert r["judged"]["word"] != MET, r["judged"]   # ×6 with an unbounded side: within its spread, never met
     line = next(ln for ln in readings(ratios(tab), tab) if ln.startswith("sr:"))
     assert "n/a" in line and "e+" not in line and "33,983,286" not in line, line
+
+
+def test_a_table_row_silent_on_order_pixels_batch_and_window_is_a_side_with_them_not_recorded():
+    """peers.sides.side: what a record does not say stays None (not recorded), never a global order, equal pixels,
+    or a window; the judge then reads the ratio as not like for like, never as a verdict."""
+    from feedlab.peers.sides import side
+
+    silent = side({"label": "old peer", "samples_per_s": 1000.0, "num_workers": 2})
+    assert (silent.order, silent.pixel_error, silent.batch_size, silent.timed_batches, silent.window_s) == (
+        None, None, None, None, None)
+    told = side({"label": "peer", "samples_per_s": 1000.0, "num_workers": 2, "shuffle": "global permutation",
+                 "pixel_error": 0.0, "batch_size": 64, "timed_batches": 80, "window_s": 2.0})
+    v = L.verdict(told, silent, 1.5, target=1.0)
+    assert v.word == L.NOT_LIKE and "old peer" in v.why, v
