@@ -47,6 +47,7 @@ import torch
 from feedlab.budget import Budget
 from feedlab.experiments._grid_spend import budget_group, left_out_why, setting_name
 from feedlab.experiments._rate_kinds import RATE_METRICS, label_rate_kinds, rate_kind_note, steady_rows
+from feedlab.experiments.row_invariants import grid_invariants
 from feedlab.gpu_busy import BusyMeter, NvmlWindow
 from feedlab.monitor import CpuMonitor
 from feedlab.pipeline import (
@@ -231,13 +232,13 @@ def run_grid(data_root: str | Path, settings: Sequence[PipelineSpec], *, repeats
                           min_timed=min_timed, time_budget_s=time_budget_s, rate_precision=rate_precision,
                           rate_cap_s=rate_cap_s if budget is None else budget.cap_s(rate_cap_s, repeats),
                           blocks=blocks, repeats=repeats, monitor_interval=monitor_interval,
-                          experiment=experiment, log=log)
+                          experiment=experiment, log=log, root=data_root)
     return res
 
 
 def _time_setting(res: Results, s: PipelineSpec, ds, device, *, seed, warmup, warmup_batches, max_batches,
                   max_samples, min_timed_batches, min_timed, time_budget_s, rate_precision, rate_cap_s, blocks,
-                  repeats, monitor_interval, experiment, log) -> None:
+                  repeats, monitor_interval, experiment, log, root) -> None:
     """:func:`run_grid`'s timing of one setting (its warm-up epochs, then ``repeats`` timed epochs) into ``res``."""
     torch.manual_seed(seed)
     model, _loss, optimizer = make_training(s.model, device)
@@ -265,7 +266,7 @@ def _time_setting(res: Results, s: PipelineSpec, ds, device, *, seed, warmup, wa
             et = run_epoch(loader, model, device, optimizer=optimizer, max_batches=max_batches_s,
                            busy=busy, time_budget_s=time_budget_s, min_batches=min_batches, stop=stop)
         rate, kind, timed = rate_of(et, warm, min_timed)
-        row = dict(params, rate_kind=kind, timed_batches=timed, warmup_batches=warm)
+        row = dict(params, rate_kind=kind, timed_batches=timed, warmup_batches=warm, **grid_invariants(s, root, et, warm, kind))
         if stop is not None:   # steady by the rule, but not known to the precision asked for: labelled
             stop.finish()   # the precision of the whole window as timed (a look, not a stop: no optional stopping)
             row.update(rate_kind="imprecise" if kind == "steady" and not stop.precise else kind,

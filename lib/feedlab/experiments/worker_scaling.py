@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from feedlab import machines
 from feedlab.experiments._grid_spend import claim_workers, ends, extremes_first, turned_ladder
 from feedlab.experiments.loader_grid import default_device, grid, metric_summary, run_grid, steady_rows
+from feedlab.like_for_like import NOT_APPLICABLE, invariants
 from feedlab.plots import PALETTE, finding_title, workers_label
 from feedlab.results import Results, summary_median
 from feedlab.timing import owned_iterator
@@ -98,7 +99,9 @@ def timeline_runs(cases: Sequence[tuple[int, int]], n_items: int, sleep_s: float
     for nw, bs in cases:
         for r in range(repeats):
             items, batches, wall = fetch_timeline(n_items, sleep_s, nw, bs, seed=r)
-            p = dict(num_workers=nw, batch_size=bs, n_items=n_items, sleep_s=sleep_s)
+            p = dict(num_workers=nw, batch_size=bs, n_items=n_items, sleep_s=sleep_s, timed_batches=len(batches),
+                     **invariants(order="global", pixel_error=NOT_APPLICABLE, cache=NOT_APPLICABLE, window_s=wall,
+                                  epoch_batches=0))   # shuffled, items only sleep: no pixels, nothing cached
             res.add("sleep_timeline", f"w{nw} b{bs}", "wall_s", wall, "s", r, **p)
             res.add("sleep_timeline", f"w{nw} b{bs}", "max_concurrency", max_concurrency(items), "items", r, **p)
             res.add("sleep_timeline", f"w{nw} b{bs}", "first_batch_s", float(batches["arrival"].iloc[0]), "s", r, **p)
