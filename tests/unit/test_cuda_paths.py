@@ -126,6 +126,8 @@ def test_loader_steps_loop_runs_on_cpu_when_asked():
     assert set(df["variant"]) == {"pageable", "pinned"}
     assert len(df[df.metric == "step_ms"]) == 2 * 2
     assert (df[df.metric == "samples_per_s"]["value"] > 0).all()
+    assert set(df["order"]) == {"sequential"} and set(df["pixel_error"]) == {"not applicable"}   # issue 45
+    assert set(df["timed_batches"]) == {3} and (df["window_s"] > 0).all()
     res, why = loader_steps([8], [4], device="cpu")
     assert len(res) == 0 and "no CUDA" in why
 

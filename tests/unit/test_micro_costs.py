@@ -14,6 +14,7 @@ from feedlab.experiments import decode_backends as D
 from feedlab.experiments import pinned_memory_by_input_size as PM
 from feedlab.experiments import print_overhead as PO
 from feedlab.experiments import totensor_vs_fast_collate as TC
+from feedlab.like_for_like import NOT_APPLICABLE
 
 CUDA = torch.cuda.is_available()
 
@@ -123,6 +124,10 @@ def test_transfer_and_batch_costs_rows():
     b = PM.batch_costs([8], [4], repeats=2, warmup=0).frame()
     assert (b[b.metric == "ms_per_batch"].value > 0).all()
     assert b["bytes"].iloc[0] == 2 * 4 * 3 * 8 * 8
+    # issue 45: a raw copy has no order, pixels or cache; its window is the round's calls × seconds per call
+    for df in (r, b):
+        assert set(df["order"]) == set(df["pixel_error"]) == set(df["cache"]) == {NOT_APPLICABLE}
+        assert (df["timed_batches"] >= 1).all() and (df["window_s"] >= 0.01).all()
 
 
 @pytest.mark.skipif(CUDA, reason="checks the no-GPU path")

@@ -39,6 +39,7 @@ from feedlab.experiments._pinned_readings import (  # noqa: F401
     readings,
     steps_title,
 )
+from feedlab.like_for_like import NOT_APPLICABLE, invariants
 from feedlab.machines import PCIE_LANE_GBPS, pcie_theoretical_gbps  # noqa: F401  (the link's ceiling, re-exported)
 from feedlab.pipeline import default_device  # the one device choice of every notebook (re-exported)
 from feedlab.plots import errorbar_series, legend_outside, readable_log_axis
@@ -91,9 +92,23 @@ def pin_support() -> tuple[bool, str]:
 
 
 def _rounds(fn, repeats: int, warmup: int, device=None, min_round_s: float = 0.02) -> list[float]:
+    return _rounds_of(fn, repeats, warmup, device, min_round_s)[0]
+
+
+def _rounds_of(fn, repeats: int, warmup: int, device=None, min_round_s: float = 0.02) -> tuple[list[float], int]:
+    """Seconds per call over ``repeats`` rounds, and the calls each round timed (its window: secs × calls)."""
     # synchronised trials: a non_blocking copy returns when queued, not when done
     number = autorange_number(fn, min_round_s, max_number=10_000, device=device)
-    return time_callable(fn, warmup=warmup, repeats=repeats, number=number, device=device)
+    return time_callable(fn, warmup=warmup, repeats=repeats, number=number, device=device), number
+
+
+def _copy_rows(res: Results, name: str, metric: str, values, unit: str, secs, number: int, **p) -> None:
+    """One row per round, with the invariants a raw copy has (issue 45): no sampler order, no pixels, no cache;
+    its window the round's calls × seconds per call."""
+    for i, (v, s) in enumerate(zip(values, secs)):
+        res.add(EXPERIMENT, name, metric, v, unit, repeat=i, timed_batches=number, **p,
+                **invariants(order=NOT_APPLICABLE, pixel_error=NOT_APPLICABLE, cache=NOT_APPLICABLE,
+                             window_s=s * number, epoch_batches=NOT_APPLICABLE))
 
 
 def transfer_bandwidth(sizes_bytes, device=None, repeats: int = 5, warmup: int = 1) -> Results:
@@ -116,12 +131,11 @@ def transfer_bandwidth(sizes_bytes, device=None, repeats: int = 5, warmup: int =
             variants["pageable"] = (lambda: src.to(device), device)
             variants["pinned"] = (lambda: pinned.to(device, non_blocking=True), device)
         for name, (fn, dev) in variants.items():
-            secs = _rounds(fn, repeats, warmup, dev)
+            secs, number = _rounds_of(fn, repeats, warmup, dev)
             kind = "host_to_host" if name == "host_memcpy" else "host_to_device"
-            res.add_samples(EXPERIMENT, name, "gb_per_s", [n / s / 1e9 for s in secs], "GB/s",
-                            bytes=n, direction=kind, device=str(device))
-            res.add_samples(EXPERIMENT, name, "us_per_copy", [s * 1e6 for s in secs], "µs",
-                            bytes=n, direction=kind, device=str(device))
+            p = dict(bytes=n, direction=kind, device=str(device))
+            _copy_rows(res, name, "gb_per_s", [n / s / 1e9 for s in secs], "GB/s", secs, number, **p)
+            _copy_rows(res, name, "us_per_copy", [s * 1e6 for s in secs], "µs", secs, number, **p)
         del src, dst
         if cuda:
             torch.cuda.empty_cache()
@@ -220,10 +234,10 @@ def batch_costs(input_sizes, batch_sizes, device=None, repeats: int = 5, warmup:
                 fns["h2d_pageable"] = (lambda: [t.to(device) for t in batch], device)
                 fns["h2d_pinned"] = (lambda: [t.to(device, non_blocking=True) for t in pinned], device)
             for name, (fn, dev) in fns.items():
-                secs = _rounds(fn, repeats, warmup, dev)
+                secs, number = _rounds_of(fn, repeats, warmup, dev)
                 p = dict(input_size=size, batch_size=bs, bytes=nbytes, device=str(device))
-                res.add_samples(EXPERIMENT, name, "ms_per_batch", [s * 1e3 for s in secs], "ms", **p)
-                res.add_samples(EXPERIMENT, name, "gb_per_s", [nbytes / s / 1e9 for s in secs], "GB/s", **p)
+                _copy_rows(res, name, "ms_per_batch", [s * 1e3 for s in secs], "ms", secs, number, **p)
+                _copy_rows(res, name, "gb_per_s", [nbytes / s / 1e9 for s in secs], "GB/s", secs, number, **p)
     return res
 
 
@@ -263,7 +277,9 @@ def loader_steps(input_sizes, batch_sizes, pin_options=(False, True), num_worker
                     ep = run_epoch(loader, net, device, opt, loss_fn, max_batches=batches, non_blocking=True)
                     ph = ep.phase_means()
                     p = dict(input_size=size, batch_size=bs, pin_memory=pin, num_workers=num_workers,
-                             device=str(device))
+                             device=str(device), timed_batches=ep.batches,   # in-memory tensors, storage order:
+                             **invariants(order="sequential", pixel_error=NOT_APPLICABLE, cache=NOT_APPLICABLE,
+                                          window_s=ep.wall_s, epoch_batches=0))   # no pixels, nothing cached
                     variant = "pinned" if pin else "pageable"
                     res.add(EXPERIMENT, variant, "step_ms", ep.wall_s / max(1, ep.batches) * 1e3, "ms", repeat=r, **p)
                     res.add(EXPERIMENT, variant, "h2d_ms", ph["h2d"] * 1e3, "ms", repeat=r, **p)
