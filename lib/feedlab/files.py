@@ -203,6 +203,29 @@ def sweep_orphans(parent: str | os.PathLike, min_age_s: float = ORPHAN_MIN_AGE_S
     return removed
 
 
+#: seconds a killed process's multiprocessing folder is left before a later run sweeps it (its workers die with it)
+MP_ORPHAN_MIN_AGE_S = 60.0
+
+
+def mp_temp_dir() -> Path:
+    """multiprocessing's temporary folder for this process (its listeners, its workers' files), made here as a
+    registered temporary (``$TMPDIR/pymp-feedlab.tmp-<pid>-<hex>``) where multiprocessing has made none yet, so the
+    one a SIGKILLed feedlab process leaves is swept by a later run (those are swept first); the caller removes it
+    (:func:`remove`): multiprocessing's own exit hook is for the folders it makes itself."""
+    import multiprocessing.process
+    import tempfile
+
+    base = Path(tempfile.gettempdir())
+    sweep_orphans(base, min_age_s=MP_ORPHAN_MIN_AGE_S)
+    config = multiprocessing.process.current_process()._config   # where multiprocessing.util.get_temp_dir keeps it
+    if config.get("tempdir"):
+        return Path(config["tempdir"])
+    folder = tmp_sibling(base / "pymp-feedlab")
+    folder.mkdir(mode=0o700)
+    config["tempdir"] = str(folder)
+    return folder
+
+
 def remove(path: Path) -> None:
     """Remove a file, link or folder (a temporary), and take it off the registry."""
     if path.is_dir() and not path.is_symlink():

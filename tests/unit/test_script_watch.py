@@ -41,3 +41,44 @@ def test_a_script_whose_workers_ran_out_of_shared_memory_is_told_the_fix():
     exc = RuntimeError("unable to allocate shared memory(shm) for file </torch_1_2_0>: No space left on device (28)")
     assert "set_sharing_strategy('file_system')" in W.shm_hint(exc)
     assert W.shm_hint(RuntimeError("CUDA out of memory")) == ""
+
+
+_KILLED = """
+import os, sys
+from feedlab import files
+print(files.mp_temp_dir(), flush=True)
+os.kill(os.getpid(), 9)   # what a SIGKILL to the watching process leaves: nothing of ours runs
+"""
+_NEXT = """
+from feedlab import files
+files.MP_ORPHAN_MIN_AGE_S = 0
+d = files.mp_temp_dir()
+print(d, flush=True)
+files.remove(d)
+"""
+
+
+def test_a_sigkilled_runs_multiprocessing_folder_is_swept_by_the_next_run(tmp_path):
+    """Issue 47's attack (S08): SIGKILL to `doctor --script` left `$TMPDIR/pymp-*/` (multiprocessing's folder, made
+    before the fork) for ever; made as a registered temporary, the next watched run sweeps it."""
+    import sys
+    from pathlib import Path
+
+    from leftovers import session_processes
+
+    repo = Path(__file__).resolve().parents[2]
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, PYTHONPATH=f"{repo / 'lib'}{os.pathsep}{repo}", TMPDIR=str(tmp),
+               XDG_STATE_HOME=str(tmp_path / "state"))
+    runs = []
+    for code in (_KILLED, _NEXT):
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True)
+        out, _ = p.communicate(timeout=60)   # the test's own deadline
+        assert not session_processes(p.pid)
+        runs.append((p.returncode, Path(out.strip())))
+    (rc1, left), (rc2, mine) = runs
+    assert rc1 == -9 and left.parent == tmp and left.name.startswith("pymp-feedlab.tmp-"), runs
+    assert rc2 == 0 and mine != left
+    assert os.listdir(tmp) == []   # the killed run's folder swept, the next run's own removed

@@ -26,8 +26,10 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
+from feedlab.files import mp_temp_dir, remove
 from feedlab.pipeline.shm import FIX as SHM_FIX
 from feedlab.pipeline.shm import is_shm_failure
 from feedlab.procgroup import become_subreaper, descendants
@@ -222,10 +224,9 @@ def fork_watched() -> tuple[int, int]:
     """Fork: returns ``(0, write fd)`` in the child (which runs the script) and ``(child pid, read fd)``
     in this process (which then calls :func:`watch_child`). multiprocessing's temporary folder is made
     here, before the fork, so the child's DataLoader workers share it and the watching process removes
-    it when it ends a child that could not clean up (:func:`watch_child`)."""
-    from multiprocessing import util
-
-    _shared["mp_tmp"] = util.get_temp_dir()
+    it when it ends a child that could not clean up (:func:`watch_child`); a registered temporary, so one a
+    SIGKILL left is swept by a later run (:func:`feedlab.files.mp_temp_dir`)."""
+    _shared["mp_tmp"] = str(mp_temp_dir())
     try:
         _shm_before.update(os.listdir(_SHM))
     except OSError:
@@ -256,11 +257,9 @@ def _below(pid: int) -> list[int]:
 def _end(code: int) -> None:
     """This process's end: multiprocessing's temporary folder (shared with the child, see
     :func:`fork_watched`) removed, then :func:`quiet_exit`."""
-    import shutil
-
     _stop_adopted()
     if _shared.get("mp_tmp"):
-        shutil.rmtree(_shared["mp_tmp"], ignore_errors=True)
+        remove(Path(_shared["mp_tmp"]))
     _sweep_torch_shm()
     quiet_exit(code)
 
