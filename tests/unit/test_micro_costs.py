@@ -226,3 +226,6 @@ def test_collate_measure_rows_and_speedup():
     med = ms.groupby("variant").value.median()
     fast = s[s.variant == "fast_nchw"].speedup_vs_totensor.iloc[0]
     assert fast == pytest.approx(med["totensor"] / med["fast_nchw"])  # stock ÷ fast, from the raw rows
+    # issue 45: the pixels check_equal measured (bit for bit: 0.0); in-memory arrays have no order or cache
+    assert set(ms["pixel_error"]) == {0.0} and set(ms["order"]) == set(ms["cache"]) == {NOT_APPLICABLE}
+    assert (ms["timed_batches"] >= 1).all() and (ms["window_s"] > 0).all()
