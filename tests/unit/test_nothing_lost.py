@@ -527,10 +527,11 @@ def test_a_signal_to_bench_peer_stops_the_peers_venv_process_and_its_daemon(sr_r
 
 
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
-@pytest.mark.xfail(strict=False, reason="failed in make test-slow at a5c38a6 (session 8 closing note): to be diagnosed, not hidden")
 def test_a_signal_to_pack_leaves_no_temporary_and_says_so_in_one_line(tmp_path, sig):
     """``python -m data_prep pack`` hung up (or terminated) mid-write: one line, exit 128+n, no
-    ``*.tmp-<pid>-<hex>`` left beside the set (before: SIGHUP ended it silently and left them)."""
+    ``*.tmp-<pid>-<hex>`` left beside the set (before: SIGHUP ended it silently and left them). What it
+    keeps is each format it wrote in full before the signal, recorded in the manifest: on a loaded machine
+    the signal comes after lmdb (0.3 s) and hdf5 (0.1 s) are done, and hdf5's file is ``sr.h5``."""
     root, tmp = tmp_path / "sr", tmp_path / "tmp"
     tmp.mkdir()
     data_prep.build_sr(root, 32, 2, 3000, seed=0, log=lambda _m: None)
@@ -545,5 +546,8 @@ def test_a_signal_to_pack_leaves_no_temporary_and_says_so_in_one_line(tmp_path, 
     assert rc == 128 + sig and len(lines) == 1, lines
     assert lines[0].startswith("data_prep pack: ") and sig.name in lines[0] and "no partial output" in lines[0]
     assert not [p.name for p in root.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
-    assert {p.name for p in root.iterdir()} - before <= {"lmdb", "hdf5", "npy", "manifest.json"}
+    packed = json.loads((root / "manifest.json").read_text()).get("formats", {})
+    whole = {F.get_format(fmt).path.rstrip("/") for fmt in ("lmdb", "hdf5", "npy") if fmt in packed}
+    now = {p.name for p in root.iterdir()}
+    assert now - before == whole, (now - before, sorted(packed))   # nothing else, and nothing recorded is missing
     assert not [p for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]   # torch's cache, at import
