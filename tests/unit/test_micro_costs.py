@@ -72,6 +72,10 @@ def test_summary_table_factor_and_us_per_output():
     assert row.sink_label == "pipe, PYTHONUNBUFFERED=1"
     c = PO.call_table(res.frame())
     assert c["median"].iloc[0] == pytest.approx(5.0)
+    ms = res.frame().query("metric == 'ms_per_batch'")   # issue 45: the loop's invariants, its window per repeat
+    assert set(ms["order"]) == set(ms["pixel_error"]) == {NOT_APPLICABLE}
+    assert set(ms["timed_batches"]) == {cfg.batches}
+    assert sorted(ms["window_s"]) == pytest.approx(sorted([1e-3 * cfg.batches] * 3 + [3e-3 * cfg.batches] * 3))
 
 
 @pytest.mark.parametrize("sink,unbuffered,tty", [("pty", False, True), ("file", True, False)])

@@ -51,6 +51,7 @@ from feedlab.experiments._print_tables import (  # noqa: F401
     summary_table,
     title,
 )
+from feedlab.like_for_like import NOT_APPLICABLE, invariants
 from feedlab.results import Results
 
 EXPERIMENT = "print_overhead"
@@ -250,10 +251,13 @@ def _add_rows(res: Results, times: dict[str, list[float]], cfg: LoopConfig, sink
                             sink=sink, pythonunbuffered=unbuffered, where=where, device=device,
                             print_every=1, batch_size=cfg.batch_size, batches=0)
             continue
-        res.add_samples(EXPERIMENT, mode, "ms_per_batch", [s * 1e3 for s in samples], "ms",
-                        sink=sink, pythonunbuffered=unbuffered, where=where, device=device,
-                        print_every=cfg.print_every if mode == "print_every" else 1 if mode in ("print", "logging") else 0,
-                        batch_size=cfg.batch_size, batches=cfg.batches)
+        for r, s in enumerate(samples):   # a synthetic step, no loader: no order, pixels or cache (issue 45)
+            res.add(EXPERIMENT, mode, "ms_per_batch", s * 1e3, "ms", r,
+                    sink=sink, pythonunbuffered=unbuffered, where=where, device=device,
+                    print_every=cfg.print_every if mode == "print_every" else 1 if mode in ("print", "logging") else 0,
+                    batch_size=cfg.batch_size, batches=cfg.batches, timed_batches=cfg.batches,
+                    **invariants(order=NOT_APPLICABLE, pixel_error=NOT_APPLICABLE, cache=NOT_APPLICABLE,
+                                 window_s=s * cfg.batches, epoch_batches=NOT_APPLICABLE))
 
 
 def measure_in_process(cfg: LoopConfig, device="cpu", clear_output: bool = True) -> Results:
