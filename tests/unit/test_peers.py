@@ -822,3 +822,26 @@ def test_a_peers_warnings_become_one_line_notes_not_raw_warnings(sr_source, tmp_
     tab = report.table([info], report.rows_frame(res))
     lines = report.readings({}, tab)
     assert [ln for ln in lines if "warned" in ln] == [f"sr: Warns warned: {n}" for n in notes]
+
+
+def test_a_venv_peer_is_measured_on_both_data_sets_by_one_run_of_its_venv(sr_root, cls_root, tmp_path, monkeypatch):
+    """A venv peer's Python and its imports (~3 CPU-s: torch) started once a data set: now once for both (13's
+    quick and full run each venv peer on sr and cls), each data set still its own info, rows and window."""
+    from feedlab.peers import measure, remote, venvs
+
+    spec = _fake_venv(tmp_path, "torch_stock")
+    monkeypatch.setattr(venvs, "REPO_ROOT", tmp_path)
+    monkeypatch.setitem(venvs.VENVS, "torch_stock", spec)
+    monkeypatch.delenv("FEEDLAB_PEER_IN_VENV", raising=False)
+    calls = []
+    real = remote.run_many
+    monkeypatch.setattr(remote, "run_many", lambda py, reqs, *a, **k: calls.append([q["kind"] for q in reqs])
+                        or real(py, reqs, *a, **k))
+    sources = {"sr": Source("sr", sr_root, 16), "cls": Source("cls", cls_root, 8)}
+    res, infos = measure.run_all(["torch_stock"], sources, tmp_path / "work", 8, [0], repeats=1, log=None,
+                                 window=measure.Window(2, 0.0, None, 1.0))
+    assert calls == [["sr", "cls"]], calls                                   # one child for both
+    assert [(i["kind"], i["interpreter"]) for i in infos] == [(k, str(spec.python(tmp_path))) for k in ("sr", "cls")]
+    assert all(i["available"] and i["runs"][0]["ok"] and i["one_run_for"] == ["sr", "cls"] for i in infos), infos
+    df = pd.DataFrame(res.rows)
+    assert set(df[df.metric == "samples_per_s"].kind) == {"sr", "cls"}

@@ -2,7 +2,7 @@
 
     <peer venv>/bin/python -m feedlab.peers.child <answer.json>   < request.json
 
-rebuilds the :class:`~feedlab.peers.base.Source`, runs :func:`~feedlab.peers.measure.run_peer` in this
+(a request, or a list of them answered as ``{"answers": [...]}``) rebuilds the :class:`~feedlab.peers.base.Source`, runs :func:`~feedlab.peers.measure.run_peer` in this
 interpreter and writes the answer file atomically."""
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def main(argv=None) -> int:
         print("usage: python -m feedlab.peers.child ANSWER.json < request.json", file=sys.stderr)
         return 2
     os.environ[IN_VENV] = "1"
-    out = serve(json.loads(sys.stdin.read()))
+    req = json.loads(sys.stdin.read())   # one request, or a list (one peer's data sets: one start of this Python)
+    out = {"answers": [serve(r) for r in req]} if isinstance(req, list) else serve(req)
     atomic_write(Path(argv[0]), json.dumps(out, default=_json_default))
     return 0
 

@@ -61,10 +61,20 @@ def run(python, req: dict, timeout: float | None = None, run_=run_group, stall_s
     """Run ``req`` in the venv of ``python`` (:func:`run_group`: its process group killed at ``timeout``
     s (None: :func:`timeout_s`), or ``stall_s`` s without progress). Returns ``(Results, info)``; never raises
     for the child's failure."""
+    return run_many(python, [req], timeout, run_, stall_s)[0]
+
+
+def run_many(python, reqs: list[dict], timeout: float | None = None, run_=run_group,
+             stall_s: float | None = None) -> list[tuple[Results, dict]]:
+    """:func:`run` for several requests of one peer (its data sets) in one child, one after the other: the venv's
+    Python and its imports start once (a few seconds each). One ``(Results, info)`` per request; a child that
+    fails leaves every request with its reason."""
     timeout = timeout_s() if timeout is None else timeout
-    peer = get(req["peer"])
-    info = {"name": peer.name, "label": peer.label, "kind": req["kind"], "parallelism": peer.parallelism,
-            "shuffle": peer.shuffle, "recipe": peer.recipe, "interpreter": str(python), "available": False}
+    peer = get(reqs[0]["peer"])
+    infos = [{"name": peer.name, "label": peer.label, "kind": q["kind"], "parallelism": peer.parallelism,
+              "shuffle": peer.shuffle, "recipe": peer.recipe, "interpreter": str(python), "available": False}
+             for q in reqs]
+    failed = lambda why: [(Results(), {**i, "reason": why}) for i in infos]  # noqa: E731
     env = {**os.environ, IN_VENV: "1",
            "PYTHONPATH": os.pathsep.join([str(_lib_dir()), *filter(None, [os.environ.get("PYTHONPATH")])])}
     with tempfile.TemporaryDirectory(prefix="feedlab-peer-", ignore_cleanup_errors=True) as tmp:
@@ -74,24 +84,25 @@ def run(python, req: dict, timeout: float | None = None, run_=run_group, stall_s
         env.update({k: str(scratch) for k in ("TMPDIR", "TEMP", "TMP")})
         limits = {"stall_s": stall_s, "beat_file": beat_file} if stall_s else {}
         try:
-            r = run_([str(python), "-m", "feedlab.peers.child", str(answer)], input=json.dumps(req),
+            r = run_([str(python), "-m", "feedlab.peers.child", str(answer)],
+                     input=json.dumps(reqs[0] if len(reqs) == 1 else reqs),
                      capture_output=True, text=True, timeout=timeout, env={**env, BEAT: str(beat_file)}, **limits)
         except Stalled:
-            info["reason"] = (f"its venv's run ({python}) made no progress in {stall_s:g} s: it and its processes "
-                              "were stopped (a hung peer? --timeout 0 waits)")
-            return Results(), info
+            return failed(f"its venv's run ({python}) made no progress in {stall_s:g} s: it and its processes "
+                          "were stopped (a hung peer? --timeout 0 waits)")
         except subprocess.TimeoutExpired:
-            info["reason"] = f"its venv's run ({python}) ran past {timeout:.0f} s: it and its processes were stopped"
-            return Results(), info
+            return failed(f"its venv's run ({python}) ran past {timeout:.0f} s: it and its processes were stopped")
         if not answer.is_file():
             lines = [ln for ln in (r.stderr or r.stdout or "").splitlines() if ln.strip()]
-            info["reason"] = (f"its venv's run ({python}) exited {r.returncode} without an answer: "
-                              f"{lines[-1].strip() if lines else 'no output'}")
-            return Results(), info
-        out = json.loads(answer.read_text())
-    res = Results()
-    res.rows.extend(out["rows"])
-    info.update(out["info"])
-    info.update(interpreter=str(python), executable=out.get("interpreter", ""), python=out.get("python", ""),
-                versions=out.get("versions", {}))
-    return res, info
+            return failed(f"its venv's run ({python}) exited {r.returncode} without an answer: "
+                          f"{lines[-1].strip() if lines else 'no output'}")
+        got = json.loads(answer.read_text())
+    outs = []
+    for info, out in zip(infos, got["answers"] if "answers" in got else [got]):
+        res = Results()
+        res.rows.extend(out["rows"])
+        info.update(out["info"])
+        info.update(interpreter=str(python), executable=out.get("interpreter", ""), python=out.get("python", ""),
+                    versions=out.get("versions", {}))
+        outs.append((res, info))
+    return outs
