@@ -79,6 +79,8 @@ from feedlab.experiments._storage_readings import (  # noqa: F401  (re-exported)
     row_words,
     table,
 )
+from feedlab.experiments.row_invariants import order_of_loader, pixel_error_of
+from feedlab.like_for_like import NOT_CHECKED
 from feedlab.models import make_model
 from feedlab.pipeline import MIN_TIMED_BATCHES, PipelineSpec, make_training, warmup_batches
 from feedlab.pipeline.kinds import LOADER_KINDS
@@ -116,7 +118,8 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
     res = res if res is not None else Results()
     spec = as_spec(setting, batch_size)
     params = dict(format=spec.format, loader=spec.loader, num_workers=spec.num_workers,
-                  batch_size=spec.batch_size, mode=mode, samples=samples or 0,
+                  batch_size=spec.batch_size, mode=mode, samples=samples or 0, order=order_of_loader(spec.loader),
+                  pixel_error=pixel_error_of(root, spec.format, spec.decode_backend),   # issue 45's invariants
                   cache="cold" if mode == "cold" else "warm")
     name = variant_name or variant(spec)
     warm = warmup_batches(spec)
@@ -147,7 +150,8 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
                     raise RuntimeError(rep.summary())
                 ds, ld = open_all()
                 wait, n, nb = read_epoch(ld)
-                kind = dict(rate_kind="startup_inclusive", timed_batches=nb, warmup_batches=0)
+                kind = dict(rate_kind="startup_inclusive", timed_batches=nb, warmup_batches=0, window_s=wait,
+                            epoch_batches=0)   # one pass: one epoch
             elif mode == "train":
                 stop = steady_stop(warm, min_timed, precision, cap_s)
                 et = run_epoch(Cycling(ld), model, device, optimizer, max_batches=1_000_000, stop=stop)
@@ -155,7 +159,7 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
                 ph = et.phases_s[warm:] if timed else et.phases_s
                 wait, n, nb = float(ph[:, 0].sum()), int(et.batch_sizes[warm:].sum()) if timed else et.samples, len(ph)
                 kind = dict(rate_kind=window_kind(stop, timed), timed_batches=timed, warmup_batches=warm,
-                            window_s=float(ph.sum()), rate_half_width=stop.achieved)
+                            window_s=float(ph.sum()), rate_half_width=stop.achieved, epoch_batches=_epoch(ld))
                 res.add(EXPERIMENT, name, "step_ms", 1e3 * float(ph[:, 1:].sum()) / max(1, nb),
                         "ms/batch", repeat=r, **params, **kind)
                 res.add(EXPERIMENT, name, "wall_samples_per_s", n / float(ph.sum()), "samples/s",
@@ -163,7 +167,7 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
             else:
                 w = read_steady(ld, steady_stop(warm, min_timed, precision, cap_s))
                 wait, n, nb = w.pop("wait_s"), w.pop("samples"), w.pop("batches")
-                kind = dict(w, timed_batches=nb)
+                kind = dict(w, timed_batches=nb, epoch_batches=_epoch(ld))   # epochs chained by Cycling
             res.add(EXPERIMENT, name, "batch_load_ms", 1e3 * wait / max(1, nb), "ms/batch", repeat=r, **params,
                     **kind)
             res.add(EXPERIMENT, name, "samples_per_s", n / wait if wait > 0 else float("nan"),
@@ -174,6 +178,14 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
         del ld
         gc.collect()
     return res
+
+
+def _epoch(loader) -> int | str:
+    """Batches per loader epoch (the timed window chains epochs), or "not checked" for a loader with no length."""
+    try:
+        return int(len(loader))
+    except TypeError:
+        return NOT_CHECKED
 
 
 def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples: int | None = None,
@@ -209,12 +221,17 @@ def memcpy_ceiling(root, batch_size: int, repeats: int, warmup: int = 1, samples
     runs = {f"ceiling_{m}": ts for m, ts in ceil["runs"].items()}
     runs["memcpy_ceiling"] = ceil["runs"][ceil["method"]]
     runs["memcpy_per_item"] = time_callable(per_item, warmup=max(1, warmup), repeats=repeats)
-    params = dict(format="ram", num_workers=0, batch_size=batch_size, mode="read", samples=samples or 0)
+    params = dict(format="ram", num_workers=0, batch_size=batch_size, mode="read", samples=samples or 0,
+                  timed_batches=len(batches), pixel_error=pixel_error_of(root, "npy_mmap"), cache="warm",
+                  epoch_batches=0)   # the npy bytes in RAM, one pass over the set per run (issue 45)
     for name, secs in runs.items():
+        method = ceil["method"] if name == "memcpy_ceiling" else name.removeprefix("ceiling_")
+        order = "global" if method in ("gather", "memcpy_per_item") else "sequential"   # contiguous copies
         for r, sec in enumerate(secs):
-            res.add(EXPERIMENT, name, "samples_per_s", n / sec, "samples/s", repeat=r, loader=name, **params)
+            inv = dict(params, order=order, window_s=sec)
+            res.add(EXPERIMENT, name, "samples_per_s", n / sec, "samples/s", repeat=r, loader=name, **inv)
             res.add(EXPERIMENT, name, "batch_load_ms", 1e3 * sec / len(batches), "ms/batch",
-                    repeat=r, loader=name, **params)
+                    repeat=r, loader=name, **inv)
     _close(ds)
     return res
 
