@@ -38,3 +38,16 @@ def test_targets_pick_the_best_lmdb_kind_and_judge_both():
     assert t["ring_main_us_per_sample"] == 5.0 and t["ring_main_us_met"]
     assert t["lmdb_dataloader_vs_png"] == 3.0
     assert "misses" not in H.report(rows)
+
+
+def test_each_leg_records_order_pixels_and_epochs(sr_root):
+    """issue 45: a leg's row carries the loader's order, the 4-sample pixel check against the PNG decode and the
+    batches per loader epoch; side() reads them back (never a typed default)."""
+    rows = H.measure(sr_root, ("lmdb_fast_dataloader", "png_totensor_dataloader"), batch_size=8, num_workers=0,
+                     batches=2, min_window_s=0.0)
+    legs = [r for r in rows if "skipped" not in r]
+    assert len(legs) == 2 and {r["order"] for r in legs} == {"global"}
+    assert {r["pixel_error"] for r in legs} == {0.0} and all(r["epoch_batches"] >= 1 for r in legs)
+    s = H.side(rows, "lmdb_fast_dataloader", "lmdb")
+    assert (s.order, s.pixel_error) == ("global", 0.0)
+    assert H.side([{k: v for k, v in legs[0].items() if k != "order"}], legs[0]["pipeline"], "old").order is None

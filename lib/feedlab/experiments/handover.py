@@ -35,7 +35,8 @@ from feedlab import cache, formats
 from feedlab import pipeline as pl
 from feedlab.errors import cli_errors
 from feedlab.experiments._storage_readers import store_files
-from feedlab.like_for_like import MIN_WINDOW_S, Side, differences, judged
+from feedlab.experiments.row_invariants import order_of_loader, pixel_error_of
+from feedlab.like_for_like import MIN_WINDOW_S, NOT_CHECKED, Side, differences, judged
 from feedlab.paths import default_sr_root
 from feedlab.report.claims.sides import handover_verdict
 
@@ -128,7 +129,9 @@ def measure(root, names=tuple(PIPELINES), batch_size: int = 128, num_workers: in
             ld = pl.make_loader(ds, spec, drop_last=True, **extra)
             try:
                 rows.append({**base, **drive(ld, batches, skip, min_window_s=min_window_s), "cache": "warm",
-                             "resident_before": -1.0 if resident is None else resident})
+                             "resident_before": -1.0 if resident is None else resident,
+                             "order": order_of_loader(spec.loader), "epoch_batches": _epoch(ld),   # issue 45
+                             "pixel_error": pixel_error_of(root, spec.format, spec.decode_backend)})
             finally:
                 close = getattr(ld, "close", None)
                 if close is not None:
@@ -140,16 +143,24 @@ def measure(root, names=tuple(PIPELINES), batch_size: int = 128, num_workers: in
     return rows
 
 
+def _epoch(loader) -> int | str:
+    try:
+        return int(len(loader))
+    except TypeError:   # a loader with no length: not known
+        return NOT_CHECKED
+
+
 def side(rows: list[dict], name: str, label: str) -> Side:
-    """A pipeline's legs as one side of a comparison (:class:`feedlab.like_for_like.Side`): a global
-    shuffle on every leg, the pixels of the store's own decode (0: the same bytes on both sides of a
-    same-format comparison), the batch, workers and cache it ran with, its shortest timed window."""
+    """A pipeline's legs as one side of a comparison (:class:`feedlab.like_for_like.Side`): the order and pixels
+    its legs recorded (the loader's order, the 4-sample check against the PNG decode; not recorded: not known),
+    the batch, workers and cache it ran with, its shortest timed window."""
     legs = [r for r in rows if r.get("pipeline") == name and "skipped" not in r]
     if not legs:
         return Side(label)
     windows = [r.get("window_s", r.get("wall_s")) for r in legs]
     timed = [r.get("timed_batches") for r in legs]
-    return Side(label, order="global", pixel_error=0.0, batch_size=legs[0].get("batch_size"),
+    one = lambda k: legs[0].get(k) if len({str(r.get(k)) for r in legs}) == 1 else None  # noqa: E731
+    return Side(label, order=one("order"), pixel_error=one("pixel_error"), batch_size=legs[0].get("batch_size"),
                 workers=legs[0].get("num_workers"), cache=legs[0].get("cache"),
                 timed_batches=None if None in timed else min(timed),
                 window_s=None if None in windows else min(windows))
