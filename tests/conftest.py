@@ -4,7 +4,10 @@ and a tiny ImageFolder, each built once per test session in a temp dir."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -53,6 +56,71 @@ def shm_held_by_others(ours: set[int] | None = None) -> set[str]:
 
 def pytest_sessionstart(session):
     session.config._feedlab_shm = _shm_names()
+
+
+#: what a test may not leave changed for the tests after it (and the children they start: an ignored signal and a
+#: blocked one are inherited across exec): run_kernel.stop_on_signals once left SIGTERM ignored, and CI failed later
+GUARDED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT", "SIGALRM") if hasattr(signal, n))
+
+
+class LeftChanged(pytest.PytestWarning):
+    """A test left a signal's handler, the signal mask, a FEEDLAB_* variable, TMPDIR or the working folder
+    changed: put back after it, and named in the warnings summary."""
+
+
+def _kernel_ignored() -> set[int]:
+    """The guarded signals the kernel ignores for this process (what a child inherits), from /proc."""
+    try:
+        with open("/proc/self/status") as fh:
+            bits = next((int(ln.split()[1], 16) for ln in fh if ln.startswith("SigIgn:")), 0)
+    except OSError:
+        return set()
+    return {int(s) for s in GUARDED_SIGNALS if bits >> (int(s) - 1) & 1}
+
+
+def process_state() -> dict:
+    """This process's state a test must leave as it found it (:class:`LeftChanged`)."""
+    return {"handlers": {s: signal.getsignal(s) for s in GUARDED_SIGNALS}, "ignored": _kernel_ignored(),
+            "mask": signal.pthread_sigmask(signal.SIG_BLOCK, []), "cwd": os.getcwd(),
+            "env": {k: v for k, v in os.environ.items() if k.startswith("FEEDLAB_") or k == "TMPDIR"}}
+
+
+def put_back(before: dict) -> list[str]:
+    """Put back what changed since ``before`` (:func:`process_state`); returns what was changed, in words."""
+    now, said = process_state(), []
+    for sig, handler in before["handlers"].items():
+        if now["handlers"][sig] is not handler or (int(sig) in now["ignored"]) != (int(sig) in before["ignored"]):
+            said.append(f"{signal.Signals(sig).name}'s handler")
+            if handler is not None:   # None: set outside Python, nothing to put back
+                signal.signal(sig, handler)
+    if now["mask"] != before["mask"]:
+        said.append("the signal mask")
+        signal.pthread_sigmask(signal.SIG_SETMASK, before["mask"])
+    for key in sorted(set(now["env"]) | set(before["env"])):
+        if now["env"].get(key) != before["env"].get(key):
+            said.append(f"${key}")
+            if key in before["env"]:
+                os.environ[key] = before["env"][key]
+            else:
+                os.environ.pop(key, None)
+    if now["cwd"] != before["cwd"]:
+        said.append("the working folder")
+        os.chdir(before["cwd"])
+    return said
+
+
+@pytest.fixture(autouse=True)
+def _leaves_the_process_as_found(request):
+    """Every test: what it changed of :func:`process_state` is put back, and a :class:`LeftChanged` warning
+    names it (a later test never sees it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = process_state()
+    yield
+    said = put_back(before)
+    if said:
+        warnings.warn(LeftChanged(f"{request.node.nodeid} left {', '.join(said)} changed: put back"), stacklevel=1)
 
 
 SLOW_LIST = Path(__file__).parent / "unit" / "slow_tests.txt"
