@@ -185,6 +185,11 @@ def test_prepare_sets_and_decode_rates(tmp_path):
     assert set(pil.image_set) == set(sets) and (pil.value > 0).all()
     assert ((df.op == "decode_resize") & (df.image_set == "jpeg_native")).any()
     assert not (df.variant == "pyspng").any() or set(df[df.variant == "pyspng"].kind) == {"png"}
+    # issue 45: Pillow's own decode is the reference (0.0); a resize through the draft is measured against the
+    # full decode; every row has its window, in list order, warm
+    assert set(pil["pixel_error"]) == {0.0} and set(df["order"]) == {"sequential"} and (df["window_s"] > 0).all()
+    rs = df[(df.variant == "pil") & (df.op == "decode_resize")]["pixel_error"]
+    assert all(isinstance(x, float) and x >= 0 for x in rs)
 
 
 def test_pillow_worker_runs_here_and_reports_missing_simd(tmp_path, monkeypatch):

@@ -58,6 +58,29 @@ def pixel_error_of(root, fmt: str, decode: str | None = None, n: int = CHECKED_S
     return _pixel_error(str(Path(root)), str(fmt), decode, int(n))
 
 
+def decode_pixel_error(backend: str, datas, resize_to: int | None = None, n: int = CHECKED_SAMPLES) -> float | str:
+    """The largest mean |diff| (0–255) of ``backend``'s decode (and resize to ``resize_to``) of the first ``n``
+    encoded images ``datas`` against Pillow's full decode (and resize, no reduced-scale draft): 06's pixel
+    check; :data:`NOT_CHECKED` where a side cannot decode them here or gives another shape."""
+    from feedlab import decode
+
+    worst = 0.0
+    try:
+        for d in list(datas)[:n]:
+            if resize_to:
+                got = decode.decode_resize(d, resize_to, backend)
+                want = decode.decode_resize(d, resize_to, "pil", use_draft=False)
+            else:
+                got, want = decode.decoder(backend)(d), decode.decoder("pil")(d)
+            got, want = np.asarray(got), np.asarray(want)
+            if got.shape != want.shape:
+                return NOT_CHECKED
+            worst = max(worst, float(np.abs(got.astype(np.int16) - want.astype(np.int16)).mean()))
+    except Exception:   # a backend not installed here, or one that cannot read this kind: not checked
+        return NOT_CHECKED
+    return worst
+
+
 def order_of_loader(loader: str | None, shuffle: bool = True, sampler=None) -> str:
     """The order class (:data:`feedlab.like_for_like.ORDERS`) the loader kind draws in: ``chunk`` reads each
     batch from one chunk; any other kind with ``shuffle`` (or a ``RandomSampler``) a global permutation per
