@@ -16,7 +16,7 @@ import math
 from feedlab.experiments import handover
 from feedlab.experiments._storage_readers import loader_words
 from feedlab.experiments.handover import TARGET_MAIN_US
-from feedlab.like_for_like import Side, judged
+from feedlab.like_for_like import NOT_APPLICABLE, Side, judged
 from feedlab.plots import finding_title
 from feedlab.report import targets
 from feedlab.report.claims.core import Run
@@ -125,11 +125,22 @@ def _side(frame, fmt: str, loader: str, workers: int, label: str):
         return None, float("nan")
     col = lambda c: r[c] if c in r.columns else None  # noqa: E731
     timed, window = col("timed_batches"), col("window_s")
-    return Side(label, order="global", pixel_error=0.0, batch_size=int(r["batch_size"].iloc[0]), workers=workers,
+    one = lambda c: r[c].iloc[0] if c in r.columns and r[c].notna().all() and r[c].astype(str).nunique() == 1 \
+        else None  # noqa: E731  (the rows' one recorded order / pixels, issue 45; not recorded: not known)
+    px = one("pixel_error")
+    return Side(label, order=one("order"), pixel_error=px if px is None or str(px) == NOT_APPLICABLE else _float(px),
+                batch_size=int(r["batch_size"].iloc[0]), workers=workers,
                 cache=str(r["cache"].iloc[0]) if col("cache") is not None else None,
                 timed_batches=None if timed is None or timed.isna().any() else int(timed.min()),
                 window_s=None if window is None or window.isna().any() else float(window.min())), \
         float(r["value"].median())
+
+
+def _float(x) -> float | None:
+    try:
+        return float(x)
+    except (TypeError, ValueError):   # "not checked": not known
+        return None
 
 
 def ring_lines(frame) -> list[str]:
