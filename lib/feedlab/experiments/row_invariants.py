@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from feedlab import decode, formats
 from feedlab.like_for_like import NOT_CHECKED, invariants
 
 CHECKED_SAMPLES = 4          # samples the pixel check decodes on each side (cheap: a few ms)
@@ -28,8 +29,6 @@ def _images(item) -> list[np.ndarray]:
 
 @lru_cache(maxsize=32)
 def _pixel_error(root: str, fmt: str, decode: str | None, n: int) -> float | str:
-    from feedlab import formats
-
     try:
         spec = formats.get_format(fmt)
         opts = {"decode": decode} if spec.image_codec is not None and decode else {}
@@ -62,8 +61,6 @@ def decode_pixel_error(backend: str, datas, resize_to: int | None = None, n: int
     """The largest mean |diff| (0–255) of ``backend``'s decode (and resize to ``resize_to``) of the first ``n``
     encoded images ``datas`` against Pillow's full decode (and resize, no reduced-scale draft): 06's pixel
     check; :data:`NOT_CHECKED` where a side cannot decode them here or gives another shape."""
-    from feedlab import decode
-
     worst = 0.0
     try:
         for d in list(datas)[:n]:
