@@ -60,6 +60,16 @@ def pinned(loader, pin_memory: bool | None, cuda: bool, notes: list[str]):
     return loader
 
 
+def check_shm(loader) -> None:
+    """Your loader's workers against /dev/shm, before any of them (or the doctor's one-worker probe of your
+    collate) starts, as feedlab's own loaders are checked (pipeline.shm): one line with the fix."""
+    workers = getattr(loader, "num_workers", 0) or 0
+    problem = shm.shm_problem_of(loader.dataset, loader.batch_size, workers,
+                                 getattr(loader, "prefetch_factor", None) or 2) if workers else None
+    if problem:
+        raise UserCodeError(f"your loader: {problem}")
+
+
 def _batch_deadline(loader, deadline_s: float | None) -> tuple[float | None, str]:
     t = float(getattr(loader, "timeout", 0) or 0)
     if t > 0:
@@ -96,11 +106,7 @@ def _run(loader, step, device, batches: int, skip: int, limit: float | None = No
     Each batch is counted by the samples it holds (a short last batch counts short).
     """
     skip = min(int(skip), max(0, batches // 2))
-    workers = getattr(loader, "num_workers", 0) or 0
-    problem = shm.shm_problem_of(loader.dataset, loader.batch_size, workers,
-                                 getattr(loader, "prefetch_factor", None) or 2) if workers else None
-    if problem:   # checked before its workers start, as feedlab's own loaders are (pipeline.shm)
-        raise UserCodeError(f"your loader: {problem}")
+    check_shm(loader)
     t_start, n_after, t_after, it = None, 0, None, iter(loader)
     waits: list[float] = []   # after ``skip``: each batch's wait, then its copy + step (the loop's verdict)
     steps: list[float] = []
@@ -209,6 +215,7 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
 
     log = log or (lambda m: None)
     check_loader(loader, deadline_s)   # a __len__ that blocks: Hung, named
+    check_shm(loader)   # before any worker starts, the one-worker hand-over probe's too
     window = monitor.LoadWindow()
     device = pl.resolve_device(device)
     cuda = device.startswith("cuda")
