@@ -31,22 +31,13 @@ import time
 from pathlib import Path
 
 import pytest
+from leftovers import session_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT_S = 240          # the test's own deadline on one doctor run (a hung doctor fails, never hangs)
 
 
-def _left_in_session(sid: int) -> list[str]:
-    import psutil
-
-    left = []
-    for p in psutil.process_iter(["pid", "status", "cmdline"]):
-        try:
-            if p.pid != os.getpid() and os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                left.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:120]}")
-        except (psutil.Error, ProcessLookupError, PermissionError):
-            pass
-    return left
+_left_in_session = session_processes   # the live processes of a session but this one (tests/unit/leftovers.py)
 
 
 def _shm_torch() -> set[str]:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from leftovers import shm_held
 
 from feedlab import procgroup
 from feedlab.errors import DeadlineError, deadline
@@ -78,25 +79,7 @@ def _session() -> set[int]:
     return out
 
 
-def _shm_mapped() -> set[str]:
-    """/dev/shm names some process has open or mapped now (others' live semaphores are not a leak)."""
-    names = set()
-    for n in os.listdir("/proc"):
-        if not n.isdigit():
-            continue
-        try:
-            with open(f"/proc/{n}/maps") as fh:
-                names.update(ln.split("/dev/shm/", 1)[1].strip() for ln in fh if "/dev/shm/" in ln)
-        except OSError:
-            pass
-        try:
-            for fd in os.listdir(f"/proc/{n}/fd"):
-                target = os.readlink(f"/proc/{n}/fd/{fd}")
-                if target.startswith("/dev/shm/"):
-                    names.add(target.split("/dev/shm/", 1)[1])
-        except OSError:
-            pass
-    return names
+_shm_mapped = shm_held   # /dev/shm names some process has open or mapped now (tests/unit/leftovers.py)
 
 
 def _shm() -> set[str]:
