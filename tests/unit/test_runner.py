@@ -222,6 +222,10 @@ def test_run_kernel_watch_stops_a_daemon_the_notebook_left_outside_its_tree():
         out = subprocess.run(["bash", "-c", "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $!"],
                              capture_output=True, text=True, timeout=10).stdout
         daemon = int(out.split()[0])
+        # the daemon may still be between fork and exec (its environ not yet readable): found within a deadline
+        found_by = time.monotonic() + 5
+        while daemon not in procgroup.carrying(run_kernel._BEFORE["token"]) and time.monotonic() < found_by:
+            time.sleep(0.05)
         assert daemon in procgroup.carrying(run_kernel._BEFORE["token"])
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
