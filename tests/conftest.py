@@ -55,6 +55,10 @@ def shm_held_by_others(ours: set[int] | None = None) -> set[str]:
 
 
 def pytest_sessionstart(session):
+    # started in the background (bash's `cmd &` ignores SIGINT): the children the signal tests start would inherit
+    # the ignore and never see their SIGINT; the suite runs with Ctrl-C's usual handler, as in a terminal
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     session.config._feedlab_shm = _shm_names()
 
 
