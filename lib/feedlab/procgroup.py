@@ -18,9 +18,11 @@ before feedlab is installed: the standard library only here.
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -254,21 +256,48 @@ def _raise_signalled(signum, _frame):
     raise Signalled(signum)
 
 
+def _redeliver(unraisable) -> None:
+    """``sys.unraisablehook`` within :func:`signals_raise`: a signal whose exception was raised where Python can
+    only print and drop it (a weakref callback, a ``__del__``, a GC callback; the CI run of 2026-11-28 had
+    SIGHUP land in ``WeakValueDictionary``'s) is sent to us again, from a short thread, so it is raised once
+    that callback has returned; nothing is printed for it. Any other unraisable goes to the hook before."""
+    exc = unraisable.exc_value
+    if isinstance(exc, KeyboardInterrupt):   # Signalled too
+        signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
+        _thread.start_new_thread(_send_later, (signum,))   # Thread.start() waits, and the signal would land here
+        return
+    (_HOOK_BEFORE[-1] if _HOOK_BEFORE else sys.__unraisablehook__)(unraisable)
+
+
+_HOOK_BEFORE: list = []
+
+
+def _send_later(signum: int) -> None:
+    time.sleep(0.05)   # the hook has long returned by then
+    os.kill(os.getpid(), signum)
+
+
 @contextmanager
 def signals_raise(sigs: Iterable[int] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
     """Within: each of ``sigs`` raises :class:`Signalled` in the main thread, where it has its default action
     (never over one that is ignored, as under nohup, or someone else's handler); restored on the way out.
     Off the main thread a no-op."""
     old: dict = {}
+    hooked = False
     if threading.current_thread() is threading.main_thread():
         for sig in sigs:
             if signal.getsignal(sig) in (signal.SIG_DFL, _raise_signalled):
                 old[sig] = signal.signal(sig, _raise_signalled)
+        if sys.unraisablehook is not _redeliver:
+            _HOOK_BEFORE.append(sys.unraisablehook)
+            sys.unraisablehook, hooked = _redeliver, True
     try:
         yield
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+        if hooked:
+            sys.unraisablehook = _HOOK_BEFORE.pop()
 
 
 @contextmanager
@@ -294,8 +323,6 @@ def stopped(prog: str, exc: BaseException, what: str = "", out=None) -> int:
     """What a command line does when a signal or Ctrl-C (``exc``) stops it: every group it started is stopped,
     what :func:`on_stop` registered is undone (its temporaries), and one line says so. Returns the exit status
     (128+n; 130 for Ctrl-C)."""
-    import sys
-
     with signals_held():
         n = stop_all()
     why = str(exc) if isinstance(exc, Signalled) else "interrupted"

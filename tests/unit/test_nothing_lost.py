@@ -469,9 +469,7 @@ with cli_errors("python -m feedlab.doctor"):   # the doctor's main, around the d
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, pytest.param(signal.SIGINT, marks=pytest.mark.xfail(
-    strict=False, reason="failed once inside a whole make test-slow run at 26bb422 (2026-11-28), passes alone "
-    "3 of 3: to diagnose (closing note)"))])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_to_the_doctor_stops_its_what_if_child_with_one_line(sr_root, tmp_path, sig):
     """``feedlab-doctor --what-if`` signalled while its ``peers.whatif`` child measures: one line, exit 128+n
     (130 for Ctrl-C), the child and everything it started stopped, its folder gone, nothing in /dev/shm
