@@ -13,7 +13,8 @@ before feedlab is installed: the standard library only here.
 * :func:`descendants`, :func:`stop_pids` — this process's descendants (read from /proc), and a list of pids stopped
   the same way (the runner's kernel and its workers, :mod:`feedlab.run_limit`).
 * :func:`signals_raise` / :class:`Signalled` — SIGTERM and SIGHUP raise like SIGINT, so everything unwinds;
-  :func:`on_stop` registers what is undone then (this process's temporaries, :mod:`feedlab.files`).
+  :func:`on_stop` registers what is undone then (this process's temporaries, :mod:`feedlab.files`);
+  :func:`dropped_signals_raised` raises again a signal's exception that Python dropped (in a weakref callback).
 """
 
 from __future__ import annotations
@@ -257,24 +258,49 @@ def _raise_signalled(signum, _frame):
 
 
 def _redeliver(unraisable) -> None:
-    """``sys.unraisablehook`` within :func:`signals_raise`: a signal whose exception was raised where Python can
+    """``sys.unraisablehook`` within :func:`dropped_signals_raised`: a signal's exception raised where Python can
     only print and drop it (a weakref callback, a ``__del__``, a GC callback; the CI run of 2026-11-28 had
-    SIGHUP land in ``WeakValueDictionary``'s) is sent to us again, from a short thread, so it is raised once
-    that callback has returned; nothing is printed for it. Any other unraisable goes to the hook before."""
+    SIGHUP land in ``WeakValueDictionary``'s) is raised again once that callback has returned: the same
+    exception, from a handler set for one go, by the same signal sent from a short thread; nothing is printed
+    for it. Any other unraisable goes to the hook before."""
     exc = unraisable.exc_value
-    if isinstance(exc, KeyboardInterrupt):   # Signalled too
-        signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
-        _thread.start_new_thread(_send_later, (signum,))   # Thread.start() waits, and the signal would land here
+    if not isinstance(exc, KeyboardInterrupt):   # Signalled and the runner's RunnerStopped are ones
+        (_HOOK_BEFORE[-1] if _HOOK_BEFORE else sys.__unraisablehook__)(unraisable)
         return
-    (_HOOK_BEFORE[-1] if _HOOK_BEFORE else sys.__unraisablehook__)(unraisable)
+    signum = getattr(exc, "signum", signal.SIGINT)
+    if threading.current_thread() is threading.main_thread():   # a handler that stops once may ignore it now
+        _DROPPED.append((exc, signal.signal(signum, _raise_dropped)))
+    _thread.start_new_thread(_send_later, (signum,))   # Thread.start() waits, and the signal would land here
 
 
-_HOOK_BEFORE: list = []
+def _raise_dropped(signum, _frame):
+    exc, handler = _DROPPED.pop()
+    signal.signal(signum, handler)
+    raise exc
 
 
 def _send_later(signum: int) -> None:
     time.sleep(0.05)   # the hook has long returned by then
     os.kill(os.getpid(), signum)
+
+
+_HOOK_BEFORE: list = []
+_DROPPED: list = []   # (the dropped exception, the handler to put back), for _raise_dropped
+
+
+@contextmanager
+def dropped_signals_raised() -> Iterator[None]:
+    """Within, in the main thread: a signal's exception that Python dropped is raised again (:func:`_redeliver`);
+    the hook before is put back on the way out. Off the main thread, or where it is set already, a no-op."""
+    hooked = threading.current_thread() is threading.main_thread() and sys.unraisablehook is not _redeliver
+    if hooked:
+        _HOOK_BEFORE.append(sys.unraisablehook)
+        sys.unraisablehook = _redeliver
+    try:
+        yield
+    finally:
+        if hooked:
+            sys.unraisablehook = _HOOK_BEFORE.pop()
 
 
 @contextmanager
@@ -283,21 +309,16 @@ def signals_raise(sigs: Iterable[int] = (signal.SIGTERM, signal.SIGHUP)) -> Iter
     (never over one that is ignored, as under nohup, or someone else's handler); restored on the way out.
     Off the main thread a no-op."""
     old: dict = {}
-    hooked = False
     if threading.current_thread() is threading.main_thread():
         for sig in sigs:
             if signal.getsignal(sig) in (signal.SIG_DFL, _raise_signalled):
                 old[sig] = signal.signal(sig, _raise_signalled)
-        if sys.unraisablehook is not _redeliver:
-            _HOOK_BEFORE.append(sys.unraisablehook)
-            sys.unraisablehook, hooked = _redeliver, True
     try:
-        yield
+        with dropped_signals_raised():
+            yield
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-        if hooked:
-            sys.unraisablehook = _HOOK_BEFORE.pop()
 
 
 @contextmanager

@@ -82,7 +82,8 @@ def stop_on_signals() -> Iterator[None]:
             if handler in (signal.SIG_DFL, signal.default_int_handler):
                 signal.signal(sig, _on_signal)
     try:
-        yield
+        with procgroup.dropped_signals_raised():   # a stop raised inside a weakref callback is raised again
+            yield
     finally:
         for sig, handler in old.items():
             if handler is not None:   # None: set outside Python; left as it is

@@ -179,27 +179,46 @@ def test_a_signal_stops_what_we_started_with_one_line(tmp_path, sig, leaves_noth
     assert not _gone([daemon], 5.0), "the daemon outlived the signalled command"
 
 
-def test_a_signal_raised_inside_a_weakref_callback_is_raised_again_after_it_and_prints_nothing(capfd):
+class _StopsOnce(KeyboardInterrupt):   # the runner's RunnerStopped: its handler ignores the signal after one
+    def __init__(self, signum):
+        self.signum = signum
+
+
+@pytest.mark.parametrize("case", ["signals_raise", "a handler that stops once"])
+def test_a_signal_raised_inside_a_weakref_callback_is_raised_again_after_it_and_prints_nothing(capfd, case):
     """A signal's exception raised where Python can only print and drop it (a weakref callback: the CI run of
     2026-11-28 had SIGHUP land in ``WeakValueDictionary``'s, and ``data_prep pack`` went on to exit 0 with a
-    traceback) is sent again and raised in the code after the callback; nothing is printed for it."""
+    traceback) is raised again in the code after the callback, the same exception, even where the handler now
+    ignores that signal (the runner's stops once); nothing is printed for it; every handler and hook put back."""
+    import contextlib
     import weakref
 
     class Thing:
         pass
 
-    thing, before = Thing(), sys.unraisablehook
-    with pytest.raises(procgroup.Signalled) as raised:
-        with deadline(10, "the signal sent again"), procgroup.signals_raise():
-            ref = weakref.ref(thing, lambda _r: (_ for _ in ()).throw(procgroup.Signalled(signal.SIGHUP)))
-            del thing                      # the callback raises; Python drops it to sys.unraisablehook
-            assert ref() is None
-            end = time.monotonic() + 5
-            while time.monotonic() < end:  # the re-sent SIGHUP raises here
-                time.sleep(0.01)
-    assert raised.value.signum == signal.SIGHUP
+    once = case != "signals_raise"
+    exc = _StopsOnce(signal.SIGHUP) if once else procgroup.Signalled(signal.SIGHUP)
+    thing, hook, handler = Thing(), sys.unraisablehook, signal.getsignal(signal.SIGHUP)
+    try:
+        with pytest.raises(type(exc)) as raised:
+            with deadline(10, "the signal raised again"), (
+                    procgroup.dropped_signals_raised() if once else procgroup.signals_raise()):
+                if once:
+                    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+                ref = weakref.ref(thing, lambda _r: (_ for _ in ()).throw(exc))
+                del thing                      # the callback raises; Python drops it to sys.unraisablehook
+                assert ref() is None
+                end = time.monotonic() + 5
+                while time.monotonic() < end:  # raised here
+                    time.sleep(0.01)
+    finally:
+        left = signal.getsignal(signal.SIGHUP)
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGHUP, handler)
+    assert raised.value is exc
     assert "Exception ignored" not in capfd.readouterr().err
-    assert sys.unraisablehook is before   # put back on the way out
+    assert sys.unraisablehook is hook
+    assert left == (signal.SIG_IGN if once else handler)   # the one-go handler put back what it took
 
 
 def test_descendants_and_stop_pids_take_a_tree(tmp_path, leaves_nothing):
