@@ -310,3 +310,26 @@ def test_the_kernels_temporaries_live_in_the_runners_own_folder(tmp_path, monkey
             raise KeyboardInterrupt   # a signal mid-cell
     assert os.environ["TMPDIR"] == str(tmp_path) and not folder.exists()
     assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())
+
+
+def test_the_kernels_sockets_fit_under_a_long_tmpdir(tmp_path, monkeypatch):
+    """Under a ``$TMPDIR`` so long that a socket in it would pass AF_UNIX's 107 bytes (make test-slow's
+    ``pytest-of-…`` folders: "File name too long"), the kernel's folder is made in /tmp, where a socket binds;
+    removed on the way out, ``$TMPDIR`` left as it was."""
+    import os
+    import socket
+    import tempfile
+
+    from feedlab import run_kernel
+
+    long_dir = tmp_path / ("d" * 60) / ("e" * 60)
+    long_dir.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(long_dir))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with run_kernel.kernel_folder() as folder:
+        path = str(folder / "kernel-ipc-12345")
+        assert len(os.fsencode(path)) <= run_kernel.SOCKET_MAX, path
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(path)
+    assert not folder.exists() and os.environ["TMPDIR"] == str(long_dir)
+    assert not list(long_dir.iterdir())
