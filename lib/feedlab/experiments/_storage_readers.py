@@ -230,14 +230,15 @@ def make_loader(ds, spec: PipelineSpec, seed: int = 0, collate_fn=None):
     return _pipeline_loader(ds, spec, seed=seed, collate_fn=collate_fn)
 
 
-def read_epoch(loader) -> tuple[float, int, int]:
-    """One pass, nothing else: (seconds blocked in next(), samples, batches). Not
-    :func:`feedlab.timing.run_epoch`, which copies each batch to the device as float (CPU time in the
+def read_epoch(loader, max_batches: int | None = None) -> tuple[float, int, int]:
+    """One pass (or its first ``max_batches``), nothing else: (seconds blocked in next(), samples, batches).
+    Not :func:`feedlab.timing.run_epoch`, which copies each batch to the device as float (CPU time in the
     main process that would stand in the reader's measurement)."""
     timer = PhaseTimer("cpu")
-    n = 0
+    n = nb = 0
     with owned_iterator(loader) as it:
-        while True:
+        while max_batches is None or nb < max_batches:
+            nb += 1
             timer.start_batch()
             try:
                 batch = next(it)

@@ -90,6 +90,7 @@ from feedlab.results import Results, summarize
 from feedlab.timing import run_epoch, time_callable
 
 EXPERIMENT = "storage_formats"
+WARMUP_EXTRA = 4   # batches a warm-up pass reads past the window's own warm-up
 
 
 def make_step_model(name: str, device, **kw):
@@ -109,7 +110,9 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
     """Time one setting (a ``PipelineSpec`` of format, loader, num_workers; a format name: the
     DataLoader without workers) in ``mode`` (read | train | cold); rows go to ``res``.
 
-    read and train: the store read into the page cache (``cache.warm``), ``warmup`` untimed epochs, then
+    read and train: the store read into the page cache (``cache.warm``), ``warmup`` untimed passes of the
+    window's warm-up batches and :data:`WARMUP_EXTRA` more (whole epochs had cost 05 a minute of its four: an
+    epoch with a training step, or of zarr by one worker, for nothing the window keeps), then
     per repeat one steady window (the setting's warm-up batches left out, then ``min_timed`` timed batches
     or more, epochs chained where the set is short; with ``precision`` timed until the 95% interval of its
     mean batch time is within it, or ``cap_s`` seconds). Every row carries ``rate_kind`` (steady / imprecise / startup_inclusive), ``timed_batches``,
@@ -133,8 +136,9 @@ def measure(root, setting, batch_size: int | None = None, repeats: int = 3, warm
         cache.warm(files)   # warm means warm: whatever ran before (a cold-cache setting) evicted nothing here
     ds, ld = open_all()
     try:
-        for _ in range(max(0, warmup)):
-            read_epoch(ld) if mode != "train" else run_epoch(ld, model, device, optimizer)
+        for _ in range(max(0, warmup)):   # a warm-up pass of the window's own warm-up and a few batches more
+            read_epoch(ld, max_batches=warm + WARMUP_EXTRA) if mode != "train" else \
+                run_epoch(ld, model, device, optimizer, max_batches=warm + WARMUP_EXTRA)
         for r in range(repeats):
             if mode == "cold":
                 # a page mapped by a live reader (npy_mmap, lmdb) cannot be evicted: close the
