@@ -1,10 +1,9 @@
-"""The doctor's report: the typed object and its one builder (:class:`Report`), as text, and the JSON
-encoder for ``--json``."""
+"""The doctor's report as text, and the JSON encoder for ``--json``; the typed object and its one builder
+(:class:`Report`, :data:`REPORT_KEYS`) live in :mod:`feedlab.doctor.report_fields` (re-exported here)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -12,6 +11,7 @@ from feedlab.pipeline import PipelineSpec
 
 from .answer import answer_lines, off_line
 from .costs import VERDICTS  # noqa: F401  (re-exported: one list of the doctor's verdicts)
+from .report_fields import REPORT_KEYS, Report  # noqa: F401  (re-exported: the typed report)
 from .words import fit, fmt_rate, stage_value  # noqa: F401  (re-exported: report.fit, report.fmt_rate)
 
 
@@ -25,58 +25,6 @@ def json_default(o):
     if isinstance(o, float) and not math.isfinite(o):
         return None
     return str(o)
-
-
-# the keys of the doctor's JSON, in the order users have read them, one list per kind of diagnosis
-# ("data": feedlab's pipeline on a data set, feedlab.doctor.diagnosis; "user": your DataLoader, doctor.user)
-REPORT_KEYS: dict[str, tuple[str, ...]] = {
-    "data": ("data", "format", "device", "cuda", "cores", "effective_cores", "capacity", "speed_one", "model",
-             "batch_size", "config", "stages", "end_to_end", "calibration", "predicted_samples_per_s",
-             "measured_samples_per_s", "verdict", "bound_stage", "binding_term", "advice", "kind", "num_workers",
-             "headroom", "refuted", "shm", "notes", "repeats", "warmup"),
-    "user": ("kind", "batch_size", "num_workers", "device", "cuda", "cores", "effective_cores", "stages",
-             "end_to_end", "measured_samples_per_s", "predicted_samples_per_s", "bound_stage", "verdict",
-             "binding_term", "advice", "repeats", "batches", "notes", "config", "headroom"),
-}
-
-
-@dataclass
-class Report:
-    """One diagnosis: what every kind reports, typed; what only its kind reports in ``extra``. The one
-    builder of the doctor's JSON is :meth:`as_dict` (its keys in :data:`REPORT_KEYS` order, so what users
-    read stays byte for byte as it was). ``prediction`` is ``predict``'s answer at the setting diagnosed
-    (its rate, verdict, bound stage and binding term), None where nothing could be predicted."""
-
-    kind: str
-    device: str
-    cuda: bool
-    cores: int
-    effective_cores: float
-    batch_size: int | None
-    num_workers: int
-    config: dict
-    stages: list[dict]
-    end_to_end: list[dict]
-    prediction: dict | None
-    measured_samples_per_s: float | None
-    advice: list[dict]
-    notes: list[str]
-    repeats: int
-    headroom: float | None
-    extra: dict = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        p = self.prediction or {}
-        out = {k: getattr(self, k) for k in ("kind", "device", "cuda", "cores", "effective_cores", "batch_size",
-                                             "num_workers", "config", "stages", "end_to_end",
-                                             "measured_samples_per_s", "advice", "notes", "repeats", "headroom")}
-        out.update({k: p.get(k) for k in ("predicted_samples_per_s", "verdict", "bound_stage", "binding_term")})
-        out.update(self.extra)
-        order = REPORT_KEYS[self.kind]
-        if set(out) != set(order):
-            raise ValueError(f"a {self.kind!r} report has keys {sorted(set(out) ^ set(order))} it should not, "
-                             "or lacks them: see REPORT_KEYS")
-        return {k: out[k] for k in order}
 
 
 def _stage_lines(report: dict) -> list[str]:
