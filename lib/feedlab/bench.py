@@ -22,7 +22,7 @@ from feedlab.doctor.script_watch import DeadlineWire, fork_watched, stuck_line, 
 from feedlab.errors import cli_errors, deadline, seconds_or_zero, strict_json
 from feedlab.formats import sr_formats
 from feedlab.monitor import CpuMonitor
-from feedlab.paths import default_sr_root
+from feedlab.paths import default_sr_root, outside_figures
 from feedlab.peers.cli import add_arguments as add_peer_arguments
 from feedlab.peers.cli import main_peer
 from feedlab.scale import ranks as scale_ranks
@@ -151,6 +151,8 @@ def _main(argv: list[str] | None = None, watched: bool = False) -> int:
         ap.error("--timeout must be >= 0 (0: wait for ever)")
     if (args.max_batches is not None and args.max_batches < 1) or args.warmup < 0:
         ap.error("--max-batches must be >= 1 (or left out), --warmup >= 0")
+    if args.trace is not None and outside_figures(args.trace, "--trace"):   # never over a committed record
+        ap.error(outside_figures(args.trace, "--trace"))
     if args.peer:
         args.workers = args.num_workers  # the peers' command line says workers
         return main_peer(args)

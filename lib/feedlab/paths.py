@@ -102,6 +102,16 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
+def outside_figures(path: str | os.PathLike, flag: str) -> str | None:
+    """One line where a file the user names for a side output (``--trace``, ``--out``, ``--report``) lies
+    inside ``figures/`` (a link into it included): that folder holds the committed records, which only the
+    runner writes, whole; None where ``path`` lies elsewhere. Checked before anything runs."""
+    if _inside(Path(path), FIGURES_DIR):
+        return (f"{flag} {path}: lies inside figures/, which holds the committed records (only feedlab.run "
+                "writes there): nothing written; give a path outside figures/")
+    return None
+
+
 def figure_dir(notebook_name: str, out_dir: str | os.PathLike = "", profile: str = "quick",
                create: bool = True, committed: bool | None = None, machine: str = "") -> Path:
     """Where a notebook writes its results and figures; created if missing (unless ``create``

@@ -88,3 +88,22 @@ def test_a_hdf5_read_blocked_inside_c_code_ends_at_the_timeout_with_one_line(sr_
     assert time.monotonic() - t0 < 120
     assert not left and not shm_leaked(shm)
     assert [f for f in os.listdir(tmp) if not f.startswith("torchinductor_")] == []
+
+
+def test_a_trace_inside_figures_is_refused_before_the_bench_runs(tmp_path, monkeypatch, capsys):
+    # attack49 O02: `bench --trace figures/<nb>/<machine>/fingerprint.json` replaced a committed record's file, rc 0
+    from feedlab import paths
+    figs = tmp_path / "figures"
+    record = figs / "04_print_overhead" / "cpu-2c"
+    record.mkdir(parents=True)
+    (record / "fingerprint.json").write_text("{}")
+    monkeypatch.setattr(paths, "FIGURES_DIR", figs)
+
+    def ran(*a, **k):
+        raise AssertionError("the bench ran")
+    monkeypatch.setattr(bench, "bench", ran)
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--data", str(tmp_path), "--format", "npy", "--num-workers", "0",
+                    "--trace", str(record / "fingerprint.json")])
+    assert e.value.code == 2
+    assert "--trace" in capsys.readouterr().err and (record / "fingerprint.json").read_text() == "{}"

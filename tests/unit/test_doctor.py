@@ -234,3 +234,19 @@ def test_a_folder_of_images_is_data(tmp_path):
 def test_cli_bad_data_is_one_line(tmp_path):
     r = run_cli("feedlab.doctor", "--data", str(tmp_path / "nope"))  # as python -m runs it, in this process
     assert r.returncode != 0 and "Traceback" not in r.stderr and "nope" in r.stderr
+
+
+def test_a_trace_or_report_inside_figures_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    # attack49 O03: --trace (and --report FILE.md) into figures/<nb>/<machine>/ wrote beside a committed record
+    from feedlab import paths
+    figs = tmp_path / "figures"
+    record = figs / "04_print_overhead" / "cpu-2c"
+    record.mkdir(parents=True)
+    (record / "fingerprint.json").write_text("{}")
+    monkeypatch.setattr(paths, "FIGURES_DIR", figs)
+    for flag, name in (("--trace", "fingerprint.json"), ("--report", "notes.md")):
+        r = run_cli("feedlab.doctor", "--data", str(tmp_path / "nope"), flag, str(record / name))
+        assert r.returncode == 2, r.stderr
+        assert f"{flag} " in r.stderr and "lies inside figures/" in r.stderr
+    assert sorted(p.name for p in record.iterdir()) == ["fingerprint.json"]
+    assert (record / "fingerprint.json").read_text() == "{}"

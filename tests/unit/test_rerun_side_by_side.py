@@ -75,3 +75,27 @@ def test_before_is_a_commit_never_an_option_of_git(tmp_path, monkeypatch, capsys
             p.unlink(missing_ok=True)
     head = rerun.resolve_commit("HEAD")
     assert len(head) == 40 and rerun.resolve_commit(head[:12]) == head
+
+
+def test_out_inside_figures_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    # attack49 G01: `--out figures/<nb>/<machine>/results.json` replaced a committed record with markdown, rc 0
+    from feedlab import paths
+    figs = tmp_path / "figures"
+    record = figs / "04_print_overhead" / "cpu-2c"
+    record.mkdir(parents=True)
+    (record / "results.json").write_text('{"record": 1}')
+    (tmp_path / "link").symlink_to(record)     # a link into figures/ is inside it too
+    monkeypatch.setattr(paths, "FIGURES_DIR", figs)
+    monkeypatch.setattr(rerun, "resolve_commit", lambda rev: "a" * 40)
+    monkeypatch.setattr(rerun, "compare", lambda *a, **k: "the markdown")
+    for out in (record / "results.json", tmp_path / "link" / "results.json", record / "new.md"):
+        with pytest.raises(SystemExit) as e:
+            rerun.main(["--before", "HEAD", "--out", str(out), "04"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "--out" in err and "lies inside figures/" in err and "nothing written" in err
+    assert (record / "results.json").read_text() == '{"record": 1}'
+    assert sorted(p.name for p in record.iterdir()) == ["results.json"]
+    # outside figures/ it is written
+    rerun.main(["--before", "HEAD", "--out", str(tmp_path / "r.md"), "04"])
+    assert (tmp_path / "r.md").read_text() == "the markdown\n"

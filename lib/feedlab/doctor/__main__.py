@@ -32,7 +32,7 @@ from feedlab import formats
 from feedlab import pipeline as pl
 from feedlab.errors import cli_errors, deadline, seconds, strict_json
 from feedlab.formats import FORMATS
-from feedlab.paths import default_sr_root
+from feedlab.paths import default_sr_root, outside_figures
 from feedlab.trace import trace_run
 
 from .diagnosis import diagnose
@@ -291,6 +291,9 @@ def _main(argv: list[str] | None = None) -> int:
         ap.error("--deadline must be > 0 seconds")
     if whatif_problem(args):
         ap.error(whatif_problem(args))
+    for flag, path in (("--trace", args.trace), ("--report", args.report)):
+        if path is not None and outside_figures(path, flag):   # never over (or into) a committed record
+            ap.error(outside_figures(path, flag))
     if args.report is not None:
         problem = report_problem(args.report)     # before anything runs: never a whole diagnosis lost
         if problem:

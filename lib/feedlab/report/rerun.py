@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from feedlab.errors import cli_errors
-from feedlab.paths import FIGURES_DIR, REPO_ROOT, rel
+from feedlab.paths import FIGURES_DIR, REPO_ROOT, outside_figures, rel
 from feedlab.report.claims import Run, verdicts
 from feedlab.results import atomic_write
 
@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--machine", default="cpu-2c")
     ap.add_argument("--out", type=Path, help="write the markdown here too")
     args = ap.parse_args(argv)
+    if args.out is not None and outside_figures(args.out, "--out"):   # never over a committed record
+        ap.error(outside_figures(args.out, "--out"))
     with cli_errors("feedlab.report.rerun"):
         text = compare(resolve_commit(args.before), args.notebooks, args.machine)
         print(text)
