@@ -81,7 +81,20 @@ def one_line(exc: BaseException) -> str:
         return f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
     if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
         text = f"{text}: {exc.filename}"
+    elif isinstance(exc, OSError) and _raised_in(exc, os.path.join("multiprocessing", "synchronize.py")):
+        # a semaphore (a Queue's, a Lock's, a DataLoader's) is a file in /dev/shm: an error with no file named
+        text = (f"{text}: multiprocessing could not make a semaphore in /dev/shm (queues, locks and DataLoader "
+                "workers need one there); make /dev/shm writable with room to spare (docker run --shm-size=...)")
     return _first_line(text)
+
+
+def _raised_in(exc: BaseException, suffix: str) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(suffix):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 # What a user can fix: files, permissions, JSON, data, values given on the command line.

@@ -94,3 +94,23 @@ def test_every_seconds_option_refuses_nan_and_inf_in_one_line(tmp_path):
         assert rc == "2" and flag in line and "a finite number of seconds" in line, row
     assert not list(tmp_path.iterdir()), "the refusals ran nothing and wrote nothing"
     assert subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True).returncode == 1, "left in its session"
+
+
+def test_a_semaphore_that_dev_shm_refuses_is_named_in_the_one_line(monkeypatch):
+    # attack49 M02: a read-only /dev/shm gave `error: [Errno 30] Read-only file system`, naming nothing
+    import errno
+    import multiprocessing
+    import multiprocessing.synchronize as sync
+
+    from feedlab.errors import one_line
+
+    class Refused:
+        def __init__(self, *a, **k):
+            raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(sync._multiprocessing, "SemLock", Refused)
+    with pytest.raises(OSError) as e:
+        multiprocessing.get_context("fork").Lock()
+    line = one_line(e.value)
+    assert line.startswith("[Errno 30] Read-only file system: multiprocessing could not make a semaphore in /dev/shm")
+    assert "\n" not in line
+    assert one_line(OSError(errno.EROFS, "Read-only file system")) == "[Errno 30] Read-only file system"
