@@ -49,10 +49,17 @@ def test_a_later_key_set_to_none_and_a_key_no_field_names_come_back_in_their_ord
     assert Report.from_dict(d).has("tried") and not Report.from_dict(d).has("what_if")
 
 
-def test_a_later_field_set_on_a_built_report_reaches_its_json():
+def test_a_later_field_set_on_a_built_report_reaches_its_json_in_the_order_set():
     rep = Report.from_dict(json.loads(_text("doctor_report_data.json")))
     rep.tried = []
-    assert rep.as_dict()["tried"] == [] and list(rep.as_dict())[-1] == "tried"
+    rep.verdict_note = None                                     # set again, to None: still a key, in its place
+    rep.step_changes = [{"change": "threads"}]
+    rep.advice_start = None                                     # set to None: a key of the JSON all the same
+    rep.loop = dict(rep.loop, share=0.5)                        # set again: keeps its place
+    d = rep.as_dict()
+    assert [k for k in d if k in LATER_KEYS] == ["predicted_verdict", "loop", "verdict_note", "tried", "step_changes",
+                                                   "advice_start"]
+    assert d["loop"]["share"] == 0.5 and d["verdict_note"] is None and d["advice_start"] is None
 
 
 def test_a_hand_made_dict_reads_with_what_it_lacks_empty():
@@ -99,3 +106,21 @@ def test_every_key_the_doctor_sets_on_a_report_is_a_field():
     assert {"tried", "loop", "verdict", "script"} <= found     # the scan sees the doctor's own writers
     assert found <= known, sorted(found - known)
     assert re.fullmatch(r"[a-z_]+", "".join(sorted(found)))
+
+
+def test_the_readers_print_the_same_from_the_json_and_from_the_typed_report():
+    """render, render_user, the answer, the verdict and the what-if's answer take the typed report; a saved
+    report's JSON read back prints what the report printed."""
+    from feedlab.doctor.answer import answer_lines, render_user, top_changes
+    from feedlab.doctor.report import render
+    from feedlab.doctor.verdict import verdict_of_report
+    from feedlab.doctor.whatif import answer as whatif_answer
+
+    for name, show in (("doctor_report_data.json", render), ("doctor_report_user.json", render_user)):
+        d = json.loads(_text(name))
+        rep = Report.from_dict(d)
+        assert show(d) == show(rep) and "VERDICT" in show(rep)
+        assert answer_lines(d) == answer_lines(rep)
+        assert verdict_of_report(d) == verdict_of_report(rep) and verdict_of_report(rep).verdict == d["verdict"]
+        assert top_changes(d) == top_changes(rep)
+        assert whatif_answer([], d) == whatif_answer([], rep)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from feedlab import like_for_like as lfl
 
 from . import trials as TR
+from .report_fields import Report
 
 TRY_AT_MOST = 3   # the best predicted changes measured (each a few seconds a pass, three passes)
 
@@ -79,10 +80,10 @@ def tried_line(r: dict) -> str:
     return f"  tried on your loop, not advised: {r['setting']} = {r['value']}: {r['words']} ({pred})"
 
 
-def best_line(rep: dict, share: float | None, most: float | None) -> str | None:
+def best_line(rep: Report | dict, share: float | None, most: float | None) -> str | None:
     """The answer where the loop has headspace: the best measured change and the share of the headspace it
     recovers (``most``: the step alone over the loop), or that none of the changes tried gained."""
-    tried = rep.get("tried")
+    tried = Report.of(rep).tried
     if tried is None:
         return None
     won = [r for r in tried if r["advised"]]

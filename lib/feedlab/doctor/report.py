@@ -27,9 +27,10 @@ def json_default(o):
     return str(o)
 
 
-def _stage_lines(report: dict) -> list[str]:
+def _stage_lines(report: Report | dict) -> list[str]:
+    report = Report.of(report)
     lines = [f"{'stage':<10} {'variant':<48} {'µs/sample (IQR) or s':>24} {'per core/s':>11}"]
-    for r in report["stages"]:
+    for r in report.stages:
         label = fit(r["variant"], 48)
         value = stage_value(r)
         if not r["measurable"] or "s_per_sample" not in r or value.startswith("not measured"):
@@ -50,13 +51,16 @@ def _stage_lines(report: dict) -> list[str]:
     return lines
 
 
-def render(report: dict) -> str:
-    spec = PipelineSpec(**report["config"])
-    lines = [f"feedlab doctor · {report['data']} · {spec.label()}",
-             f"model {report['model']} on {report['device']} · {report['cores']} cores "
-             f"({report['effective_cores']:.2f} CPU-s/s available to {report['cores']} busy processes now; "
-             f"one process runs at {report['speed_one']:.2f} of a core) · median of {report['repeats']} repeats after "
-             f"{report['warmup']} warm-up (IQR in brackets)", ""]
+def render(report: Report | dict) -> str:
+    """The report on feedlab's pipeline (a ``data`` report, typed or its dict): the answer first, then the
+    stage table, the rates per worker count, the calibration, the advice and /dev/shm."""
+    report = Report.of(report)
+    spec = PipelineSpec(**report.config)
+    lines = [f"feedlab doctor · {report.data} · {spec.label()}",
+             f"model {report.model} on {report.device} · {report.cores} cores "
+             f"({report.effective_cores:.2f} CPU-s/s available to {report.cores} busy processes now; "
+             f"one process runs at {report.speed_one:.2f} of a core) · median of {report.repeats} repeats after "
+             f"{report.warmup} warm-up (IQR in brackets)", ""]
     lines += answer_lines(report) + [""]
     lines += _stage_lines(report)
     lines += ["", f"{'workers':>7} {'threads':>7} {'predicted/s':>12} {'measured/s (IQR)':>26} {'error':>7} "
@@ -64,14 +68,14 @@ def render(report: dict) -> str:
     off = off_line(report)
     if off:
         lines.append(off)
-    for r in report["end_to_end"]:
+    for r in report.end_to_end:
         meas = (f"{r['samples_per_s']:,.0f} ({r['samples_per_s_q25']:,.0f}–{r['samples_per_s_q75']:,.0f})"
                 if "samples_per_s" in r else r.get("not_measured", "not run"))
         ep = (f"{fmt_rate(r['predicted_epoch_samples_per_s'])}/{fmt_rate(r.get('epoch_samples_per_s'))}"
               if r.get("epoch_samples_per_s") else "")
         lines.append(f"{r['num_workers']:>7} {r['main_threads']:>7} {fmt_rate(r['predicted_samples_per_s']):>12} "
                      f"{meas:>26} {'busy' if r.get('too_busy') else _pct(r.get('error')):>7} {ep:>18}")
-    cal = report["calibration"]
+    cal = report.calibration
     busy = cal.get("too_busy") or []
     if busy:
         lines.append(f"calibration: machine too busy to judge with {', '.join(map(str, busy))} worker(s) (the doctor's "
@@ -81,25 +85,25 @@ def render(report: dict) -> str:
         lines.append(f"calibration: largest error {100 * cal['max_abs_error']:.0f}% "
                      f"({'within' if cal['within_20pct'] else 'OUTSIDE'} the ±20% target) over the worker counts run"
                      + (" quietly" if busy else ""))
-    if report["advice"]:
+    if report.advice:
         lines.append("every change predicted to pay (each alone; measured where this run ran it):")
-        for a in report["advice"]:
+        for a in report.advice:
             meas = f", measured ×{a['measured_gain']:.2f}" if "measured_gain" in a else ""
             lines.append(f"  {a['setting']} = {a['value']}: {fmt_rate(a['predicted_samples_per_s'])} samples/s "
                          f"(×{a['expected_gain']:.2f} predicted{meas}); {a['why']}")
-    for a in report.get("refuted", []):
+    for a in report.refuted:
         lines.append(f"  not advised: {a['setting']} = {a['value']} was predicted ×{a['expected_gain']:.2f} but "
                      f"measured slower in this run (×{a['measured_gain']:.2f})")
-    shm = report["shm"]
+    shm = report.shm
     if shm.get("available"):
         lines.append(f"/dev/shm: {shm['total_bytes'] / 2**20:,.0f} MiB, {shm['free_bytes'] / 2**20:,.0f} MiB free; "
                      f"in-flight batches need {shm['need_bytes'] / 2**20:,.1f} MiB"
                      + (f"\nWARNING: {shm['warning']}" if shm["warning"] else " (fits)"))
     else:
         lines.append(f"/dev/shm: {shm['warning']}")
-    if not report["cuda"]:
+    if not report.cuda:
         lines.append("no CUDA here: the copy to a GPU (pageable vs pinned) is not measurable; "
                      "h2d is only the uint8→float conversion")
-    for n in report["notes"]:
+    for n in report.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)

@@ -108,6 +108,14 @@ class Report:
         return self.extra.get("model")
 
     @property
+    def speed_one(self) -> float | None:
+        return self.extra.get("speed_one")
+
+    @property
+    def warmup(self) -> int | None:
+        return self.extra.get("warmup")
+
+    @property
     def calibration(self) -> dict | None:
         return self.extra.get("calibration")
 
@@ -118,6 +126,14 @@ class Report:
     @property
     def shm(self) -> dict | None:
         return self.extra.get("shm")
+
+    def __setattr__(self, name: str, value) -> None:
+        """A later field set on a built report takes its place at the end of the JSON, as a dict's new key
+        would (set again: it keeps its place)."""
+        order = self.__dict__.get("tail_order")
+        if order is not None and name in LATER_KEYS and name not in order:
+            order.append(name)
+        object.__setattr__(self, name, value)
 
     def has(self, key: str) -> bool:
         """Whether a later field (:data:`LATER_KEYS`) was set, even to None."""
@@ -135,7 +151,7 @@ class Report:
         its field (the prediction's in ``prediction``, a kind's own head keys in ``extra``, a key no field
         names in ``rest``), so :meth:`as_dict` gives ``d`` back key for key, in its order. A key a hand-made
         dict lacks reads as None (an empty list for ``stages``, ``end_to_end``, ``advice``, ``notes``)."""
-        head = REPORT_KEYS.get(d.get("kind"), ())
+        head = REPORT_KEYS.get(d.get("kind")) or tuple(dict.fromkeys(k for v in REPORT_KEYS.values() for k in v))
         pred = {k: d[k] for k in PREDICTION_KEYS if k in d}
         extra = {k: d[k] for k in head if k in d and k not in COMMON_KEYS and k not in PREDICTION_KEYS}
         later = {k: d[k] for k in d if k in LATER_KEYS}

@@ -15,6 +15,8 @@ from typing import Any, Callable, NamedTuple
 
 from feedlab.gpu_decode import DEVICE_DECODERS
 
+from .report_fields import Report
+
 
 class Change(NamedTuple):
     """One advised change, as its reason reads it."""
@@ -28,7 +30,7 @@ class Change(NamedTuple):
 
 
 class Setting(NamedTuple):
-    code: Callable[[Any, dict], str]     # (value, report) -> the command or code line that applies it
+    code: Callable[[Any, Report], str]   # (value, report) -> the command or code line that applies it
     reason: Callable[[Change], str]      # the change -> why it is predicted to help
 
 
@@ -36,8 +38,8 @@ def _us(x: float) -> str:
     return f"{x * 1e6:.0f} µs"
 
 
-def _data(rep: dict) -> str:
-    return rep.get("data") or "DIR"
+def _data(rep: Report) -> str:
+    return rep.data or "DIR"
 
 
 def _stage(stage: str) -> Callable[[Change], str]:
@@ -77,7 +79,7 @@ def _loader_reason(c: Change) -> str:
 
 SETTINGS: dict[str, Setting] = {
     "num_workers": Setting(
-        lambda v, rep: f"DataLoader(..., num_workers={v}{', pin_memory=True' if rep.get('cuda') else ''})",
+        lambda v, rep: f"DataLoader(..., num_workers={v}{', pin_memory=True' if rep.cuda else ''})",
         _workers_reason),
     "pin_memory": Setting(lambda v, rep: f"DataLoader(..., pin_memory={v})", _stage("h2d")),
     "batch_size": Setting(lambda v, rep: f"DataLoader(..., batch_size={v})", _stage("model")),

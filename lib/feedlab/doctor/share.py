@@ -22,6 +22,7 @@ from pathlib import Path
 
 from feedlab.results import atomic_write
 
+from .report_fields import Report
 from .verdict import verdict_of_report
 
 SUFFIXES = (".md", ".html", ".htm")
@@ -92,7 +93,7 @@ def _write_report_file(path: Path, data: bytes) -> None:
                       f"({exc.strerror or type(exc).__name__})") from None
 
 
-def figure_png(rep: dict) -> bytes | None:
+def figure_png(rep: Report | dict) -> bytes | None:
     """The report's figure (:func:`figure`) as PNG bytes; None when nothing was measured."""
     fig = figure(rep)
     if fig is None:
@@ -102,7 +103,7 @@ def figure_png(rep: dict) -> bytes | None:
     return buf.getvalue()
 
 
-def figure(rep: dict):
+def figure(rep: Report | dict):
     """The stage costs (µs/sample, measured stages; each label whole, wrapped at words) and the rate per
     worker count (whole worker ticks); None when nothing was measured."""
     import textwrap
@@ -110,9 +111,10 @@ def figure(rep: dict):
     from matplotlib.figure import Figure  # no pyplot: no backend switched, safe off the main thread
     from matplotlib.ticker import MaxNLocator
 
-    stages = [r for r in rep.get("stages", []) if r.get("measurable") and r.get("s_per_sample")
+    rep = Report.of(rep)
+    stages = [r for r in rep.stages if r.get("measurable") and r.get("s_per_sample")
               and r["stage"] != "startup" and not str(r.get("note", "")).startswith("not measured")]
-    rows = [r for r in rep.get("end_to_end", []) if r.get("predicted_samples_per_s")]
+    rows = [r for r in rep.end_to_end if r.get("predicted_samples_per_s")]
     if not stages and not rows:
         return None
     fig = Figure(figsize=(10, 0.9 + 0.42 * max(4, len(stages))))
@@ -132,13 +134,13 @@ def figure(rep: dict):
     b.xaxis.set_major_locator(MaxNLocator(integer=True))   # worker counts are whole
     b.set_ylabel("samples/s")
     v = verdict_of_report(rep)   # the run's one verdict, as the answer printed it
-    b.set_title(f"verdict: {v.verdict}, bounded by {rep.get('bound_stage')}", fontsize=9)
+    b.set_title(f"verdict: {v.verdict}, bounded by {rep.bound_stage}", fontsize=9)
     b.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
 
 
-def write_report(path, text: str, rep: dict, say=lambda m: None) -> list[Path]:
+def write_report(path, text: str, rep: Report | dict, say=lambda m: None) -> list[Path]:
     """Write the report to ``path`` (.md or .html) with its figure; the files written. A
     figure name held by a file the doctor did not write is left alone: ``say`` names the one used."""
     path = Path(path)

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .report_fields import Report
+
 DATA_BOUND_FRACTION = 0.2   # the step waits for data this share of the loop or more: the input pipeline bounds
 #: under this share of the loop outside the step (the headspace measured: the step alone against the loop end to
 #: end) no input-pipeline change will help; the one rule of that sentence (:func:`no_change_helps`)
@@ -83,14 +85,15 @@ class Verdict:
     note: str | None = None
 
 
-def verdict_of_report(rep: dict) -> Verdict:
+def verdict_of_report(rep: Report | dict) -> Verdict:
     """The one verdict a report holds (set by :func:`one_verdict`, or the stages' where no loop was measured):
     what the printer, the answer, ``--report``'s figure and the what-if read, never re-derived."""
-    loop = rep.get("loop")
+    rep = Report.of(rep)
+    loop = rep.loop
     lp = Loop.of(loop) if loop and loop.get("verdict") is not None and loop.get("share") is not None else None
-    return Verdict(verdict=rep.get("verdict"), measured=lp is not None,
-                   predicted=rep.get("predicted_verdict", None if lp else rep.get("verdict")), loop=lp,
-                   note=rep.get("verdict_note"))
+    return Verdict(verdict=rep.verdict, measured=lp is not None,
+                   predicted=rep.predicted_verdict if rep.has("predicted_verdict") else (None if lp else rep.verdict),
+                   loop=lp, note=rep.verdict_note)
 
 
 # the field's words for how input-bound a job is, by the share of the loop spent outside the step

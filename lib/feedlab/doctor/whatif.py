@@ -38,6 +38,7 @@ from feedlab.monitor import BUSY_SPEED, speed_left
 
 from .answer import headspace, top_changes
 from .report import fmt_rate
+from .report_fields import Report
 
 # the peers the what-if measures, in this order, where installed (notebook 13's registry names)
 WHATIF_PEERS = ("ffcv", "dali", "spdl", "litdata", "webdataset", "mosaic_streaming")
@@ -193,10 +194,11 @@ def peer_row(info: dict, base: dict, step_rate: float | None, most: float | None
     return row
 
 
-def doctor_gain(rep: dict) -> tuple[float, str]:
+def doctor_gain(rep: Report | dict) -> tuple[float, str]:
     """The doctor's own best change without migrating and its words: its best change measured on the loop, or
     the best worker count its own table measured end to end where that is higher (the ANSWER never reads lower
     than the run's measured table); a change only predicted is named as one to try, never as a gain."""
+    rep = Report.of(rep)
     changes = top_changes(rep)
     done = [c for c in changes if c.get("measured", "measured" in str(c.get("gain", "")))]
     best = max(done, key=lambda c: c.get("gain_value") or 0.0) if done else None
@@ -209,11 +211,12 @@ def doctor_gain(rep: dict) -> tuple[float, str]:
     return gain, what
 
 
-def table_best(rep: dict) -> tuple[float, str] | None:
+def table_best(rep: Report | dict) -> tuple[float, str] | None:
     """The doctor's end-to-end table: the best worker count measured (not busy) over the one you run, with
     its words, where it is faster than yours; None otherwise."""
-    rows = [r for r in rep.get("end_to_end") or [] if r.get("samples_per_s") and not r.get("too_busy")]
-    mine = next((r for r in rows if r.get("num_workers") == rep.get("num_workers")), None)
+    rep = Report.of(rep)
+    rows = [r for r in rep.end_to_end if r.get("samples_per_s") and not r.get("too_busy")]
+    mine = next((r for r in rows if r.get("num_workers") == rep.num_workers), None)
     if mine is None or not rows:
         return None
     best = max(rows, key=lambda r: r["samples_per_s"])
@@ -245,10 +248,11 @@ def _no_switch(rows: list[dict], base_busy: str | None) -> str:
         f" ({measured[0]['label']}: {'; '.join(measured[0]['differs'])})" if measured else " (none measured)")
 
 
-def answer(rows: list[dict], rep: dict, base_busy: str | None = None) -> str:
+def answer(rows: list[dict], rep: Report | dict, base_busy: str | None = None) -> str:
     """The one sentence: a switch only where the one judge says "met" (like for like, neither side busy, the
     interval clear of ×SWITCH_TARGET), else "no switch" and why; the doctor's own best change; the headspace,
     named, and never below a gain this run measured."""
+    rep = Report.of(rep)
     h = headspace(rep)
     c, what = doctor_gain(rep)
     mine = f"the doctor's changes give ×{c:.2f} without migrating ({what})"
@@ -329,14 +333,15 @@ def render(w: dict) -> list[str]:
     return lines
 
 
-def run_whatif(rep: dict, root, spec, samples: int | None, peers, device: str, limit_s: float,
+def run_whatif(rep: Report | dict, root, spec, samples: int | None, peers, device: str, limit_s: float,
                stall_s: float | None, repeats: int = 3, say=None) -> dict:
     """Measure in a child (``python -m feedlab.peers.whatif``, its own process group): the report's
     ``what_if`` dict, or ``{"error": one line}`` when it ran past ``limit_s`` per side or failed. Its
     temporaries live in a folder made here and removed here, whatever the child did. ``say``: each line
     the child logs, as it comes."""
     lib = str(Path(__file__).resolve().parents[2])
-    req = {"report": {k: rep.get(k) for k in REPORT_KEYS}, "root": str(Path(root).resolve()),
+    rep = Report.of(rep)
+    req = {"report": {k: getattr(rep, k) for k in REPORT_KEYS}, "root": str(Path(root).resolve()),
            "spec": dataclasses.asdict(spec), "samples": samples, "peers": list(peers), "device": device,
            "limit_s": limit_s, "stall_s": stall_s, "repeats": repeats}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([lib, *filter(None, [os.environ.get("PYTHONPATH")])])}

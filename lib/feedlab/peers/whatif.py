@@ -40,6 +40,7 @@ from feedlab import pipeline as pl
 from feedlab.doctor import whatif as W
 from feedlab.doctor.answer import headspace
 from feedlab.doctor.report import json_default
+from feedlab.doctor.report_fields import Report
 from feedlab.errors import DeadlineError, deadline, strict_json
 from feedlab.formats.imagefolder import scan
 from feedlab.formats.images import scan_images
@@ -238,12 +239,13 @@ def interleave(sides: list[dict], rounds: int, log=lambda m: None, load_window=L
     return out
 
 
-def what_if(rep: dict, root: Path, spec: pl.PipelineSpec, crop: int = 96, samples: int | None = None,
+def what_if(rep: Report | dict, root: Path, spec: pl.PipelineSpec, crop: int = 96, samples: int | None = None,
             peers=W.WHATIF_PEERS, device: str = "cpu", limit_s: float = LIMIT_S, stall_s: float | None = None,
             repeats: int = REPEATS, log=lambda m: None, work: Path | None = None, load_window=LoadWindow) -> dict:
     """The what-if's dict (the report's ``what_if`` key): the sample, your pipeline and every peer measured
     in ``max(2, repeats)`` interleaved rounds (:func:`interleave`; or the one line why not), the answer.
     Temporaries go in ``work`` (the doctor's folder) or a folder made here, removed at the end either way."""
+    rep = Report.of(rep)
     kind = formats.get_format(spec.format).kind
     mapping, how = W.express(kind, spec.transform, crop)
     n, note = W.sample_size(samples, spec.batch_size)
