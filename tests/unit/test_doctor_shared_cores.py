@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from feedlab.doctor import predict as PR
-from feedlab.doctor.costs import CostTable, Machine, Stage
+from feedlab.doctor.costs import CostKey, CostTable, Machine, Stage
 from feedlab.pipeline import PipelineSpec
 
 SPEC = PipelineSpec(format="user", decode="user", collate="user", batch_size=8)
@@ -58,5 +58,8 @@ def test_a_prediction_off_by_more_than_twenty_percent_marks_the_table():
 
 def test_cost_table_nearest_is_public():
     t = _user_table(threads=2)
-    assert t.nearest(("model", 8), 2).variant == "m" and t.nearest(("model", 8), 16).variant == "m"
-    assert t.nearest(("model", 64), 2) is None
+    assert t.nearest(CostKey("model", 8, 2)).variant == "m" and t.nearest(CostKey("model", 8, 16)).variant == "m"
+    assert t.nearest(CostKey("model", 64, 2)) is None
+    assert t.values_of("model", "batch_size") == {8}
+    with pytest.raises(ValueError, match="threads"):
+        t.nearest(CostKey("collate", "user", 8))           # only a key with threads has a nearest thread count

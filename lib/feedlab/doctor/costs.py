@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from feedlab.stage import BOUND_STAGES, MAIN_STAGES, WORKER_STAGES, CostKey  # noqa: F401  (re-exported)
+from feedlab.stage import BOUND_STAGES, KEY_FIELDS, MAIN_STAGES, WORKER_STAGES, CostKey  # noqa: F401  (re-exported)
 
 VERDICTS = ("data-bound", "compute-bound")
 
@@ -136,15 +136,23 @@ class CostTable:
     def __contains__(self, key: tuple) -> bool:
         return key in self.stages
 
-    def nearest(self, prefix: tuple, threads: int) -> Stage | None:
-        """The stage measured under ``prefix`` at ``threads`` intra-op threads (the key's last field), else at
-        the nearest thread count measured (fewer first on a tie); None where none was measured."""
-        cands = [k for k in self.stages if k[:len(prefix)] == tuple(prefix) and len(k) == len(prefix) + 1
-                 and self.get(k) is not None]
+    def nearest(self, key: tuple) -> Stage | None:
+        """The stage measured at ``key`` (a :class:`CostKey` whose last field is ``threads``: ``h2d``, ``model``),
+        else at the nearest thread count measured with every other field the same (fewer first on a tie); None
+        where none was measured."""
+        key = CostKey.of(key)
+        if "threads" not in KEY_FIELDS[key.stage]:
+            raise ValueError(f"cost key {key!r}: nearest() varies the threads, which a {key.stage!r} key lacks")
+        cands = [k for k in self.keys_of(key.stage) if k[:-1] == key[:-1] and self.get(k) is not None]
         if not cands:
             return None
-        return self.get(min(cands, key=lambda k: (abs(int(k[-1]) - threads), k[-1])))
+        return self.get(min(cands, key=lambda k: (abs(int(k.threads) - key.threads), k.threads)))
 
-    def values_of(self, kind: str, position: int) -> set:
-        """Every value at ``position`` of the keys of stage ``kind`` (e.g. measured batch sizes)."""
-        return {k[position] for k in self.stages if k[0] == kind and len(k) > position}
+    def keys_of(self, stage: str) -> list[CostKey]:
+        """The keys of one stage, in the table's order (measured or not)."""
+        return [k for k in self.stages if k.stage == stage]
+
+    def values_of(self, stage: str, name: str) -> set:
+        """Every value of the field ``name`` of the keys of ``stage`` (``values_of("model", "batch_size")``:
+        the batch sizes the step was measured at)."""
+        return {getattr(k, name) for k in self.keys_of(stage)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from feedlab import formats
 from feedlab.gpu_decode import EncodedBatch, EncodedView
 
-from .costs import Stage
+from .costs import CostKey, Stage
 
 NAME = "cuda"
 
@@ -34,10 +34,10 @@ def measure_device_decode(doc, fmt: str, batch: int, device: str | None = None, 
     b = EncodedBatch(datas, size)
     dev = device or doc.device
     w, c = doc._t(lambda: b.decode_to(dev), len(datas), device=dev)
-    read = doc.table.get(("read", fmt, fs.default_decode))
+    read = doc.table.get(CostKey("read", fmt, fs.default_decode))
     if read is not None:
-        doc.table[("read", fmt, NAME)] = read
-    doc.table[("decode", fmt, NAME)] = Stage("decode", f"{fmt}: nvJPEG batch of {len(datas)} on {dev} "
+        doc.table[CostKey("read", fmt, NAME)] = read
+    doc.table[CostKey("decode", fmt, NAME)] = Stage("decode", f"{fmt}: nvJPEG batch of {len(datas)} on {dev} "
                                                        f"(+ crop, resize)", w, c)
-    doc.table[("transform", fmt, NAME)] = Stage("transform", "on the device, inside decode", [0.0], [0.0])
+    doc.table[CostKey("transform", fmt, NAME)] = Stage("transform", "on the device, inside decode", [0.0], [0.0])
     return True

@@ -52,17 +52,17 @@ def _stage_rows(doc: Doctor, spec) -> list[dict]:
     fd = (spec.format, spec.decode_backend)
     rows = []
     for key, st in doc.table.stages.items():
-        kind = key[0]
-        if kind in ("read", "read_cold", "decode", "transform") and (key[1], key[2]) != fd:
+        kind = key.stage
+        if kind in ("read", "read_cold", "decode", "transform") and (key.format, key.decode) != fd:
             continue
         if kind in ("collate", "collate_worker", "handover_worker", "receive", "h2d", "h2d_copy") and \
-                (key[1], key[2]) != (spec.collate, spec.batch_size):
+                (key.collate, key.batch_size) != (spec.collate, spec.batch_size):
             continue
-        if kind == "ring_receive" and key[1] != spec.batch_size:
+        if kind == "ring_receive" and key.batch_size != spec.batch_size:
             continue
-        if kind == "h2d" and key[4] not in T:
+        if kind == "h2d" and key.threads not in T:
             continue
-        if kind == "model" and (key[1] != spec.batch_size or key[2] not in T):
+        if kind == "model" and (key.batch_size != spec.batch_size or key.threads not in T):
             continue
         rows.append(st.row())
     return rows

@@ -30,7 +30,7 @@ from feedlab.monitor import LoadWindow, speed_left, usable_cores
 from feedlab.pipeline.kinds import LOADER_KINDS, UINT8_COLLATES, kind_problems
 from feedlab.timing import run_epoch, to_device_float, torch_threads
 
-from .costs import CostTable, Machine, Stage
+from .costs import CostKey, CostTable, Machine, Stage
 from .device_decode import measure_device_decode
 from .probes import (
     _split_xy,
@@ -132,11 +132,11 @@ class Doctor:
             got, samples = stream_stages(chain, idx, self.effort.warmup, self.effort.repeats)  # as the loop runs them
         except Exception as exc:   # one line naming the sample's file (a 16-bit PNG the transform cannot take)
             raise p.named_failure(idx, chain, exc) from None
-        self.table[("read", fmt, decode)] = Stage("read", f"{fmt} (warm cache)", *got["read"], nbytes)
+        self.table[CostKey("read", fmt, decode)] = Stage("read", f"{fmt} (warm cache)", *got["read"], nbytes)
         if cold:
             self._measure_cold(p, fmt, decode, idx, nbytes)
-        self.table[("decode", fmt, decode)] = Stage("decode", f"{fmt}: {p.decode_name}", *got["decode"])
-        self.table[("transform", fmt, decode)] = (Stage("transform", type(p.transform).__name__, *got["transform"])
+        self.table[CostKey("decode", fmt, decode)] = Stage("decode", f"{fmt}: {p.decode_name}", *got["decode"])
+        self.table[CostKey("transform", fmt, decode)] = (Stage("transform", type(p.transform).__name__, *got["transform"])
                                                   if p.transform is not None else
                                                   Stage("transform", "none", [0.0], [0.0]))
         self._samples_of[(fmt, decode)] = samples
@@ -167,7 +167,7 @@ class Doctor:
         fn = pl.make_collate(name)
         items = self._items(bs)
         w, c = loop_costs(self, fn, items, self.table.machine.threads(0))["collate"]   # as the loop runs it
-        self.table[("collate", name, bs)] = Stage("collate", f"{name} (batch {bs})", w, c)
+        self.table[CostKey("collate", name, bs)] = Stage("collate", f"{name} (batch {bs})", w, c)
         batch = fn(items)
         self._batches[(name, bs)] = batch
         self.batch_bytes[(name, bs)] = batch_nbytes(batch)
@@ -179,12 +179,12 @@ class Doctor:
             self.notes.append(f"worker probe of collate {name}: {type(exc).__name__}: {exc}")
             return
         per = lambda xs: [x / bs for x in xs]  # noqa: E731
-        self.table[("collate_worker", name, bs)] = Stage(
+        self.table[CostKey("collate_worker", name, bs)] = Stage(
             "collate", f"{name} in a worker (batch {bs})", per(pr["collate_wall"]), per(pr["collate_cpu"]))
-        self.table[("handover_worker", name, bs)] = Stage(
+        self.table[CostKey("handover_worker", name, bs)] = Stage(
             "handover", f"worker → main, {name} batch {bs} (worker side)", per(pr["handover_cpu"]),
             per(pr["handover_cpu"]), bytes_per_sample=self.batch_bytes[(name, bs)] / bs)
-        self.table[("receive", name, bs)] = Stage(
+        self.table[CostKey("receive", name, bs)] = Stage(
             "receive", f"worker → main, {name} batch {bs} (main side)", per(pr["receive_cpu"]),
             per(pr["receive_cpu"]), bytes_per_sample=self.batch_bytes[(name, bs)] / bs,
             note="main-process CPU per batch taken from a worker")
@@ -204,7 +204,7 @@ class Doctor:
         except Exception as exc:  # e.g. no usable /dev/shm: the ring is then not priced
             self.notes.append(f"ring probe: {type(exc).__name__}: {exc}")
             return
-        self.table[("ring_receive", bs)] = Stage(
+        self.table[CostKey("ring_receive", bs)] = Stage(
             "receive", f"ring → main, batch {bs} (main side: a slot index)", pr["receive_cpu"],
             pr["receive_cpu"], bytes_per_sample=pr["bytes_per_sample"],
             note="main-process CPU per batch from a shared-memory ring slot")
@@ -219,18 +219,18 @@ class Doctor:
                 w, c = (loop_h2d(batch, self.device, T, pin, warmup=b.warmup, repeats=b.repeats) if self.cuda
                         else loop_costs(self, pl.make_collate(name), self._items(bs), T)["h2d"])
                 what = ("pinned" if pin else "pageable") if self.cuda else "uint8→float only (no CUDA)"
-                self.table[("h2d", name, bs, pin, T)] = Stage(
+                self.table[CostKey("h2d", name, bs, pin, T)] = Stage(
                     "h2d", f"{what}, {name} batch, {T} thread(s)", w, c,
                     bytes_per_sample=self.batch_bytes[(name, bs)] / bs)
         if not self.cuda:
-            self.table[("h2d_copy", name, bs)] = Stage("h2d", "copy to GPU, pageable and pinned",
+            self.table[CostKey("h2d_copy", name, bs)] = Stage("h2d", "copy to GPU, pageable and pinned",
                                                        measurable=False, note="not measurable: no CUDA")
 
     def measure_model(self, name: str, bs: int) -> None:
         threads = sorted(set(self.table.machine.main_threads.values()))
         if self.model is None:
             for T in threads:
-                self.table[("model", bs, T)] = Stage("model", "none", [0.0], [0.0],
+                self.table[CostKey("model", bs, T)] = Stage("model", "none", [0.0], [0.0],
                                                  note="not measured: --model none (no step)")
             return
         x, y = _split_xy(self._batches[(name, bs)])
@@ -239,7 +239,7 @@ class Doctor:
             with torch_threads(T):
                 w, c = self._t(lambda: pl.train_step(self.model, self.optimizer, x, y, self.loss_fn), bs,
                                device=self.device if self.cuda else None)
-            self.table[("model", bs, T)] = Stage("model", f"{self.model_name} on {self.device} (batch {bs}, "
+            self.table[CostKey("model", bs, T)] = Stage("model", f"{self.model_name} on {self.device} (batch {bs}, "
                                                  f"{T} thread(s))", w, c)
 
     def measure(self, alternatives: bool = True) -> "Doctor":
@@ -261,7 +261,7 @@ class Doctor:
                 self.measure_h2d(name, bs)
             self.measure_model(collates[0], bs)
         for w in range(1, self.max_workers + 1):
-            self.table[("startup", w)] = Stage("startup", f"{w} fresh worker(s) to a first batch",
+            self.table[CostKey("startup", w)] = Stage("startup", f"{w} fresh worker(s) to a first batch",
                                                startup_s(w, b.repeats), [0.0], note="seconds, not per sample")
         if alternatives:
             fs = formats.FORMATS.get(fmt)
@@ -306,8 +306,7 @@ class Doctor:
         own loop per sample, ``batches`` batches a repeat (``("kind", fmt, kind, B)``)."""
         from itertools import islice
 
-        for fmt, dec in sorted({(f, d) for k in self.table.stages if k[0] == "read"
-                                for f, d in [(k[1], k[2])] if len(k) == 3}):
+        for fmt, dec in sorted({(k.format, k.decode) for k in self.table.keys_of("read")}):
             for kind in self.one_process_kinds(fmt):
                 ds = self.split(fmt, dec).dataset
                 ld = pl.make_loader(ds, self.spec.replace(format=fmt, loader=kind, num_workers=0, device="cpu"))
@@ -319,7 +318,7 @@ class Doctor:
                 except Exception as exc:  # reported, not fatal
                     self.notes.append(f"loader {kind} over {fmt}: {type(exc).__name__}: {exc}")
                     continue
-                self.table[("kind", fmt, kind, bs)] = Stage(
+                self.table[CostKey("kind", fmt, kind, bs)] = Stage(
                     "read", f"{fmt}: loader {kind} (one process, whole batches)", w, c,
                     note="read + copy into the batch, no collate")
 

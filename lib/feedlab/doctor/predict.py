@@ -69,7 +69,7 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
         out[stage] = (s.t, s.c)
     # the same stored bytes are read whichever backend decodes them: one read cost per format
     # (the median over the decoders it was measured for), so a cheaper decode is never priced slower
-    reads = [table.get(k) for k in table.stages if k[0] == "read" and k[1] == fmt and len(k) == 3]
+    reads = [table.get(k) for k in table.keys_of("read") if k.format == fmt]
     reads = [s for s in reads if s is not None]
     if len(reads) > 1:
         out["read"] = (float(np.median([s.t for s in reads])), float(np.median([s.c for s in reads])))
@@ -98,8 +98,8 @@ def costs(table: CostTable, spec) -> dict[str, tuple[float, float]] | None:
         if k is None or W:
             return None
         out["read"], out["decode"], out["transform"], out["collate"] = (k.t, k.c), zero, zero, zero
-    h = table.nearest(("h2d", c, B, pin), T)
-    mo = table.nearest(("model", B), T)
+    h = table.nearest(CostKey("h2d", c, B, pin, T))
+    mo = table.nearest(CostKey("model", B, T))
     if h is None or mo is None:
         return None
     out["h2d"] = (h.t, h.c)
@@ -227,15 +227,15 @@ def candidates(table: CostTable, spec, max_workers: int) -> list[tuple[str, Any,
     for w in range(0, int(max_workers) + 1):
         if w != spec.num_workers:
             out.append(("num_workers", w, spec.replace(num_workers=w)))
-    for c in sorted(table.values_of("collate", 1) - {spec.collate}):
+    for c in sorted(table.values_of("collate", "collate") - {spec.collate}):
         out.append(("collate", c, spec.replace(collate=c)))
     dec = _decode(spec)
-    item = {(k[1], k[2]) for k in table.stages if k[0] == "read" and table.get(k) is not None}
+    item = {(k.format, k.decode) for k in table.keys_of("read") if table.get(k) is not None}
     for d in sorted({d for f, d in item if f == spec.format} - {dec}):
         out.append(("decode", d, spec.replace(decode=d)))
     for f, d in sorted((f, d) for f, d in item if f != spec.format):
         out.append(("format", f, spec.replace(format=f, decode=d)))
-    for bs in sorted(table.values_of("model", 1) - {spec.batch_size}):
+    for bs in sorted(table.values_of("model", "batch_size") - {spec.batch_size}):
         out.append(("batch_size", bs, spec.replace(batch_size=bs)))
     if table.machine.cuda:
         out.append(("pin_memory", not spec.pin_memory, spec.replace(pin_memory=not spec.pin_memory)))
@@ -244,8 +244,8 @@ def candidates(table: CostTable, spec, max_workers: int) -> list[tuple[str, Any,
     if kind != "ring" and spec.num_workers >= 1 and spec.collate in UINT8_COLLATES \
             and table.get(CostKey("ring_receive", spec.batch_size)) is not None:
         out.append(("loader", "ring", spec.replace(loader="ring")))
-    for k in sorted({key[2] for key in table.stages if key[0] == "kind" and key[1] == spec.format
-                     and key[3] == spec.batch_size and table.get(key) is not None} - {kind}):
+    for k in sorted({key.loader for key in table.keys_of("kind") if key.format == spec.format
+                     and key.batch_size == spec.batch_size and table.get(key) is not None} - {kind}):
         if spec.collate in UINT8_COLLATES:
             out.append(("loader", k, spec.replace(loader=k, num_workers=0)))
     if kind != "dataloader":

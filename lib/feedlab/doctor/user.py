@@ -375,10 +375,10 @@ def headroom(table: CostTable, spec) -> float | None:
     """How many times faster the loader alone (the step priced at zero) is predicted to
     run than the step alone: > 1 means the input pipeline is not what bounds training."""
     T = table.machine.threads(spec.num_workers)
-    model = table.nearest(("model", spec.batch_size), T)
+    model = table.nearest(CostKey("model", spec.batch_size, T))
     if model is None or model.t <= 0:
         return None
-    stages = {k: (Stage(v.stage, v.variant, [0.0], [0.0]) if k[0] == "model" else v)
+    stages = {k: (Stage(v.stage, v.variant, [0.0], [0.0]) if k.stage == "model" else v)
               for k, v in table.stages.items()}
     p = PR.predict(CostTable(table.machine, stages), spec)
     if p is None or not np.isfinite(p["predicted_samples_per_s"]):
