@@ -461,3 +461,27 @@ def test_a_file_name_with_a_newline_stays_on_the_one_line(tmp_path):
     line = str(cannot_decode("images", tmp_path, bad, OSError("image file is truncated")))
     assert "\n" not in line and "'bad\\nname.png'" in line, line
     assert list(tmp_path.iterdir()) == [bad]
+
+
+def test_pt_a_sample_of_other_pickled_objects_is_one_line_without_torch_s_warning(sr_root, tmp_path):
+    # attack49 B02: a pickled (protocol 4) object as a .pt sample: the refusal came after torch's two-line UserWarning
+    import pickle
+    import shutil
+    import warnings
+
+    from feedlab.errors import SampleError
+    from feedlab.formats import open_dataset, pt_store
+
+    root = tmp_path / "sr"
+    shutil.copytree(sr_root, root, ignore=lambda d, names: [n for n in names if d == str(sr_root)
+                                                             and n not in ("pt", "manifest.json")])
+    with open(root / "pt" / "000005.pt", "wb") as fh:
+        pickle.dump({"lr": {1, 2}}, fh, protocol=4)
+    ds = open_dataset(root, "pt")
+    with warnings.catch_warnings(record=True) as caught:   # the filters as they are, each warning recorded
+        # the filter as the module's import (at a command line's start) installs it; pytest's per-test
+        # catch_warnings drops one installed by an import inside an earlier test
+        pt_store.quiet_protocol_warning()
+        with pytest.raises(SampleError, match="holds pickled objects"):
+            ds[5]
+    assert not [w for w in caught if "pickle protocol" in str(w.message)]

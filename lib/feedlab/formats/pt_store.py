@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import warnings
 from pathlib import Path
 
 import torch
@@ -21,6 +22,17 @@ from ._common import (
     read_files,
     tree_bytes,
 )
+
+
+def quiet_protocol_warning() -> None:
+    """Torch warns (two lines) about a pickle protocol it did not write before ``weights_only`` refuses the
+    file: the refusal is one line naming the file (``PtDataset._unpickle``), the warning before it only noise.
+    Installed at import (a command line's start), for that warning only."""
+    warnings.filterwarnings("ignore", message=r"Detected pickle protocol \d+ in the checkpoint",
+                            category=UserWarning, module=r"torch\._weights_only_unpickler")
+
+
+quiet_protocol_warning()
 
 DIRNAME = "pt"
 
