@@ -28,6 +28,13 @@ from dataclasses import dataclass
 MIN_TIMED_BATCHES = 50
 MIN_WINDOW_S = 1.0
 MAX_HALF_WIDTH = 0.05
+# a micro-benchmark times a short callable in repeats of the same setting (tens of ms each): its side may be judged
+# on the pooled window — the sum of its repeats' windows at least MIN_WINDOW_S, over at least MIN_POOLED_REPEATS
+# repeats whose own 95% interval of the mean (Student's t over the per-repeat values) is within ±MAX_HALF_WIDTH
+MIN_POOLED_REPEATS = 5
+# Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom 1–30; above 30 a Cornish–Fisher expansion
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 # two decodes give "the same pixels" when their mean |difference| from the reference decode (0–255 scale)
 # differ by at most this much (a reduced-scale DCT decode sits ~10 off; libjpeg-turbo builds 0–0.2)
 PIXEL_TOLERANCE = 1.0
@@ -71,6 +78,29 @@ def _missing(x) -> bool:
 
 def _na(x) -> bool:
     return isinstance(x, str) and x == NOT_APPLICABLE
+
+
+def t975(df: int) -> float:
+    """Student's t 0.975 quantile for ``df`` degrees of freedom (≥ 1): a 95% two-sided interval's multiplier."""
+    if df < 1:
+        raise ValueError(f"df {df!r}: give at least 1 degree of freedom")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def repeat_half_width(values) -> float | None:
+    """The 95% relative half-width of the mean of per-repeat values (one value per repeat: a rate or a time per
+    batch): t(0.975, R−1) × sd ÷ √R ÷ |mean|. None with fewer than two finite values or a zero mean."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if len(xs) < 2:
+        return None
+    mean = sum(xs) / len(xs)
+    if mean == 0:
+        return None
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    return t975(len(xs) - 1) * sd / math.sqrt(len(xs)) / abs(mean)
 
 
 def invariants(*, order: str, pixel_error: float | str, cache: str, window_s: float | None,
@@ -132,11 +162,11 @@ class Side:
     recipe: str | None = None         # what the step trains: model and precision ("srcnn fp32"), where a step
                                       # runs; compared where either side records it (a recipe change is never
                                       # a loader's credit)
+    pooled_s: float | None = None     # the sum of the repeats' windows (``repeats`` of the same setting)
+    repeat_half_width: float | None = None  # the repeats' own 95% relative half-width of their mean (Student's t
+                                      # over the per-repeat values: :func:`repeat_half_width`)
 
-    def window_short(self) -> str | None:
-        """Why this side's window cannot give a rate, or None."""
-        if _missing(self.timed_batches) or _missing(self.window_s):
-            return f"{self.label}'s timed window was not recorded"
+    def _one_window_short(self) -> list[str]:
         why = []
         precise = not _missing(self.half_width) and self.half_width <= MAX_HALF_WIDTH
         if self.timed_batches < MIN_TIMED_BATCHES and not precise:
@@ -144,7 +174,53 @@ class Side:
             why.append(f"{int(self.timed_batches)} batches < {MIN_TIMED_BATCHES}{extra}")
         if self.window_s < MIN_WINDOW_S:
             why.append(f"{_secs(self.window_s)} < {MIN_WINDOW_S:g} s")
-        return f"{self.label} timed {' and '.join(why)}" if why else None
+        return why
+
+    def pooled_short(self) -> list[str]:
+        """Why the pooled window (the repeats' windows summed) cannot stand for one window: fewer than
+        :data:`MIN_POOLED_REPEATS` repeats, a sum under :data:`MIN_WINDOW_S`, or the repeats' 95% relative
+        half-width over :data:`MAX_HALF_WIDTH` (or not recorded). Empty: the pooled window gives a rate."""
+        if _missing(self.pooled_s):
+            return ["no pooled window recorded"]
+        why = []
+        reps = None if _missing(self.repeats) else int(self.repeats)
+        if reps is None or reps < MIN_POOLED_REPEATS:
+            why.append(f"{'not known how many' if reps is None else reps} repeats < {MIN_POOLED_REPEATS}")
+        if self.pooled_s < MIN_WINDOW_S:
+            why.append(f"{_secs(self.pooled_s)} in all < {MIN_WINDOW_S:g} s")
+        if _missing(self.repeat_half_width):
+            why.append("the repeats' spread not recorded")
+        elif self.repeat_half_width > MAX_HALF_WIDTH:
+            why.append(f"the repeats' mean ±{self.repeat_half_width:.1%} > ±{MAX_HALF_WIDTH:.0%}")
+        return why
+
+    def pooled(self) -> bool:
+        """True where one window is too short but the pooled window gives the rate (:meth:`pooled_short`)."""
+        return (not (_missing(self.timed_batches) or _missing(self.window_s)) and bool(self._one_window_short())
+                and not self.pooled_short())
+
+    def pooled_words(self) -> str:
+        """How a pooled side was judged, for the verdict's text (a reader must see it): '' where it was not."""
+        if not self.pooled():
+            return ""
+        return (f"{self.label}'s window pooled over {int(self.repeats)} repeats: {_secs(self.pooled_s)}, "
+                f"its mean ±{self.repeat_half_width:.1%} (95%, t over the repeats)")
+
+    def window_short(self) -> str | None:
+        """Why this side's window cannot give a rate, or None: one window of at least :data:`MIN_WINDOW_S` and
+        :data:`MIN_TIMED_BATCHES` batches (or timed to ±:data:`MAX_HALF_WIDTH`), or else the pooled window of
+        its repeats (:meth:`pooled_short`)."""
+        if _missing(self.timed_batches) or _missing(self.window_s):
+            return f"{self.label}'s timed window was not recorded"
+        why = self._one_window_short()
+        if not why:
+            return None
+        if _missing(self.pooled_s):
+            return f"{self.label} timed {' and '.join(why)}"
+        pool = self.pooled_short()
+        if not pool:
+            return None
+        return f"{self.label} timed {' and '.join(why)} (pooled: {', '.join(pool)})"
 
 
 def _epochs(n: int | str) -> str:
@@ -295,6 +371,7 @@ def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = Non
     ``check_sides=False`` only where the caller has already compared the sides by other means (say so);
     ``changes`` / ``varied``: the invariants the comparison is about (:func:`differences`)."""
     tgt = 1.0 if target is None else float(target)
+    pooled = "; ".join(w for w in (a.pooled_words(), b.pooled_words()) if w)
     if check_sides:
         diff = differences(a, b, changes, varied)
         if diff:
@@ -313,7 +390,9 @@ def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = Non
     if baseline is not None and not _missing(baseline):
         if (baseline <= tgt) if lower_is_better else (baseline >= tgt):
             note = f"the baseline already met the target ({baseline:.3g})"
+    join = lambda *xs: "; ".join(x for x in xs if x)  # noqa: E731
     if not (_missing(lo) or _missing(hi)) and min(lo, hi) <= tgt <= max(lo, hi):
-        return Verdict(WITHIN, note or f"{min(lo, hi):.3g}–{max(lo, hi):.3g} holds {tgt:g}", ratio, lo, hi, target)
+        return Verdict(WITHIN, join(note or f"{min(lo, hi):.3g}–{max(lo, hi):.3g} holds {tgt:g}", pooled),
+                       ratio, lo, hi, target)
     ok = ratio <= tgt if lower_is_better else ratio >= tgt
-    return Verdict(MET if ok else MISSED, note, ratio, lo, hi, target)
+    return Verdict(MET if ok else MISSED, join(note, pooled), ratio, lo, hi, target)

@@ -277,3 +277,56 @@ def test_invariants_spells_the_row_columns_and_refuses_values_outside_the_conven
         kw = {**dict(order="global", pixel_error=0.0, cache="warm", window_s=1.0), **bad}
         with pytest.raises(ValueError, match=next(iter(bad))):
             L.invariants(**kw)
+
+
+# ---- the pooled window: a micro-benchmark's repeats of tens of ms each, judged on their sum and their own spread
+def _micro(label: str, reps: int, window_s: float, values: list[float]) -> L.Side:
+    """A side timed in ``reps`` repeats of ``window_s`` each, whose per-repeat values are ``values``."""
+    return replace(BASE, label=label, timed_batches=50, window_s=window_s, repeats=reps,
+                   pooled_s=reps * window_s, repeat_half_width=L.repeat_half_width(values))
+
+
+def test_repeat_half_width_is_students_t_over_the_repeats_mean():
+    xs = [1.0, 1.1, 0.9, 1.05, 0.95]   # mean 1, sd 0.0791: t(0.975, 4) = 2.776
+    assert L.repeat_half_width(xs) == pytest.approx(2.776 * 0.0790569 / 5 ** 0.5, rel=1e-4)
+    assert L.repeat_half_width([1.0]) is None and L.repeat_half_width([0.0, 0.0]) is None
+    assert L.t975(40) == pytest.approx(2.021, abs=2e-3) and L.t975(1000) == pytest.approx(1.962, abs=2e-3)
+
+
+def test_pooled_window_of_precise_repeats_is_judged_and_the_verdict_says_it_was_pooled():
+    a = _micro("print", 7, 0.2, [1.00, 1.01, 0.99, 1.00, 1.02, 0.98, 1.00])
+    b = _micro("none", 7, 0.2, [0.50, 0.51, 0.49, 0.50, 0.50, 0.51, 0.49])
+    assert a.window_short() is None and L.differences(a, b) == []
+    v = L.verdict(a, b, 2.0, target=1.5)
+    assert v.word == L.MET
+    assert "print's window pooled over 7 repeats: 1.4 s" in v.why and "none's window pooled" in v.why, v.why
+    assert "(95%, t over the repeats)" in v.why
+    # one window long enough on its own: nothing pooled, nothing said
+    assert L.verdict(BASE, replace(BASE, label="b"), 2.0, target=1.5).why == ""
+
+
+def test_pooled_window_with_a_wide_spread_is_refused_saying_why():
+    a = _micro("print", 7, 0.2, [1.0, 1.3, 0.7, 1.2, 0.8, 1.1, 0.9])
+    why = a.window_short()
+    assert why is not None and "200.0 ms < 1 s" in why and "the repeats' mean ±" in why and "> ±5%" in why, why
+    assert L.verdict(a, _micro("none", 7, 0.2, [1.0] * 7), 2.0, target=1.5).word == L.NOT_LIKE
+
+
+def test_pooled_window_of_fewer_than_five_repeats_is_refused():
+    a = _micro("print", 4, 0.3, [1.0, 1.0, 1.01, 0.99])
+    assert "4 repeats < 5" in a.window_short()
+    assert "not known how many repeats < 5" in replace(a, repeats=None).window_short()
+
+
+def test_pooled_window_under_a_second_in_all_is_refused():
+    a = _micro("print", 7, 0.045, [1.0, 1.0, 1.01, 0.99, 1.0, 1.0, 1.0])    # 04's 7 × 45 ms
+    why = a.window_short()
+    assert "45.0 ms < 1 s" in why and "315.0 ms in all < 1 s" in why, why
+    assert "repeats < 5" not in why and "the repeats' mean" not in why      # only what fails is said
+
+
+def test_pooled_window_does_not_lift_a_side_that_is_otherwise_unfair():
+    a = _micro("print", 7, 0.2, [1.0, 1.0, 1.01, 0.99, 1.0, 1.0, 1.0])
+    v = L.verdict(replace(a, busy="18% other load"), _micro("none", 7, 0.2, [1.0] * 7), 2.0, target=1.5)
+    assert v.word == L.NOT_FAIR and "busy" in v.why
+    assert "repeats' spread not recorded" in replace(a, repeat_half_width=None).window_short()

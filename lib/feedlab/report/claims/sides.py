@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from feedlab.like_for_like import NOT_APPLICABLE, Side, Verdict, order_of, verdict
+from feedlab.like_for_like import NOT_APPLICABLE, Side, Verdict, order_of, repeat_half_width, verdict
 from feedlab.report.claims.core import NOT_FAIR, NoData, Outcome, Run, status_of
 from feedlab.report.claims.fair import BUSY_PREFIX, busy_reason, rows_of
 
@@ -72,6 +72,35 @@ def _window(rows, metric: str, rate: float | None, timed: float | None, bs: floa
     return None
 
 
+def _row_window(row, metric: str) -> float | None:
+    """One row's timed window, as :func:`_window` reads a side's (its ``window_s``, else what its metric implies)."""
+    w = _num(row.get("window_s"))
+    if w is not None:
+        return w
+    value, timed, bs = _num(row.get("value")), _num(row.get("timed_batches")), _num(row.get("batch_size"))
+    if metric in WALL_METRICS:
+        return value
+    if metric in TIME_METRICS and timed and value:
+        return timed * value * TIME_METRICS[metric]
+    if metric == SPS and timed and bs and value:
+        return timed * bs / value
+    return None
+
+
+def pooled_of(rows, metric: str) -> tuple[float | None, float | None]:
+    """The pooled window of a setting's repeats and their precision: the sum of the repeats' windows and the 95%
+    relative half-width of the mean of the per-repeat values (:func:`feedlab.like_for_like.repeat_half_width`).
+    (None, None) unless every repeat is one row of the same setting with a recorded window (rows of several
+    settings under one filter are not repeats of one)."""
+    if "repeat" not in rows.columns or rows["repeat"].isna().any() or rows["repeat"].nunique() != len(rows) \
+            or len(rows) < 2:
+        return None, None
+    windows = [_row_window(r, metric) for _, r in rows.iterrows()]
+    if any(w is None for w in windows):
+        return None, None
+    return float(sum(windows)), repeat_half_width(rows["value"].tolist())
+
+
 def side_of_rows(run: Run, setting: dict, label: str, *, order: str | None = None, pixel_error: float | None = None,
                  recipe: str | None = None, metric: str = SPS) -> tuple[Side, float | None, tuple]:
     """One side from the run's ``results.csv`` rows of ``setting`` (their ``metric``): the Side, the median value,
@@ -97,11 +126,13 @@ def side_of_rows(run: Run, setting: dict, label: str, *, order: str | None = Non
     px = _na_or(_column(rows, "pixel_error"), _num)
     cache = _column(rows, "cache")
     epochs = _na_or(_column(rows, "epoch_batches"), lambda v: None if _num(v) is None else int(_num(v)))
+    pooled_s, rep_hw = pooled_of(rows, metric)
     side = Side(label, order=side_order, pixel_error=px if px is not None else pixel_error,
                 batch_size=None if bs is None else int(bs), workers=_int(first("num_workers")),
                 cache=None if cache is None else str(cache), timed_batches=None if timed is None else int(timed),
                 window_s=_window(rows, metric, rate, timed, bs), epoch_batches=epochs,
-                half_width=hw, busy=run_busy(run), rate_kind=rate_kind_of(rows), repeats=reps, recipe=recipe)
+                half_width=hw, busy=run_busy(run), rate_kind=rate_kind_of(rows), repeats=reps, recipe=recipe,
+                pooled_s=pooled_s, repeat_half_width=rep_hw)
     if {"rate_low", "rate_high"} <= set(rows.columns) and rows["rate_low"].notna().all() and len(rows) == 1:
         span = (_num(rows["rate_low"].iloc[0]), _num(rows["rate_high"].iloc[0]))
     elif reps and reps > 1:
@@ -332,7 +363,9 @@ def handover_side(rows: list[dict], name: str, label: str, busy: str | None = No
                 batch_size=legs[0].get("batch_size"),
                 workers=legs[0].get("num_workers"), cache=legs[0].get("cache"),
                 timed_batches=None if None in timed else min(timed),
-                window_s=None if None in windows else min(windows), busy=busy, repeats=reps)
+                window_s=None if None in windows else min(windows), busy=busy, repeats=reps,
+                pooled_s=None if None in windows or reps != len(legs) else float(sum(windows)),
+                repeat_half_width=repeat_half_width(rates) if reps == len(legs) == len(rates) else None)
     mid = rates[len(rates) // 2] if rates else None
     return side, mid, ((rates[0], rates[-1]) if len(rates) > 1 else (None, None))
 
