@@ -55,6 +55,7 @@ from feedlab.results import atomic_write
 from feedlab.run_kernel import (  # noqa: F401  (kernel_options re-exported: tests/notebooks/nbrun.py)
     RunnerStopped,
     adopt_orphans,
+    exit_now,
     kernel_folder,
     kernel_options,
     progress_options,
@@ -241,9 +242,12 @@ def main(argv: list[str] | None = None) -> int:
             except RunnerStopped as stop:   # SIGTERM, SIGHUP, SIGINT: what it started is stopped, one line
                 quiet_abandoned_tasks()
                 print(f"python -m feedlab.run: {stop.line()}", file=sys.stderr, flush=True)
-                return stop.code
+                code = stop.code
     finally:
         restore_env(env)   # a caller in the same process (a test, a notebook) gets its own back
+    if command_line():   # ends at once after its line: no seconds of interpreter finalisation (run_kernel.exit_now)
+        exit_now(code)
+    return code
 
 
 def _main(argv: list[str] | None = None) -> int:
