@@ -86,14 +86,21 @@ def test_every_key_of_the_json_is_a_field_of_report_in_one_place():
 
 
 def _keys_set_on_reports() -> set[str]:
-    """Every ``rep["key"] = …`` / ``report["key"] = …`` / ``rep.setdefault("key", …)`` in the doctor's modules."""
+    """Every ``rep["key"] = …`` / ``report["key"] = …`` (a report's dict), ``rep.key = …`` (a Report) and
+    ``put(rep, "key", …)`` (either) in the doctor's modules."""
     found = set()
     for p in DOCTOR.glob("*.py"):
         for node in ast.walk(ast.parse(p.read_text())):
-            targets = node.targets if isinstance(node, ast.Assign) else []
-            for t in targets:
-                if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in ("rep", "report")
-                        and isinstance(t.slice, ast.Constant)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "put"
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
+                found.add(node.args[1].value)
+            for t in (node.targets if isinstance(node, ast.Assign) else []):
+                if not (isinstance(t, (ast.Subscript, ast.Attribute)) and isinstance(t.value, ast.Name)
+                        and t.value.id in ("rep", "report")):
+                    continue
+                if isinstance(t, ast.Attribute):
+                    found.add(t.attr)
+                elif isinstance(t.slice, ast.Constant):
                     found.add(t.slice.value)
     return found
 
@@ -103,9 +110,17 @@ def test_every_key_the_doctor_sets_on_a_report_is_a_field():
     to ``Report`` (and ``LATER_KEYS``) first, the one place the report's fields are listed."""
     known = set(COMMON_KEYS) | set(PREDICTION_KEYS) | set(LATER_KEYS) | {k for v in REPORT_KEYS.values() for k in v}
     found = _keys_set_on_reports()
-    assert {"tried", "loop", "verdict", "script"} <= found     # the scan sees the doctor's own writers
+    assert {"tried", "loop", "verdict", "script", "resize_ahead", "step_changes"} <= found   # the scan sees the writers
     assert found <= known, sorted(found - known)
     assert re.fullmatch(r"[a-z_]+", "".join(sorted(found)))
+
+
+def test_a_report_refuses_a_field_it_does_not_declare():
+    rep = Report.from_dict(json.loads(_text("doctor_report_user.json")))
+    with pytest.raises(AttributeError, match="no field 'step_prices'.*report_fields"):
+        rep.step_prices = "as it ran"                           # a typo, or a field not added in its one place
+    rep.verdict = "data-bound"                                  # the prediction's verdict: the run's one verdict
+    assert rep.as_dict()["verdict"] == "data-bound" and rep.prediction["verdict"] == "data-bound"
 
 
 def test_the_readers_print_the_same_from_the_json_and_from_the_typed_report():

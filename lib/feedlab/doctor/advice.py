@@ -16,7 +16,7 @@ from typing import Any, Callable
 from feedlab import like_for_like as lfl
 
 from . import trials as TR
-from .report_fields import Report
+from .report_fields import Report, put
 
 TRY_AT_MOST = 3   # the best predicted changes measured (each a few seconds a pass, three passes)
 
@@ -55,22 +55,22 @@ def measure_changes(start: Callable[[], Any], changes: list[tuple[dict, Callable
                       "other_load": base.other_load, "busy": base.busy, "error": base.error}, "tried": rows}
 
 
-def apply(rep: dict, measured: dict) -> dict:
+def apply(rep: Report | dict, measured: dict) -> Report | dict:
     """The report's advice after measurement: ``advice`` holds only the changes judged met (their measured gain
     replaces the predicted one as the gain that counts), ``tried`` every change measured (with its words),
     ``advice_start`` the start's own trial. Returns ``rep``."""
     by = {(r["setting"], r["value"]): r for r in measured["tried"]}
     kept = []
-    for a in rep.get("advice") or []:
+    for a in Report.of(rep).advice:
         r = by.get((a["setting"], a["value"]))
         if r is None:
             continue
         if r["advised"]:
             kept.append(dict(a, measured_gain=r["measured_gain"], measured_lo=r["lo"], measured_hi=r["hi"],
                              measured_words=r["words"]))
-    rep["advice"] = sorted(kept, key=lambda a: -a["measured_gain"])
-    rep["tried"] = measured["tried"]
-    rep["advice_start"] = measured["start"]
+    put(rep, "advice", sorted(kept, key=lambda a: -a["measured_gain"]))
+    put(rep, "tried", measured["tried"])
+    put(rep, "advice_start", measured["start"])
     return rep
 
 

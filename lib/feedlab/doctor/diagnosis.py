@@ -159,19 +159,19 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
              "shm": shm_report(bb, max(spec.num_workers, doc.max_workers)), "warmup": doc.effort.warmup}
     rep = Report("data", doc.device, doc.cuda, m.cores, m.effective_cores, spec.batch_size, spec.num_workers,
                  spec.as_dict(), _stage_rows(doc, spec), rows, pred, measured.get(spec), advice, list(doc.notes),
-                 doc.effort.repeats, headroom(doc.table, spec), extra).as_dict()
+                 doc.effort.repeats, headroom(doc.table, spec), extra)
     loop = loop_share(doc, spec)
     if loop is not None:   # the one verdict, as --script and --loader give it: the loop's measured data-wait share
         one_verdict(rep, dict(loop, source="feedlab's pipeline as specified, end to end"),
                     busy=bool(row_now and row_now.get("too_busy")))
-    if rep.get("bound_stage") in ("decode", "transform"):   # resize once ahead, measured on a sample
+    if rep.bound_stage in ("decode", "transform"):   # resize once ahead, measured on a sample
         split = doc.split(spec.format, spec.decode_backend)
         r = resize_ahead(split, doc._indices(len(split))[:16], doc.effort.warmup, doc.effort.repeats)
         if r is not None:
-            rep["resize_ahead"] = dict(r, loop_gain_predicted=loop_gain(doc.table, spec, r))
+            rep.resize_ahead = dict(r, loop_gain_predicted=loop_gain(doc.table, spec, r))
     if measure_advice and not no_change_line(rep):
         _measure_advice(doc, spec, rep)
-    return rep
+    return rep.as_dict()
 
 
 def loop_share(doc: Doctor, spec) -> dict | None:
@@ -187,12 +187,12 @@ def loop_share(doc: Doctor, spec) -> dict | None:
 DATA_SETTINGS = ("num_workers", "format", "decode", "collate", "pin_memory", "loader")   # batch size: a recipe
 
 
-def _measure_advice(doc: Doctor, spec, rep: dict) -> None:
+def _measure_advice(doc: Doctor, spec, rep: Report) -> None:
     """The best predicted changes of feedlab's pipeline (worker count, format, decode, collate, pinned memory,
     loader kind) measured against ``spec`` on the doctor's loop, interleaved; advice only where judged met."""
-    todo = to_try(rep["advice"], DATA_SETTINGS)
+    todo = to_try(rep.advice, DATA_SETTINGS)
     if not todo:
-        rep["tried"] = []
+        rep.tried = []
         return
     doc.log(f"measuring {', '.join(str(a['setting']) + '=' + str(a['value']) for a in todo)} against the start")
 

@@ -90,6 +90,10 @@ class Report:
     def verdict(self) -> str | None:
         return (self.prediction or {}).get("verdict")
 
+    @verdict.setter
+    def verdict(self, value: str | None) -> None:   # the run's one verdict (verdict.one_verdict sets the loop's)
+        self.prediction = dict(self.prediction or {}, verdict=value)
+
     @property
     def bound_stage(self) -> str | None:
         return (self.prediction or {}).get("bound_stage")
@@ -129,7 +133,10 @@ class Report:
 
     def __setattr__(self, name: str, value) -> None:
         """A later field set on a built report takes its place at the end of the JSON, as a dict's new key
-        would (set again: it keeps its place)."""
+        would (set again: it keeps its place); a name that is no field is refused (add the field first)."""
+        if name not in _SETTABLE:
+            raise AttributeError(f"Report has no field {name!r}: add it to feedlab.doctor.report_fields.Report "
+                                 "(and LATER_KEYS, or REPORT_KEYS for the head) first")
         order = self.__dict__.get("tail_order")
         if order is not None and name in LATER_KEYS and name not in order:
             order.append(name)
@@ -179,6 +186,18 @@ class Report:
         tail += [k for k in self.rest if k not in tail]
         head.update({k: getattr(self, k) if k in LATER_KEYS else self.rest[k] for k in tail})
         return head
+
+
+_SETTABLE = frozenset({f.name for f in fields(Report)} | {"verdict"})
+
+
+def put(rep: Report | dict, key: str, value) -> None:
+    """Set one key of a report, typed or its dict (the writers :func:`verdict.one_verdict` and
+    :func:`advice.apply` take both: ``--script`` sets the loop's verdict on the JSON it already holds)."""
+    if isinstance(rep, Report):
+        setattr(rep, key, value)
+    else:
+        rep[key] = value
 
 
 def field_names() -> tuple[str, ...]:

@@ -317,35 +317,36 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
         steady = [r["steady"] for r in runs if np.isfinite(r["steady"]) and r["steady"] > 0]
         measured = float(np.median(steady)) if steady else None
         loop = wait_share([w for r in runs for w in r["waits"]], [x for r in runs for x in r["steps"]], W)
-    rep = _report(table, spec, machine, max_workers, measured, W, B, device, notes, repeats, batches)
-    rep["batches_seen"] = lens
+    rep = Report.from_dict(_report(table, spec, machine, max_workers, measured, W, B, device, notes, repeats,
+                                   batches))
+    rep.batches_seen = lens
     if loop is not None:   # the one verdict: the loop's measured data-wait share (the stages explain it)
         one_verdict(rep, dict(loop, source="your loader as built, end to end"),
                     busy=bool(window.summary().get("busy")))
     if measure_advice and measured:
         _measure_advice(rep, loader, step, device, deadline_s, log)
     if ranks is not None:
-        rep["ranks_advice"] = advise_ranks(table, spec, int(ranks))
-    if step is not None and not step_cost_s and rep["verdict"] == "compute-bound":
+        rep.ranks_advice = advise_ranks(table, spec, int(ranks))
+    if step is not None and not step_cost_s and rep.verdict == "compute-bound":
         log("the step bounds: trying step-side changes on your step")
-        rep["step_changes"] = try_step_changes(step, kept, device, repeats, step_name=step_name,
+        rep.step_changes = try_step_changes(step, kept, device, repeats, step_name=step_name,
                                                threads=T_user, only=step_trials, workers=W)
     busy = window.summary()
-    rep["load"] = busy
+    rep.load = busy
     if busy.get("busy"):
-        rep["notes"].append(monitor.busy_message(busy, "the diagnosis"))
-    return rep
+        rep.notes.append(monitor.busy_message(busy, "the diagnosis"))
+    return rep.as_dict()
 
 
-def _measure_advice(rep: dict, loader, step, device, deadline_s, log) -> None:
+def _measure_advice(rep: Report, loader, step, device, deadline_s, log) -> None:
     """Measured before advised: the best predicted changes your loader can take (its worker count, pinned
     memory) rebuilt around your dataset and collate, measured against it on your loop (the step, or the wait
     standing in for it) and kept as advice only where judged met (:mod:`feedlab.doctor.advice`)."""
     if no_change_line(rep):
         return
-    todo = to_try(rep.get("advice") or [], ("num_workers", "pin_memory"))
+    todo = to_try(rep.advice, ("num_workers", "pin_memory"))
     if not todo:
-        rep["tried"] = []
+        rep.tried = []
         return
     names = ", ".join(f"{a['setting']}={a['value']}" for a in todo)
     log(f"measuring {names} against your loader, interleaved")

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .report_fields import Report
+from .report_fields import Report, put
 
 DATA_BOUND_FRACTION = 0.2   # the step waits for data this share of the loop or more: the input pipeline bounds
 #: under this share of the loop outside the step (the headspace measured: the step alone against the loop end to
@@ -227,16 +227,18 @@ def disagreement(loop: dict, predicted: str | None, bound_stage: str | None, *, 
             f"why they differ: {'; '.join(why)}")
 
 
-def one_verdict(rep: dict, loop: "dict | Loop", *, busy: bool = False, priced: str | None = None) -> dict:
+def one_verdict(rep: Report | dict, loop: "dict | Loop", *, busy: bool = False,
+                priced: str | None = None) -> Report | dict:
     """The report's one verdict set from the loop's measured share (``loop``: :func:`wait_share` with a
     ``source``, or a :class:`Loop`): ``verdict`` is the measured one, ``predicted_verdict`` what the stages
     read, ``loop`` the share (its JSON dict), ``verdict_note`` the :func:`disagreement` sentence (None where
     they agree). Returns ``rep``; :func:`verdict_of_report` reads it back typed."""
-    predicted = rep.get("predicted_verdict", rep.get("verdict"))
+    r = Report.of(rep)
+    predicted = r.predicted_verdict if r.has("predicted_verdict") else r.verdict
     loop = Loop.of(loop).as_dict()
-    rep["predicted_verdict"] = predicted
-    rep["loop"] = loop
+    put(rep, "predicted_verdict", predicted)
+    put(rep, "loop", loop)
     if loop.get("verdict") is not None:
-        rep["verdict"] = loop["verdict"]
-    rep["verdict_note"] = disagreement(loop, predicted, rep.get("bound_stage"), busy=busy, priced=priced)
+        put(rep, "verdict", loop["verdict"])
+    put(rep, "verdict_note", disagreement(loop, predicted, r.bound_stage, busy=busy, priced=priced))
     return rep
