@@ -39,6 +39,7 @@ def test_a_real_report_read_back_gives_its_json_byte_for_byte(name):
     assert strict_json(again.as_dict(), default=json_default) + "\n" == text
     assert rep.kind == d["kind"] and rep.verdict == d["verdict"] and rep.loop == d["loop"]
     assert rep.bound_stage == d["bound_stage"] and rep.stages == d["stages"]
+    assert strict_json(rep, default=json_default) + "\n" == text   # --json's encoder writes a Report as its dict
 
 
 def test_a_later_key_set_to_none_and_a_key_no_field_names_come_back_in_their_order():

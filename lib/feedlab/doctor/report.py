@@ -20,6 +20,8 @@ def _pct(x) -> str:
 
 
 def json_default(o):
+    if isinstance(o, Report):   # a typed report is written as its JSON dict, never as its repr
+        return o.as_dict()
     if isinstance(o, np.generic):
         return o.item()
     if isinstance(o, float) and not math.isfinite(o):
