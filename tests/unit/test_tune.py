@@ -302,3 +302,26 @@ def test_cli_tune_data_builds_feedlabs_loader_over_the_folder(monkeypatch, sr_ro
     assert M.main(["--data", str(sr_root), "--format", "png", "--batch-size", "4", "--budget", "3"]) == 0
     assert seen["loader"].batch_size == 4 and seen["loader"].num_workers == 0 and seen["step"] is None
     assert len(seen["loader"].dataset) > 0 and seen["budget"] == 3
+
+
+def test_cli_tune_script_on_the_command_line_is_watched_from_a_second_process(monkeypatch, capsys):
+    # attack49 S09: `python -m feedlab.tuner --script` ran the script unwatched in its own process: a script that
+    # ignores SIGTERM made the tuner ignore it too (it outlived timeout's SIGTERM), and a pymp-* folder was left
+    from feedlab.tuner import __main__ as M
+
+    loader = _make()()
+    ran = {}
+
+    def run_script(path, args, **kw):
+        ran.update(kw)
+        return {"step_s_per_sample": 0.002}, loader
+
+    monkeypatch.setattr(M, "run_script", run_script)
+    monkeypatch.setattr(M, "tune", _fake_tune({}))
+    monkeypatch.setattr(M.sys, "argv", ["feedlab.tuner", "--script", "train.py", "--budget", "7", "--json"])
+    assert M.main() == 0                       # the command line (argv from sys.argv): watched
+    assert ran["watch"] is True
+    assert ran["report"](None, "no batch within 5 s (--deadline)") == 2
+    assert capsys.readouterr().err.strip() == "python -m feedlab.tuner: error: no batch within 5 s (--deadline)"
+    assert M.main(["--script", "train.py", "--budget", "7", "--json"]) == 0   # in-process (a test): not watched
+    assert ran["watch"] is False

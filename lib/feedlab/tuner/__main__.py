@@ -90,14 +90,23 @@ def _from_data(args):
 
 def _from_script(args, script_args):
     say = (lambda m: None) if args.json else (lambda m: print(f"  … {m}", file=sys.stderr, flush=True))
+    # the command line's run is watched from a second process, as the doctor's is (doctor.script_watch): a script
+    # that ignores SIGTERM, or never gives its loader's batches back, is still ended, its temporaries with it
     summary, loader = run_script(args.script, script_args, max_batches=max(args.batches, 4),
-                                 deadline_s=args.deadline, log=say)
+                                 deadline_s=args.deadline, log=say, report=_script_ended,
+                                 watch=getattr(args, "watched", False))
     per = summary.get("step_s_per_sample")
     step = None
     if per:
         def step(batch, _t=float(per), _B=loader.batch_size or 1):   # the script's step, as it ran: a wait
             time.sleep(_t * (batch_len(batch) or _B))
     return (lambda: loader), step, summary
+
+
+def _script_ended(summary: dict | None, why: str) -> int:
+    """The script was ended before its loader could be tuned (the deadline, a signal it ignored): one line."""
+    print(f"{PROG}: error: {why}", file=sys.stderr, flush=True)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,9 +116,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     ap = parser()
+    watched = argv is None   # the command line: a --script run is watched from outside (doctor.script_watch)
     argv = list(sys.argv[1:] if argv is None else argv)
     script_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.watched = watched
     given = [f for f, v in (("--loader", args.loader), ("--script", args.script), ("--data", args.data)) if v]
     if len(given) != 1:
         ap.error("give one of --loader pkg.mod:make_loader, --script train.py or --data DIR")
