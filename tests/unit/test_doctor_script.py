@@ -141,6 +141,13 @@ for x in DataLoader(list(range(4000)), batch_size=10):
 '''
 
 
+A_NEW_LOADER_EVERY_EPOCH = HEAD + '''
+for epoch in range(1000):        # a new DataLoader every epoch, 8 batches each (attack48 S04b)
+    for x in DataLoader(list(range(64)), batch_size=8):
+        time.sleep(0.01)
+'''
+
+
 def _write(tmp_path, name, text) -> str:
     (tmp_path / name).write_text(text)
     return name
@@ -183,6 +190,47 @@ def test_os_exit_after_10_batches_reports_what_was_measured(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "done early" in r.stdout
     assert "VERDICT:" in r.stdout and "os._exit(0) after 10 batches" in r.stdout, r.stdout
+
+
+def test_a_new_dataloader_every_epoch_is_one_loader_stopped_at_the_window(tmp_path):
+    """Counted per DataLoader object, each epoch's new loader started at 0 and never reached the window; every
+    batch was progress, so --deadline never fired either: the doctor ran the whole training (80 s here). A
+    loader is known by its settings: stopped at 16 batches over two of them, well inside --deadline."""
+    t0 = time.monotonic()
+    r = _doctor(["--script", _write(tmp_path, "epochs.py", A_NEW_LOADER_EVERY_EPOCH), "--batches", "16",
+                 "--deadline", "10"], tmp_path, limit_s=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("VERDICT:") == 1 and not _error_lines(r), r.stdout
+    assert "16 batches" in r.stdout and "2 DataLoaders of the same settings" in r.stdout, r.stdout
+    assert time.monotonic() - t0 < 55
+
+
+def test_loaders_of_ever_changing_settings_are_stopped_once_all_of_them_gave_twice_the_window():
+    """A script whose loaders never repeat their settings (a batch size that grows every epoch) is not one
+    loader to the doctor, and no one of them reaches the window: it is stopped once every loader wrapped
+    gave ``ALL_LOADERS_FACTOR`` × the window in all (here, in this process: no script, no subprocess)."""
+    from torch.utils.data import DataLoader
+
+    from feedlab.doctor.script_record import ALL_LOADERS_FACTOR, Enough, Recorder
+
+    rec, told = Recorder(16, None), []
+    rec.tell = lambda *ev: told.append(ev[0])
+    with pytest.raises(Enough) as stop:
+        for epoch in range(100):
+            loader = DataLoader(list(range(64)), batch_size=8 + epoch)
+            for _ in rec.wrap(loader, iter(loader)):
+                pass
+    assert rec.total == ALL_LOADERS_FACTOR * 16 and len(rec.loaders) > 2, (rec.total, len(rec.loaders))
+    assert "stopped after 32 batches" in str(stop.value) and "none of which reached 16" in str(stop.value)
+    assert rec.stop == (str(stop.value), False) and told.count("loader") == len(rec.loaders)
+    # the same settings every epoch: one loader, stopped at the window
+    rec = Recorder(16, None)
+    with pytest.raises(Enough) as stop:
+        for epoch in range(100):
+            loader = DataLoader(list(range(64)), batch_size=8)
+            for _ in rec.wrap(loader, iter(loader)):
+                pass
+    assert len(rec.loaders) == 1 and rec.batches() == 16 and "over 2 DataLoaders" in str(stop.value)
 
 
 def _unwritable_folder(tmp_path) -> Path:

@@ -6,9 +6,10 @@ batches with ``torch.utils.data.DataLoader`` instrumented: each batch's *data wa
 next ``next()``: your copy, forward, backward, optimizer, logging) are recorded, and
 the loader's settings are read from the object itself. After ``max_batches`` batches
 of any one loader the script is stopped (an exception your ``except Exception`` does
-not catch), the verdict printed, and the full stage-by-stage diagnosis of that loader
-offered (``--diagnose`` runs it: :func:`feedlab.doctor.user.diagnose_loader`, with
-the step priced as your script ran it). What ``torch.utils.bottleneck`` does for CPU
+not catch; a loader is known by its settings, so one built anew every epoch counts its
+batches across them: :mod:`feedlab.doctor.script_record`), the verdict printed, and the
+full stage-by-stage diagnosis of that loader offered (``--diagnose`` runs it:
+:func:`feedlab.doctor.user.diagnose_loader`, with the step priced as your script ran it). What ``torch.utils.bottleneck`` does for CPU
 profiles, done for the input pipeline.
 
 Nothing the script does holds the doctor past its deadline (:mod:`feedlab.doctor.script_watch`):
@@ -40,19 +41,15 @@ import numpy as np
 from feedlab.errors import one_line
 from feedlab.run_limit import descendants, stop_processes
 
-from .guard import DEFAULT_DEADLINE_S, Hung, UserCodeError, deadline
+from .guard import DEFAULT_DEADLINE_S, UserCodeError
 from .report import fmt_rate
+from .script_record import Enough, Recorder
 from .script_watch import Progress, Watchdog, Wire, fork_watched, quiet_exit, shm_hint, watch_child
 from .verdict import DATA_BOUND_FRACTION, VERDICT_MIN_BATCHES, spread_words, step_price, wait_share  # noqa: F401
-from .wrap import batch_len
 
 PROG = "python -m feedlab.doctor"
 _real_exit = os._exit
 _quiet_exit = quiet_exit
-
-
-class Enough(BaseException):
-    """Raised from inside the instrumented loader once enough batches were seen."""
 
 
 class OsExit(BaseException):
@@ -61,104 +58,6 @@ class OsExit(BaseException):
     def __init__(self, code: int):
         super().__init__(code)
         self.code = code
-
-
-def loader_settings(loader) -> dict[str, Any]:
-    """The settings of a DataLoader, read from the object."""
-    ds = loader.dataset
-    try:
-        n = len(ds)
-    except TypeError:
-        n = None
-    return {"batch_size": getattr(loader, "batch_size", None), "num_workers": loader.num_workers,
-            "pin_memory": bool(loader.pin_memory), "prefetch_factor": loader.prefetch_factor,
-            "persistent_workers": bool(loader.persistent_workers), "timeout": loader.timeout,
-            "drop_last": bool(loader.drop_last), "dataset": type(ds).__name__, "dataset_len": n,
-            "collate_fn": getattr(loader.collate_fn, "__name__", type(loader.collate_fn).__name__)}
-
-
-class Recorder(Progress):
-    """Per DataLoader: data wait and step seconds of each batch, and its size; each change also told
-    to ``tell`` (a :class:`~feedlab.doctor.script_watch.Wire` to the watching process, or nothing)."""
-
-    def __init__(self, max_batches: int, batch_deadline_s: float | None, tell=None):
-        super().__init__()
-        self.max_batches, self.limit = int(max_batches), batch_deadline_s
-        self.owner = os.getpid()                 # the process that started the doctor: the one that speaks
-        self.tell = tell or (lambda *ev: None)
-        self.keys: dict[int, int] = {}
-
-    def stopping(self, why: str, error: bool = False) -> None:
-        if self.stop is None:
-            self.tell("stop", why, error)
-        super().stopping(why, error)
-
-    def park(self) -> None:
-        """The script caught the doctor's stop and asked for another batch: wait here for
-        the watchdog to end the process (a forked copy ends at once, silently)."""
-        if os.getpid() != self.owner:
-            _quiet_exit(0)
-        self.parked = True
-        self.tell("parked")
-        while True:
-            time.sleep(1)
-
-    def _rec(self, loader) -> tuple[int, dict]:
-        key = self.keys.setdefault(id(loader), len(self.keys))
-        if key not in self.loaders:
-            settings = loader_settings(loader)
-            self.loaders[key] = {"loader": loader, "settings": settings, "wait": [], "step": [], "step_cpu": [],
-                                 "n": [], "iters": 0, "empty": 0}
-            self.tell("loader", key, settings)
-        return key, self.loaders[key]
-
-    def wrap(self, loader, it):
-        if self.stop is not None:
-            self.park()
-        key, rec = self._rec(loader)
-        rec["iters"] += 1
-        self.tell("iter", key)
-        t_last = c_last = None
-        limit = (loader.timeout or self.limit) if self.limit else None
-        while True:
-            t0, c0 = time.perf_counter(), time.process_time()
-            if t_last is not None:
-                rec["step"].append(t0 - t_last)
-                rec["step_cpu"].append(c0 - c_last)
-                self.tell("step", key, t0 - t_last, c0 - c_last)
-            if len(rec["wait"]) >= self.max_batches:
-                if os.getpid() != self.owner:
-                    _quiet_exit(0)           # a forked copy of the script: stopped without a word
-                self.stopping(f"stopped after {self.max_batches} batches")
-                raise Enough()
-            # progress is a batch delivered or a step taken: asking again after a batch is a step;
-            # the first ask of a pass is not (an empty loader asked again and again is no progress)
-            self.waiting = limit or 0.0
-            if t_last is not None:
-                self.t_progress = time.monotonic()
-            self.tell("ask", key, self.waiting, t_last is not None)
-            try:
-                with deadline(limit, f"batch {len(rec['wait'])} of your script's DataLoader",
-                              "a sample that never returns hangs training too"):
-                    try:
-                        batch = next(it)
-                    except StopIteration:
-                        if t_last is None:
-                            rec["empty"] += 1
-                            self.tell("empty", key)
-                        return
-            except Hung as exc:
-                self.stopping(str(exc), error=True)
-                raise
-            finally:
-                self.waiting = None
-                self.tell("asked")
-            t_last, c_last = time.perf_counter(), time.process_time()
-            rec["wait"].append(t_last - t0)
-            rec["n"].append(batch_len(batch) or 0)
-            self.t_progress = time.monotonic()
-            self.tell("got", key, t_last - t0, rec["n"][-1])
-            yield batch
 
 
 def summarize(rec: dict) -> dict:
@@ -238,7 +137,7 @@ def _outcome(exc: BaseException | None, path: Path, max_batches: int, n: int) ->
     if exc is None:
         return "the script ended"
     if isinstance(exc, Enough):
-        return f"stopped after {max_batches} batches"
+        return str(exc) or f"stopped after {max_batches} batches"
     if isinstance(exc, OsExit):
         if exc.code:
             raise UserCodeError(f"--script {path} called os._exit({exc.code}) after {n} batches") from None
