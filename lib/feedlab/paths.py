@@ -183,3 +183,34 @@ def _scrub_word(word: str) -> str:
         start = word.find("/", end)
     out.append(word[i:])
     return "".join(out)
+
+
+SOCKET_MAX = 107   # bytes in an AF_UNIX socket's path (Linux's sun_path, less its NUL)
+
+
+def socket_parent(tail: str) -> str:
+    """Where a folder holding sockets goes: ``$TMPDIR`` (the standard library's temporary folder), or ``/tmp``
+    where a socket ``tail`` below ``$TMPDIR`` would pass :data:`SOCKET_MAX` bytes (a long ``$TMPDIR``, as under
+    make test-slow's ``pytest-of-…`` folders: "File name too long", Ray's "AF_UNIX path length cannot exceed
+    107 bytes")."""
+    import tempfile
+
+    parent = tempfile.gettempdir()
+    if len(os.fsencode(parent)) + len(os.fsencode(tail)) > SOCKET_MAX and os.access("/tmp", os.W_OK | os.X_OK):
+        return "/tmp"
+    return parent
+
+
+# Ray's deepest socket below its root: <root>/ray/session_<date>_<time>_<µs>_<pid>/sockets/plasma_store
+RAY_SOCKET_TAIL = "/ray/session_2026-11-28_04-37-55_625242_4194304/sockets/plasma_store"
+
+
+def ray_temp_dir() -> str | None:
+    """Ray's root temporary folder where Ray's own choice (``$RAY_TMPDIR``, else ``$TMPDIR``) would put its
+    sockets past :data:`SOCKET_MAX`: ``/tmp/ray``, Ray's choice with no ``$TMPDIR``. None: leave it to Ray."""
+    if os.environ.get("RAY_TMPDIR"):
+        return None
+    parent = socket_parent(RAY_SOCKET_TAIL)
+    import tempfile
+
+    return None if parent == tempfile.gettempdir() else os.path.join(parent, "ray")

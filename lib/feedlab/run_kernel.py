@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from feedlab import procgroup
+from feedlab import paths, procgroup
 from feedlab.run_limit import descendants, stop_processes
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -140,26 +140,12 @@ def watch() -> Iterator[None]:
             stop_processes(left)
 
 
-SOCKET_MAX = 107   # bytes in an AF_UNIX socket's path (Linux's sun_path, less its NUL)
-
-
-def _socket_parent() -> str:
-    """Where the kernel's folder goes: ``$TMPDIR``, or ``/tmp`` where ``$TMPDIR`` is so long that a socket in it
-    (``<TMPDIR>/feedlab-kernel-XXXXXXXX/kernel-ipc-NNNNN``) would pass :data:`SOCKET_MAX` (make test-slow's
-    ``pytest-of-…`` folders did: the kernel failed with "File name too long")."""
-    parent = tempfile.gettempdir()
-    if len(os.fsencode(parent)) + len("/feedlab-kernel-XXXXXXXX/kernel-ipc-NNNNN") > SOCKET_MAX \
-            and os.access("/tmp", os.W_OK | os.X_OK):
-        return "/tmp"
-    return parent
-
-
 @contextmanager
 def kernel_folder() -> Iterator[Path]:
     """A folder of the runner's own for the kernel's IPC sockets and connection file (a short path in
     ``$TMPDIR``, or in ``/tmp`` where ``$TMPDIR`` is too long: a socket's name is at most 107 bytes), removed with whatever the kernel left in it. The
     kernel's ``TMPDIR`` (``TEMP``, ``TMP``) is inside it too: a kernel killed mid-cell leaves no temporary."""
-    folder = Path(tempfile.mkdtemp(prefix="feedlab-kernel-", dir=_socket_parent()))
+    folder = Path(tempfile.mkdtemp(prefix="feedlab-kernel-", dir=paths.socket_parent("/feedlab-kernel-XXXXXXXX/kernel-ipc-NNNNN")))
     (folder / "tmp").mkdir()
     names = ("JUPYTER_RUNTIME_DIR", "TMPDIR", "TEMP", "TMP")
     before = {k: os.environ.get(k) for k in names}

@@ -24,6 +24,10 @@ def test_16_tune_smoke():
             assert g["batch_size"] in (None, res["sizes"]["batch_size"]) or r["key"] == "large"
             assert g["error"] or g["median"] > 0
         assert all(v["word"] in WORDS for v in r["targets"].values())
-        assert r["best"] in names and r["best_rate"] > 0
+        if r["best"] is None:   # a busy laptop: no grid setting may be chosen, and none is (never a guess)
+            assert all(g["error"] or g["busy"] or g["over_limit"] for g in r["grid"]), r["grid"]
+        else:
+            assert r["best"] in names and r["best_rate"] > 0
+            assert not next(g for g in r["grid"] if g["name"] == r["best"])["busy"]   # never a busy rate
     assert set(df.metric) >= {"samples_per_s", "tune_s", "grid_s"}
     assert (out / "tune_vs_grid.png").is_file()

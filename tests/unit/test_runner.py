@@ -335,7 +335,7 @@ def test_the_kernels_sockets_fit_under_a_long_tmpdir(tmp_path, monkeypatch):
     import socket
     import tempfile
 
-    from feedlab import run_kernel
+    from feedlab import paths, run_kernel
 
     long_dir = tmp_path / ("d" * 60) / ("e" * 60)
     long_dir.mkdir(parents=True)
@@ -343,8 +343,33 @@ def test_the_kernels_sockets_fit_under_a_long_tmpdir(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", None)
     with run_kernel.kernel_folder() as folder:
         path = str(folder / "kernel-ipc-12345")
-        assert len(os.fsencode(path)) <= run_kernel.SOCKET_MAX, path
+        assert len(os.fsencode(path)) <= paths.SOCKET_MAX, path
         with socket.socket(socket.AF_UNIX) as s:
             s.bind(path)
     assert not folder.exists() and os.environ["TMPDIR"] == str(long_dir)
     assert not list(long_dir.iterdir())
+
+
+def test_ray_gets_a_short_temp_dir_under_a_long_tmpdir(tmp_path, monkeypatch):
+    """Ray puts its sockets under ``$TMPDIR/ray/session_…/sockets/``: under a long ``$TMPDIR`` (the CI check's
+    nested test folders) ``ray.init`` failed "AF_UNIX path length cannot exceed 107 bytes" and 14 lost its Ray
+    cells. There, Ray is given /tmp/ray (its own choice with no $TMPDIR); a short $TMPDIR or a RAY_TMPDIR is
+    left to Ray."""
+    import tempfile
+
+    from feedlab import paths
+
+    long_dir = tmp_path / ("d" * 60)
+    long_dir.mkdir()
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setenv("TMPDIR", str(long_dir))
+    assert paths.ray_temp_dir() == "/tmp/ray"
+    assert len(("/tmp/ray" + paths.RAY_SOCKET_TAIL[4:]).encode()) <= paths.SOCKET_MAX
+    monkeypatch.setenv("TMPDIR", "/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    assert paths.ray_temp_dir() is None
+    monkeypatch.setenv("TMPDIR", str(long_dir))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setenv("RAY_TMPDIR", "/tmp/mine")
+    assert paths.ray_temp_dir() is None

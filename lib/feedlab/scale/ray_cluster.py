@@ -25,7 +25,7 @@ from time import perf_counter
 
 import numpy as np
 
-from feedlab import monitor
+from feedlab import monitor, paths
 from feedlab import pipeline as pl
 from feedlab.scale import remote_decode as RD
 
@@ -115,7 +115,8 @@ class TestCluster:
             with pinned(self.trainer_cores):
                 self.cluster = Cluster(initialize_head=True, head_node_args=dict(
                     num_cpus=len(self.trainer_cores), resources={TRAINER_RES: len(self.trainer_cores)},
-                    object_store_memory=self.object_store, include_dashboard=False))
+                    object_store_memory=self.object_store, include_dashboard=False,
+                    **({"temp_dir": paths.ray_temp_dir()} if paths.ray_temp_dir() else {})))
             for cores, cpus in zip(self.node_cores, self.node_cpus):
                 with pinned(cores):
                     self.cluster.add_node(num_cpus=cpus, resources={DECODE_RES: cpus},

@@ -24,7 +24,7 @@ from time import perf_counter
 import numpy as np
 
 from data_prep.ray_engine import available  # noqa: F401  (Ray's check, one home: re-exported)
-from feedlab import monitor
+from feedlab import monitor, paths
 from feedlab import pipeline as pl
 from feedlab.results import Results
 from feedlab.timing import run_epoch
@@ -115,7 +115,9 @@ def start(num_cpus: int) -> tuple[bool, float]:
     if ray.is_initialized():
         return False, 0.0
     t = perf_counter()
-    ray.init(num_cpus=int(num_cpus), include_dashboard=False, log_to_driver=False, configure_logging=False)
+    short = paths.ray_temp_dir()   # a long $TMPDIR: Ray's sockets there would pass AF_UNIX's 107 bytes
+    ray.init(num_cpus=int(num_cpus), include_dashboard=False, log_to_driver=False, configure_logging=False,
+             **({"_temp_dir": short} if short else {}))
     DataContext.get_current().enable_progress_bars = False
     return True, perf_counter() - t
 
