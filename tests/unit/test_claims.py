@@ -499,14 +499,14 @@ def test_not_tested_fairly_prints_its_reason_first(capsys, tmp_path):
 
 
 # ---------------------------------------------------------------- 000: epoch vs batch, GPU util
-def _bst(w, b, wait, busy=None, kind="steady", util=None, epoch_s=3.0):
-    m = {"data_wait_fraction": wait, "epoch_s": epoch_s, "batches": 100}
+def _bst(w, b, wait, busy=None, kind="steady", util=None, epoch_s=3.0, window_s=2.0):
+    m = {"data_wait_fraction": wait, "epoch_s": epoch_s, "batches": 100, "samples_per_s": 1000.0}
     if busy is not None:
         m["gpu_busy"] = busy
     if util is not None:
         m["gpu_util"] = util
     return _rows({"experiment": "batch_size_table", "num_workers": w, "batch_size": b}, m, rate_kind=kind,
-                 timed_batches=60, warmup_batches=33)
+                 timed_batches=60, warmup_batches=33, window_s=window_s)
 
 
 def test_gpu_util_claims_judged_on_a_fair_run_and_not_on_an_unfair_one():
@@ -520,6 +520,25 @@ def test_gpu_util_claims_judged_on_a_fair_run_and_not_on_an_unfair_one():
     v = verdict("000-gpu-util-rises", frame=pd.DataFrame(unfair))
     assert v.status == C.NOT_FAIR and "cannot see the epochs" in v.note and "start-up-bound" in v.note
     assert "data-bound" in v.note and "11% → 6%" in v.ours
+
+
+def test_gpu_util_levels_are_not_judged_on_a_window_the_judge_rejects():
+    """Audit 45 V1/V2: a GPU busy share read at a setting whose timed window is under a second (the window the
+    one judge rejects in a ratio) is measured, not judged — in every claim that reads it."""
+    short = _bst(16, 8, 0.6, busy=0.33, window_s=0.2) + _bst(16, 128, 0.1, busy=0.84)
+    for cid in ("000-gpu-util-small-batch", "000-gpu-util-rises"):
+        v = verdict(cid, frame=pd.DataFrame(short))
+        assert v.status == C.NOT_FAIR and "16 workers, batch 8 timed 200.0 ms < 1 s" in v.note, cid
+        assert "33%" in v.ours, cid
+    many = pd.DataFrame(_rows({"experiment": "throughput_vs_workers", "model": "srcnn", "num_workers": 8,
+                               "batch_size": 32}, {"gpu_busy": 0.99, "samples_per_s": 1000.0, "batches": 100},
+                              rate_kind="steady", timed_batches=60, window_s=0.4))
+    v = verdict("002-gpu-util-many-workers", {"model": "srcnn", "samples_per_s_with_model": {"8": 1000.0}},
+                frame=many)
+    assert v.status == C.NOT_FAIR and "8 workers timed 400.0 ms < 1 s" in v.note and "99%" in v.ours
+    ok = verdict("002-gpu-util-many-workers", {"model": "srcnn", "samples_per_s_with_model": {"8": 1000.0}},
+                 frame=many.assign(window_s=2.0))
+    assert ok.status == C.REPRODUCED
 
 
 def test_epoch_vs_batch_needs_steady_rates_and_a_gpu_bound_step():

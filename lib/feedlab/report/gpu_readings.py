@@ -29,12 +29,13 @@ from typing import Callable
 
 from feedlab.like_for_like import NOT_FAIR as NOT_FAIR_WORD
 from feedlab.like_for_like import NOT_LIKE
+from feedlab.like_for_like import verdict as judge_sides
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.report import claims as C
 from feedlab.report.claims.core import NoData, Run, Unfair, is_smoke
 from feedlab.report.claims.fair import busy_caveat, steady_state, unsteady_reason
-from feedlab.report.claims.sides import advice_verdict
+from feedlab.report.claims.sides import advice_verdict, ratio_interval, side_of_rows, verdict_clause, workers_verdicts
 from feedlab.report.claims.w000 import gpu_util_table
 from feedlab.report.claims.w002 import _with_model
 from feedlab.report.targets import (
@@ -124,7 +125,16 @@ def crossover(ratios: dict[int, float]) -> int | None:
 
 
 def pinned_by_input_size(run: Run) -> Reading:
+    """The crossover read from ``step_ms``, only where the claims on the same step times (000's pageable at the
+    smallest input, pinned at 64: each batch size's pageable and pinned rows by the one judge) judged their sides;
+    otherwise not tested fairly with the judge's words, the ratios measured, not judged (audit 45 V4)."""
     r = step_ratios(run.get("step_ms"))
+    for cid in ("000-paged-wins-small-input", "000-pinned-wins-64"):
+        c = C.judge(C.BY_ID[cid], run)
+        if c.status == C.NOT_FAIR:
+            listing = ", ".join(f"{s}: {x:.2f}×" for s, x in r.items())
+            raise Unfair(f"{c.note} (claim `{cid}`); measured, not judged: pinned step speed ÷ pageable by input "
+                         f"size: {listing}")
     cross = crossover(r)
     listing = ", ".join(f"{s}: {x:.2f}×" for s, x in r.items())
     small = min(r)
@@ -164,9 +174,12 @@ def workers_all_cores(run: Run) -> Reading:
     gain = within[best] / s[1]
     claim = _claim("002-workers-2.7x", run)
     over = max(s) > cores and max(s, key=s.get) not in within
-    return Reading(_graded(gain, 2.0, 1.3), f"{gain:.2f}× samples/s with the model, 1 → {best} workers (best of "
-                   f"{sorted(within)} on {cores} cores{'; more workers than cores did better' if over else ''}); "
-                   f"002's 1 → 7: {claim.status}")
+    text = (f"{gain:.2f}× samples/s with the model, 1 → {best} workers (best of {sorted(within)} on {cores} cores"
+            f"{'; more workers than cores did better' if over else ''}); 002's 1 → 7: {claim.status}")
+    v, _ = workers_verdicts(run, best, 1, gain, 2.0, 1.3)   # the one judge: both sides' windows and invariants
+    if not v.judged:
+        raise Unfair(f"{verdict_clause(v)}: {text}")
+    return Reading(_graded(gain, 2.0, 1.3), text)
 
 
 def _images_per_repeat(run: Run, rows) -> float | None:
@@ -223,6 +236,18 @@ def nvjpeg_vs_cpu(run: Run) -> Reading:
     amed = allc.groupby("variant").value.median()
     abest, arate = str(amed.idxmax()), float(amed.max())
     cores = run.cores or "?"
+    # the one judge on the two sides' recorded invariants (window, order, cache, pixels …): audit 45 V5
+    where = dict(variant="cuda", op="decode_batch", image_set=image_set)
+    if "images" in rows.columns and rows["images"].notna().any():
+        where["images"] = rows["images"].max()          # the steady pass judged, not a one-call row of the set
+    ga, _, gspan = side_of_rows(run, where, "nvJPEG", metric="img_per_s")
+    cb, _, cspan = side_of_rows(run, dict(variant=abest, op="decode_all_cores", image_set=image_set),
+                                f"{abest} on all cores", metric="img_per_s")
+    lo, hi = ratio_interval(gspan, cspan)
+    v = judge_sides(ga, cb, g / arate, lo=lo, hi=hi, changes=("workers",))   # one GPU against every core
+    if not v.judged:
+        raise Unfair(f"{verdict_clause(v)}: {measured}; {g / arate:.2f}× {abest} on all {cores} cores "
+                     f"({arate:,.0f} img/s); nvJPEG over {images:,.0f} images per repeat")
     return Reading(SUPPORTED if g >= arate else PARTLY if g >= rate else NOT_SUPPORTED,
                    f"{measured}; {g / arate:.2f}× {abest} on all {cores} cores ({arate:,.0f} img/s, measured); "
                    f"nvJPEG over {images:,.0f} images per repeat")

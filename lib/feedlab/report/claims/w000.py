@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import statistics
 
+from feedlab.like_for_like import NOT_FAIR as NOT_FAIR_WORD
 from feedlab.like_for_like import WITHIN
+from feedlab.like_for_like import verdict as judge_sides
 from feedlab.report.claims.core import (
     NOT_FAIR,
     NOT_REPRODUCED,
@@ -33,7 +35,7 @@ from feedlab.report.claims.fair import (
     workers_named,
 )
 from feedlab.report.claims.pairs import first_unjudged, grid_verdicts, judged_outcome
-from feedlab.report.claims.sides import pairs_verdict
+from feedlab.report.claims.sides import pairs_verdict, side_of_rows
 
 NB01, NB02, NB03, NB08, NB09 = ("01_worker_scaling", "02_lmdb_vs_png", "03_pinned_memory_by_input_size",
                                 "08_hdf5_concurrency", "09_batch_size_breakdown")
@@ -86,14 +88,35 @@ def _bst(w, b):
     return dict(experiment="batch_size_table", num_workers=int(w), batch_size=int(b))
 
 
+def level_unjudged(run, sides: tuple[tuple[dict, str], ...]) -> str | None:
+    """Why a level read at a setting (a GPU busy share) cannot be judged, or None: it stands on that setting's
+    timed window, so each side goes through the one judge's window rule and fairness (busy, a rate not steady,
+    one measurement with no precision) — the rule that rejects the same window in a ratio (audit 45 V1/V2). A
+    level has no second side: the side is judged against itself, its invariants compared by construction."""
+    for setting, label in sides:
+        side, _, _ = side_of_rows(run, setting, label)
+        short = side.window_short()
+        if short:
+            return f"window: {short}"
+        v = judge_sides(side, side, 1.0, check_sides=False)   # the side alone: its sides are one setting
+        if v.word == NOT_FAIR_WORD:
+            return v.why
+    return None
+
+
+def level_outcome(run, status: str, ours: str, settings: tuple, labels: tuple[str, ...]) -> Outcome:
+    why = level_unjudged(run, tuple(zip(settings, labels)))
+    return Outcome(NOT_FAIR, ours, why, settings) if why else Outcome(status, ours, settings=settings)
+
+
 def gpu_util_small(run) -> Outcome:
     s, meter = _gpu_util(run, "batch_size_table")
     w = max(s.index.get_level_values(0))
     b = min(s.index.get_level_values(1))
     top = max(s.index.get_level_values(1))
     u = float(s.loc[(w, b)])
-    return Outcome(at_most(u, 50, 65), f"{u:.0f}% at batch {b}, {w} workers ({meter})",
-                   settings=(_bst(w, b), _bst(w, top)))
+    return level_outcome(run, at_most(u, 50, 65), f"{u:.0f}% at batch {b}, {w} workers ({meter})",
+                          (_bst(w, b), _bst(w, top)), (f"{w} workers, batch {b}", f"{w} workers, batch {top}"))
 
 
 def gpu_util_rise(run) -> Outcome:
@@ -101,8 +124,10 @@ def gpu_util_rise(run) -> Outcome:
     w = max(s.index.get_level_values(0))
     sizes = sorted(set(s.index.get_level_values(1)))
     lo, hi = float(s.loc[(w, sizes[0])]), float(s.loc[(w, sizes[-1])])
-    return Outcome(at_least(hi - lo, 25, 5), f"{lo:.0f}% → {hi:.0f}% from batch {sizes[0]} to {sizes[-1]} ({meter})",
-                   settings=(_bst(w, sizes[0]), _bst(w, sizes[-1])))
+    return level_outcome(run, at_least(hi - lo, 25, 5),
+                          f"{lo:.0f}% → {hi:.0f}% from batch {sizes[0]} to {sizes[-1]} ({meter})",
+                          (_bst(w, sizes[0]), _bst(w, sizes[-1])),
+                          (f"{w} workers, batch {sizes[0]}", f"{w} workers, batch {sizes[-1]}"))
 
 
 def _phase_slope(run, phase: str) -> tuple[float, int, list[int]]:

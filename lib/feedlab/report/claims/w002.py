@@ -21,7 +21,7 @@ from feedlab.report.claims.core import (
 from feedlab.report.claims.fair import GPU_BOUND, GPU_FED, METER, STEADY, TIMING, rows_of, steady_state, workers_named
 from feedlab.report.claims.pairs import grid_verdicts, judged_outcome
 from feedlab.report.claims.sides import advice_verdicts, ratio_outcome, workers_verdicts
-from feedlab.report.claims.w000 import UTIL_METERS
+from feedlab.report.claims.w000 import UTIL_METERS, level_outcome
 
 NB01, NB06, NB10, NB12 = "01_worker_scaling", "06_decode_backends", "10_doctor", "12_beyond"
 
@@ -99,8 +99,8 @@ def gpu_util_one_worker(run) -> Outcome:
 def gpu_util_many(run) -> Outcome:
     s, meter = _util(run)
     w = int(s.idxmax())
-    return Outcome(at_least(float(s.max()), 85, 70), f"{s.max():.0f}% mean GPU utilisation at best "
-                   f"({w} workers; {meter})", settings=(_with_model(run, w),))
+    return level_outcome(run, at_least(float(s.max()), 85, 70), f"{s.max():.0f}% mean GPU utilisation at best "
+                         f"({w} workers; {meter})", (_with_model(run, w),), (f"{w} workers",))
 
 
 def cores_minus_one(run) -> Outcome:
