@@ -131,7 +131,9 @@ def test_transfer_and_batch_costs_rows():
     # issue 45: a raw copy has no order, pixels or cache; its window is the round's calls × seconds per call
     for df in (r, b):
         assert set(df["order"]) == set(df["pixel_error"]) == set(df["cache"]) == {NOT_APPLICABLE}
-        assert (df["timed_batches"] >= 1).all() and (df["window_s"] >= 0.01).all()
+        assert (df["timed_batches"] >= 1).all() and (df["window_s"] > 0).all()
+    ms = b[b.metric == "ms_per_batch"]   # never a bound on time: a round after a busy calibration may be quicker
+    assert list(ms["window_s"]) == pytest.approx(list(ms["timed_batches"] * ms["value"] / 1e3))
 
 
 @pytest.mark.skipif(CUDA, reason="checks the no-GPU path")
