@@ -42,3 +42,37 @@ def test_the_same_record_without_invariants_reads_not_known(tmp_path):
                                 {"experiment": "h2d_copy", "pin_memory": False})], 2.0, 1.5,
                          labels=("pinned", "pageable"))
     assert not v.judged and "not known" in v.why, v
+
+
+def _print_record(tmp_path, windows: dict[str, float], repeats: int = 7, spread: float = 0.01) -> Run:
+    """04-like rows: ms per batch of two modes, ``repeats`` blocks of 200 batches each (``windows``: one block's
+    seconds), the values within ±``spread``."""
+    res = Results()
+    for mode, w in windows.items():
+        for r in range(repeats):
+            ms = w / 200 * 1e3 * (1 + spread * (-1) ** r)
+            res.add("print_overhead", mode, "ms_per_batch", ms, "ms", r, sink="pty", batch_size=32, num_workers=0,
+                    timed_batches=200, **L.invariants(order=L.NOT_APPLICABLE, pixel_error=L.NOT_APPLICABLE,
+                                                      cache=L.NOT_APPLICABLE, window_s=ms * 200 / 1e3,
+                                                      epoch_batches=L.NOT_APPLICABLE))
+    res.write(tmp_path, fingerprint=FP)
+    return Run(payload={}, out_dir=tmp_path)
+
+
+def test_side_of_rows_pools_a_micro_benchmarks_repeats_and_the_verdict_says_so(tmp_path):
+    run = _print_record(tmp_path, {"print": 0.2, "none": 0.18})
+    pair = tuple(dict(experiment="print_overhead", variant=v) for v in ("print", "none"))
+    side, _, _ = side_of_rows(run, pair[0], "print", metric="ms_per_batch")
+    assert side.repeats == 7 and abs(side.pooled_s - 0.2 * 7.01) < 1e-6 and side.repeat_half_width < 0.02
+    assert side.window_short() is None and side.pooled()
+    full, _ = grid_verdicts(run, [pair], 1.11, 37.0, 2.0, metric="ms_per_batch", labels=("print", "none"))
+    assert full.judged and "window pooled over 7 repeats" in full.why, full
+
+
+def test_side_of_rows_refuses_a_pool_under_a_second_or_of_rows_that_are_not_one_settings_repeats(tmp_path):
+    run = _print_record(tmp_path, {"print": 0.045, "none": 0.041})      # 04's committed 7 × ~45 ms
+    side, _, _ = side_of_rows(run, {"experiment": "print_overhead", "variant": "print"}, "print",
+                              metric="ms_per_batch")
+    assert "in all < 1 s" in side.window_short()
+    mixed, _, _ = side_of_rows(run, {"experiment": "print_overhead"}, "both modes", metric="ms_per_batch")
+    assert mixed.pooled_s is None and "pooled" not in (mixed.window_short() or "")   # 14 rows, 7 repeat numbers
