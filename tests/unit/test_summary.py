@@ -32,7 +32,9 @@ def test_effects_ranked_per_machine_and_split_by_scope(tmp_path):
            {"samples_per_s_with_model": {"0": 100.0, "2": 150.0, "4": 120.0}, "model": "m"})
     _rates(tmp_path, "cpu-2c", "m", {0: 100.0, 2: 150.0, 4: 120.0}, rate_kind="steady")
     _write(tmp_path, "10_doctor", "cpu-2c", {"measured_gain_total": 3.0, "predicted_gain_total": 4.0, "model": "srcnn"})
-    _write(tmp_path, "07_totensor_vs_fast_collate", "cpu-2c", {"speedup": {"fast_channels_last": 20.0}})
+    _write(tmp_path, "07_totensor_vs_fast_collate", "cpu-2c",
+           {"speedup": {"fast_channels_last": 20.0}, "reference": "128x96x96x3"})
+    _collate_rows(tmp_path, "cpu-2c", window_s=2.0)
     _write(tmp_path, "03_pinned_memory_by_input_size", "h100-16c",
            {"h2d_pinned_gbps": 50.0, "h2d_pageable_gbps": 10.0})
     _write(tmp_path, "03_pinned_memory_by_input_size", "cpu-2c",  # no CUDA: nothing measured, no effect
@@ -44,12 +46,52 @@ def test_effects_ranked_per_machine_and_split_by_scope(tmp_path):
                                                       "10_doctor"]
     assert found["cpu-2c"][1].factor == 1.5 and "num_workers=2" in found["cpu-2c"][1].text
     assert found["cpu-2c"][2].verdict.startswith("not tested fairly")
-    assert found["h100-16c"][0].factor == 5.0
+    assert found["h100-16c"][0].factor == 5.0 and "no host→device copy rows" in found["h100-16c"][0].verdict
     text = summary.summary_markdown(tmp_path, top=2)
     cpu = text[text.index("**cpu-2c**"):text.index("**h100-16c**")]
     assert "training: ×1.5" in cpu and "one stage: ×20.0" in cpu
     assert "training: ×3.0" in cpu and "promised ×4.0" in cpu and "measured, not credited" in cpu
     assert cpu.index("×1.5") < cpu.index("×3.0")   # the judged effect first
+
+
+def _collate_rows(base, machine, window_s, stock_ms=20.0, fast_ms=1.0):
+    """07's results.csv at its reference batch: stock and fast collate time per batch over three repeats, each row
+    with the invariants it records (nothing to order, cache or read: not applicable; 0 pixels off) and its window."""
+    import pandas as pd
+
+    pd.DataFrame([{"experiment": "collate", "variant": v, "batch_size": 128, "image_size": 96, "kind": "collate",
+                   "threads": 1, "num_workers": 0, "timed_batches": 64, "order": "not applicable",
+                   "pixel_error": 0.0, "cache": "not applicable", "window_s": window_s, "repeat": r,
+                   "metric": "ms_per_batch", "value": ms * f}
+                  for v, ms in (("totensor", stock_ms), ("fast_channels_last", fast_ms))
+                  for r, f in enumerate((0.99, 1.0, 1.01))]).to_csv(
+        base / "07_totensor_vs_fast_collate" / machine / "results.csv", index=False)
+
+
+def test_a_one_stage_effect_on_windows_the_judge_rejects_is_measured_not_credited(tmp_path):
+    """Audit 45 V6: 07's collate (and every one-stage effect) goes through the one judge; sub-second windows or a
+    record without its invariants read "not like for like (…): measured, not credited", ranked after the judged."""
+    _write(tmp_path, "07_totensor_vs_fast_collate", "cpu-2c",
+           {"speedup": {"fast_channels_last": 20.0}, "reference": "128x96x96x3"})
+    _collate_rows(tmp_path, "cpu-2c", window_s=0.02)
+    e = summary.machine_effects(tmp_path)["cpu-2c"][0]
+    assert e.verdict.startswith("not like for like") and "20.0 ms < 1 s" in e.verdict
+    assert "×20.0" in summary.summary_markdown(tmp_path) and "measured, not credited" in summary.summary_markdown(
+        tmp_path)
+
+
+def test_persistent_workers_first_batch_is_not_credited_from_single_batches(tmp_path):
+    """Audit 45 V6: 12's first batch of later epochs is one batch a reading: the judge rejects it as a window."""
+    import pandas as pd
+
+    fb = {f"persistent_workers={on}/epoch{e}": v for on, v in ((False, 0.2), (True, 0.14)) for e in range(3)}
+    _write(tmp_path, "12_beyond", "cpu-2c", {"first_batch_s": fb})
+    pd.DataFrame([{"experiment": "epoch_latency", "num_workers": 2, "epoch": e, "persistent_workers": on,
+                   "repeat": r, "metric": "first_batch_s", "value": v}
+                  for on, v in ((False, 0.2), (True, 0.14)) for e in range(3) for r in range(2)]).to_csv(
+        tmp_path / "12_beyond" / "cpu-2c" / "results.csv", index=False)
+    e = summary.machine_effects(tmp_path)["cpu-2c"][0]
+    assert e.notebook == "12_beyond" and "1 batches < 50" in e.verdict and "140.0 ms < 1 s" in e.verdict
 
 
 def test_bad_or_missing_numbers_give_no_effect(tmp_path):

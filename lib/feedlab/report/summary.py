@@ -24,6 +24,7 @@ from feedlab.paths import FIGURES_DIR
 from feedlab.report.claims import sides
 from feedlab.report.claims.core import NoData, Outcome, Run
 from feedlab.report.claims.fair import unsteady_reason
+from feedlab.report.stage_judge import collate_verdict, copy_verdict, first_batch_verdict, out_of_band_verdict
 from feedlab.report.targets import BEST_OVER_BASELINE
 
 
@@ -90,7 +91,8 @@ def _pinned(p: dict) -> Effect | None:
         return None
     return Effect("03_pinned_memory_by_input_size", pinned / pageable,
                   f"pinned instead of pageable host memory for the largest host→GPU copy "
-                  f"({pageable:.1f} → {pinned:.1f} GB/s)")
+                  f"({pageable:.1f} → {pinned:.1f} GB/s)", judge=lambda run: copy_verdict(run, pinned / pageable))
+
 
 
 def _formats(p: dict) -> Effect | None:
@@ -111,7 +113,9 @@ def _out_of_band(p: dict) -> Effect | None:
         return None
     best = max(gains, key=gains.get)
     return Effect("06_decode_backends", gains[best],
-                  f"decoding and resizing once ahead of training instead of every epoch ({best})")
+                  f"decoding and resizing once ahead of training instead of every epoch ({best})",
+                  judge=lambda run: out_of_band_verdict(run, best, gains[best]))
+
 
 
 def _collate(p: dict) -> Effect | None:
@@ -120,7 +124,9 @@ def _collate(p: dict) -> Effect | None:
         return None
     return Effect("07_totensor_vs_fast_collate", s,
                   f"a uint8 channels-last collate instead of ToTensor + default_collate "
-                  f"({p.get('reference', '')}, collate alone)")
+                  f"({p.get('reference', '')}, collate alone)",
+                  judge=lambda run: collate_verdict(run, "fast_channels_last", s))
+
 
 
 def _batch(p: dict) -> Effect | None:
@@ -161,7 +167,9 @@ def _persistent(p: dict) -> Effect | None:
         return None
     a, b = statistics.median(off), statistics.median(on)
     return Effect("12_beyond", a / b, f"`persistent_workers=True`: first batch of later epochs "
-                                      f"({a * 1e3:.0f} → {b * 1e3:.0f} ms)")
+                                      f"({a * 1e3:.0f} → {b * 1e3:.0f} ms)",
+                  judge=lambda run: first_batch_verdict(run, a / b))
+
 
 
 EFFECTS: dict[str, Callable[[dict], Effect | None]] = {

@@ -37,6 +37,7 @@ from feedlab.report.cure_judge import (  # noqa: F401  (re-exported: the cure's 
     step_side,
     target_verdict,
 )
+from feedlab.report.stage_judge import collate_verdict
 
 PCIE_FRACTION = 0.75        # 03: pinned host→device bandwidth ÷ the link's payload ceiling
 SINGLE_OVER_CEILING = 0.9   # 05: best single-process loader ÷ the memcpy-into-batch-slot ceiling
@@ -174,10 +175,20 @@ def _storage_read(*payload_keys: str, lmdb_batched: bool = False):
 
 
 def _fast(t: Target, run: Run) -> list[str]:
+    """07's fast collates over the stock one, each by the one judge on its rows (:func:`stage_judge.collate_verdict`):
+    "meets"/"misses" only where it judged both sides, else measured, not judged, with why (audit 45 V7)."""
     sp = run.get("speedup")
-    parts = [f"{name} {_f(sp[key]):.1f}× ({verdict(_f(sp[key]), t.op, t.bound)})"
+    parts = [f"{name} {_f(sp[key]):.1f}× ({_judged_word(lambda: collate_verdict(run, key, _f(sp[key]), t.bound))})"
              for name, key in (("NCHW", "fast_nchw"), ("channels_last", "fast_channels_last")) if key in sp]
     return [f"Fast collate ÷ stock, target {t.bound_text}: " + ", ".join(parts) + "."] if parts else []
+
+
+def _judged_word(judge: Callable[[], Verdict]) -> str:
+    try:
+        v = judge()
+    except NoData as e:
+        return f"measured, not judged: {e}"
+    return {MET: "meets", MISSED: "misses"}.get(v.word) or f"measured, not judged: {v}"
 
 
 def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
