@@ -20,7 +20,12 @@ def test_diagnose_loader_names_the_slow_fetch():
     stages = {r["stage"]: r for r in rep["stages"] if r.get("measurable")}
     assert stages["fetch"]["s_per_sample"] > 6e-3         # the 8 ms sleep, timed inside the dataset
     assert {"collate", "handover", "receive", "h2d", "model"} <= set(stages)
-    assert rep["bound_stage"] == "read"                    # the fetch is filed under read
+    # the fetch is filed under read, and bounds wherever the step measured well under it (a busy laptop can
+    # slow the tiny step to the fetch's 8 ms a sample: then either may bound, and the prediction says which)
+    if stages["model"]["s_per_sample"] < 0.5 * stages["fetch"]["s_per_sample"]:
+        assert rep["bound_stage"] == "read", (stages["model"]["s_per_sample"], stages["fetch"]["s_per_sample"])
+    else:
+        assert rep["bound_stage"] in ("read", "model")
     row = [r for r in rep["end_to_end"] if r["num_workers"] == 1][0]
     assert row["samples_per_s"] > 0 and "error" in row
     assert "your DataLoader" in render_user(rep)

@@ -131,3 +131,20 @@ def test_no_input_pipeline_change_will_help_only_under_five_percent_measured():
     text = render_user(_rep(measured_samples_per_s=96.0, advice=[{"setting": "num_workers", "value": 2,
                                                                    "expected_gain": 3.0}]))
     assert "no input-pipeline change will help: 4%" in text and "num_workers = 2" not in text
+
+
+def test_a_loop_measured_busy_reads_too_busy_to_judge_never_a_verdict():
+    """#46: a ``--data`` loop measured while another program took the CPU printed "VERDICT: data-bound" (97%)
+    beside a table that flagged the same setting busy. Now the one verdict is "too busy to judge", naming why,
+    with the share kept as a reading; no headspace advice or "no change will help" follows from it."""
+    loop = dict(wait_share([0.003] * 16, [0.007] * 16), source="feedlab's pipeline as specified, end to end")
+    rep = one_verdict(_rep(), loop, busy=True, loop_busy="other programs used 1.38 of 2 usable cores")
+    assert rep["verdict"] == "too busy to judge" and rep["loop"]["busy"].startswith("other programs used 1.38")
+    assert rep["verdict_note"] is None                       # no "the measured verdict stands" over a busy loop
+    text = render_user(rep)
+    line = next(ln for ln in text.splitlines() if ln.startswith("VERDICT"))
+    assert text.count("VERDICT") == 1 and line.startswith("VERDICT: too busy to judge")
+    assert "1.38 of 2 usable cores" in line and "data-bound" not in line and "compute-bound" not in line
+    assert "no input-pipeline change will help" not in text
+    quiet = one_verdict(_rep(), dict(loop))                  # the same loop, quiet: the measured verdict
+    assert quiet["verdict"] == "data-bound" and "busy" not in quiet["loop"]

@@ -15,7 +15,7 @@ from .ahead import ahead_words
 from .ranks import render_ranks
 from .report_fields import Report
 from .settings import SETTINGS
-from .verdict import FIELD, NO_CHANGE_SHARE, Headspace, field_words, headspace_of, verdict_of_report  # noqa: F401
+from .verdict import FIELD, NO_CHANGE_SHARE, TOO_BUSY, Headspace, field_words, headspace_of, verdict_of_report  # noqa: F401
 from .words import fit, fmt_rate, stage_value
 
 RESIZE_AHEAD = ("resize once ahead: store the images at the size you train at (notebook 06 measures what decoding "
@@ -192,6 +192,10 @@ def verdict_line(rep: Report | dict, pred, meas) -> str:
     v = verdict_of_report(rep)
     if (rep.script or {}).get("verdict"):
         return f"the stage-by-stage diagnosis of the verdict above ({v.verdict}): {stages}"
+    if v.loop is not None and v.loop.busy:
+        return (f"VERDICT: {TOO_BUSY} — your loop waited for data {100 * v.loop.share:.0f}% of the time, measured "
+                f"while {v.loop.busy}: a busy window moves that share; run again when the machine is quiet "
+                f"(the stages: {stages})")
     if v.loop is not None:
         return (f"VERDICT: {v.verdict} — your loop waited for data {100 * v.loop.share:.0f}% of the time "
                 f"(measured: {v.loop.source}, median of {v.loop.windows} window(s)); the stages: {stages}")

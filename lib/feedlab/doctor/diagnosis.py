@@ -162,8 +162,10 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
                  doc.effort.repeats, headroom(doc.table, spec), extra)
     loop = loop_share(doc, spec)
     if loop is not None:   # the one verdict, as --script and --loader give it: the loop's measured data-wait share
-        one_verdict(rep, dict(loop, source="feedlab's pipeline as specified, end to end"),
-                    busy=bool(row_now and row_now.get("too_busy")))
+        busy_now = bool(row_now and row_now.get("too_busy"))
+        one_verdict(rep, dict(loop, source="feedlab's pipeline as specified, end to end"), busy=busy_now,
+                    loop_busy=(f"another program used the CPU (its passes got {row_now['speed']:.2f} of a core a "
+                               f"process, under {BUSY_SPEED:g})") if busy_now else None)
     if rep.bound_stage in ("decode", "transform"):   # resize once ahead, measured on a sample
         split = doc.split(spec.format, spec.decode_backend)
         r = resize_ahead(split, doc._indices(len(split))[:16], doc.effort.warmup, doc.effort.repeats)

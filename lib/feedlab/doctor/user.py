@@ -321,8 +321,10 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
                                    batches))
     rep.batches_seen = lens
     if loop is not None:   # the one verdict: the loop's measured data-wait share (the stages explain it)
-        one_verdict(rep, dict(loop, source="your loader as built, end to end"),
-                    busy=bool(window.summary().get("busy")))
+        load = window.summary()
+        one_verdict(rep, dict(loop, source="your loader as built, end to end"), busy=bool(load.get("busy")),
+                    loop_busy=(f"other programs used {load.get('other_cpu_cores', float('nan')):.2f} of "
+                               f"{load.get('usable_cores', '?')} usable cores") if load.get("busy") else None)
     if measure_advice and measured:
         _measure_advice(rep, loader, step, device, deadline_s, log)
     if ranks is not None:

@@ -56,9 +56,13 @@ class Loop:
     bursts: int
     verdict: str | None
     source: str = "your loop"
+    busy: str | None = None   # why the loop's windows were busy (another program took the CPU); None: not
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["busy"] is None:   # a quiet loop's JSON stays as it was
+            del d["busy"]
+        return d
 
     @classmethod
     def of(cls, d: "dict | Loop", source: str | None = None) -> "Loop":
@@ -69,7 +73,7 @@ class Loop:
         return cls(share=share, mean_share=float(d.get("mean_share", share)), windows=int(d.get("windows", 1)),
                    window_batches=int(d.get("window_batches", 1)), bursts=int(d.get("bursts", 0)),
                    verdict=d.get("verdict", verdict_of(share)),
-                   source=str(source or d.get("source") or "your loop"))
+                   source=str(source or d.get("source") or "your loop"), busy=d.get("busy"))
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,9 @@ def wait_share(waits, steps, workers: int = 0) -> dict | None:
             "window_batches": int(k), "bursts": bursts, "verdict": verdict_of(share)}
 
 
+TOO_BUSY = "too busy to judge"   # the verdict where the loop was measured while another program took the CPU
+
+
 def verdict_of(share: float | None) -> str | None:
     if share is None or not math.isfinite(share):
         return None
@@ -209,7 +216,7 @@ def disagreement(loop: dict, predicted: str | None, bound_stage: str | None, *, 
     """The sentence where the stage-by-stage prediction reads the other way from the loop's measured verdict:
     which one stands (the measured) and why they differ; None where they agree."""
     measured = loop.get("verdict")
-    if measured is None or predicted is None or measured == predicted:
+    if measured is None or predicted is None or measured == predicted or loop.get("busy"):
         return None
     why = []
     if loop.get("bursts"):
@@ -228,17 +235,23 @@ def disagreement(loop: dict, predicted: str | None, bound_stage: str | None, *, 
 
 
 def one_verdict(rep: Report | dict, loop: "dict | Loop", *, busy: bool = False,
-                priced: str | None = None) -> Report | dict:
+                priced: str | None = None, loop_busy: str | None = None) -> Report | dict:
     """The report's one verdict set from the loop's measured share (``loop``: :func:`wait_share` with a
     ``source``, or a :class:`Loop`): ``verdict`` is the measured one, ``predicted_verdict`` what the stages
     read, ``loop`` the share (its JSON dict), ``verdict_note`` the :func:`disagreement` sentence (None where
-    they agree). Returns ``rep``; :func:`verdict_of_report` reads it back typed."""
+    they agree). ``loop_busy``: why the loop itself was measured busy; then the verdict is :data:`TOO_BUSY`
+    (a busy window moves the share: never a verdict), the share kept in ``loop`` with the reason. Returns
+    ``rep``; :func:`verdict_of_report` reads it back typed."""
     r = Report.of(rep)
     predicted = r.predicted_verdict if r.has("predicted_verdict") else r.verdict
     loop = Loop.of(loop).as_dict()
+    if loop_busy:
+        loop["busy"] = loop_busy
     put(rep, "predicted_verdict", predicted)
     put(rep, "loop", loop)
-    if loop.get("verdict") is not None:
+    if loop_busy:
+        put(rep, "verdict", TOO_BUSY)
+    elif loop.get("verdict") is not None:
         put(rep, "verdict", loop["verdict"])
     put(rep, "verdict_note", disagreement(loop, predicted, r.bound_stage, busy=busy, priced=priced))
     return rep
