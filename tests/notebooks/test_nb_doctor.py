@@ -3,6 +3,7 @@
 import pytest
 
 from feedlab.doctor import BOUND_STAGES, VERDICTS
+from feedlab.doctor.verdict import TOO_BUSY
 
 from nbrun import recorded, smoke
 
@@ -12,7 +13,9 @@ def test_10_doctor_smoke():
     res, df, out = recorded("10_doctor")
     bs = smoke("10_doctor")["batch_size"]
     assert res["profile"] == "smoke" and res["batch_size"] == bs
-    assert res["bound_stage"] in BOUND_STAGES and res["verdict"] in VERDICTS
+    # the loop's verdict, or "too busy to judge" where the loop was measured busy (a busy laptop), with why
+    assert res["bound_stage"] in BOUND_STAGES and (res["verdict"] in VERDICTS or (
+        res["verdict"] == TOO_BUSY and (res.get("loop") or {}).get("busy")))
     start = res["start"]
     assert (start["format"], start["decode"], start["collate"], start["num_workers"], start["batch_size"]) == \
         ("png", "pil", "totensor", 0, bs)
