@@ -9,6 +9,7 @@ import time
 
 from feedlab import procgroup
 from feedlab.errors import seconds_or_zero
+from feedlab.paths import outside_figures
 
 from .errors import DataPrepError
 
@@ -86,6 +87,10 @@ def _main(argv: list[str] | None = None) -> int:
 
     from . import build_cls, build_sr, pack, verify
 
+    flag, where = ("--out", args.out) if args.cmd in ("sr", "classify") else ("ROOT", getattr(args, "root", None))
+    if args.cmd != "verify" and where is not None and outside_figures(where, flag):   # never into a record
+        print(f"data_prep {args.cmd}: error: {outside_figures(where, flag)}", file=sys.stderr)
+        return 2
     if args.cmd == "pack" and args.chunk_len is not None and args.chunk_len < 1:
         print(f"data_prep pack: error: --chunk-len must be >= 1, got {args.chunk_len}", file=sys.stderr)
         return 2

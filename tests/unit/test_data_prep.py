@@ -334,3 +334,21 @@ def test_a_full_disk_or_an_lmdb_error_is_one_line_naming_the_file():
     lm = write_failed("lmdb", target, lmdb.Error("mdb_txn_commit: Input/output error"))
     assert lm is not None and "/data/sr/lmdb" in str(lm) and "LMDB" in str(lm)
     assert write_failed("lmdb", target, KeyError("x")) is None     # not a write error: not ours to word
+
+
+def test_a_set_into_figures_is_refused_before_anything_is_written(src, tmp_path, monkeypatch, capsys):
+    # attack49 N03/N04: `data_prep sr --out figures/zz` made a data set inside figures/, and with --force
+    # `--out figures/<nb>/<machine>` put hr/, lr/ and a manifest into a committed record's folder, rc 0
+    from feedlab import paths
+    figs = tmp_path / "figures"
+    record = figs / "04_print_overhead" / "cpu-2c"
+    record.mkdir(parents=True)
+    (record / "results.json").write_text("{}")
+    monkeypatch.setattr(paths, "FIGURES_DIR", figs)
+    for argv in (["sr", "--out", str(record), "--force"], ["sr", "--out", str(figs / "zz")],
+                 ["classify", "--out", str(figs / "cls")], ["pack", str(record), "--to", "npy"]):
+        extra = ["--source", str(src), "--patch", "32", "--count", "4"] if argv[0] == "sr" else []
+        assert main(argv + extra) == 2
+        err = capsys.readouterr().err
+        assert f"data_prep {argv[0]}: error:" in err and "lies inside figures/" in err
+    assert sorted(p.name for p in figs.rglob("*")) == ["04_print_overhead", "cpu-2c", "results.json"]
