@@ -12,7 +12,8 @@ user's ``thesis.tex.tmp-4242-c0ffee`` stays). The registry is keyed by the check
 (:func:`remove_mine`, run by :func:`feedlab.procgroup.stopped`). Files are created with the process umask.
 
 * :func:`tmp_sibling`, :func:`release`, :func:`replace_path`, :func:`remove`, :func:`sweep_orphans`,
-  :func:`remove_mine` — temporaries.
+  :func:`remove_mine` — temporaries; :func:`mp_temp_dir`, :func:`mp_sockets_fit` — multiprocessing's folder (a
+  registered temporary; in ``/tmp`` where ``$TMPDIR`` is too long for its sockets).
 * :func:`open_regular`, :func:`read_regular`, :func:`check_regular_tree`, :func:`max_file_bytes`,
   :func:`kind_of` — reads of regular files only, size-bounded.
 * :func:`current_umask`, :func:`tree_bytes`.
@@ -205,17 +206,21 @@ def sweep_orphans(parent: str | os.PathLike, min_age_s: float = ORPHAN_MIN_AGE_S
 
 #: seconds a killed process's multiprocessing folder is left before a later run sweeps it (its workers die with it)
 MP_ORPHAN_MIN_AGE_S = 60.0
+#: the deepest socket in multiprocessing's folder: a listener (a DataLoader worker hands a batch's file over there)
+MP_SOCKET_TAIL = "/pymp-feedlab.tmp-4194304-c0ffee/listener-XXXXXXXX"
 
 
 def mp_temp_dir() -> Path:
     """multiprocessing's temporary folder for this process (its listeners, its workers' files), made here as a
     registered temporary (``$TMPDIR/pymp-feedlab.tmp-<pid>-<hex>``) where multiprocessing has made none yet, so the
     one a SIGKILLed feedlab process leaves is swept by a later run (those are swept first); the caller removes it
-    (:func:`remove`): multiprocessing's own exit hook is for the folders it makes itself."""
+    (:func:`remove`): multiprocessing's own exit hook is for the folders it makes itself. In ``/tmp`` where
+    ``$TMPDIR`` is so long that a socket in it would pass AF_UNIX's 107 bytes (:func:`feedlab.paths.socket_parent`):
+    a worker's hand-over failed there with "AF_UNIX path too long" and the doctor waited for a batch 0 that never
+    came."""
     import multiprocessing.process
-    import tempfile
 
-    base = Path(tempfile.gettempdir())
+    base = Path(paths.socket_parent(MP_SOCKET_TAIL))
     sweep_orphans(base, min_age_s=MP_ORPHAN_MIN_AGE_S)
     config = multiprocessing.process.current_process()._config   # where multiprocessing.util.get_temp_dir keeps it
     if config.get("tempdir"):
@@ -223,6 +228,23 @@ def mp_temp_dir() -> Path:
     folder = tmp_sibling(base / "pymp-feedlab")
     folder.mkdir(mode=0o700)
     config["tempdir"] = str(folder)
+    return folder
+
+
+def mp_sockets_fit() -> Path | None:
+    """Where ``$TMPDIR`` is too long for multiprocessing's sockets (:func:`mp_temp_dir`) and multiprocessing has
+    no folder yet, its folder is made now in ``/tmp`` and removed at this process's exit (multiprocessing's exit
+    hook, as for its own); returns it. None (nothing done) where the sockets fit: multiprocessing makes its own
+    folder when it needs one, as ever."""
+    import multiprocessing.process
+    import multiprocessing.util
+    import tempfile
+
+    if multiprocessing.process.current_process()._config.get("tempdir") or \
+            paths.socket_parent(MP_SOCKET_TAIL) == tempfile.gettempdir():
+        return None
+    folder = mp_temp_dir()
+    multiprocessing.util.Finalize(None, remove, args=(folder,), exitpriority=-100)
     return folder
 
 

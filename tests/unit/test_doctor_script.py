@@ -47,11 +47,11 @@ def _shm_torch() -> set[str]:
         return set()
 
 
-def _doctor(args, cwd, limit_s: float = LIMIT_S) -> subprocess.CompletedProcess:
-    """``python -m feedlab.doctor ARGS`` in its own session, with its own TMPDIR; fails the test when
-    it runs past ``limit_s`` or leaves a process, a temporary or a ``torch_*`` file in /dev/shm behind
-    (processes are stopped here either way)."""
-    tmp = _short_tmp()
+def _doctor(args, cwd, limit_s: float = LIMIT_S, tmp: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m feedlab.doctor ARGS`` in its own session, with its own TMPDIR (``tmp``, removed after: a
+    short one by default); fails the test when it runs past ``limit_s`` or leaves a process, a temporary or a
+    ``torch_*`` file in /dev/shm behind (processes are stopped here either way)."""
+    tmp = _short_tmp() if tmp is None else tmp
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "lib"), str(ROOT), str(cwd)]),
                MPLBACKEND="Agg", TMPDIR=str(tmp))
     shm_before = _shm_torch()
@@ -78,7 +78,9 @@ def _doctor(args, cwd, limit_s: float = LIMIT_S) -> subprocess.CompletedProcess:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     assert not _shm_torch() - shm_before, f"the doctor left /dev/shm files: {_shm_torch() - shm_before}"
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    done = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    done.pid = p.pid
+    return done
 
 
 def _short_tmp() -> Path:
@@ -142,8 +144,8 @@ for x in DataLoader(list(range(4000)), batch_size=10):
 
 
 A_NEW_LOADER_EVERY_EPOCH = HEAD + '''
-for epoch in range(1000):        # a new DataLoader every epoch, 8 batches each (attack48 S04b)
-    for x in DataLoader(list(range(64)), batch_size=8):
+for epoch in range(1000):        # a new DataLoader every epoch, 8 batches each, a worker (attack48 S04b's slow.py)
+    for x in DataLoader(torch.zeros(64, 3, 8, 8), batch_size=8, num_workers=1):
         time.sleep(0.01)
 '''
 
@@ -192,17 +194,25 @@ def test_os_exit_after_10_batches_reports_what_was_measured(tmp_path):
     assert "VERDICT:" in r.stdout and "os._exit(0) after 10 batches" in r.stdout, r.stdout
 
 
-def test_a_new_dataloader_every_epoch_is_one_loader_stopped_at_the_window(tmp_path):
-    """Counted per DataLoader object, each epoch's new loader started at 0 and never reached the window; every
-    batch was progress, so --deadline never fired either: the doctor ran the whole training (80 s here). A
-    loader is known by its settings: stopped at 16 batches over two of them, well inside --deadline."""
+def test_a_new_dataloader_every_epoch_is_stopped_at_the_window_even_under_a_long_tmpdir(tmp_path):
+    """Two ways the doctor missed a script's batches. Counted per DataLoader object, each epoch's new loader
+    started at 0 and never reached the window, and every batch was progress, so --deadline never fired: the
+    doctor ran the whole training (attack48 S04b, past 120 s). Under a $TMPDIR so long that multiprocessing's
+    sockets in it pass AF_UNIX's 107 bytes, the worker's hand-over failed ("AF_UNIX path too long") and the
+    doctor said "batch 0 of your script's DataLoader did not return", blaming a sample. Now: a loader is known
+    by its settings (stopped at 16 batches over two of them) and multiprocessing's folder is made in /tmp:
+    the verdict, well inside --deadline, and nothing left in $TMPDIR or /tmp."""
+    long_tmp = Path(tempfile.mkdtemp(prefix="dr-" + "x" * 70 + "-", dir="/tmp"))
+    before = set(Path("/tmp").glob("pymp-feedlab.tmp-*"))
     t0 = time.monotonic()
     r = _doctor(["--script", _write(tmp_path, "epochs.py", A_NEW_LOADER_EVERY_EPOCH), "--batches", "16",
-                 "--deadline", "10"], tmp_path, limit_s=60)
-    assert r.returncode == 0, r.stderr[-2000:]
+                 "--deadline", "10"], tmp_path, limit_s=60, tmp=long_tmp)
+    assert r.returncode == 0 and "AF_UNIX" not in r.stderr, r.stderr[-2000:]
     assert r.stdout.count("VERDICT:") == 1 and not _error_lines(r), r.stdout
     assert "16 batches" in r.stdout and "2 DataLoaders of the same settings" in r.stdout, r.stdout
     assert time.monotonic() - t0 < 55
+    left = [x for x in set(Path("/tmp").glob("pymp-feedlab.tmp-*")) - before if f".tmp-{r.pid}-" in x.name]
+    assert left == [], left
 
 
 def test_loaders_of_ever_changing_settings_are_stopped_once_all_of_them_gave_twice_the_window():

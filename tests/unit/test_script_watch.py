@@ -61,24 +61,30 @@ files.remove(d)
 def test_a_sigkilled_runs_multiprocessing_folder_is_swept_by_the_next_run(tmp_path):
     """Issue 47's attack (S08): SIGKILL to `doctor --script` left `$TMPDIR/pymp-*/` (multiprocessing's folder, made
     before the fork) for ever; made as a registered temporary, the next watched run sweeps it."""
+    import shutil
     import sys
+    import tempfile
     from pathlib import Path
 
     from leftovers import session_processes
 
     repo = Path(__file__).resolve().parents[2]
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # short: under a $TMPDIR too long for multiprocessing's sockets (pytest's tmp_path can be) the folder goes to /tmp
+    tmp = Path(tempfile.mkdtemp(prefix="sw-", dir="/tmp"))
     env = dict(os.environ, PYTHONPATH=f"{repo / 'lib'}{os.pathsep}{repo}", TMPDIR=str(tmp),
                XDG_STATE_HOME=str(tmp_path / "state"))
     runs = []
-    for code in (_KILLED, _NEXT):
-        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env,
-                             start_new_session=True)
-        out, _ = p.communicate(timeout=60)   # the test's own deadline
-        assert not session_processes(p.pid)
-        runs.append((p.returncode, Path(out.strip())))
+    try:
+        for code in (_KILLED, _NEXT):
+            p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env,
+                                 start_new_session=True)
+            out, _ = p.communicate(timeout=60)   # the test's own deadline
+            assert not session_processes(p.pid)
+            runs.append((p.returncode, Path(out.strip())))
+        left_in_tmp = os.listdir(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)   # the folder this test made
     (rc1, left), (rc2, mine) = runs
     assert rc1 == -9 and left.parent == tmp and left.name.startswith("pymp-feedlab.tmp-"), runs
     assert rc2 == 0 and mine != left
-    assert os.listdir(tmp) == []   # the killed run's folder swept, the next run's own removed
+    assert left_in_tmp == []   # the killed run's folder swept, the next run's own removed

@@ -31,6 +31,7 @@ from pathlib import Path
 from feedlab import formats
 from feedlab import pipeline as pl
 from feedlab.errors import cli_errors, deadline, seconds, strict_json
+from feedlab.files import mp_sockets_fit
 from feedlab.formats import FORMATS
 from feedlab.paths import default_sr_root, outside_figures
 from feedlab.trace import trace_run
@@ -268,6 +269,7 @@ def _stuck(args, what: str, kids: list[int]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     with cli_errors("python -m feedlab.doctor"), worker_warnings_collected():
+        mp_sockets_fit()   # a $TMPDIR too long for the workers' sockets: their folder in /tmp (files.mp_temp_dir)
         return _main(argv)
 
 
