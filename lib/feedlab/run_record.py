@@ -19,7 +19,7 @@ from pathlib import Path
 
 from feedlab import files, paths
 from feedlab.machines import fingerprint_key, key_has_gpu, key_names_gpu, machine_key, usable_cores
-from feedlab.paths import FIGURES_DIR, figure_dir, rel
+from feedlab.paths import FIGURES_DIR, figure_dir, outside_figures, rel
 from feedlab.results import atomic_write
 
 
@@ -348,6 +348,8 @@ def check_tar_dest(dest: Path, planning: bool = False) -> None:
         raise ValueError(f"--tar {dest} is a folder: give a file name (.tar or .tar.gz)")
     if not dest.name.endswith((".tar", ".tar.gz")):
         raise ValueError(f"--tar {dest}: give a .tar or .tar.gz name (the file is a tar, gzipped by its name)")
+    if outside_figures(dest, "--tar"):   # a tar of the records never goes into one (nor into itself)
+        raise ValueError(outside_figures(dest, "--tar"))
     if planning:
         return
     try:

@@ -137,3 +137,19 @@ def test_a_tar_named_other_than_tar_or_tar_gz_is_refused_and_the_dry_run_makes_n
                 run_record.check_tar_dest(tmp_path / "out" / "x.zip", planning=planning)
         run_record.check_tar_dest(tmp_path / "new" / "r.tar.gz", planning=True)
     assert sorted(os.listdir(tmp_path)) == ["tmp"]
+
+
+def test_a_tar_inside_figures_is_refused_in_the_dry_run_and_the_run(tmp_path, monkeypatch):
+    """attack49 N01: ``feedlab.run --tar figures/04_print_overhead/cpu-2c/x.tar`` ran, rc 0, and left x.tar inside
+    the committed record's folder (a tar of figures/*/<machine>/ written into one of them)."""
+    from feedlab import paths
+
+    figs = tmp_path / "figures"
+    record = figs / "04_print_overhead" / "cpu-2c"
+    record.mkdir(parents=True)
+    monkeypatch.setattr(paths, "FIGURES_DIR", figs)
+    for planning in (True, False):
+        with pytest.raises(ValueError, match=r"--tar .*x\.tar: lies inside figures/"):
+            run_record.check_tar_dest(record / "x.tar", planning=planning)
+    assert os.listdir(record) == []
+    run_record.check_tar_dest(tmp_path / "r.tar", planning=False)   # outside figures/: fine
