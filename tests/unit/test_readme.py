@@ -193,7 +193,9 @@ def test_printed_verdicts_in_the_readme_are_rejudged(tmp_path, monkeypatch):
     (d / "results.json").write_text(json.dumps({"per_sink": {"file": {"print_factor": 40.0}}, "reading": [
         "[reproduced] 004-print-75x: A print() in the training loop made each batch about 75× slower. Ours: 40×."]}))
     text = readme.section(tmp_path)
-    assert "- [not tested fairly here: the machine was busy" in text and "[reproduced] 004-print-75x" not in text
+    # the notebook's recorded word stays in view, labelled, beside today's rule's reading (audit 45 V10)
+    assert "- (recorded by the notebook: reproduced; today's rule:) [not tested fairly here: the machine was busy" \
+        in text and "[reproduced] 004-print-75x" not in text
 
 
 def test_a_deleted_committed_figure_is_a_record_missing_never_not_measured(tmp_path):
@@ -301,3 +303,23 @@ def test_gallery_links_each_key_figure_to_its_record_and_names_a_notebook_withou
             f'width="{readme_front.GALLERY_WIDTH}"') in g   # the run's first figure, by the code's order
     assert "<b>02 · b</b><br>no committed record yet" in g
     assert "no committed record yet" in readme_front.tune_block(figs) and "×" not in readme_front.tune_block(figs)
+
+
+def test_a_verdict_the_notebook_recorded_is_shown_beside_todays_rule_never_replaced_silently(tmp_path):
+    """Audit 45 V9/V10: where today's rule reads a claim otherwise than the notebook recorded it, RESULTS' line
+    says both, labelled; where they agree, the line is today's alone. 04's prose verdict line is labelled too."""
+    from feedlab.report import claims
+    from feedlab.report.claims.core import Run
+
+    (tmp_path / "fingerprint.json").write_text(json.dumps({"cpu_usable": 2, "cuda_available": False, "gpus": []}))
+    (tmp_path / "results.json").write_text(json.dumps({"per_sink": {}}))
+    today = claims.judge(claims.BY_ID["004-print-75x"], Run(out_dir=tmp_path)).status
+    recorded = "reproduced" if today != "reproduced" else "not reproduced"
+    prose = ("Write-up 004: print made a batch ~75× slower. Here a print per batch made it at most 1.12× slower, "
+             f"in any sink measured: {recorded}; a print costs microseconds.")
+    lines = readme.generated_targets("04_print_overhead", tmp_path, [
+        f"[{recorded}] 004-print-75x: print made it slow.", f"[{today}] 004-print-75x: print made it slow.", prose])
+    assert lines[0].startswith(f"(recorded by the notebook: {recorded}; today's rule:) [{today}")
+    assert lines[1].startswith(f"[{today}") and "recorded by the notebook" not in lines[1]
+    assert lines[2].startswith(prose) and f"[recorded by the notebook: {recorded}; today's rule (claim " \
+                                          f"`004-print-75x`): {today}" in lines[2]

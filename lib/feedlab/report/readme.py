@@ -108,19 +108,42 @@ def _reading(folder: Path, notebook: str) -> list[str]:
     return reading
 
 
-_VERDICT_LINE = re.compile(r"^\[[^\]]*\] (\d{3}-[\w-]+): ")
+_VERDICT_LINE = re.compile(r"^\[([^\]:]*)[^\]]*\] (\d{3}-[\w-]+): ")
+# a claim's verdict a notebook printed as prose (before its claims were one ledger line each): pattern, claim id
+FREE_VERDICTS = {"04_print_overhead": (re.compile(r"^Write-up 004: .*: (not reproduced|reproduced|partly)\b"),
+                                       "004-print-75x")}
+
+
+def today_words(v) -> str:
+    """A claim verdict as today's rule gives it, with its reason where it was not tested fairly."""
+    return f"{v.status} ({v.note})" if v.status == claims.NOT_FAIR and v.note else v.status
 
 
 def generated_targets(notebook: str, folder: Path, reading: list[str]) -> list[str]:
     """The reading with its target lines generated from the run's results and the targets as
     they stand (:mod:`feedlab.report.targets`), never the bound a notebook typed when it ran; and each
-    claim verdict the notebook printed re-judged by the claims as they stand (as docs/CLAIMS.md is)."""
+    claim verdict the notebook printed judged by the claims as they stand (as docs/CLAIMS.md is), never
+    silently: where today's rule reads it otherwise, the line says what the notebook recorded and what today's
+    rule reads, labelled (audit 45 V9/V10: one verdict per claim per record, the recorded one kept in view)."""
     run = Run(out_dir=folder)
     out = []
+    free = FREE_VERDICTS.get(notebook)
     for line in targets.rewrite_reading(notebook, reading, run):
         m = _VERDICT_LINE.match(line)
-        claim = claims.BY_ID.get(m.group(1)) if m else None
-        out.append(claims.format_verdict(claim, claims.judge(claim, run)) if claim else line)
+        claim = claims.BY_ID.get(m.group(2)) if m else None
+        if claim:
+            v = claims.judge(claim, run)
+            recorded = m.group(1).strip()
+            now = claims.format_verdict(claim, v)
+            out.append(now if recorded == v.status else f"(recorded by the notebook: {recorded}; today's rule:) {now}")
+            continue
+        fm = free[0].match(line) if free else None
+        if fm:
+            v = claims.judge(claims.BY_ID[free[1]], run)
+            if fm.group(1) != v.status:
+                line += (f" [recorded by the notebook: {fm.group(1)}; today's rule (claim `{free[1]}`): "
+                         f"{today_words(v)}]")
+        out.append(line)
     return out
 
 
