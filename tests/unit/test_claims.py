@@ -1002,3 +1002,21 @@ def test_a_payload_ratio_with_a_side_missing_an_invariant_reads_not_known():
     v = verdict("002-preprocess-out-of-band", payload, CPU, frame)
     assert v.status == C.NOT_FAIR and "5.0×" in v.ours
     assert v.note == "not like for like (not recorded for decode of pre-resized JPEGs: order (not known))"
+
+
+def _png_w0(window_s_b128=2.0):
+    """02's PNG rows at 0 workers: the load time per batch (data_wait) and the rate's own window, three repeats."""
+    return pd.DataFrame([r for b, wait in ((8, 0.0058), (32, 0.021), (128, 0.0947)) for r in _rows(
+        {"experiment": "lmdb_vs_png", "format": "png", "num_workers": 0, "batch_size": b},
+        {"data_wait": wait, "samples_per_s": 1000.0}, rate_kind="steady", timed_batches=200,
+        window_s=window_s_b128 if b == 128 else 2.0)])
+
+
+def test_loading_nonlinear_is_graded_only_on_windows_the_judge_accepts():
+    """Audit 45 V11: the slope over PNG batch sizes is graded only where every batch size's window gives a rate
+    (the b128 window 000-lmdb-modest rejects cannot carry this claim's grade either)."""
+    ok = verdict("000-loading-nonlinear", fp=QUIET_FP, frame=_png_w0())
+    assert ok.status == C.NOT_REPRODUCED and "∝ batch^1.01" in ok.ours
+    short = verdict("000-loading-nonlinear", fp=QUIET_FP, frame=_png_w0(window_s_b128=0.3))
+    assert short.status == C.NOT_FAIR and "batch_size=128) timed 300.0 ms < 1 s" in short.note
+    assert "∝ batch^1.01" in short.ours

@@ -152,10 +152,14 @@ def loading_nonlinear(run) -> Outcome:
     k = loglog_slope(s.index, s.values)
     b0, b1 = min(s.index), max(s.index)
     per0, per1 = 1e3 * s.loc[b0] / b0, 1e3 * s.loc[b1] / b1
-    return Outcome(at_most(k, 0.85, 0.95),
-                   f"PNG load time per batch ∝ batch^{k:.2f} (0 workers); {per0:.3f} → {per1:.3f} ms per sample "
-                   f"from batch {b0} to {b1}",
-                   "1 = proportional: no saving per sample from a larger batch")
+    ours = (f"PNG load time per batch ∝ batch^{k:.2f} (0 workers); {per0:.3f} → {per1:.3f} ms per sample "
+            f"from batch {b0} to {b1}")
+    # every batch size's window by the one judge's rule (audit 45 V11: the same b128 window 000-lmdb-modest rejects)
+    settings = tuple(dict(experiment="lmdb_vs_png", format="png", num_workers=0, batch_size=int(b)) for b in s.index)
+    why = level_unjudged(run, tuple((st, f"PNG (num_workers=0, batch_size={st['batch_size']})") for st in settings))
+    if why:
+        return Outcome(NOT_FAIR, ours, why, settings)
+    return Outcome(at_most(k, 0.85, 0.95), ours, "1 = proportional: no saving per sample from a larger batch")
 
 
 def wait_share_falls(run) -> Outcome:
