@@ -63,6 +63,7 @@ def _doctor(args, cwd, limit_s: float = LIMIT_S, tmp: Path | None = None) -> sub
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
+        shutil.rmtree(tmp, ignore_errors=True)   # its TMPDIR, which a SIGKILL leaves as it was
         pytest.fail(f"doctor {' '.join(args)} did not end within {limit_s:g} s; stderr: {err[-1500:]}")
     finally:
         t_end = time.monotonic() + 15           # what it stopped may take a moment to go
