@@ -260,6 +260,23 @@ def test_ledger_has_one_column_per_machine(tmp_path):
     assert sum(n["cpu-2c"].values()) == len(C.CLAIMS)
 
 
+def test_ledger_shows_the_notebooks_recorded_verdict_beside_todays_rule(tmp_path):
+    """Audit 45 V10: a verdict the notebook recorded (results.json#verdicts) that today's rule reads otherwise is
+    shown, labelled, beside today's reading in docs/CLAIMS.md; one that agrees is today's alone."""
+    payload = {"per_sink": {"file": {"print_factor": 40.0}},
+               "verdicts": {"004-print-75x": {"status": C.NOT_FAIR}, "001-transpose-80": {"status": C.NOT_RUN}}}
+    _machine(tmp_path, "04_print_overhead", "h100-16c", GPU, payload)
+    md = ledger.claims_markdown(tmp_path)
+    row = next(x for x in md.splitlines() if x.startswith("| `004-print-75x`"))
+    assert f"(recorded by the notebook: {C.NOT_FAIR}; today's rule:) **{C.REPRODUCED}**" in row
+    # a claim of another notebook in this record is not this record's verdict
+    assert ledger.recorded_statuses(tmp_path) == {("004-print-75x", "h100-16c"): C.NOT_FAIR}
+    payload["verdicts"]["004-print-75x"]["status"] = C.REPRODUCED
+    (tmp_path / "04_print_overhead" / "h100-16c" / "results.json").write_text(json.dumps(payload))
+    row = next(x for x in ledger.claims_markdown(tmp_path).splitlines() if x.startswith("| `004-print-75x`"))
+    assert "recorded by the notebook" not in row and f"**{C.REPRODUCED}**" in row
+
+
 def test_ledger_reads_the_one_machine_layout(tmp_path):
     _machine(tmp_path, "04_print_overhead", "", CPU, {"per_sink": {"file": {"print_factor": 1.1}}})
     machines, table = ledger.table(tmp_path)
