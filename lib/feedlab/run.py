@@ -304,6 +304,14 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     params_for = {nb: {k: run_params.for_notebook.get(nb, {}).get(k, v) for k, v in given.items()}
                   for nb, given in (plan_parameters(notebooks, params) if not args.data_only else {}).items()}
+    if params.get("out_dir") and len(notebooks) > 1 and not args.data_only:
+        ap.error(f"-p out_dir {params['out_dir']} names one folder for {len(notebooks)} notebooks: each would "
+                 "replace the last one's results; use --out-root DIR (each notebook's record in a folder of its "
+                 "own, DIR/<notebook>/)")
+    try:
+        limits = notebook_limits(notebooks, args.limit_s)
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.dry_run:   # it agrees with the run: the same refusals (the gpu plan is drawn up on any machine)
         for nb, given in params_for.items() if profile != "gpu" else ():
             check_destination(nb.stem, profile, given, args.out_root, planning=True)
@@ -312,16 +320,8 @@ def _main(argv: list[str] | None = None) -> int:
         rows = plan(notebooks, profile, params, run_params.for_notebook)
         print_plan(rows, profile, machines.usable_cores())
         return 2 if any(isinstance(values, str) for _, values in rows) else 0
-    if params.get("out_dir") and len(notebooks) > 1 and not args.data_only:
-        ap.error(f"-p out_dir {params['out_dir']} names one folder for {len(notebooks)} notebooks: each would "
-                 "replace the last one's results; use --out-root DIR (each notebook's record in a folder of its "
-                 "own, DIR/<notebook>/)")
     if args.tar is not None and not args.data_only:
         check_tar_dest(args.tar.expanduser().resolve())
-    try:
-        limits = notebook_limits(notebooks, args.limit_s)
-    except ValueError as exc:
-        ap.error(str(exc))
     check_workers(params, "-p ")  # a worker count over the cap is refused here, not in a notebook's cell
     for nb, given in params_for.items():  # a folder that is not the runner's own: refused before anything runs
         check_destination(nb.stem, profile, given, args.out_root)

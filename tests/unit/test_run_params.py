@@ -166,3 +166,15 @@ def test_a_list_item_outside_the_notebooks_choices_is_refused_before_a_cell(tmp_
         assert "\n" not in str(e.value)
     assert resolve_run([nb], [("modes", "[none, print]")], "smoke").params["modes"] == ["none", "print"]
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--only", "04", "--limit-s", "5", "6", "7"], "--limit-s"),
+    (["--only", "04", "05", "-p", "out_dir", "somewhere"], "names one folder for 2 notebooks"),
+])
+def test_the_dry_run_refuses_the_limits_and_the_folder_the_run_refuses(capsys, argv, says):
+    """Attack 49 R09/R11: the dry run accepted three limits for one notebook, and one -p out_dir for two, which
+    the real run refuses: both are checked before the dry run's plan now."""
+    with pytest.raises(SystemExit) as stop:
+        R.main(["--dry-run", *argv])
+    assert stop.value.code == 2 and says in capsys.readouterr().err
