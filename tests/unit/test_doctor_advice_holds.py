@@ -131,12 +131,22 @@ SUMMARY = {"script": "train.py", "batches": 16, "stopped": "stopped after 16 bat
            "step_s_per_sample": 0.01, "step_cpu_s_per_sample": 0.01}
 
 
+class _Load:
+    def __init__(self, busy: bool):
+        self.busy = busy
+
+    def summary(self) -> dict:
+        return {"available": True, "busy": self.busy, "other_cpu_cores": 1.4 if self.busy else 0.0,
+                "usable_cores": 2, "other_fraction": 0.7 if self.busy else 0.0}
+
+
 def test_the_report_file_carries_the_script_phase(tmp_path, monkeypatch):
     from feedlab.doctor import __main__ as M
 
     # the command's own names (imported at its top): what it calls
-    monkeypatch.setattr(M, "run_script", lambda *a, **k: (SUMMARY, object()))
+    monkeypatch.setattr(M, "run_script", lambda *a, **k: (dict(SUMMARY), object()))
     monkeypatch.setattr(M, "diagnose_loader", lambda loader, **k: _rep([]))
+    monkeypatch.setattr(M, "LoadWindow", lambda: _Load(False))   # a quiet machine, whatever this one is doing
     out = tmp_path / "x.md"
     assert M.main(["--script", "train.py", "--diagnose", "--report", str(out)]) == 0
     text = out.read_text()
@@ -166,3 +176,26 @@ def test_the_report_figure_keeps_every_label_whole_and_on_the_canvas():
                       "model: your script's step, as it ran"]   # the old figure cut them at 28 characters
     assert all(float(t).is_integer() for t in b.get_xticks() if 0 <= t <= 2)
     assert check_figure(fig) == []
+
+
+def test_a_script_measured_busy_reads_too_busy_to_judge(monkeypatch, capsys):
+    """#46: ``--script`` on a busy machine printed the loop's verdict as if quiet. Now the script's loop measured
+    while other programs took the CPU reads "VERDICT: too busy to judge" naming the load (the measured word kept
+    as ``measured_verdict``), and --diagnose's one verdict follows it."""
+    import json
+
+    from feedlab.doctor import __main__ as M
+
+    monkeypatch.setattr(M, "run_script", lambda *a, **k: (dict(SUMMARY), object()))
+    monkeypatch.setattr(M, "LoadWindow", lambda: _Load(True))
+    assert M.main(["--script", "train.py"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("VERDICT"))
+    assert line.startswith("VERDICT: too busy to judge") and "1.40 of 2 usable cores" in line
+    assert "compute-bound" not in line and out.count("VERDICT") == 1
+    assert M.main(["--script", "train.py", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["verdict"] == "too busy to judge" and rep["measured_verdict"] == "compute-bound"
+    monkeypatch.setattr(M, "LoadWindow", lambda: _Load(False))
+    assert M.main(["--script", "train.py", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "compute-bound"

@@ -33,6 +33,7 @@ from feedlab import pipeline as pl
 from feedlab.errors import cli_errors, deadline, seconds, strict_json
 from feedlab.files import mp_sockets_fit
 from feedlab.formats import FORMATS
+from feedlab.monitor import LoadWindow
 from feedlab.paths import default_sr_root, outside_figures
 from feedlab.trace import trace_run
 
@@ -41,7 +42,7 @@ from .guard import DEFAULT_DEADLINE_S, user_call
 from .measure import Doctor, Effort
 from .ranks import advise_ranks, render_ranks
 from .report import json_default, render
-from .script import PROG, render_script, run_script
+from .script import PROG, render_script, run_script, too_busy
 from .script_watch import DeadlineWire, fork_watched, stuck_line, watch_deadline
 from .share import report_problem, write_report
 from .user import diagnose_loader, render_user
@@ -192,7 +193,8 @@ def _user_loader(args, loader=None, step_cost_s=None, head: str = "", script: di
         if script.get("verdict"):   # one verdict a run: the script's own loop, measured; the stages explain it
             loop = script.get("loop") or {"share": script["data_wait_fraction"], "verdict": script["verdict"],
                                           "mean_share": script["data_wait_fraction"], "windows": 1, "bursts": 0}
-            one_verdict(rep, dict(loop, source="your script"), busy=bool((rep.get("load") or {}).get("busy")))
+            one_verdict(rep, dict(loop, source="your script"), busy=bool((rep.get("load") or {}).get("busy")),
+                        loop_busy=script.get("busy"))
     if args.trace is not None:
         _trace_user(args, loader, rep)
     _emit(args, rep, render_user(rep), head)
@@ -217,10 +219,12 @@ def _script(args, script_args: list[str]) -> int:
     if args.loader or args.step:
         raise SystemExit("python -m feedlab.doctor: error: --script runs your script as it is; "
                          "give either --script or --loader/--step")
+    window = LoadWindow()   # what other programs used while your script ran: a busy loop gives no verdict
     summary, loader = run_script(args.script, script_args, max_batches=max(args.batches, 4),
                                  deadline_s=args.deadline, log=_log(args),
                                  report=lambda summary, why: _script_ended(args, summary, why),
                                  watch=getattr(args, "watched", False))
+    too_busy(summary, window.summary())
     head = render_script(summary, offer=not args.diagnose)
     if not args.diagnose:
         _emit(args, summary, head)

@@ -45,7 +45,7 @@ from .guard import DEFAULT_DEADLINE_S, UserCodeError
 from .report import fmt_rate
 from .script_record import Enough, Recorder
 from .script_watch import Progress, Watchdog, Wire, fork_watched, quiet_exit, shm_hint, watch_child
-from .verdict import DATA_BOUND_FRACTION, VERDICT_MIN_BATCHES, spread_words, step_price, wait_share  # noqa: F401
+from .verdict import DATA_BOUND_FRACTION, TOO_BUSY, VERDICT_MIN_BATCHES, spread_words, step_price, wait_share  # noqa: F401
 
 PROG = "python -m feedlab.doctor"
 _real_exit = os._exit
@@ -278,6 +278,17 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
     return _summary(rec, path, args, stopped), main["loader"]
 
 
+def too_busy(s: dict, load: dict) -> dict:
+    """Your script's loop measured while other programs took the CPU (``load``: a
+    :class:`feedlab.monitor.LoadWindow` summary over the script's run): the verdict becomes "too busy to judge"
+    (the measured one kept as ``measured_verdict``), ``busy`` names why, ``load`` is kept. Returns ``s``."""
+    if s.get("verdict") is not None and load.get("busy"):
+        s.update(measured_verdict=s["verdict"], verdict=TOO_BUSY, load=load,
+                 busy=(f"other programs used {load.get('other_cpu_cores', float('nan')):.2f} of "
+                       f"{load.get('usable_cores', '?')} usable cores"))
+    return s
+
+
 def render_script(s: dict, offer: bool = True) -> str:
     L = s["loader"]
     lines = [f"feedlab doctor · --script {s['script']} · {s['batches']} batches ({s['stopped']})",
@@ -292,6 +303,9 @@ def render_script(s: dict, offer: bool = True) -> str:
         return "\n".join(lines)
     what = ("the input pipeline bounds training: the step waits for data"
             if s["verdict"] == "data-bound" else "the step bounds training: data is ready when it asks")
+    if s["verdict"] == TOO_BUSY:
+        what = (f"your loop was measured while {s['busy']}: a busy window moves its data-wait share; run again "
+                "when the machine is quiet")
     lines += [f"VERDICT: {s['verdict']} — {what}",
               f"per batch (median, first batch left out): data wait {s['data_wait_s_per_batch'] * 1e3:,.1f} ms, "
               f"step {s['step_s_per_batch'] * 1e3:,.1f} ms; waiting for data {100 * s['data_wait_fraction']:.0f}% "
