@@ -59,6 +59,7 @@ from feedlab.run_kernel import (  # noqa: F401  (kernel_options re-exported: tes
     kernel_folder,
     kernel_options,
     progress_options,
+    signals_held,
     stop_on_signals,
     watch,
 )
@@ -238,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stop_on_signals(), cli_errors("python -m feedlab.run"):
             try:
+                if command_line():   # a signal inside torch's import is acted on after it (run_kernel.signals_held)
+                    with signals_held():
+                        import torch  # noqa: F401
                 return _main(argv)
             except RunnerStopped as stop:   # SIGTERM, SIGHUP, SIGINT: what it started is stopped, one line
                 quiet_abandoned_tasks()

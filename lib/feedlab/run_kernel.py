@@ -13,7 +13,8 @@ stayed in ``notebooks/`` (jupyter_client makes them in its working directory). N
   :func:`feedlab.run_limit.stop_processes`) at once, before anything unwinds, then raise :class:`RunnerStopped`
   (a KeyboardInterrupt: it leaves asyncio's tasks at once) so that the notebook's temporary folder is removed
   on the way out; further signals are held until the runner is back. The runner says so in one line and exits
-  with 128 + the signal's number, at once (:func:`exit_now`).
+  with 128 + the signal's number, at once (:func:`exit_now`). :func:`signals_held` holds them while torch is
+  imported (a stop raised inside that import aborted the runner or was lost).
 """
 
 from __future__ import annotations
@@ -111,6 +112,32 @@ def stop_on_signals() -> Iterator[None]:
                 signal.signal(sig, handler)
         if "logging" in _BEFORE:
             logging.disable(_BEFORE.pop("logging"))
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Within (on the main thread): SIGTERM, SIGHUP and SIGINT are noted, not acted on; on the way out the first
+    one noted is handed to the handler that was there (the runner's stop: :class:`RunnerStopped` raised here, in
+    Python). Around the runner's import of torch: a stop raised from a signal handler inside that import was
+    raised inside C++ (torch's pybind11 modules run Python while loading) and aborted the runner ("terminate
+    called after throwing an instance of 'pybind11::error_already_set'", rc 134, a C++ trace), or was caught
+    inside the import and lost (the run went on to "ok", rc 0). The import is bounded; the stop waits for it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    old = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    for sig, handler in old.items():
+        if callable(handler):
+            signal.signal(sig, lambda signum, _frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            if callable(handler):
+                signal.signal(sig, handler)
+    if noted:
+        old[noted[0]](noted[0], None)
 
 
 @contextmanager

@@ -373,3 +373,46 @@ def test_ray_gets_a_short_temp_dir_under_a_long_tmpdir(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setenv("RAY_TMPDIR", "/tmp/mine")
     assert paths.ray_temp_dir() is None
+
+
+def test_a_signal_landing_inside_torch_s_import_stops_the_runner_in_one_line(tmp_path):
+    """SIGINT a second into ``python -m feedlab.run`` landed inside ``import torch``: the runner's stop, raised
+    from the signal handler there, aborted it through pybind11 ("terminate called after throwing ...", rc 134)
+    or was caught inside the import and lost (the run went on to "ok", rc 0; attack50 R09). A stand-in torch
+    that signals itself and swallows what is raised inside it: the runner stops after the import, in one line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import os, signal, time\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.3)\n"
+        "except BaseException:   # an import that catches everything: a stop raised in here is lost\n"
+        "    pass\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp),
+               PYTHONPATH=os.pathsep.join([str(fake.parent), str(run.paths.REPO_ROOT / "lib"),
+                                           str(run.paths.REPO_ROOT)]))
+    proc = subprocess.Popen([sys.executable, "-m", "feedlab.run", "--only", "04", "--profile", "smoke", "--dry-run"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == 128 + signal.SIGINT, (proc.returncode, out[-500:], err[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("python -m feedlab.run: stopped by SIGINT: "), lines
+    assert "plan:" not in out
+    import psutil
+
+    left = [q.pid for q in psutil.process_iter() if q.pid != proc.pid and _sid(q.pid) == proc.pid]
+    assert left == [] and list(tmp.iterdir()) == []
