@@ -14,7 +14,6 @@ capabilities: no format is named here.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -32,6 +31,7 @@ from feedlab.timing import run_epoch, to_device_float, torch_threads
 
 from .costs import CostKey, CostTable, Machine, Stage
 from .device_decode import measure_device_decode
+from .effort import Effort, timed_batches  # noqa: F401  (Effort re-exported: its home before)
 from .probes import (
     _split_xy,
     batch_nbytes,
@@ -49,17 +49,6 @@ from .probes import (
 )
 from .probes_loop import loop_costs
 from .split import StageSplit, decode_alternatives, open_split
-
-
-@dataclass(frozen=True)
-class Effort:
-    """How long the doctor measures: rounds, samples per stage round, batches per end-to-end pass."""
-
-    repeats: int = 3
-    warmup: int = 1
-    samples: int = 64
-    e2e_batches: int = 50   # timed batches per end-to-end pass, after the warm-up (a steady rate)
-    cold: bool = True
 
 
 # ---------------------------------------------------------------- the doctor's measurements
@@ -380,11 +369,18 @@ class Doctor:
         specs = [s.replace(device=self.device) for s in specs]
         loaders = {s: self.loader(s, self.pass_batches(s)) for s in specs}
         nbs = {s: max(2, min(self.pass_batches(s), len(loaders[s]))) for s in specs}
-        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": [], "pass_speed": [], "waits": [], "steps": []}
+        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": [], "pass_speed": [], "waits": [], "steps": [],
+                    "timed": nbs[s] - pl.warmup_batches(s), "windows": []}
                 for s in specs}   # waits/steps: each timed batch's data wait and the loop's work on it (the verdict)
         for s in specs:
             for _ in range(self.effort.warmup):
-                run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
+                w = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
+            timed = timed_batches(self.effort, pl.steady_rate(w, skip=min(pl.warmup_batches(s), w.batches - 1)) /
+                                  s.batch_size if self.effort.warmup and w.batches > 1 else None)
+            if timed > nbs[s] - pl.warmup_batches(s):   # a window of min_window_s: a pass as long as it takes
+                loaders[s] = self.loader(s, pl.warmup_batches(s) + timed)
+                nbs[s] = max(2, min(pl.warmup_batches(s) + timed, len(loaders[s])))
+                runs[s]["timed"] = nbs[s] - pl.warmup_batches(s)
         rounds, last_round_s = repeats or self.effort.repeats, 0.0
         for done in range(rounds):
             t_round = time.perf_counter()
@@ -401,6 +397,7 @@ class Doctor:
                 runs[s]["pass_speed"].append(speed_left(window.summary(), s.num_workers + 1))
                 skip = min(pl.warmup_batches(s), r.batches - 1)
                 runs[s]["steady_runs"].append(pl.steady_rate(r, skip=skip) or r.samples_per_s)
+                runs[s]["windows"].append(float(r.phases_s[skip:].sum()))
                 runs[s]["waits"] += r.phases_s[skip:, 0].tolist()
                 runs[s]["steps"] += r.phases_s[skip:, 1:].sum(axis=1).tolist()
                 spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0

@@ -32,10 +32,12 @@ EXPERIMENT = "doctor_steps"
 def _record(doc: Doctor, spec: PipelineSpec, r: dict, res: Results, k: int, label: str, kept: bool) -> dict:
     pred = predict(doc.table_now(spec), spec)   # the stages, on the machine as it was during the run
     params = dict(step=k, change=label, kept=kept, **spec.as_dict())
-    timed = int(doc.effort.e2e_batches)   # each pass: the warm-up left out, then these timed batches
-    kind = "steady" if timed >= MIN_TIMED_BATCHES else "startup_inclusive"
+    timed = int(r.get("timed", doc.effort.e2e_batches))   # each pass: the warm-up left out, then these timed
+    kind = "steady" if timed >= MIN_TIMED_BATCHES else "startup_inclusive"   # batches (as long as min_window_s)
+    windows = r.get("windows") or []
     res.add_samples(EXPERIMENT, label, "samples_per_s", r["steady_runs"], "samples/s", rate_kind=kind,
-                    timed_batches=timed, **params)
+                    timed_batches=timed, **params,
+                    **({"window_s": float(min(windows))} if windows else {}))   # the shortest pass's window
     res.add(EXPERIMENT, label, "predicted_samples_per_s", pred["predicted_samples_per_s"], "samples/s",
             rate_kind="predicted", **params)
     runs = r["steady_runs"]
