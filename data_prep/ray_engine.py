@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from feedlab import paths
+
 from .errors import DataPrepError
 
 
@@ -49,7 +51,9 @@ def decode_all(root, n: int, lr_shape, hr_shape, num_cpus: int | None = None, ba
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        short = paths.ray_temp_dir()   # a long $TMPDIR: Ray's sockets there would pass AF_UNIX's 107 bytes
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 **({"_temp_dir": short} if short else {}))
         ray.data.DataContext.get_current().enable_progress_bars = False
     lr = np.empty((n, *lr_shape), np.uint8)
     hr = np.empty((n, *hr_shape), np.uint8)

@@ -74,3 +74,34 @@ def test_ray_checked_in_a_kernel_without_ipywidgets_prints_no_warning_and_no_inf
                          cwd=REPO)
     assert out.stdout.strip() == "(True, '')", out.stderr[-500:]
     assert "IProgress" not in out.stderr and "Missing packages" not in out.stderr, out.stderr[-500:]
+
+
+def test_ray_engine_gets_a_short_temp_dir_under_a_long_tmpdir(tmp_path, monkeypatch):
+    """Under a long ``$TMPDIR`` ``pack --engine ray`` failed "AF_UNIX path length cannot exceed 107 bytes" (Ray's
+    sockets under ``$TMPDIR/ray/session_…/sockets/``) and left ``ray/`` in $TMPDIR (attack50 X02): its
+    ``ray.init`` is given Ray's /tmp/ray there (paths.ray_temp_dir), as the notebooks' Ray is."""
+    import tempfile
+
+    ray = pytest.importorskip("ray")
+    from data_prep import ray_engine
+
+    long_dir = tmp_path / ("d" * 60) / ("e" * 60)
+    long_dir.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(long_dir))
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    seen: dict = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_init(**kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    with pytest.raises(Stop):
+        ray_engine.decode_all(tmp_path, 1, (2, 2, 3), (4, 4, 3), num_cpus=1)
+    assert seen.get("_temp_dir") == "/tmp/ray", seen
+    assert not list(long_dir.iterdir())
