@@ -101,3 +101,13 @@ def test_a_roomy_dev_shm_reads_no_sample_to_check(monkeypatch):
     assert shm.shm_problem_of(Logged(), 64, 2, 2) is None and reads == []
     monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: 1 << 20)
     assert shm.shm_problem_of(Logged(), 64, 2, 2) and reads == [0]
+
+
+def test_a_small_dev_shm_and_small_batches_are_sized_in_the_line_never_as_0_mib():
+    """A 4 KiB /dev/shm and 0.1 MiB batches read "has 0 MiB free, but ... × 0.1 MiB batches need 0 MiB"
+    (attack50 M02): each size is written so that the shortfall shows."""
+    line = shm.worker_shm_problem(96 * 1024, 2, 2, free=4096)
+    assert "has 4 KiB free" in line and "96 KiB batches need 384 KiB" in line, line
+    line = shm.worker_shm_problem(3 << 20, 2, 2, free=(11 << 20) + (1 << 19))
+    assert "has 11.5 MiB free" in line and "3 MiB batches need 12 MiB" in line, line
+    assert shm.worker_shm_problem(1 << 20, 2, 2, free=4 << 20) is None

@@ -52,8 +52,16 @@ def worker_shm_problem(batch_bytes: int, workers: int, prefetch_factor: int, pat
     free = shm_free_bytes(path) if free is None else free
     if not workers or free is None or free >= need:
         return None
-    return (f"{path} has {free / 2**20:,.0f} MiB free, but {workers} DataLoader worker(s) × prefetch_factor "
-            f"{prefetch_factor} × {batch_bytes / 2**20:,.1f} MiB batches need {need / 2**20:,.0f} MiB; use {FIX}")
+    return (f"{path} has {size_words(free)} free, but {workers} DataLoader worker(s) × prefetch_factor "
+            f"{prefetch_factor} × {size_words(batch_bytes)} batches need {size_words(need)}; use {FIX}")
+
+
+def size_words(n: int) -> str:
+    """Bytes for the line: MiB to one decimal (a whole number without it), KiB under 1 MiB, so that a small
+    /dev/shm and small batches never read "has 0 MiB free, but ... need 0 MiB" (attack50 M02)."""
+    if n >= 2**20:
+        return f"{n / 2**20:,.1f}".rstrip("0").rstrip(".") + " MiB"
+    return f"{n / 1024:,.1f}".rstrip("0").rstrip(".") + " KiB"
 
 
 #: free space in /dev/shm above which the check reads no sample: in-flight batches past this much are caught as the
