@@ -491,3 +491,32 @@ def test_sigterm_the_script_ignores_still_ends_the_doctor_with_one_line(tmp_path
     left_tmp = list(tmp.iterdir())
     shutil.rmtree(tmp, ignore_errors=True)
     assert not left and not left_tmp
+
+
+def test_the_loader_the_stop_left_running_ends_in_the_process_that_started_its_workers(tmp_path):
+    """The stop at --batches left the script's DataLoader iterator mid-epoch with live workers, held by a cycle
+    (the exception that ended the script, its traceback, run_script's frame): it was collected wherever a
+    garbage collection next ran, and in the probes --diagnose forks its __del__ printed "Exception ignored ...
+    AssertionError: can only test a child process", a 10-line traceback per probe (attack50 D09: 36 lines). Now
+    run_script ends it before it returns: no live iterator is left, garbage collection off or on."""
+    import gc
+
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    from feedlab.doctor.script import run_script
+
+    script = tmp_path / "workers.py"
+    script.write_text("import torch\nfrom torch.utils.data import DataLoader\n"
+                      "dl = DataLoader(torch.zeros(4000, 4), batch_size=4, num_workers=1)\n"
+                      "for ep in range(100):\n    for b in dl:\n        pass\n")
+    was = gc.isenabled()
+    gc.disable()   # as between two automatic collections: only what run_script frees itself is gone
+    try:
+        summary, _loader = run_script(script, max_batches=6, deadline_s=60)
+        live = [o for o in gc.get_objects() if type(o) is _MultiProcessingDataLoaderIter and not o._shutdown]
+    finally:
+        if was:
+            gc.enable()
+    for it in live:   # a failing run's workers are not left to the next test
+        it._shutdown_workers()
+    assert summary["batches"] >= 6 and live == [], (summary.get("stopped"), len(live))
