@@ -126,7 +126,7 @@ def test_doctor_titles_state_what_the_advice_gained():
     assert DS.steps_title(steps[:1], "cpu", 64, "auto").startswith("The doctor's advice: no step kept")
     pts = [{"predicted": 100, "measured": 110}, {"predicted": 100, "measured": 200}, {"predicted": 119, "measured": 100}]
     assert DS.calibration_title(pts, "cpu", 1.8) == \
-        "Doctor's predictions: 2 of 3 within ±20% of measured (cpu, 1.80 CPU-s/s available)"
+        "Doctor's predictions: 2 of 3 within ±20% of measured\n(cpu, 1.80 CPU-s/s available)"
 
 
 @pytest.mark.parametrize("n", [2.0, 3])
