@@ -81,7 +81,8 @@ def one_line(exc: BaseException) -> str:
         return f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
     if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
         text = f"{text}: {exc.filename}"
-    elif isinstance(exc, OSError) and _raised_in(exc, os.path.join("multiprocessing", "synchronize.py")):
+    elif isinstance(exc, OSError) and exc.filename is None and \
+            _raised_in(exc, os.path.join("multiprocessing", "synchronize.py")):
         # a semaphore (a Queue's, a Lock's, a DataLoader's) is a file in /dev/shm: an error with no file named
         text = (f"{text}: multiprocessing could not make a semaphore in /dev/shm (queues, locks and DataLoader "
                 "workers need one there); make /dev/shm writable with room to spare (docker run --shm-size=...)")

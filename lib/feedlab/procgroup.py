@@ -261,46 +261,71 @@ def _redeliver(unraisable) -> None:
     """``sys.unraisablehook`` within :func:`dropped_signals_raised`: a signal's exception raised where Python can
     only print and drop it (a weakref callback, a ``__del__``, a GC callback; the CI run of 2026-11-28 had
     SIGHUP land in ``WeakValueDictionary``'s) is raised again once that callback has returned: the same
-    exception, from a handler set for one go, by the same signal sent from a short thread; nothing is printed
-    for it. Any other unraisable goes to the hook before."""
+    exception, from a handler set for one go, by the same signal sent from a short thread, or on the way out of
+    :func:`dropped_signals_raised` where that comes first; nothing is printed for it. Any other unraisable goes
+    to the hook before."""
     exc = unraisable.exc_value
     if not isinstance(exc, KeyboardInterrupt):   # Signalled and the runner's RunnerStopped are ones
         (_HOOK_BEFORE[-1] if _HOOK_BEFORE else sys.__unraisablehook__)(unraisable)
         return
     signum = getattr(exc, "signum", signal.SIGINT)
     if threading.current_thread() is threading.main_thread():   # a handler that stops once may ignore it now
-        _DROPPED.append((exc, signal.signal(signum, _raise_dropped)))
+        with _PENDING_LOCK:
+            if signum not in _PENDING:
+                _PENDING[signum] = (exc, signal.signal(signum, _raise_dropped))
     _thread.start_new_thread(_send_later, (signum,))   # Thread.start() waits, and the signal would land here
 
 
 def _raise_dropped(signum, _frame):
-    exc, handler = _DROPPED.pop()
+    with _PENDING_LOCK:
+        entry = _PENDING.pop(signum, None)
+    if entry is None:   # raised already on the way out of dropped_signals_raised
+        return
+    exc, handler = entry
     signal.signal(signum, handler)
     raise exc
 
 
 def _send_later(signum: int) -> None:
     time.sleep(0.05)   # the hook has long returned by then
-    os.kill(os.getpid(), signum)
+    with _PENDING_LOCK:   # never after the way out took it (the handler it aimed at is gone then)
+        if signum in _PENDING:
+            os.kill(os.getpid(), signum)
+
+
+def _take_pending() -> BaseException | None:
+    """The dropped exceptions not raised yet: their handlers put back; the first returned (to raise)."""
+    with _PENDING_LOCK:
+        pending = list(_PENDING.items())
+        _PENDING.clear()
+    for signum, (_exc, handler) in pending:
+        signal.signal(signum, handler)
+    return pending[0][1][0] if pending else None
 
 
 _HOOK_BEFORE: list = []
-_DROPPED: list = []   # (the dropped exception, the handler to put back), for _raise_dropped
+_PENDING: dict = {}   # signal → (the dropped exception, the handler to put back), for _raise_dropped
+_PENDING_LOCK = threading.Lock()
 
 
 @contextmanager
 def dropped_signals_raised() -> Iterator[None]:
-    """Within, in the main thread: a signal's exception that Python dropped is raised again (:func:`_redeliver`);
-    the hook before is put back on the way out. Off the main thread, or where it is set already, a no-op."""
+    """Within, in the main thread: a signal's exception that Python dropped is raised again (:func:`_redeliver`),
+    at the latest on the way out where the body ended first; the hook before is put back on the way out. Off
+    the main thread, or where it is set already, a no-op."""
     hooked = threading.current_thread() is threading.main_thread() and sys.unraisablehook is not _redeliver
     if hooked:
         _HOOK_BEFORE.append(sys.unraisablehook)
         sys.unraisablehook = _redeliver
+    late = None
     try:
         yield
     finally:
         if hooked:
             sys.unraisablehook = _HOOK_BEFORE.pop()
+            late = _take_pending()
+    if late is not None:   # the body ended before the signal was sent again: raised here, still inside
+        raise late
 
 
 @contextmanager

@@ -47,5 +47,5 @@ def test_a_fast_setting_is_timed_over_the_window_it_asks_for():
     doc.table.machine = Machine(cores=2, effective_cores=2.0, main_threads={0: 1}, capacity={1: 1.0, 2: 2.0})
     r = doc.measure_e2e(spec, repeats=2)   # the end-to-end passes alone (no stage table needed)
     assert r["timed"] > 3                                   # ~4 ms a batch: 3 batches would be 12 ms
-    assert len(r["windows"]) == 2 and min(r["windows"]) >= 0.15, r["windows"]   # a pass faster than its warm-up
+    assert len(r["windows"]) == 2 and min(r["windows"]) >= 0.09, r["windows"]   # even a pass much faster than its warm-up
     assert len(r["steps"]) == 2 * r["timed"]                # every timed batch of both passes read by the verdict

@@ -16,6 +16,14 @@ def test_block_batches_lengthen_only_the_pooled_modes_to_the_pooled_window():
     assert sorted(set(seen)) == ["none", "print"]                             # tqdm never calibrated
 
 
+def test_the_sides_a_claim_compares_share_their_block_length():
+    """The review of 2026-11-28: "none" (fast) had been lengthened up to ×20 more than "print", so a block's fixed
+    cost (a flush, a sync) was spread over more batches on one side of 004-print-75x. Both get the longer."""
+    cfg = E.LoopConfig(modes=["none", "print", "tqdm"], batches=50, repeats=7, pooled_s=1.25)
+    count = E.block_batches(cfg, lambda mode: 0.001 if mode == "none" else 0.004)
+    assert count["none"] == count["print"] == 179 and count["tqdm"] == 50
+
+
 def test_block_batches_leave_blocks_alone_where_pooling_cannot_count():
     few = E.LoopConfig(batches=50, repeats=MIN_POOLED_REPEATS - 1)
     assert set(E.block_batches(few, lambda m: 1 / 0).values()) == {50}       # too few repeats: no calibration

@@ -221,6 +221,31 @@ def test_a_signal_raised_inside_a_weakref_callback_is_raised_again_after_it_and_
     assert left == (signal.SIG_IGN if once else handler)   # the one-go handler put back what it took
 
 
+def test_a_dropped_signal_is_raised_on_the_way_out_where_the_body_ends_first_and_never_sent_after():
+    """The review of 2026-11-28: a body that ended within the 50 ms before the signal was sent again left the late
+    signal to whatever handler was put back (SIG_DFL: the process died with no line). Now the dropped exception is
+    raised on the way out, inside, and the late signal is never sent."""
+    import weakref
+
+    class Thing:
+        pass
+
+    hits: list[int] = []
+    before = signal.signal(signal.SIGHUP, lambda n, _f: hits.append(n))   # what a late signal would reach
+    try:
+        thing, exc = Thing(), procgroup.Signalled(signal.SIGHUP)
+        with pytest.raises(procgroup.Signalled) as raised:
+            with procgroup.dropped_signals_raised():
+                ref = weakref.ref(thing, lambda _r: (_ for _ in ()).throw(exc))
+                del thing                      # dropped; the body ends at once
+                assert ref() is None
+        assert raised.value is exc
+        time.sleep(0.3)                        # past the 50 ms the re-send waits
+        assert hits == [] and signal.getsignal(signal.SIGHUP) is not None
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def test_descendants_and_stop_pids_take_a_tree(tmp_path, leaves_nothing):
     with deadline(30, "a tree of three"):
         proc = subprocess.Popen(["sh", "-c", "sh -c 'sleep 300' & sleep 300 & wait"])

@@ -215,7 +215,10 @@ def answer_lines(rep: Report | dict) -> list[str]:
     lines = [verdict_line(rep, pred, meas)]
     if rep.verdict_note:
         lines.append(rep.verdict_note)
-    for line in (headspace_line(rep), no_change_line(rep), headroom_line(rep), priced_line(rep)):
+    v = verdict_of_report(rep)
+    busy = bool(v.loop is not None and v.loop.busy)   # too busy to judge: nothing read off the busy loop's share
+    for line in ((None, None) if busy else (headspace_line(rep), no_change_line(rep))) + (headroom_line(rep),
+                                                                                          priced_line(rep)):
         if line:
             lines.append(line)
     changes = top_changes(rep)
@@ -229,7 +232,7 @@ def answer_lines(rep: Report | dict) -> list[str]:
     elif not predicted and (rep.tried is None or no_change_line(rep)):   # else best_line says it
         lines.append("what to change: no single change measured (or predicted) to gain 5% or more")
     h = headspace(rep)
-    best = None if no_change_line(rep) else best_line(rep, h and h.input_share, h and h.most)
+    best = None if busy or no_change_line(rep) else best_line(rep, h and h.input_share, h and h.most)
     if best:
         lines.append(best)
     if predicted:

@@ -375,8 +375,9 @@ class Doctor:
         for s in specs:
             for _ in range(self.effort.warmup):
                 w = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
-            timed = timed_batches(self.effort, pl.steady_rate(w, skip=min(pl.warmup_batches(s), w.batches - 1)) /
-                                  s.batch_size if self.effort.warmup and w.batches > 1 else None)
+            rate = pl.steady_rate(w, skip=min(pl.warmup_batches(s), w.batches - 1)) \
+                if self.effort.warmup and w.batches > 1 else None
+            timed = timed_batches(self.effort, rate / s.batch_size if rate else None)
             if timed > nbs[s] - pl.warmup_batches(s):   # a window of min_window_s: a pass as long as it takes
                 loaders[s] = self.loader(s, pl.warmup_batches(s) + timed)
                 nbs[s] = max(2, min(pl.warmup_batches(s) + timed, len(loaders[s])))

@@ -216,6 +216,10 @@ def block_batches(cfg: LoopConfig, calibrate) -> dict[str, int]:
             per = min(calibrate(mode), calibrate(mode))   # the first block warms up: the faster of two
             want = math.ceil(cfg.pooled_s / cfg.repeats / per) if per > 0 else cfg.batches
             count[mode] = int(min(max(cfg.batches, want), MAX_STRETCH * cfg.batches))
+    pooled = [count[m] for m in cfg.modes if m in cfg.pooled_modes]
+    for mode in cfg.modes:   # the sides a claim compares share their block length (a block's fixed cost alike)
+        if mode in cfg.pooled_modes:
+            count[mode] = max(pooled)
     return count
 
 

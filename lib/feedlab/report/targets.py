@@ -188,7 +188,8 @@ def _judged_word(judge: Callable[[], Verdict]) -> str:
         v = judge()
     except NoData as e:
         return f"measured, not judged: {e}"
-    return {MET: "meets", MISSED: "misses"}.get(v.word) or f"measured, not judged: {v}"
+    return {MET: "meets", MISSED: "misses", WITHIN: f"not told apart from the target: {v}"}.get(v.word) or \
+        f"measured, not judged: {v}"
 
 
 def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
