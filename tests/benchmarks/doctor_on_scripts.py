@@ -344,6 +344,8 @@ def judge_ratio(r: float | None, busy: str | None, lo_hi=STEP_RATIO) -> str:
 def judge_verdict(doctor: str | None, truth: str | None, busy: str | None) -> str:
     if busy:
         return f"too busy to judge ({busy})"
+    if doctor == "too busy to judge":   # the doctor's own load window saw the loop measured busy
+        return "too busy to judge (the doctor's own load window)"
     if doctor is None or truth is None:
         return "not measured"
     return "right" if doctor == truth else "wrong"
