@@ -59,7 +59,17 @@ def pytest_sessionstart(session):
     # the ignore and never see their SIGINT; the suite runs with Ctrl-C's usual handler, as in a terminal
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # started under nohup (SIGHUP ignored): the children of the SIGHUP tests would inherit the ignore and run on to
+    # their deadlines (a CI check of 2026-11-28: all seven SIGHUP cases). A handler that does nothing keeps the
+    # suite itself alive through a hang-up, as nohup meant, and exec gives every child SIGHUP's default
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _hangup_ignored)
     session.config._feedlab_shm = _shm_names()
+
+
+def _hangup_ignored(_signum, _frame) -> None:
+    """The suite's SIGHUP where it was started under nohup: nothing happens (as nohup meant), but a caught signal,
+    unlike an ignored one, is not inherited across exec."""
 
 
 #: what a test may not leave changed for the tests after it (and the children they start: an ignored signal and a

@@ -333,9 +333,12 @@ def test_script_runs_an_unmodified_training_script(tmp_path):
     s = json.loads(r.stdout)
     assert s["batches"] == 8 and s["stopped"].startswith("stopped after")
     assert s["loader"]["batch_size"] == 10 and s["loader"]["num_workers"] == 0 and s["loader"]["drop_last"]
-    assert s["step_s_per_batch"] >= 0.02 and s["verdict"] == "compute-bound"
+    # the verdict, or on a busy machine "too busy to judge" with the measured one kept (never a busy verdict)
+    assert s["step_s_per_batch"] >= 0.02 and (s["verdict"] == "compute-bound" or (
+        s["verdict"] == "too busy to judge" and s["measured_verdict"] == "compute-bound" and s["busy"]))
     r = _doctor(["--script", "train.py", "--batches", "8", "--", "--sleep", "0.02"], tmp_path)
-    assert "VERDICT: compute-bound" in r.stdout and "--diagnose" in r.stdout
+    assert ("VERDICT: compute-bound" in r.stdout or "VERDICT: too busy to judge" in r.stdout) and \
+        "--diagnose" in r.stdout
     r = _doctor(["--script", "train.py", "--batches", "6", "--diagnose", "--max-workers", "0", "--repeats", "1",
                  "--", "--sleep", "0.02"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
