@@ -128,6 +128,8 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
             row.update({"samples_per_s": r["steady"], "samples_per_s_q25": float(q25),
                         "samples_per_s_q75": float(q75), "epoch_samples_per_s": r["epoch"],
                         "repeats": len(r["steady_runs"])})
+            if r.get("windows"):   # each pass's timed batches and its shortest window: the one judge's to read
+                row.update(timed_batches=int(r["timed"]), window_s=float(min(r["windows"])))
             if any(x is not None for x in r.get("pass_speed") or []):   # what others left its passes
                 row["pass_speed"] = float(np.median([x for x in r["pass_speed"] if x is not None]))
             if p and _rate(r["steady"]):

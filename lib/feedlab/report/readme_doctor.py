@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from feedlab.fingerprint import fingerprint_line
+from feedlab.like_for_like import Side
 from feedlab.like_for_like import verdict as judge
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT, scrub_data_paths
@@ -70,7 +71,7 @@ def error_entries(payload: dict, folder: Path | None) -> tuple[list[tuple], list
     kind, other load); a worker count of the doctor's own records no window (not known, never accepted)."""
     run = Run(payload, out_dir=folder)
     own = [(abs(float(e["predicted_samples_per_s"]) / float(e["samples_per_s"]) - 1), f"{e.get('num_workers')} workers",
-            f"{e.get('num_workers')} workers' timed window was not recorded")
+            _worker_window(e, run))
            for e in payload.get("end_to_end") or [] if e.get("samples_per_s")
            and not targets.too_busy(targets.row_speed(e, payload.get("cores")))]
     steps = []
@@ -85,6 +86,21 @@ def error_entries(payload: dict, folder: Path | None) -> tuple[list[tuple], list
             why = None if alone.judged else "; ".join(dict.fromkeys(alone.why.split("; ")))   # one side, once
         steps.append((abs(float(st["predicted"]) / float(st["measured"]) - 1), str(st.get("label")), why))
     return own, own + steps
+
+
+def _worker_window(e: dict, run: Run) -> str | None:
+    """Why the one judge cannot read a worker count's rate (None: it can): its row's timed batches and shortest
+    window (recorded since 2026-11-28; an older row: not recorded, never accepted), its repeats, the run's load."""
+    label = f"{e.get('num_workers')} workers"
+    if e.get("window_s") is None or e.get("timed_batches") is None:
+        return f"{label}' timed window was not recorded"
+    side = Side(label, timed_batches=int(e["timed_batches"]), window_s=float(e["window_s"]),
+                repeats=e.get("repeats"), rate_kind="steady", busy=sides.run_busy(run))
+    why = side.window_short()
+    if why is None:
+        alone = judge(side, side, 1.0, check_sides=False)
+        why = None if alone.judged else "; ".join(dict.fromkeys(alone.why.split("; ")))
+    return why
 
 
 def error_verdict(entries: list[tuple], bound: float) -> tuple[str, str]:
