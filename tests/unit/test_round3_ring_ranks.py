@@ -67,6 +67,14 @@ def _kill_all(pids) -> None:
             pass
 
 
+def _grandchildren(pid: int) -> list[int]:
+    """The children of ``pid``'s children: a watched command's workers (its forked working process between)."""
+    try:
+        return [g.pid for c in psutil.Process(pid).children() for g in c.children()]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def _tree(pid: int) -> list[int]:
     try:
         return [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
@@ -279,9 +287,9 @@ def test_bench_with_a_ring_worker_killed_prints_one_line(sr_root, no_leaks):
                                 start_new_session=True)
         try:
             end = time.monotonic() + 90
-            while len(_tree(proc.pid)) < 3 and time.monotonic() < end and proc.poll() is None:
+            while len(_grandchildren(proc.pid)) < 2 and time.monotonic() < end and proc.poll() is None:
                 time.sleep(0.05)
-            workers = _tree(proc.pid)[1:]
+            workers = _grandchildren(proc.pid)   # the ring's workers: below the process the watcher forked
             assert workers, proc.communicate(timeout=10)
             time.sleep(rng.uniform(0.2, 1.0))
             os.kill(rng.choice(workers), signal.SIGKILL)
@@ -292,6 +300,31 @@ def test_bench_with_a_ring_worker_killed_prints_one_line(sr_root, no_leaks):
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1, (attempt, proc.returncode, err[-3000:])
         assert "ring worker" in lines[0] and "SIGKILL" in lines[0] and "Traceback" not in err
+
+
+def test_bench_whose_working_process_is_killed_says_so_in_one_line(sr_root, no_leaks):
+    """The watched bench forks the process that runs the loader; that process killed from outside (the OOM
+    killer's SIGKILL) is one line naming SIGKILL, exit 137, and its ring workers stopped: never a silent 137."""
+    cmd = [sys.executable, "-m", "feedlab.bench", "--data", str(sr_root), "--format", "npy", "--loader", "ring",
+           "--num-workers", "2", "--batch-size", "4", "--epochs", "100000", "--warmup", "0", "--model", "none",
+           "--device", "cpu", "--collate", "fast", "--timeout", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+    try:
+        end = time.monotonic() + 90
+        while len(_grandchildren(proc.pid)) < 2 and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.05)
+        workers = _grandchildren(proc.pid)
+        assert workers, proc.communicate(timeout=10)
+        os.kill(psutil.Process(proc.pid).children()[0].pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        _kill_all(_tree(proc.pid))
+        proc.wait(timeout=10)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == 137 and len(lines) == 1, (proc.returncode, err[-3000:])
+    assert "killed by SIGKILL" in lines[0] and lines[0].startswith("python -m feedlab.bench: ")
+    assert not [p for p in workers if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
 # ---------------------------------------------------------------- bench --ranks: signals and a stopped rank

@@ -354,14 +354,30 @@ def stuck_line(prog: str, what: str, limit: float, kids: list[int], option: str 
             f"stopped it{started}; check the mount, or give {option} S if it is only slow")
 
 
-def ignored_line(sig: int, kids: int) -> str:
-    """The one line of a run whose script did not end on the signal forwarded to it (stopped here)."""
+def _prog() -> str:
+    """This command's name as a user typed it: ``python -m feedlab.bench``."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     name = str(getattr(spec, "name", "") or "").removesuffix(".__main__")
-    prog = f"python -m {name}" if name else os.path.basename(sys.argv[0] if sys.argv else "") or "feedlab"
+    return f"python -m {name}" if name else os.path.basename(sys.argv[0] if sys.argv else "") or "feedlab"
+
+
+def ignored_line(sig: int, kids: int) -> str:
+    """The one line of a run whose script did not end on the signal forwarded to it (stopped here)."""
     started = f" and the {kids} process(es) it started" if kids else ""
-    return (f"{prog}: {signal.Signals(sig).name}: your script did not end on it within {SIGNAL_GRACE_S:g} s "
+    return (f"{_prog()}: {signal.Signals(sig).name}: your script did not end on it within {SIGNAL_GRACE_S:g} s "
             f"(it ignores or catches the signal); stopped it{started}")
+
+
+def killed_line(sig: int, kids: int) -> str:
+    """The one line of a run whose working process was killed by a signal this process was not sent
+    (the kernel's out-of-memory killer, a ``kill -9``): its exit status is still 128+n."""
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    hint = " (the out-of-memory killer, or a kill -9?)" if sig == signal.SIGKILL else ""
+    left = f"; stopping the {kids} process(es) it left" if kids else ""
+    return f"{_prog()}: the process doing the run was killed by {name} from outside{hint}{left}"
 
 
 def watch(pid: int, fd: int, apply: Callable[[list], None], late: Callable[[float], str | None],
@@ -392,6 +408,9 @@ def watch(pid: int, fd: int, apply: Callable[[list], None], late: Callable[[floa
                     pass
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
+            code = os.waitstatus_to_exitcode(status)
+            if code < 0 and -code not in signalled:   # killed from outside (the OOM killer, kill -9): said
+                print(killed_line(-code, len(_below(os.getpid()))), file=sys.stderr, flush=True)
             _end(_exit_code(status))
         now = time.monotonic()
         for sig in pending:   # a terminal's Ctrl-C reaches the child too: forwarded only if it goes on
