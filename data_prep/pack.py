@@ -20,6 +20,7 @@ from feedlab.formats._common import (
     read_manifest,
     write_json_atomic,
 )
+from feedlab.procgroup import signals_deferred
 
 from .errors import DataPrepError, VerifyError, write_failed
 from .progress import Tracked, track
@@ -163,16 +164,35 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
             if err is None:
                 raise
             raise err from None
-        dt = time.perf_counter() - t0
-        size = spec.bytes_on_disk(root)
-        man = read_manifest(root)  # re-read: another packer may have recorded a format meanwhile
-        man.setdefault("formats", {})[fmt] = {
-            "path": spec.path, "bytes": int(size), "write_seconds": round(dt, 3),
-            "content_sha256": man.get("content_sha256"),
-        }
-        write_json_atomic(root / MANIFEST, man)
-        log(f"packed {fmt:9s} {size / 2**20:8.1f} MiB in {dt:6.2f} s")
+        except BaseException:   # a signal (or Ctrl-C) just after the format was put in place: it is whole, so
+            _record_if_whole(root, fmt, spec, time.perf_counter() - t0)   # recorded, never left unrecorded
+            raise
+        with signals_deferred():   # the manifest records what is in place; a signal now acts just after
+            man = _record(root, fmt, spec, time.perf_counter() - t0)
+        log(f"packed {fmt:9s} {man['formats'][fmt]['bytes'] / 2**20:8.1f} MiB in "
+            f"{man['formats'][fmt]['write_seconds']:6.2f} s")
     return man
+
+
+def _record(root: Path, fmt: str, spec, dt: float) -> dict:
+    """``fmt`` recorded in the set's manifest (re-read first: another packer may have recorded a format
+    meanwhile); the manifest returned."""
+    man = read_manifest(root)
+    man.setdefault("formats", {})[fmt] = {
+        "path": spec.path, "bytes": int(spec.bytes_on_disk(root)), "write_seconds": round(dt, 3),
+        "content_sha256": man.get("content_sha256"),
+    }
+    write_json_atomic(root / MANIFEST, man)
+    return man
+
+
+def _record_if_whole(root: Path, fmt: str, spec, dt: float) -> None:
+    """A write stopped by a signal: where its format is in place (the writers rename a finished temporary into
+    place, their last step) and the manifest does not record it, it is recorded (a second signal meanwhile acts just after)."""
+    final = root / spec.path.rstrip("/")
+    with signals_deferred():
+        if final.exists() and fmt not in read_manifest(root).get("formats", {}):
+            _record(root, fmt, spec, dt)
 
 
 def _refuse_foreign(root: Path, fmts: list[str], man: dict) -> None:

@@ -7,6 +7,13 @@ pipeline (the one vocabulary of an input pipeline), nbhelpers, bench, run, docto
 
 __version__ = "0.1.0"
 
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"]:   # `python -m feedlab.X` (or data_prep) locating its module: a signal from now is one line
+    from feedlab import startup as _startup
+
+    _startup.install()
+
 
 def __getattr__(name: str):
     """``feedlab.tune``: the tuner's entry point, imported when first asked for (this package is the

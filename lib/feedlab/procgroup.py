@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from feedlab import startup
+
 TOKENS = "FEEDLAB_GROUPS"   # the tokens of the groups a process was started in, ':'-separated
 GRACE_S = 3.0               # between SIGTERM and SIGKILL: a peer's resource tracker unlinks its semaphores
 _LIVE: dict[int, "Group"] = {}   # the groups started and not yet stopped, by leader pid
@@ -335,8 +337,9 @@ def signals_raise(sigs: Iterable[int] = (signal.SIGTERM, signal.SIGHUP)) -> Iter
     Off the main thread a no-op."""
     old: dict = {}
     if threading.current_thread() is threading.main_thread():
+        startup.started()
         for sig in sigs:
-            if signal.getsignal(sig) in (signal.SIG_DFL, _raise_signalled):
+            if signal.getsignal(sig) in (signal.SIG_DFL, _raise_signalled, startup.on_signal):  # start-up's: ours
                 old[sig] = signal.signal(sig, _raise_signalled)
     try:
         with dropped_signals_raised():
@@ -344,6 +347,25 @@ def signals_raise(sigs: Iterable[int] = (signal.SIGTERM, signal.SIGHUP)) -> Iter
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+@contextmanager
+def signals_deferred(sigs: Iterable[int] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """Within, in the main thread: each of ``sigs`` is noted, not acted on; on the way out the handlers before
+    are put back and each noted signal raised again (once), so a short step that must not be cut in two (a file
+    put in place, then recorded) ends first and the signal still stops the command. Off the main thread a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, _frame: got.append(signum)) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(got):
+            signal.raise_signal(sig)
 
 
 @contextmanager

@@ -311,3 +311,35 @@ def test_one_room_starts_groups_and_one_owns_sigalrm():
     assert not groups, "process groups started or stopped outside procgroup: " + "; ".join(groups)
     alarms = [a for a in alarms if "start_new_session" not in a]
     assert not alarms, "SIGALRM set outside errors: " + "; ".join(alarms)
+
+
+def test_signals_deferred_lets_the_step_end_then_the_signal_acts_once():
+    """A signal inside ``signals_deferred`` is noted (the step ends whole), acted on once on the way out, by the
+    handler that was in place before; two of the same signal inside are one."""
+    seen: list[str] = []
+
+    def handler(signum, _frame):
+        seen.append(f"handled {signal.Signals(signum).name}")
+
+    old = signal.signal(signal.SIGHUP, handler)
+    try:
+        with procgroup.signals_deferred():
+            os.kill(os.getpid(), signal.SIGHUP)
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.05)
+            seen.append("step ended")
+        assert seen == ["step ended", "handled SIGHUP"]
+    finally:
+        signal.signal(signal.SIGHUP, old)
+
+
+def test_signals_deferred_raises_the_signals_exception_after_the_step(tmp_path):
+    """Under ``signals_raise`` (the command lines): the Signalled comes after the step, not inside it."""
+    done = []
+    with pytest.raises(procgroup.Signalled):
+        with procgroup.signals_raise():
+            with procgroup.signals_deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+                done.append("step")
+    assert done == ["step"]

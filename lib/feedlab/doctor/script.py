@@ -267,7 +267,7 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
             dog.close()
         DataLoader.__iter__, os._exit, threading.excepthook = original, os_exit, thread_hook
         sys.argv, sys.path[:] = argv, cwd_path
-    clean = outcome is None
+    clean, enough = outcome is None, isinstance(outcome, Enough)
     try:
         stopped = _outcome(outcome, path, max_batches, rec.batches())
     finally:
@@ -285,7 +285,11 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
     if main is None:
         raise UserCodeError(f"--script {path}: no torch.utils.data.DataLoader delivered a batch ({stopped}); "
                             "does the script build its loader under `if __name__ == '__main__':`?")
-    return _summary(rec, path, args, stopped), main["loader"]
+    summary, n = _summary(rec, path, args, stopped), rec.batches()
+    if summary and summary.get("verdict") and not enough and n < min(VERDICT_MIN_BATCHES, max_batches):
+        summary.update(verdict=None, note=f"{stopped}: too few batches for a verdict (the doctor asks "
+                                          f"{min(VERDICT_MIN_BATCHES, max_batches)}; its deadline's rule)")
+    return summary, main["loader"]
 
 
 def too_busy(s: dict, load: dict) -> dict:

@@ -35,8 +35,8 @@ from feedlab.pipeline.shm import is_shm_failure
 from feedlab.procgroup import become_subreaper, descendants
 from feedlab.run_limit import stop_processes
 
-#: seconds a signal forwarded to the script's process may take to end it before its tree is stopped
-SIGNAL_GRACE_S = 10.0
+from .watch_lines import SIGNAL_GRACE_S, ignored_line, killed_line, stuck_line  # noqa: F401 (stuck_line: re-exported)
+
 _real_exit = os._exit
 _shared: dict[str, str] = {}   # multiprocessing's temporary folder, shared with the child (fork_watched)
 _SHM = "/dev/shm"
@@ -343,41 +343,6 @@ def watch_deadline(pid: int, fd: int, limit: float, end: Callable[[str, list[int
         return None
 
     watch(pid, fd, apply, late, end)
-
-
-def stuck_line(prog: str, what: str, limit: float, kids: list[int], option: str = "--deadline") -> str:
-    """The one line :func:`watch_deadline`'s ``end`` prints for a run that did not answer its deadline
-    (``option``: the flag that sets it)."""
-    started = f" and the {len(kids)} process(es) it started" if kids else ""
-    return (f"{prog}: error: {what}: no progress within {limit:g} s ({option}), and the deadline could not "
-            "interrupt it: a call blocked inside C code (an HDF5 or LMDB read on a hung or very slow mount?); "
-            f"stopped it{started}; check the mount, or give {option} S if it is only slow")
-
-
-def _prog() -> str:
-    """This command's name as a user typed it: ``python -m feedlab.bench``."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    name = str(getattr(spec, "name", "") or "").removesuffix(".__main__")
-    return f"python -m {name}" if name else os.path.basename(sys.argv[0] if sys.argv else "") or "feedlab"
-
-
-def ignored_line(sig: int, kids: int) -> str:
-    """The one line of a run whose script did not end on the signal forwarded to it (stopped here)."""
-    started = f" and the {kids} process(es) it started" if kids else ""
-    return (f"{_prog()}: {signal.Signals(sig).name}: your script did not end on it within {SIGNAL_GRACE_S:g} s "
-            f"(it ignores or catches the signal); stopped it{started}")
-
-
-def killed_line(sig: int, kids: int) -> str:
-    """The one line of a run whose working process was killed by a signal this process was not sent
-    (the kernel's out-of-memory killer, a ``kill -9``): its exit status is still 128+n."""
-    try:
-        name = signal.Signals(sig).name
-    except ValueError:
-        name = f"signal {sig}"
-    hint = " (the out-of-memory killer, or a kill -9?)" if sig == signal.SIGKILL else ""
-    left = f"; stopping the {kids} process(es) it left" if kids else ""
-    return f"{_prog()}: the process doing the run was killed by {name} from outside{hint}{left}"
 
 
 def watch(pid: int, fd: int, apply: Callable[[list], None], late: Callable[[float], str | None],

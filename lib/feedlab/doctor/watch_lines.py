@@ -1,0 +1,49 @@
+"""The one lines of a watched run (:mod:`feedlab.doctor.script_watch`): one that did not answer its deadline, a
+script that did not end on a forwarded signal, a working process killed from outside (the out-of-memory killer)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+#: seconds a signal forwarded to the script's process may take to end it before its tree is stopped
+SIGNAL_GRACE_S = 10.0
+
+
+def stuck_line(prog: str, what: str, limit: float, kids: list[int], option: str = "--deadline") -> str:
+    """The one line :func:`watch_deadline`'s ``end`` prints for a run that did not answer its deadline
+    (``option``: the flag that sets it)."""
+    started = f" and the {len(kids)} process(es) it started" if kids else ""
+    return (f"{prog}: error: {what}: no progress within {limit:g} s ({option}), and the deadline could not "
+            "interrupt it: a call blocked inside C code (an HDF5 or LMDB read on a hung or very slow mount?); "
+            f"stopped it{started}; check the mount, or give {option} S if it is only slow")
+
+
+def ignored_line(sig: int, kids: int) -> str:
+    """The one line of a run whose script did not end on the signal forwarded to it (stopped here)."""
+    started = f" and the {kids} process(es) it started" if kids else ""
+    return (f"{_prog()}: {signal.Signals(sig).name}: your script did not end on it within {SIGNAL_GRACE_S:g} s "
+            f"(it ignores or catches the signal); stopped it{started}")
+
+
+def killed_line(sig: int, kids: int) -> str:
+    """The one line of a run whose working process was killed by a signal this process was not sent
+    (the kernel's out-of-memory killer, a ``kill -9``): its exit status is still 128+n."""
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    hint = " (the out-of-memory killer, or a kill -9?)" if sig == signal.SIGKILL else ""
+    left = f"; stopping the {kids} process(es) it left" if kids else ""
+    return f"{_prog()}: the process doing the run was killed by {name} from outside{hint}{left}"
+
+
+def _prog() -> str:
+    """This command's name as a user typed it: ``python -m feedlab.bench``."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = str(getattr(spec, "name", "") or "").removesuffix(".__main__")
+    return f"python -m {name}" if name else os.path.basename(sys.argv[0] if sys.argv else "") or "feedlab"
+
+
+__all__ = ["SIGNAL_GRACE_S", "stuck_line", "ignored_line", "killed_line"]

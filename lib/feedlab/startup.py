@@ -1,0 +1,133 @@
+"""A command line's first second: a signal that lands while ``python -m feedlab.X`` (or ``data_prep``) is still
+importing — torch alone takes seconds — is one line and exit 128+n, like one that lands later (the commands a
+person types: :data:`COMMANDS`).
+
+Until a command's ``main`` installs its own handling (``procgroup.signals_raise``, ``errors.cli_errors``), no
+handler of ours exists: Ctrl-C was a KeyboardInterrupt traceback of 20–50 lines through runpy and ``import torch``,
+and SIGTERM or SIGHUP ended the process with no word at all. :func:`install` (called by ``feedlab/__init__.py``
+only while ``python -m`` is locating a feedlab or data_prep module: ``sys.argv[0] == "-m"``) gives
+
+* SIGINT, SIGTERM and SIGHUP, where they have their default action, a handler (:func:`on_signal`): while a
+  module is being imported (torch's C++ initialisers abort on an exception raised under them; nothing of ours is
+  made yet) one line and exit 128+n at once; after, SIGTERM and SIGHUP one line and ``SystemExit(128+n)`` — an
+  unwinding exit: ``finally`` blocks and ``atexit`` run, nothing is left half-made — and SIGINT a
+  KeyboardInterrupt, as Python's own; a forked child (a DataLoader worker started before the command's own
+  handling) keeps the default action;
+* an uncaught KeyboardInterrupt one line in place of its traceback (Python still ends the process by SIGINT:
+  exit 130 to a shell).
+
+A command's own handling replaces these as soon as it is installed. Standard library only (the package's floor).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+_state: dict = {}
+
+#: the command lines a person types (the runner has its own start-up handling, ``run_kernel.signals_held``; the
+#: processes feedlab starts itself — a peer's child, an experiment's worker — are stopped by us, and say nothing)
+COMMANDS = ("feedlab.bench", "feedlab.doctor", "feedlab.tuner", "feedlab.findings", "feedlab.run_plan", "data_prep")
+
+
+def command_name(argv: list[str] | None = None) -> str | None:
+    """``python -m feedlab.bench`` for a process started as ``python … -m feedlab.bench …`` (``sys.orig_argv``);
+    None for anything else (a notebook's kernel, pytest, an ``import feedlab``)."""
+    argv = list(sys.orig_argv if argv is None else argv)
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "-m" and i + 1 < len(argv):
+            mod = argv[i + 1]
+        elif arg.startswith("-m") and len(arg) > 2:
+            mod = arg[2:]
+        else:
+            continue
+        mod = mod.removesuffix(".__main__")
+        return f"python -m {mod}" if mod in COMMANDS or mod.startswith("feedlab.report.") else None
+    return None
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except Exception:  # a closed stderr: the exit status still says it
+        pass
+
+
+def importing() -> bool:
+    """Whether a module is being imported now (its spec marked ``_initializing`` by importlib): torch's
+    import runs C++ initialisers, and an exception raised in a Python callback under them aborts the process
+    (SIGABRT, 100 lines of C++) or is swallowed (exit 0)."""
+    for mod in list(sys.modules.values()):
+        if getattr(getattr(mod, "__spec__", None), "_initializing", False):
+            return True
+    return False
+
+
+def on_signal(signum, frame) -> None:
+    """The start-up handler of SIGINT, SIGTERM and SIGHUP (:func:`install`); ``procgroup.signals_raise``
+    replaces it. During an import (nothing of ours made yet): the line and exit 128+n at once. After: the line
+    (not for SIGINT: Ctrl-C is a KeyboardInterrupt, as Python's own) and an unwinding exit."""
+    if os.getpid() != _state.get("pid"):      # a forked child: what it had before the fork
+        if signum == signal.SIGINT:
+            signal.default_int_handler(signum, frame)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    name = "interrupted (Ctrl-C)" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    if not _state.get("started") and importing():
+        _say(f"{_state['prog']}: {name} while starting")
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:  # a closed stream: nothing to flush
+                pass
+        os._exit(128 + signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    _say(f"{_state['prog']}: {name}")
+    raise SystemExit(128 + signum)
+
+
+def _excepthook(kind, value, tb) -> None:
+    if issubclass(kind, KeyboardInterrupt) and os.getpid() == _state.get("pid"):
+        _say(f"{_state['prog']}: interrupted (Ctrl-C)")
+        return
+    _state["previous"](kind, value, tb)
+
+
+def install(argv: list[str] | None = None) -> bool:
+    """The start-up handling above, for a feedlab command line started with ``python -m`` (else nothing; True if
+    installed). Only in the main thread, only over default actions (an ignored SIGHUP, under ``nohup``, stays
+    ignored), once a process."""
+    prog = command_name(argv)
+    if prog is None or _state or not _main_thread():
+        return False
+    _state.update(pid=os.getpid(), prog=prog, previous=sys.excepthook)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, on_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_signal)
+    sys.excepthook = _excepthook
+    return True
+
+
+def started() -> None:
+    """The command's own signal handling is in place (``procgroup.signals_raise`` calls this, in the main
+    thread): no more exits at once during an import (a lazy ``import ray`` mid-run unwinds, its temporaries
+    removed), and Ctrl-C is Python's own again."""
+    if _state and not _state.get("started"):
+        _state["started"] = True
+        if signal.getsignal(signal.SIGINT) is on_signal:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+__all__ = ["install", "command_name", "on_signal", "importing", "started", "COMMANDS"]

@@ -1,0 +1,128 @@
+"""feedlab.startup: a signal while a command line is still importing is one line and exit 128+n (issue 47,
+attack round eight W1/W2: Ctrl-C was a 20–50 line KeyboardInterrupt traceback, SIGTERM/SIGHUP no word at all)."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from feedlab import startup
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_command_name_is_the_module_a_person_typed_and_none_for_anything_else():
+    py = sys.executable
+    assert startup.command_name([py, "-m", "feedlab.bench", "--data", "x"]) == "python -m feedlab.bench"
+    assert startup.command_name([py, "-X", "dev", "-mfeedlab.doctor"]) == "python -m feedlab.doctor"
+    assert startup.command_name([py, "-m", "feedlab.report.readme"]) == "python -m feedlab.report.readme"
+    assert startup.command_name([py, "-m", "data_prep", "pack"]) == "python -m data_prep"
+    assert startup.command_name([py, "-m", "feedlab.peers.child"]) is None     # ours: we stop it, it says nothing
+    assert startup.command_name([py, "-m", "feedlab.run"]) is None              # the runner's own handling
+    assert startup.command_name([py, "-m", "pytest", "-q"]) is None
+    assert startup.command_name([py, "-c", "import feedlab"]) is None
+
+
+_PROBE = """
+import os, sys, time
+sys.argv[0] = "-m"                                   # what `python -m` shows while it locates the module
+sys.orig_argv = [sys.executable, "-m", "feedlab.bench"]
+import feedlab
+sys.path.insert(0, {tmp!r})
+print("ready", flush=True)
+if {during_import!r}:
+    import slowmod                                   # a module whose import takes long (torch's, here 30 s)
+try:
+    print("running", flush=True)
+    time.sleep(30)
+finally:
+    open({marker!r}, "w").close()                    # an unwinding exit runs this
+"""
+
+
+def _probe(tmp: Path, sig: int, during_import: bool) -> tuple[int, list[str], bool]:
+    (tmp / "slowmod.py").write_text("import time\nprint('importing', flush=True)\ntime.sleep(30)\n")
+    marker = tmp / "unwound"
+    code = _PROBE.format(tmp=str(tmp), during_import=during_import, marker=str(marker))
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
+    try:
+        want = "importing" if during_import else "running"
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            line = p.stdout.readline()
+            if not line or line.strip() == want:
+                break
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    return p.returncode, [ln for ln in err.splitlines() if ln.strip()], marker.exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_during_an_import_is_one_line_and_exit_128_plus_n(tmp_path, sig):
+    rc, lines, _ = _probe(tmp_path, sig, during_import=True)
+    assert rc == 128 + sig and len(lines) == 1, (rc, lines)
+    assert lines[0].startswith("python -m feedlab.bench: ") and lines[0].endswith("while starting"), lines
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_sigterm_after_the_imports_is_one_line_and_an_unwinding_exit(tmp_path, sig):
+    rc, lines, unwound = _probe(tmp_path, sig, during_import=False)
+    assert rc == 128 + sig and lines == [f"python -m feedlab.bench: stopped by {signal.Signals(sig).name}"], (rc, lines)
+    assert unwound, "the finally block did not run: not an unwinding exit"
+
+
+def test_ctrl_c_after_the_imports_is_a_keyboardinterrupt_said_in_one_line(tmp_path):
+    rc, lines, unwound = _probe(tmp_path, signal.SIGINT, during_import=False)
+    assert rc == -signal.SIGINT and lines == ["python -m feedlab.bench: interrupted (Ctrl-C)"], (rc, lines)
+    assert unwound
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_bench_signalled_at_any_moment_of_its_start_says_one_line(sr_root, sig):
+    """The real command: whether the signal lands in torch's import or after the bench's own handling is in
+    place, one line starting with the command's name, exit 128+n, never a traceback."""
+    at = random.Random(int(sig)).uniform(0.2, 2.5)
+    p = subprocess.Popen([sys.executable, "-m", "feedlab.bench", "--data", str(sr_root), "--format", "npy",
+                          "--epochs", "100000", "--num-workers", "0", "--warmup", "0", "--model", "none"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(at)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode in (128 + sig, -sig) and len(lines) == 1, (at, p.returncode, err[-2000:])
+    assert lines[0].startswith("python -m feedlab.bench: ") and "Traceback" not in err
+
+
+def test_the_start_up_handler_gives_way_to_the_commands_own():
+    """procgroup.signals_raise installs over the start-up handler (it is ours), and Ctrl-C is Python's own after."""
+    code = textwrap.dedent("""
+        import signal, sys
+        sys.argv[0] = "-m"
+        sys.orig_argv = [sys.executable, "-m", "feedlab.doctor"]
+        import feedlab
+        from feedlab import procgroup, startup
+        assert signal.getsignal(signal.SIGTERM) is startup.on_signal
+        with procgroup.signals_raise():
+            assert signal.getsignal(signal.SIGTERM) is not startup.on_signal
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-1500:]
