@@ -211,5 +211,9 @@ def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_fla
                 params.setdefault(key, value)
         if key not in params:   # no selected notebook takes it: the caller says so (nbparams.route_params)
             params[key] = text
+        elif key in ("data_root", "cls_root") and not Path(params[key]).is_dir():   # before any notebook starts
+            build = "classify" if key == "cls_root" else "sr"
+            raise ValueError(f"-p {key} {text!r}: no such folder ({params[key]!r}); build a set there with "
+                             f"`python -m data_prep {build} DIR`, or leave -p {key} out for the embedded set")
     root = out_root.expanduser().resolve() if out_root is not None else None
     return RunParams(profile, root, params, for_notebook)

@@ -155,6 +155,7 @@ def test_runner_passes_absolute_paths(tmp_path, monkeypatch):
 
     seen = {}
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
     monkeypatch.setattr(run, "run_notebook", lambda nb, profile, params, out_root, **kw: seen.update(
         params=params, out_root=out_root) or tmp_path / "x" / "y" / "z.ipynb")
     assert run.main(["--profile", "smoke", "--no-data", "--only", "01", "--out-root", "rel",

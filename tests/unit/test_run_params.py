@@ -178,3 +178,15 @@ def test_the_dry_run_refuses_the_limits_and_the_folder_the_run_refuses(capsys, a
     with pytest.raises(SystemExit) as stop:
         R.main(["--dry-run", *argv])
     assert stop.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["no/such/set", "data/sr64\nsmoke"])
+def test_a_data_root_that_is_no_folder_is_one_line_before_any_notebook_runs(text):
+    """attack50 W4: `-p data_root $'data/sr64\nsmoke'` printed a plan with the newline and ran; now one line naming
+    the parameter and what to do (the newline shown escaped)."""
+    from feedlab.run_params import resolve_run
+
+    with pytest.raises(ValueError) as err:
+        resolve_run([next(p for p in R.list_notebooks() if p.stem.startswith("01_"))], [("data_root", text)])
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("-p data_root ") and "python -m data_prep sr" in msg, msg
