@@ -94,27 +94,10 @@ def _main(argv: list[str] | None = None) -> int:
     if args.cmd == "pack" and args.chunk_len is not None and args.chunk_len < 1:
         print(f"data_prep pack: error: --chunk-len must be >= 1, got {args.chunk_len}", file=sys.stderr)
         return 2
-    signals = procgroup.signals_raise()   # SIGTERM and SIGHUP unwind like SIGINT: every temporary removed
-    signals.__enter__()
     t0 = time.perf_counter()
-    try:
-        if args.cmd == "sr":
-            out = args.out or _default_data(f"sr{args.patch}")
-            build_sr(out, args.patch, args.scale, args.count, source=args.source, seed=args.seed,
-                     flip=args.flip, skip_bad=args.skip_bad, force=args.force)
-            if args.pack:
-                pack(out, args.pack)
-        elif args.cmd == "classify":
-            out = args.out or _default_data("cls")
-            classes = args.classes if args.classes is not None else (4 if args.source is None else None)
-            build_cls(out, classes, args.per_class, min_size=args.min_size, max_size=args.max_size,
-                      seed=args.seed, source=args.source, quality=args.quality, skip_bad=args.skip_bad,
-                      force=args.force)
-        elif args.cmd == "pack":
-            pack(args.root, args.to, chunk_len=args.chunk_len, engine=args.engine)
-        elif args.cmd == "verify":
-            kw = {} if args.timeout is None else {"stall_s": args.timeout}
-            verify(args.root, args.formats, **kw)
+    try:   # SIGTERM and SIGHUP unwind like SIGINT: every temporary removed; the scope closes INSIDE this try, so a
+        with procgroup.signals_raise():   # signal it holds and raises on its way out is stopped here too (one line)
+            _run(args, build_cls, build_sr, pack, verify)
     except DataPrepError as exc:
         print(f"data_prep {args.cmd}: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -123,10 +106,29 @@ def _main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         return procgroup.stopped(f"data_prep {args.cmd}", exc, "no partial output left")
-    finally:
-        signals.__exit__(None, None, None)
     print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def _run(args, build_cls, build_sr, pack, verify) -> None:
+    """The command itself (inside :func:`_main`'s signal scope)."""
+    if args.cmd == "sr":
+        out = args.out or _default_data(f"sr{args.patch}")
+        build_sr(out, args.patch, args.scale, args.count, source=args.source, seed=args.seed,
+                 flip=args.flip, skip_bad=args.skip_bad, force=args.force)
+        if args.pack:
+            pack(out, args.pack)
+    elif args.cmd == "classify":
+        out = args.out or _default_data("cls")
+        classes = args.classes if args.classes is not None else (4 if args.source is None else None)
+        build_cls(out, classes, args.per_class, min_size=args.min_size, max_size=args.max_size,
+                  seed=args.seed, source=args.source, quality=args.quality, skip_bad=args.skip_bad,
+                  force=args.force)
+    elif args.cmd == "pack":
+        pack(args.root, args.to, chunk_len=args.chunk_len, engine=args.engine)
+    elif args.cmd == "verify":
+        kw = {} if args.timeout is None else {"stall_s": args.timeout}
+        verify(args.root, args.formats, **kw)
 
 
 if __name__ == "__main__":

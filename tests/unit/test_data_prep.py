@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -352,3 +353,34 @@ def test_a_set_into_figures_is_refused_before_anything_is_written(src, tmp_path,
         err = capsys.readouterr().err
         assert f"data_prep {argv[0]}: error:" in err and "lies inside figures/" in err
     assert sorted(p.name for p in figs.rglob("*")) == ["04_print_overhead", "cpu-2c", "results.json"]
+
+
+def test_a_second_signal_dropped_while_the_first_stops_the_command_gives_one_line_and_128_plus_n(
+        tmp_path, monkeypatch, capsys):
+    """``python -m data_prep pack`` given SIGHUP twice (a hang-up reaching the process and a wrapper that forwards
+    it: timeout, make): the second landed where Python drops it (a ``__del__``) and was held for redelivery; the
+    stop printed its line and returned 129, and then the held one was raised on the way out of the signal scope,
+    past main's handling: a second line 'interrupted (Ctrl-C)' and exit 1 (attack51 P03)."""
+    import signal
+
+    from feedlab import procgroup
+
+    pk = importlib.import_module("data_prep.pack")
+    monkeypatch.setattr(procgroup, "_send_later", lambda signum: None)   # redelivery is the way out's, not a thread's
+
+    class Drops:
+        def __del__(self):
+            procgroup._raise_signalled(signal.SIGHUP, None)   # the second SIGHUP, inside a __del__: dropped, held
+
+    def two_hangups(root, to, **kw):
+        holder = Drops()
+        del holder
+        raise procgroup.Signalled(signal.SIGHUP)             # the first one stops the pack
+
+    monkeypatch.setattr(data_prep, "pack", two_hangups)
+    monkeypatch.setattr(pk, "pack", two_hangups, raising=False)
+    assert main(["pack", str(tmp_path), "--to", "npy"]) == 128 + signal.SIGHUP
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["data_prep pack: hangup (SIGHUP): no partial output left"], err
+    assert not procgroup._PENDING
+    assert signal.getsignal(signal.SIGHUP) is not procgroup._raise_dropped
