@@ -265,7 +265,7 @@ class Signalled(KeyboardInterrupt):
     """A signal stopped the install; its exit status is 128 + the signal's number (143 for SIGTERM)."""
 
     def __init__(self, signum: int):
-        super().__init__(f"signal {signum}")
+        super().__init__(signal.Signals(signum).name)   # "SIGTERM": the line names it
         self.code = 128 + signum
 
 
@@ -311,5 +311,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt as exc:   # Ctrl-C or a signal: the step's group is already stopped, in one line
-        print(f"install: stopped ({exc or 'interrupted'}) with everything it had started", file=sys.stderr)
+        print(f"install: stopped ({str(exc) or 'Ctrl-C'}) with everything it had started", file=sys.stderr)
         sys.exit(getattr(exc, "code", 130))

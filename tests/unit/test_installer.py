@@ -214,9 +214,11 @@ def test_past_its_deadline_a_step_is_stopped_with_what_it_started(tmp_path):
         time.sleep(0.05)
 
 
-def test_a_signal_stops_the_install_with_its_step_in_one_line(tmp_path):
+@pytest.mark.parametrize("signame, word", [("SIGTERM", "SIGTERM"), ("SIGINT", "Ctrl-C"), ("SIGHUP", "SIGHUP")])
+def test_a_signal_stops_the_install_with_its_step_in_one_line(tmp_path, signame, word):
     """SIGTERM (a timeout around make, a cancelled job) stops the step under way with its process group, and
-    the script says so in one line (uv left running would hold its cache lock for the next install)."""
+    the script says so in one line (uv left running would hold its cache lock for the next install), naming the
+    signal (it read 'stopped (signal 15)', and 'stopped ()' for Ctrl-C: attack51 S05/I01)."""
     import os
     import signal
     import time
@@ -232,10 +234,11 @@ def test_a_signal_stops_the_install_with_its_step_in_one_line(tmp_path):
     while not pidfile.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pidfile.exists(), "the step did not start"
-    proc.send_signal(signal.SIGTERM)
+    sig = getattr(signal, signame)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=20)
-    assert proc.returncode == 143 and "Traceback" not in err   # 128 + 15, as the other commands (issue 47 W5)
-    assert err.strip().splitlines() == ["install: stopped (signal 15) with everything it had started"]
+    assert proc.returncode == 128 + sig and "Traceback" not in err   # 128+n, as the other commands (issue 47 W5)
+    assert err.strip().splitlines() == [f"install: stopped ({word}) with everything it had started"]
     step = int(pidfile.read_text())
     time.sleep(0.2)
     try:
