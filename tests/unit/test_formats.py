@@ -485,3 +485,19 @@ def test_pt_a_sample_of_other_pickled_objects_is_one_line_without_torch_s_warnin
         with pytest.raises(SampleError, match="holds pickled objects"):
             ds[5]
     assert not [w for w in caught if "pickle protocol" in str(w.message)]
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x93NUMPY\x01\x00v\x00{'descr'", b"not numpy at all"])
+def test_a_damaged_checksum_table_is_named_in_one_line(sr_root, tmp_path, damage):
+    """A truncated or foreign crc32c.npy: the read names that file and what to do (it read 'EOF: reading array
+    header, expected 118 bytes got 90', no file named: attack51 B02)."""
+    import shutil
+
+    root = tmp_path / "set"
+    shutil.copytree(sr_root, root, ignore=shutil.ignore_patterns("lmdb*", "sr.h5", "sr.zarr", "pt", "wds", "npy_mmap"))
+    (root / "crc32c.npy").write_bytes(damage)
+    ds = F.open_dataset(root, "npy", verify=True)
+    with pytest.raises(F.FormatError) as got:
+        ds[0]
+    msg = str(got.value)
+    assert "crc32c.npy" in msg and "delete that file" in msg and "\n" not in msg, msg

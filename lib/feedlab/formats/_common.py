@@ -192,9 +192,14 @@ class SRDataset(Dataset):
             table = False
             if path.exists():
                 with open_regular(path) as fh:
-                    table = np.load(fh, allow_pickle=False)
-                if table.shape != (self._n, 2) or table.dtype != np.uint32:
-                    raise FormatError(f"{path}: checksum table {table.shape} {table.dtype}, expected "
+                    try:
+                        table = np.load(fh, allow_pickle=False)
+                    except (ValueError, EOFError) as exc:   # truncated, foreign, or a pickle: named, one line
+                        raise FormatError(f"{path}: not a readable checksum table ({(str(exc).splitlines() or [type(exc).__name__])[0][:80]}): "
+                                          "rebuild the set or delete that file") from None
+                if not isinstance(table, np.ndarray) or table.shape != (self._n, 2) or table.dtype != np.uint32:
+                    raise FormatError(f"{path}: checksum table {getattr(table, 'shape', type(table).__name__)} "
+                                      f"{getattr(table, 'dtype', '')}, expected "
                                       f"({self._n}, 2) uint32: rebuild the set or delete that file")
             self._crc_table = table
         return None if table is False else table
