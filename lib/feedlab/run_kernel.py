@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from feedlab import paths, procgroup
+from feedlab import paths, procgroup, startup
 from feedlab.run_limit import descendants, stop_processes
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -101,7 +101,7 @@ def stop_on_signals() -> Iterator[None]:
         # ones someone else handles (Ray's SIGTERM handler after ``ray.init``) too
         old = {sig: signal.getsignal(sig) for sig in SIGNALS}
         for sig, handler in old.items():
-            if handler in (signal.SIG_DFL, signal.default_int_handler):
+            if handler in (signal.SIG_DFL, signal.default_int_handler, startup.on_signal):   # start-up's: ours
                 signal.signal(sig, _on_signal)
     try:
         with procgroup.dropped_signals_raised():   # a stop raised inside a weakref callback is raised again

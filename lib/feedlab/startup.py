@@ -27,9 +27,12 @@ import sys
 
 _state: dict = {}
 
-#: the command lines a person types (the runner has its own start-up handling, ``run_kernel.signals_held``; the
-#: processes feedlab starts itself — a peer's child, an experiment's worker — are stopped by us, and say nothing)
-COMMANDS = ("feedlab.bench", "feedlab.doctor", "feedlab.tuner", "feedlab.findings", "feedlab.run_plan", "data_prep")
+#: the command lines a person types (the runner too, for its module's own imports: its main's stop,
+#: ``run_kernel.stop_on_signals``, takes over from here, and holds a signal inside torch's import,
+#: ``run_kernel.signals_held``; the processes feedlab starts itself — a peer's child, an experiment's worker — are
+#: stopped by us, and say nothing)
+COMMANDS = ("feedlab.bench", "feedlab.doctor", "feedlab.tuner", "feedlab.findings", "feedlab.run_plan", "feedlab.run",
+            "data_prep")
 
 
 def command_name(argv: list[str] | None = None) -> str | None:

@@ -25,7 +25,7 @@ def test_command_name_is_the_module_a_person_typed_and_none_for_anything_else():
     assert startup.command_name([py, "-m", "feedlab.report.readme"]) == "python -m feedlab.report.readme"
     assert startup.command_name([py, "-m", "data_prep", "pack"]) == "python -m data_prep"
     assert startup.command_name([py, "-m", "feedlab.peers.child"]) is None     # ours: we stop it, it says nothing
-    assert startup.command_name([py, "-m", "feedlab.run"]) is None              # the runner's own handling
+    assert startup.command_name([py, "-m", "feedlab.run"]) == "python -m feedlab.run"   # its module's imports too
     assert startup.command_name([py, "-m", "pytest", "-q"]) is None
     assert startup.command_name([py, "-c", "import feedlab"]) is None
 
@@ -126,3 +126,44 @@ def test_the_start_up_handler_gives_way_to_the_commands_own():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-1500:]
+
+
+_RUNNER_PROBE = """
+import signal, sys
+sys.argv[0] = "-m"                                   # `python -m feedlab.run` locating its module
+sys.orig_argv = [sys.executable, "-m", "feedlab.run"]
+import feedlab
+from feedlab import run_kernel, startup
+assert all(signal.getsignal(s) is startup.on_signal for s in run_kernel.SIGNALS), "no start-up handling"
+with run_kernel.stop_on_signals():                   # the runner's stop takes over from the start-up handler
+    assert all(signal.getsignal(s) is run_kernel._on_signal for s in run_kernel.SIGNALS), "not taken over"
+sys.path.insert(0, {tmp!r})
+print("ready", flush=True)
+import slowmod                                       # run.py's own imports (findings, machines ...)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_the_runner_signalled_while_its_module_imports_says_one_line(tmp_path, sig):
+    """``python -m feedlab.run`` before its main's stop handling is in place (run.py's module imports, ~0.5 s on
+    a busy machine): SIGTERM ended it with no word (rc 143), Ctrl-C was a KeyboardInterrupt traceback through
+    runpy and run.py (attack51 S02/S07); now one line and 128+n, and the runner's stop replaces the handler."""
+    (tmp_path / "slowmod.py").write_text("import time\nprint('importing', flush=True)\ntime.sleep(30)\n")
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_RUNNER_PROBE.format(tmp=str(tmp_path)))],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            line = p.stdout.readline()
+            if not line or line.strip() == "importing":
+                break
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == 128 + sig and lines == [
+        f"python -m feedlab.run: {'interrupted (Ctrl-C)' if sig == signal.SIGINT else 'stopped by SIGTERM'} "
+        "while starting"], (p.returncode, err[-1500:])
