@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from feedlab import files
 from feedlab import pipeline as pl
 from feedlab.doctor.script_watch import DeadlineWire, fork_watched, stuck_line, watch_deadline
 from feedlab.errors import cli_errors, deadline, seconds_or_zero, strict_json
@@ -117,6 +118,8 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
 
 def main(argv: list[str] | None = None) -> int:
     with cli_errors("python -m feedlab.bench"):
+        if argv is None:   # the command line: its workers share one multiprocessing folder, removed at its exit
+            files.mp_folder_owned()
         return _main(argv, watched=argv is None)   # the command line: watched from a second process
 
 

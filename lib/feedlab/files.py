@@ -243,6 +243,21 @@ def mp_sockets_fit() -> Path | None:
     if multiprocessing.process.current_process()._config.get("tempdir") or \
             paths.socket_parent(MP_SOCKET_TAIL) == tempfile.gettempdir():
         return None
+    return mp_folder_owned()
+
+
+def mp_folder_owned() -> Path:
+    """multiprocessing's folder made by this process now (:func:`mp_temp_dir`), before any DataLoader worker forks,
+    and removed at its exit (multiprocessing's exit hook, as for its own); returns it. Otherwise each worker makes
+    its own ``pymp-*`` for its hand-over listener, which only the worker's clean exit removes: a signal sent to the
+    whole group (``kill -- -PGID``, a hang-up) killed the workers and left those folders in $TMPDIR (attack51
+    N11b). Forked workers share this one; a SIGKILLed command's is swept by a later run."""
+    import multiprocessing.process
+    import multiprocessing.util
+
+    made = multiprocessing.process.current_process()._config.get("tempdir")
+    if made:
+        return Path(made)
     folder = mp_temp_dir()
     multiprocessing.util.Finalize(None, remove, args=(folder,), exitpriority=-100)
     return folder

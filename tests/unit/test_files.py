@@ -37,3 +37,37 @@ def test_multiprocessing_sockets_fit_under_a_long_tmpdir(tmp_path, monkeypatch):
         config.pop("tempdir", None)
         if old is not None:
             config["tempdir"] = old
+
+
+def test_a_worker_killed_by_a_group_signal_leaves_no_multiprocessing_folder(tmp_path):
+    """A command's DataLoader workers made each their own ``pymp-*`` folder (their batch hand-over listener) that
+    only their own clean exit removed: a signal sent to the whole group (``kill -- -PGID``, a terminal's hang-up)
+    killed them and left the folders, sockets inside, in $TMPDIR (attack51 N11b: bench --peer torch_stock).
+    :func:`files.mp_folder_owned`, called by the command before any worker forks: the workers share its folder,
+    and the command's exit removes it."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = textwrap.dedent("""
+        import multiprocessing as mp, multiprocessing.util as u, os, signal, sys, time
+        from feedlab import files
+        owned = files.mp_folder_owned()
+        def worker(q):
+            q.put(u.get_temp_dir())                   # where a worker's listener binds
+            time.sleep(30)
+        q = mp.get_context("fork").Queue()
+        p = mp.get_context("fork").Process(target=worker, args=(q,))
+        p.start()
+        seen = q.get(timeout=20)
+        os.kill(p.pid, signal.SIGTERM)                # killed as a group signal kills it: no clean exit
+        p.join(timeout=20)
+        print(seen == str(owned), flush=True)
+    """)
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-1500:]
+    assert list(tmp.iterdir()) == [], list(tmp.iterdir())
