@@ -158,28 +158,29 @@ def pack(root, formats: str | Iterable[str] | None = "all", *, log: Callable[[st
         opts = _opts_for(spec.writer, writer_opts)
         t0 = time.perf_counter()
         try:
-            F.write(fmt, root, Tracked(ref, f"pack {fmt}"), **opts)
-        except Exception as exc:  # a known library error (EFBIG, ENOSPC, lmdb.Error, h5py's): one line
-            err = write_failed(fmt, root / spec.path.rstrip("/"), exc)
-            if err is None:
-                raise
-            raise err from None
-        except BaseException:   # a signal (or Ctrl-C) just after the format was put in place: it is whole, so
-            _record_if_whole(root, fmt, spec, time.perf_counter() - t0)   # recorded, never left unrecorded
+            try:
+                F.write(fmt, root, Tracked(ref, f"pack {fmt}"), **opts)
+            except Exception as exc:  # a known library error (EFBIG, ENOSPC, lmdb.Error, h5py's): one line
+                err = write_failed(fmt, root / spec.path.rstrip("/"), exc)
+                if err is None:
+                    raise
+                raise err from None
+            dt, size = time.perf_counter() - t0, spec.bytes_on_disk(root)   # the tree walked before the hold
+            with signals_deferred():   # the manifest records what is in place; a signal now acts just after
+                man = _record(root, fmt, spec, dt, size)
+        except (KeyboardInterrupt, SystemExit):   # a signal (procgroup.Signalled, Ctrl-C) anywhere after the
+            _record_if_whole(root, fmt, spec, time.perf_counter() - t0)   # format was put in place: recorded
             raise
-        with signals_deferred():   # the manifest records what is in place; a signal now acts just after
-            man = _record(root, fmt, spec, time.perf_counter() - t0)
-        log(f"packed {fmt:9s} {man['formats'][fmt]['bytes'] / 2**20:8.1f} MiB in "
-            f"{man['formats'][fmt]['write_seconds']:6.2f} s")
+        log(f"packed {fmt:9s} {size / 2**20:8.1f} MiB in {dt:6.2f} s")
     return man
 
 
-def _record(root: Path, fmt: str, spec, dt: float) -> dict:
+def _record(root: Path, fmt: str, spec, dt: float, size: int) -> dict:
     """``fmt`` recorded in the set's manifest (re-read first: another packer may have recorded a format
     meanwhile); the manifest returned."""
     man = read_manifest(root)
     man.setdefault("formats", {})[fmt] = {
-        "path": spec.path, "bytes": int(spec.bytes_on_disk(root)), "write_seconds": round(dt, 3),
+        "path": spec.path, "bytes": int(size), "write_seconds": round(dt, 3),
         "content_sha256": man.get("content_sha256"),
     }
     write_json_atomic(root / MANIFEST, man)
@@ -188,11 +189,15 @@ def _record(root: Path, fmt: str, spec, dt: float) -> dict:
 
 def _record_if_whole(root: Path, fmt: str, spec, dt: float) -> None:
     """A write stopped by a signal: where its format is in place (the writers rename a finished temporary into
-    place, their last step) and the manifest does not record it, it is recorded (a second signal meanwhile acts just after)."""
+    place, their last step) and the manifest does not record it, it is recorded (a second signal meanwhile acts
+    just after)."""
     final = root / spec.path.rstrip("/")
+    if not final.exists() or fmt in read_manifest(root).get("formats", {}):
+        return
+    size = spec.bytes_on_disk(root)
     with signals_deferred():
-        if final.exists() and fmt not in read_manifest(root).get("formats", {}):
-            _record(root, fmt, spec, dt)
+        if fmt not in read_manifest(root).get("formats", {}):
+            _record(root, fmt, spec, dt, size)
 
 
 def _refuse_foreign(root: Path, fmts: list[str], man: dict) -> None:

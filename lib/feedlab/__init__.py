@@ -9,7 +9,9 @@ __version__ = "0.1.0"
 
 import sys as _sys
 
-if _sys.argv[:1] == ["-m"]:   # `python -m feedlab.X` (or data_prep) locating its module: a signal from now is one line
+if _sys.argv[:1] == ["-m"] or _sys.argv[:1] and _sys.argv[0].rsplit("/", 1)[-1].startswith("feedlab-"):
+    # `python -m feedlab.X` (or data_prep) locating its module, or a console script of ours: a signal from now is
+    # one line (feedlab.startup)
     from feedlab import startup as _startup
 
     _startup.install()

@@ -18,6 +18,7 @@ import re
 import sys
 from pathlib import Path
 
+from feedlab import startup
 from feedlab.machines import machine_key
 from feedlab.results import atomic_write
 
@@ -185,6 +186,7 @@ def notebook_display() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    startup.started()   # past its start: a lazy import later is not the start-up's (feedlab.startup)
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print("usage: python -m feedlab.findings EXECUTED.ipynb ...  (adds or refreshes the findings cell)")

@@ -358,12 +358,20 @@ def signals_deferred(sigs: Iterable[int] = (signal.SIGINT, signal.SIGTERM, signa
         yield
         return
     got: list[int] = []
-    old = {sig: signal.signal(sig, lambda signum, _frame: got.append(signum)) for sig in sigs}
+    old: dict = {}
     try:
+        for sig in sigs:   # one at a time: a pending signal's handler may run inside signal.signal itself
+            old[sig] = signal.signal(sig, lambda signum, _frame: got.append(signum))
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        raised = None
+        for sig, handler in old.items():   # every one put back, even where putting back one raised
+            try:
+                signal.signal(sig, handler)
+            except BaseException as exc:  # noqa: BLE001 (a pending signal's handler ran in signal.signal)
+                raised = raised or exc
+        if raised is not None:
+            raise raised
         for sig in dict.fromkeys(got):
             signal.raise_signal(sig)
 

@@ -299,7 +299,8 @@ def _main(argv: list[str] | None = None) -> int:
     route_params(dict(args.param), notebooks)  # a key must be a parameter some selected notebook declares
     # one truth: the profile, the folders and every -p value, resolved once; all below read only these
     run_params = resolve_run(notebooks, [tuple(kv) for kv in args.param], args.profile, args.out_root,
-                             args.data_only)
+                             args.data_only,   # a gpu plan's folders are the GPU machine's, not this one's
+                             here=not (args.dry_run and "gpu" in (args.profile, dict(args.param).get("profile", ""))))
     profile, params, args.out_root = run_params.profile, run_params.params, run_params.out_root
     os.environ["FEEDLAB_PROFILE"] = profile
     if args.list:

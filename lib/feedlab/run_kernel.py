@@ -99,6 +99,7 @@ def stop_on_signals() -> Iterator[None]:
     if threading.current_thread() is threading.main_thread():
         # every one of SIGNALS is put back, not only those taken: a stop ignores them all (``_on_signal``), the
         # ones someone else handles (Ray's SIGTERM handler after ``ray.init``) too
+        startup.started()   # the start-up handlers go back to the defaults first: those are what is put back
         old = {sig: signal.getsignal(sig) for sig in SIGNALS}
         for sig, handler in old.items():
             if handler in (signal.SIG_DFL, signal.default_int_handler, startup.on_signal):   # start-up's: ours

@@ -177,10 +177,11 @@ def _check_choices(key: str, text: str, value, choices: list[str] | None, notebo
 
 
 def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_flag: str = "",
-                out_root: Path | None = None, data_only: bool = False) -> RunParams:
+                out_root: Path | None = None, data_only: bool = False, here: bool = True) -> RunParams:
     """The run's one set of parameters from the runner's options and its ``-p`` pairs (text, as typed).
     Raises ``ValueError``, one line, for a ``-p`` that contradicts a runner option, a key given twice
-    with two values, or a value not of its parameter's type (:func:`parse_value`)."""
+    with two values, a value not of its parameter's type (:func:`parse_value`), or (``here``: the run is on
+    this machine, not a gpu plan drawn up for another) a ``data_root``/``cls_root`` that names no folder."""
     texts = _given_once(pairs)
     if "profile" in texts:
         given = texts.pop("profile").strip()
@@ -211,7 +212,7 @@ def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_fla
                 params.setdefault(key, value)
         if key not in params:   # no selected notebook takes it: the caller says so (nbparams.route_params)
             params[key] = text
-        elif key in ("data_root", "cls_root") and not Path(params[key]).is_dir():   # before any notebook starts
+        elif here and key in ("data_root", "cls_root") and not Path(params[key]).is_dir():   # before any notebook
             build = "classify" if key == "cls_root" else "sr"
             raise ValueError(f"-p {key} {text!r}: no such folder ({params[key]!r}); build a set there with "
                              f"`python -m data_prep {build} DIR`, or leave -p {key} out for the embedded set")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from feedlab import fingerprint, machines, paths
+from feedlab import fingerprint, machines, paths, startup
 from feedlab.machines import machine_dirs, machine_key
 from feedlab.nbparams import notebook_parameters
 from feedlab.paths import NOTEBOOKS_DIR, figure_dir
@@ -339,6 +339,7 @@ def call_deadline(n: int) -> int:
 
 
 def main(argv=None) -> int:
+    startup.started()   # past its start: a lazy import later is not the start-up's (feedlab.startup)
     ap = argparse.ArgumentParser(prog="python -m feedlab.run_plan",
                                  description="print one call of the gpu plan as notebook:limit pairs")
     ap.add_argument("--call", type=int, required=True, metavar="N")

@@ -35,20 +35,45 @@ COMMANDS = ("feedlab.bench", "feedlab.doctor", "feedlab.tuner", "feedlab.finding
             "data_prep")
 
 
-def command_name(argv: list[str] | None = None) -> str | None:
-    """``python -m feedlab.bench`` for a process started as ``python … -m feedlab.bench …`` (``sys.orig_argv``);
-    None for anything else (a notebook's kernel, pytest, an ``import feedlab``)."""
-    argv = list(sys.orig_argv if argv is None else argv)
+#: the console scripts of ours (pyproject's [project.scripts]): their process runs the same commands
+SCRIPTS = ("feedlab-bench", "feedlab-run", "feedlab-doctor")
+
+
+def _module_run(argv: list[str]) -> str | None:
+    """The module of ``python [options] -m MODULE …`` (``-m MODULE``, ``-mMODULE``, ``-Im MODULE``); None for
+    ``-c``, a script, or no module."""
+    skip = False
     for i, arg in enumerate(argv[1:], 1):
-        if arg == "-m" and i + 1 < len(argv):
-            mod = argv[i + 1]
-        elif arg.startswith("-m") and len(arg) > 2:
-            mod = arg[2:]
-        else:
+        if skip:
+            skip = False
             continue
-        mod = mod.removesuffix(".__main__")
-        return f"python -m {mod}" if mod in COMMANDS or mod.startswith("feedlab.report.") else None
+        if arg in ("-X", "-W", "--check-hash-based-pycs"):
+            skip = True
+            continue
+        if arg.startswith("--"):
+            continue
+        if not arg.startswith("-") or arg == "-":
+            return None                     # a script (or stdin): not a module run
+        for j, ch in enumerate(arg[1:], 1):
+            if ch == "c":
+                return None
+            if ch in "XW":
+                break                       # -Xfoo: its argument attached
+            if ch == "m":
+                return arg[j + 1:] or (argv[i + 1] if i + 1 < len(argv) else None)
     return None
+
+
+def command_name(argv: list[str] | None = None, script: str | None = None) -> str | None:
+    """``python -m feedlab.bench`` for a process started as ``python … -m feedlab.bench …`` (``sys.orig_argv``),
+    ``feedlab-doctor`` for a console script of ours (``script``: ``sys.argv[0]``); None for anything else (a
+    notebook's kernel, pytest, an ``import feedlab``)."""
+    script = os.path.basename(sys.argv[0] if script is None and sys.argv else script or "")
+    if script in SCRIPTS:
+        return script
+    mod = _module_run(list(sys.orig_argv if argv is None else argv))
+    mod = (mod or "").removesuffix(".__main__")
+    return f"python -m {mod}" if mod in COMMANDS or mod.startswith("feedlab.report.") else None
 
 
 def _say(line: str) -> None:
@@ -86,6 +111,9 @@ def on_signal(signum, frame) -> None:
                 f.flush()
             except Exception:  # a closed stream: nothing to flush
                 pass
+        if signum == signal.SIGINT:         # died by SIGINT, as Python's own Ctrl-C: a shell's loop stops too
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
         os._exit(128 + signum)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
@@ -95,7 +123,9 @@ def on_signal(signum, frame) -> None:
 
 def _excepthook(kind, value, tb) -> None:
     if issubclass(kind, KeyboardInterrupt) and os.getpid() == _state.get("pid"):
-        _say(f"{_state['prog']}: interrupted (Ctrl-C)")
+        signum = getattr(value, "signum", signal.SIGINT)    # procgroup.Signalled: SIGTERM's, SIGHUP's
+        _say(f"{_state['prog']}: " + ("interrupted (Ctrl-C)" if signum == signal.SIGINT
+                                      else f"stopped by {signal.Signals(signum).name}"))
         return
     _state["previous"](kind, value, tb)
 
@@ -118,13 +148,17 @@ def install(argv: list[str] | None = None) -> bool:
 
 
 def started() -> None:
-    """The command's own signal handling is in place (``procgroup.signals_raise`` calls this, in the main
-    thread): no more exits at once during an import (a lazy ``import ray`` mid-run unwinds, its temporaries
-    removed), and Ctrl-C is Python's own again."""
+    """The command's own signal handling takes over (``procgroup.signals_raise``, ``run_kernel.stop_on_signals``
+    call this in the main thread, before they save the handlers they put back): every start-up handler goes back
+    to Python's default (SIGINT its KeyboardInterrupt, SIGTERM and SIGHUP their default action), so what the
+    command puts back when its handling ends is the default, never this module's line a second time; and no more
+    exits at once during an import (a lazy ``import ray`` mid-run unwinds, its temporaries removed)."""
     if _state and not _state.get("started"):
         _state["started"] = True
-        if signal.getsignal(signal.SIGINT) is on_signal:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL),
+                             (signal.SIGHUP, signal.SIG_DFL)):
+            if signal.getsignal(sig) is on_signal:
+                signal.signal(sig, default)
 
 
 def _main_thread() -> bool:
@@ -133,4 +167,4 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-__all__ = ["install", "command_name", "on_signal", "importing", "started", "COMMANDS"]
+__all__ = ["install", "command_name", "on_signal", "importing", "started", "COMMANDS", "SCRIPTS"]

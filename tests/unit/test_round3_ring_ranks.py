@@ -276,10 +276,25 @@ def test_a_worker_killed_at_random_points_is_always_the_rings_one_line(no_leaks)
         assert "\n" not in msg and f"ring worker {k} was killed by SIGKILL" in msg, (attempt, msg)
 
 
+def _alive(pids) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:   # gone (or reaped between the two looks)
+            pass
+    return out
+
+
 def test_bench_with_a_ring_worker_killed_prints_one_line(sr_root, no_leaks):
-    """Through ``python -m feedlab.bench --loader ring``: one line naming the worker, exit 2, no traceback."""
+    """Through ``python -m feedlab.bench --loader ring``: a ring worker SIGKILLed at a random moment is one line
+    naming the worker, exit 2, no traceback (two tries). Then the process the watched bench forked to run the
+    loader (the ring workers' parent) SIGKILLed from outside — the OOM killer's way — is one line naming SIGKILL,
+    exit 137, the ring workers stopped: it was a silent 137 (CI, 2026-11-28, when this test's random kill picked
+    that process instead of a worker)."""
     rng = random.Random(3)
-    for attempt in range(2):
+    for attempt in range(3):
         cmd = [sys.executable, "-m", "feedlab.bench", "--data", str(sr_root), "--format", "npy", "--loader", "ring",
                "--num-workers", "2", "--batch-size", "4", "--epochs", "100000", "--warmup", "0", "--model", "none",
                "--device", "cpu", "--collate", "fast", "--timeout", "60"]
@@ -292,39 +307,20 @@ def test_bench_with_a_ring_worker_killed_prints_one_line(sr_root, no_leaks):
             workers = _grandchildren(proc.pid)   # the ring's workers: below the process the watcher forked
             assert workers, proc.communicate(timeout=10)
             time.sleep(rng.uniform(0.2, 1.0))
-            os.kill(rng.choice(workers), signal.SIGKILL)
+            target = rng.choice(workers) if attempt < 2 else psutil.Process(proc.pid).children()[0].pid
+            os.kill(target, signal.SIGKILL)
             out, err = proc.communicate(timeout=60)
         finally:
             _kill_all(_tree(proc.pid))
             proc.wait(timeout=10)
         lines = [ln for ln in err.splitlines() if ln.strip()]
-        assert proc.returncode == 2 and len(lines) == 1, (attempt, proc.returncode, err[-3000:])
-        assert "ring worker" in lines[0] and "SIGKILL" in lines[0] and "Traceback" not in err
-
-
-def test_bench_whose_working_process_is_killed_says_so_in_one_line(sr_root, no_leaks):
-    """The watched bench forks the process that runs the loader; that process killed from outside (the OOM
-    killer's SIGKILL) is one line naming SIGKILL, exit 137, and its ring workers stopped: never a silent 137."""
-    cmd = [sys.executable, "-m", "feedlab.bench", "--data", str(sr_root), "--format", "npy", "--loader", "ring",
-           "--num-workers", "2", "--batch-size", "4", "--epochs", "100000", "--warmup", "0", "--model", "none",
-           "--device", "cpu", "--collate", "fast", "--timeout", "60"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                            start_new_session=True)
-    try:
-        end = time.monotonic() + 90
-        while len(_grandchildren(proc.pid)) < 2 and time.monotonic() < end and proc.poll() is None:
-            time.sleep(0.05)
-        workers = _grandchildren(proc.pid)
-        assert workers, proc.communicate(timeout=10)
-        os.kill(psutil.Process(proc.pid).children()[0].pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        _kill_all(_tree(proc.pid))
-        proc.wait(timeout=10)
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert proc.returncode == 137 and len(lines) == 1, (proc.returncode, err[-3000:])
-    assert "killed by SIGKILL" in lines[0] and lines[0].startswith("python -m feedlab.bench: ")
-    assert not [p for p in workers if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if attempt < 2:
+            assert proc.returncode == 2 and len(lines) == 1, (attempt, proc.returncode, err[-3000:])
+            assert "ring worker" in lines[0] and "SIGKILL" in lines[0] and "Traceback" not in err
+        else:
+            assert proc.returncode == 137 and len(lines) == 1, (proc.returncode, err[-3000:])
+            assert "killed by SIGKILL" in lines[0] and lines[0].startswith("python -m feedlab.bench: ")
+            assert not _alive(workers)
 
 
 # ---------------------------------------------------------------- bench --ranks: signals and a stopped rank

@@ -91,6 +91,9 @@ def _summary(rec: Recorder, path: Path, args, stopped: str) -> dict | None:
         return None
     out = summarize(main)
     out.update(script=str(path), args=list(args), stopped=stopped, loaders_seen=len(rec.loaders))
+    need = min(VERDICT_MIN_BATCHES, getattr(rec, "max_batches", VERDICT_MIN_BATCHES))
+    if out.get("verdict") and len(main["wait"]) < need:   # however the run ended (os._exit, its deadline, a
+        out.update(verdict=None, note=f"{stopped}: too few batches for a verdict (the doctor asks {need})")  # stop)
     return out
 
 
@@ -121,7 +124,7 @@ def _ended(rec: Progress, path: Path, args, why: str, limit: float | None,
             what = (f"{n} batches, then no batch asked for in {limit:g} s (a step or your script's own code that "
                     "does not return?), so the doctor ended it (--deadline)")
             summary = _summary(rec, path, args, what)
-            if summary and summary.get("verdict") and n < VERDICT_MIN_BATCHES:   # the numbers only, no verdict
+            if summary and n < VERDICT_MIN_BATCHES:   # the numbers only, no verdict (_summary's rule), and why
                 summary.update(verdict=None, note=f"the run ended at its deadline after {n} batch(es): too few for a "
                                                   f"verdict (the step under way then is not in these numbers)")
             return summary, what
@@ -267,7 +270,7 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
             dog.close()
         DataLoader.__iter__, os._exit, threading.excepthook = original, os_exit, thread_hook
         sys.argv, sys.path[:] = argv, cwd_path
-    clean, enough = outcome is None, isinstance(outcome, Enough)
+    clean = outcome is None
     try:
         stopped = _outcome(outcome, path, max_batches, rec.batches())
     finally:
@@ -285,11 +288,7 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
     if main is None:
         raise UserCodeError(f"--script {path}: no torch.utils.data.DataLoader delivered a batch ({stopped}); "
                             "does the script build its loader under `if __name__ == '__main__':`?")
-    summary, n = _summary(rec, path, args, stopped), rec.batches()
-    if summary and summary.get("verdict") and not enough and n < min(VERDICT_MIN_BATCHES, max_batches):
-        summary.update(verdict=None, note=f"{stopped}: too few batches for a verdict (the doctor asks "
-                                          f"{min(VERDICT_MIN_BATCHES, max_batches)}; its deadline's rule)")
-    return summary, main["loader"]
+    return _summary(rec, path, args, stopped), main["loader"]   # no verdict under 16 batches (or --batches)
 
 
 def too_busy(s: dict, load: dict) -> dict:

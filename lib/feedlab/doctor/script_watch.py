@@ -357,7 +357,8 @@ def watch(pid: int, fd: int, apply: Callable[[list], None], late: Callable[[floa
         pending.append(sig)
 
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, on_signal)
+        if signal.getsignal(sig) is not signal.SIG_IGN:   # under nohup a hang-up stays ignored, as the child's
+            signal.signal(sig, on_signal)
     buf = b""
     while True:
         if select.select([fd], [], [], 0.1)[0]:
@@ -374,7 +375,7 @@ def watch(pid: int, fd: int, apply: Callable[[list], None], late: Callable[[floa
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             code = os.waitstatus_to_exitcode(status)
-            if code < 0 and -code not in signalled:   # killed from outside (the OOM killer, kill -9): said
+            if code < 0 and -code not in signalled and -code not in pending:   # not a signal we were sent: said
                 print(killed_line(-code, len(_below(os.getpid()))), file=sys.stderr, flush=True)
             _end(_exit_code(status))
         now = time.monotonic()

@@ -28,15 +28,18 @@ def ignored_line(sig: int, kids: int) -> str:
 
 
 def killed_line(sig: int, kids: int) -> str:
-    """The one line of a run whose working process was killed by a signal this process was not sent
-    (the kernel's out-of-memory killer, a ``kill -9``): its exit status is still 128+n."""
+    """The one line of a run whose working process was ended by a signal this process was not sent: from
+    outside (the kernel's out-of-memory killer, a ``kill -9``), or a crash of its own (SIGSEGV, SIGBUS from a
+    file cut short under a memory map, SIGABRT from C++); its exit status is still 128+n."""
     try:
         name = signal.Signals(sig).name
     except ValueError:
         name = f"signal {sig}"
-    hint = " (the out-of-memory killer, or a kill -9?)" if sig == signal.SIGKILL else ""
     left = f"; stopping the {kids} process(es) it left" if kids else ""
-    return f"{_prog()}: the process doing the run was killed by {name} from outside{hint}{left}"
+    if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        hint = " (the out-of-memory killer, or a kill -9?)" if sig == signal.SIGKILL else ""
+        return f"{_prog()}: the process doing the run was killed by {name} from outside{hint}{left}"
+    return f"{_prog()}: the process doing the run crashed with {name}{left}"
 
 
 def _prog() -> str:
