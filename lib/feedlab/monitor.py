@@ -355,7 +355,7 @@ class LoadWindow:
         self.reset()
 
     def reset(self) -> None:
-        self._t0 = time.monotonic()
+        self._t0, self._pid = time.monotonic(), os.getpid()
         try:
             self._busy0, self._steal0 = _busy_seconds()
             self._own0 = _own_tree_seconds()
@@ -370,7 +370,7 @@ class LoadWindow:
             return {"available": False, "window_s": round(wall, 3), "usable_cores": cores}
         try:
             busy, steal = _busy_seconds()
-            own = _own_tree_seconds()
+            own = _own_tree_seconds() + _forked_from(self._pid)
         except Exception:  # the tree or /proc could not be read this time: say so rather than guess
             return {"available": False, "window_s": round(wall, 3), "usable_cores": cores}
         other = max(0.0, (busy - self._busy0) - (own - self._own0)) / wall
@@ -380,6 +380,21 @@ class LoadWindow:
                 "other_cpu_cores": round(other, 3), "steal_cores": round(steal_cores, 3),
                 "other_fraction": round(fraction, 3), "threshold_fraction": threshold,
                 "busy": fraction > threshold}
+
+
+def _forked_from(pid: int) -> float:
+    """A window read in a fork of the process it began in (the doctor's ``--script`` child): that process's CPU
+    seconds, its own and what it reaped, so the tree the window began with is still the one subtracted (a fork's
+    own seconds start at 0: the watcher's torch import read as other load, "too busy" on an idle machine)."""
+    if pid == os.getpid():
+        return 0.0
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:   # it ended: its seconds cannot be read, nothing added (a busier reading, never a quieter)
+        return 0.0
+    return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
 
 
 _RUN = LoadWindow()      # since the notebook (or process) started measuring

@@ -345,7 +345,7 @@ def signals_raise(sigs: Iterable[int] = (signal.SIGTERM, signal.SIGHUP)) -> Iter
         with dropped_signals_raised():
             yield
     finally:
-        for sig, handler in old.items():
+        for sig, handler in old.items() if not startup.exiting_with() else ():   # after its stop line: kept
             signal.signal(sig, handler)
 
 
@@ -404,6 +404,8 @@ def stopped(prog: str, exc: BaseException, what: str = "", out=None) -> int:
     why = str(exc) if isinstance(exc, Signalled) else "interrupted"
     said = what or (f"stopped {n} process{'es' if n != 1 else ''} it had started" if n else "")
     print(f"{prog}: {why}" + (f": {said}" if said else ""), file=out or sys.stderr, flush=True)
+    if startup.command_name() is not None:   # a command line's own process (never a test's, a notebook's)
+        startup.exiting(exit_code(exc))
     return exit_code(exc)
 
 

@@ -161,10 +161,47 @@ def started() -> None:
                 signal.signal(sig, default)
 
 
+_EXITING: list[int] = []   # the exit status once a command line said its stop line (:func:`exiting`)
+
+
+def exiting(code: int) -> None:
+    """A command line has said its stop line and is exiting with ``code`` (main thread only). What still
+    comes is taken quietly: a further SIGINT, SIGTERM or SIGHUP (a wrapper forwarding the group's signal, a
+    second Ctrl-C) is noted, and the one after ends the process at once with ``code`` (it never becomes a
+    KeyboardInterrupt in the interpreter's shutdown: "Exception ignored in threading._shutdown"); torch's SIGCHLD
+    handler (a DataLoader worker the same group signal killed) no longer raises "DataLoader worker … killed by
+    signal" from the exit's finalizers. ``procgroup.signals_raise`` leaves these in place on its way out."""
+    if not _main_thread() or _EXITING:
+        return
+    _EXITING.append(int(code))
+    seen: list[int] = []
+
+    def again(signum, _frame):
+        if seen:
+            for f in (sys.stdout, sys.stderr):
+                try:
+                    f.flush()
+                except Exception:  # a closed stream: nothing to flush
+                    pass
+            os._exit(_EXITING[0])
+        seen.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, again)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+def exiting_with() -> int | None:
+    """The exit status :func:`exiting` was told, or None before."""
+    return _EXITING[0] if _EXITING else None
+
+
 def _main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
 
 
-__all__ = ["install", "command_name", "on_signal", "importing", "started", "COMMANDS", "SCRIPTS"]
+__all__ = ["install", "command_name", "on_signal", "importing", "started", "exiting", "exiting_with",
+           "COMMANDS", "SCRIPTS"]

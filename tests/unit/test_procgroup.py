@@ -343,3 +343,46 @@ def test_signals_deferred_raises_the_signals_exception_after_the_step(tmp_path):
                 time.sleep(0.05)
                 done.append("step")
     assert done == ["step"]
+
+
+_EXITING_PROBE = """
+import os, signal, sys, time
+sys.argv[0] = "-m"
+sys.orig_argv = [sys.executable, "-m", "feedlab.bench"]
+import feedlab
+from feedlab import procgroup
+signal.signal(signal.SIGCHLD, lambda *a: print("torch's SIGCHLD handler ran", file=sys.stderr))
+try:
+    with procgroup.signals_raise():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+except KeyboardInterrupt as exc:
+    code = procgroup.stopped("python -m feedlab.bench", exc)
+print("stopped", flush=True)
+assert signal.getsignal(signal.SIGCHLD) is signal.SIG_DFL
+time.sleep(30)                                      # the interpreter's exit, as long as it takes
+"""
+
+
+def test_after_its_stop_line_a_command_takes_one_more_signal_quietly_and_ends_at_the_next(tmp_path):
+    """attack51 F3/F4: after the stop line, a wrapper's forwarded signal (or a second Ctrl-C) became a
+    KeyboardInterrupt traceback in the interpreter's shutdown, and torch's SIGCHLD handler raised "DataLoader
+    worker … killed by signal" from the exit's finalizers. Now: one line only, the next signal noted, the one
+    after ends the process at once with the stop's own code."""
+    import textwrap
+
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_EXITING_PROBE)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert p.stdout.readline().strip() == "stopped", p.communicate(timeout=30)
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        assert p.poll() is None            # the first further signal: taken quietly
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == 143 and lines == ["python -m feedlab.bench: terminated (SIGTERM)"], (p.returncode, err)
