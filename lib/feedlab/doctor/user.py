@@ -42,6 +42,7 @@ from .guard import DEFAULT_DEADLINE_S, HUNG_HINT, Hung, UserCodeError, collate_h
 from .probes import measure_machine, probe_worker, startup_s, timed
 from .ranks import advise_ranks
 from .report import Report
+from .standin import StandInStep
 from .stepside import try_step_changes
 from .verdict import one_verdict, wait_share
 from .wrap import batch_len, check_loader, stage_costs, timed_in_main, to_device
@@ -302,12 +303,9 @@ def diagnose_loader(loader, step: Callable[[Any], Any] | None = None, batches: i
     spec = pl.PipelineSpec(format="user", decode="user", collate="user", batch_size=B, num_workers=W,
                           device=device, pin_memory=bool(loader.pin_memory))
     measured = loop = None
-    if step is None and step_cost_s:
-        notes.append("end to end, a wait of your script's measured step time stands in for the step "
-                     "(it does not use the CPU your step did)")
-
-        def step(b, _t=step_cost_s[0]):
-            time.sleep(_t * (batch_len(b) or B))
+    if step is None and step_cost_s:   # the same CPU work as the script's step (a sleep left workers its cores)
+        step = StandInStep(step_cost_s[0], step_cost_s[1], B)
+        notes.append(f"end to end, {step.words}")
     if full and len(lens) >= 3:
         skip = pl.prefetch_depth(spec)
         runs = []
