@@ -40,10 +40,8 @@ docs/DOCTOR_ON_SCRIPTS.md from the committed records (tests/unit/test_doctor_on_
 doc is what the records give). ``--deadline`` bounds the whole run: a case or pass not started by then is
 recorded as left out, and no script run goes on more than ``GRACE_S`` past it (its group is killed). The defaults
 (batch 16, 6 batches a run, 2 rounds) are sized for a quiet 2-core machine; the default ``--deadline`` (900 s)
-leaves room for all five cases there. Not measured quiet at five cases yet: the committed records took about 90 s
-for three cases without the diagnosis's trials; a run beside 91% other load (2026-11-28, --deadline 1500) took
-1,575 s and its two imagenet diagnoses ran past ``--timeout`` (240 s): a record from a busy machine says so and
-judges nothing.
+leaves room for all five cases there: the committed quiet records (docs/doctor_on_scripts.run*.json) hold
+their seconds. A record from a busy machine says so and judges nothing.
 """
 
 from __future__ import annotations
