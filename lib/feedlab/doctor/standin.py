@@ -3,9 +3,9 @@ step when it times your loader end to end and measures each change before advisi
 
 The step is known only by what the script phase measured: its wall seconds and its CPU seconds a sample. A
 ``time.sleep`` of the wall time (as before) leaves every core free for DataLoader workers, so a change that adds
-workers looked like a gain the real script never saw: dcgan on 2 cores, ``num_workers=1`` measured ×1.45 on the
-stand-in and ×0.86 on the script itself (docs/doctor_on_scripts.run1.json at 9b69b2b; issue 46: "the model
-credits workers with cores the step is using"). :class:`StandInStep` does the work instead: matrix products on as
+workers looked like a gain the real script never saw: on 2 cores, dcgan's ``num_workers=1`` measured a gain on the
+sleeping stand-in and a loss on the script itself (a benchmark run of 2026-11-28, not committed; issue 46: "the
+model credits workers with cores the step is using"). :class:`StandInStep` does the work instead: matrix products on as
 many torch threads as the step kept busy (its CPU seconds over its wall seconds, at least one), as many products a
 sample as took the step's wall time when nothing else ran (calibrated once, here). A worker that competes for
 those cores then slows the stand-in as it slowed the step.
