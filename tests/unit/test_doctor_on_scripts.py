@@ -120,6 +120,25 @@ def test_judge_verdict(B):
     assert B.judge_verdict("compute-bound", "data-bound", "x").startswith("too busy to judge")
 
 
+def test_a_truth_whose_interval_holds_the_line_judges_no_verdict(B):
+    """The hand truth's interval (a seeded bootstrap of the two medians): clear of the 20% line, the doctor's verdict
+    is judged right or wrong; holding it, "not judged" (either verdict is inside what the hand timing can tell),
+    counted apart in the tally."""
+    clear = {"fetch_s": [5.0] + [0.05] * 8, "step_s": [9.0] + [1.0, 0.9, 1.1, 1.0] * 2, "sizes": [8] * 9, "workers": 0}
+    h = B.hand_summary(clear)
+    lo, hi = h["wait_share_interval"]
+    assert lo <= h["wait_share"] <= hi < B.DATA_BOUND_SHARE and h["on_the_line"] is False
+    assert B.hand_summary(clear) == h                                     # seeded: the same interval again
+    near = {**clear, "fetch_s": [5.0] + [0.20, 0.30, 0.25, 0.22, 0.28, 0.21, 0.29, 0.24]}
+    n = B.hand_summary(near)
+    assert n["on_the_line"] is True and n["wait_share_interval"][0] < B.DATA_BOUND_SHARE <= n["wait_share_interval"][1]
+    words = B.judge_verdict("compute-bound", n["truth"], None, tuple(n["wait_share_interval"]))
+    assert words.startswith("not judged (the truth's 90% interval") and "holds the 20% line" in words
+    assert B.judge_verdict("compute-bound", h["truth"], None, None) == "right"
+    assert B.truth_interval([0.1, 0.1], [1.0, 1.0, 1.0], 0) is None            # under 3 timings a side: none
+    assert B.truth_interval([0.1] * 3, [1.0] * 3, 2) is None                   # with workers: no truth
+
+
 REP = {"verdict": "data-bound", "stages": [{"stage": "fetch", "s_per_sample": 0.004},
                                            {"stage": "model", "s_per_sample": 0.011}],
        "advice": [{"setting": "num_workers", "value": 1, "expected_gain": 1.3},
@@ -260,7 +279,8 @@ def test_the_doc_is_what_the_committed_records_give():
 def test_the_tally_counts_verdicts_one_verdict_and_advice_met(B):
     ok = _row(B, trial=TRIAL, changes=CHANGES)
     t = B.tally([{"cases": [ok, {"case": "x", "error": "boom"}]}])
-    assert t == {"verdict_right": [1, 1], "one_verdict": [1, 1], "advice_met": [1, 1], "predictions_ok": [0, 0]}
+    assert t == {"verdict_right": [1, 1], "on_the_line": 0, "one_verdict": [1, 1], "advice_met": [1, 1],
+                 "predictions_ok": [0, 0]}
     ok["changes"][0]["measured_by_doctor"] = False       # printed only as a change to try: not counted as advice
     assert B.tally([{"cases": [ok]}])["advice_met"] == [0, 0]
     assert "`DataLoader(..., num_workers=2)` (to try) |" in B.markdown({"origins": {}, "cases": [ok], "images": 8,
