@@ -19,13 +19,15 @@ Exempt, by a rule a reader can check:
 - a count, an index or a setting: a bare integer below 100 with no unit, or a power of two (a batch size, a
   sample count, a size);
 - the constants of the rules themselves (:data:`RULE_CONSTANTS`, read from the modules that hold them: the
-  like-for-like window, the targets, the fair-test thresholds, the busy threshold): a number equal to one of them.
+  like-for-like window, the targets, the fair-test thresholds, the busy threshold, the rented-GPU plan's seconds):
+  a number equal to one of them.
 Anything else that looks measured (a decimal, a unit, a percentage, a factor, a number of 100 or more) needs a
 source. Files that belong to others' open work are listed in :data:`NOT_YET` with why.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -41,10 +43,6 @@ DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 NOT_YET = {
     "docs/ARCHITECTURE.md": "the module contract: its numbers are levels, line limits and rule constants, not results",
     "docs/WRITEUPS.md": "the five write-ups' own numbers, each quoted with its source (the write-up), not ours",
-    "docs/RERUNS.md": "the log of re-runs: its numbers quote records that later commits replaced; 13's paragraph "
-                      "is traced (REV:PATH markers to the commits that hold them), the other paragraphs are not yet",
-    "docs/GPU_RUN.md": "the rented-GPU runbook: which run each record comes from is generated (report.costs); its "
-                       "call limits and planned seconds (run_plan's) are not yet traced",
 }
 MARKER = re.compile(r"<!--\s*src:\s*(?:(?P<rev>[0-9a-f]{7,40}):)?(?P<path>[^#\s]+)#(?P<key>[^\s>]+)\s*-->")
 UNIT = (r"(?:\s?(?:%|×|x\b|s\b|ms\b|µs\b|ns\b|GB/s|MB/s|GB\b|GiB\b|MB\b|MiB\b|KiB\b|TB\b|minutes?\b|min\b|"
@@ -57,8 +55,8 @@ def rule_constants() -> set[tuple[float, str]]:
     """The numbers the rules are made of, read from the modules that hold them, each with the unit it is written
     in: ``""`` a count or a bare ratio, ``"%"`` a share (a fraction ×100), ``"×"`` a factor, ``"s"`` seconds
     (written in s or in minutes)."""
+    from feedlab import budget, monitor, run_limit, run_plan
     from feedlab import like_for_like as L
-    from feedlab import monitor, run_plan
     from feedlab.doctor.guard import DEFAULT_DEADLINE_S
     from feedlab.doctor.trials import DEFAULT_TARGET
     from feedlab.report import targets
@@ -69,8 +67,14 @@ def rule_constants() -> set[tuple[float, str]]:
              fair.LOADING_SHOWS_WAIT)
     bare = (L.MIN_TIMED_BATCHES, L.PIXEL_TOLERANCE, targets.PCIE_FRACTION, targets.SINGLE_OVER_CEILING,
             targets.LMDB_OVER_CEILING, targets.PEER_RATIO, fair.MIN_REPEATS, fair.NVML_MIN_PERIODS)
-    factor = (targets.BEST_OVER_BASELINE, targets.FAST_OVER_STOCK, targets.PEER_RATIO, DEFAULT_TARGET)
-    seconds = (L.MIN_WINDOW_S, DEFAULT_DEADLINE_S, run_plan.CALL_S, run_plan.QUARTER_S)
+    factor = (targets.BEST_OVER_BASELINE, targets.FAST_OVER_STOCK, targets.PEER_RATIO, DEFAULT_TARGET,
+              run_plan.MARGIN)
+    # the rented-GPU plan's own seconds (docs/GPU_RUN.md): a call, a quarter-hour and its parts, a notebook's start-up
+    # and first-run guess, the runner's start and stop margins, a notebook's finish before its deadline
+    plan = (run_plan.CALL_S, run_plan.QUARTER_S, run_plan.SECOND_CALL_S, run_plan.MACHINE_START_S, run_plan.TRANSFER_S,
+            run_plan.GIVE_BACK_S, run_plan.SETUP_S, run_plan.SETUP_WARM_S, run_plan.START_S, run_plan.FIRST_RUN_S,
+            run_limit.MIN_START_S, run_limit.STOP_MARGIN_S, budget.FINISH_S)
+    seconds = (L.MIN_WINDOW_S, DEFAULT_DEADLINE_S, *plan)
     return ({(round(100 * float(v), 6), "%") for v in share} | {(float(v), "") for v in bare}
             | {(float(v), "×") for v in factor} | {(float(v), "s") for v in seconds})
 
@@ -161,14 +165,20 @@ def _is_rule(m: re.Match) -> bool:
     return any(k == kind and math.isclose(v * scale, c, rel_tol=1e-9, abs_tol=1e-9) for c, k in RULE_CONSTANTS)
 
 
-def resolve(rev: str | None, path: str, key: str):
-    """The value a marker names: ``PATH#a.b.0.c`` in the tree, or as commit ``rev`` holds it."""
+@functools.lru_cache(maxsize=64)
+def _load(root: Path, rev: str | None, path: str):
+    """A committed JSON file (an executed notebook too), parsed once however many markers read it."""
     if rev:
-        text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO_ROOT, capture_output=True, text=True,
+        text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True, text=True,
                               timeout=30, check=True).stdout
     else:
-        text = (REPO_ROOT / path).read_text(encoding="utf-8")
-    cur = json.loads(text)
+        text = (root / path).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def resolve(rev: str | None, path: str, key: str):
+    """The value a marker names: ``PATH#a.b.0.c`` in the tree, or as commit ``rev`` holds it."""
+    cur = _load(REPO_ROOT, rev, path)
     for part in key.split("."):
         cur = cur[int(part)] if isinstance(cur, list) else cur[part]
     return cur
@@ -244,3 +254,19 @@ def test_a_marker_resolves_to_the_number_it_follows(tmp_path, monkeypatch):
     assert "'31%' is not a.b.0" in bad[0] and "'4.7 GB' has no source" in bad[1]
     doc.write_text("<!-- generated by x; do not edit -->\n4.7 GB\n")
     assert unsourced(doc) == []
+
+
+def test_the_gpu_plans_constants_are_rules_and_its_measured_seconds_are_not(tmp_path, monkeypatch):
+    """docs/GPU_RUN.md quotes run_plan's seconds as rules; a run's own seconds there still need a marker."""
+    import sys
+
+    from feedlab import run_plan
+
+    mod = sys.modules[__name__]
+    monkeypatch.setattr(mod, "REPO_ROOT", tmp_path)
+    doc = tmp_path / "d.md"
+    doc.write_text(f"a first call of at most {run_plan.CALL_S} s with {run_plan.SETUP_S} s of set-up, a second of "
+                   f"{run_plan.SECOND_CALL_S} s; a limit is the prediction × {run_plan.MARGIN}\n"
+                   f"the set-up took {run_plan.SETUP_S - 3} s and 10 took 184.0 s\n")
+    bad = unsourced(doc)
+    assert [b.split(": ", 1)[1] for b in bad] == [f"'{run_plan.SETUP_S - 3} s' has no source", "'184.0 s' has no source"]
