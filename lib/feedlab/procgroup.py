@@ -12,26 +12,32 @@ before feedlab is installed: the standard library only here.
 * :func:`run_group` — ``subprocess.run`` on top of these, output read from files (no pipe a leftover could hold).
 * :func:`descendants`, :func:`stop_pids` — this process's descendants (read from /proc), and a list of pids stopped
   the same way (the runner's kernel and its workers, :mod:`feedlab.run_limit`).
-* :func:`signals_raise` / :class:`Signalled` — SIGTERM and SIGHUP raise like SIGINT, so everything unwinds;
-  :func:`on_stop` registers what is undone then (this process's temporaries, :mod:`feedlab.files`);
-  :func:`dropped_signals_raised` raises again a signal's exception that Python dropped (in a weakref callback).
+* :func:`signals_raise` / :class:`Signalled` (from :mod:`feedlab.signal_scope`, re-exported) — SIGTERM and
+  SIGHUP raise like SIGINT, so everything unwinds, in the process that installed them only; :func:`on_stop`
+  registers what is undone then (this process's temporaries, :mod:`feedlab.files`); :func:`stopped`: the line.
 """
 
 from __future__ import annotations
 
-import _thread
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 from feedlab import startup
+from feedlab.signal_scope import (  # noqa: F401 (re-exported: the command lines' stop, one home)
+    Signalled,
+    dropped_signals_raised,
+    exit_code,
+    own,
+    signals_deferred,
+    signals_held,
+    signals_raise,
+)
 
 TOKENS = "FEEDLAB_GROUPS"   # the tokens of the groups a process was started in, ':'-separated
 GRACE_S = 3.0               # between SIGTERM and SIGKILL: a peer's resource tracker unlinks its semaphores
@@ -41,16 +47,6 @@ _ON_STOP: list[Callable[[], None]] = []
 
 class Stalled(subprocess.TimeoutExpired):
     """The child made no progress (no :func:`beat`) for ``timeout`` seconds."""
-
-
-class Signalled(KeyboardInterrupt):
-    """SIGTERM, SIGHUP (or SIGINT) stopped us: raised like SIGINT's KeyboardInterrupt, so every ``finally`` and
-    ``except BaseException`` unwinds (temporaries removed, groups stopped). ``code``: the exit status, 128+n."""
-
-    def __init__(self, signum: int):
-        self.signum, self.code = int(signum), 128 + int(signum)
-        word = (signal.strsignal(signum) or "stopped").split(":")[0].lower()
-        super().__init__(f"{word} ({signal.Signals(signum).name})")   # "terminated (SIGTERM)", "hangup (SIGHUP)"
 
 
 class Group:
@@ -253,146 +249,6 @@ def _reap_children() -> None:
             pass
     except ChildProcessError:
         pass
-
-
-def _raise_signalled(signum, _frame):
-    raise Signalled(signum)
-
-
-def _redeliver(unraisable) -> None:
-    """``sys.unraisablehook`` within :func:`dropped_signals_raised`: a signal's exception raised where Python can
-    only print and drop it (a weakref callback, a ``__del__``, a GC callback; the CI run of 2026-11-28 had
-    SIGHUP land in ``WeakValueDictionary``'s) is raised again once that callback has returned: the same
-    exception, from a handler set for one go, by the same signal sent from a short thread, or on the way out of
-    :func:`dropped_signals_raised` where that comes first; nothing is printed for it. Any other unraisable goes
-    to the hook before."""
-    exc = unraisable.exc_value
-    if not isinstance(exc, KeyboardInterrupt):   # Signalled and the runner's RunnerStopped are ones
-        (_HOOK_BEFORE[-1] if _HOOK_BEFORE else sys.__unraisablehook__)(unraisable)
-        return
-    signum = getattr(exc, "signum", signal.SIGINT)
-    if threading.current_thread() is threading.main_thread():   # a handler that stops once may ignore it now
-        with _PENDING_LOCK:
-            if signum not in _PENDING:
-                _PENDING[signum] = (exc, signal.signal(signum, _raise_dropped))
-    _thread.start_new_thread(_send_later, (signum,))   # Thread.start() waits, and the signal would land here
-
-
-def _raise_dropped(signum, _frame):
-    with _PENDING_LOCK:
-        entry = _PENDING.pop(signum, None)
-    if entry is None:   # raised already on the way out of dropped_signals_raised
-        return
-    exc, handler = entry
-    signal.signal(signum, handler)
-    raise exc
-
-
-def _send_later(signum: int) -> None:
-    time.sleep(0.05)   # the hook has long returned by then
-    with _PENDING_LOCK:   # never after the way out took it (the handler it aimed at is gone then)
-        if signum in _PENDING:
-            os.kill(os.getpid(), signum)
-
-
-def _take_pending() -> BaseException | None:
-    """The dropped exceptions not raised yet: their handlers put back; the first returned (to raise)."""
-    with _PENDING_LOCK:
-        pending = list(_PENDING.items())
-        _PENDING.clear()
-    for signum, (_exc, handler) in pending:
-        signal.signal(signum, handler)
-    return pending[0][1][0] if pending else None
-
-
-_HOOK_BEFORE: list = []
-_PENDING: dict = {}   # signal → (the dropped exception, the handler to put back), for _raise_dropped
-_PENDING_LOCK = threading.Lock()
-
-
-@contextmanager
-def dropped_signals_raised() -> Iterator[None]:
-    """Within, in the main thread: a signal's exception that Python dropped is raised again (:func:`_redeliver`),
-    at the latest on the way out where the body ended first; the hook before is put back on the way out. Off
-    the main thread, or where it is set already, a no-op."""
-    hooked = threading.current_thread() is threading.main_thread() and sys.unraisablehook is not _redeliver
-    if hooked:
-        _HOOK_BEFORE.append(sys.unraisablehook)
-        sys.unraisablehook = _redeliver
-    late = None
-    try:
-        yield
-    finally:
-        if hooked:
-            sys.unraisablehook = _HOOK_BEFORE.pop()
-            late = _take_pending()
-    if late is not None:   # the body ended before the signal was sent again: raised here, still inside
-        raise late
-
-
-@contextmanager
-def signals_raise(sigs: Iterable[int] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
-    """Within: each of ``sigs`` raises :class:`Signalled` in the main thread, where it has its default action
-    (never over one that is ignored, as under nohup, or someone else's handler); restored on the way out.
-    Off the main thread a no-op."""
-    old: dict = {}
-    if threading.current_thread() is threading.main_thread():
-        startup.started()
-        for sig in sigs:
-            if signal.getsignal(sig) in (signal.SIG_DFL, _raise_signalled, startup.on_signal):  # start-up's: ours
-                old[sig] = signal.signal(sig, _raise_signalled)
-    try:
-        with dropped_signals_raised():
-            yield
-    finally:
-        for sig, handler in old.items() if not startup.exiting_with() else ():   # after its stop line: kept
-            signal.signal(sig, handler)
-
-
-@contextmanager
-def signals_deferred(sigs: Iterable[int] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
-    """Within, in the main thread: each of ``sigs`` is noted, not acted on; on the way out the handlers before
-    are put back and each noted signal raised again (once), so a short step that must not be cut in two (a file
-    put in place, then recorded) ends first and the signal still stops the command. Off the main thread a no-op."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    old: dict = {}
-    try:
-        for sig in sigs:   # one at a time: a pending signal's handler may run inside signal.signal itself
-            old[sig] = signal.signal(sig, lambda signum, _frame: got.append(signum))
-        yield
-    finally:
-        raised = None
-        for sig, handler in old.items():   # every one put back, even where putting back one raised
-            try:
-                signal.signal(sig, handler)
-            except BaseException as exc:  # noqa: BLE001 (a pending signal's handler ran in signal.signal)
-                raised = raised or exc
-        if raised is not None:
-            raise raised
-        for sig in dict.fromkeys(got):
-            signal.raise_signal(sig)
-
-
-@contextmanager
-def signals_held() -> Iterator[None]:
-    """Within: SIGINT, SIGTERM and SIGHUP are ignored (a second Ctrl-C does not cut a clean-up short)."""
-    old: dict = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            old[sig] = signal.signal(sig, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-
-def exit_code(exc: BaseException) -> int:
-    """The exit status of a command stopped by ``exc``: 128+n for a signal, 130 for SIGINT."""
-    return exc.code if isinstance(exc, Signalled) else 130
 
 
 def stopped(prog: str, exc: BaseException, what: str = "", out=None) -> int:

@@ -363,14 +363,14 @@ def test_a_second_signal_dropped_while_the_first_stops_the_command_gives_one_lin
     past main's handling: a second line 'interrupted (Ctrl-C)' and exit 1 (attack51 P03)."""
     import signal
 
-    from feedlab import procgroup
+    from feedlab import procgroup, signal_scope
 
     pk = importlib.import_module("data_prep.pack")
-    monkeypatch.setattr(procgroup, "_send_later", lambda signum: None)   # redelivery is the way out's, not a thread's
+    monkeypatch.setattr(signal_scope, "_send_later", lambda signum: None)   # redelivery is the way out's, not a thread's
 
     class Drops:
         def __del__(self):
-            procgroup._raise_signalled(signal.SIGHUP, None)   # the second SIGHUP, inside a __del__: dropped, held
+            signal_scope._raise_signalled(signal.SIGHUP, None)   # the second SIGHUP, inside a __del__: dropped, held
 
     def two_hangups(root, to, **kw):
         holder = Drops()
@@ -382,5 +382,5 @@ def test_a_second_signal_dropped_while_the_first_stops_the_command_gives_one_lin
     assert main(["pack", str(tmp_path), "--to", "npy"]) == 128 + signal.SIGHUP
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["data_prep pack: hangup (SIGHUP): no partial output left"], err
-    assert not procgroup._PENDING
-    assert signal.getsignal(signal.SIGHUP) is not procgroup._raise_dropped
+    assert not signal_scope._PENDING
+    assert signal.getsignal(signal.SIGHUP) is not signal_scope._raise_dropped

@@ -522,3 +522,32 @@ def test_the_loader_the_stop_left_running_ends_in_the_process_that_started_its_w
     for it in live:   # a failing run's workers are not left to the next test
         it._shutdown_workers()
     assert summary["batches"] >= 6 and live == [], (summary.get("stopped"), len(live))
+
+
+def test_a_script_that_raises_keyboardinterrupt_itself_is_said_so_not_interrupted(tmp_path, monkeypatch):
+    """``doctor --script`` over a script that raises KeyboardInterrupt itself (no Ctrl-C anywhere) said
+    'python -m feedlab.doctor: interrupted', rc 130 (attack51 D03): now the one line names the script's raise and
+    where; a KeyboardInterrupt a SIGINT raised is still an interrupt."""
+    import runpy
+
+    from feedlab import signal_scope
+    from feedlab.doctor.guard import UserCodeError
+    from feedlab.doctor.script import _outcome
+
+    script = tmp_path / "kbd.py"
+    script.write_text("def step():\n    raise KeyboardInterrupt\n")
+    step = runpy.run_path(str(script))["step"]
+    monkeypatch.setattr(signal_scope, "_TAKEN", set())   # what this test's own SIGINT leaves stays here
+    with signal_scope.signals_raise():
+        try:
+            step()
+        except KeyboardInterrupt as exc:
+            with pytest.raises(UserCodeError, match=r"raised KeyboardInterrupt at kbd\.py:2 itself \(no Ctrl-C"):
+                _outcome(exc, script, 30, 12)
+        try:
+            signal.raise_signal(signal.SIGINT)
+            raise AssertionError("no KeyboardInterrupt")
+        except KeyboardInterrupt as exc:
+            with pytest.raises(KeyboardInterrupt) as got:
+                _outcome(exc, script, 30, 12)
+            assert not isinstance(got.value, UserCodeError)

@@ -137,7 +137,11 @@ def test_the_start_up_handler_gives_way_to_the_commands_own():
         assert signal.getsignal(signal.SIGTERM) is startup.on_signal
         with procgroup.signals_raise():
             assert signal.getsignal(signal.SIGTERM) is not startup.on_signal
-            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            try:   # Ctrl-C: Python's own KeyboardInterrupt (in this process: signal_scope's owner)
+                signal.raise_signal(signal.SIGINT)
+                raise AssertionError("no KeyboardInterrupt")
+            except KeyboardInterrupt as exc:
+                assert type(exc) is KeyboardInterrupt
         # what the command puts back is the default, never the start-up line a second time (a second signal
         # after the command's own stop line: two lines, attack51 P03's shape)
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL

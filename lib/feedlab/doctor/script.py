@@ -41,6 +41,7 @@ import numpy as np
 
 from feedlab.errors import one_line
 from feedlab.run_limit import descendants, stop_processes
+from feedlab.signal_scope import interrupt_unsent
 
 from .guard import DEFAULT_DEADLINE_S, UserCodeError
 from .report import fmt_rate
@@ -150,13 +151,16 @@ def _outcome(exc: BaseException | None, path: Path, max_batches: int, n: int) ->
         if exc.code not in (None, 0):
             raise UserCodeError(f"--script {path} exited with status {exc.code} before {max_batches} batches") from None
         return "the script ended"
-    if isinstance(exc, UserCodeError) or not isinstance(exc, Exception):
-        raise exc
     tb, where = exc.__traceback__, ""
     while tb is not None:
         if os.path.abspath(tb.tb_frame.f_code.co_filename) == str(path.resolve()):
             where = f" at {path.name}:{tb.tb_lineno}"
         tb = tb.tb_next
+    if type(exc) is KeyboardInterrupt and interrupt_unsent():   # no Ctrl-C: the script's own raise
+        raise UserCodeError(f"--script {path} raised KeyboardInterrupt{where} itself (no Ctrl-C or signal reached "
+                            "the doctor)") from None
+    if isinstance(exc, UserCodeError) or not isinstance(exc, Exception):
+        raise exc
     raise UserCodeError(f"--script {path} raised {type(exc).__name__}{where}: {one_line(exc)}{shm_hint(exc)}") from None
 
 

@@ -32,7 +32,7 @@ from typing import Callable
 from feedlab.files import mp_temp_dir, remove
 from feedlab.pipeline.shm import FIX as SHM_FIX
 from feedlab.pipeline.shm import is_shm_failure
-from feedlab.procgroup import become_subreaper, descendants
+from feedlab.procgroup import become_subreaper, descendants, own
 from feedlab.run_limit import stop_processes
 
 from .watch_lines import SIGNAL_GRACE_S, ignored_line, killed_line, stuck_line  # noqa: F401 (stuck_line: re-exported)
@@ -225,7 +225,8 @@ def fork_watched() -> tuple[int, int]:
     in this process (which then calls :func:`watch_child`). multiprocessing's temporary folder is made
     here, before the fork, so the child's DataLoader workers share it and the watching process removes
     it when it ends a child that could not clean up (:func:`watch_child`); a registered temporary, so one a
-    SIGKILL left is swept by a later run (:func:`feedlab.files.mp_temp_dir`)."""
+    SIGKILL left is swept by a later run (:func:`feedlab.files.mp_temp_dir`). The child takes over the command's
+    signal handling (:func:`feedlab.procgroup.own`): it does the command's work, a signal stops it with its line."""
     _shared["mp_tmp"] = str(mp_temp_dir())
     try:
         _shm_before.update(os.listdir(_SHM))
@@ -239,6 +240,7 @@ def fork_watched() -> tuple[int, int]:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        own()   # the command's signal handling is this process's now (a forked worker's ends by the signal)
         os.close(r)
         _die_with_parent()
         return 0, w
