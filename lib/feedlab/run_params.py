@@ -20,6 +20,7 @@ the record all read:
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from feedlab.files import read_regular
 from feedlab.machines import WORKER_KEYS
 from feedlab.nbparams import notebook_parameters, parameter_choices, parameter_types
 from feedlab.profiles import choose_profile
@@ -36,6 +38,10 @@ from feedlab.profiles import choose_profile
 RUNNER_OPTIONS = {"profile": "--profile", "out_dir": "--out-root", "data_root": "--data-only"}
 #: parameters that name a folder: taken relative to where the command was typed (notebooks run in notebooks/)
 PATH_KEYS = ("data_root", "out_dir", "cls_root")
+#: the kind of set each folder parameter takes (every notebook's data_root an SR set, cls_root a JPEG ImageFolder),
+#: as a built set's manifest.json says its own ("kind"), and how a set of that kind is built
+SET_KINDS = {"data_root": ("sr", "an SR set", "sr"), "cls_root": ("cls", "a classification set (JPEG ImageFolder)",
+                                                                   "classify")}
 #: what a value that means "the profile's value" is written as (a ``str`` parameter takes these verbatim)
 NONE_WORDS = ("", "None", "null", "~")   # not "none": a mode, a model and a transform are named so
 
@@ -176,6 +182,32 @@ def _check_choices(key: str, text: str, value, choices: list[str] | None, notebo
                          f"(list from: {', '.join(choices)})")
 
 
+def set_kind(root: str | Path) -> str | None:
+    """What ``root/manifest.json`` says the set is (``"sr"``, ``"cls"``), or None: no manifest, or not one
+    data_prep wrote (a folder of the user's own: the notebook says what it misses)."""
+    try:
+        kind = json.loads(read_regular(Path(root) / "manifest.json", 1 << 22)).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+def _check_set(key: str, text: str, root: str, takers: list[str]) -> None:
+    """``-p data_root``/``cls_root`` names a folder, and a built set there is of the kind the notebooks take:
+    else one line (a classification set given as 05's data_root ran, and failed in a cell or measured nothing)."""
+    want, words, build = SET_KINDS[key]
+    if not Path(root).is_dir():
+        raise ValueError(f"-p {key} {text!r}: no such folder ({root!r}); build a set there with "
+                         f"`python -m data_prep {build} DIR`, or leave -p {key} out for the embedded set")
+    kind = set_kind(root)
+    if kind is not None and kind != want:
+        other = next((w for k, w, _b in SET_KINDS.values() if k == kind), f"a {kind!r} set")
+        raise ValueError(f"-p {key} {text!r}: {root} is {other} (its manifest.json says kind {kind!r}); "
+                         f"{', '.join(takers) or 'the notebook'} take{'s' if len(takers) == 1 else ''} {words} as "
+                         f"{key}: build one with `python -m data_prep {build} DIR`, or leave -p {key} out for the "
+                         "embedded set")
+
+
 def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_flag: str = "",
                 out_root: Path | None = None, data_only: bool = False, here: bool = True) -> RunParams:
     """The run's one set of parameters from the runner's options and its ``-p`` pairs (text, as typed).
@@ -212,9 +244,7 @@ def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_fla
                 params.setdefault(key, value)
         if key not in params:   # no selected notebook takes it: the caller says so (nbparams.route_params)
             params[key] = text
-        elif here and key in ("data_root", "cls_root") and not Path(params[key]).is_dir():   # before any notebook
-            build = "classify" if key == "cls_root" else "sr"
-            raise ValueError(f"-p {key} {text!r}: no such folder ({params[key]!r}); build a set there with "
-                             f"`python -m data_prep {build} DIR`, or leave -p {key} out for the embedded set")
+        elif here and key in SET_KINDS:   # before any notebook
+            _check_set(key, text, params[key], [nb.stem for nb in notebooks if key in types[nb]])
     root = out_root.expanduser().resolve() if out_root is not None else None
     return RunParams(profile, root, params, for_notebook)

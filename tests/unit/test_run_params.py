@@ -190,3 +190,25 @@ def test_a_data_root_that_is_no_folder_is_one_line_before_any_notebook_runs(text
         resolve_run([next(p for p in R.list_notebooks() if p.stem.startswith("01_"))], [("data_root", text)])
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("-p data_root ") and "python -m data_prep sr" in msg, msg
+
+
+@pytest.mark.parametrize("key,given,other", [("data_root", "cls", "sr"), ("cls_root", "sr", "cls")])
+def test_a_set_of_the_other_kind_is_one_line_before_any_notebook_runs(tmp_path, key, given, other):
+    """attack51 R03: `--only 05 -p data_root data/cls-smoke` planned (and would run) an SR notebook over a
+    classification set; every notebook that takes data_root takes an SR set, cls_root a classification one: a
+    built set's manifest.json says its kind, and the wrong one is refused in one line. A folder with no manifest
+    (the user's own) is the notebook's to judge."""
+    from feedlab.run_params import resolve_run
+
+    takers = [p for p in R.list_notebooks() if p.stem.startswith(("06_", "13_"))]   # both keys
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "manifest.json").write_text(f'{{"kind": "{given}", "count": 4}}')
+    with pytest.raises(ValueError) as err:
+        resolve_run(takers, [(key, str(tmp_path / "set"))])
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"-p {key} ") and f"kind '{given}'" in msg, msg
+    assert "06_decode_backends, 13_peer_loaders take" in msg and "python -m data_prep" in msg, msg
+    (tmp_path / "set" / "manifest.json").write_text(f'{{"kind": "{other}", "count": 4}}')
+    assert resolve_run(takers, [(key, str(tmp_path / "set"))]).params[key] == str(tmp_path / "set")
+    (tmp_path / "set" / "manifest.json").unlink()
+    assert resolve_run(takers, [(key, str(tmp_path / "set"))]).params[key] == str(tmp_path / "set")
