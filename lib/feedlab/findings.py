@@ -197,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         if not p.is_file():
             print(f"{a}: no such notebook", file=sys.stderr)
             rc = 2
+        elif p.suffix != ".ipynb":   # a script, a record: nothing here has a findings cell to add
+            print(f"{a}: not an executed notebook ({p.suffix or 'no suffix'}, not .ipynb); give the "
+                  "*.executed.ipynb the runner wrote beside a record (figures/<notebook>/<machine>/), or run the "
+                  "notebook first (python -m feedlab.run)", file=sys.stderr)
+            rc = 2
         elif not add_findings(p):
             print(f"{a}: no results.json beside it; run the notebook first (python -m feedlab.run)",
                   file=sys.stderr)

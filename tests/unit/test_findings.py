@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from feedlab import findings
 
 
@@ -82,6 +84,20 @@ def test_no_results_changes_nothing_and_the_cli_says_why(tmp_path, capsys):
     assert len(err) == 1 and "no results.json" in err[0]
     assert findings.main([str(tmp_path / "missing.ipynb")]) == 2
 
+
+
+@pytest.mark.parametrize("name", ["ds.py", "results.json", "README"])
+def test_a_file_that_is_no_notebook_is_named_as_such_in_one_line(tmp_path, capsys, name):
+    """attack51 N06: `python -m feedlab.findings work/s/ds.py` said "no results.json beside it; run the notebook
+    first": a script is not an executed notebook, even with a record beside it; the line says so and what to give."""
+    path = tmp_path / name
+    (tmp_path / "results.json").write_text(json.dumps({"profile": "quick"}))
+    if name != "results.json":
+        path.write_text("import torch\n")
+    before = path.read_text()
+    assert findings.main([str(path)]) == 2 and path.read_text() == before
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{path}: not an executed notebook (") and ".executed.ipynb" in err[0]
 
 def test_tables_are_rounded_and_captioned():
     import pandas as pd
