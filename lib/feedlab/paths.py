@@ -14,12 +14,23 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 FIGURES_DIR = REPO_ROOT / "figures"
 PROFILES_FILE = NOTEBOOKS_DIR / "profiles.yaml"
+
+
+def _resolved(path) -> Path:
+    """``path`` resolved; a link loop (or a path that cannot be followed) kept as written, made absolute, so a
+    bad ``FEEDLAB_SCRATCH``/``FEEDLAB_DATA`` is named in one line where it is used, never a traceback at import."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
+
+
 # smoke runs (tests, nbval) write here, never over the committed figures
-SCRATCH_DIR = Path(os.environ.get("FEEDLAB_SCRATCH", REPO_ROOT / "runs")).resolve()
+SCRATCH_DIR = _resolved(os.environ.get("FEEDLAB_SCRATCH", REPO_ROOT / "runs"))
 # an optional second environment with Pillow-SIMD (`make pillow-simd`): Pillow-SIMD
 # replaces Pillow in place, so it cannot share an environment with it
 PILLOW_SIMD_PYTHON = REPO_ROOT / ".venv-simd" / "bin" / "python"
-DATA_DIR = Path(os.environ.get("FEEDLAB_DATA", REPO_ROOT / "data")).resolve()
+DATA_DIR = _resolved(os.environ.get("FEEDLAB_DATA", REPO_ROOT / "data"))
 
 
 def default_sr_root(profile: str = "quick", patch: int = 64) -> Path:
@@ -75,6 +86,9 @@ def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) ->
     env = os.environ.get("FEEDLAB_SCRATCH")
     name = f"FEEDLAB_SCRATCH={env}" if env else f"the scratch folder {root}"
     fix = "point FEEDLAB_SCRATCH at a folder you can write (or unset it: runs/ in the checkout)"
+    if _inside(root, FIGURES_DIR):   # its locks, temporaries and failed runs would land in a committed record
+        raise ValueError(f"{name}: lies inside figures/, which holds the committed records (only feedlab.run "
+                         f"writes there, whole): nothing written; {fix}")
     for path in (root, *(root / sub for sub in subfolders)):
         for part in (*reversed(path.parents), path):
             if part.exists() and not part.is_dir():
@@ -96,7 +110,7 @@ def writes_committed() -> bool:
 
 def _inside(path: Path, root: Path) -> bool:
     try:
-        path.resolve().relative_to(root.resolve())
+        _resolved(path).relative_to(_resolved(root))
         return True
     except ValueError:
         return False

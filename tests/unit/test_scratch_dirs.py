@@ -227,3 +227,33 @@ def test_env_numbers_are_read_by_one_helper_that_names_the_variable(monkeypatch)
             assert "\n" not in str(err.value)
         monkeypatch.setenv(name, "3")
         assert read() == 3
+
+
+def test_feedlab_scratch_inside_a_committed_record_is_refused_and_nothing_written(fake_run, tmp_path, monkeypatch,
+                                                                                  capsys):
+    record = tmp_path / "figures" / "04_print_overhead" / "cpu-2c"
+    record.mkdir(parents=True)
+    (record / "results.json").write_text("{}")
+    monkeypatch.setattr(paths, "FIGURES_DIR", tmp_path / "figures")
+    monkeypatch.setenv("FEEDLAB_SCRATCH", str(record))
+    monkeypatch.setattr(paths, "SCRATCH_DIR", record)
+    rc, ran = fake_run("--out-root", str(tmp_path / "o"))
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and ran == [] and len(err) == 1, err
+    assert f"FEEDLAB_SCRATCH={record}: lies inside figures/" in err[0]
+    assert sorted(p.name for p in record.iterdir()) == ["results.json"]   # no locks/, temps/, failed/ in it
+
+
+def test_feedlab_scratch_a_link_loop_is_one_line_not_a_traceback_at_import(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    env = {**os.environ, "FEEDLAB_SCRATCH": str(loop), "FEEDLAB_DATA": str(loop)}
+    code = "from feedlab import paths\ntry:\n    paths.check_scratch()\nexcept ValueError as e:\n    print(e)\n"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout.startswith(f"FEEDLAB_SCRATCH={loop}: ") and len(r.stdout.splitlines()) == 1, r.stdout
+    assert paths.outside_figures(loop, "--trace") is None   # a loop named for a side output: no traceback either
