@@ -136,6 +136,38 @@ def test_steps_measure_the_start_again_beside_the_change():
     assert len(calls) == 2 and calls[1]["with"] == 2   # the second time taking turns with the change
 
 
+def test_a_step_records_the_setting_it_changes_measured_twice_and_the_gain_error_against_it():
+    """#46: notebook 10's fast_cl step missed by 35% while the setting it changed measured 20% slower beside
+    it than at its own step: the step's record keeps both rates, the drift, and the gain's own error."""
+    from feedlab.experiments.doctor_steps import calibration_lines, calibration_rows, calibration_summary, follow_advice
+
+    doc = FakeDoctor({0: [1000.0, 800.0], 1: [1600.0], 2: [1600.0]})   # the start: 1,000, then 800 beside step 1
+    _, steps = follow_advice(doc, SPEC, max_steps=1)
+    s = steps[1]
+    assert s["against_measured"] == [1000.0, 800.0] and s["against_drift"] == pytest.approx(-0.2)
+    assert s["measured_gain"] == pytest.approx(2.0)
+    assert s["gain_error"] == pytest.approx(s["predicted_gain"] / 2.0 - 1.0)
+    summary = calibration_summary(calibration_rows({"end_to_end": []}, steps))
+    assert summary["drifted"] == [s["label"]]
+    line = next(x for x in calibration_lines(summary) if s["label"] in x)
+    assert "measured 1,000 then 800 samples/s in this run (-20%" in line
+    assert f"the gain's error {100 * s['gain_error']:+.0f}%" in line
+    # the error judged is still the step's own: predicted against measured, nothing taken out
+    assert summary["max_abs_error"] == pytest.approx(max(abs(r["error"]) for r in summary["rows"]))
+
+
+def test_a_setting_measured_twice_within_the_repeat_target_adds_no_words():
+    from feedlab.experiments.doctor_steps import against_drift, calibration_rows, calibration_summary, drift_words
+
+    d = against_drift(7120.44, 5718.6, 2.6467, 2.7927)   # 10's second quiet run, step 2 (cpu-2c, ffab078)
+    assert d["against_drift"] == pytest.approx(-0.197, abs=1e-3) and d["gain_error"] == pytest.approx(-0.052, abs=1e-3)
+    steady = {"label": "1: collate=fast", "predicted": 2000.0, "measured": 1900.0,
+              **against_drift(1000.0, 950.0, 2.0, 2.0)}
+    rows = calibration_rows({"end_to_end": []}, [steady])
+    assert drift_words(rows[0]) == "" and calibration_summary(rows)["drifted"] == []
+    assert against_drift(None, 950.0, None, 2.0) == {"against_measured": [None, 950.0]}
+
+
 def test_repeat_spread_needs_two_measurements():
     from feedlab.experiments.doctor_steps import repeat_spread
 

@@ -50,6 +50,23 @@ def _record(doc: Doctor, spec: PipelineSpec, r: dict, res: Results, k: int, labe
             "error": pred["predicted_samples_per_s"] / r["steady"] - 1.0 if r["steady"] > 0 else None}
 
 
+def against_drift(earlier: float | None, now: float | None, predicted_gain: float | None,
+                  measured_gain: float | None) -> dict:
+    """The setting a step changes, measured twice in the run: ``earlier`` (its own step's passes, when the
+    stages had just been priced) and ``now`` (its turns beside the change). ``against_drift`` = now ÷ earlier
+    − 1: how far the same setting moved on this machine between the two; ``gain_error`` = predicted ÷
+    measured gain − 1, the step's error against the setting measured beside it (what a moved machine does
+    not touch). Notebook 10's second quiet run on cpu-2c: ``collate=fast_cl`` predicted 21,568, measured
+    15,971 (+35%), while ``npy_mmap`` + ``totensor`` itself measured 7,120 at step 1 and 5,719 beside step 2
+    (−20%, other load 0.7%); the gain, ×2.65 predicted against ×2.79 measured, was off by −5% (#46)."""
+    out: dict = {"against_measured": [earlier, now]}
+    if earlier and now and earlier > 0:
+        out["against_drift"] = now / earlier - 1.0
+    if predicted_gain and measured_gain and measured_gain > 0:
+        out["gain_error"] = predicted_gain / measured_gain - 1.0
+    return out
+
+
 def _slowest(*speeds) -> float | None:
     """The lowest of the readings of a core's share that are numbers (None where none is)."""
     v = [float(x) for x in speeds if x is not None and np.isfinite(x)]
@@ -82,6 +99,8 @@ def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats:
         step["measured_gain"] = step["measured"] / both[spec]["steady"]
         step["kept"] = step["measured_gain"] >= 1.0
         step["against"] = current["label"]
+        step.update(against_drift(current.get("measured"), both[spec]["steady"], step["predicted_gain"],
+                                  step["measured_gain"]))
         steps.append(step)
         return step
 
@@ -96,6 +115,7 @@ def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats:
 
 TARGET_ERROR = 0.20     # prediction within ±20% of the measured rate, every step and worker count
 TARGET_REPEAT = 0.10    # the start setting measured again in the same run within 10%
+DRIFT_KEYS = ("against_measured", "against_drift", "gain_error")   # a step's setting before, measured twice
 
 
 def repeat_spread(values) -> dict:
@@ -137,7 +157,7 @@ def calibration_rows(report: dict, steps: list[dict]) -> list[dict]:
         if s.get("measured") and s.get("predicted"):
             rows.append({"kind": "advice steps", "label": s["label"].split(":")[0], "change": s["label"],
                          "kept": s.get("kept", True), "predicted": s["predicted"], "measured": s["measured"],
-                         "speed": s.get("speed")})
+                         "speed": s.get("speed"), **{k: s[k] for k in DRIFT_KEYS if s.get(k) is not None}})
     for r in rows:
         r["error"] = r["predicted"] / r["measured"] - 1.0
         r["within_20pct"] = abs(r["error"]) <= TARGET_ERROR
@@ -150,6 +170,18 @@ def too_busy_words(r: dict) -> str:
             f"beside it; under {BUSY_SPEED:g} another program was using the CPU)")
 
 
+def drift_words(r: dict) -> str:
+    """Where the setting a step changes moved more than :data:`TARGET_REPEAT` between its two measurements
+    in the run: both rates and the step's error against the setting measured beside it ("" otherwise)."""
+    d, (a, b) = r.get("against_drift"), (r.get("against_measured") or [None, None])
+    if d is None or abs(d) <= TARGET_REPEAT:
+        return ""
+    g = r.get("gain_error")
+    gain = f"; against it, the gain's error {100 * g:+.0f}%" if g is not None else ""
+    return (f"; the setting it changes measured {a:,.0f} then {b:,.0f} samples/s in this run ({100 * d:+.0f}%: "
+            f"the machine moved since the stages were priced){gain}")
+
+
 def calibration_summary(rows: list[dict], baseline: dict | None = None) -> dict:
     """The largest error, the settings outside ±20% and by how much, and the baseline repeat — over the
     settings measured on a quiet machine; those measured while the doctor's probe found the CPU taken by
@@ -160,6 +192,7 @@ def calibration_summary(rows: list[dict], baseline: dict | None = None) -> dict:
     return {"rows": rows, "max_abs_error": max(errs) if errs else None,
             "within_20pct": (not misses) if judged else None,
             "too_busy": [r.get("change", r["label"]) for r in rows if r.get("too_busy")],
+            "drifted": [r.get("change", r["label"]) for r in rows if drift_words(r)],
             "misses": [{"kind": r["kind"], "label": r.get("change", r["label"]), "error": r["error"],
                         "beyond_target": abs(r["error"]) - TARGET_ERROR} for r in misses],
             "baseline": baseline or {}}
@@ -176,7 +209,7 @@ def calibration_lines(summary: dict) -> list[str]:
             continue
         mark = "ok" if r["within_20pct"] else f"MISSED by {100 * (abs(r['error']) - TARGET_ERROR):.0f} points"
         out.append(f"  {r['kind']} {r.get('change', r['label'])}: predicted {r['predicted']:,.0f}, measured "
-                   f"{r['measured']:,.0f} samples/s, error {100 * r['error']:+.0f}% ({mark})")
+                   f"{r['measured']:,.0f} samples/s, error {100 * r['error']:+.0f}% ({mark})" + drift_words(r))
     busy = summary.get("too_busy") or []
     if summary["max_abs_error"] is None:
         out.append("Prediction error: machine too busy to judge (every setting was measured beside another "
@@ -320,7 +353,7 @@ def readings(report: dict, steps: list[dict], start: PipelineSpec, calib: dict, 
 
 
 STEP_KEYS = ("step", "label", "config", "predicted", "measured", "measured_q25", "measured_q75", "bound_stage", "kept",
-             "predicted_gain", "measured_gain", "error", "speed")
+             "predicted_gain", "measured_gain", "error", "speed", *DRIFT_KEYS)
 
 
 def payload(P, doc, report: dict, start: PipelineSpec, steps: list[dict], calib: dict) -> dict:
