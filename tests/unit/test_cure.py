@@ -305,3 +305,25 @@ def test_a_gain_inside_the_pairs_precision_is_not_kept():
     steps[-1].update(gain=0.98, resolved=False)              # slower, but inside the precision: not told apart
     line = next(x for x in C.readings(steps, cuda=False) if x.startswith("format=npy_mmap"))
     assert "not told apart from baseline, 2 workers (×0.98" in line
+
+
+
+def test_measure_runs_warmup_passes_only_where_asked(monkeypatch):
+    """A timed pass leaves its own start-up batches out: with ``warmup=0`` (the quick profile) no untimed
+    pass runs before it, with 1 one of the skipped batches and 2 more; the timed passes are the same either way."""
+    doc = Doctor(None, SPEC, max_workers=0, effort=Effort(repeats=1, samples=8, e2e_batches=2, cold=False),
+                 splits=lambda f, d: StageSplit(Store(0.0)), model="none")   # the passes need no stage costs
+    real, calls = C.run_epoch, []
+
+    def counting(loader, *a, max_batches=None, **kw):
+        calls.append((max_batches, "stop" in kw))
+        return real(loader, *a, max_batches=max_batches, **kw)
+
+    monkeypatch.setattr(C, "run_epoch", counting)
+    skip, total = C.timed_plan(SPEC.replace(device=doc.device), 6)
+    for warmup in (0, 1):
+        calls.clear()
+        m = C.measure(doc, SPEC, repeats=2, min_timed=6, warmup=warmup)
+        assert [c for c in calls if not c[1]] == [(skip + 2, False)] * warmup   # the untimed passes
+        assert [c[0] for c in calls if c[1]] == [total, total]                  # the timed ones, unchanged
+        assert m["runs"]["timed_batches"] == [6, 6] and m["samples_per_s"] > 0

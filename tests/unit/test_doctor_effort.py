@@ -49,3 +49,26 @@ def test_a_fast_setting_is_timed_over_the_window_it_asks_for():
     assert r["timed"] > 3                                   # ~4 ms a batch: 3 batches would be 12 ms
     assert len(r["windows"]) == 2 and min(r["windows"]) >= 0.09, r["windows"]   # even a pass much faster than its warm-up
     assert len(r["steps"]) == 2 * r["timed"]                # every timed batch of both passes read by the verdict
+
+
+def test_a_held_batch_size_is_not_measured_twice_over(monkeypatch):
+    """``Effort.batch_alternative``: with a model, the doctor measures the step and collates at twice the batch
+    too (the batch-size advice), unless the recipe holds its batch size (notebook 15: never measured there)."""
+    from feedlab.doctor import measure as M
+
+    spec = PipelineSpec(format="fake", decode="fake", transform="none", collate="totensor", batch_size=4,
+                        num_workers=0, device="cpu")
+    machine = Machine(cores=2, effective_cores=2.0, main_threads={0: 1}, capacity={1: 1.0, 2: 2.0})
+    monkeypatch.setattr(M, "measure_machine", lambda *a, **k: machine)
+    monkeypatch.setattr(M, "cpu_capacity", lambda *a, **k: {1: 1.0})
+    for name in ("measure_collate", "measure_h2d", "measure_kinds"):
+        monkeypatch.setattr(Doctor, name, lambda self, *a, **k: None)
+    monkeypatch.setattr(Doctor, "measure_items", lambda self, f, d, cold=False: self._samples_of.update({(f, d): []}))
+    for held, sizes in ((False, [4, 8]), (True, [4])):
+        seen = []
+        monkeypatch.setattr(Doctor, "measure_model", lambda self, name, bs: seen.append(bs))
+        doc = Doctor(None, spec, max_workers=0, model="srcnn_small",
+                     effort=Effort(repeats=1, samples=8, cold=False, batch_alternative=not held),
+                     splits=lambda f, d: StageSplit(_Store()))
+        doc.measure(alternatives=True)
+        assert seen == sizes

@@ -217,6 +217,21 @@ def test_cache_warm_reads_a_file_back_in(tmp_path):
     assert cache.warm([f]) == 1.0
 
 
+def test_cache_warm_without_report_reads_the_file_and_skips_the_mincore_check(tmp_path, monkeypatch):
+    """05 warms a store before every setting and never reads the fraction: ``report=False`` still reads the
+    file back into the page cache, and maps nothing to check it (mincore over PNG's 8,192 files cost ~4x the read)."""
+    f = tmp_path / "blob"
+    f.write_bytes(b"x" * (1 << 20))
+    if cache.resident_pages([f]) is None:
+        pytest.skip("mincore unavailable here")
+    cache.evict([f])
+    checked = []
+    monkeypatch.setattr(cache, "resident_pages", lambda files: checked.append(files) or (1, 1))
+    assert cache.warm([f], report=False) is None and not checked
+    monkeypatch.undo()
+    assert cache.resident_pages([f])[0] == cache.resident_pages([f])[1]   # read back in all the same
+
+
 def test_the_notebooks_target_lines_are_the_readmes():
     """The executed record and the README word a target alike: the README's rewrite of the notebook's own
     reading (report.targets.rewrite_reading on the same run) changes nothing, steady or not."""

@@ -233,7 +233,7 @@ class Doctor:
 
     def measure(self, alternatives: bool = True) -> "Doctor":
         """Every stage of the spec's pipeline; with ``alternatives``, the other collates,
-        decode backends, formats present, and (with a model) twice the batch size."""
+        decode backends, formats present, and (a model; ``effort.batch_alternative``) twice the batch size."""
         spec, b = self.spec, self.effort
         self.log("measuring the machine (cores, threads, CPU capacity)")
         self.table.machine = measure_machine(self.device, self.max_workers)
@@ -241,7 +241,8 @@ class Doctor:
         fmt, dec = spec.format, spec.decode_backend
         self.log(f"measuring {fmt}/{dec} read, decode, transform")
         self.measure_items(fmt, dec, cold=b.cold)
-        sizes = [spec.batch_size] + ([2 * spec.batch_size] if alternatives and self.model is not None else [])
+        twice = alternatives and b.batch_alternative and self.model is not None
+        sizes = [spec.batch_size] + ([2 * spec.batch_size] if twice else [])
         collates = list(pl.COLLATES) if alternatives else [spec.collate]
         for bs in sizes:
             for name in collates:

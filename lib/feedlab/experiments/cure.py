@@ -125,8 +125,9 @@ def pass_stop(skip: int, min_timed: int, precision: float | None) -> SteadyStop 
 
 
 def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed: int = 0,
-            precision: float | None = None) -> dict:
-    """One setting, end to end with the doctor's training step: a warm-up pass, then ``repeats``
+            precision: float | None = None, warmup: int = 1) -> dict:
+    """One setting, end to end with the doctor's training step: ``warmup`` warm-up passes (each the pass's
+    skipped batches and 2 more; 0: none, each timed pass leaves its own start-up batches out), then ``repeats``
     steady passes over a sampler long enough for ``min_timed`` timed batches (the data set is
     cycled, each cycle a fresh permutation, when it holds fewer samples). With ``precision`` a pass
     ends once its rate is known to it (:func:`pass_stop`: at least ``min_timed`` batches and a second where it
@@ -146,7 +147,8 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     else:  # kinds that take no sampler (ring, threads, ...) shuffle per epoch themselves
         loader = Cycled(pipeline.make_loader(ds, spec, seed=seed, drop_last=True), total)
         epoch_batches = len(loader.loader)   # the pass restarts the kind's epoch this often
-    run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=min(total, skip + 2))
+    for _ in range(max(0, int(warmup))):
+        run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=min(total, skip + 2))
     rows = []
     for _ in range(repeats):
         busy = BusyMeter(doc.device)   # CUDA events around each step; NaN readings off CUDA
@@ -183,20 +185,21 @@ def worst_pass(runs: dict) -> tuple[int, float, float]:
 
 def cure(doc, baseline: PipelineSpec, worker_counts: list[int], max_steps: int = 4, repeats: int = 3,
          min_timed: int = 50, log: Callable[[str], None] | None = None,
-         precision: float | None = None) -> tuple[Results, list[dict]]:
+         precision: float | None = None, warmup: int = 1) -> tuple[Results, list[dict]]:
     """The baseline at each of ``worker_counts`` (the same batch size), then the doctor's advice from
     the last of them, one change at a time (a change that measured slower, or faster by less than the two
     rates' combined precision (:func:`~feedlab.pipeline.rates.gain_resolved`), is undone and reported as such).
     The batch size is held: advice to change it is a recipe change and is not applied.
     ``doc`` is a measured :class:`feedlab.doctor.Doctor` whose model is the training step; ``precision``:
-    each pass timed to it (:func:`measure`, :func:`pass_stop`)."""
+    each pass timed to it (:func:`measure`, :func:`pass_stop`); ``warmup``: the warm-up passes before each
+    setting's timed ones (:func:`measure`)."""
     log = log or (lambda m: None)
     res = Results()
     steps: list[dict] = []
 
     def record(spec, label, kind, against=None):
         log(f"measuring {label}")
-        m = measure(doc, spec, repeats=repeats, min_timed=min_timed, precision=precision)
+        m = measure(doc, spec, repeats=repeats, min_timed=min_timed, precision=precision, warmup=warmup)
         pred = predict(doc.table_now(spec), spec)
         params = dict(step=len(steps), change=label, kind=kind, **spec.as_dict())
         res.add_samples(EXPERIMENT, label, "samples_per_s", m["runs"]["samples_per_s"], "samples/s",
