@@ -61,6 +61,14 @@ def test_specs_that_mean_what_they_say(spec):
     assert spec.problems("cpu") == []
 
 
+@pytest.mark.parametrize("pf", [0, -1])
+def test_a_prefetch_factor_under_one_is_refused_not_run_silently_at_two(pf):
+    spec = P.PipelineSpec(format="npy", num_workers=2, prefetch_factor=pf)
+    assert [p for p in spec.problems("cpu") if p.startswith(f"prefetch_factor {pf}: give 1 or more")], \
+        spec.problems("cpu")
+    assert P.PipelineSpec(format="npy", num_workers=2, prefetch_factor=1).problems("cpu") == []
+
+
 def test_make_loader_dispatches_through_the_registry():
     base = P.PipelineSpec(batch_size=4, collate="fast")
     built = {k: P.make_loader(Store(), base.replace(loader=k, num_workers=1 if k == "ring" else 0))

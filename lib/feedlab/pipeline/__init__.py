@@ -244,6 +244,9 @@ class PipelineSpec:
                 out.append("decode=cuda decodes on the GPU: it needs a CUDA device")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             out.append("prefetch_factor / persistent_workers need num_workers > 0")
+        elif self.prefetch_factor is not None and self.prefetch_factor < 1:   # else run silently at 2
+            out.append(f"prefetch_factor {self.prefetch_factor}: give 1 or more (batches each worker keeps "
+                       "ready), or leave it out for 2")
 
         caps = FORMATS[self.format].capabilities() if self.format in FORMATS else None
         return out + kind_problems(self.loader, caps, self.num_workers, self.collate)
