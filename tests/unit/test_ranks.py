@@ -252,3 +252,35 @@ def test_grid_readings_of_a_grid_where_nothing_ran_say_so():
     from feedlab.experiments import ranks_grid as RG
 
     assert RG.readings(pd.DataFrame()) == ["No setting ran; the table above says why."]
+
+
+def test_ray_side_counts_its_exactly_once_check_as_its_first_warm_up_epoch(monkeypatch):
+    """The check is an untimed Ray epoch through the same decode tasks: the Ray side runs warmup - 1 more untimed
+    epochs after it (not warmup), then the same timed epochs, with the same orders, as before; the DataLoader's
+    warm-up is unchanged."""
+    pytest.importorskip("ray")
+    from feedlab.scale import remote_decode as RD
+    from feedlab.timing import EpochTiming
+
+    monkeypatch.setattr(RD, "available", lambda: (True, ""))
+    class Eight(list):
+        verify = True
+
+    monkeypatch.setattr(RD.pl, "open_dataset", lambda *a, **k: Eight(range(8)))
+    monkeypatch.setattr(RD.pl, "make_training", lambda *a, **k: (None, None, None))
+    monkeypatch.setattr(RD.pl, "make_loader", lambda *a, **k: "dataloader")
+    monkeypatch.setattr(RD, "start", lambda n: (False, 0.0))
+    monkeypatch.setattr(RD, "check_once", lambda *a, **k: {"ok": True})
+    monkeypatch.setattr(RD, "ray_epoch", lambda root, spec, n, seed, e, **k: f"ray{e}")
+    seen = []
+
+    def fake_epoch(it, *a, **k):
+        seen.append(it)
+        return EpochTiming(np.full((2, 4), 0.01), np.full(2, 4), 0.08, 0.01, {})
+
+    monkeypatch.setattr(RD, "run_epoch", fake_epoch)
+    res, info = RD.compare("unused", P.PipelineSpec(device="cpu"), 1, epochs=2, warmup=1, log=lambda _m: None)
+    assert seen == ["dataloader"] * 3 + ["ray1", "ray2"] and info["check"]["ok"]
+    df = res.frame()
+    assert sorted(df[df.metric == "samples_per_s"].groupby("variant").size().items()) == [("DataLoader", 2),
+                                                                                         ("Ray Data", 2)]
