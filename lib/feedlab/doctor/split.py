@@ -50,7 +50,8 @@ class StageSplit:
                     x = fn(x)
             except Exception:   # noqa: BLE001 - this sample is the one that fails: name it
                 files = self.files([i]) or []
-                if not files or str(Path(files[0]).name) in str(exc):
+                name = Path(files[0]).name if files else ""
+                if not files or name in str(exc) or shown(name).strip("'\"") in str(exc):   # named already
                     return exc
                 root = Path(getattr(self.dataset, "root", Path(files[0]).parent))
                 try:
