@@ -99,3 +99,21 @@ def test_out_inside_figures_is_refused_before_anything_is_written(tmp_path, monk
     # outside figures/ it is written
     rerun.main(["--before", "HEAD", "--out", str(tmp_path / "r.md"), "04"])
     assert (tmp_path / "r.md").read_text() == "the markdown\n"
+
+
+def test_out_over_an_existing_notebook_or_source_is_refused_and_it_stays(tmp_path, monkeypatch, capsys):
+    # attack52 G04: `--out notebooks/04_print_overhead.ipynb` replaced the notebook's source with markdown, rc 0
+    monkeypatch.setattr(rerun, "resolve_commit", lambda rev: "a" * 40)
+    monkeypatch.setattr(rerun, "compare", lambda *a, **k: "the markdown")
+    for name in ("04_print_overhead.ipynb", "run.py", "Makefile"):
+        src = tmp_path / name
+        src.write_text("the source")
+        with pytest.raises(SystemExit) as e:
+            rerun.main(["--before", "HEAD", "--out", str(src), "04"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and f"--out {src}: an existing" in err[-1] and "nothing written" in err[-1], err
+        assert src.read_text() == "the source"
+    (tmp_path / "RERUNS.md").write_text("old")   # an existing markdown file is what --out is for
+    rerun.main(["--before", "HEAD", "--out", str(tmp_path / "RERUNS.md"), "04"])
+    assert (tmp_path / "RERUNS.md").read_text() == "the markdown\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["04_print_overhead.ipynb", "Makefile", "RERUNS.md", "run.py"]

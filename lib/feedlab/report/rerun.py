@@ -138,6 +138,10 @@ def compare(rev: str, notebooks: list[str], machine: str = "cpu-2c", figures_dir
     return "\n".join(out)
 
 
+#: what ``--out`` may replace: a file that already holds text of this kind (a notebook or a source is refused)
+MARKDOWN_SUFFIXES = (".md", ".markdown", ".txt")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedlab.report.rerun", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.out is not None and outside_figures(args.out, "--out"):   # never over a committed record
         ap.error(outside_figures(args.out, "--out"))
+    if args.out is not None and args.out.exists() and args.out.suffix.lower() not in MARKDOWN_SUFFIXES:
+        ap.error(f"--out {args.out}: an existing {args.out.suffix or 'extensionless'} file, which the markdown "
+                 "would replace: nothing written; give a .md file (docs/RERUNS.md) or a new name")
     with cli_errors("feedlab.report.rerun"):
         text = compare(resolve_commit(args.before), args.notebooks, args.machine)
         print(text)
