@@ -9,6 +9,14 @@ collate read 3.7 µs a sample alone and 8-9 in the loop, the conversion of its u
 made fresh by the spec's own transform (as the loop's fetch makes them), collated, then converted as
 ``timing.run_epoch`` converts them, the previous batch and its floats held until the next replace them
 (as the loop holds them): what the loop pays, per stage, from the costs the probe measured.
+
+Checked against the loop itself (npy_mmap + PairFlip, batch 64, 0 workers, one thread; CPU µs a sample,
+median of 6 rounds on a busy 2-core box, 2026-11-28, not a record): collate 9.9 probed / 11.6 in the loop
+for ``fast_cl``, 13.9 / 15.0 for ``fast``; conversion 13.4 / 15.9 and 10.6 / 12.7; transform 34 / 35 both.
+A channels-last uint8 batch converts as fast as a contiguous one (its floats stay channels-last, no copy).
+So the loop's ``fast_cl`` is not priced apart from ``fast``: the second quiet run's +35% on that step came
+with the setting it replaced measured 20% slower beside it than at its own step, the gain off by −5%
+(``experiments.doctor_steps.against_drift``).
 """
 
 from __future__ import annotations
