@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from feedlab import formats as F
+from feedlab.errors import ChecksumError
 from feedlab.files import sweep_orphans
 from feedlab.formats._common import (
     CHECKSUMS,
@@ -63,7 +64,10 @@ class _Reference(Sequence):
     """The PNG samples as a sized sequence, decoded once into RAM when small enough."""
 
     def __init__(self, root: Path, man: dict, engine: str = "local"):
-        self.ds = F.PngDataset(root)
+        try:
+            self.ds = F.PngDataset(root)
+        except ChecksumError as exc:
+            raise self._changed(exc, root) from None
         n = len(self.ds)
         if n != man["count"]:
             raise DataPrepError(f"{root}: manifest says {man['count']} samples, found {n} PNGs")
@@ -94,9 +98,21 @@ class _Reference(Sequence):
             if man.get("content_sha256") and digest.hexdigest() != man["content_sha256"]:
                 raise VerifyError(f"png: the PNGs under {root} no longer match the manifest's content_sha256")
 
+    @staticmethod
+    def _changed(exc: ChecksumError, root) -> VerifyError:
+        """The PNGs are the source every format is checked against and packed from: one that no longer matches the
+        checksum recorded when the set was built is named with the one fix (the advice to verify or repack it
+        pointed back at this very command)."""
+        what = str(exc).split(" does not match", 1)[0]
+        return VerifyError(f"{what} no longer matches the checksum recorded when the set was built: the PNGs, the "
+                           "source every format is checked against, changed since; rebuild the set with "
+                           f"`python -m data_prep sr --out {root}` (or restore the PNGs)")
+
     def _png(self, i: int):
         try:
             return self.ds._read(i)
+        except ChecksumError as exc:
+            raise self._changed(exc, self.ds.root) from None
         except Exception as exc:
             raise DataPrepError(f"png: sample {i} ({self.ds._sample_path(i)}) cannot be decoded "
                                 f"({type(exc).__name__}: {exc}): rebuild the set with `python -m data_prep sr`") from None

@@ -224,6 +224,24 @@ def test_verify_names_format_and_index_lmdb(sr_root, tmp_path):
         data_prep.verify(root, ["lmdb_raw"], **QUIET)
 
 
+def test_verify_over_a_changed_png_says_rebuild_not_verify_again(sr_root, tmp_path, capsys):
+    """attack52 B02: hr/000000.png replaced by another sample's: verify stopped opening the PNGs with "does not
+    match its checksum (1 of 1 in this batch) … `python -m data_prep verify DIR` lists every bad sample, `pack DIR
+    --to png` rewrites it": the advice pointed back at this very command, and the PNGs are the source."""
+    root = _copy_set(sr_root, tmp_path, ["npy"])
+    shutil.copyfile(root / "hr" / "000001.png", root / "hr" / "000000.png")
+    before = sorted(p.name for p in root.iterdir())
+    with pytest.raises(VerifyError) as err:
+        data_prep.verify(root, **QUIET)
+    msg = str(err.value)
+    assert "sample 0" in msg and "hr/000000.png" in msg and "no longer matches the checksum" in msg, msg
+    assert f"python -m data_prep sr --out {root}" in msg and "data_prep verify" not in msg and "\n" not in msg
+    assert main(["verify", str(root)]) == 1
+    err_lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err_lines) == 1 and "no longer matches the checksum" in err_lines[0], err_lines
+    assert sorted(p.name for p in root.iterdir()) == before   # nothing written
+
+
 def test_unknown_format_lists_supported(sr_root, capsys):
     assert main(["pack", str(sr_root), "--to", "lmdb,parquet"]) == 2
     err = capsys.readouterr().err
