@@ -91,6 +91,8 @@ def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) ->
                          f"writes there, whole): nothing written; {fix}")
     for path in (root, *(root / sub for sub in subfolders)):
         for part in (*reversed(path.parents), path):
+            if part.is_symlink() and not part.exists():
+                raise ValueError(f"{name}: {part} is a link that leads nowhere (a loop, or its target is gone); {fix}")
             if part.exists() and not part.is_dir():
                 what = "" if part == root else f" ({part} is a file)"
                 raise ValueError(f"{name}: not a folder{what}; {fix}")
