@@ -284,3 +284,14 @@ def test_ray_side_counts_its_exactly_once_check_as_its_first_warm_up_epoch(monke
     df = res.frame()
     assert sorted(df[df.metric == "samples_per_s"].groupby("variant").size().items()) == [("DataLoader", 2),
                                                                                          ("Ray Data", 2)]
+
+
+def test_a_failed_rank_is_one_line_without_torchrun_s_prefix_or_the_module_path():
+    """attack52 M02: `rank 0 exited with status 1: [rank1]: feedlab.pipeline.shm.SharedMemoryError: /dev/shm has…`
+    (rank 0 and [rank1] in one line, the class by its module path)."""
+    text = ("[rank1]: Traceback (most recent call last):\n"
+            "[rank1]: feedlab.pipeline.shm.SharedMemoryError: /dev/shm has 2 MiB free, but 1 DataLoader worker(s)\n"
+            "Root Cause (first observed failure):\n[0]:\n  time      : x\n  host      : h\n"
+            "  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 12)\n")
+    line = ranks.failed_rank(text, 1)
+    assert line == "rank 0 exited with status 1: SharedMemoryError: /dev/shm has 2 MiB free, but 1 DataLoader worker(s)"

@@ -328,6 +328,8 @@ def failed_rank(text: str, code: int) -> str:
             name = f"signal {num}"
         return f"rank {rank} was killed by {name} (exit {status}); the other ranks were stopped"
     why = next((e for e in errors if e.startswith("[rank") or "Error" in e), "")
+    why = re.sub(r"^\[rank\d+\]:\s*", "", why)   # torchrun's prefix: which rank printed it (not always `rank`)
+    why = re.sub(r"^(?:\w+\.)+(\w+(?:Error|Exception):)", r"\1", why)   # feedlab.pipeline.shm.X: → X:
     return f"rank {rank} exited with status {status}" + (f": {why}" if why else "")
 
 
