@@ -32,6 +32,9 @@ MAX_HALF_WIDTH = 0.05
 # on the pooled window — the sum of its repeats' windows at least MIN_WINDOW_S, over at least MIN_POOLED_REPEATS
 # repeats whose own 95% interval of the mean (Student's t over the per-repeat values) is within ±MAX_HALF_WIDTH
 MIN_POOLED_REPEATS = 5
+# THE precision rule (:func:`precision_problem`): a rate not timed to its precision (imprecise) stands for its setting
+# only as the median of at least MIN_REPEATS repeats (the claims' REPEATS precondition reads the same constant)
+MIN_REPEATS = 3
 # Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom 1–30; above 30 a Cornish–Fisher expansion
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -336,21 +339,59 @@ class Verdict:
 
 def _known_precision(side: Side) -> bool:
     """An imprecise rate (its window reached its cap before the asked precision) whose 95% half-width was still
-    measured: judged on an interval widened by it (:func:`verdict`), never as if it were steady."""
+    measured: judged on an interval widened by it (:func:`verdict`) where :func:`precision_problem` lets it."""
     return side.rate_kind == "imprecise" and not _missing(side.half_width) and math.isfinite(side.half_width)
 
 
+def precision_problem(label: str, rate_kind: str | None, half_width: float | None, repeats: int | None) -> str:
+    """THE rule for a rate not known to its precision, stated once: every verdict applies it (:func:`verdict`, so
+    the targets, notebooks 13 and 16 and the tuner; a recorded verdict through :func:`reread`; the claims'
+    REPEATS precondition, ``report.claims.fair.repeats_reason``). An imprecise rate (its cap came before its 95%
+    interval closed to the asked ±:data:`MAX_HALF_WIDTH`) stands for its setting only with a measured half-width
+    and :data:`MIN_REPEATS` repeats or more (then judged on an interval widened by its half-width); with fewer, or
+    with none recorded, a verdict on it is "not tested fairly". '' where the rule holds."""
+    if rate_kind != "imprecise":
+        return ""
+    hw = "" if _missing(half_width) or not math.isfinite(half_width) else f"±{half_width:.1%} > "
+    n = "repeats not recorded" if _missing(repeats) else f"{int(repeats)} repeat{'s' if int(repeats) != 1 else ''}"
+    if hw and not _missing(repeats) and repeats >= MIN_REPEATS:
+        return ""
+    return f"{label}'s rate is imprecise ({hw}±{MAX_HALF_WIDTH:.0%} asked; {n} < {MIN_REPEATS})"
+
+
 def _fair_problems(side: Side) -> list[str]:
-    """Why one side cannot be judged fairly: busy, a rate not steady (imprecise: not known to its precision),
+    """Why one side cannot be judged fairly: busy, a rate not steady (imprecise: :func:`precision_problem`),
     or one measurement with no stated precision."""
     out = []
     if side.busy:
         out.append(f"{side.label} measured on a busy machine ({side.busy})")
-    if side.rate_kind not in (None, "steady") and not _known_precision(side):
+    if side.rate_kind == "imprecise":
+        out += [w for w in [precision_problem(side.label, side.rate_kind, side.half_width, side.repeats)] if w]
+    elif side.rate_kind not in (None, "steady"):
         out.append(f"{side.label}'s rate is {side.rate_kind}")
     if not _missing(side.repeats) and side.repeats < 2 and _missing(side.half_width):
         out.append(f"{side.label} measured once, with no stated precision")
     return out
+
+
+def _interval_words(lo, hi, tgt: float, word: str = "") -> str:
+    """What an unjudged ratio's interval shows, for the reader ("its interval 0.559–0.761 excludes 1")."""
+    if _missing(lo) or _missing(hi):
+        return ""
+    shows = "holds" if min(lo, hi) <= tgt <= max(lo, hi) else "excludes"
+    return f"its interval {min(lo, hi):.3g}–{max(lo, hi):.3g} {shows} {tgt:g}" + (f" (recorded: {word})" if word else "")
+
+
+def reread(kept: Verdict, a: Side, b: Side) -> Verdict:
+    """A verdict a run recorded, read against the one rule for its two recorded sides' fairness (a generator never
+    judges the ratio again): a judged word on a side the rule rejects (busy, imprecise with too few repeats, …)
+    reads "not tested fairly (why; its interval …, recorded: word)"; every other verdict as recorded."""
+    unfair = _fair_problems(a) + _fair_problems(b)
+    if not kept.judged or not unfair:
+        return kept
+    tgt = 1.0 if kept.target is None else float(kept.target)
+    why = "; ".join(unfair + [w for w in [_interval_words(kept.lo, kept.hi, tgt, kept.word)] if w])
+    return Verdict(NOT_FAIR, why, kept.ratio, kept.lo, kept.hi, kept.target)
 
 
 def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = None,
@@ -362,8 +403,9 @@ def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = Non
     a gain over ×1.00, i.e. the two told apart). In order:
 
     1. the sides differ on a recorded invariant, or one did not record it: "not like for like (what differs)";
-    2. a side was busy, unsteady (an imprecise rate with no measured half-width), or measured once with no
-       precision: "not tested fairly (why)"; an imprecise rate with its half-width widens the interval by it;
+    2. a side was busy, unsteady (an imprecise rate short of :func:`precision_problem`'s rule), or measured once
+       with no precision: "not tested fairly (why; what its interval shows)"; an imprecise rate with its
+       half-width and enough repeats widens the interval by it;
     3. no ratio: "not tested fairly (no ratio measured)";
     4. the interval holds the target (or ×1.00 with no target): "within spread";
     5. else "met" or "missed" against the target (``lower_is_better`` flips it). ``baseline``: the start's own
@@ -376,16 +418,17 @@ def verdict(a: Side, b: Side, ratio: float | None, *, target: float | None = Non
         diff = differences(a, b, changes, varied)
         if diff:
             return Verdict(NOT_LIKE, "; ".join(diff), ratio, lo, hi, target)
-    unfair = _fair_problems(a) + _fair_problems(b)
-    if unfair:
-        return Verdict(NOT_FAIR, "; ".join(unfair), ratio, lo, hi, target)
-    if _missing(ratio):
-        return Verdict(NOT_FAIR, "no ratio measured", None, lo, hi, target)
     wide = [s.half_width for s in (a, b) if _known_precision(s)]
-    if wide:   # an imprecise side: the ratio's interval holds its measured half-width too
+    if wide and not _missing(ratio):   # an imprecise side: the ratio's interval holds its measured half-width too
         h = math.hypot(*wide) if len(wide) > 1 else wide[0]
         lo = ratio * (1 - h) if _missing(lo) else min(lo, ratio * (1 - h))
         hi = ratio * (1 + h) if _missing(hi) else max(hi, ratio * (1 + h))
+    unfair = list(dict.fromkeys(_fair_problems(a) + _fair_problems(b)))
+    if unfair:   # an imprecise side: what the interval shows is said, never judged
+        shown = [_interval_words(lo, hi, tgt)] if any("is imprecise (" in u for u in unfair) else []
+        return Verdict(NOT_FAIR, "; ".join(unfair + [w for w in shown if w]), ratio, lo, hi, target)
+    if _missing(ratio):
+        return Verdict(NOT_FAIR, "no ratio measured", None, lo, hi, target)
     note = ""
     if baseline is not None and not _missing(baseline):
         if (baseline <= tgt) if lower_is_better else (baseline >= tgt):

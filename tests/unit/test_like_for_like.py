@@ -330,3 +330,42 @@ def test_pooled_window_does_not_lift_a_side_that_is_otherwise_unfair():
     v = L.verdict(replace(a, busy="18% other load"), _micro("none", 7, 0.2, [1.0] * 7), 2.0, target=1.5)
     assert v.word == L.NOT_FAIR and "busy" in v.why
     assert "repeats' spread not recorded" in replace(a, repeat_half_width=None).window_short()
+
+
+# ---------------------------------------------------------------- the one precision rule (audit 45 V12/V13)
+def _imprecise(label: str, hw: float, repeats: int) -> L.Side:
+    return L.Side(label=label, order="global", pixel_error=0.0, batch_size=64, workers=2, cache="warm",
+                  timed_batches=56, window_s=2.0, half_width=hw, rate_kind="imprecise", repeats=repeats)
+
+
+def test_an_imprecise_rate_with_too_few_repeats_is_not_tested_fairly_and_its_interval_is_said():
+    a, b = _imprecise("feedlab", 0.073, 1), _imprecise("peer", 0.081, 1)
+    v = L.verdict(a, b, 0.65, target=1.0, lo=0.56, hi=0.76)
+    assert v.word == L.NOT_FAIR and "feedlab's rate is imprecise (±7.3% > ±5% asked; 1 repeat < 3)" in v.why
+    assert "excludes 1" in v.why and not v.judged
+    # the same sides with MIN_REPEATS repeats stand: judged on the interval widened by their half-widths
+    a3, b3 = (replace(s, repeats=L.MIN_REPEATS) for s in (a, b))
+    assert L.verdict(a3, b3, 0.65, target=1.0, lo=0.56, hi=0.76).word == L.MISSED
+    assert L.precision_problem("x", "steady", None, 1) == "" and L.precision_problem("x", "imprecise", 0.06, 3) == ""
+    assert "repeats not recorded" in L.precision_problem("x", "imprecise", 0.06, None)
+
+
+def test_a_recorded_verdict_on_imprecise_sides_is_reread_by_the_same_rule():
+    kept = L.Verdict(L.MISSED, "", 0.65, 0.56, 0.76, 1.0)
+    v = L.reread(kept, _imprecise("feedlab", 0.073, 1), _imprecise("peer", 0.081, 1))
+    assert v.word == L.NOT_FAIR and "(recorded: missed)" in v.why and "0.56–0.76 excludes 1" in v.why
+    steady = L.Side(label="s", rate_kind="steady", half_width=0.01, repeats=1)
+    assert L.reread(kept, steady, steady) is kept                       # sides the rule accepts: as recorded
+    assert L.reread(L.Verdict(L.NOT_LIKE, "order"), _imprecise("a", 0.1, 1), steady).word == L.NOT_LIKE
+
+
+def test_the_claims_repeats_rule_is_the_judges_rule():
+    import pandas as pd
+
+    from feedlab.report.claims import fair
+
+    assert fair.MIN_REPEATS is L.MIN_REPEATS
+    one = pd.DataFrame({"rate_kind": ["imprecise"], "rate_half_width": [0.08], "repeat": [0]})
+    three = pd.DataFrame({"rate_kind": ["imprecise"] * 3, "rate_half_width": [0.08] * 3, "repeat": [0, 1, 2]})
+    assert fair.imprecise_problem(one, {"num_workers": 0}) == L.precision_problem("w0", "imprecise", 0.08, 1) != ""
+    assert fair.imprecise_problem(three, {"num_workers": 0}) == ""

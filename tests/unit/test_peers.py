@@ -524,10 +524,13 @@ def test_every_peer_verdict_is_the_one_judges_and_the_record_keeps_it():
     assert rec["lo"] < rec["ratio"] < rec["hi"] and rec["target"] == 1.0
     assert rec["missing_peers"] == {"FFCV": "not installed: no wheel"}
     json.dumps(rec)   # the record is plain JSON
-    # a rate short of its stated precision is judged on an interval widened by its measured half-width (×2 at
-    # ±8%: met); with no half-width it is not a fair test, nor is a busy window: never met or missed
-    wide = ratios(_tab(2000.0, 1000.0, half_width=0.08, rate_kind="imprecise", windows=1))["sr"]
+    # a rate short of its stated precision (imprecise) is judged, on an interval widened by its measured
+    # half-width (×2 at ±8%: met), only with MIN_REPEATS windows (the one rule, like_for_like.precision_problem);
+    # with one it is not a fair test (its interval said), with no half-width neither, nor a busy window
+    wide = ratios(_tab(2000.0, 1000.0, half_width=0.08, rate_kind="imprecise", windows=L.MIN_REPEATS))["sr"]
     assert wide["judged"]["word"] == L.MET and wide["judged"]["lo"] <= 2.0 * (1 - 0.08) + 1e-9
+    once = ratios(_tab(2000.0, 1000.0, half_width=0.08, rate_kind="imprecise", windows=1))["sr"]
+    assert once["judged"]["word"] == L.NOT_FAIR and "1 repeat < 3" in once["judged"]["why"]
     imprecise = ratios(_tab(2000.0, 1000.0, half_width=None, rate_kind="imprecise", windows=1))["sr"]
     assert imprecise["judged"]["word"] == L.NOT_FAIR and "feedlab best's rate is imprecise" in imprecise["verdict"]
     busy = ratios(_tab(2000.0, 1000.0, other_load=0.6))["sr"]

@@ -78,3 +78,19 @@ def test_07_fast_collate_meets_only_where_the_judge_accepts_both_windows():
     assert "20.0 ms < 1 s" in short
     (missed,) = _fast_line(_collate_run(window_s=2.0, fast_ms=10.0))
     assert "NCHW 2.0× (misses)" in missed
+
+
+def test_16s_target_lines_read_each_recorded_word_by_the_one_rule():
+    from feedlab.report.claims.core import Run
+    from feedlab.report.claims.sides import tune_target_line
+
+    def scen(key, kind):
+        row = {"name": "start", "rate_kind": kind, "half_width": 0.09, "passes": 2, "busy": None}
+        return {"key": key, "best": "start", "tuner": {"name": "start"}, "grid": [row],
+                "targets": {"share": {"word": "met", "why": "the pick is the best", "ratio": 1.0, "target": 0.9}}}
+    run = Run({"scenarios": [scen("storage", "steady"), scen("compute", "imprecise")]})
+    line = ("Target (pick ≥ 0.90 of the grid's best): met in 2 of 2 — storage met 1.00; compute met 1.00")
+    out = tune_target_line(line, run)
+    assert out.startswith("Target (pick ≥ 0.90 of the grid's best): met in 1 of 2 — storage met 1.00; ")
+    assert "compute not tested fairly 1.00 (imprecise: ±9.0%, 2 pass(es); recorded: met)" in out
+    assert tune_target_line("Target (≤ 3 measured passes): met in 2 of 2 — a", run).endswith("— a")

@@ -85,9 +85,14 @@ def test_once_more_only_where_the_judge_has_not_told_them_apart(monkeypatch):
 
     monkeypatch.setattr(RC.TR, "measure", fake)
     cands = [TR.Candidate("start", list), TR.Candidate("threads=2", list, {"kind": "threads", "threads": 2})]
-    met = RC.Raced([_trial("start", 100.0, 0.04, "imprecise"), _trial("threads=2", 400.0)])
+    met = RC.Raced([_trial("start", 100.0, 0.04, "steady"), _trial("threads=2", 400.0)])
     RC.once_more(met, cands, max_window_s=2.0)
     assert calls == [] and not met.notes                                  # ×4: met, a longer window changes nothing
+    # ×4 on an imprecise start of one pass is not yet judged (like_for_like.precision_problem): measured once more
+    unsure = RC.Raced([_trial("start", 100.0, 0.04, "imprecise"), _trial("threads=2", 400.0)])
+    RC.once_more(unsure, cands, max_window_s=2.0)
+    assert calls == [["start", "threads=2"]] and "once more" in unsure.notes[0]
+    calls.clear()
     within = RC.Raced([_trial("start", 100.0, 0.04, "imprecise"), _trial("threads=2", 106.0)])
     RC.once_more(within, cands, max_window_s=2.0)
     assert calls == [["start", "threads=2"]] and "once more" in within.notes[0]

@@ -167,11 +167,14 @@ def targets(best, pick, start, tuned, tune_s: float, grid_s: float) -> dict:
         out["share"] = {"word": lfl.NOT_FAIR, "why": why}
         out["not_below_start"] = {"word": lfl.NOT_FAIR, "why": why}
     else:
-        v = TR.judge(best, pick, target=SHARE) if pick is not best else lfl.Verdict(lfl.MET, "the pick is the best",
-                                                                                   1.0, 1.0, 1.0, SHARE)
+        # the pick as the best (or the start) is met by identity only where its rate stands by the one rule
+        same = lambda why, tgt: lfl.reread(lfl.Verdict(lfl.MET, why, 1.0, 1.0, 1.0, tgt), pick.side(),  # noqa: E731
+                                           pick.side())
+        v = TR.judge(best, pick, target=SHARE) if pick is not best else same("the pick is the best", SHARE)
         out["share"] = {"word": v.word, "why": v.why, "ratio": v.ratio, "lo": v.lo, "hi": v.hi, "target": SHARE}
         if pick is start or start is None:
-            out["not_below_start"] = {"word": lfl.MET, "why": "the pick is the start", "ratio": 1.0}
+            w = same("the pick is the start", 1.0)
+            out["not_below_start"] = {"word": w.word, "why": w.why, "ratio": 1.0}
         else:
             w = TR.judge(start, pick, target=1.0)
             word = lfl.MISSED if w.word == lfl.MISSED else (lfl.MET if w.judged else w.word)

@@ -12,6 +12,8 @@ from pathlib import Path
 from feedlab import findings
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
+from feedlab.report.claims.core import Run
+from feedlab.report.claims.sides import tune_target_line
 
 ANSWER_START, ANSWER_END = "<!-- answer:start -->", "<!-- answer:end -->"
 TUNE_START, TUNE_END = "<!-- tune:start -->", "<!-- tune:end -->"
@@ -81,6 +83,8 @@ def tune_block(figures_dir: Path = FIGURES_DIR) -> str:
     executed = folder / f"{names[0]}.executed.ipynb"
     if not reading and executed.is_file():
         reading = findings.reading_lines(json.loads(executed.read_text(encoding="utf-8")))
+    run = Run(payload, folder)   # 16's target lines: each scenario's recorded word read by the one rule
+    reading = [tune_target_line(str(x), run) for x in reading]
     link = f"[the executed record]({_rel(executed)})" if executed.is_file() else f"`{_rel(folder)}/`"
     lines = [f"Notebook 16 on {TUNE_MACHINE} (the tuner against the exhaustive grid; {link}):", ""]
     lines += ["- " + re.sub(r"[\r\n]+", " ", str(x)).replace("<!--", "&lt;!--") for x in reading[:MAX_TUNE_LINES]]

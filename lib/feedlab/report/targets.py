@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from feedlab.like_for_like import MET, MISSED, NOT_LIKE, WITHIN, Side, Verdict, differences
+from feedlab.like_for_like import MET, MISSED, NOT_LIKE, WITHIN, Side, Verdict, differences, reread
 from feedlab.like_for_like import verdict as like_verdict
 from feedlab.machines import pcie_theoretical_gbps
 from feedlab.monitor import BUSY_SPEED, process_speed  # BUSY_SPEED (10): the doctor's probe under it: too busy
@@ -245,7 +245,8 @@ def peer_verdict(payload: dict, kind: str, cold: bool = False, printed: tuple | 
     """13's ratio on ``kind`` (feedlab's best ÷ the best peer; ``cold``: with the page cache dropped), never judged
     again where the notebook recorded its verdict (no generator recomputes one):
 
-    1. the one judge's verdict the record keeps (``results.json`` → ``verdicts`` → ``kind``, and its ``cold``);
+    1. the one judge's verdict the record keeps (``results.json`` → ``verdicts`` → ``kind``, and its ``cold``),
+       read against the one rule for its recorded sides (:func:`feedlab.like_for_like.reread`);
     2. an older record's printed word (``ratios`` → ``kind`` → ``verdict`` / ``cold_verdict``), kept where its two
        recorded sides are like for like (:func:`feedlab.peers.report.sides_of_record`), else what differs;
     3. no recorded word: the one judge on the recorded sides and interval (``printed``: ``(ratio, low, high)``
@@ -256,19 +257,20 @@ def peer_verdict(payload: dict, kind: str, cold: bool = False, printed: tuple | 
     ratio = r.get(f"{pre}ratio")
     if not isinstance(ratio, (int, float)):
         return None
-    kept = ((payload.get("verdicts") or {}).get(kind) or {})
-    kept = kept.get("cold") if cold else kept
-    if isinstance(kept, dict) and kept.get("word"):
-        return Verdict(kept["word"], kept.get("why") or "", kept.get("ratio"), kept.get("lo"), kept.get("hi"),
-                       kept.get("target"))
-    lo, hi = (printed[1], printed[2]) if printed else (r.get(f"{pre}ratio_low"), r.get(f"{pre}ratio_high"))
-    ratio = printed[0] if printed else ratio
     if cold:
         recorded = r.get("cold_sides") or []
         sides = tuple(Side(**{k: v for k, v in d.items() if k in Side.__dataclass_fields__}) for d in recorded)
         sides = sides if len(sides) == 2 else None
     else:
         sides = sides_of_record(payload, kind)
+    kept = ((payload.get("verdicts") or {}).get(kind) or {})
+    kept = kept.get("cold") if cold else kept
+    if isinstance(kept, dict) and kept.get("word"):
+        v = Verdict(kept["word"], kept.get("why") or "", kept.get("ratio"), kept.get("lo"), kept.get("hi"),
+                    kept.get("target"))
+        return reread(v, *sides) if sides else v
+    lo, hi = (printed[1], printed[2]) if printed else (r.get(f"{pre}ratio_low"), r.get(f"{pre}ratio_high"))
+    ratio = printed[0] if printed else ratio
     if not sides:
         return Verdict(NOT_LIKE, "its sides were not recorded", ratio, target=PEER_RATIO)
     word = str(r.get(f"{pre}verdict") or "")
@@ -404,7 +406,10 @@ ADVICE = Target("advice-gain", "10_doctor", ">=", 1.0, "the doctor's advice, sta
 HANDOVER = Target("lmdb-fast-over-png", "05_storage_formats", ">=", HANDOVER_RATIO,
                   "LMDB + fast collate ÷ PNG + ToTensor, both with workers (the hand-over)", lambda t, run: [],
                   _HANDOVER.pattern, "×")
-CLAUSES = {HANDOVER.notebook: (HANDOVER, handover_line), ADVICE.notebook: (ADVICE, advice_line), TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line)}
+TUNE = Target("tune-targets", "16_tune", ">=", 1.0, "the tuner's targets, each scenario read by the one rule",
+              lambda t, run: [], sides_.TUNE_TARGET.pattern)
+CLAUSES = {HANDOVER.notebook: (HANDOVER, handover_line), ADVICE.notebook: (ADVICE, advice_line), TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line),
+           TUNE.notebook: (TUNE, lambda line, t, run: sides_.tune_target_line(line, run))}
 
 
 def for_notebook(notebook: str) -> tuple[Target, ...]:

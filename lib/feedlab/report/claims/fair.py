@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 
+from feedlab.like_for_like import MIN_REPEATS, precision_problem  # the one precision rule (like_for_like)
+from feedlab.like_for_like import NOT_FAIR as JUDGE_NOT_FAIR
 from feedlab.monitor import BUSY_THRESHOLD
 from feedlab.pipeline import MIN_TIMED_BATCHES  # timed batches after warm-up for a steady rate (one constant)
 from feedlab.report.claims.core import (
@@ -40,7 +42,6 @@ from feedlab.report.claims.core import (
     unmet_need,
 )
 
-MIN_REPEATS = 3              # repeats of a setting for a median and its spread
 GPU_BOUND_BUSY = 0.5         # GPU busy fraction (CUDA events) from which a loop is GPU-bound
 DATA_BOUND_WAIT = 0.5        # share of the loop waiting for data above which it is data-bound
 LOADING_SHOWS_WAIT = 0.2     # a loading claim judged on training rates: the baseline waits for data this much
@@ -144,8 +145,20 @@ def _listing(parts: list[str], most: int = 4) -> str:
     return ", ".join(parts[:most]) + (f" and {len(parts) - most} more" if len(parts) > most else "")
 
 
+def imprecise_problem(rows, setting: dict) -> str:
+    """The one precision rule (:func:`feedlab.like_for_like.precision_problem`) on a setting's rows where any is
+    imprecise: its half-width (the widest) and its repeats; '' where none is imprecise or the rule holds."""
+    if rows.empty or "rate_kind" not in rows.columns or not (rows["rate_kind"].astype(str) == "imprecise").any():
+        return ""
+    hw = _num(rows["rate_half_width"].max()) if "rate_half_width" in rows.columns else None
+    n = int(rows["repeat"].nunique()) if "repeat" in rows.columns else None
+    return precision_problem(label(setting), "imprecise", hw, n)
+
+
 def unsteady_reason(run: Run, out: Outcome) -> str:
-    bad = [why for ok, why in (steady_state(run, s) for s in out.settings) if not ok]
+    """Rates not steady; an imprecise one with its half-width and enough repeats stands (the one rule)."""
+    bad = [why for s in out.settings for ok, why in [steady_state(run, s)]
+           if not ok and not ("imprecise" in why and ok is False and not imprecise_problem(rows_of(run, s), s))]
     if not bad:
         return ""
     if all("imprecise" in why for why in bad):   # steady after warm-up, but its cap came before its precision
@@ -249,13 +262,18 @@ def precise_window(rows) -> bool:
 
 
 def repeats_reason(run: Run, out: Outcome) -> str:
+    """Fewer than :data:`MIN_REPEATS` repeats of a setting whose window was not timed to a stated precision; an
+    imprecise rate by the one rule, :func:`feedlab.like_for_like.precision_problem` (the judge's own)."""
     bad = []
     for s in out.settings:
         rows = rows_of(run, s)
         if rows.empty or "repeat" not in rows.columns:
             continue
         n = rows["repeat"].nunique()
-        if n < MIN_REPEATS and not precise_window(rows):
+        if "rate_kind" in rows.columns and (rows["rate_kind"].astype(str) == "imprecise").any():
+            if imprecise_problem(rows, s):
+                bad.append(f"{label(s)}: {n}")
+        elif n < MIN_REPEATS and not precise_window(rows):
             bad.append(f"{label(s)}: {n}")
     return (f"too few repeats ({_listing(bad)}; a median and its spread need ≥ {MIN_REPEATS})" if bad else "")
 
@@ -353,6 +371,8 @@ def judge(claim: Claim, run: Run) -> Verdict:
         return Verdict(claim.id, SMOKE, out.ours, claim.theirs, SMOKE_NOTE, caveat)
     reasons = _unmet(claim, run, out)
     if out.status == NOT_FAIR:   # the one judge did not judge the ratio (sides unlike, or a side not fair)
+        if out.note.startswith(JUDGE_NOT_FAIR + " (") and out.note.endswith(")"):   # its words, said once
+            out = Outcome(out.status, out.ours, out.note[len(JUDGE_NOT_FAIR) + 2:-1], out.settings)
         # a side busy, where the run's own not-busy precondition already says so: said once
         said = reasons and all(BUSY_SIDE in part for part in out.note.split("; "))
         busy = [r for r in reasons if r.startswith(BUSY_PREFIX)]   # the run-level reason leads

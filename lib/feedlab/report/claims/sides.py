@@ -13,8 +13,9 @@ ledger (the doctor's advice, notebook 10), so the README, docs/CLAIMS.md and doc
 from __future__ import annotations
 
 import math
+import re
 
-from feedlab.like_for_like import NOT_APPLICABLE, Side, Verdict, order_of, repeat_half_width, verdict
+from feedlab.like_for_like import MET, NOT_APPLICABLE, Side, Verdict, order_of, repeat_half_width, reread, verdict
 from feedlab.report.claims.core import NOT_FAIR, NoData, Outcome, Run, status_of
 from feedlab.report.claims.fair import BUSY_PREFIX, busy_reason, rows_of
 
@@ -379,3 +380,40 @@ def handover_verdict(rows: list[dict], best: str, target: float, busy: str | Non
     ratio = ra / rb if ra and rb else None
     lo, hi = ratio_interval(sa, sb)
     return verdict(a, b, ratio, target=target, lo=lo, hi=hi)
+
+
+# ---------------------------------------------------------------- 16: the tuner's targets, read by the one rule
+TUNE_TARGET = re.compile(r"^Target \((pick ≥ [\d.]+ of the grid's best|never below the start beyond its spread)\): "
+                         r"met in \d+ of \d+ — .*$")
+
+
+def _tune_side(row: dict) -> Side:
+    return Side(label=str(row.get("name")), rate_kind=row.get("rate_kind"), half_width=_num(row.get("half_width")),
+                repeats=_int(row.get("passes")), busy=row.get("busy") or None)
+
+
+def tune_target_line(line: str, run: Run | None) -> str:
+    """16's printed target line (the pick's share of the grid's best; never below the start), each scenario's
+    recorded word read against the one rule on its two grid sides (:func:`feedlab.like_for_like.reread`: a pick,
+    best or start whose rate is imprecise with too few passes is "not tested fairly", never met)."""
+    m = TUNE_TARGET.match(line)
+    if not m or run is None or not run.payload.get("scenarios"):
+        return line
+    key = "share" if m.group(1).startswith("pick") else "not_below_start"
+    parts, met = [], 0
+    for r in run.payload["scenarios"]:
+        t = (r.get("targets") or {}).get(key) or {}
+        grid = {g.get("name"): g for g in r.get("grid") or []}
+        pick = grid.get((r.get("tuner") or {}).get("name"))
+        other = grid.get(r.get("best")) if key == "share" else grid.get("start")
+        v = Verdict(t.get("word", ""), t.get("why") or "", t.get("ratio"), t.get("lo"), t.get("hi"), t.get("target"))
+        v = reread(v, _tune_side(other), _tune_side(pick)) if pick and other else v
+        num = f" {v.ratio:.2f}" if isinstance(v.ratio, (int, float)) else ""
+        why = ""
+        if v.word != t.get("word"):
+            rows = [x for x in (other, pick) if x.get("rate_kind") == "imprecise"]
+            why = (f" (imprecise: ±{max(_num(x.get('half_width')) or 0 for x in rows):.1%}, "
+                   f"{min(_int(x.get('passes')) or 0 for x in rows)} pass(es); recorded: {t.get('word')})")
+        parts.append(f"{r.get('key')} {v.word}{num}{why}")
+        met += v.word == MET
+    return f"Target ({m.group(1)}): met in {met} of {len(parts)} — " + "; ".join(parts)
