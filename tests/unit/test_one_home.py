@@ -225,7 +225,7 @@ def test_notebooks_10_and_15_follow_the_advice_through_the_one_loop(monkeypatch)
                      ("fake/fake totensor b8 w2", "baseline, 2 workers", 2, ("batch_size",))]
 
 
-def _measure(doc, spec, repeats=3, min_timed=50, seed=0, precision=None):
+def _measure(doc, spec, repeats=3, min_timed=50, seed=0, precision=None, warmup=1):
     v = rate(spec)
     runs = {"samples_per_s": [v] * repeats, "data_wait_share": [0.3] * repeats, "gpu_busy": [math.nan] * repeats,
             "timed_batches": [min_timed] * repeats}

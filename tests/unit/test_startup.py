@@ -111,9 +111,11 @@ def test_bench_interrupted_at_a_random_moment_of_its_start_says_one_line(sr_root
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         end = time.monotonic() + 60
-        while not _catches(p.pid, sig) and p.poll() is None and time.monotonic() < end:
+        # SIGTERM, not SIGINT: Python catches SIGINT itself from its first moments (default_int_handler), so only
+        # SIGTERM's handler (installed by startup with SIGINT's, one line before) says feedlab's is in place
+        while not _catches(p.pid, signal.SIGTERM) and p.poll() is None and time.monotonic() < end:
             time.sleep(0.01)
-        at = random.uniform(0.0, 2.5)
+        at = random.uniform(0.01, 2.5)
         time.sleep(at)
         p.send_signal(sig)
         _, err = p.communicate(timeout=60)
