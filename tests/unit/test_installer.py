@@ -240,12 +240,16 @@ def test_a_signal_stops_the_install_with_its_step_in_one_line(tmp_path, signame,
     assert proc.returncode == 128 + sig and "Traceback" not in err   # 128+n, as the other commands (issue 47 W5)
     assert err.strip().splitlines() == [f"install: stopped ({word}) with everything it had started"]
     step = int(pidfile.read_text())
-    time.sleep(0.2)
-    try:
-        os.kill(step, 0)
-        alive = open(f"/proc/{step}/stat").read().split()[2] != "Z"
-    except (ProcessLookupError, FileNotFoundError):
-        alive = False
+    end = time.monotonic() + 5   # the step sleeps 60 s: one left running is still there at 5 (init may reap late)
+    while True:
+        try:
+            os.kill(step, 0)
+            alive = open(f"/proc/{step}/stat").read().split()[2] != "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            alive = False
+        if not alive or time.monotonic() > end:
+            break
+        time.sleep(0.05)
     assert not alive, "the step outlived the signal"
 
 
