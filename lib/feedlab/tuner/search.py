@@ -27,6 +27,7 @@ from feedlab import pipeline as pl
 from feedlab.doctor import trials as TR
 from feedlab.doctor.guard import UserCodeError, user_call
 from feedlab.doctor.wrap import check_loader
+from feedlab.pipeline.shm import SharedMemoryError, shm_problem_of
 
 from . import candidates as CD
 from . import race as RC
@@ -153,6 +154,9 @@ def tune(make_loader: Callable[[], Any], step: Callable[[Any], Any] | None = Non
     loader = user_call("your make_loader()", make_loader, limit_s=deadline_s,
                        hint="make_loader() is called with no arguments and must return your DataLoader")
     check_loader(loader, deadline_s)
+    problem = shm_problem_of(loader.dataset, loader.batch_size, 1, getattr(loader, "prefetch_factor", None) or 2)
+    if problem:   # the probe starts one worker: out of /dev/shm, a 60-line torch traceback and torch_* files left
+        raise SharedMemoryError(f"your loader with the one worker of the tuner's probe: {problem}")
     device = pl.resolve_device(device)
     if ram_bytes is None:
         ram_bytes = ram_share * psutil.virtual_memory().available
