@@ -1,6 +1,7 @@
 """feedlab.tuner.race: a candidate whose interval already excludes it ends its window early and gets no further
 pass; one already decided needs no longer window; the start is measured in full; an early end needs two looks."""
 
+import dataclasses
 import math
 import time
 
@@ -120,3 +121,25 @@ def test_a_merged_trial_counts_the_batches_of_its_imprecise_passes():
     assert m.median == 102.0 and m.side().window_short() is None          # each pass a rate: so is the trial
     again = RC.merge(loose, steady, longer=True)                          # the longer window's precision stands
     assert again.rate_kind == "steady" and again.half_width == 0.02 and again.timed_batches == 60
+
+
+def test_once_more_measures_an_undecided_pair_up_to_the_repeats_an_imprecise_side_needs(monkeypatch):
+    """An imprecise side is judged only from lfl.MIN_REPEATS passes (like_for_like.precision_problem): a pair of
+    one pass each is measured twice more, a pair of two once more; the note says how many."""
+    asked = []
+
+    def fake(cands, passes=1, **kw):
+        asked.append(passes)
+        return [dataclasses.replace(_trial(c.name, 100.0 if c.name == "start" else 106.0, hw=0.01), passes=passes,
+                                    rates=[100.0 if c.name == "start" else 106.0] * passes) for c in cands]
+
+    monkeypatch.setattr(RC.TR, "measure", fake)
+    cands = [TR.Candidate("start", list), TR.Candidate("threads=2", list, {"kind": "threads", "threads": 2})]
+    one = RC.Raced([_trial("start", 100.0, 0.04, "imprecise"), _trial("threads=2", 106.0)])
+    RC.once_more(one, cands, max_window_s=2.0)
+    assert asked == [RC.lfl.MIN_REPEATS - 1] and one.trials[0].passes == RC.lfl.MIN_REPEATS
+    assert f"{RC.lfl.MIN_REPEATS - 1} passes each" in one.notes[0]
+    two = RC.Raced([dataclasses.replace(_trial("start", 100.0, 0.04, "imprecise"), rates=[100.0, 101.0], passes=2),
+                    dataclasses.replace(_trial("threads=2", 106.0), rates=[106.0, 105.0], passes=2)])
+    RC.once_more(two, cands, max_window_s=2.0)
+    assert asked[-1] == 1 and "1 pass each" in two.notes[0]

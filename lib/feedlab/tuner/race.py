@@ -184,7 +184,8 @@ def race(cands: list[TR.Candidate], *, passes: int, budget_s: float | None = Non
 def once_more(out: Raced, cands: list[TR.Candidate], target: float = TR.DEFAULT_TARGET, **kw) -> None:
     """Where the fastest measured and the start are not both steady and the judge has not told them apart (within
     spread, or not tested fairly), the two are measured once more, interleaved, with the cap ``kw`` gives (the
-    tuner: twice its own): each is then steady where its longer window reached its precision, its median and
+    tuner: twice its own), in as many passes as bring each to ``lfl.MIN_REPEATS`` (an imprecise side is judged
+    only from that many; at least one pass): each is then steady where its longer window reached its precision, its median and
     spread over both passes. A verdict already met or missed is left as it is (a longer window cannot change
     the pick)."""
     by = {t.name: t for t in out.trials}
@@ -198,10 +199,13 @@ def once_more(out: Raced, cands: list[TR.Candidate], target: float = TR.DEFAULT_
     if TR.judge(start, best, target).word in (lfl.MET, lfl.MISSED):
         return
     cs = {c.name: c for c in cands}
-    again = TR.measure([cs[start.name], cs[best.name]], passes=1, **kw)
+    # enough passes that an imprecise side can be judged at all (the one rule: lfl.MIN_REPEATS repeats)
+    passes = max(1, lfl.MIN_REPEATS - min(len(start.rates), len(best.rates)))
+    again = TR.measure([cs[start.name], cs[best.name]], passes=passes, **kw)
     for old, new in zip((start, best), again):
         if new.error or not new.rates:
             continue
         out.trials[out.trials.index(old)] = merge(old, new, longer=True)
-    out.notes.append(f"{start.name} and {best.name} measured once more with a longer window (not yet told apart, "
-                     "a window at its cap before its precision)")
+    out.notes.append(f"{start.name} and {best.name} measured once more with a longer window, {passes} "
+                     f"pass{'es' if passes > 1 else ''} each (not yet told apart, a window at its cap before its "
+                     "precision)")
