@@ -143,9 +143,10 @@ class Records:
 # ---------------------------------------------------------------- the rebuild
 def rebuild(loader, dataset=None, collate_fn=None, batch_sampler=None, num_workers: int | None = None,
             pin_memory: bool | None = None, *, prefetch_factor: int | None = None,
-            persistent_workers: bool | None = None, multiprocessing_context=None):
+            persistent_workers: bool | None = None, multiprocessing_context=None, loader_class=None):
     """``loader`` built again around another dataset, collate or batch sampler, keeping every other
-    setting of the user's (the rule in this module's docstring) but those given (the tuner's settings)."""
+    setting of the user's (the rule in this module's docstring) but those given (the tuner's settings).
+    ``loader_class``: a ``DataLoader`` subclass to build instead (``pipeline.shm.CheckedDataLoader``)."""
     from torch.utils.data import DataLoader
 
     w = int(loader.num_workers if num_workers is None else num_workers)
@@ -159,7 +160,7 @@ def rebuild(loader, dataset=None, collate_fn=None, batch_sampler=None, num_worke
                   persistent_workers=loader.persistent_workers if persistent_workers is None else persistent_workers)
     if hasattr(loader, "in_order"):
         kw["in_order"] = loader.in_order
-    return DataLoader(loader.dataset if dataset is None else dataset, **kw)
+    return (loader_class or DataLoader)(loader.dataset if dataset is None else dataset, **kw)
 
 
 def stop(loader, it) -> None:

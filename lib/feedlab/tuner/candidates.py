@@ -27,6 +27,7 @@ import math
 import shutil
 
 from feedlab import stage
+from feedlab.pipeline.shm import CheckedDataLoader  # workers out of /dev/shm: one line, no torch_* files left
 
 from .probe import Probe
 from .threads import ThreadedLoader
@@ -166,7 +167,7 @@ def build(loader, settings: dict):
     if settings.get("kind") == "threads":
         return ThreadedLoader(loader, threads=int(settings["threads"]))
     w = int(settings.get("num_workers", loader.num_workers))
-    return stage.rebuild(loader, num_workers=w, pin_memory=settings.get("pin_memory"),
+    return stage.rebuild(loader, num_workers=w, pin_memory=settings.get("pin_memory"), loader_class=CheckedDataLoader,
                          prefetch_factor=settings.get("prefetch_factor"),
                          persistent_workers=settings.get("persistent_workers") if w else None)
 

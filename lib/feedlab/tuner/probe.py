@@ -31,6 +31,7 @@ from feedlab.doctor.costs import CostTable, Machine, Stage
 from feedlab.doctor.guard import HUNG_HINT, deadline, user_call
 from feedlab.doctor.wrap import batch_len, stage_costs, timed_in_main, to_device
 from feedlab.errors import one_line
+from feedlab.pipeline.shm import CheckedDataLoader
 
 PROBE_S = 0.4          # seconds of fetch + collate in the main process the probe aims at (at least 3 batches)
 WORKER_BATCHES = 6     # batches of the one-worker pass after its prefetch
@@ -194,7 +195,7 @@ def _worker_pass(loader, probe: Probe, limit) -> None:
 
     me = psutil.Process()
     before = {p.pid for p in me.children()}
-    one = stage.rebuild(loader, num_workers=1)
+    one = stage.rebuild(loader, num_workers=1, loader_class=CheckedDataLoader)   # out of /dev/shm: one line
     it = None
     try:
         with deadline(limit, "starting one worker of your loader (the tuner's probe)", HUNG_HINT):
