@@ -116,3 +116,14 @@ def test_the_runner_types_parameters_as_papermill_infers_them():
     for path in NOTEBOOKS:
         inferred = {k: p["inferred_type_name"] for k, p in pm.inspect_notebook(str(path)).items()}
         assert parameter_types(path) == inferred, path.stem
+
+
+@pytest.mark.parametrize("key", ["print_every", "batches"])
+def test_a_count_of_zero_is_refused_when_the_profile_resolves_not_in_a_cell(key):
+    """attack52 R11: `feedlab.run --only 04 -p print_every 0` ran the notebook and failed "in cell [3]" 16 s later;
+    `--dry-run` showed it as fine. Counting parameters are checked when the profile resolves (the plan, the run)."""
+    from feedlab.profiles import check_values
+
+    with pytest.raises(ValueError, match=f"04_print_overhead: {key}=0: each value must be an integer >= 1"):
+        check_values("04_print_overhead", {key: 0})
+    check_values("04_print_overhead", {key: 1})
