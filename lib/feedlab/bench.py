@@ -66,6 +66,16 @@ def _stuck(limit: float, what: str, kids: list[int]) -> int:
     return 2
 
 
+def _manifest_kind(data) -> str | None:
+    """The ``kind`` a data set's manifest.json records (``sr``, ``cls``), None where it cannot be read."""
+    import json
+
+    try:
+        return json.loads((Path(data) / "manifest.json").read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> dict:
     import torch
 
@@ -78,6 +88,10 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
     try:
         dataset = pl.open_dataset(data, spec)
     except FileNotFoundError as exc:
+        if _manifest_kind(data) == "cls":   # packing it would not help: pack takes SR sets
+            raise SystemExit(f"python -m feedlab.bench: error: --data {data} is a classification set (an ImageFolder; "
+                             "its manifest.json says kind cls), and bench reads SR sets: give --peer torch_stock "
+                             f"--kind cls, or `python -m feedlab.doctor --data {data}`") from None
         raise SystemExit(f"python -m feedlab.bench: error: {exc}; pack it with "
                          f"`python -m data_prep pack {data} --to {spec.format}`") from None
     getattr(dataset, "dataset", dataset).verify = bool(verify)   # per-sample checksums (on by default)

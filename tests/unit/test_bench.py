@@ -41,6 +41,19 @@ def test_bench_missing_data_names_it_and_the_fix(tmp_path):
     assert str(missing) in r.stderr and "data_prep sr" in r.stderr
 
 
+def test_bench_over_a_classification_set_says_what_reads_it_not_pack_it(tmp_path):
+    """attack52 B08: `bench --data data/cls-smoke` said "png: no hr/ and lr/ folders …; pack it with `data_prep pack
+    data/cls-smoke --to png`": pack takes SR sets, so the advice could not work."""
+    cls = tmp_path / "cls"
+    (cls / "cat").mkdir(parents=True)
+    (cls / "manifest.json").write_text(json.dumps({"kind": "cls", "count": 0}))
+    r = run_cli("feedlab.bench", "--data", str(cls), "--format", "png", "--num-workers", "0")
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode != 0 and len(err) == 1, err
+    assert "is a classification set" in err[0] and "--kind cls" in err[0] and "data_prep pack" not in err[0], err
+    assert sorted(p.name for p in cls.iterdir()) == ["cat", "manifest.json"]
+
+
 _HUNG_HDF5 = '''
 import signal, sys, time
 from feedlab.formats import hdf5_store

@@ -501,3 +501,22 @@ def test_a_damaged_checksum_table_is_named_in_one_line(sr_root, tmp_path, damage
         ds[0]
     msg = str(got.value)
     assert "crc32c.npy" in msg and "delete that file" in msg and "\n" not in msg, msg
+
+
+def test_a_truncated_hdf5_file_is_named_in_one_line(sr_root, tmp_path):
+    """attack52 B10: `doctor --data SET --format hdf5` over a cut sr.h5 said only "Unable to synchronously open file
+    (truncated file: eof = 100000, …)": which file, and what to do, were not said."""
+    import shutil
+
+    from feedlab import formats as F
+    from feedlab.errors import FormatError
+
+    root = tmp_path / "sr"
+    shutil.copytree(sr_root, root, ignore=shutil.ignore_patterns("lmdb*", "npy*", "pt", "*.zarr", "wds"))
+    with open(root / "sr.h5", "r+b") as f:
+        f.truncate(4096)
+    with pytest.raises(FormatError) as err:
+        F.open_dataset(root, "hdf5")
+    line = str(err.value)
+    assert "\n" not in line and f"{root / 'sr.h5'}: not a readable HDF5 file" in line, line
+    assert f"python -m data_prep pack {root} --to hdf5" in line, line

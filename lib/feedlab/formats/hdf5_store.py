@@ -25,7 +25,7 @@ from typing import Sequence
 import h5py
 import numpy as np
 
-from ._common import LazyHandle, SRDataset, atomic_output, files_in, first_shapes, tree_bytes, write_blocks
+from ._common import FormatError, LazyHandle, SRDataset, atomic_output, files_in, first_shapes, tree_bytes, write_blocks
 
 FILENAME = "sr.h5"
 WRITE_BLOCK = 512
@@ -87,7 +87,12 @@ class Hdf5Dataset(SRDataset):
         if not self.path.is_file():
             raise FileNotFoundError(f"hdf5: no {FILENAME} under {self.root}")
         self.open_in_parent = bool(open_in_parent)
-        with h5py.File(self.path, "r") as f:
+        try:
+            f = h5py.File(self.path, "r")
+        except OSError as exc:   # truncated, not HDF5: h5py's text names no file
+            raise FormatError(f"{self.path}: not a readable HDF5 file ({exc}): repack it with "
+                              f"`python -m data_prep pack {self.root} --to hdf5`") from None
+        with f:
             self._n = int(f["hr"].shape[0])
             self.hr_shape = tuple(f["hr"].shape[1:])
             self.lr_shape = tuple(f["lr"].shape[1:])
