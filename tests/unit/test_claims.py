@@ -1037,3 +1037,21 @@ def test_loading_nonlinear_is_graded_only_on_windows_the_judge_accepts():
     short = verdict("000-loading-nonlinear", fp=QUIET_FP, frame=_png_w0(window_s_b128=0.3))
     assert short.status == C.NOT_FAIR and "batch_size=128) timed 300.0 ms < 1 s" in short.note
     assert "∝ batch^1.01" in short.ours
+
+
+def _bst_rows(window_s_w16_b16=2.0):
+    """01's batch-size table at 8 and 16 workers, batch 16 and 128: the rate's own window, three steady repeats."""
+    return pd.DataFrame([r for w in (8, 16) for b in (16, 128) for r in _rows(
+        {"experiment": "batch_size_table", "num_workers": w, "batch_size": b}, {"samples_per_s": 4000.0},
+        rate_kind="steady", timed_batches=200, window_s=window_s_w16_b16 if (w, b) == (16, 16) else 2.0)])
+
+
+def test_wait_share_falls_is_graded_only_on_windows_the_judge_accepts():
+    """Audit 53 F1: the share's fall at 16 workers stood on a 195 ms batch-16 window the gpu-util cells of the same
+    record reject: every side's window goes through the one judge's rule before the fall is graded."""
+    payload = {"data_wait_fraction": {"w8_b16": 0.30, "w8_b128": 0.29, "w16_b16": 0.13, "w16_b128": 0.10}}
+    ok = verdict("000-wait-share-falls", payload, QUIET_FP, _bst_rows())
+    assert ok.status == C.PARTLY and "16 workers 13% → 10%" in ok.ours
+    short = verdict("000-wait-share-falls", payload, QUIET_FP, _bst_rows(window_s_w16_b16=0.195))
+    assert short.status == C.NOT_FAIR and "16 workers, batch 16 timed 195.0 ms < 1 s" in short.note
+    assert "16 workers 13% → 10%" in short.ours

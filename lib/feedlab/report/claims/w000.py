@@ -171,8 +171,13 @@ def wait_share_falls(run) -> Outcome:
         falls.append(z <= 0.8 * a)
         parts.append(f"{w} workers {100 * a:.0f}% → {100 * z:.0f}%")
         settings += [_bst(w, sizes[0]), _bst(w, sizes[-1])]
-    return Outcome(all_or_some(falls), "share of time waiting for data, smallest → largest batch: " + "; ".join(parts),
-                   settings=tuple(settings))
+    ours = "share of time waiting for data, smallest → largest batch: " + "; ".join(parts)
+    # each share stands on its setting's timed window: every side through the one judge's window rule and
+    # fairness before a fall is graded (audit 53 F1: a 195 ms window the gpu-util cells reject carried "partly")
+    why = level_unjudged(run, tuple((st, f"{st['num_workers']} workers, batch {st['batch_size']}") for st in settings))
+    if why:
+        return Outcome(NOT_FAIR, ours, why, tuple(settings))
+    return Outcome(all_or_some(falls), ours, settings=tuple(settings))
 
 
 FEWER, MORE = 8, 16  # the write-up's plots: 8 vs 16 workers
