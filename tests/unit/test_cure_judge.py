@@ -68,3 +68,27 @@ def test_the_committed_cure_records_read_by_todays_rules():
         base = J.all_core_baseline(run.payload["steps"])
         if v.get("judged") and base["data_wait_share"] <= J.TARGET_DATA_WAIT:
             assert v["baseline_met"].startswith("the baseline (")
+
+
+def test_a_step_line_says_its_tail_once_and_one_pass_by_its_precision():
+    """A record's line that already has "faster than … kept" gets today's tail once, not twice; "IQR 235–235" (the
+    quartiles of one pass) reads as that pass's precision; the readings of a one-pass step say the same."""
+    from feedlab.experiments.cure import readings
+
+    one = {"runs": {"samples_per_s": [235.1]}}
+    base = _step("baseline, 2 workers", 175.9, 0.033, kind="baseline", workers=2, q25=175.9, q75=175.9, **one)
+    w0 = _step("num_workers=0", 235.1, 0.046, against="baseline, 2 workers", workers=0, q25=235.1, q75=235.1,
+               gain=235.1 / 175.9, against_half_width=0.033, **one)
+    for s in (base, w0):
+        s.update(bound_stage="model", runs={"samples_per_s": [s["samples_per_s"]]})
+    run = Run(payload={"steps": [base, w0]})
+    old = ("num_workers=0: 235 samples/s (IQR 235–235; ×1.34 the all-core baseline), data wait 13% of the loop; "
+           "the doctor predicts the model stage bounds it; faster than baseline, 2 workers (×1.34): kept")
+    line = J.cure_step_line(old, None, run)
+    assert line.count("faster than baseline, 2 workers") == 1, line
+    assert "IQR 235–235" not in line and "one pass, ±4.6%" in line, line
+    printed = readings([base, w0], cuda=False)
+    assert all("IQR" not in r for r in printed[:2]) and "one pass, ±4.6%" in printed[1], printed
+    assert printed[1].count("faster than") == 1, printed[1]
+    three = dict(w0, runs={"samples_per_s": [230.0, 235.1, 240.0]}, q25=232.0, q75=238.0)
+    assert J.spread_words(three) == "IQR 232–238 over 3 passes"

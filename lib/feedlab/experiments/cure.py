@@ -37,7 +37,7 @@ from feedlab.like_for_like import MAX_HALF_WIDTH, MIN_TIMED_BATCHES, MIN_WINDOW_
 from feedlab.pipeline import PipelineSpec, resolve_model_name, warmup_batches
 from feedlab.pipeline.rates import SteadyStop, gain_resolved
 from feedlab.plots import PALETTE, legend_outside
-from feedlab.report.cure_judge import precision_words, step_tail
+from feedlab.report.cure_judge import precision_words, spread_words, step_tail
 from feedlab.report.targets import (  # noqa: F401  (re-exported: the cure's target)
     TARGET_DATA_WAIT,
     TARGET_GPU_IDLE,
@@ -243,7 +243,7 @@ def readings(steps: list[dict], cuda: bool, precision: float | None = None, load
     base = steps[0]["samples_per_s"] if steps else math.nan
     allcore = all_core_baseline(steps)
     for s in steps:
-        iqr = f"IQR {s['q25']:,.0f}–{s['q75']:,.0f}"
+        iqr = spread_words(s)   # the IQR over passes, or one pass's precision (never "IQR 235–235")
         busy = (f"GPU busy {100 * s['gpu_busy']:.0f}%{_busy_spread(s)}" if not math.isnan(s["gpu_busy"])
                 else "GPU busy not measured (no CUDA device)")
         tail = step_tail(s, steps, precision, load)
