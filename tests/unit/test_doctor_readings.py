@@ -36,6 +36,14 @@ def test_readings_name_the_start_each_step_and_the_overall_gain():
     assert lines[-1] == "The advice raised throughput in this run."
 
 
+def test_the_start_line_pairs_step_0s_prediction_with_its_own_measurement():
+    """The start's predicted and measured rates are one pass's (step 0's), not the doctor's end-to-end prediction
+    beside step 0's measurement (two different measurements, audit53 S1)."""
+    lines = DS.readings({**REPORT, "predicted_samples_per_s": 1234.0}, STEPS, START, CALIB)
+    assert "predicted 900 samples/s, measured 1,000 (step 0's pass)" in lines[0], lines[0]
+    assert "1,234" not in lines[0]
+
+
 def test_no_gain_is_said_plainly_and_a_shm_warning_is_shown():
     flat = [_step(0, "start", 900.0, 1000.0), _step(1, "num_workers=2", 1800.0, 1010.0)]
     lines = DS.readings({**REPORT, "shm": {"warning": "/dev/shm is 64 MiB"}}, flat, START, CALIB)

@@ -325,7 +325,9 @@ def readings(report: dict, steps: list[dict], start: PipelineSpec, calib: dict, 
     how = (f"the verdict from its loop's measured data wait ({100 * v.loop.share:.0f}%)" if v.loop is not None else
            "the verdict predicted from the stages (its loop not measured)")
     out = [f"Start ({start.label()}): {v.verdict}, bounded by {report['bound_stage']}; {how}; "
-           f"predicted {report['predicted_samples_per_s']:,.0f} samples/s, measured {steps[0]['measured']:,.0f}.",
+           # like with like: step 0's own prediction beside its own measurement (the doctor's end-to-end
+           # prediction pairs with the end-to-end pass, printed in the doctor's block)
+           f"predicted {steps[0]['predicted']:,.0f} samples/s, measured {steps[0]['measured']:,.0f} (step 0's pass).",
            f"Machine: {report['cores']} cores, {report['effective_cores']:.2f} effective during the run "
            "(a CPU-bound loop in every core; below the core count means others were using the machine).",
            *calibration_lines(calib)]
