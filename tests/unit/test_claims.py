@@ -170,6 +170,17 @@ def test_07_transpose_verdicts_are_taken_over_the_grid():
     assert verdict("001-transpose-largest", frame=small, fp=CPU).status == C.NOT_REPRODUCED
 
 
+
+def test_07_transpose_shares_are_graded_only_on_piece_windows_the_judge_accepts():
+    """Audit 53 F3: the pieces' shares were graded on 2.5–103 ms windows whose repeats spread ±119% (the collate
+    ratio of the same record was rejected for it): every piece's window goes through the one judge's rule."""
+    short = _grid({(96, 16): 8.0, (96, 64): 8.0, (224, 128): 8.0}).assign(window_s=0.0103, timed_batches=20)
+    for cid in ("001-transpose-80", "001-transpose-largest"):
+        v = verdict(cid, frame=short, fp=CPU)
+        assert v.status == C.NOT_FAIR and "timed 20 batches < 50 and 10.3 ms < 1 s" in v.note, v
+        assert "transpose" in v.ours and "3 image × batch sizes" in v.ours
+
+
 @pytest.mark.parametrize("fast,expect", [(1.0, C.REPRODUCED), (6.0, C.PARTLY), (50.0, C.NOT_REPRODUCED)])
 def test_07_fast_collate_thresholds(fast, expect):
     # stock = transpose + 2 = 10 ms: fast 1 ms → 10×, 6 ms → 1.7× at most points, 50 ms → slower
@@ -965,13 +976,20 @@ def test_too_many_workers_is_judged_lower_is_better_on_both_sides():
 
     def rows(w, rates, **over):
         return [dict(experiment="throughput_vs_workers", model="none", num_workers=w, batch_size=32, repeat=i,
-                     metric="samples_per_s", value=v, rate_kind="steady", timed_batches=200, order="global",
-                     pixel_error=0.0, cache="warm", **over) for i, v in enumerate(rates)]
+                     metric="samples_per_s", value=v, **{"rate_kind": "steady", **over}, timed_batches=200,
+                     order="global", pixel_error=0.0, cache="warm") for i, v in enumerate(rates)]
     like = pd.DataFrame(rows(1, [49, 50, 51]) + rows(2, [99, 100, 101]) + rows(4, [89, 90, 91]))
     assert verdict("001-too-many-workers", payload, CPU, like).status == C.REPRODUCED   # 0.90 ≤ 0.95
     cold = like.assign(cache=["warm"] * 6 + ["cold"] * 3)   # 4 workers' rows (the best beyond the cores) cold
     v = verdict("001-too-many-workers", payload, CPU, cold)
     assert v.status == C.NOT_FAIR and "not like for like (cache: cold vs warm)" in v.note
+    # audit 53 F2: the fastest count within the cores imprecise (one repeat): the claim is not judged on the
+    # steady subset (4 vs 1 workers) — the best within the cores is 2 workers, and it names why it cannot stand
+    rough = pd.DataFrame(rows(1, [49, 50, 51]) + rows(2, [100], rate_kind="imprecise", rate_half_width=0.2)
+                         + rows(4, [89, 90, 91]))
+    v = verdict("001-too-many-workers", payload, CPU, rough)
+    assert v.status == C.NOT_FAIR and "(4 vs 2 workers" in v.ours and "0.90×" in v.ours, v
+    assert "2 workers" in v.note and "imprecise" in v.note, v.note
 
 
 # ---------------------------------------------------------------- the payload ratios, through the one judge
@@ -1055,3 +1073,26 @@ def test_wait_share_falls_is_graded_only_on_windows_the_judge_accepts():
     short = verdict("000-wait-share-falls", payload, QUIET_FP, _bst_rows(window_s_w16_b16=0.195))
     assert short.status == C.NOT_FAIR and "16 workers, batch 16 timed 195.0 ms < 1 s" in short.note
     assert "16 workers 13% → 10%" in short.ours
+
+
+# ---------------------------------------------------------------- not run vs not testable (audit 53 F13)
+NO_LOAD_FP = {k: v for k, v in CPU.items() if k != "other_load"}
+
+
+def test_a_claim_not_run_carries_no_load_caveat():
+    """Nothing measured, nothing a load could distort: "not run (why)" with no "no record of … other load"."""
+    assert fair.busy_caveat(C.Run({}, fingerprint=NO_LOAD_FP))   # the run itself has no load record
+    v = verdict("001-too-many-workers", {"samples_per_s_loader": {}}, NO_LOAD_FP)
+    assert v.status == C.NOT_RUN and v.caveat == "", v
+
+
+@pytest.mark.parametrize("cid", ["003-accimage-fast", "003-accimage-like-simd", "003-accimage-jpeg-only"])
+def test_a_package_not_installed_is_not_run_and_a_missing_capability_not_testable(cid):
+    """Issue 45: "not testable here" only for a capability the machine lacks; accimage (conda-forge only) not
+    installed is "not run", saying why."""
+    absent = {"unavailable_reasons": {"accimage": "not installed (accimage): conda install -c conda-forge accimage "
+                                                  "(see environment.yml); not on PyPI"}}
+    v = verdict(cid, absent, CPU)
+    assert v.status == C.NOT_RUN and v.note.startswith("accimage is conda-forge only: not installed here ("), v
+    broken = {"unavailable_reasons": {"accimage": "OSError: libjpeg.so.8: cannot open shared object file"}}
+    assert verdict(cid, broken, CPU).status == C.NOT_TESTABLE

@@ -303,6 +303,14 @@ def test_gallery_links_each_key_figure_to_its_record_and_names_a_notebook_withou
             f'width="{readme_front.GALLERY_WIDTH}"') in g   # the run's first figure, by the code's order
     assert "<b>02 · b</b><br>no committed record yet" in g
     assert "no committed record yet" in readme_front.tune_block(figs) and "×" not in readme_front.tune_block(figs)
+    # a reading recorded before the label fix: the start named once (audit 53 S5)
+    tune = figs / "16_tune" / "cpu-2c"
+    tune.mkdir(parents=True)
+    (tune / "results.json").write_text(json.dumps({"reading": [
+        "(a) storage: the user's start start: 0.12, workers = cores num_workers=2: 0.24, workers = cores − 1 start: 0.12"]}))
+    block = readme_front.tune_block(figs)
+    assert "the user's start: 0.12" in block and "workers = cores − 1 (= the start): 0.12" in block
+    assert "start start" not in block and "num_workers=2: 0.24" in block
 
 
 def test_a_verdict_the_notebook_recorded_is_shown_beside_todays_rule_never_replaced_silently(tmp_path):

@@ -50,6 +50,10 @@ def test_readings_name_each_target_and_where_each_heuristic_fails():
     assert any(x.startswith("Target (pick ≥ 0.90") and "met in 1 of 1" in x for x in lines)
     assert any(x.startswith("workers = cores fails") and "storage (0.50)" in x for x in lines)
     assert any("over \"cores − 1\"" in x and "×4.00" in x for x in lines)
+    # audit 53 S5: the start named once ("the user's start start: 1.00" doubled the label)
+    assert "the user's start: " in lines[0] and "start start" not in lines[0]
+    assert R.heuristic_words("cores_minus_1", "start") == "workers = cores − 1 (= the start)"
+    assert R.heuristic_words("cores", "num_workers=2") == "workers = cores num_workers=2"
 
 
 def test_payload_carries_every_scenario_and_the_sizes():

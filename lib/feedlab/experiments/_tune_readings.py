@@ -21,6 +21,15 @@ def _pct(x) -> str:
     return "—" if x is None else f"{x:.2f}"
 
 
+def heuristic_words(h: str, name: str) -> str:
+    """A heuristic and the setting it names, each said once: "the user's start" (not "… start start"), and
+    "workers = cores − 1 (= the start)" where a heuristic lands on the start (audit 53 S5)."""
+    label = LABELS[h].split(" (")[0]
+    if name == "start":
+        return label if h == "start" else f"{label} (= the start)"
+    return f"{label} {name}"
+
+
 def scenario_line(r: dict) -> str:
     t = r["tuner"]
     if r.get("best") is None:
@@ -30,7 +39,7 @@ def scenario_line(r: dict) -> str:
     head = (f"{r['title']}: grid best {r['best']} at {r['best_rate']:.0f} samples/s; the tuner picked {pick} "
             f"({_pct(sh.get('tuner'))} of the best) in {t['wall_s']:.1f} s, {t['passes']} pass(es) "
             f"({_pct(r['targets']['seconds'].get('value'))} of the grid's {r['grid_s']:.0f} s)")
-    heur = ", ".join(f"{LABELS[h].split(' (')[0]} {r['heuristic_names'][h]}: {_pct(sh.get(h))}" for h in HEURISTICS)
+    heur = ", ".join(f"{heuristic_words(h, r['heuristic_names'][h])}: {_pct(sh.get(h))}" for h in HEURISTICS)
     return f"{head}; {heur}"
 
 

@@ -356,12 +356,11 @@ def judge(claim: Claim, run: Run) -> Verdict:
     caveat = busy_caveat(run)
     try:
         out = claim.test(run)
-    except NoData as e:
-        return Verdict(claim.id, NOT_RUN, "—", claim.theirs,
-                       f"not measured in this run: {e} (re-run {claim.notebook})", caveat)
+    except NoData as e:   # nothing measured: no load caveat on it (audit 53 F13)
+        return Verdict(claim.id, NOT_RUN, "—", claim.theirs, f"not measured in this run: {e} (re-run {claim.notebook})")
     except (KeyError, IndexError) as e:  # a setting the comparison needs is absent from a partial run
         return Verdict(claim.id, NOT_RUN, "—", claim.theirs,
-                       f"not measured in this run: no {e} among its settings (re-run {claim.notebook})", caveat)
+                       f"not measured in this run: no {e} among its settings (re-run {claim.notebook})")
     except Unfair as e:
         if is_smoke(run):
             return Verdict(claim.id, SMOKE, "—", claim.theirs, SMOKE_NOTE, caveat)
@@ -380,7 +379,7 @@ def judge(claim: Claim, run: Run) -> Verdict:
                        caveat)
     if reasons and out.status in JUDGED:
         return _unfair(claim, run, out.ours, reasons, caveat)
-    return Verdict(claim.id, out.status, out.ours, claim.theirs, out.note, caveat)
+    return Verdict(claim.id, out.status, out.ours, claim.theirs, out.note, "" if out.status == NOT_RUN else caveat)
 
 
 SMOKE_NOTE = "smoke profile: a plumbing check, too small to judge"

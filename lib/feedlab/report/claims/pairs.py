@@ -12,6 +12,7 @@ of the pair that stands nearest it. Never a verdict from a point ratio alone.
 from __future__ import annotations
 
 from feedlab.like_for_like import MET, Side, Verdict, verdict
+from feedlab.like_for_like import NOT_FAIR as NOT_FAIR_WORD
 from feedlab.report.claims.core import NOT_FAIR, NOT_REPRODUCED, PARTLY, REPRODUCED, Outcome, Run, status_of
 from feedlab.report.claims.sides import SPS, ratio_interval, side_of_rows
 
@@ -113,3 +114,20 @@ def worst_and_median(run: Run, pairs: list[tuple[dict, dict]], ratios: list[floa
     if v_part.word == MET:
         return Outcome(PARTLY, ours, f"the worst point, {ratios[worst]:.2f}×, against ×{full:g}: {v_full}")
     return Outcome(NOT_REPRODUCED, ours, f"the median, {med:.2f}×, against ×{part:g}: {v_part}")
+
+
+def level_unjudged(run: Run, sides: tuple[tuple[dict, str], ...], metric: str = SPS) -> str | None:
+    """Why a level read at a setting (a GPU busy share) cannot be judged, or None: it stands on that setting's
+    timed window, so each side goes through the one judge's window rule and fairness (busy, a rate not steady,
+    one measurement with no precision) — the rule that rejects the same window in a ratio (audit 45 V1/V2). A
+    level has no second side: the side is judged against itself, its invariants compared by
+    construction. ``metric``: the rows' value (07's pieces: ms_per_batch)."""
+    for setting, label in sides:
+        side, _, _ = side_of_rows(run, setting, label, metric=metric)
+        short = side.window_short()
+        if short:
+            return f"window: {short}"
+        v = verdict(side, side, 1.0, check_sides=False)   # the side alone: its sides are one setting
+        if v.word == NOT_FAIR_WORD:
+            return v.why
+    return None

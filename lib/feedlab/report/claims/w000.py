@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from feedlab.like_for_like import NOT_FAIR as NOT_FAIR_WORD
 from feedlab.like_for_like import WITHIN
-from feedlab.like_for_like import verdict as judge_sides
 from feedlab.report.claims.core import (
     NOT_FAIR,
     NOT_REPRODUCED,
@@ -34,8 +32,8 @@ from feedlab.report.claims.fair import (
     unsteady_reason,
     workers_named,
 )
-from feedlab.report.claims.pairs import first_unjudged, grid_verdicts, judged_outcome
-from feedlab.report.claims.sides import pairs_verdict, side_of_rows
+from feedlab.report.claims.pairs import first_unjudged, grid_verdicts, judged_outcome, level_unjudged
+from feedlab.report.claims.sides import pairs_verdict
 
 NB01, NB02, NB03, NB08, NB09 = ("01_worker_scaling", "02_lmdb_vs_png", "03_pinned_memory_by_input_size",
                                 "08_hdf5_concurrency", "09_batch_size_breakdown")
@@ -86,22 +84,6 @@ def _gpu_util(run, table: str):
 
 def _bst(w, b):
     return dict(experiment="batch_size_table", num_workers=int(w), batch_size=int(b))
-
-
-def level_unjudged(run, sides: tuple[tuple[dict, str], ...]) -> str | None:
-    """Why a level read at a setting (a GPU busy share) cannot be judged, or None: it stands on that setting's
-    timed window, so each side goes through the one judge's window rule and fairness (busy, a rate not steady,
-    one measurement with no precision) — the rule that rejects the same window in a ratio (audit 45 V1/V2). A
-    level has no second side: the side is judged against itself, its invariants compared by construction."""
-    for setting, label in sides:
-        side, _, _ = side_of_rows(run, setting, label)
-        short = side.window_short()
-        if short:
-            return f"window: {short}"
-        v = judge_sides(side, side, 1.0, check_sides=False)   # the side alone: its sides are one setting
-        if v.word == NOT_FAIR_WORD:
-            return v.why
-    return None
 
 
 def level_outcome(run, status: str, ours: str, settings: tuple, labels: tuple[str, ...]) -> Outcome:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from feedlab.report.claims.core import (  # noqa: F401
+    NOT_FAIR,
     NOT_RUN,
     NOT_TESTABLE,
     Claim,
@@ -16,8 +17,8 @@ from feedlab.report.claims.core import (  # noqa: F401
     by_int,
     verdict,
 )
-from feedlab.report.claims.fair import STEADY, TIMING, rows_of, steady_state, unsteady_reason
-from feedlab.report.claims.pairs import grid_verdicts, judged_outcome, worst_and_median
+from feedlab.report.claims.fair import STEADY, TIMING, rows_of
+from feedlab.report.claims.pairs import grid_verdicts, judged_outcome, level_unjudged, worst_and_median
 from feedlab.report.claims.sides import pair_verdicts, ratio_outcome
 
 NB01, NB03, NB05, NB07, NB11 = ("01_worker_scaling", "03_pinned_memory_by_input_size", "05_storage_formats",
@@ -33,10 +34,20 @@ def transpose_share(run) -> Outcome:
     p = _pieces(run)
     share = (p["transpose"] / p.sum(axis=1))
     lo, hi = share.idxmin(), share.idxmax()
-    return Outcome(at_least(float(share.median()), 0.65, 0.4),
-                   f"transpose {100 * share.median():.0f}% of the stock path (median of {len(share)} image × batch "
-                   f"sizes; {100 * share.min():.0f}% at {lo[0]}² × {lo[1]}, {100 * share.max():.0f}% at "
-                   f"{hi[0]}² × {hi[1]})")
+    return _pieces_outcome(run, p, at_least(float(share.median()), 0.65, 0.4),
+                           f"transpose {100 * share.median():.0f}% of the stock path (median of {len(share)} image × "
+                           f"batch sizes; {100 * share.min():.0f}% at {lo[0]}² × {lo[1]}, {100 * share.max():.0f}% at "
+                           f"{hi[0]}² × {hi[1]})")
+
+
+def _pieces_outcome(run, p, status: str, ours: str) -> Outcome:
+    """The grade of a share of the pieces only where every piece's timed window gives a time (the one judge's
+    window rule and precision, as 07's collate ratio gets): else not tested fairly, the share measured (audit 53
+    F3: 2.5–103 ms windows, repeats ±119%, graded "partly")."""
+    sides = tuple((dict(kind="piece", variant=v, image_size=int(i), batch_size=int(b)), f"{v} at {i}²×{b}")
+                  for i, b in p.index for v in p.columns)
+    why = level_unjudged(run, sides, metric="ms_per_batch")
+    return Outcome(NOT_FAIR, ours, why) if why else Outcome(status, ours)
 
 
 def transpose_largest(run) -> Outcome:
@@ -45,8 +56,9 @@ def transpose_largest(run) -> Outcome:
     n_t = int((top == "transpose").sum())
     other = top[top != "transpose"]
     where = ", ".join(f"{s}²×{b}: {v}" for (s, b), v in list(other.items())[:4])
-    return Outcome(verdict(n_t == len(top), 2 * n_t >= len(top)), f"transpose is the largest piece at {n_t} of {len(top)} image × batch sizes"
-                   + (f"; elsewhere e.g. {where}" if where else ""))
+    return _pieces_outcome(run, p, verdict(n_t == len(top), 2 * n_t >= len(top)),
+                           f"transpose is the largest piece at {n_t} of {len(top)} image × batch sizes"
+                           + (f"; elsewhere e.g. {where}" if where else ""))
 
 
 def fast_collate(run) -> Outcome:
@@ -72,13 +84,13 @@ def too_many_workers(run) -> Outcome:
         return Outcome(NOT_RUN, "—", f"no worker count above this machine's {cores} cores was run "
                        f"(max {max(s)}; re-run 01 with one above the cores)")
     where = dict(experiment="throughput_vs_workers", model="none")
-    steady = {w: v for w, v in s.items() if steady_state(run, dict(where, num_workers=w))[0]}
-    within = {w: v for w, v in steady.items() if w <= cores}
-    beyond = {w: v for w, v in steady.items() if w > cores}
-    if not within or not beyond:
-        side = "above" if within else "at or below"
-        raise Unfair(f"no steady rate {side} the {cores} cores; " + unsteady_reason(
-            run, Outcome("partly", "", settings=tuple(dict(where, num_workers=w) for w in sorted(s)))))
+    # the best within the cores and the best beyond them over EVERY count measured: a filter that drops a side
+    # before the choice judges a subset (audit 53 F2: the imprecise 2 workers, fastest of all, left out and 4 vs
+    # 0 workers judged); the chosen sides then go through the one judge and the steady precondition as they are
+    within = {w: v for w, v in s.items() if w <= cores}
+    beyond = {w: v for w, v in s.items() if w > cores}
+    if not within:
+        raise NoData(f"no worker count at or below this machine's {cores} cores was run (re-run 01 with one)")
     r = max(beyond.values()) / max(within.values())
     used = (max(within, key=within.get), max(beyond, key=beyond.get))
     settings = tuple(dict(where, num_workers=w) for w in used)
@@ -86,7 +98,7 @@ def too_many_workers(run) -> Outcome:
     vs = pair_verdicts(run, settings[1], settings[0], r, 0.95, 1.05, changes=("workers",), lower_is_better=True,
                        labels=(f"{used[1]} workers", f"{used[0]} workers"))
     return ratio_outcome(vs, f"best rate with more workers than the {cores} cores = {r:.2f}× the best within them "
-                         f"({used[1]} vs {used[0]} workers, PNG loader alone, steady rates)",
+                         f"({used[1]} vs {used[0]} workers, PNG loader alone; best of every count measured)",
                          "throughput measured; context switches themselves not counted", settings)
 
 

@@ -7,6 +7,7 @@ import statistics
 from feedlab.report.claims.core import (
     NOT_FAIR,
     NOT_REPRODUCED,
+    NOT_RUN,
     NOT_TESTABLE,
     PARTLY,
     REPRODUCED,
@@ -69,8 +70,16 @@ def pin_faster(run) -> Outcome:
 
 
 def _unavailable(run, backend):
+    """Why a backend's claim has no measurement: "not testable here" only for a capability the machine lacks;
+    a package not installed is "not run", saying why (accimage is conda-forge only: ``make`` does not install it)."""
     reason = (run.payload.get("unavailable_reasons") or {}).get(backend)
-    return Outcome(NOT_TESTABLE, "—", f"{backend}: {reason}") if reason else None
+    if not reason:
+        return None
+    if str(reason).startswith("not installed"):
+        how = str(reason).split(": ", 1)[-1]
+        where = "conda-forge only" if "conda-forge" in how and "not on PyPI" in how else "a package"
+        return Outcome(NOT_RUN, "—", f"{backend} is {where}: not installed here ({how})")
+    return Outcome(NOT_TESTABLE, "—", f"{backend}: {reason}")
 
 
 def accimage_fast(run) -> Outcome:
