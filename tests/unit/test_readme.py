@@ -331,3 +331,33 @@ def test_a_verdict_the_notebook_recorded_is_shown_beside_todays_rule_never_repla
     assert lines[1].startswith(f"[{today}") and "recorded by the notebook" not in lines[1]
     assert lines[2].startswith(prose) and f"[recorded by the notebook: {recorded}; today's rule (claim " \
                                           f"`004-print-75x`): {today}" in lines[2]
+
+
+def test_every_recorded_prose_verdict_is_read_again_by_todays_rule(tmp_path):
+    """Audit 53 F4/F5: 07's "-> not reproduced as stated" (not only 04's prose) carries today's claim word, and
+    10's "The advice raised throughput in this run." is not printed as an effect on sides the judge does not
+    judge (a batch size the advice changed): it reads "not credited" with why, the recorded words labelled."""
+    from feedlab.report import claims
+    from feedlab.report.claims.core import Run
+
+    (tmp_path / "fingerprint.json").write_text(json.dumps({"cpu_usable": 2, "cuda_available": False, "gpus": []}))
+    (tmp_path / "results.json").write_text("{}")
+    today = claims.judge(claims.BY_ID["001-transpose-80"], Run(out_dir=tmp_path)).status
+    assert today != "not reproduced"
+    prose = ("Write-up 001 says the transpose takes most (~80%) of the time: here it is 46%, and the largest piece is "
+             "'HWC→CHW transpose + contiguous' -> not reproduced as stated")
+    line = readme.generated_targets("07_totensor_vs_fast_collate", tmp_path, [prose])[0]
+    assert line.startswith(prose) and ("[recorded by the notebook: not reproduced; today's rule (claim "
+                                       f"`001-transpose-80`): {today}") in line
+
+    def step(label, bs, rate, kept=True):
+        return {"label": label, "kept": kept, "measured": rate, "measured_q25": rate * 0.99,
+                "measured_q75": rate * 1.01, "config": {"batch_size": bs, "num_workers": 2, "order": "global",
+                                                         "pixel_error": 0.0, "cache": "warm", "model": "srcnn",
+                                                         "device": "cpu"}}
+    steps = [step("start", 128, 100.0), step("3: batch_size=256", 256, 1000.0)]
+    (tmp_path / "results.json").write_text(json.dumps({"steps": steps, "measured_gain_total": 10.0}))
+    effect = "The advice raised throughput in this run."
+    out = readme.generated_targets("10_doctor", tmp_path, [effect])[0]
+    assert out.startswith("The advice's gain is not credited in this run: ") and "batch size: 256 vs 128" in out
+    assert out.endswith("[recorded by the notebook: The advice raised throughput in this run]")

@@ -30,7 +30,8 @@ from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.report import claims, compare, gpu_readings, targets
 from feedlab.report.claims import ledger as claims_ledger
-from feedlab.report.claims.core import Run
+from feedlab.report.claims import sides
+from feedlab.report.claims.core import NoData, Run
 from feedlab.report.claims.ledger import END as CLAIMS_END
 from feedlab.report.claims.ledger import START as CLAIMS_START
 from feedlab.report.costs import (
@@ -109,9 +110,16 @@ def _reading(folder: Path, notebook: str) -> list[str]:
 
 
 _VERDICT_LINE = re.compile(r"^\[([^\]:]*)[^\]]*\] (\d{3}-[\w-]+): ")
-# a claim's verdict a notebook printed as prose (before its claims were one ledger line each): pattern, claim id
-FREE_VERDICTS = {"04_print_overhead": (re.compile(r"^Write-up 004: .*: (not reproduced|reproduced|partly)\b"),
-                                       "004-print-75x")}
+# a claim's verdict a notebook printed as prose (before its claims were one ledger line each): per notebook, each
+# (pattern whose group 1 is the recorded word, claim id) — the word read again by today's claim (audit 53 F5: 07's
+# h100 "-> not reproduced as stated" beside CLAIMS' "not tested fairly" for the same claim on the same record)
+_WORD = r"(not reproduced|reproduced|partly)(?: as stated)?\b"
+FREE_VERDICTS = {"04_print_overhead": ((re.compile(r"^Write-up 004: .*: " + _WORD), "004-print-75x"),),
+                 "07_totensor_vs_fast_collate": (
+                     (re.compile(r"^Write-up 001 says the transpose takes most .* -> " + _WORD), "001-transpose-80"),)}
+# 10's effect sentence an older notebook printed after its Overall line, whatever the one judge said of the sides
+# (audit 53 F4): today's notebook prints "The advice's gain is not credited in this run: …" where it is not judged
+_ADVICE_EFFECT = re.compile(r"^The advice (raised|did NOT measurably raise) throughput in this run\.$")
 
 
 def today_words(v) -> str:
@@ -127,8 +135,11 @@ def generated_targets(notebook: str, folder: Path, reading: list[str]) -> list[s
     rule reads, labelled (audit 45 V9/V10: one verdict per claim per record, the recorded one kept in view)."""
     run = Run(out_dir=folder)
     out = []
-    free = FREE_VERDICTS.get(notebook)
+    free = FREE_VERDICTS.get(notebook, ())
     for line in targets.rewrite_reading(notebook, reading, run):
+        if notebook == targets.ADVICE.notebook and _ADVICE_EFFECT.match(line):
+            out.append(advice_effect(line, run))
+            continue
         m = _VERDICT_LINE.match(line)
         claim = claims.BY_ID.get(m.group(2)) if m else None
         if claim:
@@ -137,14 +148,30 @@ def generated_targets(notebook: str, folder: Path, reading: list[str]) -> list[s
             now = claims.format_verdict(claim, v)
             out.append(now if recorded == v.status else f"(recorded by the notebook: {recorded}; today's rule:) {now}")
             continue
-        fm = free[0].match(line) if free else None
-        if fm:
-            v = claims.judge(claims.BY_ID[free[1]], run)
-            if fm.group(1) != v.status:
-                line += (f" [recorded by the notebook: {fm.group(1)}; today's rule (claim `{free[1]}`): "
-                         f"{today_words(v)}]")
+        for pattern, cid in free:
+            fm = pattern.match(line)
+            if fm:
+                v = claims.judge(claims.BY_ID[cid], run)
+                if fm.group(1) != v.status:
+                    line += (f" [recorded by the notebook: {fm.group(1)}; today's rule (claim `{cid}`): "
+                             f"{today_words(v)}]")
+                break
         out.append(line)
     return out
+
+
+def advice_effect(line: str, run: Run) -> str:
+    """10's recorded effect sentence ("The advice raised throughput in this run.") as today's notebook words it:
+    where the one judge does not judge the advice's sides, "not credited" with its reason, the recorded words
+    kept in view, labelled; else as recorded."""
+    try:
+        v = sides.advice_verdict(run)
+    except NoData:
+        return line
+    if v.judged:
+        return line
+    return (f"The advice's gain is not credited in this run: {v}. [recorded by the notebook: "
+            f"{line.rstrip('.')}]")
 
 
 def _notebook_block(nb_dir: Path, machines: dict[str, Path], fps: dict[str, dict]) -> list[str]:
