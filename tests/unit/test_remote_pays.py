@@ -79,8 +79,8 @@ def test_pinned_moves_every_thread_and_restores_them():
 @pytest.mark.parametrize("ratio, tol, word", [(1.6, 0.1, "pays"), (0.4, 0.1, "does not pay"), (1.05, 0.1, "tie"),
                                               (0.95, 0.1, "tie"), (1.15, 0.2, "tie"), (1.25, 0.2, "pays"),
                                               (float("nan"), 0.1, "none"), (0.0, 0.1, "none")])
-def test_verdict_words_and_tolerance(ratio, tol, word):
-    w, line = RP.verdict(ratio, tol)
+def test_predicted_word_and_its_tolerance(ratio, tol, word):
+    w, line = RP.predicted_word(ratio, tol)
     assert w == word
     if word in ("pays", "does not pay"):
         assert line.startswith(f"{word}: x{ratio:.2f}") and f"±{100 * tol:.0f}%" in line
@@ -88,17 +88,14 @@ def test_verdict_words_and_tolerance(ratio, tol, word):
         assert f"within ±{100 * tol:.0f}%" in line
 
 
-def test_tolerance_is_the_floor_or_the_wider_spread():
-    assert RP.tolerance([100, 100, 100], [50, 50, 50]) == RP.TOLERANCE
-    t = RP.tolerance([80, 100, 120], [100, 100, 100])              # IQR 90..110 of median 100
-    assert t == pytest.approx(0.2)
-    assert RP.tolerance([100], [float("nan")]) == RP.TOLERANCE   # one epoch: no spread to widen it
-
-
-def _synthetic(rates: dict[str, list[float]], pipeline="png*3"):
+def _synthetic(rates: dict[str, list[float]], pipeline="png*3", window_s=2.0, batches=60):
     res = Results()
     for variant, vals in rates.items():
-        res.add_samples(RP.EXP, variant, "samples_per_s", vals, "samples/s", pipeline=pipeline)
+        common = dict(pipeline=pipeline, batch_size=64, trainer_cores=1, remote_cpus=3)
+        res.add_samples(RP.EXP, variant, "samples_per_s", vals, "samples/s", **common)
+        if window_s is not None:
+            res.add_samples(RP.EXP, variant, "window_s", [window_s] * len(vals), "s", **common)
+            res.add_samples(RP.EXP, variant, "timed_batches", [batches] * len(vals), "batches", **common)
     pred = RP.crossover(4e-3, 1e-4, 1e-4, 5e-4, 1, 3)
     ok = {"ok": True}
     info = {"available": True, "pipelines": {pipeline: {"prediction": pred, "checks": {RP.REMOTE: [ok]}}},
@@ -106,23 +103,33 @@ def _synthetic(rates: dict[str, list[float]], pipeline="png*3"):
     return res.frame(), info
 
 
-@pytest.mark.parametrize("remote, word", [([160, 160, 160], "pays"), ([40, 40, 40], "does not pay"),
-                                          ([104, 104, 104], "tie")])
+@pytest.mark.parametrize("remote, word", [([158, 160, 162], "pays"), ([39, 40, 41], "does not pay"),
+                                          ([100, 104, 108], "tie")])
 def test_judge_on_synthetic_rows(remote, word):
-    df, info = _synthetic({RP.DL: [100, 100, 100], RP.REMOTE: remote, RP.LOCAL: [90, 90, 90]})
+    df, info = _synthetic({RP.DL: [99, 100, 101], RP.REMOTE: remote, RP.LOCAL: [90, 90, 90]})
     (j,) = RP.judge(df, info)
-    assert j["verdict"] == word and j["ratio"] == pytest.approx(remote[0] / 100)
+    assert j["verdict"] == word and j["ratio"] == pytest.approx(remote[1] / 100)
     assert j["predicted"] == "pays" and j["checks_ok"]
     lines = RP.readings(df.assign(variant=df.variant), info)
     assert any(line.startswith("png*3:") and word in line for line in lines)
     assert any("network transfer is NOT measured" in line for line in lines)
 
 
-def test_judge_widens_the_tolerance_by_the_spread():
-    # remote 15 % faster but its epochs spread ±25 %: a tie, not "pays"
+def test_a_ratio_of_medians_is_judged_by_the_one_judge_not_a_fixed_band():
+    """×0.66 from one epoch each is not tested fairly (it read "does not pay" against ±10%); a window too
+    short or not recorded is not like for like; a wide spread over 3 epochs is a tie, not "pays" (audit53 F11)."""
+    df, info = _synthetic({RP.DL: [100], RP.REMOTE: [66], RP.LOCAL: [90]})
+    (j,) = RP.judge(df, info)
+    assert j["verdict"] == "not tested fairly" and "measured, not judged" in j["line"], j
+    df, info = _synthetic({RP.DL: [99, 100, 101], RP.REMOTE: [65, 66, 67], RP.LOCAL: [90] * 3}, window_s=0.3)
+    (j,) = RP.judge(df, info)
+    assert j["verdict"] == "not like for like" and "timed 300.0 ms < 1 s" in j["judge"], j
+    df, info = _synthetic({RP.DL: [99, 100, 101], RP.REMOTE: [65, 66, 67], RP.LOCAL: [90] * 3}, window_s=None)
+    (j,) = RP.judge(df, info)
+    assert j["verdict"] == "not like for like" and "timed window" in j["judge"], j
     df, info = _synthetic({RP.DL: [100, 100, 100], RP.REMOTE: [90, 115, 140], RP.LOCAL: [90, 90, 90]})
     (j,) = RP.judge(df, info)
-    assert j["verdict"] == "tie" and j["tolerance"] > RP.TOLERANCE
+    assert j["verdict"] == "tie" and j["tolerance"] > 0.05
 
 
 @pytest.mark.parametrize("text, out", [("png", ("png", 1)), ("png*3", ("png", 3)), ("npy", ("npy", 1))])
@@ -265,7 +272,8 @@ def test_cluster_run_places_decode_off_the_head_and_sees_every_sample_once(sr_ro
     sps = df[df.metric == "samples_per_s"]
     assert sorted(sps.variant.unique()) == sorted(RP.ARRANGEMENTS) and (sps.value > 0).all()
     assert (df[df.metric == "bytes_per_sample"].value > 0).all()
-    assert {j["verdict"] for j in RP.judge(df, info)} <= {"pays", "does not pay", "tie"}
+    assert {j["verdict"] for j in RP.judge(df, info)} <= {"pays", "does not pay", "tie", "not tested fairly",
+                                                          "not like for like"}
     assert not math.isnan(info["pipelines"]["png*2"]["prediction"]["predicted_speedup"])
 
 

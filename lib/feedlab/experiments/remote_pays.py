@@ -14,7 +14,7 @@ Besides samples/s per epoch, measured from the same run: the decode cost per sam
 trainer core (:func:`decode_cost`), the step alone (batches already in memory), and the
 trainer process's CPU per sample in each arrangement (``time.process_time``: every thread of
 this process, Ray's receiving and deserialising included). :func:`crossover` turns those into
-the predicted speedup; :func:`verdict` judges the measured one with a stated tolerance.
+the predicted speedup; :func:`judged` judges the measured one by the one judge (like for like, its precision).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from time import perf_counter, process_time
 
 import numpy as np
 
+from feedlab import like_for_like as lfl
 from feedlab import pipeline as pl
 from feedlab.plots import readable_log_axis
 from feedlab.results import Results, median_iqr
@@ -34,7 +35,7 @@ from feedlab.timing import run_epoch
 EXP = "remote_pays"
 DL, REMOTE, LOCAL = "DataLoader (trainer cores)", "Ray remote (decode nodes)", "Ray local (trainer cores)"
 ARRANGEMENTS = (DL, REMOTE, LOCAL)
-TOLERANCE = 0.10  # the smallest difference called a difference; the runs' own spread widens it
+TOLERANCE = 0.10  # the PREDICTED speedup's tie band (a model has no spread); a measured ratio goes to the one judge
 
 
 def parse_pipeline(text: str) -> tuple[str, int]:
@@ -77,21 +78,9 @@ def crossover(decode_s: float, step_s: float, dl_consume_s: float, ray_consume_s
             "predicted_speedup": remote / local if local > 0 and math.isfinite(local) else float("nan")}
 
 
-def tolerance(a, b, floor: float = TOLERANCE) -> float:
-    """The relative difference below which two arrangements tie: ``floor``, or the larger
-    relative interquartile range of the two sets of epochs when that is wider."""
-    spreads = []
-    for v in (a, b):
-        v = [x for x in v if math.isfinite(x)]
-        if len(v) >= 2:
-            med, q25, q75 = median_iqr(v)
-            if med > 0:
-                spreads.append((q75 - q25) / med)
-    return max([floor, *spreads])
-
-
-def verdict(ratio: float, tol: float = TOLERANCE) -> tuple[str, str]:
-    """``(word, line)`` for remote ÷ local samples/s: pays, does not pay, or tie within ``tol``."""
+def predicted_word(ratio: float, tol: float = TOLERANCE) -> tuple[str, str]:
+    """``(word, line)`` for the cost model's PREDICTED remote ÷ local speedup (a model's number: no spread to
+    judge, so a stated ±``tol``): pays, does not pay, or tie. A measured ratio is judged by :func:`judged`."""
     if not (ratio > 0 and math.isfinite(ratio)):
         return "none", "no verdict (an arrangement did not run)"
     if ratio > 1 + tol:
@@ -99,6 +88,52 @@ def verdict(ratio: float, tol: float = TOLERANCE) -> tuple[str, str]:
     if ratio < 1 - tol:
         return "does not pay", f"does not pay: x{ratio:.2f} (tolerance ±{100 * tol:.0f}%)"
     return "tie", f"tie: x{ratio:.2f}, within ±{100 * tol:.0f}%"
+
+
+def side(label: str, rates, windows=(), batches=(), batch_size: int | None = None, workers: int | None = None) -> lfl.Side:
+    """One arrangement as a side of the one judge: its timed epochs (each a whole epoch: ``epoch_batches`` 0) are
+    its repeats; its precision is their 95% half-width (Student's t over the epochs); a rate short of
+    ±:data:`~feedlab.like_for_like.MAX_HALF_WIDTH` or from fewer than :data:`~feedlab.like_for_like.MIN_REPEATS`
+    epochs is "imprecise" (then judged only as the one rule lets it). Its window is its shortest epoch's
+    (``windows``, ``batches``; not recorded: an older record). Order, pixels and cache are this code path's on
+    every arrangement: a fresh global permutation per epoch, the same dataset and decode (:class:`RD.Heavier` on
+    ``pl.open_dataset`` of the same spec), warm (warm-up epochs first)."""
+    vals = [float(v) for v in rates if math.isfinite(float(v))]
+    hw = lfl.repeat_half_width(vals)
+    kind = "steady" if hw is not None and hw <= lfl.MAX_HALF_WIDTH and len(vals) >= lfl.MIN_REPEATS else "imprecise"
+    win = [float(w) for w in windows if math.isfinite(float(w))]
+    nb = [int(b) for b in batches if math.isfinite(float(b))]
+    return lfl.Side(label, order="global", pixel_error=0.0, batch_size=batch_size, workers=workers, cache="warm",
+                timed_batches=min(nb) if nb else None, window_s=min(win) if win else None, epoch_batches=0,
+                half_width=hw, rate_kind=kind, repeats=len(vals) or None)
+
+
+def judged(remote: lfl.Side, local: lfl.Side, ratio: float) -> lfl.Verdict:
+    """Remote ÷ DataLoader samples/s by the one judge (:func:`feedlab.like_for_like.verdict`): the worker count
+    differs by design (it is what moves), nothing else may; the ratio's interval from the two sides' half-widths."""
+    hws = [h for h in (remote.half_width, local.half_width) if h is not None and math.isfinite(h)]
+    lo = hi = None
+    if len(hws) == 2 and ratio > 0 and math.isfinite(ratio):
+        h = math.hypot(*hws)
+        lo, hi = ratio * (1 - h), ratio * (1 + h)
+    return lfl.verdict(remote, local, ratio if ratio > 0 and math.isfinite(ratio) else None, lo=lo, hi=hi,
+                   changes=("workers",))
+
+
+def verdict_words(v: lfl.Verdict) -> tuple[str, str]:
+    """``(word, line)`` of a judged ratio: pays / does not pay / tie where the judge judged it, else its word
+    ("not tested fairly", "not like for like") and the ratio as measured, not judged."""
+    r = v.ratio
+    if r is None or not math.isfinite(r):
+        return "none", "no verdict (an arrangement did not run)"
+    span = f"{v.lo:.2f}–{v.hi:.2f}" if v.lo is not None and v.hi is not None else ""
+    if v.word == lfl.MET:
+        return "pays", f"pays: x{r:.2f} faster (interval {span})"
+    if v.word == lfl.MISSED:
+        return "does not pay", f"does not pay: x{r:.2f} (interval {span})"
+    if v.word == lfl.WITHIN:
+        return "tie", f"tie: x{r:.2f}, not told apart ({v.why})"
+    return v.word, f"x{r:.2f} measured, not judged: {v}"
 
 
 # ---------------------------------------------------------------- measuring
@@ -207,6 +242,8 @@ def _rows(res: Results, variant: str, et, cpu: float, k: int, common: dict) -> N
     res.add(EXP, variant, "wait_s_per_batch", et.data_wait_s / max(1, et.batches), "s", repeat=k, **common)
     res.add(EXP, variant, "trainer_cpu_s_per_sample", cpu / max(1, et.samples), "s", repeat=k, **common)
     res.add(EXP, variant, "first_batch_s", et.first_batch_s, "s", repeat=k, **common)
+    res.add(EXP, variant, "window_s", float(et.wall_s), "s", repeat=k, **common)         # the judge's window
+    res.add(EXP, variant, "timed_batches", et.batches, "batches", repeat=k, **common)
 
 
 def run(root, spec: pl.PipelineSpec, pipelines, cores, trainer_cores: int, nodes: int, node_cpus: int,
@@ -252,22 +289,34 @@ def run(root, spec: pl.PipelineSpec, pipelines, cores, trainer_cores: int, nodes
 
 # ---------------------------------------------------------------- reading the run
 def judge(df, info: dict) -> list[dict]:
-    """Per pipeline: measured remote ÷ DataLoader (and ÷ Ray local) with its tolerance and
-    verdict, beside the prediction from the measured costs."""
+    """Per pipeline: measured remote ÷ DataLoader (and ÷ Ray local), judged by the one judge (:func:`judged`:
+    its epochs' spread, repeats and window), beside the prediction from the measured costs."""
     out = []
-    sps = df[df.metric == "samples_per_s"]
+    rows = df[df.pipeline.notna()] if "pipeline" in df else df
     for name, pi in info.get("pipelines", {}).items():
-        g = sps[sps.pipeline == name]
-        vals = {a: g[g.variant == a].value.tolist() for a in ARRANGEMENTS}
+        g = rows[rows.pipeline == name]
+
+        def of(a, metric):
+            return g[(g.variant == a) & (g.metric == metric)].value.tolist()
+
+        vals = {a: of(a, "samples_per_s") for a in ARRANGEMENTS}
         med = {a: (median_iqr(v)[0] if v else float("nan")) for a, v in vals.items()}
-        tol = tolerance(vals[REMOTE], vals[DL])
+        first = lambda col: (int(g[col].dropna().iloc[0]) if col in g and g[col].notna().any()  # noqa: E731
+                             else None)
+        bs = first("batch_size")
+        workers = {DL: first("trainer_cores"), REMOTE: first("remote_cpus")}   # differ by design: not judged
+        sides = {a: side(a, vals[a], of(a, "window_s"), of(a, "timed_batches"), bs, workers.get(a))
+                 for a in (DL, REMOTE)}
         ratio = med[REMOTE] / med[DL] if med[DL] > 0 else float("nan")
-        word, line = verdict(ratio, tol)
+        v = judged(sides[REMOTE], sides[DL], ratio)
+        word, line = verdict_words(v)
         pred = pi["prediction"]
-        pword, _ = verdict(pred["predicted_speedup"], tol)
+        pword, _ = predicted_word(pred["predicted_speedup"])
         checks = [c for cs in pi["checks"].values() for c in cs]
-        out.append({"pipeline": name, "medians": med, "ratio": ratio, "tolerance": tol, "verdict": word,
-                    "line": line, "predicted": pword, "prediction": pred,
+        half = (v.hi - v.lo) / (2 * ratio) if v.lo is not None and v.hi is not None and ratio > 0 else float("nan")
+        out.append({"pipeline": name, "medians": med, "ratio": ratio, "tolerance": half, "verdict": word,
+                    "judge": str(v), "line": line, "short": f"{word}: x{ratio:.2f}", "predicted": pword,
+                    "prediction": pred,
                     "ratio_vs_ray_local": med[REMOTE] / med[LOCAL] if med[LOCAL] > 0 else float("nan"),
                     "checks_ok": bool(checks) and all(c["ok"] for c in checks)})
     return out
@@ -331,5 +380,5 @@ def plot(df, info: dict, ax_row):
 
             ax.set_yscale("log")
             readable_log_axis(ax)
-        ax.set_title(f"{name}: remote {j['line']}\npredicted from the per-sample costs: "
+        ax.set_title(f"{name}: remote {j['short']}\npredicted from the per-sample costs: "
                      f"x{j['prediction']['predicted_speedup']:.2f}", fontsize=9)
