@@ -161,6 +161,12 @@ def test_cli_names_a_bad_loader_reference_in_one_line(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--loader", "no_such_module_here:make"])
     assert "cannot import it" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(SystemExit) as e:   # attack52 B11: the module imports, the name is wrong: no PYTHONPATH hint
+        main(["--loader", "feedlab.tuner.search:no_such_make"])
+    assert "feedlab.tuner.search imports, but has no no_such_make" in str(e.value), e.value
+    with pytest.raises(SystemExit) as e:   # attack52 B12: a file path
+        main(["--loader", "lib/feedlab/tuner/search.py:tune"])
+    assert "give the module, not its file: lib.feedlab.tuner.search:tune" in str(e.value), e.value
     with pytest.raises(SystemExit) as e:
         main(["--budget", "3"])
     assert e.value.code == 2 and "give one of --loader" in capsys.readouterr().err

@@ -59,11 +59,19 @@ def load_callable(ref: str, flag: str):
         raise SystemExit(f"{PROG}: error: {flag} {ref!r}: write it as package.module:function")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    if "/" in mod or mod.endswith(".py"):   # a file's path: the module's dotted name is what imports
+        dotted = mod.removesuffix(".py").strip("./").replace("/", ".")
+        raise SystemExit(f"{PROG}: error: {flag} {ref!r}: give the module, not its file: {dotted}:{name} (run from "
+                         "the folder that holds its top package, or put that folder on PYTHONPATH)")
     try:
-        fn = getattr(importlib.import_module(mod), name)
+        module = importlib.import_module(mod)
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"{PROG}: error: {flag} {ref!r}: cannot import it ({exc}); is its folder on PYTHONPATH?") \
             from None
+    fn = getattr(module, name, None)
+    if fn is None:   # the module imported: the PYTHONPATH hint would be wrong
+        raise SystemExit(f"{PROG}: error: {flag} {ref!r}: {mod} imports, but has no {name}; check the name after "
+                         "the colon")
     if not callable(fn):
         raise SystemExit(f"{PROG}: error: {flag} {ref!r}: not callable")
     return fn
