@@ -311,6 +311,10 @@ def test_gallery_links_each_key_figure_to_its_record_and_names_a_notebook_withou
     block = readme_front.tune_block(figs)
     assert "the user's start: 0.12" in block and "workers = cores − 1 (= the start): 0.12" in block
     assert "start start" not in block and "num_workers=2: 0.24" in block
+    # RESULTS' 16 block (the reading through generated_targets) says it once too
+    (tune / "fingerprint.json").write_text(json.dumps({"cpu_usable": 2, "gpus": []}))
+    again = readme.generated_targets("16_tune", tune, ["(a) storage: the user's start start: 0.12"])
+    assert again == ["(a) storage: the user's start: 0.12"]
 
 
 def test_a_verdict_the_notebook_recorded_is_shown_beside_todays_rule_never_replaced_silently(tmp_path):

@@ -71,13 +71,6 @@ def answer_block(figures_dir: Path = FIGURES_DIR) -> str:
             f"[its findings]({_rel(executed)})).*\n")
 
 
-def _start_once(line: str) -> str:
-    """A scenario line recorded before the label fix: the start named once ("the user's start: 0.12", not
-    "the user's start start: 0.12"; "workers = cores − 1 (= the start)"), as ``_tune_readings`` prints it now."""
-    line = line.replace("the user's start start:", "the user's start:")
-    return re.sub(r"(workers = cores(?: − 1)?) start:", r"\1 (= the start):", line)
-
-
 def tune_block(figures_dir: Path = FIGURES_DIR) -> str:
     """Notebook 16's committed reading on cpu-2c (the tuner against the exhaustive grid), or that none is committed."""
     names = [n for n in _notebooks(figures_dir) if n.startswith(TUNE_PREFIX)]
@@ -91,7 +84,7 @@ def tune_block(figures_dir: Path = FIGURES_DIR) -> str:
     if not reading and executed.is_file():
         reading = findings.reading_lines(json.loads(executed.read_text(encoding="utf-8")))
     run = Run(payload, folder)   # 16's target lines: each scenario's recorded word read by the one rule
-    reading = [_start_once(tune_target_line(str(x), run)) for x in reading]
+    reading = [tune_target_line(str(x), run) for x in reading]
     link = f"[the executed record]({_rel(executed)})" if executed.is_file() else f"`{_rel(folder)}/`"
     lines = [f"Notebook 16 on {TUNE_MACHINE} (the tuner against the exhaustive grid; {link}):", ""]
     lines += ["- " + re.sub(r"[\r\n]+", " ", str(x)).replace("<!--", "&lt;!--") for x in reading[:MAX_TUNE_LINES]]

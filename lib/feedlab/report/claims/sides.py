@@ -392,10 +392,18 @@ def _tune_side(row: dict) -> Side:
                 repeats=_int(row.get("passes")), busy=row.get("busy") or None)
 
 
+def start_named_once(line: str) -> str:
+    """16's scenario line recorded before its label fix, the start named once ("the user's start: 0.12", not
+    "… start start: 0.12"; "workers = cores − 1 (= the start)"), as ``_tune_readings`` prints it now (audit 53 S5)."""
+    line = line.replace("the user's start start:", "the user's start:")
+    return re.sub(r"(workers = cores(?: − 1)?) start:", r"\1 (= the start):", line)
+
+
 def tune_target_line(line: str, run: Run | None) -> str:
     """16's printed target line (the pick's share of the grid's best; never below the start), each scenario's
     recorded word read against the one rule on its two grid sides (:func:`feedlab.like_for_like.reread`: a pick,
     best or start whose rate is imprecise with too few passes is "not tested fairly", never met)."""
+    line = start_named_once(line)
     m = TUNE_TARGET.match(line)
     if not m or run is None or not run.payload.get("scenarios"):
         return line
