@@ -36,6 +36,8 @@ from feedlab.experiments._pinned_readings import (  # noqa: F401
     human_bytes,
     median_of,
     payload,
+    pinning_verdict,
+    pinning_words,
     readings,
     steps_title,
 )
