@@ -284,9 +284,11 @@ def calibration_title(points: list[dict], device: str, effective_cores: float, b
     return f"Doctor's predictions: {ok} of {len(judged)} within ±{band:.0%} of measured{busy}\n{machine}"
 
 
-def plot_calibration(ax, points: list[dict]) -> None:
+def plot_calibration(ax, points: list[dict], title: str | None = None) -> None:
     """Predicted against measured samples/s, one point per (worker count or step), with
-    the ±20% band around the diagonal; each point's label is in the legend."""
+    the ±20% band around the diagonal; each point's label is in the legend. ``title``
+    (:func:`calibration_title`) starts at the axes' left edge: centred over axes that a wide legend
+    (long "(too busy to judge)" labels) had narrowed, it ran off the canvas's left (CI, 2026-11-28, twice)."""
     pred = np.array([p["predicted"] for p in points], float)
     meas = np.array([p["measured"] for p in points], float)
     lo, hi = 0.8 * min(pred.min(), meas.min()), 1.25 * max(pred.max(), meas.max())
@@ -308,6 +310,8 @@ def plot_calibration(ax, points: list[dict]) -> None:
     ax.set_xlabel("measured samples/s (median)")
     ax.set_ylabel("predicted samples/s")
     legend_outside(ax, fontsize=8)
+    if title:
+        ax.set_title(title, loc="left")
 
 
 def overall_gain(steps: list[dict]) -> tuple[float, float]:
