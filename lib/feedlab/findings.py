@@ -122,10 +122,24 @@ def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder:
     return "\n\n".join(parts) + "\n"
 
 
+class DamagedRecord(ValueError):
+    """A run's ``results.json`` or ``fingerprint.json``, or the executed notebook itself, is not valid JSON: one
+    line naming the file and what to do (never a JSONDecodeError traceback)."""
+
+
+def _read_json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:   # JSONDecodeError is a ValueError
+        raise DamagedRecord(f"{path}: {what} is not valid JSON ({exc}); run the notebook again "
+                            "(python -m feedlab.run) or restore the file from git") from None
+
+
 def add_findings(executed: str | Path, lines: list[str] | None = None, verdicts: dict | None = None) -> bool:
     """Put the findings cell at the top of ``executed`` (replacing an earlier one), reading
     ``results.json`` and ``fingerprint.json`` beside it. Returns False (and changes nothing)
-    where the run recorded no ``results.json`` or the file is not a notebook. Rewritten atomically.
+    where the run recorded no ``results.json`` or the file's JSON is not a notebook's; raises
+    :class:`DamagedRecord` where it or a record beside it is not valid JSON. Rewritten atomically.
     ``lines`` and ``verdicts`` (``{claim: {"status", "ours"}}``): the readings and the claims' verdicts as
     today's rules state them, for a committed record (the reporting wing passes them; a fresh run's own are
     already today's)."""
@@ -134,15 +148,12 @@ def add_findings(executed: str | Path, lines: list[str] | None = None, verdicts:
     results = folder / "results.json"
     if not results.is_file():
         return False
-    payload = json.loads(results.read_text())
+    payload = _read_json(results, "its results.json")
     if verdicts is not None:
         payload = dict(payload, verdicts=verdicts)
     fp_path = folder / "fingerprint.json"
-    fingerprint = json.loads(fp_path.read_text()) if fp_path.is_file() else None
-    try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        return False
+    fingerprint = _read_json(fp_path, "its fingerprint.json") if fp_path.is_file() else None
+    nb = _read_json(path, "the notebook")
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or \
             not all(isinstance(c, dict) for c in nb["cells"]):
         return False  # not a notebook this can lead with findings
@@ -202,10 +213,24 @@ def main(argv: list[str] | None = None) -> int:
                   "*.executed.ipynb the runner wrote beside a record (figures/<notebook>/<machine>/), or run the "
                   "notebook first (python -m feedlab.run)", file=sys.stderr)
             rc = 2
-        elif not add_findings(p):
-            print(f"{a}: no results.json beside it; run the notebook first (python -m feedlab.run)",
-                  file=sys.stderr)
-            rc = 1
+        else:
+            try:
+                added = add_findings(p)
+            except (DamagedRecord, OSError) as exc:   # a damaged or unreadable file: named, in one line
+                print(str(exc) if isinstance(exc, DamagedRecord) else f"{a}: cannot read it or a record beside it "
+                      f"({exc.strerror or exc}): check the folder's permissions", file=sys.stderr)
+                rc = 2
+                continue
+            if added:
+                continue
+            if (p.parent / "results.json").is_file():   # the results are there: the file is not a notebook
+                print(f"{a}: valid JSON, but not a notebook (no list of cells); give the *.executed.ipynb the "
+                      "runner wrote beside a record", file=sys.stderr)
+                rc = 2
+            else:
+                print(f"{a}: no results.json beside it; run the notebook first (python -m feedlab.run)",
+                      file=sys.stderr)
+                rc = 1
     return rc
 
 

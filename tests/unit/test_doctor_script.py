@@ -558,3 +558,48 @@ def test_a_script_that_raises_keyboardinterrupt_itself_is_said_so_not_interrupte
     assert isinstance(own, UserCodeError), repr(own)
     assert "raised KeyboardInterrupt at kbd.py:2 itself (no Ctrl-C" in str(own), str(own)
     assert type(real) is KeyboardInterrupt
+
+
+def test_a_signal_that_reached_only_the_scripts_process_is_said_so(tmp_path, monkeypatch):
+    """attack52 D07/K01/K02: a script that SIGTERMs itself, or a kill -INT on the working process's pid, read
+    'python -m feedlab.doctor: terminated (SIGTERM)' / 'interrupted' though nobody signalled the command: with the
+    watcher's mark unset (doctor.watch_mark) the one line says where the signal came from; a signal the watcher got
+    (the mark set) is still the command's stop."""
+    from feedlab import signal_scope
+    from feedlab.doctor import watch_mark
+    from feedlab.doctor.guard import UserCodeError
+    from feedlab.doctor.script import _outcome
+
+    script = tmp_path / "w.py"
+    monkeypatch.setattr(watch_mark, "_MARK", {})
+    monkeypatch.setattr(watch_mark, "WATCHER_WAIT_S", 0.05)
+    with pytest.raises(signal_scope.Signalled):   # not forked under a watcher: the command's stop, as before
+        _outcome(signal_scope.Signalled(signal.SIGTERM), script, 30, 20)
+    watch_mark.arm()
+    with pytest.raises(UserCodeError, match=r"its process got SIGTERM after 20 batches from outside the command"):
+        _outcome(signal_scope.Signalled(signal.SIGTERM), script, 30, 20)
+    watch_mark.mark(signal.SIGTERM)
+    with pytest.raises(signal_scope.Signalled):
+        _outcome(signal_scope.Signalled(signal.SIGTERM), script, 30, 20)
+
+
+def test_the_watchers_mark_crosses_the_fork():
+    """The mark is one shared byte: the parent's handler sets it, the forked child reads it."""
+    from feedlab.doctor import watch_mark
+
+    watch_mark.arm()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: unset, then set by the parent
+        os.close(r)
+        first = watch_mark.reached_watcher(wait_s=0.0)
+        os.write(w, b"x")
+        later = watch_mark.reached_watcher(wait_s=5.0)
+        os._exit(0 if (first is False and later is True) else 1)
+    os.close(w)
+    assert os.read(r, 1) == b"x"
+    watch_mark.mark(signal.SIGHUP)
+    _, status = os.waitpid(pid, 0)
+    os.close(r)
+    watch_mark.arm()   # cleared again for whoever forks next in this process
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -140,3 +140,29 @@ def test_committed_findings_are_refreshed_by_todays_rules(tmp_path):
 def test_a_run_with_no_load_record_is_not_called_busy_nor_quiet():
     md = findings.findings_markdown(_nb("x\n"), {"profile": "quick"}, {"cpu_usable": 2}, __import__("pathlib").Path("."))
     assert "whether the machine was busy is not known" in md and "was busy with other work" not in md
+
+
+@pytest.mark.parametrize("damaged", ["results.json", "fingerprint.json", "99_x.executed.ipynb"])
+def test_a_damaged_record_or_notebook_is_one_line_naming_the_file(tmp_path, capsys, damaged):
+    """attack52 B05/B04: a results.json cut short gave a 22-line JSONDecodeError traceback (fingerprint.json the
+    same), and a notebook that is not JSON beside a good results.json read "no results.json beside it" (false):
+    each is one line naming the file that is damaged, rc 2, and nothing is rewritten."""
+    path = tmp_path / "99_x.executed.ipynb"
+    path.write_text(json.dumps(_nb("x\n")))
+    (tmp_path / "results.json").write_text(json.dumps({"profile": "quick"}))
+    (tmp_path / "fingerprint.json").write_text(json.dumps({"cpu_logical": 2}))
+    bad = tmp_path / damaged
+    bad.write_text(bad.read_text()[:9])
+    before = path.read_text()
+    assert findings.main([str(path)]) == 2 and path.read_text() == before
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{bad}: ") and "not valid JSON" in err[0] and "Traceback" not in err[0]
+
+
+def test_json_that_is_no_notebook_beside_its_results_is_said_so(tmp_path, capsys):
+    path = tmp_path / "99_x.executed.ipynb"
+    path.write_text(json.dumps({"cells": "no"}))
+    (tmp_path / "results.json").write_text(json.dumps({"profile": "quick"}))
+    assert findings.main([str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a notebook" in err[0] and "no results.json" not in err[0]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import gc
 import os
 import runpy
+import signal
 import sys
 import threading
 import time
@@ -41,13 +42,14 @@ import numpy as np
 
 from feedlab.errors import one_line
 from feedlab.run_limit import descendants, stop_processes
-from feedlab.signal_scope import interrupt_unsent
+from feedlab.signal_scope import Signalled, interrupt_unsent
 
 from .guard import DEFAULT_DEADLINE_S, UserCodeError
 from .report import fmt_rate
 from .script_record import Enough, Recorder
 from .script_watch import Progress, Watchdog, Wire, fork_watched, quiet_exit, shm_hint, watch_child
 from .verdict import DATA_BOUND_FRACTION, TOO_BUSY, VERDICT_MIN_BATCHES, spread_words, step_price, wait_share  # noqa: F401
+from .watch_mark import outside_line, reached_watcher
 
 PROG = "python -m feedlab.doctor"
 _real_exit = os._exit
@@ -156,6 +158,10 @@ def _outcome(exc: BaseException | None, path: Path, max_batches: int, n: int) ->
         if os.path.abspath(tb.tb_frame.f_code.co_filename) == str(path.resolve()):
             where = f" at {path.name}:{tb.tb_lineno}"
         tb = tb.tb_next
+    sig = exc.signum if isinstance(exc, Signalled) else (
+        signal.SIGINT if type(exc) is KeyboardInterrupt and not interrupt_unsent() else None)
+    if sig is not None and reached_watcher() is False:   # a signal to this process only, never to the command
+        raise UserCodeError(outside_line(path, sig, where, n)) from None
     if type(exc) is KeyboardInterrupt and interrupt_unsent():   # no Ctrl-C: the script's own raise
         raise UserCodeError(f"--script {path} raised KeyboardInterrupt{where} itself (no Ctrl-C or signal reached "
                             "the doctor)") from None

@@ -36,6 +36,8 @@ from feedlab.procgroup import become_subreaper, descendants, own
 from feedlab.run_limit import stop_processes
 
 from .watch_lines import SIGNAL_GRACE_S, ignored_line, killed_line, stuck_line  # noqa: F401 (stuck_line: re-exported)
+from .watch_mark import arm as arm_mark
+from .watch_mark import mark as mark_signal
 
 _real_exit = os._exit
 _shared: dict[str, str] = {}   # multiprocessing's temporary folder, shared with the child (fork_watched)
@@ -238,6 +240,7 @@ def fork_watched() -> tuple[int, int]:
         except Exception:  # a closed stream: nothing to print twice
             pass
     r, w = os.pipe()
+    arm_mark()   # whether a signal reached this process, or only the child's (doctor.watch_mark)
     pid = os.fork()
     if pid == 0:
         own()   # the command's signal handling is this process's now (a forked worker's ends by the signal)
@@ -356,6 +359,7 @@ def watch(pid: int, fd: int, apply: Callable[[list], None], late: Callable[[floa
     signalled: dict[int, list] = {}   # signal → [first seen, forwarded]
 
     def on_signal(sig, _frame):
+        mark_signal(sig)
         pending.append(sig)
 
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
