@@ -107,7 +107,9 @@ def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder:
     if figs:   # the key figure beside the readings: the run's first, drawn by this run (issue 48)
         parts.append(f"**Key figure** ({figs[0]}, drawn by this run; every figure follows the code below)\n\n"
                      f"![{figs[0]}]({figs[0]}.png)")
-    verdicts = {k: v for k, v in (payload.get("verdicts") or {}).items() if isinstance(v, dict) and "status" in v}
+    recorded = payload.get("verdicts")
+    verdicts = {k: v for k, v in (recorded if isinstance(recorded, dict) else {}).items()
+                if isinstance(v, dict) and "status" in v}
     if verdicts:   # the write-up claims' verdicts (13 keeps its ratios' under the same key: not claims)
         rows = ["| claim | verdict | ours |", "|---|---|---|"]
         for cid, v in sorted(verdicts.items()):
@@ -127,12 +129,18 @@ class DamagedRecord(ValueError):
     line naming the file and what to do (never a JSONDecodeError traceback)."""
 
 
-def _read_json(path: Path, what: str):
+def _read_json(path: Path, what: str) -> dict:
+    """``path``'s JSON object; :class:`DamagedRecord` (one line) where it is not valid JSON or not an object
+    (a results.json of ``[]``, a fingerprint of ``"x"``: an AttributeError traceback, attack53 B01-B04)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:   # JSONDecodeError is a ValueError
         raise DamagedRecord(f"{path}: {what} is not valid JSON ({exc}); run the notebook again "
                             "(python -m feedlab.run) or restore the file from git") from None
+    if not isinstance(value, dict):
+        raise DamagedRecord(f"{path}: {what} is JSON but not an object ({type(value).__name__}); run the notebook "
+                            "again (python -m feedlab.run) or restore the file from git")
+    return value
 
 
 def add_findings(executed: str | Path, lines: list[str] | None = None, verdicts: dict | None = None) -> bool:
@@ -154,8 +162,8 @@ def add_findings(executed: str | Path, lines: list[str] | None = None, verdicts:
     fp_path = folder / "fingerprint.json"
     fingerprint = _read_json(fp_path, "its fingerprint.json") if fp_path.is_file() else None
     nb = _read_json(path, "the notebook")
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or \
-            not all(isinstance(c, dict) for c in nb["cells"]):
+    if not isinstance(nb.get("cells"), list) or \
+            not all(isinstance(c, dict) and isinstance(c.get("metadata", {}), dict) for c in nb["cells"]):
         return False  # not a notebook this can lead with findings
     cells = [c for c in nb.get("cells", []) if TAG not in (c.get("metadata", {}).get("tags") or [])]
     nb["cells"] = cells
@@ -219,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
             except (DamagedRecord, OSError) as exc:   # a damaged or unreadable file: named, in one line
                 print(str(exc) if isinstance(exc, DamagedRecord) else f"{a}: cannot read it or a record beside it "
                       f"({exc.strerror or exc}): check the folder's permissions", file=sys.stderr)
+                rc = 2
+                continue
+            except (AttributeError, TypeError, KeyError) as exc:   # a record of an unexpected shape: the next file
+                print(f"{a}: its results.json or fingerprint.json is not shaped as a run records it "   # still runs
+                      f"({type(exc).__name__}: {exc}); run the notebook again (python -m feedlab.run)",
+                      file=sys.stderr)
                 rc = 2
                 continue
             if added:

@@ -25,12 +25,13 @@ def _resolved(path) -> Path:
         return Path(os.path.abspath(path))
 
 
-# smoke runs (tests, nbval) write here, never over the committed figures
-SCRATCH_DIR = _resolved(os.environ.get("FEEDLAB_SCRATCH", REPO_ROOT / "runs"))
+# smoke runs (tests, nbval) write here, never over the committed figures; an empty value is unset (it silently
+# meant the current folder: locks/ failed/ temps/ in the checkout's root, attack53 X01)
+SCRATCH_DIR = _resolved(os.environ.get("FEEDLAB_SCRATCH") or REPO_ROOT / "runs")
 # an optional second environment with Pillow-SIMD (`make pillow-simd`): Pillow-SIMD
 # replaces Pillow in place, so it cannot share an environment with it
 PILLOW_SIMD_PYTHON = REPO_ROOT / ".venv-simd" / "bin" / "python"
-DATA_DIR = _resolved(os.environ.get("FEEDLAB_DATA", REPO_ROOT / "data"))
+DATA_DIR = _resolved(os.environ.get("FEEDLAB_DATA") or REPO_ROOT / "data")
 
 
 def default_sr_root(profile: str = "quick", patch: int = 64) -> Path:

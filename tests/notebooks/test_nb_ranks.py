@@ -45,7 +45,10 @@ def test_ranks_notebook_smoke():
     if ok and len(os.sched_getaffinity(0)) >= 2:
         assert rp["available"] is True and set(rp["pipelines"]) == {"png"}
         assert rp["pipelines"]["png"]["checks_ok"] is True          # every sample once, decoded off the head
-        assert rp["pipelines"]["png"]["verdict"] in {"pays", "does not pay", "tie"}
+        # the one judge's word (smoke's few-batch windows: "not like for like" or "not tested fairly", with why)
+        png = rp["pipelines"]["png"]
+        assert png["verdict"] in {"pays", "does not pay", "tie", "not like for like", "not tested fairly"}
+        assert png["verdict"] in {"pays", "does not pay", "tie"} or png["judge"].startswith(png["verdict"] + " (")
         assert sorted(v["role"] for v in rp["nodes"].values()) == ["decode node 1", "head (trainer)"]
         assert (out / "remote_pays.png").is_file()
         assert any(line.startswith("png: ") and "Remote decode" in line for line in payload["readings"])

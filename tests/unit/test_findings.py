@@ -166,3 +166,42 @@ def test_json_that_is_no_notebook_beside_its_results_is_said_so(tmp_path, capsys
     assert findings.main([str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a notebook" in err[0] and "no results.json" not in err[0]
+
+
+@pytest.mark.parametrize("damage", ["results_list", "fingerprint_str", "metadata_list", "verdicts_list"])
+def test_json_of_the_wrong_shape_is_one_line_and_the_next_file_still_runs(tmp_path, capsys, damage):
+    """attack53 B01-B04: a results.json of [], a fingerprint.json of "x", a cell whose metadata is a list, verdicts
+    as a list: each an AttributeError traceback that also stopped the files after it on the command line."""
+    bad_dir, good_dir = tmp_path / "bad", tmp_path / "good"
+    paths = []
+    for d in (bad_dir, good_dir):
+        d.mkdir()
+        nb = _nb("x\n")
+        payload = {"profile": "quick"}
+        fp = {"cpu_logical": 2}
+        if d is bad_dir:
+            if damage == "results_list":
+                payload = []
+            elif damage == "fingerprint_str":
+                fp = "x"
+            elif damage == "metadata_list":
+                nb["cells"][0]["metadata"] = []
+            else:
+                payload["verdicts"] = ["c1"]
+        (d / "results.json").write_text(json.dumps(payload))
+        (d / "fingerprint.json").write_text(json.dumps(fp))
+        path = d / "99_x.executed.ipynb"
+        path.write_text(json.dumps(nb))
+        paths.append(path)
+    rc = findings.main([str(p) for p in paths])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 1
+    assert TAG_IN(paths[1])                                                  # the good one after it was done
+    if damage == "verdicts_list":                                           # a list of verdicts: none to show
+        assert rc == 0 and TAG_IN(paths[0])
+    else:
+        assert rc == 2 and err.startswith(str(paths[0] if damage == "metadata_list" else bad_dir))
+
+
+def TAG_IN(path) -> bool:
+    return any(findings.TAG in (c.get("metadata", {}).get("tags") or []) for c in json.loads(path.read_text())["cells"])

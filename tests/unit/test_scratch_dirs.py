@@ -258,3 +258,18 @@ def test_feedlab_scratch_a_link_loop_is_one_line_not_a_traceback_at_import(tmp_p
     assert r.stdout.startswith(f"FEEDLAB_SCRATCH={loop}: {loop} is a link that leads nowhere"), r.stdout
     assert len(r.stdout.splitlines()) == 1, r.stdout
     assert paths.outside_figures(loop, "--trace") is None   # a loop named for a side output: no traceback either
+
+
+def test_an_empty_scratch_or_data_variable_is_unset():
+    """attack53 X01/X05: FEEDLAB_SCRATCH= (empty) silently meant the current folder (locks/ failed/ temps/ in the
+    checkout's root), FEEDLAB_DATA= the same for the data sets: an empty value is the default."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from feedlab import paths; print(paths.SCRATCH_DIR == paths.REPO_ROOT / 'runs', "
+            "paths.DATA_DIR == paths.REPO_ROOT / 'data')")
+    env = {**os.environ, "FEEDLAB_SCRATCH": "", "FEEDLAB_DATA": ""}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                         cwd="/")
+    assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
