@@ -111,3 +111,33 @@ def test_a_small_dev_shm_and_small_batches_are_sized_in_the_line_never_as_0_mib(
     line = shm.worker_shm_problem(3 << 20, 2, 2, free=(11 << 20) + (1 << 19))
     assert "has 11.5 MiB free" in line and "3 MiB batches need 12 MiB" in line, line
     assert shm.worker_shm_problem(1 << 20, 2, 2, free=4 << 20) is None
+
+
+def test_workers_that_cannot_start_for_want_of_shared_memory_are_one_line_and_no_unraisable(monkeypatch):
+    """attack53 M06c: ENOSPC while torch built the iterator (a queue or semaphore in /dev/shm) left a half-built
+    iterator whose __del__ printed "Exception ignored … no attribute '_workers'" twice, then the OSError; now one
+    SharedMemoryError line, and nothing unraisable."""
+    import errno
+    import gc
+    import sys
+
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    def half_built(self, loader):
+        self._shutdown = False
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_MultiProcessingDataLoaderIter, "__init__", half_built)
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u))
+    loader = shm.CheckedDataLoader(list(range(8)), batch_size=2, num_workers=1)
+    with pytest.raises(shm.SharedMemoryError, match="could not start: shared memory ran out"):
+        iter(loader)
+    gc.collect()
+    assert seen == []
+    monkeypatch.setattr(_MultiProcessingDataLoaderIter, "__init__",
+                        lambda self, loader: (_ for _ in ()).throw(OSError(errno.EACCES, "Permission denied")))
+    with pytest.raises(OSError, match="Permission denied"):   # not a shared-memory failure: raised as it was
+        iter(loader)
+    gc.collect()
+    assert seen == []

@@ -15,6 +15,7 @@ writing leaves ``torch_<pid>_*`` files that stay until reboot.
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 
@@ -107,6 +108,23 @@ def sweep_torch_files(pids, path: str = SHM_DIR) -> list[str]:
 
 
 class _CheckedIter(_MultiProcessingDataLoaderIter):
+    def __init__(self, loader):
+        try:
+            super().__init__(loader)
+        except (OSError, RuntimeError) as exc:
+            # half built (ENOSPC making a queue or a semaphore in /dev/shm): torch's __del__ would shut down workers
+            # it never listed ("Exception ignored … no attribute '_workers'", attack53 M06c); the started ones stop here
+            self._shutdown = True
+            started = [w for w in getattr(self, "_workers", []) if w.pid]
+            for w in started:
+                w.terminate()
+                w.join(timeout=5)
+            if getattr(exc, "errno", None) != errno.ENOSPC and not is_shm_failure(exc):
+                raise
+            sweep_torch_files([os.getpid(), *(w.pid for w in started)])
+            raise SharedMemoryError(f"DataLoader workers could not start: shared memory ran out ({exc}): "
+                                    f"use {FIX}") from None
+
     def _next_data(self):
         try:
             return super()._next_data()
