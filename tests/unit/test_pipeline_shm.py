@@ -141,3 +141,27 @@ def test_workers_that_cannot_start_for_want_of_shared_memory_are_one_line_and_no
         iter(loader)
     gc.collect()
     assert seen == []
+
+
+def test_a_failed_peers_orphan_torch_files_are_swept_and_a_live_processs_left():
+    """attack53 M06: a peer's DataLoader out of /dev/shm left its dead workers' torch_* files until reboot; the
+    sweep after such a failure removes the files that appeared since, whose process is gone, and leaves a live
+    process's (another job's) alone."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=30)
+    before = shm.shm_names()
+    orphan = os.path.join(shm.SHM_DIR, f"torch_{int(dead.stdout)}_feedlab_test")
+    live = os.path.join(shm.SHM_DIR, f"torch_{os.getpid()}_feedlab_test")
+    try:
+        for f in (orphan, live):
+            with open(f, "wb") as fh:
+                fh.write(b"x")
+        assert shm.sweep_orphans_since(before) == [os.path.basename(orphan)]
+        assert not os.path.exists(orphan) and os.path.exists(live)
+    finally:
+        for f in (orphan, live):
+            if os.path.exists(f):
+                os.unlink(f)

@@ -46,6 +46,8 @@ from feedlab.errors import DeadlineError, deadline
 from feedlab.like_for_like import MIN_TIMED_BATCHES, MIN_WINDOW_S
 from feedlab.monitor import CpuMonitor, LoadWindow, RssPeak
 from feedlab.pipeline.rates import rel_half_width
+from feedlab.pipeline.shm import FIX as SHM_FIX
+from feedlab.pipeline.shm import is_shm_failure, shm_names, sweep_orphans_since
 from feedlab.results import Results
 
 from . import get, plan, remote, venvs
@@ -277,6 +279,7 @@ def _measure_here(peer, name: str, source: Source, work_root, batch_size, worker
     """:func:`run_peer` in this interpreter, into ``info`` and ``res``: conversion, check, every worker count."""
     # in this interpreter: --timeout bounds it as it bounds a venv run (a batch, a conversion step is progress)
     d = None
+    shm_before = shm_names()
     try:
         with deadline(stall_s, f"peer {name} on {source.kind}", "--timeout S waits longer", on_progress=True) as d:
             work = Path(work_root) / source.key() / name
@@ -301,6 +304,9 @@ def _measure_here(peer, name: str, source: Source, work_root, batch_size, worker
                     raise
                 except Exception as exc:
                     info["check"] = {"ok": False, "error": _last_line(exc)}
+                    if is_shm_failure(exc) or "no space left on device" in str(exc).lower():
+                        # its workers' torch_* files, left as they died: removed (attack53 M06), and the fix named
+                        info["check"].update(swept=len(sweep_orphans_since(shm_before)), fix=SHM_FIX)
                 if not info["check"]["ok"]:
                     info.update(available=True, reason="output check failed")
                     return

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import re
 
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
@@ -104,6 +105,31 @@ def sweep_torch_files(pids, path: str = SHM_DIR) -> list[str]:
                 gone.append(os.path.basename(f))
             except OSError:   # removed meanwhile, or not ours to remove
                 pass
+    return gone
+
+
+def shm_names() -> set[str]:
+    """The names in /dev/shm now (empty where it cannot be listed): the ``before`` of :func:`sweep_orphans_since`."""
+    try:
+        return set(os.listdir(SHM_DIR))
+    except OSError:
+        return set()
+
+
+def sweep_orphans_since(before: set[str], path: str = SHM_DIR) -> list[str]:
+    """After a shared-memory failure in code we ran (a peer's DataLoader, whose workers' pids we never saw): remove
+    the ``torch_<pid>_*`` files that appeared since ``before`` whose process is gone (an orphan nobody will remove;
+    a live process's file is left to it). The names removed."""
+    gone = []
+    for name in sorted(shm_names() - before) if path == SHM_DIR else []:
+        m = re.match(r"torch_(\d+)_", name)
+        if m is None or os.path.exists(f"/proc/{m.group(1)}"):
+            continue
+        try:
+            os.unlink(os.path.join(path, name))
+            gone.append(name)
+        except OSError:
+            pass
     return gone
 
 
