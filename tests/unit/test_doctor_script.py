@@ -603,3 +603,28 @@ def test_the_watchers_mark_crosses_the_fork():
     os.close(r)
     watch_mark.arm()   # cleared again for whoever forks next in this process
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_after_the_script_torchs_sigchld_handler_is_off_and_anothers_kept():
+    """attack53 K05: a DataLoader worker of the script killed from outside: torch's SIGCHLD handler raised its
+    RuntimeError inside the garbage collection after the script, over the script's own outcome (a 31-line chained
+    traceback); after the script it is put back to the default. A handler that is not torch's is kept."""
+    from feedlab.doctor import script as S
+
+    def torch_like(signum, frame):
+        raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated.")
+
+    def mine(signum, frame):
+        pass
+
+    torch_like.__module__ = "torch.utils.data._utils.signal_handling"
+    before = signal.getsignal(signal.SIGCHLD)
+    try:
+        signal.signal(signal.SIGCHLD, torch_like)
+        S._torch_sigchld_off()
+        assert signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL
+        signal.signal(signal.SIGCHLD, mine)
+        S._torch_sigchld_off()
+        assert signal.getsignal(signal.SIGCHLD) is mine
+    finally:
+        signal.signal(signal.SIGCHLD, before if before is not None else signal.SIG_DFL)

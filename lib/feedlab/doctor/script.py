@@ -289,6 +289,7 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
         # one in a process --diagnose forks then ran its __del__ there ("Exception ignored ... can only test a
         # child process", a traceback per probe: attack50 D09). Broken here: its workers end in their owner.
         outcome = None
+        _torch_sigchld_off()
         gc.collect()
     if clean and rec.stop is not None:    # stopped in one of its threads (or the stop caught), then ended
         if rec.stop[1]:
@@ -299,6 +300,18 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
         raise UserCodeError(f"--script {path}: no torch.utils.data.DataLoader delivered a batch ({stopped}); "
                             "does the script build its loader under `if __name__ == '__main__':`?")
     return _summary(rec, path, args, stopped), main["loader"]   # no verdict under 16 batches (or --batches)
+
+
+def _torch_sigchld_off() -> None:
+    """The script is over: torch's SIGCHLD handler (a DataLoader worker's death raised as a RuntimeError wherever
+    the main thread is) goes back to the default, or a worker killed from outside raised it over the script's own
+    outcome inside the garbage collection below (attack53 K05: a 31-line chained traceback)."""
+    handler = signal.getsignal(signal.SIGCHLD)
+    if callable(handler) and str(getattr(handler, "__module__", "")).startswith("torch"):
+        try:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        except ValueError:   # not the main thread: nothing to put back here
+            pass
 
 
 def too_busy(s: dict, load: dict) -> dict:
