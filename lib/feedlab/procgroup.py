@@ -127,21 +127,38 @@ def _alive(pid: int) -> bool:
 
 def carrying(token: str) -> list[int]:
     """The processes (other than this one) whose environment carries ``token`` in :data:`TOKENS`: a group's
-    members wherever they went (a new session, a double fork). Processes we may not read are not ours."""
-    want, out = token.encode(), []
+    members wherever they went (a new session, a double fork). Processes we may not read are not ours. A process
+    in the middle of an ``exec`` shows an empty environment for an instant: those are read once more after
+    :data:`EXEC_PAUSE_S` (a daemon caught between ``setsid`` and its program is not missed)."""
+    want, out, empty = token.encode(), [], []
     for pid in _pids():
         if pid == os.getpid():
             continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = fh.read()
-        except OSError:
-            continue
-        for var in env.split(b"\0"):
-            if var.startswith(TOKENS.encode() + b"=") and want in var.split(b"=", 1)[1].split(b":"):
-                out.append(pid)
-                break
-    return out
+        env = _environ(pid)
+        if env == b"":
+            empty.append(pid)
+        elif env is not None and _carries(env, want):
+            out.append(pid)
+    if empty:
+        time.sleep(EXEC_PAUSE_S)
+        out += [pid for pid in empty if _carries(_environ(pid) or b"", want)]
+    return sorted(out)
+
+
+EXEC_PAUSE_S = 0.02
+
+
+def _environ(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _carries(env: bytes, want: bytes) -> bool:
+    key = TOKENS.encode() + b"="
+    return any(var.startswith(key) and want in var.split(b"=", 1)[1].split(b":") for var in env.split(b"\0"))
 
 
 def members(group: Group) -> list[int]:
