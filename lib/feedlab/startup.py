@@ -14,7 +14,8 @@ only while ``python -m`` is locating a feedlab or data_prep module: ``sys.argv[0
   KeyboardInterrupt, as Python's own; a forked child (a DataLoader worker started before the command's own
   handling) keeps the default action;
 * an uncaught KeyboardInterrupt one line in place of its traceback (Python still ends the process by SIGINT:
-  exit 130 to a shell).
+  exit 130 to a shell); multiprocessing's fd hand-over thread losing a peer that died (:func:`handover_broken`)
+  no traceback at all.
 
 A command's own handling replaces these as soon as it is installed. Standard library only (the package's floor).
 """
@@ -121,7 +122,23 @@ def on_signal(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
+def handover_broken(kind, tb) -> bool:
+    """Whether an exception is multiprocessing's fd hand-over thread (``resource_sharer._serve``) losing its peer
+    (a connection reset, an EOF): that thread calls ``sys.excepthook`` itself, so a DataLoader worker killed
+    mid-hand-over printed a 7-line traceback after the command's own line that said the worker died (attack53
+    K05t). The death is said by whoever waited on it; the thread's part of it says nothing new."""
+    if not issubclass(kind, (OSError, EOFError)):
+        return False
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace(os.sep, "/").endswith("multiprocessing/resource_sharer.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _excepthook(kind, value, tb) -> None:
+    if handover_broken(kind, tb):   # in the command's process and in its forked workers alike
+        return
     if issubclass(kind, KeyboardInterrupt) and os.getpid() == _state.get("pid"):
         signum = getattr(value, "signum", signal.SIGINT)    # procgroup.Signalled: SIGTERM's, SIGHUP's
         _say(f"{_state['prog']}: " + ("interrupted (Ctrl-C)" if signum == signal.SIGINT
@@ -203,5 +220,5 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-__all__ = ["install", "command_name", "on_signal", "importing", "started", "exiting", "exiting_with",
+__all__ = ["install", "handover_broken", "command_name", "on_signal", "importing", "started", "exiting", "exiting_with",
            "COMMANDS", "SCRIPTS"]

@@ -229,3 +229,42 @@ def test_an_uncaught_signalled_names_its_signal():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.stderr.strip() == "python -m feedlab.doctor: stopped by SIGTERM", out.stderr[-1500:]
+
+
+def test_the_fd_handover_thread_losing_a_dead_peer_prints_no_traceback(monkeypatch):
+    """attack53 K05t: multiprocessing's resource_sharer thread calls sys.excepthook itself when the DataLoader
+    worker it hands an fd to dies mid-hand-over: a 7-line traceback after the command's line. Our hook drops that
+    (a connection reset, an EOF, raised in resource_sharer) and passes anything else on."""
+    import threading
+    from multiprocessing import resource_sharer
+
+    seen = []
+    monkeypatch.setitem(startup._state, "previous", lambda kind, value, tb: seen.append(kind))
+    monkeypatch.setattr(sys, "excepthook", startup._excepthook)
+
+    class Conn:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def recv(self):
+            return None   # the sharer's stop message: _serve returns
+
+    class Listener:   # what the thread meets: a peer gone mid-hand-over, a bug of its own, then its stop
+        events = [ConnectionResetError(104, "Connection reset by peer"), EOFError(), ValueError("a bug"), None]
+
+        def accept(self):
+            event = self.events.pop(0)
+            if event is not None:
+                raise event
+            return Conn()
+
+    sharer = resource_sharer._ResourceSharer.__new__(resource_sharer._ResourceSharer)
+    sharer._listener, sharer._cache = Listener(), {}
+    t = threading.Thread(target=sharer._serve, daemon=True)   # it blocks every signal in its own thread
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+    assert seen == [ValueError]   # the peer's death dropped (twice), the thread's own bug still said
