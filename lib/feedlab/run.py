@@ -15,7 +15,7 @@ Each notebook shows a per-cell progress bar while it runs.
 Each executed notebook is kept beside its figures (``figures/<name>/<name>.executed.ipynb``)
 as the record of the run. A notebook runs into a temporary folder beside its record; only a
 run that ends well replaces the record, whole, in one rename (a failed one is kept under
-``runs/failed/<name>/``); a second run of the same notebook into the same folder refuses.
+``runs/failed/<name>/``, ``<name>-<key>/`` for a folder of the caller's own); a second run of the same notebook into the same folder refuses.
 ``--out-root DIR`` writes each notebook's record in ``DIR/<name>/``; ``-p out_dir DIR`` one notebook's
 in DIR. A folder that holds anything but that notebook's record, or lies inside ``figures/``
 elsewhere than the runner's own folder, is refused before anything runs; only the files a record
@@ -56,6 +56,7 @@ from feedlab.run_kernel import (  # noqa: F401  (kernel_options re-exported: tes
     RunnerStopped,
     adopt_orphans,
     exit_now,
+    kernel_failure,
     kernel_folder,
     kernel_options,
     progress_options,
@@ -193,7 +194,7 @@ def run_notebook(nb: Path, profile: str, params: dict, out_root: Path | None,
         except NotebookStopped:
             raise
         except Exception as exc:
-            kept = keep_failed(tmp, name)
+            kept = keep_failed(tmp, name, final)
             try:
                 exc.feedlab_kept = kept  # the runner carries this run's folder in --tar
             except AttributeError:  # pragma: no cover - an exception without a __dict__
@@ -215,7 +216,7 @@ def _keep_stopped(tmp: Path, executed: Path, rec: dict, name: str, final: Path) 
         if path.suffix in (".ipynb", ".json", ".txt") and path.is_file():
             scrub_paths(path, {str(tmp): str(final)})
     atomic_write(tmp / "STOPPED.json", json.dumps(rec, indent=1) + "\n")
-    return describe(name, rec), keep_failed(tmp, name)
+    return describe(name, rec), keep_failed(tmp, name, final)
 
 
 def scrub_paths(path: Path, also: dict[str, str] | None = None) -> None:
@@ -371,8 +372,9 @@ def _main(argv: list[str] | None = None) -> int:
                 break
             continue
         except Exception as exc:  # papermill raises PapermillExecutionError with the cell
-            msg = f"{nb.name} failed in {_failed_cell(exc)}" if hasattr(exc, "ename") else \
-                f"{nb.name}: {one_line(exc)}"   # the runner's own failure (a folder, a file): never blamed on a cell
+            msg = kernel_failure(nb.name, exc, getattr(exc, "feedlab_kept", None)) or (  # ended from outside
+                f"{nb.name} failed in {_failed_cell(exc)}" if hasattr(exc, "ename") else
+                f"{nb.name}: {one_line(exc)}")   # the runner's own failure (a folder, a file): never blamed on a cell
             print(f"    FAILED after {time.perf_counter() - t0:.1f} s: {msg}", flush=True)
             failures.append(msg)
             if getattr(exc, "feedlab_kept", None) is not None:  # this run's folder, never an older one

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from feedlab import paths, procgroup, startup
-from feedlab.run_limit import descendants, stop_processes
+from feedlab.run_limit import descendants, read_notebook, stop_processes, stopped_record
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 #: the pids that were this process's descendants before the notebook under way started (None: none under way)
@@ -187,6 +187,26 @@ def kernel_folder() -> Iterator[Path]:
             else:
                 os.environ[k] = v
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def kernel_failure(nb_name: str, exc: BaseException, kept: Path | None) -> str | None:
+    """The runner's line for a notebook whose kernel was ended from outside the runner (the runner's own stop never
+    gets here: it raises :class:`RunnerStopped`): a KeyboardInterrupt in a cell is a SIGINT sent to the kernel
+    alone, not the cell's fault (attack53 R10); a kernel that died says where and what to suspect, not papermill's
+    bare "Kernel died" (R11; ``kept``: the failed run's folder, whose notebook papermill saved cell by cell).
+    None for any other failure."""
+    if getattr(exc, "ename", None) == "KeyboardInterrupt":
+        cell = getattr(exc, "exec_count", None)
+        where = f"cell [{cell}]" if cell is not None else "a cell"
+        return (f"{nb_name}: its kernel got SIGINT from outside the runner (a kill -INT by its pid?) in {where}; "
+                "nothing of this run is a result (a Ctrl-C to the runner stops the whole run)")
+    if type(exc).__name__ != "DeadKernelError":
+        return None
+    nb = read_notebook(Path(kept) / f"{Path(nb_name).stem}.executed.ipynb") if kept else None
+    cut = stopped_record(nb, 0.0, 0.0)["stopped_in"] if nb else None
+    where = f" in the cell at index {cut['cell']} (`{cut['first_line']}`)" if cut else ""
+    return (f"{nb_name}: its kernel died{where} without a Python error: killed from outside the runner (the "
+            "out-of-memory killer, or a kill -9?) or a crash in native code; nothing of this run is a result")
 
 
 def kernel_options(folder: Path | None = None) -> dict:

@@ -297,13 +297,10 @@ def run_lock(final: Path):
     """An exclusive, non-blocking lock on ``final`` (held in ``runs/locks/``, never beside the
     committed results): a second run of the same notebook into the same folder refuses at once."""
     import fcntl
-    import hashlib
-
 
     locks = paths.SCRATCH_DIR / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(str(final.resolve()).encode()).hexdigest()[:16]
-    path = locks / f"{final.name[:LOCK_NAME_CHARS]}-{key}.lock"   # the hash names the folder: any length fits
+    path = locks / f"{final.name[:LOCK_NAME_CHARS]}-{folder_key(final)}.lock"   # the hash names the folder: any length fits
     with open(path, "a+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -324,11 +321,22 @@ def run_lock(final: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def keep_failed(tmp: Path, name: str) -> Path | None:
-    """Move a failed run's folder to ``runs/failed/<name>/`` (outside the committed results)."""
+def folder_key(final: Path) -> str:
+    """A short key of a record's folder (its resolved path hashed): a lock's name, a kept failed run's."""
+    import hashlib
+
+    return hashlib.sha256(str(Path(final).resolve()).encode()).hexdigest()[:16]
+
+
+def keep_failed(tmp: Path, name: str, final: Path | None = None) -> Path | None:
+    """Move a failed run's folder to ``runs/failed/<name>/`` (outside the committed results); a run into a
+    folder of the caller's own (``final`` not under figures/: ``-p out_dir``, ``--out-root``) to
+    ``runs/failed/<name>-<key of final>/``, so two failed runs of one notebook into different folders keep one
+    folder each (attack53 R11: the second replaced the first, whose line then named the other's notebook)."""
     if not tmp.is_dir():
         return None
-    dest = paths.SCRATCH_DIR / "failed" / name
+    mine = final is not None and paths.outside_figures(final, "") is None   # not the committed record's
+    dest = paths.SCRATCH_DIR / "failed" / (f"{name}-{folder_key(final)}" if mine else name)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         files.replace_path(tmp, dest)

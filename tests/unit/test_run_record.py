@@ -153,3 +153,24 @@ def test_a_tar_inside_figures_is_refused_in_the_dry_run_and_the_run(tmp_path, mo
             run_record.check_tar_dest(record / "x.tar", planning=planning)
     assert os.listdir(record) == []
     run_record.check_tar_dest(tmp_path / "r.tar", planning=False)   # outside figures/: fine
+
+
+def test_two_failed_runs_of_one_notebook_into_different_folders_keep_one_folder_each(tmp_path, monkeypatch):
+    """attack53 R11: keep_failed kept one runs/failed/<name>/ per notebook, so a second failed run (another
+    out_dir) replaced the first, whose line then named the other's notebook. A run into a folder of the caller's
+    own is keyed by that folder; the default record's failed run keeps runs/failed/<name>/."""
+    from feedlab import paths
+
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")
+    kept = []
+    for out in ("k1", "k2"):
+        tmp = tmp_path / f"{out}.tmp"
+        tmp.mkdir()
+        (tmp / "nb.executed.ipynb").write_text(out)
+        kept.append(run_record.keep_failed(tmp, "04_print_overhead", tmp_path / out / "04_print_overhead"))
+    assert kept[0] != kept[1]
+    assert [(k / "nb.executed.ipynb").read_text() for k in kept] == ["k1", "k2"]
+    tmp = tmp_path / "f.tmp"
+    tmp.mkdir()
+    default = run_record.keep_failed(tmp, "04_print_overhead", FIGURES_DIR / "04_print_overhead" / "cpu-2c")
+    assert default == tmp_path / "runs" / "failed" / "04_print_overhead"

@@ -1,0 +1,36 @@
+"""feedlab.run_kernel: the runner's line for a kernel ended from outside the runner (attack53 R10/R11)."""
+
+from __future__ import annotations
+
+import json
+
+from nbclient.exceptions import DeadKernelError
+from papermill.exceptions import PapermillExecutionError
+
+from feedlab.run_kernel import kernel_failure
+
+
+def test_a_sigint_sent_to_the_kernel_alone_is_said_so_not_blamed_on_the_cell():
+    exc = PapermillExecutionError(cell_index=5, exec_count=5, source="x", ename="KeyboardInterrupt", evalue="",
+                                  traceback=[])
+    line = kernel_failure("04_print_overhead.ipynb", exc, None)
+    assert line.startswith("04_print_overhead.ipynb: its kernel got SIGINT from outside the runner")
+    assert "cell [5]" in line
+
+
+def test_a_kernel_that_died_names_the_cell_it_was_in_and_what_to_suspect(tmp_path):
+    cells = [{"cell_type": "code", "source": "import x", "metadata": {"papermill": {"status": "completed",
+                                                                                      "duration": 0.1}}},
+             {"cell_type": "code", "source": "grid = run_all()\nmore", "metadata": {"papermill": {"status": "running"}}}]
+    (tmp_path / "04_print_overhead.executed.ipynb").write_text(json.dumps({"cells": cells}))
+    line = kernel_failure("04_print_overhead.ipynb", DeadKernelError("Kernel died"), tmp_path)
+    assert "its kernel died in the cell at index 1 (`grid = run_all()`)" in line
+    assert "out-of-memory killer, or a kill -9?" in line
+    assert "its kernel died without a Python error" in kernel_failure("n.ipynb", DeadKernelError("Kernel died"), None)
+
+
+def test_any_other_failure_keeps_the_cells_own_line():
+    exc = PapermillExecutionError(cell_index=2, exec_count=2, source="x", ename="ValueError", evalue="bad",
+                                  traceback=[])
+    assert kernel_failure("n.ipynb", exc, None) is None
+    assert kernel_failure("n.ipynb", OSError("disk"), None) is None
