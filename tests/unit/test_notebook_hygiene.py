@@ -59,6 +59,22 @@ def test_papermill_sees_every_parameter(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_parameter_is_read_by_a_later_cell(path):
+    """A parameter no cell reads is silently lost: ``-p min_window_s 2`` on notebook 10 ran at the profile's 1 s
+    because the resolve call did not pass it on (P.min_window_s is the profile's, not the parameter)."""
+    import ast
+
+    nb = nbformat.read(path, as_version=4)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    names = [t.target.id for t in ast.parse(params.source).body
+             if isinstance(t, ast.AnnAssign) and isinstance(t.target, ast.Name)]
+    read = {n.id for c in nb.cells if c.cell_type == "code" and c is not params
+            for n in ast.walk(ast.parse(c.source)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert not [n for n in names if n not in read], \
+        f"{path.name}: parameters no later cell reads: {[n for n in names if n not in read]}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_pack_hints_use_the_real_flag(path):
     """A hint telling users to run `data_prep pack` must use the flag pack takes (--to)."""
     text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
