@@ -79,6 +79,11 @@ def env_number(name: str, default, kind: type = int, low: float | None = None, u
     return value
 
 
+#: the checkout's tracked source folders: never a scratch folder (attack53 X06: FEEDLAB_SCRATCH=notebooks put an
+#: executed notebook, locks/ and failed/ into notebooks/)
+SOURCE_DIRS = ("notebooks", "lib", "data_prep", "tests", "docs", ".git")
+
+
 def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) -> Path:
     """The scratch folder (``$FEEDLAB_SCRATCH``, else ``runs/``) made ready for the runner's locks, failed runs and
     temporaries: ``ValueError``, one line naming the folder and what to do, where it (or one of ``subfolders``)
@@ -90,6 +95,11 @@ def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) ->
     if _inside(root, FIGURES_DIR):   # its locks, temporaries and failed runs would land in a committed record
         raise ValueError(f"{name}: lies inside figures/, which holds the committed records (only feedlab.run "
                          f"writes there, whole): nothing written; {fix}")
+    source = [d for d in SOURCE_DIRS if _inside(root, REPO_ROOT / d)]
+    if source or _resolved(root) == _resolved(REPO_ROOT):   # executed notebooks, locks … among the sources
+        where = f"lies inside {source[0]}/, a folder of the checkout's sources" if source else "is the checkout itself"
+        raise ValueError(f"{name}: {where} (runs, locks and failed runs would land among tracked files): nothing "
+                         f"written; {fix}")
     for path in (root, *(root / sub for sub in subfolders)):
         for part in (*reversed(path.parents), path):
             if part.is_symlink() and not part.exists():

@@ -158,7 +158,10 @@ def record_problem(name: str, final: Path) -> str:
     """"" where ``final`` may take notebook ``name``'s record: missing, empty, or a record of that
     notebook (the files a run of it wrote, :func:`written_by_run`, nothing else); otherwise one line
     naming the folder, what it holds and what to do."""
-    if final.is_symlink() or (final.exists() and not final.is_dir()):
+    if final.is_symlink():   # its target's name would be a folder the user never gave (attack53 X02)
+        return (f"{final} is a link (to {os.readlink(final)}): the runner does not write through links; remove "
+                f"the link, or give a new or empty folder for {name}'s record")
+    if final.exists() and not final.is_dir():
         return f"{rel(final)} is not a folder: give a new or empty folder for {name}'s record"
     entries = sorted(final.iterdir()) if final.is_dir() else []
     ours = written_by_run(name, final)

@@ -174,3 +174,15 @@ def test_two_failed_runs_of_one_notebook_into_different_folders_keep_one_folder_
     tmp.mkdir()
     default = run_record.keep_failed(tmp, "04_print_overhead", FIGURES_DIR / "04_print_overhead" / "cpu-2c")
     assert default == tmp_path / "runs" / "failed" / "04_print_overhead"
+
+
+def test_a_run_folder_that_is_a_link_is_named_as_given_not_by_its_target(tmp_path):
+    """attack53 X02: runs/smoke/04_print_overhead linked into figures/ was refused as 'figures/…/cpu-2c is not
+    a folder', a folder the user never gave. The line names the link as written, and says it is one."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = tmp_path / "smoke" / "04_print_overhead"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    line = run_record.record_problem("04_print_overhead", link)
+    assert line.startswith(f"{link} is a link (to {target}): the runner does not write through links")

@@ -273,3 +273,20 @@ def test_an_empty_scratch_or_data_variable_is_unset():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
                          cwd="/")
     assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("folder", ["notebooks", "lib/feedlab", "data_prep", "tests", "docs", ".git", "."])
+def test_a_scratch_folder_among_the_checkouts_sources_is_refused_before_anything_is_written(monkeypatch, folder):
+    """attack53 X06: FEEDLAB_SCRATCH=notebooks was taken, and an executed notebook with its locks/ and failed/
+    landed among the tracked sources. One line naming the variable, nothing made."""
+    root = paths.REPO_ROOT / folder
+    before = sorted(p.name for p in root.iterdir())
+    monkeypatch.setattr(paths, "SCRATCH_DIR", root)
+    monkeypatch.setenv("FEEDLAB_SCRATCH", str(root))
+    with pytest.raises(ValueError) as err:
+        paths.check_scratch()
+    line = str(err.value)
+    assert line.startswith(f"FEEDLAB_SCRATCH={root}: ") and "nothing written" in line and "\n" not in line
+    assert ("the checkout itself" if folder == "." else f"inside {folder.split('/')[0]}/") in line
+    assert sorted(p.name for p in root.iterdir()) == before
+
