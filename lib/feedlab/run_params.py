@@ -183,12 +183,23 @@ def _check_choices(key: str, text: str, value, choices: list[str] | None, notebo
 
 
 def set_kind(root: str | Path) -> str | None:
-    """What ``root/manifest.json`` says the set is (``"sr"``, ``"cls"``), or None: no manifest, or not one
-    data_prep wrote (a folder of the user's own: the notebook says what it misses)."""
-    try:
-        kind = json.loads(read_regular(Path(root) / "manifest.json", 1 << 22)).get("kind")
-    except (OSError, ValueError, AttributeError):
+    """What ``root/manifest.json`` says the set is (``"sr"``, ``"cls"``), or None: no manifest, or an object
+    without a kind data_prep writes (a folder of the user's own: the notebook says what it misses). A manifest.json
+    that is there but cannot be one (not a regular file, not JSON, not a JSON object): ``ValueError``, one line
+    naming it, before anything runs (attack53 R05: a FIFO passed the plan and failed in cell [4])."""
+    path = Path(root) / "manifest.json"
+    if not path.exists() and not path.is_symlink():
         return None
+    fix = "replace it with the manifest data_prep writes, or remove it"
+    try:
+        manifest = json.loads(read_regular(path, 1 << 22))
+    except OSError as exc:
+        raise ValueError(str(exc) if exc.strerror is None else f"{path}: {exc.strerror}; {fix}") from None
+    except ValueError as exc:   # UnicodeDecodeError is one
+        raise ValueError(f"{path} is not JSON ({str(exc).splitlines()[0][:80]}); {fix}") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path} holds a JSON {type(manifest).__name__}, not an object; {fix}")
+    kind = manifest.get("kind")
     return kind if isinstance(kind, str) else None
 
 
@@ -199,7 +210,10 @@ def _check_set(key: str, text: str, root: str, takers: list[str]) -> None:
     if not Path(root).is_dir():
         raise ValueError(f"-p {key} {text!r}: no such folder ({root!r}); build a set there with "
                          f"`python -m data_prep {build} DIR`, or leave -p {key} out for the embedded set")
-    kind = set_kind(root)
+    try:
+        kind = set_kind(root)
+    except ValueError as exc:
+        raise ValueError(f"-p {key} {text!r}: {exc}") from None
     if kind is not None and kind != want:
         other = next((w for k, w, _b in SET_KINDS.values() if k == kind), f"a {kind!r} set")
         raise ValueError(f"-p {key} {text!r}: {root} is {other} (its manifest.json says kind {kind!r}); "

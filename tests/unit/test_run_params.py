@@ -212,3 +212,33 @@ def test_a_set_of_the_other_kind_is_one_line_before_any_notebook_runs(tmp_path, 
     assert resolve_run(takers, [(key, str(tmp_path / "set"))]).params[key] == str(tmp_path / "set")
     (tmp_path / "set" / "manifest.json").unlink()
     assert resolve_run(takers, [(key, str(tmp_path / "set"))]).params[key] == str(tmp_path / "set")
+
+
+@pytest.mark.parametrize("damage, says", [("fifo", "is a FIFO, not a regular file"), ("folder", "is a folder"),
+                                          ("text", "is not JSON"), ("list", "holds a JSON list, not an object")])
+def test_a_data_roots_damaged_manifest_is_one_line_before_anything_runs_dry_run_too(tmp_path, capsys, damage,
+                                                                                    says):
+    """attack53 R05: a data_root whose manifest.json was a FIFO passed the plan (and the dry run), then failed in
+    cell [4] of 05. A manifest.json that is there but is not a regular file, not JSON or not an object: one line
+    naming it, in the dry run and the run's resolve alike."""
+    import os
+
+    from feedlab.run_params import resolve_run
+
+    root = tmp_path / "mk2"
+    root.mkdir()
+    manifest = root / "manifest.json"
+    if damage == "fifo":
+        os.mkfifo(manifest)
+    elif damage == "folder":
+        manifest.mkdir()
+    else:
+        manifest.write_text("{not json" if damage == "text" else "[1, 2]")
+    nb05 = next(p for p in R.list_notebooks() if p.stem.startswith("05_"))
+    with pytest.raises(ValueError) as err:
+        resolve_run([nb05], [("data_root", str(root))])
+    msg = str(err.value)
+    assert msg.startswith(f"-p data_root {str(root)!r}: {manifest}") and says in msg and "\n" not in msg, msg
+    with pytest.raises(SystemExit) as stop:
+        R.main(["--dry-run", "--only", "05", "-p", "data_root", str(root)])
+    assert stop.value.code == 2 and says in capsys.readouterr().err
