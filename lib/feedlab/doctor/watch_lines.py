@@ -36,10 +36,20 @@ def killed_line(sig: int, kids: int) -> str:
     except ValueError:
         name = f"signal {sig}"
     left = f"; stopping the {kids} process(es) it left" if kids else ""
+    if sig in CRASHES:
+        return f"{_prog()}: the process doing the run crashed with {name}{left}"
     if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
         hint = " (the out-of-memory killer, or a kill -9?)" if sig == signal.SIGKILL else ""
         return f"{_prog()}: the process doing the run was killed by {name} from outside{hint}{left}"
-    return f"{_prog()}: the process doing the run crashed with {name}{left}"
+    # any other signal whose default action ends a process (SIGUSR1, SIGALRM, SIGPIPE …) is sent, not a crash
+    # (attack53 K09: a script that SIGUSR1s itself was "crashed")
+    return (f"{_prog()}: the process doing the run was ended by {name} from outside the command (the script "
+            f"itself, or a kill by its pid: no signal reached the command){left}")
+
+
+#: the signals a process gets from its own fault (a bad access, an abort, a trap): "crashed"; any other is sent
+CRASHES = frozenset(getattr(signal, n) for n in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL", "SIGSYS",
+                                                 "SIGTRAP") if hasattr(signal, n))
 
 
 def _prog() -> str:
@@ -49,4 +59,4 @@ def _prog() -> str:
     return f"python -m {name}" if name else os.path.basename(sys.argv[0] if sys.argv else "") or "feedlab"
 
 
-__all__ = ["SIGNAL_GRACE_S", "stuck_line", "ignored_line", "killed_line"]
+__all__ = ["SIGNAL_GRACE_S", "CRASHES", "stuck_line", "ignored_line", "killed_line"]
