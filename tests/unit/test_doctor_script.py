@@ -628,3 +628,34 @@ def test_after_the_script_torchs_sigchld_handler_is_off_and_anothers_kept():
         assert signal.getsignal(signal.SIGCHLD) is mine
     finally:
         signal.signal(signal.SIGCHLD, before if before is not None else signal.SIG_DFL)
+
+
+def test_a_loader_that_becomes_empty_after_some_batches_is_said_so_at_the_deadline():
+    """attack53 D01: a data set that shrank to nothing after 48 batches read '48 batches, then no batch asked for
+    in 6 s (a step or your script's own code that does not return?)': the script was asking, and the loader gave
+    nothing. The passes that yielded nothing since the last batch are counted (in the watching process too, from
+    the child's events) and named; a stall with no empty pass keeps the step's line."""
+    from feedlab.doctor.script import _ended
+    from feedlab.doctor.script_watch import Progress
+
+    settings = {"batch_size": 4, "num_workers": 0, "pin_memory": False, "prefetch_factor": None,
+                "persistent_workers": False, "timeout": 0, "drop_last": False, "dataset": "D", "dataset_len": 64,
+                "collate_fn": "default_collate"}
+
+    def run(empties: int):
+        seen = Progress()
+        seen.apply(["loader", 0, settings])
+        for _ in range(48):
+            seen.apply(["got", 0, 0.001, 4])
+            seen.apply(["step", 0, 0.01, 0.01])
+        shrunk = {**settings, "dataset_len": 0}   # its settings changed with it: another loader to the doctor
+        seen.apply(["loader", 1, shrunk])
+        for _ in range(empties):
+            seen.apply(["empty", 1])
+        return _ended(seen, Path("empt.py"), [], "idle", 6.0, 0)[1]
+
+    line = run(5)
+    assert line.startswith("48 batches, then your DataLoader yielded no batch in 5 pass(es) within 6 s (its data "
+                           "set became empty"), line
+    assert "does not return" not in line
+    assert "a step or your script's own code that does not return?" in run(0)

@@ -123,9 +123,13 @@ def _ended(rec: Progress, path: Path, args, why: str, limit: float | None,
                           f"batch_size={L['batch_size']}, drop_last={L['drop_last']}) yielded no batches in "
                           f"{empty['empty']} pass(es), and no batch came within {limit:g} s (--deadline): its data "
                           "set is empty; check the data path it reads (and batch_size against drop_last)")
-        if n:
+        if n and getattr(rec, "dry", 0):   # the loader went on being asked, and gave nothing (attack53 D01)
+            what = (f"{n} batches, then your DataLoader yielded no batch in {rec.dry} pass(es) within {limit:g} s "
+                    "(its data set became empty: check what shrinks it), so the doctor ended it (--deadline)")
+        elif n:
             what = (f"{n} batches, then no batch asked for in {limit:g} s (a step or your script's own code that "
                     "does not return?), so the doctor ended it (--deadline)")
+        if n:
             summary = _summary(rec, path, args, what)
             if summary and n < VERDICT_MIN_BATCHES:   # the numbers only, no verdict (_summary's rule), and why
                 summary.update(verdict=None, note=f"the run ended at its deadline after {n} batch(es): too few for a "

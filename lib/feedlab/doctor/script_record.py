@@ -140,6 +140,7 @@ class Recorder(Progress):
                     except StopIteration:
                         if t_last is None:
                             rec["empty"] += 1
+                            self.dry += 1
                             self.tell("empty", key)
                         return
             except Hung as exc:
@@ -151,7 +152,7 @@ class Recorder(Progress):
             t_last, c_last = time.perf_counter(), time.process_time()
             rec["wait"].append(t_last - t0)
             rec["n"].append(batch_len(batch) or 0)
-            self.total += 1
+            self.total, self.dry = self.total + 1, 0
             self.t_progress = time.monotonic()
             self.tell("got", key, t_last - t0, rec["n"][-1])
             yield batch

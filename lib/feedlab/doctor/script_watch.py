@@ -99,6 +99,7 @@ class Progress:
         self.parked = False                      # the script caught the stop and asked for more
         self.fired: str | None = None            # the script ended itself from a thread (os._exit): why
         self.done = False                        # the script phase is over: nothing more to watch
+        self.dry = 0                             # passes over a loader that yielded nothing since the last batch
         self.loaders: dict = {}
 
     def stopping(self, why: str, error: bool = False) -> None:
@@ -129,6 +130,7 @@ class Progress:
             self.loaders[ev[1]]["iters"] += 1
         elif kind == "empty":
             self.loaders[ev[1]]["empty"] += 1
+            self.dry += 1
         elif kind == "ask":
             self.waiting = ev[2]
             if ev[3]:
@@ -137,7 +139,7 @@ class Progress:
             rec = self.loaders[ev[1]]
             rec["wait"].append(ev[2])
             rec["n"].append(ev[3])
-            self.t_progress, self.waiting = now, None
+            self.t_progress, self.waiting, self.dry = now, None, 0
         elif kind == "asked":
             self.waiting = None
         elif kind == "step":
