@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-from test_doctor import SPEC
+from test_doctor import SPEC, FakeStore
 
 from feedlab.doctor import Doctor, Effort, StageSplit, probes
 
@@ -90,9 +90,10 @@ def _doc(workers=0):
 
 
 def test_a_pass_records_what_other_programs_left_it(monkeypatch):
-    from feedlab.doctor import measure
+    from feedlab.doctor import e2e, measure
 
     monkeypatch.setattr(measure, "cpu_capacity", lambda ks, **k: {k_: float(min(k_, 2)) for k_ in ks})
+    monkeypatch.setattr(e2e, "cpu_capacity", lambda ks, **k: {k_: float(min(k_, 2)) for k_ in ks})
     doc = _doc(0)
     doc.table.machine.cores = 2
     doc.measure_e2e(SPEC.replace(num_workers=0))
@@ -103,9 +104,10 @@ def test_a_pass_records_what_other_programs_left_it(monkeypatch):
 def test_the_probe_speed_beside_workers_is_against_what_an_idle_machine_gives(monkeypatch):
     """3 busy processes (2 workers + the main) on 2 idle cores get 2 CPU-s/s: a speed of 1.0, not 0.67
     (which read every 2-worker step on cpu-2c as 'too busy to judge')."""
-    from feedlab.doctor import measure
+    from feedlab.doctor import e2e, measure
 
     monkeypatch.setattr(measure, "cpu_capacity", lambda ks, **k: {k_: float(min(k_, 2)) for k_ in ks})
+    monkeypatch.setattr(e2e, "cpu_capacity", lambda ks, **k: {k_: float(min(k_, 2)) for k_ in ks})
     doc = _doc(2)
     doc.table.machine.cores = 2
     doc.measure_e2e(SPEC.replace(num_workers=2))
@@ -158,9 +160,10 @@ def test_the_diagnosis_measured_on_a_busy_machine_prints_no_error_figure(monkeyp
     from test_doctor import FakeStore
 
     from feedlab import doctor
-    from feedlab.doctor import measure
+    from feedlab.doctor import e2e, measure
 
     monkeypatch.setattr(measure, "cpu_capacity", lambda ks, **k: {k_: 0.3 * min(k_, 2) for k_ in ks})
+    monkeypatch.setattr(e2e, "cpu_capacity", lambda ks, **k: {k_: 0.3 * min(k_, 2) for k_ in ks})
     doc = Doctor(None, SPEC.replace(device="cpu", num_workers=1), max_workers=1,
                  effort=Effort(repeats=1, warmup=0, samples=16, e2e_batches=3, cold=False),
                  splits=lambda f, d: StageSplit(FakeStore(n=64)))
@@ -202,3 +205,21 @@ def test_stream_stages_fill_a_round_with_passes_over_the_items():
     got, last = probes.stream_stages([("read", lambda i: seen.append(i) or i)], [1, 2], warmup=1, repeats=2,
                                      min_round_s=0.01)
     assert last == [1, 2] and len(got["read"][0]) == 2 and len(seen) > 2 * 3   # rounds of many passes
+
+
+def test_a_fast_settings_window_is_sized_again_from_a_pass_of_the_new_length(monkeypatch):
+    """The first untimed pass (a few batches, start-up weighing) under-rates a fast setting: a window sized from
+    it alone timed 0.93 s where 1 s was asked (notebook 10, cpu-2c). The window is sized again from one pass of
+    the new length, so the timed pass holds the batches the faster rate needs."""
+    import math
+
+    from feedlab.doctor import e2e
+    monkeypatch.setattr(e2e, "cpu_capacity", lambda ks, **k: {k_: float(min(k_, 2)) for k_ in ks})
+    seen = iter([8 * 40.0, 8 * 60.0])   # samples/s: the short pass, then the pass of the new length
+    monkeypatch.setattr(e2e.pl, "steady_rate", lambda et, skip=1, min_timed=1: next(seen, 8 * 60.0))
+    doc = Doctor(None, SPEC.replace(device="cpu", num_workers=0, batch_size=8), max_workers=0,
+                 effort=Effort(repeats=1, warmup=1, samples=8, e2e_batches=2, cold=False, min_window_s=1.0),
+                 splits=lambda f, d: StageSplit(FakeStore(n=64)))
+    doc.table.machine.cores = 2
+    out = doc.measure_e2e(SPEC.replace(num_workers=0, batch_size=8))
+    assert out["timed"] == math.ceil(1.25 * 60) and out["batches"] == 1 + math.ceil(1.25 * 60)

@@ -13,7 +13,6 @@ capabilities: no format is named here.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -22,27 +21,24 @@ import numpy as np
 from feedlab import formats
 from feedlab import pipeline as pl
 from feedlab.cache import evict
-from feedlab.errors import progress
 from feedlab.formats import raw_nbytes
-from feedlab.gpu_decode import EncodedView, is_device_decode
-from feedlab.monitor import LoadWindow, speed_left, usable_cores
+from feedlab.monitor import usable_cores
 from feedlab.pipeline.kinds import LOADER_KINDS, UINT8_COLLATES, kind_problems
-from feedlab.timing import run_epoch, to_device_float, torch_threads
+from feedlab.timing import to_device_float, torch_threads
 
 from .costs import CostKey, CostTable, Machine, Stage
 from .device_decode import measure_device_decode
+from .e2e import EndToEnd
 from .effort import Effort, timed_batches  # noqa: F401  (Effort re-exported: its home before)
 from .probes import (
     _split_xy,
     batch_nbytes,
-    capacity_ks,
     cpu_capacity,
     loop_h2d,
     measure_machine,
     probe_ring,
     probe_worker,
     ring_unfit,
-    round_fits,
     startup_s,
     stream_stages,
     timed,
@@ -52,16 +48,7 @@ from .split import StageSplit, decode_alternatives, open_split
 
 
 # ---------------------------------------------------------------- the doctor's measurements
-def _median(xs) -> float | None:
-    v = [x for x in xs if x is not None]
-    return float(np.median(v)) if v else None
-
-
-def _tick(_i, _batch) -> None:   # a batch arrived: progress for the command's deadline (--deadline)
-    progress()
-
-
-class Doctor:
+class Doctor(EndToEnd):
     """Measures a :class:`CostTable` for a data set (or any ``splits`` factory) and the
     DataLoader end to end; prediction and advice are in ``feedlab.doctor.predict``.
 
@@ -323,96 +310,3 @@ class Doctor:
                 cap[k] = float(np.median([c[k] for c in r["capacity"]]))
         now = Machine(m.cores, cap.get(m.cores, m.effective_cores), m.cuda, m.main_threads, cap, m.measured_at())
         return CostTable(now, self.table.stages)
-
-    # --------------------------------------------------------------- end to end
-    def loader(self, spec: pl.PipelineSpec, batches: int | None = None):
-        """The DataLoader of ``spec``; with ``batches`` more than the set holds, one pass runs
-        successive shuffled passes over it (every sample once per pass), so a small set still
-        gives the timed batches a steady rate needs."""
-        if is_device_decode(spec.decode_backend):  # workers read bytes; the loop decodes on the device
-
-            split = self.split(spec.format, formats.FORMATS[spec.format].default_decode)
-            ds = EncodedView(split.dataset)
-        else:
-            ds = self.split(spec.format, spec.decode_backend)
-            if spec.loader in self.one_process_kinds(spec.format):  # reads whole batches from the store
-                ds = ds.dataset
-        extra = {}
-        n, b = len(ds), int(spec.batch_size)
-        if batches and spec.loader == "dataloader" and b <= n < int(batches) * b:  # (a set without one
-            # whole batch stays too small: "too few samples")
-            import torch
-            from torch.utils.data import RandomSampler
-
-            extra["sampler"] = RandomSampler(ds, num_samples=int(batches) * b,
-                                             generator=torch.Generator().manual_seed(0))
-        return pl.make_loader(ds, spec, drop_last=True, **extra)
-
-    def pass_batches(self, spec: pl.PipelineSpec) -> int:
-        """Batches of one end-to-end pass: the warm-up a steady rate leaves out
-        (``warmup_batches``: the prefetched batches and the first) + ``e2e_batches`` timed."""
-        return pl.warmup_batches(spec) + max(1, int(self.effort.e2e_batches))
-
-    def measure_e2e(self, spec: pl.PipelineSpec, repeats: int | None = None) -> dict:
-        """One spec end to end: see :meth:`measure_rounds`."""
-        return self.measure_rounds([spec], repeats)[spec.replace(device=self.device)]
-
-    def measure_rounds(self, specs, repeats: int | None = None) -> dict:
-        """Samples/s of the DataLoader + step loop for each spec, :meth:`pass_batches` per pass
-        (``e2e_batches`` timed after the warm-up), fresh workers each pass, after one untimed
-        pass each. The specs take turns, pass
-        by pass (so a change in the machine's load falls on all of them alike), and the CPU
-        capacity for ``W + 1`` processes is sampled before each pass (and ``pass_speed``: what other programs
-        left each of them during the pass, ``monitor.speed_left``). Per spec: ``steady``
-        (after the prefetched batches), ``epoch`` (from ``iter()``, start-up included).
-        Every call is also kept in ``e2e_calls[spec]`` (a setting measured again keeps its
-        earlier measurements: their spread is the run's repeatability)."""
-        specs = [s.replace(device=self.device) for s in specs]
-        loaders = {s: self.loader(s, self.pass_batches(s)) for s in specs}
-        nbs = {s: max(2, min(self.pass_batches(s), len(loaders[s]))) for s in specs}
-        runs = {s: {"steady_runs": [], "epoch_runs": [], "capacity": [], "pass_speed": [], "waits": [], "steps": [],
-                    "timed": nbs[s] - pl.warmup_batches(s), "windows": []}
-                for s in specs}   # waits/steps: each timed batch's data wait and the loop's work on it (the verdict)
-        for s in specs:
-            for _ in range(self.effort.warmup):
-                w = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
-            rate = pl.steady_rate(w, skip=min(pl.warmup_batches(s), w.batches - 1)) \
-                if self.effort.warmup and w.batches > 1 else None
-            timed = timed_batches(self.effort, rate / s.batch_size if rate else None)
-            if timed > nbs[s] - pl.warmup_batches(s):   # a window of min_window_s: a pass as long as it takes
-                loaders[s] = self.loader(s, pl.warmup_batches(s) + timed)
-                nbs[s] = max(2, min(pl.warmup_batches(s) + timed, len(loaders[s])))
-                runs[s]["timed"] = nbs[s] - pl.warmup_batches(s)
-        rounds, last_round_s = repeats or self.effort.repeats, 0.0
-        for done in range(rounds):
-            t_round = time.perf_counter()
-            if done and not round_fits(last_round_s):
-                self.notes.append(f"end to end: {done} of {rounds} rounds per setting, the run's limit being near "
-                                  f"(a round took {last_round_s:.0f} s)")
-                break
-            for s in specs:
-                threads = self.table.machine.threads(s.num_workers)
-                runs[s]["capacity"].append(cpu_capacity(capacity_ks(s.num_workers, threads, self.table.machine.cores),
-                                                        seconds=0.1, repeats=1))
-                window = LoadWindow()   # the load beside this pass, seen from inside it
-                r = run_epoch(loaders[s], self.model, self.device, self.optimizer, max_batches=nbs[s], on_batch=_tick)
-                runs[s]["pass_speed"].append(speed_left(window.summary(), s.num_workers + 1))
-                skip = min(pl.warmup_batches(s), r.batches - 1)
-                runs[s]["steady_runs"].append(pl.steady_rate(r, skip=skip) or r.samples_per_s)
-                runs[s]["windows"].append(float(r.phases_s[skip:].sum()))
-                runs[s]["waits"] += r.phases_s[skip:, 0].tolist()
-                runs[s]["steps"] += r.phases_s[skip:, 1:].sum(axis=1).tolist()
-                spawn = max(0.0, r.first_batch_s - float(r.phases_s[0, 0])) if r.batches else 0.0
-                runs[s]["epoch_runs"].append(r.samples / (r.wall_s + spawn) if r.wall_s > 0 else 0.0)
-            last_round_s = time.perf_counter() - t_round
-        for s in specs:
-            out = runs[s]
-            out.update(steady=float(np.median(out["steady_runs"])), epoch=float(np.median(out["epoch_runs"])),
-                       batches=nbs[s])
-            self.e2e[s] = out
-            k, top = s.num_workers + 1, min(s.num_workers + 1, self.table.machine.cores or s.num_workers + 1)
-            speed = float(np.median([min(1.0, c[k] / top) for c in out["capacity"] if k in c] or [np.nan]))
-            self.e2e_calls.setdefault(s, []).append(
-                {"steady": out["steady"], "steady_runs": list(out["steady_runs"]), "with": len(specs),
-                 "speed": speed, "pass_speed": _median(out["pass_speed"])})
-        return {s: runs[s] for s in specs}
