@@ -51,12 +51,13 @@ def _spec(workers=2):
 
 
 def test_workers_are_refused_before_they_start_when_dev_shm_is_too_small(monkeypatch):
-    monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: 1 << 20)   # 1 MiB free
+    # 512 KiB free: not even one of the loader's batches (its only one: 64 samples of 64) fits
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: 1 << 19)
     before = _children()
     with pytest.raises(shm.SharedMemoryError) as err:
         P.make_loader(Images(), _spec())
     line = str(err.value)
-    assert "\n" not in line and "1 MiB free" in line and "2 DataLoader worker(s)" in line, line
+    assert "\n" not in line and "512 KiB free" in line and "2 DataLoader worker(s)" in line, line
     assert "set_sharing_strategy('file_system')" in line and "--shm-size" in line, line
     assert _children() == before                                   # no worker was started
     monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: 1 << 40)
@@ -99,7 +100,7 @@ def test_a_roomy_dev_shm_reads_no_sample_to_check(monkeypatch):
 
     monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: shm.ROOMY_BYTES)
     assert shm.shm_problem_of(Logged(), 64, 2, 2) is None and reads == []
-    monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: 1 << 20)
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: 1 << 19)   # under its one batch
     assert shm.shm_problem_of(Logged(), 64, 2, 2) and reads == [0]
 
 
@@ -165,3 +166,18 @@ def test_a_failed_peers_orphan_torch_files_are_swept_and_a_live_processs_left():
         for f in (orphan, live):
             if os.path.exists(f):
                 os.unlink(f)
+
+
+def test_the_batches_in_flight_are_capped_at_the_loaders_length(monkeypatch):
+    """attack53 P01: 1 worker × prefetch_factor 1000000 over a loader of 2 batches was priced as 1,875,000 MiB in
+    flight and refused; at most its 2 batches ever are. A loader without a length keeps the full count."""
+    assert shm.worker_shm_problem(1 << 20, 1, 1_000_000, free=4 << 20, batches=2) is None
+    line = shm.worker_shm_problem(1 << 20, 1, 1_000_000, free=1 << 20, batches=2)
+    assert "(at most the loader's 2 batches)" in line and "need 2 MiB" in line, line
+    assert "need 1,000,000 MiB" in shm.worker_shm_problem(1 << 20, 1, 1_000_000, free=4 << 20)
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: 64 << 20)
+    ds = Images()
+    one = shm.nbytes(ds[0])
+    batches = -(-len(ds) // 4)
+    assert one * 4 * batches < 64 << 20, "the test's set must fit /dev/shm whole"
+    assert shm.shm_problem_of(ds, 4, 1, 1_000_000) is None

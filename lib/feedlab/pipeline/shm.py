@@ -47,15 +47,19 @@ def nbytes(obj) -> int:
 
 
 def worker_shm_problem(batch_bytes: int, workers: int, prefetch_factor: int, path: str = SHM_DIR,
-                       free: int | None = None) -> str | None:
+                       free: int | None = None, batches: int | None = None) -> str | None:
     """One line when ``path`` has less free than the workers' in-flight batches need
-    (``batch_bytes × prefetch_factor × workers``), else None (also where it cannot be read)."""
-    need = int(batch_bytes) * int(prefetch_factor) * int(workers)
+    (``batch_bytes × prefetch_factor × workers``, at most ``batches``: a loader of known length never has more
+    in flight than it has batches, attack53 P01), else None (also where it cannot be read)."""
+    flight = int(prefetch_factor) * int(workers)
+    capped = batches is not None and 0 <= int(batches) < flight
+    need = int(batch_bytes) * (int(batches) if capped else flight)
     free = shm_free_bytes(path) if free is None else free
     if not workers or free is None or free >= need:
         return None
+    cap = f" (at most the loader's {int(batches)} batches)" if capped else ""
     return (f"{path} has {size_words(free)} free, but {workers} DataLoader worker(s) × prefetch_factor "
-            f"{prefetch_factor} × {size_words(batch_bytes)} batches need {size_words(need)}; use {FIX}")
+            f"{prefetch_factor}{cap} × {size_words(batch_bytes)} batches need {size_words(need)}; use {FIX}")
 
 
 def size_words(n: int) -> str:
@@ -85,7 +89,11 @@ def shm_problem_of(dataset, batch_size: int | None, workers: int, prefetch_facto
         one = nbytes(dataset[0])
     except Exception:  # an iterable data set, a sample that fails: not this check's to report
         return None
-    return worker_shm_problem(one * (batch_size or 1), workers, prefetch_factor, free=free)
+    try:   # the batches a loader over it has (a map-style data set's length, read without a fetch)
+        count = -(-len(dataset) // batch_size) if batch_size else len(dataset)
+    except Exception:  # no length (an iterable data set): every in-flight batch counts
+        count = None
+    return worker_shm_problem(one * (batch_size or 1), workers, prefetch_factor, free=free, batches=count)
 
 
 def is_shm_failure(exc: BaseException) -> bool:
