@@ -204,6 +204,19 @@ def notebook_display() -> bool:
     return True
 
 
+def _not_a_file(p: Path) -> str | None:
+    """What ``p`` is where it exists but is no regular file ("FIFO", "folder" …), or None (nothing there)."""
+    import stat
+
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return "link that leads nowhere" if p.is_symlink() else None
+    kinds = ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "device"),
+             (stat.S_ISBLK, "device"))
+    return next((word for test, word in kinds if test(mode)), "special file")
+
+
 def main(argv: list[str] | None = None) -> int:
     startup.started()   # past its start: a lazy import later is not the start-up's (feedlab.startup)
     args = list(sys.argv[1:] if argv is None else argv)
@@ -213,8 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     rc = 0
     for a in args:
         p = Path(a)
-        if not p.is_file():
-            print(f"{a}: no such notebook", file=sys.stderr)
+        if not p.is_file():   # a FIFO or a folder there is not "no such notebook" (attack53 B05)
+            what = _not_a_file(p)
+            print(f"{a}: " + (f"is a {what}, not a notebook file; give the *.executed.ipynb itself" if what
+                              else "no such notebook"), file=sys.stderr)
             rc = 2
         elif p.suffix != ".ipynb":   # a script, a record: nothing here has a findings cell to add
             print(f"{a}: not an executed notebook ({p.suffix or 'no suffix'}, not .ipynb); give the "

@@ -205,3 +205,23 @@ def test_json_of_the_wrong_shape_is_one_line_and_the_next_file_still_runs(tmp_pa
 
 def TAG_IN(path) -> bool:
     return any(findings.TAG in (c.get("metadata", {}).get("tags") or []) for c in json.loads(path.read_text())["cells"])
+
+
+def test_a_path_that_is_there_but_no_file_is_named_for_what_it_is(tmp_path, capsys):
+    """attack53 B05: a FIFO named as the notebook read 'no such notebook', though it exists. A FIFO, a folder and
+    a broken link are each named; a missing path stays 'no such notebook'. Nothing is opened (a FIFO never hangs)."""
+    import os
+
+    from feedlab.findings import main
+
+    os.mkfifo(tmp_path / "fifo.executed.ipynb")
+    (tmp_path / "dir.executed.ipynb").mkdir()
+    (tmp_path / "gone.executed.ipynb").symlink_to(tmp_path / "nowhere")
+    names = ["fifo", "dir", "gone", "missing"]
+    assert main([str(tmp_path / f"{n}.executed.ipynb") for n in names]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 4, lines
+    assert lines[0].endswith("fifo.executed.ipynb: is a FIFO, not a notebook file; give the *.executed.ipynb itself")
+    assert lines[1].endswith("dir.executed.ipynb: is a folder, not a notebook file; give the *.executed.ipynb itself")
+    assert "gone.executed.ipynb: is a link that leads nowhere, not a notebook file" in lines[2]
+    assert lines[3].endswith("missing.executed.ipynb: no such notebook")
