@@ -659,3 +659,15 @@ def test_a_loader_that_becomes_empty_after_some_batches_is_said_so_at_the_deadli
                            "set became empty"), line
     assert "does not return" not in line
     assert "a step or your script's own code that does not return?" in run(0)
+
+
+def test_the_tuners_script_deadline_line_names_the_tuner():
+    """attack53 D02: the tuner's --script deadline line said 'so the doctor ended it'."""
+    from feedlab.doctor.script import _by
+
+    summary = {"stopped": "48 batches, then … so the doctor ended it (--deadline)", "note": None}
+    line = "--script s.py: 3 batches …; your script caught the doctor's stop …, so the doctor ended it"
+    out, said = _by("the tuner", (summary, line))
+    assert said == "--script s.py: 3 batches …; your script caught the tuner's stop …, so the tuner ended it"
+    assert out["stopped"].endswith("so the tuner ended it (--deadline)")
+    assert _by("the doctor", (None, line)) == (None, line)

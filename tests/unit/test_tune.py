@@ -332,3 +332,22 @@ def test_cli_tune_script_on_the_command_line_is_watched_from_a_second_process(mo
     assert capsys.readouterr().err.strip() == "python -m feedlab.tuner: error: no batch within 5 s (--deadline)"
     assert M.main(["--script", "train.py", "--budget", "7", "--json"]) == 0   # in-process (a test): not watched
     assert ran["watch"] is False
+
+
+def test_doctor_tune_names_the_command_the_user_typed_in_its_errors(monkeypatch, capsys):
+    """attack53 M05: `python -m feedlab.doctor --tune …` failed as `python -m feedlab.tuner: error: …`. The doctor
+    tells the tuner it starts its own name (FEEDLAB_TUNER_PROG); the variable is read once and goes no further."""
+    import os
+
+    from feedlab.tuner import __main__ as M
+
+    monkeypatch.setattr(M, "PROG", M.PROG)   # main sets it for its process: put back after the test
+    monkeypatch.setenv(M.PROG_ENV, "python -m feedlab.doctor --tune")
+    with pytest.raises(SystemExit) as e:
+        M.main(["--loader", "no_such_module_here:make"])
+    assert str(e.value).startswith("python -m feedlab.doctor --tune: error: --loader"), e.value
+    assert M.PROG_ENV not in os.environ   # the user's script, a trial's process: not told
+    with pytest.raises(SystemExit):
+        M.main(["--budget", "3"])
+    assert capsys.readouterr().err.startswith("usage: python -m feedlab.doctor --tune")
+

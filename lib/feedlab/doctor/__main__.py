@@ -99,7 +99,8 @@ def _tune(argv: list[str]) -> int:
     """``--tune``: the tuner, a level above the doctor, reached through a process (never an import)."""
     import subprocess
 
-    return subprocess.call([sys.executable, "-m", "feedlab.tuner", *[a for a in argv if a != "--tune"]])
+    env = {**os.environ, "FEEDLAB_TUNER_PROG": "python -m feedlab.doctor --tune"}   # its lines name this command
+    return subprocess.call([sys.executable, "-m", "feedlab.tuner", *[a for a in argv if a != "--tune"]], env=env)
 
 
 def _whatif(args, report: dict, spec) -> str:

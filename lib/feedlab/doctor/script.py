@@ -215,13 +215,25 @@ def _say(summary: dict | None, why: str) -> int:
     return 2
 
 
+def _by(who: str, ended: tuple[dict | None, str]) -> tuple[dict | None, str]:
+    """:func:`_ended`'s summary and line with the command that ended the script named (``the tuner``: attack53 D02,
+    its deadline line said "so the doctor ended it")."""
+    summary, line = ended
+    if who != "the doctor":
+        line = line.replace("the doctor", who)
+        for k in ("stopped", "note"):
+            if summary and isinstance(summary.get(k), str):
+                summary[k] = summary[k].replace("the doctor", who)
+    return summary, line
+
+
 def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = DEFAULT_DEADLINE_S,
-               log=lambda m: None, report=_say, watch: bool = False) -> tuple[dict, Any]:
+               log=lambda m: None, report=_say, watch: bool = False, who: str = "the doctor") -> tuple[dict, Any]:
     """Run ``path`` as ``__main__`` with ``args`` until one DataLoader delivered
     ``max_batches`` batches (or the script ended); returns (summary, that loader).
     Where the script cannot be stopped so (:mod:`feedlab.doctor.script_watch`), ``report(summary
     or None, why)`` says what was measured and returns the exit status of this process, which
-    then ends. With ``watch`` (a command line's run: never in a process that must go on, such as a
+    then ends (``who``: the command that ends it, as its lines name it). With ``watch`` (a command line's run: never in a process that must go on, such as a
     test runner's), the script runs in a forked child that this process watches (this process exits
     with the child's status; the child returns here)."""
     from torch.utils.data import DataLoader
@@ -236,11 +248,12 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
         if pid:   # this process watches the script's (the child's); it ends with it, or ends it
             seen = Progress()
             watch_child(pid, fd, seen, deadline_s,
-                        lambda why, kids: _report(report, *_ended(seen, path, args, why, deadline_s, len(kids))))
+                        lambda why, kids: _report(report, *_by(who, _ended(seen, path, args, why, deadline_s,
+                                                                            len(kids)))))
         tell = Wire(fd)
     rec = Recorder(max_batches, deadline_s, tell)
     original = DataLoader.__iter__
-    dog = Watchdog(rec, deadline_s, lambda why: _say_and_end(report, *_ended(rec, path, args, why, deadline_s)))
+    dog = Watchdog(rec, deadline_s, lambda why: _say_and_end(report, *_by(who, _ended(rec, path, args, why, deadline_s))))
 
     def __iter__(self):
         return rec.wrap(self, original(self))

@@ -102,7 +102,7 @@ def _from_script(args, script_args):
     # that ignores SIGTERM, or never gives its loader's batches back, is still ended, its temporaries with it
     summary, loader = run_script(args.script, script_args, max_batches=max(args.batches, 4),
                                  deadline_s=args.deadline, log=say, report=_script_ended,
-                                 watch=getattr(args, "watched", False))
+                                 watch=getattr(args, "watched", False), who="the tuner")
     per = summary.get("step_s_per_sample")
     step = None
     if per:
@@ -117,7 +117,14 @@ def _script_ended(summary: dict | None, why: str) -> int:
     return 2
 
 
+#: set by ``python -m feedlab.doctor --tune`` for the tuner it starts: the command the user typed, which the
+#: tuner's lines then name (attack53 M05: they said "python -m feedlab.tuner: error:")
+PROG_ENV = "FEEDLAB_TUNER_PROG"
+
+
 def main(argv: list[str] | None = None) -> int:
+    global PROG
+    PROG = os.environ.pop(PROG_ENV, "").strip() or PROG
     with cli_errors(PROG):
         return _main(argv)
 
