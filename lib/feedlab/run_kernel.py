@@ -152,9 +152,11 @@ def watch() -> Iterator[None]:
     os.environ[procgroup.TOKENS] = procgroup.marked_env({} if old is None else {procgroup.TOKENS: old},
                                                         token)[procgroup.TOKENS]
     _BEFORE["pids"], _BEFORE["token"] = {p.pid for p in descendants()}, token
+    unnote = _note_kernel_exit()
     try:
         yield
     finally:
+        unnote()
         before = _BEFORE["pids"] or set()
         _BEFORE["pids"] = _BEFORE["token"] = None
         if old is None:
@@ -166,6 +168,43 @@ def watch() -> Iterator[None]:
             left = sorted(set(left) | {p.pid for p in descendants()} - before)
         if left:
             stop_processes(left)
+
+
+#: the exit status of the notebook's kernel as jupyter_client polled it (-n: ended by signal n), for the line
+_KERNEL_EXIT: dict = {}
+
+
+def _note_kernel_exit():
+    """From now on the kernel's exit status is noted (:data:`_KERNEL_EXIT`) as jupyter_client's local provisioner
+    polls it (papermill drops the process with its status: a kernel killed from outside read only "Kernel died",
+    attack53 R11); returns what puts the provisioner back."""
+    _KERNEL_EXIT.clear()
+    try:
+        from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+    except ImportError:   # another jupyter_client: the line goes without the signal
+        return lambda: None
+    original = LocalProvisioner.poll
+
+    async def poll(self):
+        ret = await original(self)
+        if ret is not None and getattr(self, "process", None) is not None:
+            _KERNEL_EXIT.setdefault("code", ret)   # its first exit: a later shut-down's poll changes nothing
+        return ret
+
+    LocalProvisioner.poll = poll
+    said = logging.getLogger("papermill")   # nbclient logs the death through papermill's logger: the line says it
+    said.addFilter(_death_unlogged)
+
+    def unnote():
+        LocalProvisioner.poll = original
+        said.removeFilter(_death_unlogged)
+    return unnote
+
+
+def _death_unlogged(record: logging.LogRecord) -> bool:
+    """nbclient's "Kernel died while waiting for execute reply." dropped: a stray line in the progress bar, said
+    again by the runner's own (:func:`kernel_failure`)."""
+    return not str(record.msg).startswith("Kernel died while waiting")
 
 
 @contextmanager
@@ -192,8 +231,9 @@ def kernel_folder() -> Iterator[Path]:
 def kernel_failure(nb_name: str, exc: BaseException, kept: Path | None) -> str | None:
     """The runner's line for a notebook whose kernel was ended from outside the runner (the runner's own stop never
     gets here: it raises :class:`RunnerStopped`): a KeyboardInterrupt in a cell is a SIGINT sent to the kernel
-    alone, not the cell's fault (attack53 R10); a kernel that died says where and what to suspect, not papermill's
-    bare "Kernel died" (R11; ``kept``: the failed run's folder, whose notebook papermill saved cell by cell).
+    alone, not the cell's fault (attack53 R10); a kernel that died says the signal that ended it (noted by
+    :func:`watch`), where, and what to suspect, not papermill's bare "Kernel died" (R11; ``kept``: the failed
+    run's folder, whose notebook papermill saved cell by cell).
     None for any other failure."""
     if getattr(exc, "ename", None) == "KeyboardInterrupt":
         cell = getattr(exc, "exec_count", None)
@@ -205,7 +245,20 @@ def kernel_failure(nb_name: str, exc: BaseException, kept: Path | None) -> str |
     nb = read_notebook(Path(kept) / f"{Path(nb_name).stem}.executed.ipynb") if kept else None
     cut = stopped_record(nb, 0.0, 0.0)["stopped_in"] if nb else None
     where = f" in the cell at index {cut['cell']} (`{cut['first_line']}`)" if cut else ""
-    return (f"{nb_name}: its kernel died{where} without a Python error: killed from outside the runner (the "
+    code = _KERNEL_EXIT.get("code")
+    if code == -signal.SIGKILL:
+        return (f"{nb_name}: its kernel was killed by SIGKILL{where} from outside the runner (the out-of-memory "
+                "killer, or a kill -9?); nothing of this run is a result")
+    if isinstance(code, int) and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return (f"{nb_name}: its kernel was ended by {name}{where} without a Python error: a crash in native code "
+                "(SIGSEGV, SIGBUS, SIGABRT) or a signal from outside the runner (a kill by its pid?); nothing of "
+                "this run is a result")
+    how = f" with exit status {code}" if code else ""
+    return (f"{nb_name}: its kernel died{how}{where} without a Python error: killed from outside the runner (the "
             "out-of-memory killer, or a kill -9?) or a crash in native code; nothing of this run is a result")
 
 
