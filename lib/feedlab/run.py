@@ -386,8 +386,7 @@ def _main(argv: list[str] | None = None) -> int:
             continue
         if args.tar:
             _tar(args.tar, args.out_root, kept)
-        print(f"    ok in {time.perf_counter() - t0:.1f} s -> {executed.relative_to(executed.parents[2]) if len(executed.parents) > 2 else executed}",
-              flush=True)
+        print(f"    ok in {time.perf_counter() - t0:.1f} s -> {_shown(executed)}", flush=True)
     total = time.perf_counter() - t_all
     if failures:
         print(f"{len(failures)} notebook(s) failed ({total:.0f} s):", file=sys.stderr)
@@ -396,6 +395,15 @@ def _main(argv: list[str] | None = None) -> int:
         return 1
     print(f"all {len(notebooks)} notebook(s) ran in {total:.0f} s (profile {profile})")
     return 0
+
+
+def _shown(path: Path) -> str:
+    """``path`` as the user can open it from here: relative to the current folder where it lies below it, else
+    whole (attack53 X06: 'smoke/04_…/….ipynb' named no file from the folder the command was typed in)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
 
 
 def _tar(dest: Path, out_root: Path | None, kept: dict[str, Path]) -> None:

@@ -419,3 +419,16 @@ def test_a_signal_landing_inside_torch_s_import_stops_the_runner_in_one_line(tmp
 
     left = [q.pid for q in psutil.process_iter() if q.pid != proc.pid and _sid(q.pid) == proc.pid]
     assert left == [] and list(tmp.iterdir()) == []
+
+
+def test_the_ok_line_names_the_executed_notebook_as_it_opens_from_here(tmp_path, monkeypatch):
+    """attack53 X06: 'ok … -> smoke/04_print_overhead/04_print_overhead.executed.ipynb' named no file from the
+    folder the command was typed in. Below it: relative to it; elsewhere: whole."""
+    from feedlab.run import _shown
+
+    nb = tmp_path / "runs" / "smoke" / "04_print_overhead" / "04_print_overhead.executed.ipynb"
+    monkeypatch.chdir(tmp_path)
+    assert _shown(nb) == "runs/smoke/04_print_overhead/04_print_overhead.executed.ipynb"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert _shown(nb) == str(nb)
