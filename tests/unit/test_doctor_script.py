@@ -671,3 +671,17 @@ def test_the_tuners_script_deadline_line_names_the_tuner():
     assert said == "--script s.py: 3 batches …; your script caught the tuner's stop …, so the tuner ended it"
     assert out["stopped"].endswith("so the tuner ended it (--deadline)")
     assert _by("the doctor", (None, line)) == (None, line)
+
+
+def test_the_scripts_outcome_names_a_worker_killed_from_outside_but_keeps_the_shm_fix():
+    """attack53 K05: the outcome line of a script whose DataLoader worker was SIGTERMed; a worker killed by SIGBUS
+    for want of /dev/shm keeps the shared-memory fix (pipeline.shm)."""
+    from feedlab.doctor.guard import UserCodeError
+    from feedlab.doctor.script import _outcome
+
+    with pytest.raises(UserCodeError) as err:
+        _outcome(RuntimeError("DataLoader worker (pid 9) is killed by signal: Terminated. "), Path("w.py"), 30, 12)
+    assert str(err.value).startswith("--script w.py: its DataLoader worker (pid 9) was killed by SIGTERM after 12")
+    with pytest.raises(UserCodeError) as err:
+        _outcome(RuntimeError("DataLoader worker (pid 9) is killed by signal: Bus error. "), Path("w.py"), 30, 12)
+    assert "ran out of" in str(err.value) and "file_system" in str(err.value), err.value

@@ -24,3 +24,25 @@ def test_a_fault_signal_is_a_crash(sig):
 
 def test_a_kill_9_names_the_out_of_memory_killer():
     assert "killed by SIGKILL from outside (the out-of-memory killer, or a kill -9?)" in killed_line(signal.SIGKILL, 0)
+
+
+def test_a_dataloader_worker_killed_from_outside_is_named_with_its_signal():
+    """attack53 K05: torch's 'DataLoader worker (pid 2658) is killed by signal: Terminated.' came through as the
+    script's RuntimeError. The line names the worker, the signal by its name, the batches, and that the command sent
+    none; a fault signal is a crash; 'exited unexpectedly' is said without a signal; anything else is not ours."""
+    from pathlib import Path
+
+    from feedlab.doctor.watch_lines import worker_died_line
+
+    term = RuntimeError("DataLoader worker (pid 2658) is killed by signal: Terminated. ")
+    line = worker_died_line(term, Path("wkr.py"), " at wkr.py:9", 40)
+    assert line == ("--script wkr.py: its DataLoader worker (pid 2658) was killed by SIGTERM at wkr.py:9 after 40 "
+                    "batches, from outside the command (a kill by its pid, or the out-of-memory killer?): the command "
+                    "sent none")
+    segv = RuntimeError("DataLoader worker (pid 7) is killed by signal: Segmentation fault. ")
+    assert "worker (pid 7) crashed with SIGSEGV" in worker_died_line(segv, Path("s.py"), "", 3)
+    gone = RuntimeError("DataLoader worker (pid(s) 3438, 3439) exited unexpectedly")
+    assert "its DataLoader worker(s) (pid(s) 3438, 3439) exited unexpectedly after 5 batches" in \
+        worker_died_line(gone, Path("s.py"), "", 5)
+    assert worker_died_line(RuntimeError("CUDA error"), Path("s.py"), "", 5) is None
+    assert worker_died_line(ValueError("DataLoader worker (pid 1) exited unexpectedly"), Path("s.py"), "", 5) is None

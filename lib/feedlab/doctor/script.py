@@ -49,6 +49,7 @@ from .report import fmt_rate
 from .script_record import Enough, Recorder
 from .script_watch import Progress, Watchdog, Wire, fork_watched, quiet_exit, shm_hint, watch_child
 from .verdict import DATA_BOUND_FRACTION, TOO_BUSY, VERDICT_MIN_BATCHES, spread_words, step_price, wait_share  # noqa: F401
+from .watch_lines import worker_died_line
 from .watch_mark import outside_line, reached_watcher
 
 PROG = "python -m feedlab.doctor"
@@ -171,6 +172,9 @@ def _outcome(exc: BaseException | None, path: Path, max_batches: int, n: int) ->
                             "the doctor)") from None
     if isinstance(exc, UserCodeError) or not isinstance(exc, Exception):
         raise exc
+    died = None if shm_hint(exc) else worker_died_line(exc, path, where, n)
+    if died:
+        raise UserCodeError(died) from None
     raise UserCodeError(f"--script {path} raised {type(exc).__name__}{where}: {one_line(exc)}{shm_hint(exc)}") from None
 
 

@@ -1,9 +1,11 @@
 """The one lines of a watched run (:mod:`feedlab.doctor.script_watch`): one that did not answer its deadline, a
-script that did not end on a forwarded signal, a working process killed from outside (the out-of-memory killer)."""
+script that did not end on a forwarded signal, a working process killed from outside (the out-of-memory killer),
+a DataLoader worker of the script killed or crashed."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 
@@ -52,6 +54,30 @@ CRASHES = frozenset(getattr(signal, n) for n in ("SIGSEGV", "SIGBUS", "SIGABRT",
                                                  "SIGTRAP") if hasattr(signal, n))
 
 
+_WORKER_DIED = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: ([^.]+)|exited "
+                          r"unexpectedly)")
+
+
+def worker_died_line(exc: BaseException, path, where: str, n: int) -> str | None:
+    """The line for torch's "DataLoader worker (pid N) is killed by signal: Terminated." (or "… exited
+    unexpectedly"): which signal, and that the command did not send it (attack53 K05); None for anything else."""
+    m = _WORKER_DIED.search(str(exc)) if isinstance(exc, RuntimeError) else None
+    if m is None:
+        return None
+    pids, said = m.group(1).strip(), m.group(2)
+    if said is None:
+        return (f"--script {path}: its DataLoader worker(s) (pid(s) {pids}) exited unexpectedly{where} after {n} "
+                "batches, without a Python error (killed from outside, or os._exit in the worker?)")
+    names = {signal.strsignal(s): s for s in signal.Signals if signal.strsignal(s)}
+    sig = names.get(said.strip())
+    name = sig.name if sig else f"a signal ({said.strip()})"
+    if sig in CRASHES:
+        return (f"--script {path}: its DataLoader worker (pid {pids}) crashed with {name}{where} after {n} batches "
+                "(a fault in native code the worker ran: a decoder, an extension?)")
+    return (f"--script {path}: its DataLoader worker (pid {pids}) was killed by {name}{where} after {n} batches, "
+            "from outside the command (a kill by its pid, or the out-of-memory killer?): the command sent none")
+
+
 def _prog() -> str:
     """This command's name as a user typed it: ``python -m feedlab.bench``."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
@@ -59,4 +85,4 @@ def _prog() -> str:
     return f"python -m {name}" if name else os.path.basename(sys.argv[0] if sys.argv else "") or "feedlab"
 
 
-__all__ = ["SIGNAL_GRACE_S", "CRASHES", "stuck_line", "ignored_line", "killed_line"]
+__all__ = ["SIGNAL_GRACE_S", "CRASHES", "worker_died_line", "stuck_line", "ignored_line", "killed_line"]
