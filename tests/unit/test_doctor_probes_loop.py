@@ -4,6 +4,7 @@ and conversion timed alone on the same hot items at half what the loop pays)."""
 
 from __future__ import annotations
 
+import time
 import weakref
 from types import SimpleNamespace
 
@@ -71,10 +72,33 @@ def test_items_are_made_fresh_for_every_batch_and_the_previous_batch_is_held_as_
         previous.append(weakref.ref(b))
         return b
 
-    probes_loop.loop_batches([5, 6, 7], transform, collate, 2, batches=3, warmup=1, repeats=1)
+    probes_loop.loop_batches([5, 6, 7], transform, collate, 2, batches=3, warmup=1, repeats=1, min_round_s=0)
     assert made == [5, 6, 7, 5, 6, 7] * 2   # 2 rounds × 3 batches × 2 items, cycling over the samples
     # from the second batch on, the batch before is still referenced (run_epoch's `batch`, x and y)
     assert alive_at_collate == [False] + [True] * 5
+
+
+def test_a_fast_collates_round_is_sized_to_a_window_not_eight_batches():
+    """8 batches of a fast collate were a 5 ms round (one descheduling a whole round; notebook 10's collate step
+    erred −23% and +41% in two quiet runs): the warm-up round sizes the timed rounds to ``min_round_s`` of timed
+    work; a slow collate keeps its 8 batches."""
+    calls = {"n": 0}
+
+    def fast(items):
+        calls["n"] += 1
+        return torch.zeros(len(items))
+
+    probes_loop.loop_batches([1, 2], None, fast, 2, batches=8, warmup=1, repeats=2, min_round_s=0.05)
+    assert calls["n"] > 8 + 2 * 8    # the timed rounds hold more than 8 batches each
+    calls["n"] = 0
+
+    def slow(items):
+        calls["n"] += 1
+        time.sleep(0.01)
+        return torch.zeros(len(items))
+
+    probes_loop.loop_batches([1, 2], None, slow, 2, batches=8, warmup=1, repeats=2, min_round_s=0.05)
+    assert calls["n"] == 3 * 8       # 8 batches of 10 ms already make the window
 
 
 def test_loop_batches_with_no_samples_says_so():

@@ -27,7 +27,12 @@ from typing import Any, Callable, Sequence
 from feedlab.errors import progress
 from feedlab.timing import sync_device, to_device_float, torch_threads
 
+from .probes import MIN_ROUND_S, calls_per_round
+
 LOOP_BATCHES = 8   # batches a timed round (at least): one descheduling is then an eighth of a round at most
+# … and a round's timed stages (collate + conversion) last at least this long: 8 batches of a fast collate are
+# 5 ms (npy_mmap, batch 64, cpu-2c), one descheduling in them a whole round (as stream_stages sizes its rounds)
+LOOP_ROUND_S = 2 * MIN_ROUND_S
 
 
 def _fields(batch) -> tuple:
@@ -38,22 +43,24 @@ def _fields(batch) -> tuple:
 
 def loop_batches(samples: Sequence[Any], transform: Callable | None, collate: Callable, batch_size: int,
                  device="cpu", threads: int | None = None, batches: int = LOOP_BATCHES, warmup: int = 1,
-                 repeats: int = 3) -> dict[str, tuple[list[float], list[float]]]:
+                 repeats: int = 3, min_round_s: float = LOOP_ROUND_S) -> dict[str, tuple[list[float], list[float]]]:
     """(wall, cpu) seconds per sample of ``collate`` and of the loop's conversion (``h2d``: each field through
     ``timing.to_device_float``, as ``run_epoch``'s h2d phase), one value per timed round of ``batches``
     batches, after ``warmup`` rounds (at least one). Each batch's ``batch_size`` items are ``transform(s)``
     of the next ``samples`` (cycled; the samples themselves where ``transform`` is None), made outside the
-    clock; ``threads``: the main process's intra-op threads (None: torch's own)."""
+    clock; ``threads``: the main process's intra-op threads (None: torch's own). The last warm-up round sizes
+    the timed ones: as many batches as make ``min_round_s`` of timed work (at least ``batches``)."""
     src = list(samples)
     if not src:
         raise ValueError("loop_batches: no samples to collate (measure the item stages first)")
     B, n, k = int(batch_size), len(src), 0
     out: dict[str, tuple[list[float], list[float]]] = {"collate": ([], []), "h2d": ([], [])}
     batch = x = y = None   # the loop's references: the previous batch lives until the next replaces it
+    per_round = max(1, int(batches))
     with torch_threads(threads):
         for r in range(max(1, int(warmup)) + int(repeats)):
             acc = {"collate": [0.0, 0.0], "h2d": [0.0, 0.0]}
-            for _ in range(max(1, int(batches))):
+            for _ in range(per_round):
                 items = []
                 for _ in range(B):
                     s = src[k % n]
@@ -73,8 +80,11 @@ def loop_batches(samples: Sequence[Any], transform: Callable | None, collate: Ca
                 acc["h2d"][1] += c2 - c1
                 del items
             progress()
-            if r >= max(1, int(warmup)):
-                per = float(max(1, int(batches)) * B)
+            if r == max(1, int(warmup)) - 1:   # the last warm-up round sizes the timed ones
+                one = (acc["collate"][0] + acc["h2d"][0]) / per_round
+                per_round = max(per_round, calls_per_round(one, min_round_s))
+            elif r >= max(1, int(warmup)):
+                per = float(per_round * B)
                 for name, (w, c) in acc.items():
                     out[name][0].append(w / per)
                     out[name][1].append(c / per)
