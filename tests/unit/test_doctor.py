@@ -246,6 +246,15 @@ def test_cli_bad_data_is_one_line(tmp_path):
     assert r.returncode != 0 and "Traceback" not in r.stderr and "nope" in r.stderr
 
 
+def test_cli_an_empty_image_folder_is_one_line_naming_the_kind_once(tmp_path):
+    """attack53 B07: `--data EMPTY` read "as images: images: no image files …" with status 1; the kind is said
+    once, and bad input exits with the usage error's status."""
+    r = run_cli("feedlab.doctor", "--data", str(tmp_path), "--format", "images")
+    err = [ln for ln in r.stderr.splitlines() if not ln.startswith("  … ")]
+    assert r.returncode == 2 and len(err) == 1, r.stderr
+    assert err[0].startswith(f"doctor: {tmp_path} as images: no image files") and "images: images" not in err[0]
+
+
 def test_a_trace_or_report_inside_figures_is_refused_before_anything_runs(tmp_path, monkeypatch):
     # attack49 O03: --trace (and --report FILE.md) into figures/<nb>/<machine>/ wrote beside a committed record
     from feedlab import paths

@@ -360,8 +360,10 @@ def _main(argv: list[str] | None = None) -> int:
             doc = Doctor(args.data, spec, args.max_workers, effort, log=log)
             spec = spec.replace(num_workers=doc.max_workers if args.num_workers is None else args.num_workers)
             doc.measure()
-        except (FileNotFoundError, ValueError) as exc:
-            raise SystemExit(f"doctor: {args.data} as {fmt}: {exc}") from None
+        except (FileNotFoundError, ValueError) as exc:   # bad input: one line, the usage error's status
+            said = str(exc).removeprefix(f"{fmt}: ")      # the store names itself: said once ("as images: …")
+            print(f"doctor: {args.data} as {fmt}: {said}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
         report = diagnose(doc, spec, measure_advice=not args.predict_only)
         if args.ranks is not None:
             report["ranks_advice"] = advise_ranks(doc.table, spec, args.ranks)
