@@ -94,3 +94,31 @@ def test_the_start_reads_the_reports_one_verdict_measured_on_its_loop():
     line = DS.readings(rep, STEPS, START, CALIB)[0]
     assert "compute-bound, bounded by decode; the verdict from its loop's measured data wait (12%)" in line
     assert "data-bound" not in line
+
+
+def test_a_step_measured_once_is_undone_but_never_said_slower_and_shows_no_one_value_iqr():
+    """audit54 N3: 10 h100's step 4 printed "IQR 10,338–10,338 … measured SLOWER: undone" from one measurement; the
+    one judge cannot read a rate measured once, so the step is undone without a verdict, and no spread is shown."""
+    import pandas as pd
+
+    once = dict(STEPS[2], measured_q25=1500.0, measured_q75=1500.0)
+    steps = [STEPS[0], STEPS[1], once]
+    rows = [dict(experiment="doctor_steps", variant="collate=fast", metric="samples_per_s", value=1500.0, repeat=0,
+                 rate_kind="steady", timed_batches=200, batch_size=64, num_workers=2, loader="dataloader")]
+    lines = DS.readings(REPORT, steps, START, CALIB, frame=pd.concat([_frame(), pd.DataFrame(rows)]))
+    line = next(x for x in lines if "step collate=fast" in x)
+    assert "(1,500 samples/s, one measurement, no spread)" in line and "IQR" not in line, line
+    assert "undone (measured slower, not judged: collate=fast measured once" in line and "SLOWER" not in line
+    # with a spread of repeats that the judge reads, the words stand
+    assert any("step collate=fast" in x and "measured SLOWER: undone" in x for x in DS.readings(REPORT, STEPS, START,
+                                                                                                 CALIB))
+
+
+def test_a_calibration_row_is_marked_by_the_one_judge_where_its_marks_are_given():
+    """audit54 N2: "ok / MISSED by" per row only where the judge reads the row's setting; else "not judged"."""
+    rows = DS.calibration_rows({"end_to_end": [{"num_workers": 2, "samples_per_s": 1000.0,
+                                                "predicted_samples_per_s": 1300.0}]}, [])
+    summary = DS.calibration_summary(rows, {"note": "measured once"})
+    assert "error +30% (MISSED by 10 points)" in DS.calibration_lines(summary)[0]
+    line = DS.calibration_lines(summary, {"2 workers": "not judged: 2 workers' timed window was not recorded"})[0]
+    assert line.endswith("error +30% (not judged: 2 workers' timed window was not recorded)"), line

@@ -369,3 +369,14 @@ def test_the_claims_repeats_rule_is_the_judges_rule():
     three = pd.DataFrame({"rate_kind": ["imprecise"] * 3, "rate_half_width": [0.08] * 3, "repeat": [0, 1, 2]})
     assert fair.imprecise_problem(one, {"num_workers": 0}) == L.precision_problem("w0", "imprecise", 0.08, 1) != ""
     assert fair.imprecise_problem(three, {"num_workers": 0}) == ""
+
+
+def test_a_steady_side_whose_repeats_spread_wide_widens_the_interval_it_is_judged_on():
+    """audit54 N1: one window that passes does not make a setting's rate known when its repeats disagree (10 h100's
+    start: 1,001 / 1,362 / 1,486 samples/s, ±48.7%): the judge reads that spread, and a gain inside it is not met."""
+    a = replace(BASE, label="a", repeats=3, rate_kind="steady")
+    b = replace(a, label="b", repeat_half_width=0.487)
+    assert L.spread_of(b) == 0.487 and L.spread_of(replace(b, repeat_half_width=0.03)) is None
+    v = L.verdict(a, b, 1.26, target=1.2)
+    assert v.word == L.WITHIN and v.lo < 1.2 < v.hi, v
+    assert L.verdict(a, replace(b, repeat_half_width=0.03), 1.26, target=1.2).word == L.MET

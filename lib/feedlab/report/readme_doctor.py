@@ -8,13 +8,10 @@ import json
 from pathlib import Path
 
 from feedlab.fingerprint import fingerprint_line
-from feedlab.like_for_like import Side
-from feedlab.like_for_like import verdict as judge
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT, scrub_data_paths
 from feedlab.report import targets
-from feedlab.report.claims import sides
-from feedlab.report.claims.core import Run
+from feedlab.report.doctor_judge import error_entries, error_verdict  # noqa: F401  (re-exported)
 from feedlab.results import atomic_write
 
 DOCTOR_START, DOCTOR_END = "<!-- doctor:start -->", "<!-- doctor:end -->"
@@ -62,63 +59,6 @@ def calibration_lines(payload: dict, folder: Path | None = None) -> list[str]:
         lines.append(f"the start setting was measured twice in this run: {start['samples_per_s']:,.0f} samples/s by the "
                      f"doctor, {steps[0]['measured']:,.0f} by the notebook's step 0")
     return lines
-
-
-def error_entries(payload: dict, folder: Path | None) -> tuple[list[tuple], list[tuple]]:
-    """:func:`feedlab.report.targets.doctor_errors` with each setting's label and why the one judge cannot read
-    its rate (``None``: its window gives a rate): ``(own, every)``, each ``[(error, label, why), ...]``. A step's
-    side is its ``results.csv`` rows (:func:`feedlab.report.claims.sides.side_of_rows`: window, repeats, rate
-    kind, other load); a worker count of the doctor's own records no window (not known, never accepted)."""
-    run = Run(payload, out_dir=folder)
-    own = [(abs(float(e["predicted_samples_per_s"]) / float(e["samples_per_s"]) - 1), f"{e.get('num_workers')} workers",
-            _worker_window(e, run))
-           for e in payload.get("end_to_end") or [] if e.get("samples_per_s")
-           and not targets.too_busy(targets.row_speed(e, payload.get("cores")))]
-    steps = []
-    for st in payload.get("steps") or []:
-        if not (st.get("predicted") and st.get("measured")) or targets.too_busy(st.get("speed")):
-            continue
-        side, _, _ = sides.side_of_rows(run, {"experiment": "doctor_steps", "variant": st.get("label")},
-                                        str(st.get("label")))
-        why = side.window_short()
-        if why is None:   # a window that gives a rate: the side alone still fair (busy, unsteady, once)
-            alone = judge(side, side, 1.0, check_sides=False)
-            why = None if alone.judged else "; ".join(dict.fromkeys(alone.why.split("; ")))   # one side, once
-        steps.append((abs(float(st["predicted"]) / float(st["measured"]) - 1), str(st.get("label")), why))
-    return own, own + steps
-
-
-def _worker_window(e: dict, run: Run) -> str | None:
-    """Why the one judge cannot read a worker count's rate (None: it can): its row's timed batches and shortest
-    window (recorded since 2026-11-28; an older row: not recorded, never accepted), its repeats, the run's load."""
-    label = f"{e.get('num_workers')} workers"
-    if e.get("window_s") is None or e.get("timed_batches") is None:
-        return f"{label}' timed window was not recorded"
-    side = Side(label, timed_batches=int(e["timed_batches"]), window_s=float(e["window_s"]),
-                repeats=e.get("repeats"), rate_kind="steady", busy=sides.run_busy(run))
-    why = side.window_short()
-    if why is None:
-        alone = judge(side, side, 1.0, check_sides=False)
-        why = None if alone.judged else "; ".join(dict.fromkeys(alone.why.split("; ")))
-    return why
-
-
-def error_verdict(entries: list[tuple], bound: float) -> tuple[str, str]:
-    """The largest error against ``bound`` by the one judge's window rule: "meets" only where every setting's
-    window gives a rate; "misses" where a setting whose window gives a rate is outside it; otherwise not judged,
-    with the worst unreadable setting's reason. ``(word, why)``: why is '' when judged."""
-    worst = max(e for e, _, _ in entries)
-    if worst > bound:
-        if any(e > bound and why is None for e, _, why in entries):
-            return "misses", ""
-        blind = max((x for x in entries if x[0] > bound), key=lambda x: x[0])
-    else:
-        if all(why is None for _, _, why in entries):
-            return "meets", ""
-        blind = max((x for x in entries if x[2] is not None), key=lambda x: x[0])
-    short = " timed " in blind[2] and "not recorded" not in blind[2]
-    said = blind[2] if blind[2].startswith(blind[1]) else f"{blind[1]}: {blind[2]}"
-    return "not judged against", said + (": its window is too short to judge" if short else "")
 
 
 def _with_calibration(text: str, folder: Path) -> str:

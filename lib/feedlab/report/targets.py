@@ -11,7 +11,6 @@ README is typed beside a measured number.
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Callable
 from feedlab.like_for_like import MET, MISSED, NOT_LIKE, WITHIN, Side, Verdict, differences, reread
 from feedlab.like_for_like import verdict as like_verdict
 from feedlab.machines import pcie_theoretical_gbps
-from feedlab.monitor import BUSY_SPEED, process_speed  # BUSY_SPEED (10): the doctor's probe under it: too busy
+from feedlab.monitor import BUSY_SPEED  # noqa: F401  (re-exported: the doctor's probe under it: too busy)
 from feedlab.peers.report import sides_of_record
 from feedlab.report.claims import sides as sides_
 from feedlab.report.claims.core import NoData, Run
@@ -37,6 +36,15 @@ from feedlab.report.cure_judge import (  # noqa: F401  (re-exported: the cure's 
     step_side,
     target_verdict,
 )
+from feedlab.report.doctor_judge import (  # noqa: F401  (re-exported: 10's errors, judged in doctor_judge)
+    DOCTOR_ERROR,
+    doctor_errors,
+    error_entries,
+    error_verdict,
+    reading_line,
+    row_speed,
+    too_busy,
+)
 from feedlab.report.stage_judge import collate_verdict
 
 PCIE_FRACTION = 0.75        # 03: pinned host→device bandwidth ÷ the link's payload ceiling
@@ -45,7 +53,6 @@ LMDB_OVER_CEILING = 0.7     # 05: best batched LMDB reader ÷ that ceiling
 BEST_OVER_BASELINE = 20.0   # 05: best loader ÷ the PNG + PIL + ToTensor + default_collate baseline
 FAST_OVER_STOCK = 4.0       # 07: uint8 fast collate ÷ ToTensor + default_collate
 TIMER_SHARE = 0.01          # 09: the phase timer's cost ÷ the smallest batch time
-DOCTOR_ERROR = 0.20         # 10: |predicted ÷ measured − 1| of every setting measured
 PEER_RATIO = 1.0            # 13: feedlab's recommended pipeline ÷ the best peer loader
 
 
@@ -192,36 +199,14 @@ def _judged_word(judge: Callable[[], Verdict]) -> str:
         f"measured, not judged: {v}"
 
 
-def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
-    """``(the doctor's own worker counts, every setting the run measured)``: |predicted ÷ measured − 1|
-    of notebook 10's ``end_to_end`` rows, and of those plus its steps."""
-    own = [abs(_f(e["predicted_samples_per_s"]) / _f(e["samples_per_s"]) - 1)
-           for e in payload.get("end_to_end") or [] if e.get("samples_per_s")
-           and not too_busy(row_speed(e, payload.get("cores")))]
-    steps = [abs(_f(s["predicted"]) / _f(s["measured"]) - 1) for s in payload.get("steps") or []
-             if s.get("predicted") and s.get("measured") and not too_busy(s.get("speed"))]
-    return own, own + steps
-
-
-def row_speed(row: dict, cores: int | None) -> float | None:
-    """One process's share of a core beside a worker count of notebook 10's diagnosis: the CPU-s/s its
-    ``num_workers + 1`` busy processes got (``capacity_now``) over what an idle machine gives them
-    (``min(k, cores)``), and what other programs left them during the passes (``pass_speed``), whichever is lower."""
-    return process_speed(row.get("capacity_now"), int(row.get("num_workers", 0)) + 1, cores, row.get("pass_speed"))
-
-
-def too_busy(speed) -> bool:
-    """The doctor's own CPU probe, beside a measurement, found another program taking the cores."""
-    return speed is not None and math.isfinite(speed) and speed < BUSY_SPEED
-
-
 def _doctor(t: Target, run: Run) -> list[str]:
+    """10's findings target by the one judge's reading of each setting (``doctor_judge``): the docs' words."""
     _, every = doctor_errors(run.payload)
     if not every:
         return []
-    worst = max(every)
+    word, why = error_verdict(error_entries(run.payload, run=run)[1], t.bound)
     return [f"Prediction error over {len(every)} measured settings: median {100 * statistics.median(every):.0f}%, "
-            f"largest {100 * worst:.0f}%: {verdict(worst, t.op, t.bound)} the ±{100 * t.bound:.0f}% target."]
+            f"largest {100 * max(every):.0f}%: {word} the ±{100 * t.bound:.0f}% target{f' ({why})' if why else ''}."]
 
 
 _TIMER = re.compile(r"(?<![\d.])([\d.]+)% of the smallest batch time timed here \(([^;]+); target [^)]*\)")
@@ -408,7 +393,8 @@ HANDOVER = Target("lmdb-fast-over-png", "05_storage_formats", ">=", HANDOVER_RAT
                   _HANDOVER.pattern, "×")
 TUNE = Target("tune-targets", "16_tune", ">=", 1.0, "the tuner's targets, each scenario read by the one rule",
               lambda t, run: [], sides_.TUNE_TARGET.pattern)
-CLAUSES = {HANDOVER.notebook: (HANDOVER, handover_line), ADVICE.notebook: (ADVICE, advice_line), TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line),
+CLAUSES = {HANDOVER.notebook: (HANDOVER, handover_line),
+           ADVICE.notebook: (ADVICE, lambda line, t, run: reading_line(advice_line(line, t, run), run)), TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line),
            TUNE.notebook: (TUNE, lambda line, t, run: sides_.tune_target_line(line, run))}
 
 

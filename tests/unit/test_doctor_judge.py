@@ -1,0 +1,55 @@
+"""Notebook 10's prediction error by the one judge (report.doctor_judge): a setting's error is judged only where its
+window gives a rate and the spread of its repeats cannot carry the error across the ±20% bound; the docs' block,
+the findings target and the calibration rows give the same reading of one record (audit54 N1, N2, N4)."""
+
+from __future__ import annotations
+
+import json
+
+from feedlab.like_for_like import Side
+from feedlab.paths import FIGURES_DIR
+from feedlab.report import doctor_judge as D
+from feedlab.report import targets
+from feedlab.report.claims.core import Run
+
+H100 = FIGURES_DIR / "10_doctor" / "h100-16c"
+
+
+def test_an_error_inside_the_spread_of_its_repeats_is_not_judged():
+    wide = Side("0: start", timed_batches=200, window_s=2.0, repeats=3, rate_kind="steady", repeat_half_width=0.487)
+    why = D.spread_words(wide, 1719.0, 1362.0)
+    assert why and why.startswith("0: start's repeats spread ±48.7%") and "either side of ±20%" in why
+    # a tight spread, or one that leaves the error on one side of the bound: judged as before
+    assert D.spread_words(Side("a", repeat_half_width=0.03), 1719.0, 1362.0) is None
+    assert D.spread_words(Side("a", repeat_half_width=0.10), 3000.0, 1362.0) is None
+
+
+def test_the_largest_error_misses_only_where_a_setting_outside_the_bound_is_read():
+    entries = [(0.26, "0: start", "0: start's repeats spread ±48.7% …"), (0.95, "4: ring", "4: ring measured once"),
+               (0.05, "1 workers", None)]
+    word, why = D.error_verdict(entries)
+    assert word == "not judged against" and why.startswith("4: ring")
+    assert D.error_verdict(entries + [(0.30, "2 workers", None)]) == ("misses", "")
+    assert D.row_word(entries[0]).startswith("not judged: 0: start's repeats") and D.row_word(entries[2]) == "ok"
+    assert D.row_word((0.34, "3 workers", None)) == "MISSED by 14 points"
+
+
+def test_committed_h100_record_reads_the_same_in_the_docs_and_the_findings_target():
+    payload = json.loads((H100 / "results.json").read_text())
+    word, why = D.error_verdict(D.error_entries(payload, H100)[1])
+    assert word == "not judged against", why   # its one read setting over 20% (0: start) spreads ±48.7%
+    line = targets._doctor(targets.for_notebook("10_doctor")[0], Run(out_dir=H100))[0]
+    assert f": {word} the ±20% target ({why})." in line and "misses" not in line
+
+
+def test_the_recorded_calibration_rows_and_step_lines_are_read_again_by_the_one_judge():
+    """audit54 N2/N3 on the copy path: the stale h100 executed notebook's "MISSED by" rows and its step 4 line."""
+    run = Run(out_dir=H100)
+    row = D.reading_line("workers (start spec) w3: predicted 5,426, measured 4,047 samples/s, error +34% "
+                         "(MISSED by 14 points)", run)
+    assert row.endswith("error +34% (not judged: 3 workers' timed window was not recorded)"), row
+    step = D.reading_line("step 4: loader=ring: predicted ×1.08, measured ×0.71 (10,338 samples/s, IQR 10,338–10,338); "
+                          "measured SLOWER: undone; bounded by model", run)
+    assert "(10,338 samples/s, one measurement, no spread); undone (measured slower, not judged: 4: loader=ring " \
+           "measured once" in step and step.endswith("; bounded by model"), step
+    assert D.reading_line("anything else", run) == "anything else"
