@@ -45,7 +45,8 @@ def test_too_short_a_pass_is_refused_not_mixed():
         C.steady_window(_et([0.1, 0.1], [0.1, 0.1]), skip=2)
 
 
-WINDOW = {"timed_batches": 60, "window_s": 2.0, "half_width": 0.01}   # a steady window at its precision
+WINDOW = {"timed_batches": 60, "window_s": 2.0, "half_width": 0.01,   # a steady window at its precision,
+          "order": "global", "pixel_error": 0.0, "cache": "warm"}       # with the invariants recorded
 
 
 def _steps(wait, busy, kept=True, batch=128, all_cores=False):

@@ -9,7 +9,8 @@ from feedlab.paths import FIGURES_DIR
 from feedlab.report import cure_judge as J
 from feedlab.report.claims.core import Run
 
-WIN = {"timed_batches": 60, "window_s": 2.0, "epoch_batches": 0, "runs": {"samples_per_s": [1, 2, 3]}}
+WIN = {"timed_batches": 60, "window_s": 2.0, "epoch_batches": 0, "runs": {"samples_per_s": [1, 2, 3]},
+       "order": "global", "pixel_error": 0.0, "cache": "warm"}
 
 
 def _step(label, rate, hw, kind="advice", against=None, workers=16, batch=128, **kw):
@@ -92,3 +93,20 @@ def test_a_step_line_says_its_tail_once_and_one_pass_by_its_precision():
     assert printed[1].count("faster than") == 1, printed[1]
     three = dict(w0, runs={"samples_per_s": [230.0, 235.1, 240.0]}, q25=232.0, q75=238.0)
     assert J.spread_words(three) == "IQR 232–238 over 3 passes"
+
+
+def test_a_step_that_records_no_order_pixels_or_cache_reads_not_known_never_equal():
+    """audit54 N8: step_side typed order "global", pixels 0.0 and cache "warm" for every step; 15's record holds none
+    of them, and a format change (png → npy_mmap) changes exactly those: not like for like, never credited."""
+    bare = {k: v for k, v in WIN.items() if k not in ("order", "pixel_error", "cache")}
+    base = {**_step("baseline, 2 workers", 100.0, 0.01, kind="baseline", workers=2), **bare}
+    for k in ("order", "pixel_error", "cache"):
+        base.pop(k, None)
+    step = {**_step("format=npy_mmap", 200.0, 0.01, against=base["label"]), **bare}
+    for k in ("order", "pixel_error", "cache"):
+        step.pop(k, None)
+    side = J.step_side(step)
+    assert side.order is None and side.pixel_error is None and side.cache is None
+    v = J.step_verdict(step, base)
+    assert v.word == "not like for like" and "order, cache, pixels against the reference decode (not known)" in v.why
+    assert J.step_verdict({**step, **WIN}, {**base, **WIN}).word == "met"

@@ -76,12 +76,14 @@ def step_side(s: dict, precision: float | None = None, busy: str | None = None) 
     """A cure step as one side of a comparison: batch size, the epochs its timed pass ran in (a loader
     kind that takes no sampler cycles epochs of ``epoch_batches``), the steady window (its shortest pass's
     batches and seconds, its widest precision, where the record has them), its rate kind at the stated
-    precision (:func:`step_kind`), its repeats and the run's other load. Order and pixels are the same data
-    set's (global shuffle, same decode) on every step."""
+    precision (:func:`step_kind`), its repeats and the run's other load. Order, pixels and cache only as the step
+    recorded them (``order``, ``pixel_error``, ``cache``): a record without them reads "not known", never equal
+    (audit54 N8: a step that changes the format changes exactly what is not recorded)."""
     cfg = s.get("config") or {}
     runs = (s.get("runs") or {}).get("samples_per_s") or []
-    return Side(s.get("label", "?"), order="global", pixel_error=0.0, batch_size=cfg.get("batch_size"),
-                workers=cfg.get("num_workers"), cache="warm", epoch_batches=s.get("epoch_batches"),
+    return Side(s.get("label", "?"), order=s.get("order"), pixel_error=s.get("pixel_error"),
+                batch_size=cfg.get("batch_size"), workers=cfg.get("num_workers"), cache=s.get("cache"),
+                epoch_batches=s.get("epoch_batches"),
                 timed_batches=s.get("timed_batches"), window_s=s.get("window_s"), half_width=s.get("half_width"),
                 rate_kind=step_kind(s, precision), repeats=len(runs) or None, busy=busy)
 
