@@ -6,11 +6,10 @@ import numpy as np
 
 from feedlab import like_for_like as lfl
 from feedlab.plots import PALETTE
+from feedlab.report.tune_judge import LABELS, heuristic_lines
 
 from .tune_proof import HEURISTICS, MAX_PASSES, SECONDS_SHARE, SHARE
 
-LABELS = {"tuner": "the tuner's pick", "start": "the user's start", "pytorch_default": "PyTorch's default (0 workers)",
-          "cores": "workers = cores", "cores_minus_1": "workers = cores − 1"}
 QUICK_NOTEBOOK_S = 150    # the quick profile's seconds for notebook 16 (papermill), set by the coordinator
 TARGET_WORDS = {"share": f"pick ≥ {SHARE:.2f} of the grid's best", "not_below_start": "never below the start beyond "
                 "its spread", "passes": f"≤ {MAX_PASSES} measured passes", "seconds": f"≤ 1/{1 / SECONDS_SHARE:.0f} "
@@ -59,21 +58,9 @@ def target_lines(records: list[dict]) -> list[str]:
 
 
 def heuristic_failures(records: list[dict]) -> list[str]:
-    """Where each heuristic falls under 0.90 of the grid's best, by how much (from this run's grid)."""
-    out = []
-    for h in HEURISTICS[1:]:
-        bad = [(r["key"], r["shares"].get(h)) for r in records if r["shares"].get(h) is not None
-               and r["shares"][h] < SHARE]
-        if bad:
-            out.append(f"{LABELS[h]} fails where it gives under {SHARE:.2f} of the best: "
-                       + ", ".join(f"{k} ({v:.2f})" for k, v in bad))
-        else:
-            out.append(f"{LABELS[h]} is within {SHARE:.2f} of the best in every scenario measured")
-    beats = [(r["key"], r["shares"].get("tuner"), r["shares"].get("cores_minus_1")) for r in records]
-    beats = [f"{k} ×{t / c:.2f}" for k, t, c in beats if t and c and t > c]
-    if beats:
-        out.append("The tuner's pick over \"cores − 1\" (the grid's rates): " + ", ".join(beats))
-    return out
+    """Where each heuristic falls under 0.90 of the grid's best, by the one judge on the two grid rows (this run's
+    grid; :func:`feedlab.report.tune_judge.heuristic_lines`: "fails" only where it says missed)."""
+    return heuristic_lines(records, SHARE)
 
 
 def _trial_words(t: dict, excluded: dict) -> str:
