@@ -6,6 +6,13 @@ otherwise they print it measured, not judged, with the judge's words (audit 45 V
 
 from __future__ import annotations
 
+import math
+import re
+from typing import Sequence
+
+import numpy as np
+
+from feedlab import like_for_like as lfl
 from feedlab.like_for_like import Side, Verdict, verdict
 from feedlab.report.claims import sides
 from feedlab.report.claims.core import NoData, Run
@@ -64,3 +71,84 @@ def first_batch_verdict(run: Run, ratio: float) -> Verdict:
                     batch_size=None, timed_batches=1, window_s=float(rows["value"].median()),
                     repeats=len(rows), busy=sides.run_busy(run))
     return verdict(side(False), side(True), ratio)
+
+
+# ---- 03: pin + pinned copy against a pageable copy of one batch (the notebook's lines, and a recorded line read again)
+def _col(d, col: str):
+    """The one value a row group recorded for ``col`` (None where absent, NaN or not one value: not known)."""
+    if col not in d:
+        return None
+    vals = {str(v) for v in d[col] if not (isinstance(v, float) and math.isnan(v))}
+    if len(vals) != 1:
+        return None
+    v = d[col].dropna().iloc[0]
+    try:
+        return float(v) if col in ("pixel_error", "window_s") else int(v) if col in ("timed_batches", "epoch_batches") else v
+    except (TypeError, ValueError):
+        return v
+
+
+def copy_side(df, variants: Sequence[str], input_size: int, batch_size: int, label: str) -> tuple[lfl.Side, float]:
+    """``(side, median ms)`` of one batch copy in 03's rows: ``variants`` summed per round (pin + pinned copy),
+    its rounds the repeats (their 95% half-width its precision: imprecise past ±5% or under 3 rounds), the
+    invariants each row recorded (a raw copy: no order, pixels or cache; not recorded in an older record: not
+    known), its window the shortest round's (pooled over the rounds where each is short). Main process: 0 workers."""
+    d = df[(df.metric == "ms_per_batch") & (df.input_size == input_size) & (df.batch_size == batch_size)]
+    parts = [d[d.variant == v] for v in variants]
+    if any(p.empty for p in parts):
+        return lfl.Side(label), float("nan")
+    per = [p.groupby("repeat")["value"].sum() if "repeat" in p else p["value"] for p in parts]
+    rounds = sum(per[1:], per[0]).dropna().tolist() if "repeat" in d else []
+    value = float(sum(np.median(p["value"]) for p in parts))
+    hw = lfl.repeat_half_width(rounds)
+    kind = "steady" if hw is not None and hw <= lfl.MAX_HALF_WIDTH and len(rounds) >= lfl.MIN_REPEATS else "imprecise"
+    rows = d[d.variant.isin(variants)]
+    win = [float(w) for w in rows["window_s"] if w == w] if "window_s" in rows else []
+    pooled = min(float(p["window_s"].sum()) for p in parts) if "window_s" in rows and win else None
+    nb = [int(n) for n in rows["timed_batches"] if n == n] if "timed_batches" in rows else []
+    return lfl.Side(label, order=_col(rows, "order"), pixel_error=_col(rows, "pixel_error"), batch_size=batch_size,
+                    workers=0, cache=_col(rows, "cache"), timed_batches=min(nb) if nb else None,
+                    window_s=min(win) if win else None, epoch_batches=_col(rows, "epoch_batches"), half_width=hw,
+                    rate_kind=kind, repeats=len(rounds) or None, pooled_s=pooled, repeat_half_width=hw), value
+
+
+def pinning_verdict(df, input_size: int, batch_size: int) -> lfl.Verdict:
+    """Pin + pinned copy against a pageable copy of one batch, by the one judge: the ratio is the pageable
+    copy's time over the pinned path's (> 1: pinning wins), its interval from the two sides' half-widths."""
+    a, pin_ms = copy_side(df, ("pin", "h2d_pinned"), input_size, batch_size, "pin + pinned copy")
+    b, pg_ms = copy_side(df, ("h2d_pageable",), input_size, batch_size, "pageable copy")
+    ratio = pg_ms / pin_ms if pin_ms > 0 and math.isfinite(pg_ms) else None
+    lo = hi = None
+    if ratio is not None and a.half_width is not None and b.half_width is not None:
+        h = math.hypot(a.half_width, b.half_width)
+        lo, hi = ratio * (1 - h), ratio * (1 + h)
+    return lfl.verdict(a, b, ratio, lo=lo, hi=hi)
+
+
+def pinning_words(v: lfl.Verdict) -> str:
+    """The verdict's words for a reading line: who wins where judged, else measured, not judged, and why."""
+    r = f"×{v.ratio:.2f}" if v.ratio is not None else "no ratio"
+    if v.word == lfl.MET:
+        return f"pinned wins ({r} faster, interval {v.lo:.2f}–{v.hi:.2f})"
+    if v.word == lfl.MISSED:
+        return f"pageable wins (pinned {r}, interval {v.lo:.2f}–{v.hi:.2f})"
+    if v.word == lfl.WITHIN:
+        return f"not told apart (pinned {r}; {v.why})"
+    return f"pinned {r}: measured, not judged: {v}"
+
+
+_PIN_LINE = re.compile(r"^(input\s+(\d+), batch\s+(\d+): pin [\d.]+ \+ pinned copy [\d.]+ ms vs pageable copy [\d.]+ ms) -> "
+                       r"(pinned wins|pageable wins)(?: \(.*\))?$")
+
+
+def pinning_line(line: str, run: Run) -> str:
+    """03's recorded "-> pinned wins / pageable wins" (an older notebook's point comparison, audit54 F6) read again
+    by :func:`pinning_verdict` on the record's rows, the recorded words kept in view where today's differ."""
+    m = _PIN_LINE.match(line)
+    if not m:
+        return line
+    try:
+        now = pinning_words(pinning_verdict(run.frame, int(m.group(2)), int(m.group(3))))
+    except (NoData, KeyError, AttributeError):
+        return line
+    return line if now.startswith(m.group(4)) else f"{m.group(1)} -> {now} [recorded by the notebook: {m.group(4)}]"
