@@ -63,6 +63,32 @@ def test_01_readings_say_what_was_measured():
     assert lines[-1] == "GPU busy could not be measured: no CUDA on this run."
 
 
+def test_01_the_best_rate_is_labelled_by_the_precision_rule_where_its_rows_are_given():
+    """audit54 S7: "best 1890 at 2 workers (2.17× over 1 worker)" stood on a 1-repeat imprecise rate (±7.4%) with
+    no label; given (b)'s rows, the best carries the precision rule's words and its ratio is measured, not judged.
+    The copy path prints a recorded line the same way (report.stage_judge.ladder_line)."""
+    from feedlab.report.claims.core import Run
+    from feedlab.report.stage_judge import ladder_line
+
+    tl, tp, ms, wait = _nb01()
+    rows = [dict(experiment="throughput_vs_workers", model="none", num_workers=w, batch_size=32, repeat=r,
+                 metric="samples_per_s", value=v, rate_kind=k, rate_half_width=h, timed_batches=60, window_s=2.0)
+            for w, v, k, h, reps in ((1, 110.0, "steady", 0.02, 3), (2, 300.0, "imprecise", 0.074, 1))
+            for r in range(reps)]
+    frame = pd.DataFrame(rows)
+    lines = W.readings(tl, tp[tp.model == "none"], ms, wait, timeline_workers=[1, 3], sleep_batch_size=4,
+                       sleep_items=32, sleep_s=0.25, worker_counts=[0, 2], batch_sizes=[8, 32], model="none",
+                       has_gpu_busy=False, has_gpu_util=False, frame=frame)
+    want = ("(b) loader alone: 100 samples/s at 0 workers, 110 at 1, best 300 at 2 workers (imprecise: ±7.4% > ±5% "
+            "asked; 1 repeat < 3) (2.73× over 1 worker: measured, not judged).")
+    assert want in lines, lines
+    old = "(b) loader alone: 100 samples/s at 0 workers, 110 at 1, best 300 at 2 workers (2.73× over 1 worker)."
+    run = Run({}, fingerprint={}, frame=frame)
+    assert ladder_line(old, run) == want and ladder_line(want, run) == want
+    steady = Run({}, fingerprint={}, frame=frame.assign(rate_kind="steady", rate_half_width=0.02))
+    assert ladder_line(old, steady) == old
+
+
 def test_01_payload_keys_and_values():
     tl, tp, ms, wait = _nb01()
     rows = []

@@ -24,6 +24,8 @@ from feedlab.experiments._grid_spend import claim_workers, ends, extremes_first,
 from feedlab.experiments.loader_grid import default_device, grid, metric_summary, run_grid, steady_rows
 from feedlab.like_for_like import NOT_APPLICABLE, invariants
 from feedlab.plots import PALETTE, finding_title, workers_label
+from feedlab.report.claims.core import Run
+from feedlab.report.claims.sides import ladder_words
 from feedlab.results import Results, summary_median
 from feedlab.timing import owned_iterator
 
@@ -253,10 +255,11 @@ def batch_title(ms_sum, batch_sizes: Sequence[int]) -> str:
 
 def readings(tl_sum, tp_sum, ms_sum, wait_sum, *, timeline_workers: Sequence[int], sleep_batch_size: int,
              sleep_items: int, sleep_s: float, worker_counts: Sequence[int], batch_sizes: Sequence[int],
-             model: str, has_gpu_busy: bool, has_gpu_util: bool, nvml_note: str = "") -> list[str]:
+             model: str, has_gpu_busy: bool, has_gpu_util: bool, nvml_note: str = "", frame=None) -> list[str]:
     """Notebook 01's reading, one line each: (a) the sleep timeline against the ideal speed-up,
     (b) each line's worker speed-up, (c) the batch-size trend per worker count, then what was not
-    measured. Every number is read from the summaries given (medians over repeats)."""
+    measured. Every number is read from the summaries given (medians over repeats). ``frame``: (b)'s rows, so the
+    best rate is labelled by the precision rule (imprecise, and its ratio measured, not judged: audit54 S7)."""
     lines = []
     tl = tl_sum[tl_sum.metric == "wall_s"]
     few, many = min(timeline_workers), max(timeline_workers)
@@ -276,8 +279,11 @@ def readings(tl_sum, tp_sum, ms_sum, wait_sum, *, timeline_workers: Sequence[int
         name = "loader alone" if m == "none" else f"with {m}"
         w1 = 1 if 1 in s.index else int(s.index.min())
         w0 = int(s.index.min())
+        tag, tail = ("", "") if frame is None else ladder_words(Run({}, fingerprint={}, frame=frame), str(m),
+                                                                 int(s.idxmax()), w1)
         lines.append(f"(b) {name}: {s.loc[w0]:.0f} samples/s at {w0} workers, {s.loc[w1]:.0f} at {w1}, best "
-                     f"{s.max():.0f} at {int(s.idxmax())} workers ({s.max() / s.loc[w1]:.2f}× over {workers_label(w1)}).")
+                     f"{s.max():.0f} at {int(s.idxmax())} workers{tag} ({s.max() / s.loc[w1]:.2f}× over "
+                     f"{workers_label(w1)}{tail}).")
     b0, b1 = min(batch_sizes), max(batch_sizes)
     if ms_sum.empty:
         lines.append(f"(c) batch-size table: {NOT_MEASURED}")

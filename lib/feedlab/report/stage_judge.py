@@ -152,3 +152,20 @@ def pinning_line(line: str, run: Run) -> str:
     except (NoData, KeyError, AttributeError):
         return line
     return line if now.startswith(m.group(4)) else f"{m.group(1)} -> {now} [recorded by the notebook: {m.group(4)}]"
+
+
+_LADDER = re.compile(r"^(\(b\) (?:loader alone|with (\S+)): .*, best [\d,]+ at (\d+) workers)"
+                     r"(?: \(imprecise: [^)]*\))? \(([\d.]+)× over ((\d+) workers?)(?:: measured, not judged)?\)\.$")
+
+
+def ladder_line(line: str, run: Run) -> str:
+    """01's recorded "(b) … best N at W workers (R× over one worker)." with the precision rule's labels
+    (:func:`feedlab.report.claims.sides.ladder_words`), as the notebook prints them now (audit54 S7)."""
+    m = _LADDER.match(line)
+    if not m:
+        return line
+    try:
+        tag, tail = sides.ladder_words(run, m.group(2) or "none", int(m.group(3)), int(m.group(6)))
+    except NoData:
+        return line
+    return f"{m.group(1)}{tag} ({m.group(4)}× over {m.group(5)}{tail})."

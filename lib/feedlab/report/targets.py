@@ -45,7 +45,7 @@ from feedlab.report.doctor_judge import (  # noqa: F401  (re-exported: 10's erro
     row_speed,
     too_busy,
 )
-from feedlab.report.stage_judge import collate_verdict, pinning_line
+from feedlab.report.stage_judge import collate_verdict, ladder_line, pinning_line
 from feedlab.report.tune_judge import recorded_line
 
 PCIE_FRACTION = 0.75        # 03: pinned host→device bandwidth ÷ the link's payload ceiling
@@ -397,7 +397,8 @@ TUNE = Target("tune-targets", "16_tune", ">=", 1.0, "the tuner's targets, each s
 CLAUSES = {HANDOVER.notebook: (HANDOVER, handover_line),
            ADVICE.notebook: (ADVICE, lambda line, t, run: reading_line(advice_line(line, t, run), run)), TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line),
            TUNE.notebook: (TUNE, lambda line, t, run: sides_.tune_target_line(recorded_line(line, run), run)),
-           "03_pinned_memory_by_input_size": (None, lambda line, t, run: pinning_line(line, run))}
+           "03_pinned_memory_by_input_size": (None, lambda line, t, run: pinning_line(line, run)),
+           "01_worker_scaling": (None, lambda line, t, run: ladder_line(line, run))}
 
 
 def for_notebook(notebook: str) -> tuple[Target, ...]:

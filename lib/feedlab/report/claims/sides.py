@@ -15,7 +15,17 @@ from __future__ import annotations
 import math
 import re
 
-from feedlab.like_for_like import MET, NOT_APPLICABLE, Side, Verdict, order_of, repeat_half_width, reread, verdict
+from feedlab.like_for_like import (
+    MET,
+    NOT_APPLICABLE,
+    Side,
+    Verdict,
+    order_of,
+    precision_problem,
+    repeat_half_width,
+    reread,
+    verdict,
+)
 from feedlab.report.claims.core import NOT_FAIR, NoData, Outcome, Run, status_of
 from feedlab.report.claims.fair import BUSY_PREFIX, busy_reason, rows_of
 
@@ -425,3 +435,14 @@ def tune_target_line(line: str, run: Run | None) -> str:
         parts.append(f"{r.get('key')} {v.word}{num}{why}")
         met += v.word == MET
     return f"Target ({m.group(1)}): met in {met} of {len(parts)} — " + "; ".join(parts)
+
+
+def ladder_words(run: Run, model: str, best: int, base: int) -> tuple[str, str]:
+    """01's "best N at W workers (R× over one worker)" by the precision rule (audit54 S7): ``(tag on the best,
+    tail on the ratio)``: " (imprecise: ±7.4% > ±5% asked; 1 repeat < 3)" where a side's rate stands short of
+    :func:`precision_problem`, and ": measured, not judged" on the ratio then; ('', '') where both stand."""
+    sides = {w: side_of_rows(run, {"experiment": "throughput_vs_workers", "model": model, "num_workers": w},
+                             f"{w} workers")[0] for w in (best, base)}
+    words = {w: precision_problem(s.label, s.rate_kind, s.half_width, s.repeats) for w, s in sides.items()}
+    tag = words[best].split("'s rate is ", 1)[-1].replace(" (", ": ", 1).rstrip(")")
+    return (f" ({tag})" if tag else ""), (": measured, not judged" if any(words.values()) else "")
