@@ -43,8 +43,13 @@ def _adv(ranks, preds):
             "best": max(rows, key=lambda r: r["rank_samples_per_s"]), "note": "predicted"}
 
 
-def _m(v):
-    return {"median": v, "q25": v * 0.9, "q75": v * 1.1}
+def _m(v, **recorded):
+    return {"median": v, "q25": v * 0.9, "q75": v * 1.1, **recorded}
+
+
+# what a grid row records where the one judge can read it (a steady window of 100 batches over 2 s, 3 repeats)
+FAIR = dict(batch_size=64, order="global", cache="warm", pixel_error=0.0, window_s=2.0, timed_batches=100,
+            rate_kind="steady", repeats=3)
 
 
 def test_calibrate_names_slower_settings_and_judges_the_advice():
@@ -66,7 +71,7 @@ def test_calibrate_names_slower_settings_and_judges_the_advice():
 def test_calibrate_advice_that_loses_to_the_measured_best_does_not_hold():
     from feedlab.doctor.ranks import calibrate
 
-    out = calibrate([_adv(1, [100, 400])], {(1, 0): _m(200), (1, 1): _m(120)}, tol=0.2)
+    out = calibrate([_adv(1, [100, 400])], {(1, 0): _m(200, **FAIR), (1, 1): _m(120, **FAIR)}, tol=0.2)
     assert out["advised"] == (1, 1) and out["best"] == (1, 0) and out["holds"] is False
     assert "does not hold." in out["lines"][0]
     assert any("faster than predicted" in x for x in out["lines"]) and any("slower than predicted" in x for x in out["lines"])
@@ -96,7 +101,7 @@ def test_grid_aggregates_feed_the_calibration():
             for k, v in enumerate([100.0, 200.0, 300.0])]
     rows.append(dict(metric="wall_s", ranks=2, workers_per_rank=1, rank=0, repeat=0, value=5.0))
     m = measured_aggregates(pd.DataFrame(rows))
-    assert m == {(2, 1): {"median": 200.0, "q25": 150.0, "q75": 250.0}}
+    assert m == {(2, 1): {"median": 200.0, "q25": 150.0, "q75": 250.0, "repeats": 3}}
     assert measured_aggregates(pd.DataFrame()) == {}
     from feedlab.formats import FORMATS
 
@@ -116,3 +121,27 @@ def test_calibrate_does_not_count_an_unpredicted_setting_and_survives_zero_rates
     assert "1 of 1 measured settings" in out["lines"][-1]
     out = calibrate([adv], {(1, 0): {"median": 0.0}, (1, 1): {"median": 0.0}})
     assert out["holds"] is None and "nothing to compare" in out["lines"][0]
+
+
+def test_the_advice_holds_only_where_the_one_judge_reads_both_settings():
+    """audit54 N9: 14's "holds" was a point share of two medians (2,516 ÷ 2,824 ≥ 0.80) whose windows, order and cache
+    the record does not hold: by the one judge that is measured, not judged; with them recorded it is judged, and
+    a share whose IQRs straddle the tolerance is not told apart. A recorded line is read again the same way."""
+    import pandas as pd
+
+    from feedlab.doctor.ranks import advice_holds, recorded_advice_line
+
+    bare = {(2, 0): _m(2516.0), (2, 1): _m(2824.0)}
+    holds, words = advice_holds(bare, (2, 0), (2, 1), 0.20)
+    assert holds is None and words.startswith("measured, not judged: not like for like (not recorded for 2 rank(s)")
+    fair = {k: dict(v, **FAIR) for k, v in bare.items()}
+    assert advice_holds({k: dict(v, q25=v["median"] * 0.99, q75=v["median"] * 1.01) for k, v in fair.items()},
+                        (2, 0), (2, 1), 0.20) == (True, "holds.")
+    assert advice_holds(fair, (2, 0), (2, 1), 0.20)[0] is None      # its IQRs give 0.73–1.09: holds 0.80
+    rows = [dict(metric="aggregate_samples_per_s", ranks=2, workers_per_rank=w, repeat=k, value=v * (1 + k / 100))
+            for w, v in ((0, 2516.0), (1, 2824.0)) for k in range(3)]
+    line = ("Doctor's advice 2 rank(s) × 0 workers (predicted 3,995 samples/s) vs the measured best 2 rank(s) × 1 "
+            "workers (2,824 samples/s), tolerance 20%: the advice measured 2,516 samples/s (89% of the best, ×0.63 "
+            "of its prediction): holds.")
+    new = recorded_advice_line(line, pd.DataFrame(rows))
+    assert ": measured, not judged: not like for like (" in new and new.endswith("[recorded by the notebook: holds.]")

@@ -12,6 +12,10 @@ verdict (predicted vs measured aggregate, each setting slower than predicted nam
 
 from __future__ import annotations
 
+import re
+
+from feedlab import like_for_like as lfl
+
 from .costs import CostTable, Machine
 from .predict import predict
 
@@ -63,8 +67,8 @@ def calibrate(advices: list[dict], measured: dict, tol: float = 0.20) -> dict:
     Each measured setting the doctor priced gets ``ratio`` = measured ÷ predicted and a
     status: ``slower than predicted`` below ``1 - tol``, ``faster than predicted`` above
     ``1 + tol``, else ``as predicted``. The advice (the rank count and workers with the
-    highest predicted aggregate) holds when its measured aggregate is at least ``1 - tol``
-    of the measured best setting. Returns ``rows``, ``advised``, ``best``, ``holds``
+    highest predicted aggregate) holds when the one judge finds its measured aggregate at least ``1 - tol``
+    of the measured best setting (:func:`advice_holds`). Returns ``rows``, ``advised``, ``best``, ``holds``
     (None when the advised setting was not measured) and the ``lines`` to print."""
     rows = []
     for adv in advices:
@@ -100,10 +104,9 @@ def calibrate(advices: list[dict], measured: dict, tol: float = 0.20) -> dict:
     if ma is None:
         lines.append(head + "the advised setting was not measured here (add it to rank_counts / worker_counts).")
     else:
-        out["holds"] = bool(ma["median"] >= (1 - tol) * mb)
+        out["holds"], words = advice_holds(measured, out["advised"], best, tol)
         lines.append(head + f"the advice measured {ma['median']:,.0f} samples/s ({100 * ma['median'] / mb:.0f}% of "
-                     f"the best, ×{ma['median'] / b['aggregate_samples_per_s']:.2f} of its prediction): "
-                     + ("holds." if out["holds"] else "does not hold."))
+                     f"the best, ×{ma['median'] / b['aggregate_samples_per_s']:.2f} of its prediction): {words}")
     for r in rows:
         if r["status"] != "as predicted":
             lines.append(f"  {r['ranks']} rank(s) × {r['workers_per_rank']} workers: {r['status']} — measured "
@@ -112,3 +115,69 @@ def calibrate(advices: list[dict], measured: dict, tol: float = 0.20) -> dict:
     n_pred = sum(r["status"] != "not predicted" for r in rows)
     lines.append(f"  {n_ok} of {n_pred} measured settings within {100 * tol:.0f}% of the doctor's prediction.")
     return out
+
+
+INVARIANTS = ("batch_size", "order", "cache", "pixel_error", "window_s", "timed_batches", "rate_kind", "half_width")
+
+
+def measured_aggregates(df) -> dict:
+    """``{(ranks, workers_per_rank): {median, q25, q75, repeats, …}}`` of the grid's aggregate samples/s, with
+    each invariant the rows record as one value (:data:`INVARIANTS`; not recorded: left out, read as not known)."""
+    agg = df[df.metric == "aggregate_samples_per_s"] if len(df) else df
+    out = {}
+    if len(agg):
+        for (r, w), g in agg.groupby(["ranks", "workers_per_rank"]):
+            q25, med, q75 = g.value.quantile([0.25, 0.5, 0.75])
+            m = {"median": float(med), "q25": float(q25), "q75": float(q75)}
+            if "repeat" in g:
+                m["repeats"] = int(g["repeat"].nunique())
+            for k in INVARIANTS:
+                vals = g[k].dropna().unique() if k in g else []
+                if len(vals) == 1:
+                    m[k] = vals[0].item() if hasattr(vals[0], "item") else vals[0]
+            out[(int(r), int(w))] = m
+    return out
+
+
+def _side(key: tuple, m: dict) -> lfl.Side:
+    return lfl.Side(f"{key[0]} rank(s) × {key[1]} workers", workers=key[1], repeats=m.get("repeats"),
+                    **{k: m.get(k) for k in INVARIANTS})
+
+
+def advice_holds(measured: dict, advised: tuple, best: tuple, tol: float) -> tuple[bool | None, str]:
+    """``(holds, words)``: the advised setting's aggregate over the measured best's, against ``1 - tol``, by the one
+    judge on both settings' recorded invariants (window, repeats, order, cache, pixels; not recorded: not known) —
+    the interval from their IQRs; the advice that is the best holds where its rate stands by the precision rule
+    (audit54 N9: 14's "holds" was a point share of two medians whose windows the record does not hold)."""
+    ma, mb = measured[advised], measured[best]
+    a, b = _side(advised, ma), _side(best, mb)
+    if advised == best:
+        v = lfl.reread(lfl.Verdict(lfl.MET, "it is the best", 1.0, 1.0, 1.0, 1 - tol), a, a)
+    else:
+        q = [ma.get("q25"), ma.get("q75"), mb.get("q25"), mb.get("q75")]
+        lo, hi = (q[0] / q[3], q[1] / q[2]) if all(x and x > 0 for x in q) else (None, None)
+        v = lfl.verdict(a, b, ma["median"] / mb["median"], target=1 - tol, lo=lo, hi=hi, changes=("workers",))
+    if v.word == lfl.MET:
+        return True, "holds."
+    if v.word == lfl.MISSED:
+        return False, "does not hold."
+    return None, f"measured, not judged: {v}."
+
+
+_ADVICE = re.compile(r"^(Doctor's advice (\d+) rank\(s\) × (\d+) workers .* vs the measured best (\d+) rank\(s\) × "
+                     r"(\d+) workers .*, tolerance (\d+)%: the advice measured .* of its prediction\)): "
+                     r"(holds\.|does not hold\.)$")
+
+
+def recorded_advice_line(line: str, frame) -> str:
+    """14's recorded "…: holds." / "does not hold." read again by :func:`advice_holds` on the record's rows, the
+    recorded words kept in view where today's differ; any other line as recorded."""
+    m = _ADVICE.match(line)
+    if not m:
+        return line
+    measured = measured_aggregates(frame)
+    advised, best = (int(m.group(2)), int(m.group(3))), (int(m.group(4)), int(m.group(5)))
+    if advised not in measured or best not in measured:
+        return line
+    _, words = advice_holds(measured, advised, best, int(m.group(6)) / 100)
+    return line if words == m.group(7) else f"{m.group(1)}: {words} [recorded by the notebook: {m.group(7)}]"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from feedlab import pipeline as pl
 from feedlab.doctor.measure import Doctor, Effort
-from feedlab.doctor.ranks import advise_ranks, calibrate
+from feedlab.doctor.ranks import advise_ranks, calibrate, measured_aggregates  # noqa: F401  (re-exported)
 from feedlab.formats import FORMATS
 from feedlab.results import Results
 from feedlab.scale.pagecache import page_cache_share
@@ -149,17 +149,6 @@ def run_page_cache(data, spec: pl.PipelineSpec, ranks: int, cores: list[int], se
 
 
 # ---------------------------------------------------------------- the doctor's advice, checked
-
-
-def measured_aggregates(df) -> dict:
-    """``{(ranks, workers_per_rank): {median, q25, q75}}`` of the grid's aggregate samples/s."""
-    agg = df[df.metric == "aggregate_samples_per_s"] if len(df) else df
-    out = {}
-    if len(agg):
-        for (r, w), g in agg.groupby(["ranks", "workers_per_rank"]):
-            q25, med, q75 = g.value.quantile([0.25, 0.5, 0.75])
-            out[(int(r), int(w))] = {"median": float(med), "q25": float(q25), "q75": float(q75)}
-    return out
 
 
 def doctor_check(data, spec: pl.PipelineSpec, rank_counts, worker_counts, cores: list[int], df, tol: float = 0.20,

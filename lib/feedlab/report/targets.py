@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
+from feedlab.doctor.ranks import recorded_advice_line
 from feedlab.like_for_like import MET, MISSED, NOT_LIKE, WITHIN, Side, Verdict, differences, reread
 from feedlab.like_for_like import verdict as like_verdict
 from feedlab.machines import pcie_theoretical_gbps
@@ -398,7 +399,15 @@ CLAUSES = {HANDOVER.notebook: (HANDOVER, handover_line),
            ADVICE.notebook: (ADVICE, lambda line, t, run: reading_line(advice_line(line, t, run), run)), TIMER.notebook: (TIMER, timer_line), PEER.notebook: (PEER, peer_line), CURE.notebook: (CURE, cure_step_line),
            TUNE.notebook: (TUNE, lambda line, t, run: sides_.tune_target_line(recorded_line(line, run), run)),
            "03_pinned_memory_by_input_size": (None, lambda line, t, run: pinning_line(line, run)),
-           "01_worker_scaling": (None, lambda line, t, run: ladder_line(line, run))}
+           "01_worker_scaling": (None, lambda line, t, run: ladder_line(line, run)),
+           "14_ranks_and_remote_decode": (None, lambda line, t, run: _advice_14(line, run))}
+
+
+def _advice_14(line: str, run: Run) -> str:
+    try:
+        return recorded_advice_line(line, run.frame)
+    except NoData:
+        return line
 
 
 def for_notebook(notebook: str) -> tuple[Target, ...]:
