@@ -198,6 +198,9 @@ def hand_summary(hand: dict) -> dict:
     share = truth_share(f, s, hand.get("workers", 0))
     out["wait_share"] = share
     out["truth"] = truth_of(share)
+    iv = median_interval(step) if size else None
+    if iv is not None:   # the hand step's own spread: the step price is judged on it (judge_ratio)
+        out["step_s_per_sample_interval"] = [iv[0] / size, iv[1] / size]
     lo_hi = truth_interval(fetch, step, hand.get("workers", 0)) if share is not None else None
     if lo_hi is not None:
         out["wait_share_interval"] = list(lo_hi)
@@ -222,6 +225,19 @@ def truth_interval(fetch: list, step: list, workers: int, level: float = TRUTH_L
     shares = fm / np.maximum(fm + sm, 1e-12)
     tail = 50.0 * (1.0 - level)
     lo, hi = np.percentile(shares, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def median_interval(xs: list, level: float = TRUTH_LEVEL, resamples: int = TRUTH_RESAMPLES) -> tuple[float, float] | None:
+    """The central ``level`` of a median over ``resamples`` bootstrap draws of ``xs`` (seeded), or None under 3."""
+    import numpy as np
+
+    x = np.asarray([v for v in xs if v is not None and math.isfinite(v)], float)
+    if len(x) < 3:
+        return None
+    m = np.median(x[np.random.default_rng(0).integers(0, len(x), (resamples, len(x)))], axis=1)
+    tail = 50.0 * (1.0 - level)
+    lo, hi = np.percentile(m, [tail, 100.0 - tail])
     return float(lo), float(hi)
 
 
@@ -355,16 +371,41 @@ def prediction_check(rep: dict, busy: str | None = None) -> dict:
     return out
 
 
-def judge_ratio(r: float | None, busy: str | None, lo_hi=STEP_RATIO) -> str:
-    """met / missed by how much / not measured, or the busy sentence instead of a figure."""
+def judge_ratio(r: float | None, busy: str | None, lo_hi=STEP_RATIO, interval: tuple | None = None) -> str:
+    """met / missed / not judged, judged on the ratio's interval (``interval``: from the hand timing's bootstrap,
+    :func:`step_ratio_interval`; audit54 N7: 8 hand-timed batches gave 1.17 "met" in one run and 0.78 "missed" in
+    the next): met only with the whole interval inside the band, missed only with it outside, else not judged;
+    no interval: "not judged (the record holds no spread)"; not measured; or the busy sentence instead of a figure."""
     if busy:
         return f"too busy to judge ({busy})"
     if r is None:
         return "not measured"
     lo, hi = lo_hi
-    if lo <= r <= hi:
+    if interval is None or None in interval:
+        return f"not judged ({r:.2f}; the record holds no spread)"
+    a, b = min(interval), max(interval)
+    span = f"its {TRUTH_LEVEL:.0%} interval {a:.2f}-{b:.2f}"
+    if lo <= a and b <= hi:
         return "met"
-    return f"missed ({r:.2f}, outside {lo:g}-{hi:g})"
+    if b < lo or a > hi:
+        return f"missed ({r:.2f}, {span} outside {lo:g}-{hi:g})"
+    return f"not judged ({r:.2f}, {span} holds an edge of {lo:g}-{hi:g})"
+
+
+def step_ratio_interval(doctor_step: float | None, hand: dict) -> tuple[float, float] | None:
+    """The doctor's step price ÷ the hand timing's, as an interval: the doctor's price over the ends of the hand
+    step's :data:`TRUTH_LEVEL` bootstrap interval (``hand["step_s_per_sample_interval"]``); None where not recorded."""
+    iv = hand.get("step_s_per_sample_interval")
+    if doctor_step is None or not iv or None in iv or min(iv) <= 0:
+        return None
+    return doctor_step / max(iv), doctor_step / min(iv)
+
+
+def step_price(row: dict) -> str:
+    """A case's step-price judgement read again from its record (never the word it stored)."""
+    r = row.get("step_ratio")
+    return judge_ratio(r, row.get("busy"), interval=step_ratio_interval(row.get("doctor_step_s_per_sample"),
+                                                                        row.get("hand") or {}))
 
 
 def judge_verdict(doctor: str | None, truth: str | None, busy: str | None, on_line: tuple | None = None) -> str:
@@ -402,7 +443,8 @@ def case_row(case: Case, batch: int, workers: int, hand: dict, summary: dict, re
     verdicts = {v for v in (summary.get("verdict"), rep.get("verdict")) if v}
     row = {"case": case.name, "script": case.script, "source": case.source, "shape": case.shape, "batch": batch,
            "workers": workers, "intended": case.intended, "hand": h, "doctor_step_s_per_sample": doc_step,
-           "diagnosis_step_s_per_sample": model_price(rep), "step_ratio": r, "step_ratio_judged": judge_ratio(r, busy),
+           "diagnosis_step_s_per_sample": model_price(rep), "step_ratio": r,
+           "step_ratio_judged": judge_ratio(r, busy, interval=step_ratio_interval(doc_step, h)),
            "doctor_verdict": summary.get("verdict"), "doctor_wait_share": summary.get("data_wait_fraction"),
            "diagnosis_verdict": rep.get("verdict"), "one_verdict": len(verdicts) <= 1, "truth": h["truth"],
            "truth_wait_share": h["wait_share"],
@@ -514,7 +556,7 @@ def run_section(result: dict) -> list[str]:
         one = one_verdict(r)
         lines.append(
             f"| {r['case']} | {r['batch']} | {fmt(r['doctor_step_s_per_sample'], '.1f', 1e3)} | "
-            f"{fmt(r['hand']['step_s_per_sample'], '.1f', 1e3)} | {fmt(r['step_ratio'])} | {cell(r['step_ratio_judged'])} | "
+            f"{fmt(r['hand']['step_s_per_sample'], '.1f', 1e3)} | {fmt(r['step_ratio'])} | {cell(step_price(r))} | "
             f"{r['truth'] or '—'} ({fmt(r['truth_wait_share'], '.0%')}{interval_words(r['hand'])}) | "
             f"{r['doctor_verdict'] or '—'} "
             f"({fmt(r['doctor_wait_share'], '.0%')}) | {cell(r['verdict_judged'])} | {r['diagnosis_verdict'] or '—'} "
@@ -620,7 +662,10 @@ def document(results: list[tuple[str, dict]]) -> str:
             f"two medians; a record without one is judged on the share alone) holds the {DATA_BOUND_SHARE:.0%} line, the hand "
             "timing cannot tell the two verdicts apart and the doctor's is not judged. A change is judged by feedlab.like_for_like.verdict "
             f"against the start: met at ×{CHANGE_TARGET:.2f} with its interval clear of it, \"within spread\" where the "
-            "interval holds it; the first records measured it in one pass a side (not tested fairly).", ""]
+            "interval holds it; the first records measured it in one pass a side (not tested fairly). The step price "
+            f"(the doctor's step time ÷ the hand timing's) is judged against {STEP_RATIO[0]:g}-{STEP_RATIO[1]:g} on its "
+            f"{TRUTH_LEVEL:.0%} interval (a bootstrap of the hand step's median): met only with the interval inside, "
+            "missed only with it outside, else not judged; a record without that interval is not judged.", ""]
     return "\n".join(out)
 
 

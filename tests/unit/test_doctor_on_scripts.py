@@ -99,8 +99,8 @@ def test_ratio_is_none_where_a_side_is_missing(B):
 
 
 def test_judge_ratio_targets_and_busy_machine(B):
-    assert B.judge_ratio(0.8, None) == "met" and B.judge_ratio(1.2, None) == "met"
-    assert B.judge_ratio(1.36, None) == "missed (1.36, outside 0.8-1.2)"
+    assert B.judge_ratio(0.8, None, interval=(0.8, 0.9)) == "met" and B.judge_ratio(1.2, None, interval=(1.1, 1.2)) == "met"
+    assert B.judge_ratio(1.36, None, interval=(1.3, 1.4)) == "missed (1.36, its 90% interval 1.30-1.40 outside 0.8-1.2)"
     assert B.judge_ratio(None, None) == "not measured"
     busy = B.busy_words(BUSY)
     words = B.judge_ratio(2.9, busy)
@@ -435,3 +435,20 @@ def test_the_doc_sets_two_runs_side_by_side(B):
             "marked off |") in doc
     assert "| dcgan | not run | error (3 s) |" in doc and "Wall time: run 1 400 s, run 2 420 s." in doc
     assert "prediction tables within ±20% or marked off 1 of 1" in doc
+
+
+def test_the_step_price_is_judged_on_the_hand_timings_spread(B):
+    """audit54 N7: one case's step price read 1.17 "met" in one run and 0.78 "missed" in the next, each a point ratio
+    over 8 hand-timed batches: judged on its interval, a band edge inside it is "not judged", and a record that
+    holds no spread (the committed runs) is "not judged (the record holds no spread)", never met or missed."""
+    assert B.judge_ratio(0.78, None, interval=(0.6, 1.0)) == \
+        "not judged (0.78, its 90% interval 0.60-1.00 holds an edge of 0.8-1.2)"
+    assert B.judge_ratio(1.17, None) == "not judged (1.17; the record holds no spread)"
+    old = {"step_ratio": 0.78, "busy": None, "doctor_step_s_per_sample": 0.0078, "step_ratio_judged": "missed",
+           "hand": {"step_s_per_sample": 0.01}}
+    assert B.step_price(old) == "not judged (0.78; the record holds no spread)"
+    hand = B.hand_summary({"fetch_s": [1, .04, .04, .04], "step_s": [1, .07, .08, .09, .10, .06, .08, .11, .05],
+                           "sizes": [8] * 9, "workers": 0})
+    lo, hi = hand["step_s_per_sample_interval"]
+    assert lo < hand["step_s_per_sample"] < hi
+    assert B.step_ratio_interval(0.01, hand) == pytest.approx((0.01 / hi, 0.01 / lo))
