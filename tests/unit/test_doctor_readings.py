@@ -122,3 +122,6 @@ def test_a_calibration_row_is_marked_by_the_one_judge_where_its_marks_are_given(
     assert "error +30% (MISSED by 10 points)" in DS.calibration_lines(summary)[0]
     line = DS.calibration_lines(summary, {"2 workers": "not judged: 2 workers' timed window was not recorded"})[0]
     assert line.endswith("error +30% (not judged: 2 workers' timed window was not recorded)"), line
+    head = DS.calibration_lines(summary, {"2 workers": "not judged: 2 workers' timed window was not recorded"})[1]
+    assert "NOT met" not in head and "not judged, 1 of 1 settings not read" in head, head
+    assert "NOT met on 1 of 1" in DS.calibration_lines(summary)[1]

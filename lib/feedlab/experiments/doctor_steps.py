@@ -221,6 +221,11 @@ def calibration_lines(summary: dict, marks: dict[str, str] | None = None) -> lis
     else:
         n = len(summary["rows"]) - len(busy)
         met = "met" if summary["within_20pct"] else f"NOT met on {len(summary['misses'])} of {n}"
+        if marks:   # the one judge's reading of each row: a miss only where read, else not judged (audit54 N2)
+            mk = [marks.get(row_label(r), "") for r in summary["rows"] if not r.get("too_busy")]
+            miss, unread = sum(m.startswith("MISSED") for m in mk), sum(m.startswith("not judged") for m in mk)
+            met = (f"NOT met on {miss} of {n}" if miss else f"not judged, {unread} of {n} settings not read"
+                   if unread else "met")
         skipped = f"; {len(busy)} too busy to judge: {', '.join(busy)}" if busy else ""
         out.append(f"Prediction error over {n} measured settings: largest {100 * summary['max_abs_error']:.0f}% "
                    f"(target ±{100 * TARGET_ERROR:.0f}% on every step and worker count: {met}{skipped}).")
