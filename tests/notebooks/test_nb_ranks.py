@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from nbrun import recorded
-
 from feedlab.profiles import load_profiles
+
+from nbrun import recorded
 
 pytestmark = pytest.mark.notebook
 
