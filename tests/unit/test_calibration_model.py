@@ -214,6 +214,8 @@ def test_a_fast_settings_window_is_sized_again_from_a_pass_of_the_new_length(mon
     import math
 
     from feedlab.doctor import e2e
+    from feedlab.doctor.effort import WINDOW_MARGIN
+
     monkeypatch.setattr(e2e, "cpu_capacity", lambda ks, **k: {k_: float(min(k_, 2)) for k_ in ks})
     seen = iter([8 * 40.0, 8 * 60.0])   # samples/s: the short pass, then the pass of the new length
     monkeypatch.setattr(e2e.pl, "steady_rate", lambda et, skip=1, min_timed=1: next(seen, 8 * 60.0))
@@ -222,4 +224,4 @@ def test_a_fast_settings_window_is_sized_again_from_a_pass_of_the_new_length(mon
                  splits=lambda f, d: StageSplit(FakeStore(n=64)))
     doc.table.machine.cores = 2
     out = doc.measure_e2e(SPEC.replace(num_workers=0, batch_size=8))
-    assert out["timed"] == math.ceil(1.25 * 60) and out["batches"] == 1 + math.ceil(1.25 * 60)
+    assert out["timed"] == math.ceil(WINDOW_MARGIN * 60) and out["batches"] == 1 + math.ceil(WINDOW_MARGIN * 60)

@@ -11,7 +11,7 @@ from feedlab.pipeline import PipelineSpec
 
 def test_timed_batches_reach_the_window_from_the_warm_up_rate():
     e = Effort(e2e_batches=50, min_window_s=1.0)
-    assert timed_batches(e, 300.0) == 375                 # 50 batches at 300/s: 0.17 s; 1 s with a quarter more
+    assert timed_batches(e, 300.0) == 600                 # 50 batches at 300/s: 0.17 s; 1 s twice over (a faster phase)
     assert timed_batches(e, 20.0) == 50                   # a slow setting: e2e_batches already take 2.5 s
     assert timed_batches(e, 1e9) == MAX_TIMED_BATCHES     # never past the cap
     assert timed_batches(e, None) == 50 and timed_batches(e, float("nan")) == 50
