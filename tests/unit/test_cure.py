@@ -328,3 +328,27 @@ def test_measure_runs_warmup_passes_only_where_asked(monkeypatch):
         assert [c for c in calls if not c[1]] == [(skip + 2, False)] * warmup   # the untimed passes
         assert [c[0] for c in calls if c[1]] == [total, total]                  # the timed ones, unchanged
         assert m["runs"]["timed_batches"] == [6, 6] and m["samples_per_s"] > 0
+
+
+def test_a_cure_step_records_what_it_shares_with_the_step_it_is_judged_against(sr_root):
+    """audit54 N8: 15's steps recorded no order, pixels or cache, so every step (a format change above all) read
+    "not like for like". Each setting now records them: the loader's order, its format's pixels against the
+    reference decode, a cache warmed by reading every sample first."""
+    from types import SimpleNamespace
+
+    from feedlab.like_for_like import NOT_CHECKED
+
+    doc = SimpleNamespace(root=sr_root)
+    png = C.invariants_of(doc, SPEC.replace(format="png", decode="pil"))
+    mmap = C.invariants_of(doc, SPEC.replace(format="npy_mmap", decode="none"))
+    assert png == {"order": "global", "pixel_error": 0.0, "cache": "warm"}
+    assert mmap["pixel_error"] == 0.0 and mmap["order"] == png["order"]
+    assert C.invariants_of(SimpleNamespace(root=None), SPEC)["pixel_error"] == NOT_CHECKED
+    a = {"label": "a", "config": SPEC.as_dict(), **png, "samples_per_s": 100.0, "half_width": 0.02,
+         "timed_batches": 60, "window_s": 2.0, "rate_kind": "steady", "runs": {"samples_per_s": [100.0] * 3}}
+    b = {**a, "label": "b", **mmap, "samples_per_s": 200.0, "against": "a", "kind": "advice",
+         "config": SPEC.replace(format="npy_mmap", decode="none").as_dict()}
+    from feedlab.report.cure_judge import step_verdict
+
+    v = step_verdict(b, a)
+    assert v.word != "not like for like", v.why

@@ -32,8 +32,9 @@ from feedlab import formats, pipeline
 from feedlab.doctor.predict import predict
 from feedlab.experiments import loader_grid
 from feedlab.experiments._advice_steps import follow
+from feedlab.experiments.row_invariants import order_of_loader, pixel_error_of
 from feedlab.gpu_busy import BusyMeter
-from feedlab.like_for_like import MAX_HALF_WIDTH, MIN_TIMED_BATCHES, MIN_WINDOW_S
+from feedlab.like_for_like import MAX_HALF_WIDTH, MIN_TIMED_BATCHES, MIN_WINDOW_S, NOT_CHECKED
 from feedlab.pipeline import PipelineSpec, resolve_model_name, warmup_batches
 from feedlab.pipeline.rates import SteadyStop, gain_resolved
 from feedlab.plots import PALETTE, legend_outside
@@ -131,7 +132,8 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     steady passes over a sampler long enough for ``min_timed`` timed batches (the data set is
     cycled, each cycle a fresh permutation, when it holds fewer samples). With ``precision`` a pass
     ends once its rate is known to it (:func:`pass_stop`: at least ``min_timed`` batches and a second where it
-    is not, at most :data:`PASS_BATCHES` × ``min_timed`` batches or :data:`PASS_CAP_S`); each pass records its timed batches, window seconds and the precision reached (``half_width``)."""
+    is not, at most :data:`PASS_BATCHES` × ``min_timed`` batches or :data:`PASS_CAP_S`); each pass records its timed batches, window seconds and the precision reached (``half_width``); the setting its invariants
+    (:func:`invariants_of`: order, pixels, a cache warmed by reading every sample first)."""
     import torch
     from torch.utils.data import RandomSampler
 
@@ -147,6 +149,8 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     else:  # kinds that take no sampler (ring, threads, ...) shuffle per epoch themselves
         loader = Cycled(pipeline.make_loader(ds, spec, seed=seed, drop_last=True), total)
         epoch_batches = len(loader.loader)   # the pass restarts the kind's epoch this often
+    for i in range(len(ds)):   # every sample read once: the page cache is warm on every side (the doctor's
+        ds.read(i)             # cold probe evicted some; a warm-up of a few batches reads a few)
     for _ in range(max(0, int(warmup))):
         run_epoch(loader, doc.model, doc.device, doc.optimizer, max_batches=min(total, skip + 2))
     rows = []
@@ -167,7 +171,16 @@ def measure(doc, spec: PipelineSpec, repeats: int = 3, min_timed: int = 50, seed
     return {**med, "runs": out, "q25": float(np.percentile(rates, 25)), "q75": float(np.percentile(rates, 75)),
             "skip": skip, "timed_batches": int(n), "window_s": float(w), "half_width": None if math.isnan(h) else float(h),
             "rate_kind": "imprecise" if precision and not math.isnan(h) and h > precision else "steady",
-            "epoch_batches": int(epoch_batches)}
+            "epoch_batches": int(epoch_batches), **invariants_of(doc, spec)}
+
+
+def invariants_of(doc, spec: PipelineSpec) -> dict:
+    """What a step shares with the one it is judged against (audit54 N8: a step that changes the format changes
+    exactly these): the order the loader draws in, the pixel check of its format and decode against the
+    reference decode, and the cache (warm: :func:`measure` reads every sample before timing)."""
+    order = "global" if spec.loader == "dataloader" else order_of_loader(spec.loader)
+    pixels = pixel_error_of(doc.root, spec.format, spec.decode_backend) if doc.root is not None else NOT_CHECKED
+    return {"order": order, "pixel_error": pixels, "cache": "warm"}
 
 
 def worst_pass(runs: dict) -> tuple[int, float, float]:
