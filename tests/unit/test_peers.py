@@ -848,3 +848,20 @@ def test_a_venv_peer_is_measured_on_both_data_sets_by_one_run_of_its_venv(sr_roo
     assert all(i["available"] and i["runs"][0]["ok"] and i["one_run_for"] == ["sr", "cls"] for i in infos), infos
     df = pd.DataFrame(res.rows)
     assert set(df[df.metric == "samples_per_s"].kind) == {"sr", "cls"}
+
+
+def test_a_failed_output_check_is_words_not_the_records_dict():
+    """attack54 W3: a peer out of /dev/shm printed `output check failed — {'ok': False, 'error': 'RuntimeError:
+    RuntimeError: unable to allocate …', 'swept': 2, 'fix': …}`: the error once, then its fix; out of shared
+    memory is the machine's set-up (exit 2, as bench's own loaders)."""
+    from feedlab.peers.cli import check_words, shm_short
+
+    check = {"ok": False, "swept": 2, "fix": "torch.multiprocessing.set_sharing_strategy('file_system')",
+             "error": "RuntimeError: RuntimeError: unable to allocate shared memory(shm) for file </torch_1>: "
+                      "No space left on device (28)"}
+    words = check_words(check)
+    assert words.startswith("RuntimeError: unable to allocate shared memory") and "RuntimeError: Runtime" not in words
+    assert words.endswith("; torch.multiprocessing.set_sharing_strategy('file_system')") and "{" not in words
+    assert shm_short(check) and not shm_short({"ok": False, "error": "ValueError: labels differ at sample 3"})
+    assert check_words({"ok": False, "error": "ValueError: labels differ at sample 3"}) == \
+        "ValueError: labels differ at sample 3"
