@@ -685,3 +685,28 @@ def test_the_scripts_outcome_names_a_worker_killed_from_outside_but_keeps_the_sh
     with pytest.raises(UserCodeError) as err:
         _outcome(RuntimeError("DataLoader worker (pid 9) is killed by signal: Bus error. "), Path("w.py"), 30, 12)
     assert "ran out of" in str(err.value) and "file_system" in str(err.value), err.value
+
+
+def test_a_worker_stopped_from_outside_is_named_not_blamed_on_a_sample():
+    """attack54 W4: a DataLoader worker SIGSTOPped from outside read "a sample that never returns hangs
+    training too"; the stopped process is found and named."""
+    import signal
+    import subprocess
+
+    import psutil
+
+    from feedlab.doctor.script import _stopped
+
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        running = psutil.Process(p.pid)
+        assert _stopped([running]) == []
+        p.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while running.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _stopped([running]) == [p.pid]
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+    assert _stopped([running]) == []   # gone: not stopped, and no error

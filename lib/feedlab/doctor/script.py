@@ -101,6 +101,18 @@ def _summary(rec: Recorder, path: Path, args, stopped: str) -> dict | None:
     return out
 
 
+def _stopped(procs) -> list[int]:
+    """The pids among ``procs`` (psutil processes) that are stopped (a SIGSTOP, a SIGTSTP, a debugger)."""
+    out = []
+    for p in procs:
+        try:
+            if p.status() in ("stopped", "tracing-stop"):
+                out.append(p.pid)
+        except Exception:   # gone meanwhile
+            pass
+    return out
+
+
 def _ended(rec: Progress, path: Path, args, why: str, limit: float | None,
            kids: int | None = None) -> tuple[dict | None, str]:
     """(summary of what was measured or None, the line that says why the doctor ended the script);
@@ -113,8 +125,12 @@ def _ended(rec: Progress, path: Path, args, why: str, limit: float | None,
         what = f"{stop[0]}; your script {tail}, so the doctor ended it"
         return (None, f"--script {path}: {what}") if stop[1] else (_summary(rec, path, args, what), what)
     if why == "idle" and rec.waiting is not None:
-        return None, (f"--script {path}: batch {n} of your script's DataLoader did not return within "
-                      f"{limit + rec.waiting:g} s: a sample that never returns hangs training too")
+        late = f"--script {path}: batch {n} of your script's DataLoader did not return within {limit + rec.waiting:g} s"
+        held = _stopped(descendants())
+        if held:   # a worker stopped from outside, not a sample that hangs (attack54 W4)
+            return None, (f"{late}: its DataLoader worker (pid {', '.join(map(str, held))}) is stopped (SIGSTOP or "
+                          "SIGTSTP from outside the command?), so the doctor ended it")
+        return None, f"{late}: a sample that never returns hangs training too"
     if why == "idle":
         kids = len(descendants()) if kids is None else kids
         empty = rec.empty()
