@@ -387,6 +387,28 @@ def read_regular(path: str | os.PathLike, limit: int | None = None) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+class JSONFileError(ValueError):
+    """A file :func:`load_json` read is not JSON it can take; ``reason`` is why, in a few words."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def load_json(path: str | os.PathLike, what: str = "", limit: int | None = None):
+    """The JSON value in ``path``, read with :func:`read_regular` (``OSError`` for a FIFO, folder, over-large
+    file). Not UTF-8, not JSON, or nested too deeply for Python to read (``'[' * 100000``, a RecursionError):
+    :class:`JSONFileError` (a ``ValueError``), one line naming the file (``what``: how the caller calls it)."""
+    data = read_regular(path, limit)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        reason = "nested too deeply to read"
+    except ValueError as exc:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:100]
+    raise JSONFileError(f"{path}: {what + ' ' if what else ''}is not valid JSON ({reason})", reason) from None
+
+
 #: bytes :func:`read_regular` asks for at a time past a file's stated size
 READ_CHUNK = 1 << 20
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from feedlab import startup
+from feedlab.files import JSONFileError, load_json
 from feedlab.machines import machine_key
 from feedlab.results import atomic_write
 
@@ -130,17 +131,42 @@ class DamagedRecord(ValueError):
 
 
 def _read_json(path: Path, what: str) -> dict:
-    """``path``'s JSON object; :class:`DamagedRecord` (one line) where it is not valid JSON or not an object
-    (a results.json of ``[]``, a fingerprint of ``"x"``: an AttributeError traceback, attack53 B01-B04)."""
+    """``path``'s JSON object; :class:`DamagedRecord` (one line) where it is not valid JSON (nested too deeply
+    included: attack54 B22) or not an object (a results.json of ``[]``: attack53 B01-B04), or is no regular file
+    (a FIFO, a folder: attack54 B18/B19)."""
+    if not path.is_file() and (kind := _not_a_file(path)):
+        raise DamagedRecord(f"{path}: {what} is a {kind}, not a regular file; replace it with the file the run "
+                            "wrote (python -m feedlab.run) or restore it from git")
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:   # JSONDecodeError is a ValueError
-        raise DamagedRecord(f"{path}: {what} is not valid JSON ({exc}); run the notebook again "
+        value = load_json(path, what)
+    except JSONFileError as exc:
+        raise DamagedRecord(f"{path}: {what} is not valid JSON ({exc.reason}); run the notebook again "
                             "(python -m feedlab.run) or restore the file from git") from None
     if not isinstance(value, dict):
         raise DamagedRecord(f"{path}: {what} is JSON but not an object ({type(value).__name__}); run the notebook "
                             "again (python -m feedlab.run) or restore the file from git")
     return value
+
+
+def _check_results(path: Path, payload: dict) -> None:
+    """The fields of ``results.json`` the findings cell prints are of the shape a run writes: else
+    :class:`DamagedRecord` naming the field (a ``profile`` of ``["smoke"]`` was printed as it is, a ``verdicts`` of
+    non-claims vanished without a word: attack54 W1). A verdicts entry is a claim's ``{status, ours}`` or one of
+    notebook 13's ratio verdicts (``{word, ratio, ...}``), which are not claims and are not shown."""
+    fix = "run the notebook again (python -m feedlab.run) or restore the file from git"
+    profile = payload.get("profile", "?")
+    if not isinstance(profile, str):
+        raise DamagedRecord(f'{path}: "profile" holds {type(profile).__name__}, not a profile name; {fix}')
+    verdicts = payload.get("verdicts")
+    if verdicts is None:
+        return
+    if not isinstance(verdicts, dict):
+        raise DamagedRecord(f'{path}: "verdicts" holds {type(verdicts).__name__}, not an object of claims; {fix}')
+    for key, v in verdicts.items():
+        if not (isinstance(v, dict) and ("status" in v or "word" in v)):
+            shape = type(v).__name__ if not isinstance(v, dict) else "an object without a status"
+            raise DamagedRecord(f'{path}: "verdicts" entry {key!r} holds {shape}, not a claim\'s '
+                                f"{{status, ours}}; {fix}")
 
 
 def add_findings(executed: str | Path, lines: list[str] | None = None, verdicts: dict | None = None) -> bool:
@@ -154,13 +180,14 @@ def add_findings(executed: str | Path, lines: list[str] | None = None, verdicts:
     path = Path(executed)
     folder = path.parent
     results = folder / "results.json"
-    if not results.is_file():
+    if not results.is_file() and not _not_a_file(results):
         return False
     payload = _read_json(results, "its results.json")
     if verdicts is not None:
         payload = dict(payload, verdicts=verdicts)
+    _check_results(results, payload)
     fp_path = folder / "fingerprint.json"
-    fingerprint = _read_json(fp_path, "its fingerprint.json") if fp_path.is_file() else None
+    fingerprint = _read_json(fp_path, "its fingerprint.json") if fp_path.exists() or fp_path.is_symlink() else None
     nb = _read_json(path, "the notebook")
     if not isinstance(nb.get("cells"), list) or \
             not all(isinstance(c, dict) and isinstance(c.get("metadata", {}), dict) for c in nb["cells"]):

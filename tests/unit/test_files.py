@@ -71,3 +71,21 @@ def test_a_worker_killed_by_a_group_signal_leaves_no_multiprocessing_folder(tmp_
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-1500:]
     assert list(tmp.iterdir()) == [], list(tmp.iterdir())
+
+
+def test_load_json_names_the_file_for_json_it_cannot_take(tmp_path):
+    """attack54 B22/B25/B24/R31/D17: '[' * 100000 raised RecursionError, not a ValueError, and escaped every caller
+    as a traceback. load_json turns it, bad UTF-8 and bad JSON into one ValueError naming the file."""
+    import pytest
+
+    good = tmp_path / "good.json"
+    good.write_text('{"a": [1, 2]}')
+    assert files.load_json(good) == {"a": [1, 2]}
+    for name, data, reason in (("deep.json", b"[" * 100000 + b"]" * 100000, "nested too deeply to read"),
+                               ("cut.json", b'{"a": ', "Expecting value"),
+                               ("latin.json", b'{"a": "\xff"}', "can't decode byte 0xff")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValueError) as exc:
+            files.load_json(tmp_path / name, "its manifest")
+        assert str(exc.value).startswith(f"{tmp_path / name}: its manifest is not valid JSON (") and \
+            reason in exc.value.reason and "\n" not in str(exc.value)

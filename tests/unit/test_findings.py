@@ -197,10 +197,8 @@ def test_json_of_the_wrong_shape_is_one_line_and_the_next_file_still_runs(tmp_pa
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 1
     assert TAG_IN(paths[1])                                                  # the good one after it was done
-    if damage == "verdicts_list":                                           # a list of verdicts: none to show
-        assert rc == 0 and TAG_IN(paths[0])
-    else:
-        assert rc == 2 and err.startswith(str(paths[0] if damage == "metadata_list" else bad_dir))
+    # a list of verdicts is named too (attack54 W1: it was taken silently, the claims table gone)
+    assert rc == 2 and err.startswith(str(paths[0] if damage == "metadata_list" else bad_dir))
 
 
 def TAG_IN(path) -> bool:
@@ -225,3 +223,65 @@ def test_a_path_that_is_there_but_no_file_is_named_for_what_it_is(tmp_path, caps
     assert lines[1].endswith("dir.executed.ipynb: is a folder, not a notebook file; give the *.executed.ipynb itself")
     assert "gone.executed.ipynb: is a link that leads nowhere, not a notebook file" in lines[2]
     assert lines[3].endswith("missing.executed.ipynb: no such notebook")
+
+
+def _record(tmp_path, payload, fp=None):
+    path = tmp_path / "99_x.executed.ipynb"
+    path.write_text(json.dumps(_nb("x\n")))
+    (tmp_path / "results.json").write_text(payload if isinstance(payload, str) else json.dumps(payload))
+    if fp is not None:
+        (tmp_path / "fingerprint.json").write_text(fp)
+    return path
+
+
+@pytest.mark.parametrize("where", ["results.json", "fingerprint.json", "99_x.executed.ipynb"])
+def test_json_nested_too_deeply_is_one_line_naming_the_file(tmp_path, capsys, where):
+    """attack54 B22: '[' * 100000 raised RecursionError (no ValueError) and escaped as a 25-line traceback."""
+    path = _record(tmp_path, {"profile": "quick"}, json.dumps({"cpu_logical": 2}))
+    deep = "[" * 100000 + "]" * 100000
+    (tmp_path / where).write_text(deep)
+    assert findings.main([str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{tmp_path / where}: ") and "nested too deeply" in err[0], err
+
+
+@pytest.mark.parametrize("payload, word", [({"profile": ["smoke"]}, '"profile" holds list'),
+                                           ({"profile": {"a": 1}}, '"profile" holds dict'),
+                                           ({"profile": "quick", "verdicts": {"a": [1]}}, "'a' holds list"),
+                                           ({"profile": "quick", "verdicts": {"b": None}}, "'b' holds NoneType"),
+                                           ({"profile": "quick", "verdicts": {"c": {"x": 1}}},
+                                            "'c' holds an object without a status")])
+def test_a_results_field_of_the_wrong_shape_is_named_not_printed(tmp_path, capsys, payload, word):
+    """attack54 W1 (B17): a profile of ["smoke"] was printed as `Profile **['smoke']**`, and verdicts that are not
+    claims vanished with the claims table, rc 0: now one line naming results.json and the field; nothing rewritten."""
+    path = _record(tmp_path, payload)
+    before = path.read_text()
+    assert findings.main([str(path)]) == 2 and path.read_text() == before
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{tmp_path / 'results.json'}: ") and word in err[0], err
+
+
+def test_notebook_13s_ratio_verdicts_are_kept_out_of_the_claims_table(tmp_path):
+    """13 keeps its ratios' verdicts beside the claims: they are not claims, and not an error."""
+    path = _record(tmp_path, {"profile": "quick", "verdicts": {"sr": {"word": "missed", "ratio": 0.8},
+                                                               "c1": {"status": "reproduced", "ours": "2x"}}})
+    assert findings.add_findings(path)
+    md = "".join(json.loads(path.read_text())["cells"][0]["source"])
+    assert "| c1 | reproduced | 2x |" in md and "| sr |" not in md
+
+
+@pytest.mark.parametrize("kind, word", [("fifo", "a FIFO"), ("dir", "a folder")])
+@pytest.mark.parametrize("name", ["results.json", "fingerprint.json"])
+def test_a_record_that_is_no_regular_file_is_named_for_what_it_is(tmp_path, capsys, kind, word, name):
+    """attack54 W2 (B18/B19): results.json a FIFO read "no results.json beside it"; fingerprint.json a folder was
+    ignored and the machine named after the folder. Each is one line naming it and what it is, rc 2; nothing hangs."""
+    import os
+
+    path = _record(tmp_path, {"profile": "quick"})
+    before = path.read_text()
+    target = tmp_path / name
+    target.unlink(missing_ok=True)
+    os.mkfifo(target) if kind == "fifo" else target.mkdir()
+    assert findings.main([str(path)]) == 2 and path.read_text() == before
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{target}: ") and f"is {word}, not a regular file" in err[0], err
