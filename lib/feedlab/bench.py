@@ -68,10 +68,8 @@ def _stuck(limit: float, what: str, kids: list[int]) -> int:
 
 def _manifest_kind(data) -> str | None:
     """The ``kind`` a data set's manifest.json records (``sr``, ``cls``), None where it cannot be read."""
-    import json
-
-    try:
-        return json.loads((Path(data) / "manifest.json").read_text()).get("kind")
+    try:   # load_json: a manifest nested too deeply is a ValueError too, not a RecursionError (attack54 D17)
+        return files.load_json(Path(data) / "manifest.json", limit=1 << 22).get("kind")
     except (OSError, ValueError, AttributeError):
         return None
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from feedlab.files import read_regular
+from feedlab.files import JSONFileError, load_json
 from feedlab.machines import WORKER_KEYS
 from feedlab.nbparams import notebook_parameters, parameter_choices, parameter_types
 from feedlab.profiles import choose_profile
@@ -139,8 +139,6 @@ def parse_value(key: str, text: str, type_name: str, notebook: str = "") -> Any:
 
 def builtin_data_reason(nb: Path) -> str:
     """Why a notebook measures built-in data instead of ``data_root`` (its metadata says)."""
-    import json
-
     meta = json.loads(nb.read_text(encoding="utf-8")).get("metadata", {})
     return (meta.get("feedlab") or {}).get("builtin_data") or "it has no data_root parameter"
 
@@ -192,11 +190,11 @@ def set_kind(root: str | Path) -> str | None:
         return None
     fix = "replace it with the manifest data_prep writes, or remove it"
     try:
-        manifest = json.loads(read_regular(path, 1 << 22))
+        manifest = load_json(path, limit=1 << 22)
     except OSError as exc:
         raise ValueError(str(exc) if exc.strerror is None else f"{path}: {exc.strerror}; {fix}") from None
-    except ValueError as exc:   # UnicodeDecodeError is one
-        raise ValueError(f"{path} is not JSON ({str(exc).splitlines()[0][:80]}); {fix}") from None
+    except JSONFileError as exc:   # bad UTF-8, or nested too deeply (attack54 B24)
+        raise ValueError(f"{path} is not JSON ({exc.reason}); {fix}") from None
     if not isinstance(manifest, dict):
         raise ValueError(f"{path} holds a JSON {type(manifest).__name__}, not an object; {fix}")
     kind = manifest.get("kind")

@@ -54,6 +54,18 @@ def test_bench_over_a_classification_set_says_what_reads_it_not_pack_it(tmp_path
     assert sorted(p.name for p in cls.iterdir()) == ["cat", "manifest.json"]
 
 
+def test_bench_over_a_set_whose_manifest_is_nested_too_deeply_is_one_line(tmp_path):
+    """attack54 D17: a manifest.json of '[' * 100000 beside an unpacked set escaped _manifest_kind as a
+    RecursionError traceback; it is read as no kind, and the one line says what to do."""
+    data = tmp_path / "sr"
+    data.mkdir()
+    (data / "manifest.json").write_text("[" * 100000 + "]" * 100000)
+    r = run_cli("feedlab.bench", "--data", str(data), "--format", "png", "--num-workers", "0")
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode != 0 and len(err) == 1 and "Traceback" not in r.stderr, err
+    assert err[0].startswith("python -m feedlab.bench: error: ") and "data_prep pack" in err[0], err
+
+
 _HUNG_HDF5 = '''
 import signal, sys, time
 from feedlab.formats import hdf5_store

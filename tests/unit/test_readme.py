@@ -228,6 +228,23 @@ def test_a_deleted_committed_figure_is_a_record_missing_never_not_measured(tmp_p
                    "record missing: figures/05_y/cpu-2c/fig.png; restore it (git checkout -- figures/05_y/cpu-2c/fig.png)"]
 
 
+def test_a_committed_json_nested_too_deeply_is_one_input_problem(tmp_path):
+    """attack54 R31: a results.json or fingerprint.json of '[' * 100000 escaped input_problems as a RecursionError
+    traceback: now one line naming the file, like any JSON it cannot read."""
+    from feedlab.report.readme import input_problems
+
+    deep = "[" * 100000 + "]" * 100000
+    for nb, name in (("04_x", "results.json"), ("05_y", "fingerprint.json")):
+        rec = tmp_path / nb / "cpu-2c"
+        rec.mkdir(parents=True)
+        (rec / "results.json").write_text("{}")
+        (rec / "fingerprint.json").write_text('{"cpu_usable": 2}')
+        (rec / name).write_text(deep)
+    got = input_problems(tmp_path)
+    assert got == [f"{tmp_path / '04_x/cpu-2c/results.json'}: not valid JSON (nested too deeply to read)",
+                   f"{tmp_path / '05_y/cpu-2c/fingerprint.json'}: not valid JSON (nested too deeply to read)"], got
+
+
 def test_doctor_md_calibration_is_generated_from_the_committed_records():
     """docs/DOCTOR.md once called a superseded run (+40%) 'committed'; its calibration block is now made from
     notebook 10's committed records, the worst case first."""

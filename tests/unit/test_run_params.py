@@ -215,12 +215,14 @@ def test_a_set_of_the_other_kind_is_one_line_before_any_notebook_runs(tmp_path, 
 
 
 @pytest.mark.parametrize("damage, says", [("fifo", "is a FIFO, not a regular file"), ("folder", "is a folder"),
-                                          ("text", "is not JSON"), ("list", "holds a JSON list, not an object")])
+                                          ("text", "is not JSON"), ("list", "holds a JSON list, not an object"),
+                                          ("deep", "is not JSON (nested too deeply to read)")])
 def test_a_data_roots_damaged_manifest_is_one_line_before_anything_runs_dry_run_too(tmp_path, capsys, damage,
                                                                                     says):
     """attack53 R05: a data_root whose manifest.json was a FIFO passed the plan (and the dry run), then failed in
     cell [4] of 05. A manifest.json that is there but is not a regular file, not JSON or not an object: one line
-    naming it, in the dry run and the run's resolve alike."""
+    naming it, in the dry run and the run's resolve alike (attack54 B24: one nested too deeply, a RecursionError
+    traceback)."""
     import os
 
     from feedlab.run_params import resolve_run
@@ -233,7 +235,7 @@ def test_a_data_roots_damaged_manifest_is_one_line_before_anything_runs_dry_run_
     elif damage == "folder":
         manifest.mkdir()
     else:
-        manifest.write_text("{not json" if damage == "text" else "[1, 2]")
+        manifest.write_text({"text": "{not json", "deep": "[" * 100000 + "]" * 100000}.get(damage, "[1, 2]"))
     nb05 = next(p for p in R.list_notebooks() if p.stem.startswith("05_"))
     with pytest.raises(ValueError) as err:
         resolve_run([nb05], [("data_root", str(root))])

@@ -3,12 +3,11 @@ cannot be read as written (re-exported by :mod:`feedlab.report.readme`)."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from feedlab.errors import one_line
-from feedlab.files import read_regular
+from feedlab.files import JSONFileError, load_json, read_regular
 from feedlab.machines import gpu_short_name, machine_dirs
 from feedlab.paths import FIGURES_DIR
 from feedlab.run_record import missing_files, tracked_files
@@ -18,9 +17,9 @@ RESULT_MAX_BYTES = 256 << 20
 
 def _load_json(path: Path):
     try:
-        return json.loads(read_regular(path, RESULT_MAX_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({str(exc).splitlines()[0][:100]})") from None
+        return load_json(path, limit=RESULT_MAX_BYTES)
+    except JSONFileError as exc:   # nested too deeply included (attack54 R31)
+        raise ValueError(f"{path}: not valid JSON ({exc.reason})") from None
 
 
 def _check_fingerprint(path: Path, folder: Path) -> str:
