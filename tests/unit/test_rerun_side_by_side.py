@@ -117,3 +117,19 @@ def test_out_over_an_existing_notebook_or_source_is_refused_and_it_stays(tmp_pat
     rerun.main(["--before", "HEAD", "--out", str(tmp_path / "RERUNS.md"), "04"])
     assert (tmp_path / "RERUNS.md").read_text() == "the markdown\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["04_print_overhead.ipynb", "Makefile", "RERUNS.md", "run.py"]
+
+
+def test_out_that_is_a_folder_or_device_is_named_for_what_it_is(tmp_path, monkeypatch, capsys):
+    # attack54 G15: `--out work` (a folder) read "an existing extensionless file"; a folder named *.md too
+    monkeypatch.setattr(rerun, "resolve_commit", lambda rev: "a" * 40)
+    monkeypatch.setattr(rerun, "compare", lambda *a, **k: "the markdown")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "notes.md").mkdir()
+    for out, word in ((tmp_path / "work", "a folder"), (tmp_path / "notes.md", "a folder"),
+                      ("/dev/null", "a character device")):
+        with pytest.raises(SystemExit) as e:
+            rerun.main(["--before", "HEAD", "--out", str(out), "04"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and err[-1].endswith(f"--out {out}: is {word}, not a file: nothing written; give a "
+                                                      ".md file (docs/RERUNS.md) or a new name"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.md", "work"] and not any((tmp_path / "work").iterdir())

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from feedlab.errors import cli_errors
+from feedlab.files import kind_of
 from feedlab.paths import FIGURES_DIR, REPO_ROOT, outside_figures, rel
 from feedlab.report.claims import Run, verdicts
 from feedlab.results import atomic_write
@@ -152,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.out is not None and outside_figures(args.out, "--out"):   # never over a committed record
         ap.error(outside_figures(args.out, "--out"))
+    if args.out is not None and args.out.exists() and not args.out.is_file():   # a folder, a device (attack54 G15)
+        ap.error(f"--out {args.out}: is {kind_of(args.out.stat().st_mode)}, not a file: nothing written; give a .md "
+                 "file (docs/RERUNS.md) or a new name")
     if args.out is not None and args.out.exists() and args.out.suffix.lower() not in MARKDOWN_SUFFIXES:
         ap.error(f"--out {args.out}: an existing {args.out.suffix or 'extensionless'} file, which the markdown "
                  "would replace: nothing written; give a .md file (docs/RERUNS.md) or a new name")
