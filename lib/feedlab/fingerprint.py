@@ -10,6 +10,7 @@ import datetime as _dt
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import sys
 from functools import lru_cache
@@ -90,11 +91,46 @@ def tree_hash(root: Path | str = REPO_ROOT, commit: str | None = None) -> str | 
     h = hashlib.sha256(commit.encode() + b"\0" + diff)
     for name in sorted(n for n in untracked if n):
         h.update(b"\0untracked\0" + name + b"\0")
-        try:
-            h.update(hashlib.sha256((Path(root) / name.decode(errors="surrogateescape")).read_bytes()).digest())
-        except OSError:
-            h.update(b"unreadable")
+        h.update(entry_digest(Path(root) / name.decode(errors="surrogateescape")) or b"missing")
     return h.hexdigest()[:16]
+
+
+_KINDS = ((stat.S_ISDIR, b"folder"), (stat.S_ISFIFO, b"fifo"), (stat.S_ISSOCK, b"socket"),
+          (stat.S_ISCHR, b"character device"), (stat.S_ISBLK, b"block device"))
+
+
+def entry_digest(path: Path, chunk: int = 1 << 20) -> bytes | None:
+    """What a source tree hash takes from one name, never following a link and never opening
+    anything but a regular file (a FIFO, a link to one or to ``/dev/zero`` would block or read
+    without end): a link gives the sha256 of its target text (as git stores it), a regular file
+    the sha256 of its content read in chunks (a huge one is never held whole), any other kind a
+    marker of its kind (``b"kind:fifo"``), an unreadable file ``b"unreadable"``. None: no such name."""
+    import hashlib
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return b"unreadable"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return b"link:" + hashlib.sha256(os.fsencode(os.readlink(path))).digest()
+        except OSError:
+            return b"unreadable"
+    if not stat.S_ISREG(st.st_mode):
+        return b"kind:" + next((word for test, word in _KINDS if test(st.st_mode)), b"other")
+    h = hashlib.sha256()
+    try:  # O_NOFOLLOW: a regular file swapped for a link since the lstat is not followed either
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return b"kind:changed"
+            while block := f.read(chunk):
+                h.update(block)
+    except OSError:
+        return b"unreadable"
+    return h.digest()
 
 
 def content_hash(root: Path | str = REPO_ROOT) -> str | None:
@@ -111,9 +147,9 @@ def content_hash(root: Path | str = REPO_ROOT) -> str | None:
         return None
     h = hashlib.sha256()
     for name in sorted(set(n for n in names.split(b"\0") if n)):
-        f = Path(root) / name.decode(errors="surrogateescape")
-        if f.is_file():  # a file the old index names but the copy no longer has is not code that ran
-            h.update(name + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+        digest = entry_digest(Path(root) / name.decode(errors="surrogateescape"))
+        if digest is not None and digest != b"kind:folder":  # a file the old index names but the copy
+            h.update(name + b"\0" + digest)  # no longer has (or a submodule's folder) is not code that ran
     return h.hexdigest()[:16]
 
 

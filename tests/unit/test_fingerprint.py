@@ -1,0 +1,79 @@
+"""feedlab.fingerprint: the source tree hashes never open a special file nor follow a link (attack54 F2/R29b:
+an untracked link to a FIFO hung every runner command, a dry run too)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from feedlab.fingerprint import content_hash, entry_digest, tree_hash
+
+DEADLINE_S = 20.0  # a regression blocks on the FIFO or reads /dev/zero for ever: fail, never hang the suite
+
+
+def _within_deadline(fn, *args):
+    """``fn(*args)`` in a daemon thread, failing the test if it has not returned in :data:`DEADLINE_S`."""
+    box: dict = {}
+
+    def go():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            box["error"] = exc
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(DEADLINE_S)
+    if t.is_alive():
+        pytest.fail(f"{fn.__name__} still running after {DEADLINE_S} s (it opened a FIFO or read a device?)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _repo(root: Path) -> Path:
+    for args in (("init", "-q"), ("config", "user.email", "t@t"), ("config", "user.name", "t")):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    (root / "a.py").write_text("x = 1\n")
+    subprocess.run(["git", "add", "a.py"], cwd=root, check=True, capture_output=True)
+    subprocess.run(["git", "commit", "-qm", "one"], cwd=root, check=True, capture_output=True)
+    return root
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_entry_digest_marks_a_fifo_and_hashes_links_by_their_text(tmp_path):
+    os.mkfifo(tmp_path / "p.fifo")
+    (tmp_path / "to_fifo").symlink_to("p.fifo")
+    (tmp_path / "to_zero").symlink_to("/dev/zero")
+    (tmp_path / "f.txt").write_bytes(b"abc" * 1000)
+    assert _within_deadline(entry_digest, tmp_path / "p.fifo") == b"kind:fifo"
+    to_fifo = _within_deadline(entry_digest, tmp_path / "to_fifo")
+    to_zero = _within_deadline(entry_digest, tmp_path / "to_zero")
+    assert to_fifo.startswith(b"link:") and to_zero.startswith(b"link:") and to_fifo != to_zero
+    assert _within_deadline(entry_digest, Path("/dev/zero")) == b"kind:character device"
+    # a regular file read in small chunks hashes as one read whole
+    import hashlib
+    assert entry_digest(tmp_path / "f.txt", chunk=7) == hashlib.sha256(b"abc" * 1000).digest()
+    assert entry_digest(tmp_path / "gone") is None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_tree_and_content_hash_return_with_untracked_fifo_links_and_dev_zero(tmp_path):
+    root = _repo(tmp_path)
+    before_tree, before_content = tree_hash(root), content_hash(root)
+    work = root / "work"
+    work.mkdir()
+    os.mkfifo(work / "t01.fifo")
+    (work / "t01.lnk").symlink_to("t01.fifo")     # git lists the link (not the FIFO); it used to be followed
+    (work / "zero.lnk").symlink_to("/dev/zero")   # would have read without end
+    tree = _within_deadline(tree_hash, root)
+    content = _within_deadline(content_hash, root)
+    assert tree and tree != before_tree and content and content != before_content  # the links count as code
+    (work / "zero.lnk").unlink()
+    (work / "zero.lnk").symlink_to("/dev/null")   # a link's target text is what it is
+    assert _within_deadline(tree_hash, root) != tree
+    assert _within_deadline(content_hash, root) != content
