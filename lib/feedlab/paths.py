@@ -25,13 +25,19 @@ def _resolved(path) -> Path:
         return Path(os.path.abspath(path))
 
 
-# smoke runs (tests, nbval) write here, never over the committed figures; an empty value is unset (it silently
-# meant the current folder: locks/ failed/ temps/ in the checkout's root, attack53 X01)
-SCRATCH_DIR = _resolved(os.environ.get("FEEDLAB_SCRATCH") or REPO_ROOT / "runs")
+def env_path(name: str) -> str:
+    """``$name`` stripped of surrounding blanks: "" (unset) where it is unset, empty or blank. A blank value is
+    no folder a user means (attack54 X14: FEEDLAB_SCRATCH=' ' was a folder named " " in the current folder)."""
+    return os.environ.get(name, "").strip()
+
+
+# smoke runs (tests, nbval) write here, never over the committed figures; an empty or blank value is unset (it
+# silently meant the current folder: locks/ failed/ temps/ in the checkout's root, attack53 X01)
+SCRATCH_DIR = _resolved(env_path("FEEDLAB_SCRATCH") or REPO_ROOT / "runs")
 # an optional second environment with Pillow-SIMD (`make pillow-simd`): Pillow-SIMD
 # replaces Pillow in place, so it cannot share an environment with it
 PILLOW_SIMD_PYTHON = REPO_ROOT / ".venv-simd" / "bin" / "python"
-DATA_DIR = _resolved(os.environ.get("FEEDLAB_DATA") or REPO_ROOT / "data")
+DATA_DIR = _resolved(env_path("FEEDLAB_DATA") or REPO_ROOT / "data")
 
 
 def default_sr_root(profile: str = "quick", patch: int = 64) -> Path:
@@ -89,7 +95,7 @@ def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) ->
     temporaries: ``ValueError``, one line naming the folder and what to do, where it (or one of ``subfolders``)
     is a file, cannot be made or cannot be written; raised before a notebook runs, never blamed on one of its cells."""
     root = Path(SCRATCH_DIR)
-    env = os.environ.get("FEEDLAB_SCRATCH")
+    env = env_path("FEEDLAB_SCRATCH")
     name = f"FEEDLAB_SCRATCH={env}" if env else f"the scratch folder {root}"
     fix = "point FEEDLAB_SCRATCH at a folder you can write (or unset it: runs/ in the checkout)"
     if _inside(root, FIGURES_DIR):   # its locks, temporaries and failed runs would land in a committed record
@@ -127,6 +133,25 @@ def _inside(path: Path, root: Path) -> bool:
         return True
     except ValueError:
         return False
+
+
+def landing_problem(path: str | os.PathLike, label: str, allowed: Path | None = None) -> str | None:
+    """One line where a folder the runner would write (a record's final folder, on any route: the profile's
+    default, ``$FEEDLAB_SCRATCH``, ``--out-root``, ``-p out_dir``), with every link on the way followed, lands
+    inside ``figures/`` (other than ``allowed``: the runner's own record folder on the route that writes it),
+    inside a source folder (:data:`SOURCE_DIRS`) or on the checkout itself; None where it lands elsewhere.
+    A link one level below a scratch root (``sx/smoke -> figures/…``) is seen (attack54 X13, X17)."""
+    real = _resolved(path)
+    via = "" if real == Path(os.path.abspath(path)) else f" (through a link: it is {rel(real)})"
+    if _inside(real, FIGURES_DIR) and not (allowed is not None and real == _resolved(allowed)):
+        return (f"{label}: {rel(path)}{via} lies inside figures/, which holds the committed records (only "
+                "feedlab.run writes there, its own folder for a run): nothing written; give a folder outside figures/")
+    source = [d for d in SOURCE_DIRS if _inside(real, REPO_ROOT / d)]
+    if source or real == _resolved(REPO_ROOT):
+        where = f"lies inside {source[0]}/, a folder of the checkout's sources" if source else "is the checkout itself"
+        return (f"{label}: {rel(path)}{via} {where} (a run's record would land among tracked files): nothing "
+                "written; give a folder outside the checkout's sources (runs/ by default)")
+    return None
 
 
 def outside_figures(path: str | os.PathLike, flag: str) -> str | None:

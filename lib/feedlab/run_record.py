@@ -198,6 +198,14 @@ def check_destination(name: str, profile: str, params: dict, out_root: Path | No
             raise ValueError(f"{flag}: {rel(final)} lies inside figures/, where the runner writes only its own "
                              f"folder for this run ({rel(own)}); leave {' '.join(flag.split()[:2 if flag.startswith('-p') else 1])} out to write there, "
                              f"or give a folder outside figures/")
+    # every route, its links followed (attack54 X13/X17: FEEDLAB_SCRATCH/smoke -> figures/… or -> notebooks)
+    scratch = paths.env_path("FEEDLAB_SCRATCH")
+    default = (f"FEEDLAB_SCRATCH={scratch}" if scratch else "the scratch folder") if profile == "smoke" \
+        else f"--profile {profile}"
+    own = None if profile == "smoke" else figure_dir(name, "", profile, create=False, committed=True, machine=key)
+    why = paths.landing_problem(final, flag or default, own)
+    if why:
+        raise ValueError(why)
     if profile == "gpu" and inside and not (key_has_gpu(key) and cuda_here()):   # a FEEDLAB_MACHINE name too
         raise ValueError(f"--profile gpu on {key}, a machine without a GPU: it would replace {rel(final)} "
                          "(this machine's committed records); run it on a GPU machine, or give --out-root DIR "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from feedlab import paths
+from feedlab import paths, run_record
 
 
 @pytest.fixture()
@@ -260,16 +260,18 @@ def test_feedlab_scratch_a_link_loop_is_one_line_not_a_traceback_at_import(tmp_p
     assert paths.outside_figures(loop, "--trace") is None   # a loop named for a side output: no traceback either
 
 
-def test_an_empty_scratch_or_data_variable_is_unset():
+@pytest.mark.parametrize("value", ["", " ", " \t "])
+def test_an_empty_or_blank_scratch_or_data_variable_is_unset(value):
     """attack53 X01/X05: FEEDLAB_SCRATCH= (empty) silently meant the current folder (locks/ failed/ temps/ in the
-    checkout's root), FEEDLAB_DATA= the same for the data sets: an empty value is the default."""
+    checkout's root), FEEDLAB_DATA= the same for the data sets: an empty value is the default. attack54 X14:
+    FEEDLAB_SCRATCH=' ' was a folder named " " in the current folder: a blank value is unset too."""
     import os
     import subprocess
     import sys
 
     code = ("from feedlab import paths; print(paths.SCRATCH_DIR == paths.REPO_ROOT / 'runs', "
             "paths.DATA_DIR == paths.REPO_ROOT / 'data')")
-    env = {**os.environ, "FEEDLAB_SCRATCH": "", "FEEDLAB_DATA": ""}
+    env = {**os.environ, "FEEDLAB_SCRATCH": value, "FEEDLAB_DATA": value}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
                          cwd="/")
     assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
@@ -290,3 +292,70 @@ def test_a_scratch_folder_among_the_checkouts_sources_is_refused_before_anything
     assert ("the checkout itself" if folder == "." else f"inside {folder.split('/')[0]}/") in line
     assert sorted(p.name for p in root.iterdir()) == before
 
+
+
+def test_env_path_strips_and_a_blank_value_is_unset(monkeypatch):
+    monkeypatch.setenv("FEEDLAB_SCRATCH", "  work/sx \n")
+    assert paths.env_path("FEEDLAB_SCRATCH") == "work/sx"
+    monkeypatch.setenv("FEEDLAB_SCRATCH", " ")
+    assert paths.env_path("FEEDLAB_SCRATCH") == ""
+    monkeypatch.delenv("FEEDLAB_SCRATCH")
+    assert paths.env_path("FEEDLAB_SCRATCH") == ""
+
+
+def test_a_scratch_profile_folder_linked_into_figures_is_refused_before_the_run(fake_run, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """attack54 X13: FEEDLAB_SCRATCH=work/sx2 with sx2/smoke -> figures/04_print_overhead: the runner wrote a whole
+    smoke record inside figures/, rc 0. Now one line, in the run and the dry run, nothing run or made. (X17, the
+    same link into notebooks/, is pinned without a run below: a regression would write into the checkout.)"""
+    figures = tmp_path / "figures"
+    committed = figures / "04_print_overhead"
+    (committed / "cpu-2c").mkdir(parents=True)
+    monkeypatch.setattr(paths, "FIGURES_DIR", figures)
+    monkeypatch.setattr(run_record, "FIGURES_DIR", figures)
+    scratch = tmp_path / "sx2"
+    scratch.mkdir()
+    (scratch / "smoke").symlink_to(committed)
+    monkeypatch.setenv("FEEDLAB_SCRATCH", str(scratch))
+    monkeypatch.setattr(paths, "SCRATCH_DIR", scratch)
+    for dry in ([], ["--dry-run"]):
+        rc, ran = fake_run(*dry)
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert rc == 2 and ran == [] and len(err) == 1, err
+        assert f"FEEDLAB_SCRATCH={scratch}: " in err[0] and "through a link" in err[0] and "inside figures/" in err[0]
+        assert sorted(p.name for p in committed.iterdir()) == ["cpu-2c"]
+
+
+def test_every_route_to_a_record_folder_is_resolved_through_links(tmp_path, monkeypatch):
+    """--out-root and -p out_dir through a link into a source folder or figures/ are refused as FEEDLAB_SCRATCH is;
+    the runner's own committed folder (no flag, a measuring profile) stays allowed."""
+    figures = tmp_path / "figures"
+    (figures / "04_print_overhead" / "cpu-2c").mkdir(parents=True)
+    monkeypatch.setattr(paths, "FIGURES_DIR", figures)
+    monkeypatch.setattr(run_record, "FIGURES_DIR", figures)
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "runs")
+    monkeypatch.setenv("FEEDLAB_MACHINE", "cpu-2c")
+    monkeypatch.setattr(run_record, "fingerprint_key", lambda fp=None: "cpu-2c")
+    (tmp_path / "to_docs").symlink_to(paths.REPO_ROOT / "docs")
+    (tmp_path / "to_fig").symlink_to(figures / "04_print_overhead")
+    (tmp_path / "to_top").symlink_to(paths.REPO_ROOT)
+    name = "04_print_overhead"
+    for profile, params, out_root, says in [
+            ("smoke", {}, tmp_path / "to_docs", "--out-root"),
+            ("smoke", {"out_dir": str(tmp_path / "to_docs" / "x")}, None, "-p out_dir"),
+            ("quick", {"out_dir": str(tmp_path / "to_top")}, None, "the checkout itself"),
+            ("smoke", {"out_dir": str(tmp_path / "to_fig" / "cpu-2c")}, None, "inside figures/")]:
+        with pytest.raises(ValueError) as err:
+            run_record.check_destination(name, profile, params, out_root, planning=True)
+        assert says in str(err.value) and "\n" not in str(err.value), str(err.value)
+    sx5 = tmp_path / "sx5"
+    sx5.mkdir()
+    (sx5 / "smoke").symlink_to(paths.REPO_ROOT / "notebooks")       # attack54 X17
+    monkeypatch.setattr(paths, "SCRATCH_DIR", sx5)
+    with pytest.raises(ValueError, match="inside notebooks/"):
+        run_record.check_destination(name, "smoke", {}, None, planning=True)
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "to_fig")   # the scratch root itself a link into figures/
+    with pytest.raises(ValueError, match="inside figures/"):
+        run_record.check_destination(name, "smoke", {}, None, planning=True)
+    assert run_record.check_destination(name, "quick", {}, None, planning=True) == figures / name / "cpu-2c"
+    assert not list((figures / name / "cpu-2c").iterdir()) and not (paths.REPO_ROOT / "docs" / "x").exists()
