@@ -228,6 +228,12 @@ def kernel_folder() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+#: the signals a process gets from its own fault (attack54 R24b: SIGTERM, SIGHUP, SIGUSR1 … come from outside, and
+#: were offered "a crash in native code" as a cause)
+FAULT_SIGNALS = frozenset(int(getattr(signal, n)) for n in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL",
+                                                            "SIGSYS", "SIGTRAP") if hasattr(signal, n))
+
+
 def kernel_failure(nb_name: str, exc: BaseException, kept: Path | None) -> str | None:
     """The runner's line for a notebook whose kernel was ended from outside the runner (the runner's own stop never
     gets here: it raises :class:`RunnerStopped`): a KeyboardInterrupt in a cell is a SIGINT sent to the kernel
@@ -254,9 +260,11 @@ def kernel_failure(nb_name: str, exc: BaseException, kept: Path | None) -> str |
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return (f"{nb_name}: its kernel was ended by {name}{where} without a Python error: a crash in native code "
-                "(SIGSEGV, SIGBUS, SIGABRT) or a signal from outside the runner (a kill by its pid?); nothing of "
-                "this run is a result")
+        if -code in FAULT_SIGNALS:   # the kernel's own fault, raised by the CPU or by abort()
+            return (f"{nb_name}: its kernel was ended by {name}{where} without a Python error: a crash in native "
+                    "code (a C extension's bug, a bad memory access, an abort); nothing of this run is a result")
+        return (f"{nb_name}: its kernel was ended by {name}{where} from outside the runner (a kill by its pid?); "
+                "nothing of this run is a result")
     how = f" with exit status {code}" if code else ""
     return (f"{nb_name}: its kernel died{how}{where} without a Python error: killed from outside the runner (the "
             "out-of-memory killer, or a kill -9?) or a crash in native code; nothing of this run is a result")

@@ -75,3 +75,20 @@ def test_the_kernels_exit_signal_is_read_into_the_line(monkeypatch):
     run_kernel._KERNEL_EXIT["code"] = -signal.SIGSEGV
     assert "its kernel was ended by SIGSEGV without a Python error: a crash in native code" in kernel_failure(
         "n.ipynb", DeadKernelError("Kernel died"), None)
+
+
+def test_a_kernel_ended_by_a_signal_from_outside_is_not_offered_a_native_crash(monkeypatch):
+    """attack54 R24b: SIGTERM to the kernel read "a crash in native code (SIGSEGV, SIGBUS, SIGABRT) or a signal from
+    outside". The crash words are for fault signals only; TERM, HUP, INT, QUIT, USR1/2 say they came from outside."""
+    import signal
+
+    monkeypatch.setattr(run_kernel, "_KERNEL_EXIT", {})
+    for sig in ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+        run_kernel._KERNEL_EXIT["code"] = -getattr(signal, sig)
+        line = kernel_failure("n.ipynb", DeadKernelError("Kernel died"), None)
+        assert line == (f"n.ipynb: its kernel was ended by {sig} from outside the runner (a kill by its pid?); "
+                        "nothing of this run is a result"), line
+    for sig in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL", "SIGSYS", "SIGTRAP"):
+        run_kernel._KERNEL_EXIT["code"] = -getattr(signal, sig)
+        line = kernel_failure("n.ipynb", DeadKernelError("Kernel died"), None)
+        assert f"ended by {sig} without a Python error: a crash in native code" in line and "outside" not in line
