@@ -18,12 +18,12 @@
 from __future__ import annotations
 
 import ast
-import json
 import os
 import re
 from pathlib import Path
 
 from feedlab import fingerprint
+from feedlab.files import load_json
 from feedlab.monitor import usable_cores  # noqa: F401  (one definition, re-exported)
 from feedlab.paths import FIGURES_DIR, env_number
 
@@ -186,7 +186,7 @@ def machine_fingerprints(notebook: str, figures_dir: Path | None = None) -> dict
     out = {}
     for key, path in machine_dirs(notebook, figures_dir).items():
         fp = path / "fingerprint.json"
-        out[key] = json.loads(fp.read_text()) if fp.exists() else {}
+        out[key] = load_json(fp) if fp.exists() else {}
     return out
 
 

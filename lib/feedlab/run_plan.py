@@ -18,7 +18,6 @@ is planned at :data:`FIRST_RUN_S` and says so."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
@@ -29,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from feedlab import fingerprint, machines, paths, startup
+from feedlab.files import load_json
 from feedlab.machines import machine_dirs, machine_key
 from feedlab.nbparams import notebook_parameters
 from feedlab.paths import NOTEBOOKS_DIR, figure_dir
@@ -90,7 +90,7 @@ def recorded_seconds(notebook: str, key: str, profile: str, figures_dir: Path | 
     for k in order:
         for rec in sorted(dirs[k].glob("*.executed.ipynb")):
             try:
-                pm = json.loads(rec.read_text(encoding="utf-8"))["metadata"]["papermill"]
+                pm = load_json(rec)["metadata"]["papermill"]
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if (pm.get("parameters") or {}).get("profile") == profile and pm.get("duration"):
@@ -106,7 +106,7 @@ def record_commit(folder: Path) -> tuple[str | None, bool]:
     """``(commit, modified)``: the commit a record's fingerprint names (``git.commit``, a hex name only, else
     None) and whether its tree was modified (``git.dirty``): then the profile it ran under is not known."""
     try:
-        git = json.loads((Path(folder) / "fingerprint.json").read_text(encoding="utf-8")).get("git") or {}
+        git = load_json(Path(folder) / "fingerprint.json").get("git") or {}
     except (OSError, ValueError, AttributeError):
         return None, False
     if not isinstance(git, dict):
@@ -156,7 +156,7 @@ def limit_shortfall(folder: Path) -> tuple[float, int]:
     2026-11-26: 86 s recorded, seven batch-128 settings of about 11 s each left out). A budget's own
     leavings are not counted: the profile chose them."""
     try:
-        rec = json.loads((Path(folder) / "setting_costs.json").read_text(encoding="utf-8"))
+        rec = load_json(Path(folder) / "setting_costs.json")
     except (OSError, ValueError):
         return 0.0, 0
     dearest = max((float(v) for v in (rec.get("costs_s") or {}).values()), default=0.0)

@@ -1111,3 +1111,11 @@ def test_a_package_not_installed_is_not_run_and_a_missing_capability_not_testabl
     assert v.status == C.NOT_RUN and v.note.startswith("accimage is conda-forge only: not installed here ("), v
     broken = {"unavailable_reasons": {"accimage": "OSError: libjpeg.so.8: cannot open shared object file"}}
     assert verdict(cid, broken, CPU).status == C.NOT_TESTABLE
+
+
+def test_a_run_folder_whose_results_are_nested_too_deeply_is_one_value_error_naming_it(tmp_path):
+    """attack54 FAIL 1: Run(out_dir=...) over a results.json of '[' * 100000 raised RecursionError."""
+    (tmp_path / "results.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ValueError) as err:
+        C.Run(out_dir=tmp_path)
+    assert str(err.value) == f"{tmp_path / 'results.json'}: is not valid JSON (nested too deeply to read)"

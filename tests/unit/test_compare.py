@@ -131,3 +131,13 @@ def test_an_unreadable_machine_is_left_out_in_one_line(figs, capsys):
     assert list(compare.machine_data(VIEW, figs)) == ["cpu-2c", "h100-16c"]
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "laptop-8c" in err[0] and "re-run" in err[0]
+
+
+def test_a_machine_whose_fingerprint_is_nested_too_deeply_is_left_out_in_one_line(figs, capsys):
+    """attack54 FAIL 1: '[' * 100000 raised RecursionError, which the ValueError/OSError guard did not catch."""
+    _machine(figs, "cpu-2c", CPU_FP, {0: 100.0, 1: 150.0})
+    bad = _machine(figs, "laptop-8c", CPU_FP, {0: 1.0})
+    (bad / "fingerprint.json").write_text("[" * 100000 + "]" * 100000)
+    assert list(compare.machine_data(VIEW, figs)) == ["cpu-2c"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "laptop-8c" in err[0] and "nested too deeply" in err[0], err

@@ -520,3 +520,13 @@ def test_a_truncated_hdf5_file_is_named_in_one_line(sr_root, tmp_path):
     line = str(err.value)
     assert "\n" not in line and f"{root / 'sr.h5'}: not a readable HDF5 file" in line, line
     assert f"python -m data_prep pack {root} --to hdf5" in line, line
+
+
+def test_a_manifest_nested_too_deeply_is_one_format_error_naming_it(tmp_path):
+    """attack54 FAIL 1: a manifest.json of '[' * 100000 raised RecursionError (no FormatError) out of read_manifest."""
+    (tmp_path / "manifest.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(F.FormatError) as err:
+        F.read_manifest(tmp_path)
+    line = str(err.value)
+    assert line.startswith(f"{tmp_path / 'manifest.json'} is not valid JSON (nested too deeply to read)") and \
+        "data_prep" in line and "\n" not in line, line

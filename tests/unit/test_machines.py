@@ -166,3 +166,13 @@ def test_dry_run_names_the_folder_of_the_planned_machine(capsys, monkeypatch):
     key = re.search(r"results under figures/<notebook>/([^/]+)/", out).group(1)
     assert key.endswith("-16c")
     assert re.search(rf"out_dir\s+figures/01_worker_scaling/{re.escape(key)}\n", out)
+
+
+def test_a_fingerprint_nested_too_deeply_is_one_value_error_naming_it(tmp_path):
+    """attack54 FAIL 1: machine_fingerprints over a fingerprint.json of '[' * 100000 raised RecursionError."""
+    rec = tmp_path / "04_x" / "cpu-2c"
+    rec.mkdir(parents=True)
+    (rec / "fingerprint.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ValueError) as err:
+        machines.machine_fingerprints("04_x", tmp_path)
+    assert str(err.value) == f"{rec / 'fingerprint.json'}: is not valid JSON (nested too deeply to read)"

@@ -172,3 +172,13 @@ def test_a_long_list_of_changed_values_is_cut_for_the_reader():
     rec = {"changed": [f"v{i} 1 → 2" for i in range(7)]}
     assert run_plan.changed_note(rec) == "the profile changed since: v0 1 → 2, v1 1 → 2, v2 1 → 2, v3 1 → 2 and 3 more"
     assert run_plan.changed_note({"changed": []}) == ""
+
+
+def test_a_record_nested_too_deeply_is_read_as_no_record(tmp_path):
+    """attack54 FAIL 1: a fingerprint.json or setting_costs.json of '[' * 100000 raised RecursionError out of the
+    plan (its guards catch ValueError); now it is a record that says nothing, like any JSON they cannot read."""
+    deep = "[" * 100000 + "]" * 100000
+    (tmp_path / "fingerprint.json").write_text(deep)
+    (tmp_path / "setting_costs.json").write_text(deep)
+    assert run_plan.record_commit(tmp_path) == (None, False)
+    assert run_plan.limit_shortfall(tmp_path) == (0.0, 0)

@@ -9,7 +9,6 @@ handle is never shared across ``fork`` into DataLoader workers.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -27,7 +26,9 @@ from feedlab.errors import (
 )
 from feedlab.files import (  # noqa: F401  (re-exported: writers and data_prep use them here)
     ORPHAN_MIN_AGE_S,
+    JSONFileError,
     current_umask,
+    load_json,
     max_file_bytes,
     open_regular,
     read_regular,
@@ -55,9 +56,9 @@ def read_manifest(root: str | os.PathLike) -> dict:
     if not path.exists():
         return {}
     try:
-        man = json.loads(read_regular(path, MANIFEST_MAX_BYTES).decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FormatError(f"{path} is not valid JSON ({exc}): rebuild the set with "
+        man = load_json(path, limit=MANIFEST_MAX_BYTES)
+    except JSONFileError as exc:   # bad UTF-8 or nested too deeply too (attack54 FAIL 1)
+        raise FormatError(f"{path} is not valid JSON ({exc.reason}): rebuild the set with "
                           "`python -m data_prep sr --out ...` (or restore the file)") from None
     if not isinstance(man, dict):
         raise FormatError(f"{path} holds {type(man).__name__}, not a manifest object: rebuild the set")

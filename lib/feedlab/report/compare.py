@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from feedlab import plots
 from feedlab.errors import cli_errors
+from feedlab.files import JSONFileError, load_json
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR
@@ -201,9 +202,11 @@ def machine_data(view: View, figures_dir: Path = FIGURES_DIR) -> dict[str, dict]
         fp_path = folder / "fingerprint.json"
         try:
             pts = points(view, pd.read_csv(csv))
-            fp = json.loads(fp_path.read_text()) if fp_path.is_file() else None
+            fp = load_json(fp_path) if fp_path.is_file() else None
         except (ValueError, OSError, UnicodeDecodeError) as e:  # pandas' ParserError and JSON's are ValueErrors
-            print(f"warning: {folder}: left out of the comparison ({type(e).__name__}: {str(e)[:120]}); "
+            why = f"fingerprint.json is not valid JSON: {e.reason}" if isinstance(e, JSONFileError) else \
+                f"{type(e).__name__}: {str(e)[:120]}"
+            print(f"warning: {folder}: left out of the comparison ({why}); "
                   "re-run that notebook there or remove the folder", file=sys.stderr)
             continue
         if not pts:
@@ -222,7 +225,7 @@ def _reference(view: View, folder: Path) -> dict:
     if not view.ref or not res.is_file():
         return {}
     try:
-        cur = json.loads(res.read_text())
+        cur = load_json(res)
     except (OSError, ValueError) as exc:
         print(f"compare: {res}: unreadable ({exc}); its reference line is left out", file=sys.stderr)
         return {}

@@ -20,7 +20,6 @@ from a run whose machine was busy carries ``caveat``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from feedlab import like_for_like as lfl
+from feedlab.files import load_json
 
 REPRODUCED = "reproduced"
 PARTLY = "partly"
@@ -108,10 +108,10 @@ class Run:
                  fingerprint: dict | None = None, frame=None):
         self.out_dir = Path(out_dir) if out_dir is not None else None
         if payload is None and self.out_dir is not None and (self.out_dir / "results.json").is_file():
-            payload = json.loads((self.out_dir / "results.json").read_text())
+            payload = load_json(self.out_dir / "results.json")
         self.payload = payload or {}
         if fingerprint is None and self.out_dir is not None and (self.out_dir / "fingerprint.json").is_file():
-            fingerprint = json.loads((self.out_dir / "fingerprint.json").read_text())
+            fingerprint = load_json(self.out_dir / "fingerprint.json")
         self.fingerprint = fingerprint
         self._frame = frame
 
