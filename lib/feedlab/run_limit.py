@@ -24,6 +24,7 @@ from pathlib import Path
 
 from feedlab import procgroup
 from feedlab.errors import deadline
+from feedlab.files import load_json
 from feedlab.results import atomic_write
 
 
@@ -95,7 +96,7 @@ def stop_processes(procs, grace_s: float = 3.0) -> int:
 def read_notebook(executed: Path) -> dict | None:
     """The executed notebook as papermill last saved it, or None (not saved yet, half-written)."""
     try:
-        return json.loads(Path(executed).read_text(encoding="utf-8"))
+        return load_json(Path(executed))
     except (OSError, ValueError):
         return None
 

@@ -87,3 +87,15 @@ def test_make_help_prints_each_targets_measured_cost():
     help_rule = make.split("\nhelp:", 1)[1].split("\n\n", 1)[0]
     assert "feedlab.report.costs" in help_rule
     assert "about 7 minutes" not in make   # a typed duration: the measured one is printed by make help
+
+
+def test_a_record_nested_too_deeply_is_left_out_not_a_traceback(tmp_path):
+    """attack54 FAIL 1: an executed notebook or costs.json of '[' * 100000 raised RecursionError past the
+    guards (they catch ValueError): now it is read as no record, like any JSON they cannot read."""
+    deep = "[" * 100000 + "]" * 100000
+    _record(tmp_path, "01_worker_scaling", "cpu-2c", 90.5)
+    _record(tmp_path, "02_lmdb_vs_png", "cpu-2c", 30.0)
+    (tmp_path / "02_lmdb_vs_png" / "cpu-2c" / "02_lmdb_vs_png.executed.ipynb").write_text(deep)
+    assert list(costs.notebook_seconds(tmp_path)[("cpu-2c", "quick")]) == ["01_worker_scaling"]
+    (tmp_path / "costs.json").write_text(deep)
+    assert costs.target_records(tmp_path / "costs.json") == {}

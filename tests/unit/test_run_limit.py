@@ -221,3 +221,11 @@ def test_the_kernel_is_told_when_its_limit_falls(tmp_path, monkeypatch):
     assert t0 + 89 < float(seen[0]) <= _time.time() + 90
     assert seen[1] is None                        # no limit: no deadline, not the caller's stray value
     assert os.environ[DEADLINE_ENV] == "caller's"
+
+
+def test_an_executed_notebook_nested_too_deeply_reads_as_not_saved(tmp_path):
+    """attack54 FAIL 1: read_notebook over '[' * 100000 raised RecursionError past its ValueError guard."""
+    from feedlab.run_limit import read_notebook
+
+    (tmp_path / "x.executed.ipynb").write_text("[" * 100000 + "]" * 100000)
+    assert read_notebook(tmp_path / "x.executed.ipynb") is None

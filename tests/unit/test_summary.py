@@ -176,3 +176,10 @@ def test_a_top_effect_is_judged_on_both_sides_recorded_invariants(tmp_path):
     _write(tmp_path, "09_batch_size_breakdown", "cpu-a", {"fixed_over_baseline": {"w2_pin0_b128": 1.3}})
     (e09,) = [e for e in summary.machine_effects(tmp_path)["cpu-a"] if e.notebook == "09_batch_size_breakdown"]
     assert e09.verdict.startswith("not like for like (not recorded for the fixed pipeline (num_workers=2")
+
+
+def test_a_results_json_nested_too_deeply_gives_no_effect(tmp_path):
+    """attack54 FAIL 1: '[' * 100000 raised RecursionError past the ValueError guard of machine_effects."""
+    (tmp_path / "10_doctor" / "cpu-2c").mkdir(parents=True)
+    (tmp_path / "10_doctor" / "cpu-2c" / "results.json").write_text("[" * 100000 + "]" * 100000)
+    assert summary.machine_effects(tmp_path) == {}

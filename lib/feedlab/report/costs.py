@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from feedlab.errors import cli_errors
+from feedlab.files import load_json
 from feedlab.machines import machine_dirs, machine_key
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.results import atomic_write
@@ -27,7 +28,7 @@ def notebook_seconds(figures_dir: Path = FIGURES_DIR) -> dict[tuple[str, str], d
         for key, folder in machine_dirs(nb_dir.name, figures_dir).items():
             path = folder / f"{nb_dir.name}.executed.ipynb"
             try:
-                pm = json.loads(path.read_text(encoding="utf-8"))["metadata"]["papermill"]
+                pm = load_json(path)["metadata"]["papermill"]
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             profile = (pm.get("parameters") or {}).get("profile")
@@ -68,7 +69,7 @@ def records_by_run(machine: str, figures_dir: Path = FIGURES_DIR) -> dict[tuple[
         if folder is None:
             continue
         try:
-            fp = json.loads((folder / "fingerprint.json").read_text())
+            fp = load_json(folder / "fingerprint.json")
         except (OSError, ValueError):
             continue
         git = fp.get("git") or {}
@@ -116,7 +117,7 @@ def target_records(path: Path = COSTS_JSON) -> dict[str, dict]:
     """``{target: {"seconds", "disk_bytes"?, "machine", "date"}}``: the measured runs of a make target (docs/costs.json,
     written by ``--record`` from a measured run, never typed); ``{}`` where none is committed."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = load_json(Path(path))
     except (OSError, ValueError):
         return {}
     return {k: v for k, v in (data.get("targets") or {}).items() if isinstance(v, dict) and v.get("seconds")}
@@ -130,7 +131,7 @@ def record_target(target: str, seconds: float, disk_bytes: int | None = None, ma
     if not seconds > 0:
         raise ValueError(f"seconds {seconds!r}: a measured duration above 0")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = load_json(Path(path))
     except (OSError, ValueError):
         data = {}
     entry = {"seconds": round(float(seconds), 1), "machine": machine or machine_key(),

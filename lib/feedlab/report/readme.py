@@ -18,13 +18,13 @@ section sits between ``<!-- figures:start -->`` and ``<!-- figures:end -->``.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 
 from feedlab import findings
 from feedlab.errors import cli_errors
+from feedlab.files import load_json
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
@@ -95,7 +95,7 @@ def _reading(folder: Path, notebook: str) -> list[str]:
     res_path = folder / "results.json"
     reading: list[str] = []
     if res_path.exists():
-        r = json.loads(res_path.read_text()).get("reading") or []
+        r = load_json(res_path).get("reading") or []
         reading = [r] if isinstance(r, str) else list(r)
     executed = folder / f"{notebook}.executed.ipynb"
     if not reading and executed.exists():
@@ -252,7 +252,7 @@ def section(figures_dir: Path = FIGURES_DIR) -> str:
         for key, folder in machines.items():
             fp_path = folder / "fingerprint.json"
             if fp_path.exists():
-                fps[key] = json.loads(fp_path.read_text())
+                fps[key] = load_json(fp_path)
                 all_fps.setdefault(key, []).append(fps[key])
         parts.extend(_notebook_block(nb_dir, machines, fps))
     head = ["Each reading below was computed by its notebook from the numbers of the run that drew "
@@ -348,7 +348,7 @@ def refresh_findings(figures_dir: Path = FIGURES_DIR) -> list[Path]:
             executed = folder / f"{nb_dir.name}.executed.ipynb"
             if not executed.is_file() or not (folder / "results.json").is_file():
                 continue
-            nb = json.loads(executed.read_text(encoding="utf-8"))
+            nb = load_json(executed)
             lines = generated_targets(nb_dir.name, folder, findings.reading_lines(nb))
             run = Run(out_dir=folder)
             verdicts = {c.id: claims.judge(c, run).as_dict() for c in claims.claims_for(nb_dir.name)} or None

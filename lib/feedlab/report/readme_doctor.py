@@ -4,9 +4,9 @@ worker counts), with its calibration line generated from the run's ``results.jso
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from feedlab.files import load_json
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT, scrub_data_paths
@@ -65,7 +65,7 @@ def _with_calibration(text: str, folder: Path) -> str:
     """The doctor's printed output with its calibration line generated from the run's results."""
     res = folder / "results.json"
     try:
-        payload = json.loads(res.read_text()) if res.is_file() else {}
+        payload = load_json(res) if res.is_file() else {}
     except ValueError:
         payload = {}
     new = calibration_lines(payload, folder)
@@ -86,7 +86,7 @@ def worst_error_line(folder: Path) -> str:
     """The doctor block's headline: the largest prediction error over every setting the run predicted, then the
     subset of its own worker counts (never the kinder subset first)."""
     try:
-        payload = json.loads((folder / "results.json").read_text())
+        payload = load_json(folder / "results.json")
     except (OSError, ValueError):
         return ""
     own, every = targets.doctor_errors(payload)
@@ -112,7 +112,7 @@ def doctor_block(figures_dir: Path = FIGURES_DIR) -> str:
             continue
         text = _with_calibration(text, folder)
         fp = folder / "fingerprint.json"
-        line = fingerprint_line(json.loads(fp.read_text())) if fp.exists() else key
+        line = fingerprint_line(load_json(fp)) if fp.exists() else key
         parts += [f"**{key}** ({line}), from [the executed notebook]"
                   f"({executed.relative_to(REPO_ROOT).as_posix()}):", ""]
         worst = worst_error_line(folder)
@@ -133,7 +133,7 @@ def calibration_doc(figures_dir: Path = FIGURES_DIR) -> str:
     out = []
     for key, folder in machine_dirs("10_doctor", figures_dir).items():
         try:
-            payload = json.loads((folder / "results.json").read_text())
+            payload = load_json(folder / "results.json")
         except (OSError, ValueError):
             continue
         cal = payload.get("calibration") or {}

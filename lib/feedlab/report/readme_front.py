@@ -5,11 +5,11 @@ a notebook with no committed record says so, with no number."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from feedlab import findings
+from feedlab.files import load_json
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.report.claims.core import Run
@@ -43,7 +43,7 @@ def key_figure(notebook: str, folder: Path) -> Path | None:
     """The record's key figure: the run's first figure (as its findings cell shows it), None without one."""
     executed = folder / f"{notebook}.executed.ipynb"
     try:
-        nb = json.loads(executed.read_text(encoding="utf-8"))
+        nb = load_json(executed)
     except (OSError, ValueError):
         return None
     names = findings.figure_names(nb, folder)
@@ -77,12 +77,12 @@ def tune_block(figures_dir: Path = FIGURES_DIR) -> str:
     folder = Path(figures_dir) / names[0] / TUNE_MACHINE if names else None
     if folder is None or not (folder / "results.json").is_file():
         return ("Notebook 16 (the tuner against the exhaustive grid, per scenario): no committed record yet.\n")
-    payload = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    payload = load_json(folder / "results.json")
     reading = payload.get("reading") or []
     reading = [reading] if isinstance(reading, str) else list(reading)
     executed = folder / f"{names[0]}.executed.ipynb"
     if not reading and executed.is_file():
-        reading = findings.reading_lines(json.loads(executed.read_text(encoding="utf-8")))
+        reading = findings.reading_lines(load_json(executed))
     run = Run(payload, folder)   # 16's target lines: each scenario's recorded word read by the one rule
     reading = [tune_target_line(str(x), run) for x in reading]
     link = f"[the executed record]({_rel(executed)})" if executed.is_file() else f"`{_rel(folder)}/`"

@@ -13,12 +13,12 @@ the steady ones.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from feedlab.files import load_json
 from feedlab.like_for_like import WITHIN, Verdict
 from feedlab.paths import FIGURES_DIR
 from feedlab.report.claims import sides
@@ -189,7 +189,7 @@ def machine_effects(figures_dir: Path | None = None) -> dict[str, list[Effect]]:
             continue
         for machine_dir in sorted(p for p in nb_dir.iterdir() if (p / "results.json").is_file()):
             try:
-                payload = json.loads((machine_dir / "results.json").read_text())
+                payload = load_json(machine_dir / "results.json")
                 effect = extract(payload)
             except (ValueError, TypeError, AttributeError):
                 effect = None

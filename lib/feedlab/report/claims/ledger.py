@@ -10,10 +10,10 @@ that *measured* each column (the fingerprint's commit and tree hash).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
+from feedlab.files import load_json
 from feedlab.machines import machine_dirs, machine_key
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.peers import PEERS
@@ -45,7 +45,7 @@ def runs_of(notebook: str, figures_dir: Path = FIGURES_DIR) -> dict[str, Path]:
     found = dict(machine_dirs(notebook, figures_dir))
     base = Path(figures_dir) / notebook
     if not found and (base / "fingerprint.json").is_file():
-        found[_machine_key(json.loads((base / "fingerprint.json").read_text()))] = base
+        found[_machine_key(load_json(base / "fingerprint.json"))] = base
     return found
 
 
@@ -77,7 +77,7 @@ def recorded_statuses(figures_dir: Path = FIGURES_DIR) -> dict[tuple[str, str], 
     for nb in sorted(set(own.values())):
         for m, folder in runs_of(nb, figures_dir).items():
             try:
-                recorded = json.loads((folder / "results.json").read_text()).get("verdicts") or {}
+                recorded = load_json(folder / "results.json").get("verdicts") or {}
             except (OSError, ValueError, AttributeError):
                 continue
             for cid, v in recorded.items() if isinstance(recorded, dict) else ():
@@ -137,7 +137,7 @@ def provenance(figures_dir: Path = FIGURES_DIR) -> dict[str, dict[str, list[str]
         for machine, folder in runs_of(nb, figures_dir).items():
             fp_path = Path(folder) / "fingerprint.json"
             try:
-                fp = json.loads(fp_path.read_text()) if fp_path.is_file() else None
+                fp = load_json(fp_path) if fp_path.is_file() else None
             except ValueError:
                 fp = None
             out.setdefault(machine, {}).setdefault(code_of(fp), []).append(nb[:2])
@@ -206,14 +206,13 @@ def claims_markdown(figures_dir: Path = FIGURES_DIR) -> str:
 def peer_ratio_rows(figures_dir: Path = FIGURES_DIR) -> list[str]:
     """feedlab's own target beside the write-ups' claims: its recommended pipeline ÷ the best
     peer loader per data set (notebook 13), per committed machine, with the run's spread."""
-    import json
 
     from feedlab.report.targets import PEER, peer_verdict, peer_words
 
     rows = []
     for machine, folder in machine_dirs("13_peer_loaders", figures_dir).items():
         try:
-            payload = json.loads((folder / "results.json").read_text())
+            payload = load_json(folder / "results.json")
         except (OSError, ValueError):
             continue
         ratios = payload.get("ratios") or {}
