@@ -141,15 +141,19 @@ def landing_problem(path: str | os.PathLike, label: str, allowed: Path | None = 
     inside ``figures/`` (other than ``allowed``: the runner's own record folder on the route that writes it),
     inside a source folder (:data:`SOURCE_DIRS`) or on the checkout itself; None where it lands elsewhere.
     A link one level below a scratch root (``sx/smoke -> figures/…``) is seen (attack54 X13, X17)."""
-    real = _resolved(path)
-    via = "" if real == Path(os.path.abspath(path)) else f" (through a link: it is {rel(real)})"
+    real, given = _resolved(path), Path(os.path.abspath(path))
+    try:   # as given (its links not followed), relative to the checkout where inside it
+        shown = str(given.relative_to(REPO_ROOT)) or "."
+    except ValueError:
+        shown = str(path)
+    via = "" if real == given else f" (through a link: it is {rel(real)})"
     if _inside(real, FIGURES_DIR) and not (allowed is not None and real == _resolved(allowed)):
-        return (f"{label}: {rel(path)}{via} lies inside figures/, which holds the committed records (only "
+        return (f"{label}: {shown}{via} lies inside figures/, which holds the committed records (only "
                 "feedlab.run writes there, its own folder for a run): nothing written; give a folder outside figures/")
     source = [d for d in SOURCE_DIRS if _inside(real, REPO_ROOT / d)]
     if source or real == _resolved(REPO_ROOT):
         where = f"lies inside {source[0]}/, a folder of the checkout's sources" if source else "is the checkout itself"
-        return (f"{label}: {rel(path)}{via} {where} (a run's record would land among tracked files): nothing "
+        return (f"{label}: {shown}{via} {where} (a run's record would land among tracked files): nothing "
                 "written; give a folder outside the checkout's sources (runs/ by default)")
     return None
 
