@@ -81,3 +81,13 @@ def test_batched_fetch_and_sharded_reads_build_through_the_registry(sr_root, tmp
     sps = res.frame()
     assert set(sps.variant) == {"wds shards (sequential)", "npy per-sample files (random)"}
     assert (sps.value > 0).all() and set(sps.samples) == {48} and len(built) == 4
+
+
+def test_a_shard_index_nested_too_deeply_is_one_value_error_naming_it(tmp_path):
+    """attack54 FAIL 1: an index.json of '[' * 100000 raised RecursionError out of wds_dataset."""
+    import pytest
+
+    (tmp_path / "index.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ValueError) as err:
+        B.wds_dataset(tmp_path)
+    assert str(err.value) == f"{tmp_path / 'index.json'}: the shards' index is not valid JSON (nested too deeply to read)"

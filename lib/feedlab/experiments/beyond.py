@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from feedlab import formats as _formats
 from feedlab import pipeline as pl
 from feedlab.cache import evict, files_under
+from feedlab.files import load_json
 from feedlab.formats._common import atomic_output
 from feedlab.results import Results
 from feedlab.timing import owned_iterator, run_epoch, torch_threads  # noqa: E402
@@ -303,7 +304,7 @@ def wds_dataset(shard_dir, buffer: int = 256, seed: int = 0):
     import webdataset as wds
 
     shard_dir = Path(shard_dir)
-    names = json.loads((shard_dir / "index.json").read_text())["shards"]
+    names = load_json(shard_dir / "index.json", "the shards' index")["shards"]   # one line, never a RecursionError
     urls = [str(shard_dir / n) for n in names]
     ds = wds.WebDataset(urls, shardshuffle=len(urls), seed=seed, empty_check=False)
     if buffer > 1:
