@@ -163,8 +163,9 @@ def _check_results(path: Path, payload: dict) -> None:
     if not isinstance(verdicts, dict):
         raise DamagedRecord(f'{path}: "verdicts" holds {type(verdicts).__name__}, not an object of claims; {fix}')
     for key, v in verdicts.items():
-        if not (isinstance(v, dict) and ("status" in v or "word" in v)):
-            shape = type(v).__name__ if not isinstance(v, dict) else "an object without a status"
+        if not (isinstance(v, dict) and (isinstance(v.get("status"), str) or "word" in v and "status" not in v)):
+            shape = type(v).__name__ if not isinstance(v, dict) else \
+                f"a status of {type(v['status']).__name__}" if "status" in v else "an object without a status"
             raise DamagedRecord(f'{path}: "verdicts" entry {key!r} holds {shape}, not a claim\'s '
                                 f"{{status, ours}}; {fix}")
 

@@ -250,7 +250,9 @@ def test_json_nested_too_deeply_is_one_line_naming_the_file(tmp_path, capsys, wh
                                            ({"profile": "quick", "verdicts": {"a": [1]}}, "'a' holds list"),
                                            ({"profile": "quick", "verdicts": {"b": None}}, "'b' holds NoneType"),
                                            ({"profile": "quick", "verdicts": {"c": {"x": 1}}},
-                                            "'c' holds an object without a status")])
+                                            "'c' holds an object without a status"),
+                                           ({"profile": "quick", "verdicts": {"d": {"status": ["ok"]}}},
+                                            "'d' holds a status of list")])
 def test_a_results_field_of_the_wrong_shape_is_named_not_printed(tmp_path, capsys, payload, word):
     """attack54 W1 (B17): a profile of ["smoke"] was printed as `Profile **['smoke']**`, and verdicts that are not
     claims vanished with the claims table, rc 0: now one line naming results.json and the field; nothing rewritten."""
