@@ -107,6 +107,9 @@ def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) ->
         raise ValueError(f"{name}: {where} (runs, locks and failed runs would land among tracked files): nothing "
                          f"written; {fix}")
     for path in (root, *(root / sub for sub in subfolders)):
+        why = landing_problem(path, name) if path != root else None   # runs/locks -> figures/… (attack54 X13's kin)
+        if why:
+            raise ValueError(why)
         for part in (*reversed(path.parents), path):
             if part.is_symlink() and not part.exists():
                 raise ValueError(f"{name}: {part} is a link that leads nowhere (a loop, or its target is gone); {fix}")

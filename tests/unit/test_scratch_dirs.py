@@ -359,3 +359,18 @@ def test_every_route_to_a_record_folder_is_resolved_through_links(tmp_path, monk
         run_record.check_destination(name, "smoke", {}, None, planning=True)
     assert run_record.check_destination(name, "quick", {}, None, planning=True) == figures / name / "cpu-2c"
     assert not list((figures / name / "cpu-2c").iterdir()) and not (paths.REPO_ROOT / "docs" / "x").exists()
+
+
+def test_a_scratch_subfolder_linked_into_figures_is_refused_and_nothing_written(tmp_path, monkeypatch):
+    """The runner's locks/, failed/ and temps/ under the scratch folder are resolved through links as its records are."""
+    figures = tmp_path / "figures"
+    (figures / "04_print_overhead").mkdir(parents=True)
+    monkeypatch.setattr(paths, "FIGURES_DIR", figures)
+    scratch = tmp_path / "runs"
+    scratch.mkdir()
+    (scratch / "failed").symlink_to(figures / "04_print_overhead")
+    monkeypatch.setattr(paths, "SCRATCH_DIR", scratch)
+    monkeypatch.delenv("FEEDLAB_SCRATCH", raising=False)
+    with pytest.raises(ValueError, match=r"failed \(through a link: .*\) lies inside figures/"):
+        paths.check_scratch()
+    assert not list((figures / "04_print_overhead").iterdir())
