@@ -29,10 +29,11 @@ PAYLOAD_KEYS = ["notebook", "profile", "sizes", "resize_to", "limit", "image_set
 
 
 def _add(res, variant, op, image_set, med, **extra):
-    """Three repeats around ``med`` (median exactly ``med``), columns as decode_backends writes them."""
+    """Three repeats around ``med`` (median exactly ``med``, ±1%: tight enough that the one judge's repeat-spread
+    rule, audit54 N1, leaves the verdicts to the ratios), columns as decode_backends writes them."""
     inv = dict(order="sequential", pixel_error=0.0, cache="warm", window_s=1.5, epoch_batches="not applicable",
                timed_batches=64, batch_size=1, num_workers=0)   # the invariants decode_backends records (issue 45), long enough to judge
-    res.add_samples(E.EXPERIMENT, variant, "img_per_s", [0.9 * med, med, 1.1 * med], "img/s", op=op,
+    res.add_samples(E.EXPERIMENT, variant, "img_per_s", [0.99 * med, med, 1.01 * med], "img/s", op=op,
                     image_set=image_set, kind=KIND[image_set], size=0 if image_set == "jpeg_native" else 96,
                     **{**inv, **extra})
 

@@ -28,9 +28,9 @@ def test_targets_pick_the_best_lmdb_kind_and_judge_both():
     rows = [dict(pipeline="png_totensor_dataloader", samples_per_s=1000.0, main_us_per_sample=20.0, handover_gb_s=1, delivered_gb_s=0.1, repeat=0, **legs),
             dict(pipeline="png_totensor_dataloader", samples_per_s=1000.0, main_us_per_sample=20.0, handover_gb_s=1, delivered_gb_s=0.1, repeat=1, **legs),
             dict(pipeline="lmdb_fast_dataloader", samples_per_s=3000.0, main_us_per_sample=12.0, handover_gb_s=1, delivered_gb_s=0.1, repeat=0, **legs),
-            dict(pipeline="lmdb_ring", samples_per_s=6000.0, main_us_per_sample=6.0, handover_gb_s=8, delivered_gb_s=0.1, repeat=0, **legs),
-            dict(pipeline="lmdb_ring", samples_per_s=5600.0, main_us_per_sample=4.0, handover_gb_s=8, delivered_gb_s=0.1, repeat=1, **legs)]
-    t = H.targets(rows)
+            dict(pipeline="lmdb_ring", samples_per_s=5810.0, main_us_per_sample=6.0, handover_gb_s=8, delivered_gb_s=0.1, repeat=0, **legs),
+            dict(pipeline="lmdb_ring", samples_per_s=5790.0, main_us_per_sample=4.0, handover_gb_s=8, delivered_gb_s=0.1, repeat=1, **legs)]
+    t = H.targets(rows)   # (the ring's two repeats within ±0.2%: the repeat-spread rule, audit54 N1, leaves it to the ratio)
     assert t["lmdb_best"] == "lmdb_ring" and t["lmdb_vs_png"] == 5.8 and t["lmdb_vs_png_met"], t["lmdb_vs_png_verdict"]
     # the same rates from legs that recorded no window or cache are never judged met (the one judge: not known)
     bare = [{k: v for k, v in r.items() if k not in ("cache", "window_s")} for r in rows]
