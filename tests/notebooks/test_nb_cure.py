@@ -15,6 +15,8 @@ def test_15_the_cure_smoke():
     for s in steps:
         assert s["samples_per_s"] > 0 and 0 <= s["data_wait_share"] <= 1 and s["rate_kind"] == "steady"
         assert s["timed_batches"] == res["min_timed"]
+        # what the one judge reads on both sides of a step (audit54 N8): recorded, never left to "not known"
+        assert s["order"] == "global" and s["cache"] == "warm" and s["pixel_error"] == 0.0, s
     for s in steps:
         if s["kind"] == "advice":
             assert s["kept"] == (s["gain"] >= 1.0)
