@@ -60,25 +60,28 @@ def _not_ours(signum: int) -> bool:
 
 def _children_quiet() -> None:
     """In a command line's process about to stop: torch's SIGCHLD handler (a Python one) back to the default, so
-    the workers the same signal ended are not raised as "DataLoader worker … killed by signal" over the stop."""
-    if startup.command_name() is not None and callable(signal.getsignal(signal.SIGCHLD)):
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    the workers the same signal ended are not raised as "DataLoader worker … killed by signal" over the stop.
+    Swapped first, then put back where this is no command line's process: a worker's death lands at any bytecode,
+    and one that landed while the handler was still asking (CI, 2026-11-28, under load) raised over the stop."""
+    prev = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if callable(prev) and startup.command_name() is None:
+        signal.signal(signal.SIGCHLD, prev)
 
 
 def _raise_signalled(signum, _frame):
+    _children_quiet()   # first: see _children_quiet
     if _not_ours(signum):
         return
     _TAKEN.add(signum)
-    _children_quiet()
     raise Signalled(signum)
 
 
 def _interrupt(signum, frame):
     """SIGINT within :func:`signals_raise`: a KeyboardInterrupt as Python's own, in the owner only."""
+    _children_quiet()
     if _not_ours(signum):
         return
     _TAKEN.add(signum)
-    _children_quiet()
     signal.default_int_handler(signum, frame)
 
 
