@@ -20,6 +20,7 @@ from pathlib import Path
 
 from feedlab import startup
 from feedlab.files import JSONFileError, load_json
+from feedlab.fingerprint import other_fraction
 from feedlab.machines import machine_key
 from feedlab.results import atomic_write
 
@@ -93,8 +94,8 @@ def findings_markdown(nb: dict, payload: dict, fingerprint: dict | None, folder:
     if not load:
         head.append("This run recorded no load of other programs: whether the machine was busy is not known.")
     elif load.get("busy"):
-        w = load.get("busiest_window") or load.get("whole_run") or {}
-        share = f" (up to {w['other_fraction']:.0%} of the cores)" if "other_fraction" in w else ""
+        share = other_fraction(load.get("busiest_window") or load.get("whole_run") or {})
+        share = f" (up to {share:.0%} of the cores)" if share is not None else ""
         head.append(f"The machine was busy with other work during this run{share}: readings may be slowed "
                     "and ratios distorted; re-run on an idle machine before relying on them.")
     parts = ["\n".join(head)]

@@ -17,6 +17,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+from feedlab.files import load_json
 from feedlab.monitor import load_record
 from feedlab.paths import DATA_DIR, REPO_ROOT
 
@@ -179,10 +180,9 @@ def git_state(root: Path | str = REPO_ROOT) -> dict:
 
 def sent_source(root: Path | str = REPO_ROOT) -> dict | None:
     """The carried :data:`SOURCE_FILE`, or None (absent or unreadable)."""
-    import json
 
     try:
-        d = json.loads((Path(root) / SOURCE_FILE).read_text())
+        d = load_json(Path(root) / SOURCE_FILE)   # a FIFO or JSON nested too deeply: None, never a wait
         return d if isinstance(d, dict) and d.get("commit") and d.get("content") else None
     except (OSError, ValueError):
         return None
@@ -286,14 +286,22 @@ def _other_load() -> dict:
         return {"available": False, "error": f"{type(exc).__name__}: {exc}"}
 
 
+def other_fraction(window) -> float | None:
+    """A load window's ``other_fraction`` where it is a real share of the cores (a number in [0, 1]), else None:
+    a damaged fingerprint.json (a string there) is never formatted as a share (attack55 B38, B45)."""
+    v = window.get("other_fraction") if isinstance(window, dict) else None
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0
+    return float(v) if ok else None
+
+
 def busy_flag(fp: dict) -> str:
     """' · BUSY: …' for a footer when other processes loaded the machine, else ''."""
     load = fp.get("other_load") or {}
-    if not load.get("busy"):
+    if not isinstance(load, dict) or not load.get("busy"):
         return ""
     worst = load.get("busiest_window") or load.get("whole_run") or {}
-    frac = max((load.get("whole_run") or {}).get("other_fraction", 0), worst.get("other_fraction", 0))
-    return f" · BUSY: other processes used {frac:.0%} of the cores"
+    fracs = [f for f in (other_fraction(load.get("whole_run")), other_fraction(worst)) if f is not None]
+    return f" · BUSY: other processes used {max(fracs):.0%} of the cores" if fracs else " · BUSY"
 
 
 def fingerprint_line(fp: dict | None = None) -> str:

@@ -115,7 +115,7 @@ def written_by_run(name: str, final: Path) -> set[str]:
     never in a folder a user named, where a ``holiday.png`` beside an old record is the user's."""
     listed = None
     try:
-        listed = set(json.loads((final / MANIFEST).read_text())["files"])
+        listed = set(files.load_json(final / MANIFEST)["files"])   # a FIFO: no manifest, never a wait
     except (OSError, ValueError, KeyError, TypeError):
         pass
     legacy = listed is None and final.resolve().is_relative_to(FIGURES_DIR.resolve())
@@ -133,7 +133,7 @@ def missing_files(folder: Path, tracked: set[Path]) -> list[str]:
     """The files of a record that its run wrote (its manifest, ``run_record.MANIFEST``) or git tracks (``tracked``)
     and that are gone: a deleted committed figure is a record missing, never "not measured on this machine"."""
     try:
-        listed = set(json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"])
+        listed = set(files.load_json(folder / MANIFEST)["files"])
     except (OSError, ValueError, KeyError, TypeError):
         listed = set()
     listed |= {p.name for p in tracked if p.parent == folder}
@@ -240,7 +240,7 @@ def _check_machine(key: str, final: Path, planning: bool = False) -> None:
         raise ValueError(f"FEEDLAB_MACHINE={key}: names a GPU machine, and this one ({own}) has no GPU: it would "
                          f"replace {rel(final)}; unset FEEDLAB_MACHINE, or give --out-root DIR outside figures/")
     try:
-        made_on = fingerprint_key(json.loads((final / "fingerprint.json").read_text()))
+        made_on = fingerprint_key(files.load_json(final / "fingerprint.json"))
     except (OSError, ValueError, AttributeError, TypeError):
         return
     if made_on != own:
@@ -256,7 +256,7 @@ class RecordWouldLose(ValueError):
 def _unavailable_parts(folder: Path) -> list[str]:
     """The parts a run's ``results.json`` says did not run (``{"available": false, "reason": ...}``)."""
     try:
-        payload = json.loads((folder / "results.json").read_text())
+        payload = files.load_json(folder / "results.json")
     except (OSError, ValueError):
         return []
     return [f"{k}: {v['reason']}" for k, v in (payload.items() if isinstance(payload, dict) else [])

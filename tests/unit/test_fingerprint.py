@@ -77,3 +77,37 @@ def test_tree_and_content_hash_return_with_untracked_fifo_links_and_dev_zero(tmp
     (work / "zero.lnk").symlink_to("/dev/null")   # a link's target text is what it is
     assert _within_deadline(tree_hash, root) != tree
     assert _within_deadline(content_hash, root) != content
+
+
+def test_sent_source_over_a_fifo_or_json_nested_too_deeply_is_none_without_a_wait(tmp_path):
+    """attack55 F24/F25: `.whl/SOURCE.json` a FIFO waited with no deadline; nested too deeply, a 48-line
+    RecursionError. Either is no carried source."""
+    import os
+    import threading
+
+    from feedlab import fingerprint
+
+    (tmp_path / fingerprint.SOURCE_FILE).parent.mkdir(parents=True, exist_ok=True)
+    deep = tmp_path / fingerprint.SOURCE_FILE
+    deep.write_text("[" * 100000 + "]" * 100000)
+    assert fingerprint.sent_source(tmp_path) is None
+    deep.unlink()
+    os.mkfifo(deep)
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(fingerprint.sent_source(tmp_path)), daemon=True)
+    t.start()
+    t.join(20)
+    assert got == [None], "sent_source waited on a FIFO"
+
+
+def test_a_share_of_the_cores_that_is_no_number_is_never_formatted():
+    """attack55 B45: fingerprint.json's other_fraction a string gave a TypeError in busy_flag."""
+    from feedlab.fingerprint import busy_flag, other_fraction
+
+    assert other_fraction({"other_fraction": 0.3}) == 0.3
+    assert other_fraction({"other_fraction": "0.3"}) is None and other_fraction({"other_fraction": 7}) is None
+    assert other_fraction("x") is None and other_fraction({"other_fraction": True}) is None
+    fp = {"other_load": {"busy": True, "whole_run": {"other_fraction": "lots"}}}
+    assert busy_flag(fp) == " · BUSY"
+    assert busy_flag({"other_load": {"busy": True, "whole_run": {"other_fraction": 0.4}}}).endswith("40% of the cores")
+    assert busy_flag({"other_load": "busy"}) == ""

@@ -186,3 +186,26 @@ def test_a_run_folder_that_is_a_link_is_named_as_given_not_by_its_target(tmp_pat
     link.symlink_to(target)
     line = run_record.record_problem("04_print_overhead", link)
     assert line.startswith(f"{link} is a link (to {target}): the runner does not write through links")
+
+
+def test_a_records_manifest_that_is_a_fifo_or_too_deep_is_no_manifest_without_a_wait(tmp_path):
+    """attack55 R40–R43, B41/B42: a `.feedlab-record.json` a FIFO hung the runner (dry run too) and
+    report.readme; nested too deeply, a RecursionError traceback. Either reads as no manifest."""
+    import os
+    import threading
+
+    from feedlab import run_record
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / run_record.MANIFEST).write_text("[" * 100000 + "]" * 100000)
+    assert run_record.written_by_run("04_print_overhead", folder) == set()
+    assert run_record.missing_files(folder, set()) == []
+    (folder / run_record.MANIFEST).unlink()
+    os.mkfifo(folder / run_record.MANIFEST)
+    got: list = []
+    t = threading.Thread(target=lambda: got.append((run_record.written_by_run("04_print_overhead", folder),
+                                                    run_record.missing_files(folder, set()))), daemon=True)
+    t.start()
+    t.join(20)
+    assert got == [(set(), [])], "a FIFO manifest was waited on"

@@ -344,7 +344,7 @@ def _ours(figures_dir: Path) -> set[Path]:
 def _current(path: Path, record: dict) -> bool:
     """The figure is drawn from exactly ``record`` already (its JSON matches, PNG and SVG exist)."""
     try:
-        same = json.loads(path.read_text()) == json.loads(json.dumps(record))
+        same = load_json(path) == json.loads(json.dumps(record))
     except (OSError, ValueError):
         return False
     return same and all(path.with_suffix(ext).is_file() for ext in (".png", ".svg"))
@@ -380,8 +380,14 @@ def problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
         rel = f"{path.parent.name}/{path.stem}"
         if not all(path.with_suffix(ext).is_file() for ext in (".json", ".png", ".svg")):
             out.append(f"{rel}: missing")
-        elif json.loads(path.read_text()) != json.loads(json.dumps(record)):
-            out.append(f"{rel}: stale (the committed results changed)")
+        else:
+            try:
+                committed = load_json(path, "the comparison record")
+            except (OSError, JSONFileError) as exc:   # damaged or no regular file: named, one line
+                out.append(f"{rel}: {exc}")
+                continue
+            if committed != json.loads(json.dumps(record)):
+                out.append(f"{rel}: stale (the committed results changed)")
     for old in _ours(figures_dir) - set(expected):
         out.append(f"{old.parent.name}/{old.stem}: drawn, but fewer than two machines measured it now")
     return [f"{p}: run `python -m feedlab.report.readme`" for p in out]
