@@ -171,6 +171,31 @@ def _check_results(path: Path, payload: dict) -> None:
                                 f"{{status, ours}}; {fix}")
 
 
+def _check_fingerprint(path: Path, fp: dict) -> None:
+    """The fields of ``fingerprint.json`` the findings cell reads are of the shape a run writes: ``gpus`` a list of
+    objects with a text ``name``, ``cpu_usable``/``cpu_logical`` a whole number >= 1 (not a bool), ``other_load`` an
+    object (each may be absent or null); else :class:`DamagedRecord` naming the file and the field (attack55 W1,
+    B39: a Python error without the field, or ``cpu-{'a': 1}c`` printed as the machine)."""
+    fix = "run the notebook again (python -m feedlab.run) or restore the file from git"
+    gpus = fp.get("gpus")
+    if gpus is not None and not isinstance(gpus, list):
+        raise DamagedRecord(f'{path}: "gpus" holds {type(gpus).__name__}, not a list of GPUs; {fix}')
+    for i, g in enumerate(gpus or []):
+        if not isinstance(g, dict):
+            raise DamagedRecord(f'{path}: "gpus" entry {i} holds {type(g).__name__}, not an object; {fix}')
+        if not isinstance(g.get("name"), str):
+            raise DamagedRecord(f'{path}: "gpus" entry {i}\'s "name" holds {type(g.get("name")).__name__}, '
+                                f"not a GPU's name; {fix}")
+    for key in ("cpu_usable", "cpu_logical"):
+        v = fp.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            shape = f"{v!r}" if isinstance(v, int) and not isinstance(v, bool) else type(v).__name__
+            raise DamagedRecord(f'{path}: "{key}" holds {shape}, not a count of cores (a whole number >= 1); {fix}')
+    load = fp.get("other_load")
+    if load is not None and not isinstance(load, dict):
+        raise DamagedRecord(f'{path}: "other_load" holds {type(load).__name__}, not an object; {fix}')
+
+
 def add_findings(executed: str | Path, lines: list[str] | None = None, verdicts: dict | None = None) -> bool:
     """Put the findings cell at the top of ``executed`` (replacing an earlier one), reading
     ``results.json`` and ``fingerprint.json`` beside it. Returns False (and changes nothing)
@@ -190,6 +215,8 @@ def add_findings(executed: str | Path, lines: list[str] | None = None, verdicts:
     _check_results(results, payload)
     fp_path = folder / "fingerprint.json"
     fingerprint = _read_json(fp_path, "its fingerprint.json") if fp_path.exists() or fp_path.is_symlink() else None
+    if fingerprint is not None:
+        _check_fingerprint(fp_path, fingerprint)
     nb = _read_json(path, "the notebook")
     if not isinstance(nb.get("cells"), list) or \
             not all(isinstance(c, dict) and isinstance(c.get("metadata", {}), dict) for c in nb["cells"]):

@@ -287,3 +287,28 @@ def test_a_record_that_is_no_regular_file_is_named_for_what_it_is(tmp_path, caps
     assert findings.main([str(path)]) == 2 and path.read_text() == before
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"{target}: ") and f"is {word}, not a regular file" in err[0], err
+
+
+@pytest.mark.parametrize("fp, word", [({"gpus": [1]}, '"gpus" entry 0 holds int, not an object'),
+                                      ({"gpus": "x"}, '"gpus" holds str'),
+                                      ({"gpus": [{"name": ["x"]}]}, '"gpus" entry 0\'s "name" holds list'),
+                                      ({"other_load": [1]}, '"other_load" holds list, not an object'),
+                                      ({"cpu_usable": {"a": 1}}, '"cpu_usable" holds dict'),
+                                      ({"cpu_logical": True}, '"cpu_logical" holds bool'),
+                                      ({"cpu_usable": 0}, '"cpu_usable" holds 0')])
+def test_a_fingerprint_field_of_the_wrong_shape_names_the_file_and_the_field(tmp_path, capsys, fp, word):
+    """attack55 W1 (B36, B37, B46): gpus [1], other_load [1], a GPU name that is a list gave "its results.json or
+    fingerprint.json is not shaped …" with a Python error; B39: cpu_usable {"a": 1} was taken silently (rc 0, the
+    machine printed as cpu-{'a': 1}c). Now one line naming fingerprint.json and the field; nothing rewritten."""
+    path = _write(tmp_path, _nb("x\n"), {"profile": "quick"}, dict({"cpu_logical": 2, "gpus": []}, **fp))
+    before = path.read_text()
+    assert findings.main([str(path)]) == 2 and path.read_text() == before
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{tmp_path / 'fingerprint.json'}: ") and word in err[0], err
+    assert "Error" not in err[0]
+
+
+def test_a_fingerprint_as_a_run_writes_it_passes_the_shape_check(tmp_path):
+    fp = {"cpu_logical": 16, "cpu_usable": 16, "gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "other_load": None}
+    path = _write(tmp_path, _nb("x\n"), {"profile": "quick"}, fp)
+    assert findings.main([str(path)]) == 0 and TAG_IN(path)
