@@ -141,3 +141,21 @@ def test_a_machine_whose_fingerprint_is_nested_too_deeply_is_left_out_in_one_lin
     assert list(compare.machine_data(VIEW, figs)) == ["cpu-2c"]
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "laptop-8c" in err[0] and "nested too deeply" in err[0], err
+
+
+@pytest.mark.parametrize("damage", ['{"a":', "[" * 100000])
+def test_a_damaged_comparison_record_is_one_line_naming_its_file(figs, damage):
+    """attack55 W5 (B44): a truncated machines_*.json gave `error: not valid JSON: Expecting value …` naming no file;
+    B43: one nested too deeply a RecursionError traceback."""
+    import time
+
+    _machine(figs, "cpu-2c", CPU_FP, {0: 100.0, 1: 150.0})
+    _machine(figs, "h100-16c", GPU_FP, {0: 900.0, 1: 1000.0})
+    compare.write_all(figs, log=lambda *_: None)
+    rec = figs / "01_worker_scaling" / "machines_workers.json"
+    rec.write_text(damage)
+    t0 = time.monotonic()
+    found = compare.problems(figs)
+    assert time.monotonic() - t0 < 2.0
+    assert len(found) == 1 and found[0].startswith("01_worker_scaling/machines_workers: ") and str(rec) in found[0]
+    assert "\n" not in found[0] and "Traceback" not in found[0]

@@ -344,7 +344,7 @@ def _ours(figures_dir: Path) -> set[Path]:
 def _current(path: Path, record: dict) -> bool:
     """The figure is drawn from exactly ``record`` already (its JSON matches, PNG and SVG exist)."""
     try:
-        same = load_json(path) == json.loads(json.dumps(record))
+        same = load_json(path, "the comparison record") == json.loads(json.dumps(record))
     except (OSError, ValueError):
         return False
     return same and all(path.with_suffix(ext).is_file() for ext in (".png", ".svg"))
