@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,6 +221,14 @@ def _check_set(key: str, text: str, root: str, takers: list[str]) -> None:
                          "embedded set")
 
 
+def _given_path(value: str | os.PathLike) -> str:
+    """A folder the record is written to, absolute but as given: its links are not followed, so the checks name
+    the link the user gave (``paths.landing_problem``: ``work/od2 (through a link: it is .)``) and a link as the
+    record's folder is refused (``run_record.record_problem``: the runner does not write through links), as on the
+    scratch route (attack55 W4: X33, X36; attack54 X16)."""
+    return os.path.abspath(os.path.expanduser(os.fspath(value)))
+
+
 def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_flag: str = "",
                 out_root: Path | None = None, data_only: bool = False, here: bool = True) -> RunParams:
     """The run's one set of parameters from the runner's options and its ``-p`` pairs (text, as typed).
@@ -250,13 +259,13 @@ def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_fla
             if key in types[nb]:
                 value = parse_value(key, text, types[nb][key], nb.stem)
                 _check_choices(key, text, value, parameter_choices(nb).get(key), nb.stem)
-                if key in PATH_KEYS and isinstance(value, str):
-                    value = str(Path(value).expanduser().resolve())
+                if key in PATH_KEYS and isinstance(value, str):   # out_dir as given, its links kept: a link
+                    value = _given_path(value) if key == "out_dir" else str(Path(value).expanduser().resolve())
                 for_notebook[nb][key] = value
                 params.setdefault(key, value)
         if key not in params:   # no selected notebook takes it: the caller says so (nbparams.route_params)
             params[key] = text
         elif here and key in SET_KINDS:   # before any notebook
             _check_set(key, text, params[key], [nb.stem for nb in notebooks if key in types[nb]])
-    root = out_root.expanduser().resolve() if out_root is not None else None
+    root = Path(_given_path(out_root)) if out_root is not None else None
     return RunParams(profile, root, params, for_notebook)

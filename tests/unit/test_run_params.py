@@ -244,3 +244,33 @@ def test_a_data_roots_damaged_manifest_is_one_line_before_anything_runs_dry_run_
     with pytest.raises(SystemExit) as stop:
         R.main(["--dry-run", "--only", "05", "-p", "data_root", str(root)])
     assert stop.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_out_dir_and_out_root_are_kept_as_given_and_a_link_is_named_or_refused(tmp_path, monkeypatch):
+    """attack55 W4 (X36): `-p out_dir work/lnk2` (a link to real2) was resolved first, so the dry run said
+    `out_dir work/real2` and wrote through the link the record check refuses; (X33) a link to the checkout was
+    refused naming `.` and a machine path, never the link. Now the folders are kept as given (links not followed):
+    a link as the record's folder is refused like the scratch route's (X16), and one that lands on the checkout
+    is named with where it leads."""
+    from feedlab import paths, run_record
+    from feedlab.run_params import resolve_run
+    from feedlab.run_record import check_destination
+
+    monkeypatch.setattr(run_record, "machine_key", lambda: "cpu-2c")   # no fingerprint (torch's import) to wait on
+    (tmp_path / "real2").mkdir()
+    (tmp_path / "lnk2").symlink_to("real2")
+    rp = resolve_run([NB04], [("out_dir", str(tmp_path / "lnk2"))], "smoke")
+    assert rp.params["out_dir"] == str(tmp_path / "lnk2")
+    with pytest.raises(ValueError) as err:
+        check_destination(NB04.stem, rp.profile, rp.params, rp.out_root, planning=True)
+    msg = str(err.value)
+    assert "\n" not in msg and "lnk2 is a link (to real2)" in msg and "does not write through links" in msg, msg
+    assert not any((tmp_path / "real2").iterdir())
+    (tmp_path / "od2").symlink_to(paths.REPO_ROOT)
+    for given in ([("out_dir", str(tmp_path / "od2"))], []):
+        rp = resolve_run([NB04], given, "smoke", out_root=None if given else tmp_path / "od2" / "lib")
+        with pytest.raises(ValueError) as err:
+            check_destination(NB04.stem, rp.profile, rp.params, rp.out_root, planning=True)
+        msg = str(err.value)
+        assert "\n" not in msg and str(tmp_path / "od2") in msg and "(through a link: it is " in msg, msg
+    assert resolve_run([NB04], [], "smoke", out_root=tmp_path / "od2").out_root == tmp_path / "od2"
