@@ -276,3 +276,43 @@ def test_the_diagnosis_measures_a_ladder_of_worker_counts_and_predicts_every_one
     assert worker_ladder(2, also=(0,)) == [0, 1, 2]               # two cores: every count, as before
     assert worker_ladder(16, also=(0,)) == [0, 1, 2, 3, 4, 6, 8, 12, 16]
     assert worker_ladder(16, also=(5,)) == [0, 1, 2, 3, 4, 5, 6, 8, 12, 16]   # the spec's own count too
+
+
+# ---------------------------------------------------------------- the anchor: the start's measured rate
+
+
+def test_a_scaled_table_prices_every_per_sample_stage_faster_and_keeps_the_startup_seconds():
+    t = table(model=50e-6)
+    t[("startup", 2)] = Stage("startup", "2 fresh workers", [0.4], [0.0])
+    fast = t.scaled(2.0)
+    for w in (0, 2):
+        s = SPEC.replace(num_workers=w)
+        assert PR.predict(fast, s)["predicted_samples_per_s"] == \
+            pytest.approx(2.0 * PR.predict(t, s)["predicted_samples_per_s"])
+    assert fast.get(("startup", 2)).wall == [0.4] and t.get(("decode", "fake", "fake")).wall == [100e-6]
+    kept = t.scaled(2.0, keep=("startup", "model"))   # a GPU's own step is not the host's speed
+    assert kept.get(("model", 8, 1)).wall == t.get(("model", 8, 1)).wall
+    with pytest.raises(ValueError, match="not a positive number"):
+        t.scaled(0.0)
+
+
+def test_the_anchor_row_is_measured_and_named_never_counted_as_a_prediction():
+    from feedlab.experiments.doctor_steps import (
+        calibration_lines,
+        calibration_rows,
+        calibration_summary,
+        calibration_title,
+    )
+
+    report = {"end_to_end": [{"num_workers": 0, "predicted_samples_per_s": 1000.0, "samples_per_s": 1000.0,
+                              "anchor": True, "probes_predicted_samples_per_s": 1500.0},
+                             {"num_workers": 1, "predicted_samples_per_s": 1100.0, "samples_per_s": 1000.0}]}
+    rows = calibration_rows(report, [])
+    assert rows[0]["anchor"] and rows[0]["predicted"] == 1500.0 and rows[0]["error"] == pytest.approx(0.5)
+    s = calibration_summary(rows)
+    assert s["max_abs_error"] == pytest.approx(0.1) and s["within_20pct"] is True and not s["misses"]
+    text = "\n".join(calibration_lines(s))
+    assert "w0: the anchor, measured 1,000 samples/s" in text and "priced it at 1,500 (+50%)" in text
+    assert "scaled by ×0.67" in text and "over 1 measured settings" in text and "MISSED" not in text
+    assert "1 of 1 within ±20%" in calibration_title(rows, "cpu", 2.0) and "1 the anchor" in calibration_title(
+        rows, "cpu", 2.0)

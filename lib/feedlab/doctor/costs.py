@@ -27,7 +27,7 @@ Keys (``*`` per sample; ``B`` the batch size; ``T`` torch intra-op threads):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -156,3 +156,16 @@ class CostTable:
         """Every value of the field ``name`` of the keys of ``stage`` (``values_of("model", "batch_size")``:
         the batch sizes the step was measured at)."""
         return {getattr(k, name) for k in self.keys_of(stage)}
+
+    def scaled(self, factor: float, keep: tuple[str, ...] = ("startup",)) -> CostTable:
+        """The same table with every per-sample cost divided by ``factor`` (wall and CPU alike), but the stages
+        in ``keep`` (``startup``: seconds, not per sample; on a GPU the device's own ``model`` and ``h2d``):
+        the stages priced on a machine ``factor`` times as fast as when they were timed. The doctor's anchor
+        (:meth:`feedlab.doctor.measure.Doctor.table_now`): the probes and the loop ran at different moments
+        of a machine whose speed moves between them."""
+        f = float(factor)
+        if not (math.isfinite(f) and f > 0):
+            raise ValueError(f"scaled: factor {factor!r} is not a positive number")
+        return CostTable(self.machine, {k: (v if k.stage in keep or not v.measurable else
+                                            replace(v, wall=[x / f for x in v.wall], cpu=[x / f for x in v.cpu]))
+                                        for k, v in self.stages.items()})

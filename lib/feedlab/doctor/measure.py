@@ -80,6 +80,9 @@ class Doctor(EndToEnd):
         self.e2e: dict[pl.PipelineSpec, dict] = {}
         self.e2e_calls: dict[pl.PipelineSpec, list[dict]] = {}   # every measurement of a spec, in order
         self.notes: list[str] = []
+        # the start's measured rate over what its stages predicted beside it (diagnosis.anchor_on): every rate
+        # the doctor predicts after that is scaled by it (table_now); None until the start is measured, idle
+        self.anchor: dict | None = None
 
     # --------------------------------------------------------------- pieces
     def split(self, fmt: str, decode: str) -> StageSplit:
@@ -299,9 +302,12 @@ class Doctor(EndToEnd):
                     "read", f"{fmt}: loader {kind} (one process, whole batches)", w, c,
                     note="read + copy into the batch, no collate")
 
-    def table_now(self, spec: pl.PipelineSpec) -> CostTable:
+    def table_now(self, spec: pl.PipelineSpec, anchored: bool = True) -> CostTable:
         """The measured stages on the machine as it was while ``spec`` ran end to end: the
-        CPU capacity sampled between its passes (others' load changes by the minute)."""
+        CPU capacity sampled between its passes (others' load changes by the minute), and (``anchored``,
+        once the start was measured: :attr:`anchor`) the stages' costs scaled by the start's measured rate
+        over its predicted one: the speed of a shared machine's core moves between the probes and the loop,
+        which the capacity (CPU-seconds, not work done in them) does not see (#46)."""
         m = self.table.machine
         cap = dict(m.capacity)
         r = self.e2e.get(spec.replace(device=self.device))
@@ -309,4 +315,7 @@ class Doctor(EndToEnd):
             for k in r["capacity"][0]:
                 cap[k] = float(np.median([c[k] for c in r["capacity"]]))
         now = Machine(m.cores, cap.get(m.cores, m.effective_cores), m.cuda, m.main_threads, cap, m.measured_at())
-        return CostTable(now, self.table.stages)
+        table = CostTable(now, self.table.stages)
+        if anchored and self.anchor:
+            table = table.scaled(self.anchor["factor"], ("startup", "model", "h2d") if self.cuda else ("startup",))
+        return table

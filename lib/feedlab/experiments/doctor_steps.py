@@ -154,6 +154,8 @@ def calibration_rows(report: dict, steps: list[dict]) -> list[dict]:
             rows.append({"kind": "workers (start spec)", "label": f"w{r['num_workers']}",
                          "predicted": r["predicted_samples_per_s"], "measured": r["samples_per_s"],
                          "speed": row_speed(r, report.get("cores"))})
+            if r.get("anchor"):   # the rate every other prediction is scaled to: measured, not predicted
+                rows[-1].update(anchor=True, predicted=r["probes_predicted_samples_per_s"])
     for s in steps:
         if s.get("measured") and s.get("predicted"):
             rows.append({"kind": "advice steps", "label": s["label"].split(":")[0], "change": s["label"],
@@ -164,6 +166,14 @@ def calibration_rows(report: dict, steps: list[dict]) -> list[dict]:
         r["within_20pct"] = abs(r["error"]) <= TARGET_ERROR
         r["too_busy"] = too_busy(r.get("speed"))
     return rows
+
+
+def anchor_words(r: dict) -> str:
+    """The anchor's calibration row: measured, the stage probes' own price of it, and the scale it gave."""
+    return (f"  {r['kind']} {r['label']}: the anchor, measured {r['measured']:,.0f} samples/s; the stage probes "
+            f"alone priced it at {r['predicted']:,.0f} ({100 * r['error']:+.0f}%), so every prediction below is "
+            f"scaled by ×{r['measured'] / r['predicted']:.2f} (the speed of a core moved between the probes and "
+            f"the loop); not counted as a prediction")
 
 
 def too_busy_words(r: dict) -> str:
@@ -187,7 +197,7 @@ def calibration_summary(rows: list[dict], baseline: dict | None = None) -> dict:
     """The largest error, the settings outside ±20% and by how much, and the baseline repeat — over the
     settings measured on a quiet machine; those measured while the doctor's probe found the CPU taken by
     another program are listed as too busy to judge, never as an error."""
-    judged = [r for r in rows if not r.get("too_busy")]
+    judged = [r for r in rows if not r.get("too_busy") and not r.get("anchor")]
     errs = [abs(r["error"]) for r in judged]
     misses = [r for r in judged if not r["within_20pct"]]
     return {"rows": rows, "max_abs_error": max(errs) if errs else None,
@@ -206,6 +216,9 @@ def calibration_lines(summary: dict, marks: dict[str, str] | None = None) -> lis
     "not judged (why)"); without them a row's mark is its point error's."""
     out = []
     for r in summary["rows"]:
+        if r.get("anchor"):
+            out.append(anchor_words(r))
+            continue
         if r.get("too_busy"):
             out.append(f"  {r['kind']} {r.get('change', r['label'])}: predicted {r['predicted']:,.0f}, measured "
                        f"{r['measured']:,.0f} samples/s: {too_busy_words(r)}")
@@ -219,10 +232,10 @@ def calibration_lines(summary: dict, marks: dict[str, str] | None = None) -> lis
         out.append("Prediction error: machine too busy to judge (every setting was measured beside another "
                    "program's load)." if busy else "Prediction error: not measured (no setting was measured end to end).")
     else:
-        n = len(summary["rows"]) - len(busy)
+        n = sum(1 for r in summary["rows"] if not r.get("too_busy") and not r.get("anchor"))
         met = "met" if summary["within_20pct"] else f"NOT met on {len(summary['misses'])} of {n}"
         if marks:   # the one judge's reading of each row: a miss only where read, else not judged (audit54 N2)
-            mk = [marks.get(row_label(r), "") for r in summary["rows"] if not r.get("too_busy")]
+            mk = [marks.get(row_label(r), "") for r in summary["rows"] if not r.get("too_busy") and not r.get("anchor")]
             miss, unread = sum(m.startswith("MISSED") for m in mk), sum(m.startswith("not judged") for m in mk)
             met = (f"NOT met on {miss} of {n}" if miss else f"not judged, {unread} of {n} settings not read"
                    if unread else "met")
@@ -282,13 +295,15 @@ def steps_title(steps: list[dict], device: str, batch_size: int, model: str) -> 
 def calibration_title(points: list[dict], device: str, effective_cores: float, band: float = 0.2) -> str:
     """The calibration figure's title, stating how often the prediction fell within ``band``:
     "Doctor's predictions: 5 of 7 within ±20% of measured" over "(cpu, 1.80 CPU-s/s available)"."""
-    judged = [p for p in points if not p.get("too_busy")]
+    judged = [p for p in points if not p.get("too_busy") and not p.get("anchor")]
     ok = sum(1 for p in judged if p.get("measured") and
              1 / (1 + band) <= p["predicted"] / p["measured"] <= 1 + band)
     machine = f"({device}, {effective_cores:.2f} CPU-s/s available)"
     if points and not judged:   # two lines: the figure's legend beside the axes leaves the title less width
         return f"Doctor's predictions: machine too busy to judge\n{machine}"
-    busy = f", {len(points) - len(judged)} too busy to judge" if len(judged) < len(points) else ""
+    n_busy = sum(1 for p in points if p.get("too_busy"))
+    busy = f", {n_busy} too busy to judge" if n_busy else ""
+    busy += ", 1 the anchor (measured)" if any(p.get("anchor") for p in points) else ""
     # two lines always: beside the legend one line ran off the canvas of the strict figure check (CI, 2026-11-28)
     return f"Doctor's predictions: {ok} of {len(judged)} within ±{band:.0%} of measured{busy}\n{machine}"
 
@@ -308,6 +323,10 @@ def plot_calibration(ax, points: list[dict], title: str | None = None) -> None:
     kinds = list(dict.fromkeys(p["kind"] for p in points))
     for i, p in enumerate(points):
         j = kinds.index(p["kind"])
+        if p.get("anchor"):   # the stage probes' own price of the rate every prediction is scaled to
+            ax.scatter([meas[i]], [pred[i]], facecolors="none", edgecolors="#333333", marker="X", zorder=3,
+                       label=f"{p['kind']}: {p['label']} (the anchor: the stage probes' own price)")
+            continue
         if p.get("too_busy"):   # shown hollow and named: a point, not an error
             ax.scatter([meas[i]], [pred[i]], facecolors="none", edgecolors="#888888", marker=markers[i % len(markers)],
                        zorder=3, label=f"{p['kind']}: {p['label']} (too busy to judge)")
