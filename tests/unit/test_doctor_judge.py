@@ -53,3 +53,33 @@ def test_the_recorded_calibration_rows_and_step_lines_are_read_again_by_the_one_
     assert "(10,338 samples/s, one measurement, no spread); undone (measured slower, not judged: 4: loader=ring " \
            "measured once" in step and step.endswith("; bounded by model"), step
     assert D.reading_line("anything else", run) == "anything else"
+
+
+def _worker_row(runs, predicted=1160.0, **kw) -> dict:
+    row = {"num_workers": 1, "predicted_samples_per_s": predicted, "samples_per_s": float(sorted(runs)[len(runs) // 2]),
+           "repeats": len(runs), "timed_batches": 50, "window_s": 2.3, "capacity_now": 2.0, "pass_speed": 1.0}
+    row.update(steady_runs=list(runs), **kw)
+    return row
+
+
+def test_a_worker_count_is_judged_with_the_spread_of_its_repeats(tmp_path):
+    """audit56 N10: a worker count's rate is a side like a step's: the spread of its recorded repeats can leave
+    its error unjudged; a row that records only its quartiles is never accepted."""
+    run = Run({"cores": 2}, out_dir=tmp_path)
+    wide = D._worker_window(_worker_row([1150.0, 1160.0, 1403.0]), run)   # ±28.8% (95%, t)
+    assert wide and wide.startswith("1 workers' repeats spread ±28.8%") and "either side of ±20%" in wide, wide
+    assert D._worker_window(_worker_row([1155.0, 1160.0, 1165.0]), run) is None   # tight: read
+    old = _worker_row([1150.0, 1160.0, 1403.0])
+    del old["steady_runs"]
+    assert D._worker_window(old, run) == "1 workers: its repeats' spread was not recorded"
+
+
+def test_committed_cpu_record_with_quartiles_only_reads_its_worker_counts_not_judged():
+    cpu = FIGURES_DIR / "10_doctor" / "cpu-2c"
+    payload = json.loads((cpu / "results.json").read_text())
+    if any(e.get("steady_runs") for e in payload["end_to_end"]):
+        return   # re-measured with its repeats: the rule above reads them
+    own, every = D.error_entries(payload, cpu)
+    assert all(why and "spread was not recorded" in why for _, _, why in own), own
+    assert D.error_verdict(own)[0] == "not judged against"
+    assert D.marks(every)["1 workers"].startswith("not judged") and D.marks(every)["2 workers"].startswith("not judged")

@@ -127,7 +127,8 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
             q25, q75 = np.percentile(r["steady_runs"], [25, 75])
             row.update({"samples_per_s": r["steady"], "samples_per_s_q25": float(q25),
                         "samples_per_s_q75": float(q75), "epoch_samples_per_s": r["epoch"],
-                        "repeats": len(r["steady_runs"])})
+                        "repeats": len(r["steady_runs"]),
+                        "steady_runs": [float(x) for x in r["steady_runs"]]})   # each repeat: the judge's spread
             if r.get("windows"):   # each pass's timed batches and its shortest window: the one judge's to read
                 row.update(timed_batches=int(r["timed"]), window_s=float(min(r["windows"])))
             if any(x is not None for x in r.get("pass_speed") or []):   # what others left its passes

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from feedlab.like_for_like import Side, spread_of
+from feedlab.like_for_like import Side, repeat_half_width, spread_of
 from feedlab.like_for_like import verdict as judge
 from feedlab.monitor import BUSY_SPEED, process_speed
 from feedlab.report.claims import sides
@@ -61,7 +61,8 @@ def spread_words(side: Side, predicted: float, measured: float, bound: float = D
     e_lo, e_hi = (0.0 if lo <= 1 <= hi else min(errs)), max(errs)
     if not e_lo <= bound <= e_hi:
         return None
-    return (f"{side.label}'s repeats spread ±{h:.1%} (95%, t over {side.repeats} repeats): its error could be "
+    whose = f"{side.label}'" if side.label.endswith("s") else f"{side.label}'s"
+    return (f"{whose} repeats spread ±{h:.1%} (95%, t over {side.repeats} repeats): its error could be "
             f"{100 * e_lo:.0f}–{100 * e_hi:.0f}%, either side of ±{100 * bound:.0f}%")
 
 
@@ -98,12 +99,23 @@ def error_entries(payload: dict, folder=None, run: Run | None = None) -> tuple[l
 
 def _worker_window(e: dict, run: Run) -> str | None:
     """Why the one judge cannot read a worker count's rate (None: it can): its row's timed batches and shortest
-    window (recorded since 2026-11-28; an older row: not recorded, never accepted), its repeats, the run's load."""
+    window (recorded since 2026-11-28; an older row: not recorded, never accepted), its repeats, the run's load,
+    and the spread of its repeats (``steady_runs``, each repeat's steady rate, recorded since 2026-11-28) by
+    :func:`spread_words` exactly as a step's (audit56 N10). A row that records only the quartiles of its repeats:
+    "its repeats' spread was not recorded", never accepted."""
     label = f"{e.get('num_workers')} workers"
     if e.get("window_s") is None or e.get("timed_batches") is None:
         return f"{label}' timed window was not recorded"
-    return _alone(Side(label, timed_batches=int(e["timed_batches"]), window_s=float(e["window_s"]),
-                       repeats=e.get("repeats"), rate_kind="steady", busy=sides.run_busy(run)))
+    runs = e.get("steady_runs")
+    side = Side(label, timed_batches=int(e["timed_batches"]), window_s=float(e["window_s"]),
+                repeats=e.get("repeats"), rate_kind="steady", busy=sides.run_busy(run),
+                repeat_half_width=repeat_half_width(runs) if runs else None)
+    why = _alone(side)
+    if why is not None:
+        return why
+    if not runs or (len(runs) > 1 and side.repeat_half_width is None):
+        return f"{label}: its repeats' spread was not recorded"
+    return spread_words(side, float(e["predicted_samples_per_s"]), float(e["samples_per_s"]))
 
 
 def error_verdict(entries: list[tuple], bound: float = DOCTOR_ERROR) -> tuple[str, str]:
