@@ -695,7 +695,7 @@ def test_a_worker_stopped_from_outside_is_named_not_blamed_on_a_sample():
 
     import psutil
 
-    from feedlab.doctor.script import _stopped
+    from feedlab.doctor.script_record import stopped_pids as _stopped
 
     p = subprocess.Popen(["sleep", "30"])
     try:
@@ -710,3 +710,40 @@ def test_a_worker_stopped_from_outside_is_named_not_blamed_on_a_sample():
         p.kill()
         p.wait(timeout=10)
     assert _stopped([running]) == []   # gone: not stopped, and no error
+
+
+def test_the_in_script_deadline_names_a_stopped_worker_not_a_sample():
+    """attack55 W2 (K30): a persistent DataLoader worker SIGSTOPped mid-run read "batch 482 … did not return within
+    8 s: a sample that never returns hangs training too": the in-script deadline fired before the parent's check
+    for a stopped worker. The in-script deadline now looks at the script's own children first (here, in this
+    process: a stopped child stands for the worker, a loader that never returns for its wait)."""
+    from torch.utils.data import DataLoader
+
+    from feedlab.doctor.guard import Hung
+    from feedlab.doctor.script_record import Recorder
+
+    def never(loader):
+        yield from loader
+        time.sleep(30)   # the deadline interrupts it (SIGALRM)
+
+    loader = DataLoader(list(range(8)), batch_size=4)
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        child.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        rec = Recorder(100, 0.5)
+        with pytest.raises(Hung) as err:
+            for _ in rec.wrap(loader, never(loader)):
+                pass
+        assert time.monotonic() - t0 < 5
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    line = str(err.value)
+    assert line.startswith("batch 2 of your script's DataLoader did not return within 0.5 s") and "\n" not in line
+    assert f"worker (pid {child.pid}) is stopped" in line and "sample" not in line, line
+    assert rec.stop == (line, True)
+    rec = Recorder(100, 0.5)   # nothing stopped: the sample's line, as before
+    with pytest.raises(Hung, match="a sample that never returns"):
+        for _ in rec.wrap(loader, never(loader)):
+            pass

@@ -46,7 +46,7 @@ from feedlab.signal_scope import Signalled, interrupt_unsent
 
 from .guard import DEFAULT_DEADLINE_S, UserCodeError
 from .report import fmt_rate
-from .script_record import Enough, Recorder
+from .script_record import Enough, Recorder, stopped_pids
 from .script_watch import Progress, Watchdog, Wire, fork_watched, quiet_exit, shm_hint, watch_child
 from .verdict import DATA_BOUND_FRACTION, TOO_BUSY, VERDICT_MIN_BATCHES, spread_words, step_price, wait_share  # noqa: F401
 from .watch_lines import worker_died_line
@@ -101,18 +101,6 @@ def _summary(rec: Recorder, path: Path, args, stopped: str) -> dict | None:
     return out
 
 
-def _stopped(procs) -> list[int]:
-    """The pids among ``procs`` (psutil processes) that are stopped (a SIGSTOP, a SIGTSTP, a debugger)."""
-    out = []
-    for p in procs:
-        try:
-            if p.status() in ("stopped", "tracing-stop"):
-                out.append(p.pid)
-        except Exception:   # gone meanwhile
-            pass
-    return out
-
-
 def _ended(rec: Progress, path: Path, args, why: str, limit: float | None,
            kids: int | None = None) -> tuple[dict | None, str]:
     """(summary of what was measured or None, the line that says why the doctor ended the script);
@@ -126,7 +114,7 @@ def _ended(rec: Progress, path: Path, args, why: str, limit: float | None,
         return (None, f"--script {path}: {what}") if stop[1] else (_summary(rec, path, args, what), what)
     if why == "idle" and rec.waiting is not None:
         late = f"--script {path}: batch {n} of your script's DataLoader did not return within {limit + rec.waiting:g} s"
-        held = _stopped(descendants())
+        held = stopped_pids(descendants())
         if held:   # a worker stopped from outside, not a sample that hangs (attack54 W4)
             return None, (f"{late}: its DataLoader worker (pid {', '.join(map(str, held))}) is stopped (SIGSTOP or "
                           "SIGTSTP from outside the command?), so the doctor ended it")

@@ -29,6 +29,29 @@ from .wrap import batch_len
 ALL_LOADERS_FACTOR = 2
 
 
+def stopped_pids(procs) -> list[int]:
+    """The pids among ``procs`` (psutil processes) that are stopped (a SIGSTOP, a SIGTSTP, a debugger)."""
+    out = []
+    for p in procs:
+        try:
+            if p.status() in ("stopped", "tracing-stop"):
+                out.append(p.pid)
+        except Exception:   # gone meanwhile
+            pass
+    return out
+
+
+def held_workers() -> list[int]:
+    """The pids of this process's children (its DataLoader workers) that are stopped now; [] where psutil
+    cannot tell."""
+    try:
+        import psutil
+
+        return stopped_pids(psutil.Process().children(recursive=True))
+    except Exception:   # psutil missing, or /proc unreadable: no worker is named
+        return []
+
+
 class Enough(BaseException):
     """Raised from inside the instrumented loader once enough batches were seen; its message says how many."""
 
@@ -143,8 +166,14 @@ class Recorder(Progress):
                             self.dry += 1
                             self.tell("empty", key)
                         return
-            except Hung as exc:
-                self.stopping(str(exc), error=True)
+            except Hung as hung:
+                held = held_workers()   # a worker stopped from outside, not a sample that hangs (attack55 W2, K30)
+                line = (f"batch {len(rec['wait'])} of your script's DataLoader did not return within {limit:g} s: its "
+                        f"DataLoader worker (pid {', '.join(map(str, held))}) is stopped (SIGSTOP or SIGTSTP from "
+                        "outside the command?)") if held else str(hung)
+                self.stopping(line, error=True)
+                if held:
+                    raise Hung(line) from None
                 raise
             finally:
                 self.waiting = None
