@@ -348,10 +348,15 @@ def prediction_check(rep: dict, busy: str | None = None) -> dict:
     """The diagnosis's printed prediction table against what the same run measured (its ``end_to_end`` rows with
     an ``error``, the quiet ones): ``rows``, ``within`` (±20%), ``worst`` (signed), ``marked`` (the report says
     "prediction off by X%: use the measured column", ``feedlab.doctor.answer.off_line``) and ``judged``: "held"
-    (every one within ±20%), "marked off" (one missed and the report says so), "off, not marked" (one missed
-    and printed as if it held: the issue's failure), "none printed" or the busy sentence."""
-    errs = [float(r["error"]) for r in rep.get("end_to_end") or [] if isinstance(r.get("error"), (int, float))
+    (every row's error within ±20% on the spread of its repeats), "marked off" (a row's whole interval outside,
+    and the report says so), "off, not marked" (outside and printed as if it held: the issue's failure), "not
+    judged (why)" where a row's repeats' spread (``steady_runs``) is not recorded or carries its error across ±20%
+    (:func:`feedlab.report.doctor_judge.spread_words`, as notebook 10's rows; audit56 N11), "none printed" or the
+    busy sentence. ``spread_read``: True, this rule was applied (an older record's word is read again by
+    :func:`table_judged`)."""
+    rows = [r for r in rep.get("end_to_end") or [] if isinstance(r.get("error"), (int, float))
             and math.isfinite(r["error"]) and not r.get("too_busy")]
+    errs = [float(r["error"]) for r in rows]
     worst = max(errs, key=abs) if errs else None
     try:
         from feedlab.doctor.answer import off_line
@@ -359,16 +364,45 @@ def prediction_check(rep: dict, busy: str | None = None) -> dict:
     except ImportError:
         marked = False
     out = {"rows": len(errs), "within": sum(abs(e) <= PREDICTION_TARGET for e in errs), "worst": worst,
-           "marked": marked}
+           "marked": marked, "spread_read": True}
+    whys = [row_spread_words(r) for r in rows]
+    read_off = [e for e, why in zip(errs, whys) if why is None and abs(e) > PREDICTION_TARGET]
     if busy:
         out["judged"] = f"too busy to judge ({busy})"
     elif not errs:
         out["judged"] = "none printed"
-    elif abs(worst) <= PREDICTION_TARGET:
-        out["judged"] = "held"
-    else:
+    elif read_off:
         out["judged"] = "marked off" if marked else "off, not marked"
+    elif any(whys):
+        out["judged"] = f"not judged ({next(w for w in whys if w)})"
+    else:
+        out["judged"] = "held"
     return out
+
+
+def row_spread_words(row: dict) -> str | None:
+    """Why one prediction row's error cannot be read against ±20% (None: it can): its repeats' steady rates
+    (``steady_runs``) not recorded, or their spread carries the error across the bound."""
+    from feedlab.like_for_like import Side, repeat_half_width
+    from feedlab.report.doctor_judge import spread_words
+
+    label = f"{row.get('num_workers')} workers"
+    runs = row.get("steady_runs")
+    if not runs or not row.get("samples_per_s") or not row.get("predicted_samples_per_s"):
+        return f"{label}: no spread recorded"
+    side = Side(label, repeats=len(runs), repeat_half_width=repeat_half_width(runs))
+    if side.repeat_half_width is None:
+        return f"{label}: no spread recorded"
+    return spread_words(side, float(row["predicted_samples_per_s"]), float(row["samples_per_s"]), PREDICTION_TARGET)
+
+
+def table_judged(p: dict) -> str:
+    """A prediction table's judgement read again from its record: a record from before the spread was read
+    (no ``spread_read``) gives no verdict on point errors: "not judged (the record holds no spread)"."""
+    word = p.get("judged", "not recorded")
+    if word in ("held", "marked off", "off, not marked") and not p.get("spread_read"):
+        return "not judged (the record holds no spread)"
+    return word
 
 
 def judge_ratio(r: float | None, busy: str | None, lo_hi=STEP_RATIO, interval: tuple | None = None) -> str:
@@ -578,7 +612,7 @@ def run_section(result: dict) -> list[str]:
         if p is None:
             lines.append(f"| {r['case']} | not recorded | — | — |")
             continue
-        lines.append(f"| {r['case']} | {p['within']} of {p['rows']} | {fmt(p['worst'], '+.0%')} | {cell(p['judged'])} |")
+        lines.append(f"| {r['case']} | {p['within']} of {p['rows']} | {fmt(p['worst'], '+.0%')} | {cell(table_judged(p))} |")
     truths = {r["truth"] for r in result["cases"] if r.get("truth")}
     lines += ["", f"Both truths among the cases: "
               f"{'yes' if truths >= {'data-bound', 'compute-bound'} else 'no (' + (', '.join(sorted(truths)) or 'none') + ')'}."]
@@ -592,17 +626,19 @@ def tally(results: list[dict]) -> dict:
     """The issue's checks over the records: verdicts right against the hand truth, one verdict a run,
     advised changes (not those only to try) measured at ×1.05 or more (judged met), and the prediction tables
     that held or were marked off (``predictions_ok``: of the cases whose table was judged), each as
-    ``[count, of]``."""
+    ``[count, of]``; ``predictions_not_judged``: the tables read "not judged" (:func:`table_judged`)."""
     rows = [r for res in results for r in res["cases"] if not r.get("error")]
     judged = [r for r in rows if r["verdict_judged"] in ("right", "wrong")]
     changes = [c for r in rows for c in changes_of(r) if c.get("ratio") is not None and advised(c)]
-    tables = [r["predictions"]["judged"] for r in rows if (r.get("predictions") or {}).get("judged") in
-              ("held", "marked off", "off, not marked")]
+    tables = [table_judged(r["predictions"]) for r in rows if r.get("predictions")]
+    tables = [j for j in tables if j in ("held", "marked off", "off, not marked")]
     return {"verdict_right": [sum(r["verdict_judged"] == "right" for r in judged), len(judged)],
             "on_the_line": sum(str(r["verdict_judged"]).startswith("not judged") for r in rows),
             "one_verdict": [sum(one_verdict(r) for r in rows), len(rows)],
             "advice_met": [sum(c.get("verdict") == "met" for c in changes), len(changes)],
-            "predictions_ok": [sum(j != "off, not marked" for j in tables), len(tables)]}
+            "predictions_ok": [sum(j != "off, not marked" for j in tables), len(tables)],
+            "predictions_not_judged": sum(table_judged(r["predictions"]).startswith("not judged")
+                                          for r in rows if r.get("predictions"))}
 
 
 def side_by_side(results: list[tuple[str, dict]]) -> list[str]:
@@ -623,7 +659,7 @@ def side_by_side(results: list[tuple[str, dict]]) -> list[str]:
                 continue
             ch = [c for c in changes_of(r) if c.get("ratio") is not None and advised(c)]
             met = f"{sum(c.get('verdict') == 'met' for c in ch)} of {len(ch)}" if ch else "none measured"
-            pred = cell((r.get("predictions") or {}).get("judged", "not recorded"))
+            pred = cell(table_judged(r["predictions"]) if r.get("predictions") else "not recorded")
             cells.append(f"{r['doctor_verdict'] or '—'} ({cell(r['verdict_judged'])}) · "
                          f"{'one' if one_verdict(r) else 'TWO'} · {met} · {pred}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -654,7 +690,9 @@ def document(results: list[tuple[str, dict]]) -> str:
            f"one verdict a run {t['one_verdict'][0]} of {t['one_verdict'][1]}; advised changes measured at "
            f"×{CHANGE_TARGET:.2f} or more (judged met) {t['advice_met'][0]} of {t['advice_met'][1]}; prediction "
            f"tables within ±{PREDICTION_TARGET:.0%} or marked off {t['predictions_ok'][0]} of {t['predictions_ok'][1]} "
-           "(judged where recorded).", "", *side_by_side(results), ""]
+           + (f"(judged where recorded; {t['predictions_not_judged']} not judged: the spread of their rows' repeats "
+              "is not recorded or holds ±20%)." if t["predictions_not_judged"] else "(judged where recorded).")
+           + "", "", *side_by_side(results), ""]
     for k, (name, res) in enumerate(results, 1):
         out += [f"## Run {k} (`docs/{name}`)", "", *run_section(res), ""]
     out += ["The truth is the data-wait share from the hand timings at num_workers=0: fetch ÷ (fetch + step), "

@@ -280,7 +280,7 @@ def test_the_tally_counts_verdicts_one_verdict_and_advice_met(B):
     ok = _row(B, trial=TRIAL, changes=CHANGES)
     t = B.tally([{"cases": [ok, {"case": "x", "error": "boom"}]}])
     assert t == {"verdict_right": [1, 1], "on_the_line": 0, "one_verdict": [1, 1], "advice_met": [1, 1],
-                 "predictions_ok": [0, 0]}
+                 "predictions_ok": [0, 0], "predictions_not_judged": 0}
     ok["changes"][0]["measured_by_doctor"] = False       # printed only as a change to try: not counted as advice
     assert B.tally([{"cases": [ok]}])["advice_met"] == [0, 0]
     assert "`DataLoader(..., num_workers=2)` (to try) |" in B.markdown({"origins": {}, "cases": [ok], "images": 8,
@@ -394,9 +394,26 @@ def test_the_hand_truth_is_read_by_the_doctors_one_rule(B):
     assert B.truth_of(None) is None
 
 
-def _e2e(*errors, busy=()):
+def _e2e(*errors, busy=(), spread=0.01):
     return {"end_to_end": [{"num_workers": k, "predicted_samples_per_s": 100.0, "samples_per_s": 100.0 / (1 + e),
+                            "steady_runs": [100.0 / (1 + e) * (1 + d) for d in (-spread, 0.0, spread)],
                             "error": e, "too_busy": k in busy} for k, e in enumerate(errors)]}
+
+
+def test_a_prediction_table_is_judged_on_the_spread_of_its_rows_repeats(B):
+    """audit56 N11: "held" / "marked off" only where each row's repeats' spread leaves its error on one side of
+    ±20%; a row with no repeats recorded, or a record from before, reads "not judged", never held."""
+    wide = B.prediction_check(_e2e(0.1, -0.15, spread=0.12))   # −15% ± about 30%: either side of ±20%
+    assert wide["judged"].startswith("not judged (0 workers' repeats spread ±29.8%") and wide["spread_read"], wide
+    bare = _e2e(0.1, 0.05)
+    for row in bare["end_to_end"]:
+        del row["steady_runs"]
+    assert B.prediction_check(bare)["judged"] == "not judged (0 workers: no spread recorded)"
+    old = {"rows": 2, "within": 2, "worst": 0.16, "marked": False, "judged": "held"}   # a record from before
+    assert B.table_judged(old) == "not judged (the record holds no spread)"
+    r = dict(_row(B), predictions=old)
+    t = B.tally([{"cases": [r]}])
+    assert t["predictions_ok"] == [0, 0] and t["predictions_not_judged"] == 1
 
 
 def test_every_printed_prediction_is_within_20_percent_or_marked_off(B):
