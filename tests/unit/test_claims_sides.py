@@ -5,6 +5,7 @@ through results.csv; the same record without them reads "not known", never a ver
 from __future__ import annotations
 
 from feedlab import like_for_like as L
+from feedlab.report.claims import sides
 from feedlab.report.claims.core import Run
 from feedlab.report.claims.pairs import grid_verdicts
 from feedlab.report.claims.sides import side_of_rows
@@ -76,3 +77,27 @@ def test_side_of_rows_refuses_a_pool_under_a_second_or_of_rows_that_are_not_one_
     assert "in all < 1 s" in side.window_short()
     mixed, _, _ = side_of_rows(run, {"experiment": "print_overhead"}, "both modes", metric="ms_per_batch")
     assert mixed.pooled_s is None and "pooled" not in (mixed.window_short() or "")   # 14 rows, 7 repeat numbers
+
+
+def test_ladder_words_labels_a_best_whose_window_gives_no_rate():
+    """audit56 N12: 01's "best N at W workers (R× over 1 worker)" applies the window rule as GPU_READINGS does:
+    a best timed in a window under a second is labelled and its ratio is measured, not judged (window …)."""
+    import pandas as pd
+
+    from feedlab.report.stage_judge import ladder_line
+
+    rows = [dict(experiment="throughput_vs_workers", model="none", num_workers=w, batch_size=32, repeat=r,
+                 metric="samples_per_s", value=v * (1 + 0.01 * r), rate_kind="steady", rate_half_width=0.02,
+                 timed_batches=60, window_s=win)
+            for w, v, win in ((1, 110.0, 2.0), (15, 1300.0, 0.15)) for r in range(3)]
+    run = Run({}, fingerprint={}, frame=pd.DataFrame(rows))
+    tag, tail = sides.ladder_words(run, "none", 15, 1)
+    assert tag == " (window too short to judge)", tag
+    assert tail.startswith(": measured, not judged (window: 15 workers timed 150.0 ms < 1 s"), tail
+    old = "(b) loader alone: 100 samples/s at 0 workers, 110 at 1, best 1313 at 15 workers (11.94× over 1 worker)."
+    new = ladder_line(old, run)
+    assert new.startswith("(b) loader alone: 100 samples/s at 0 workers, 110 at 1, best 1313 at 15 workers (window "
+                          "too short to judge) (11.94× over 1 worker: measured, not judged (window: 15 workers"), new
+    assert ladder_line(new, run) == new
+    long = Run({}, fingerprint={}, frame=pd.DataFrame(rows).assign(window_s=2.0))
+    assert sides.ladder_words(long, "none", 15, 1) == ("", "")

@@ -155,7 +155,8 @@ def pinning_line(line: str, run: Run) -> str:
 
 
 _LADDER = re.compile(r"^(\(b\) (?:loader alone|with (\S+)): .*, best [\d,]+ at (\d+) workers)"
-                     r"(?: \(imprecise: [^)]*\))? \(([\d.]+)× over ((\d+) workers?)(?:: measured, not judged)?\)\.$")
+                     r"(?: \((?:imprecise: [^)]*|window too short to judge)\))? \(([\d.]+)× over ((\d+) workers?)"
+                     r"(?:: measured, not judged.*)?\)\.$")
 
 
 def ladder_line(line: str, run: Run) -> str:

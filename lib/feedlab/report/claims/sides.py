@@ -438,11 +438,13 @@ def tune_target_line(line: str, run: Run | None) -> str:
 
 
 def ladder_words(run: Run, model: str, best: int, base: int) -> tuple[str, str]:
-    """01's "best N at W workers (R× over one worker)" by the precision rule (audit54 S7): ``(tag on the best,
-    tail on the ratio)``: " (imprecise: ±7.4% > ±5% asked; 1 repeat < 3)" where a side's rate stands short of
-    :func:`precision_problem`, and ": measured, not judged" on the ratio then; ('', '') where both stand."""
+    """01's "best N at W workers (R× over 1 worker)" by the precision and window rules (audit54 S7, audit56 N12):
+    ``(the best's tag " (imprecise: …)" / " (window too short to judge)", the ratio's ": measured, not judged …")``."""
     sides = {w: side_of_rows(run, {"experiment": "throughput_vs_workers", "model": model, "num_workers": w},
                              f"{w} workers")[0] for w in (best, base)}
     words = {w: precision_problem(s.label, s.rate_kind, s.half_width, s.repeats) for w, s in sides.items()}
+    short = [why for why in (s.window_short() for s in sides.values()) if why]   # as GPU_READINGS reads them
     tag = words[best].split("'s rate is ", 1)[-1].replace(" (", ": ", 1).rstrip(")")
-    return (f" ({tag})" if tag else ""), (": measured, not judged" if any(words.values()) else "")
+    tag = tag or ("window too short to judge" if sides[best].window_short() else "")
+    tail = ": measured, not judged" + (f" (window: {'; '.join(short)})" if short else "")
+    return (f" ({tag})" if tag else ""), (tail if any(words.values()) or short else "")
