@@ -106,3 +106,27 @@ def test_the_profile_line_names_what_the_full_profile_runs_and_what_it_would_cos
     assert "past the 150 s" in last
     full = SimpleNamespace(profile="full", scenarios=list(S.KEYS))
     assert not any(x.startswith("Not in") for x in R.readings([_record()], full, None, S.KEYS))
+
+
+def test_the_profile_line_says_when_the_records_own_scenarios_exceed_the_quick_budget():
+    """audit56 S11: 245 s of scenarios are already past the 150 s; "…, 410 s in all, past the 150 s" implied they fit."""
+    from feedlab.experiments import _tune_scenarios as S
+
+    P = SimpleNamespace(profile="quick", scenarios=["storage", "compute"])
+    last = R.readings([_record(), _missing_record()], P, {"spent_s": 245.0}, S.KEYS)[-1]
+    assert f"its own 245 s of scenarios already exceed the {R.QUICK_NOTEBOOK_S} s" in last, last
+
+
+def test_a_grid_best_not_told_apart_is_labelled():
+    """audit56 S10: a grid best whose rate is imprecise, whose passes spread, or whose range another setting's
+    passes reach is labelled in the scenario line; one clear of the rest and steady is not."""
+    grid = [{"name": "num_workers=1", "median": 780.0, "rates": [707.0, 780.0, 827.0], "lo": 707.0, "hi": 827.0,
+             "rate_kind": "imprecise", "half_width": 0.104},
+            {"name": "start", "median": 693.0, "rates": [643.0, 693.0, 769.0], "lo": 643.0, "hi": 769.0,
+             "rate_kind": "steady", "half_width": 0.03}]
+    words = R.best_words({"best": "num_workers=1", "grid": grid})
+    assert words.startswith(" (imprecise: ±10.4% > ±5% asked; its 3 passes spread ±") and \
+        "not told apart from start" in words, words
+    clear = [dict(grid[0], rates=[779.0, 780.0, 781.0], lo=779.0, hi=781.0, rate_kind="steady", half_width=0.02),
+             dict(grid[1], hi=700.0)]
+    assert R.best_words({"best": "num_workers=1", "grid": clear}) == ""

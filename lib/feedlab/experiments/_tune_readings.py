@@ -29,13 +29,38 @@ def heuristic_words(h: str, name: str) -> str:
     return f"{label} {name}"
 
 
+def best_words(r: dict) -> str:
+    """The grid best's label (audit56 S10: a point maximum is not a best told apart): '' where its rate is steady,
+    its passes agree to ±5% and no other setting's passes reach its range; else " (imprecise: ±10.4% > ±5% asked;
+    its 3 passes spread ±19.5%, 95% t; not told apart from start, threads=2: their passes' ranges overlap)"."""
+    grid = [g for g in r.get("grid") or [] if g.get("median")]
+    b = next((g for g in grid if g.get("name") == r.get("best")), None)
+    if b is None:
+        return ""
+    words = []
+    if b.get("rate_kind") not in (None, "steady"):
+        hw = b.get("half_width")
+        words.append(f"{b['rate_kind']}" + (f": ±{hw:.1%} > ±{lfl.MAX_HALF_WIDTH:.0%} asked" if hw else ""))
+    rates = b.get("rates") or []
+    h = lfl.repeat_half_width(rates)
+    if h is None:
+        words.append("one pass, no spread of passes")
+    elif h > lfl.MAX_HALF_WIDTH:
+        words.append(f"its {len(rates)} passes spread ±{h:.1%}, 95% t")
+    close = [g["name"] for g in grid if g is not b and g.get("hi") is not None and b.get("lo") is not None
+             and g["hi"] >= b["lo"]]
+    if close:
+        words.append(f"not told apart from {', '.join(close)}: their passes' ranges overlap")
+    return f" ({'; '.join(words)})" if words else ""
+
+
 def scenario_line(r: dict) -> str:
     t = r["tuner"]
     if r.get("best") is None:
         return f"{r['title']}: no grid setting measured (see the grid's errors)"
     sh = r["shares"]
     pick = t.get("name") or "no pick"
-    head = (f"{r['title']}: grid best {r['best']} at {r['best_rate']:.0f} samples/s; the tuner picked {pick} "
+    head = (f"{r['title']}: grid best {r['best']} at {r['best_rate']:.0f} samples/s{best_words(r)}; the tuner picked {pick} "
             f"({_pct(sh.get('tuner'))} of the best) in {t['wall_s']:.1f} s, {t['passes']} pass(es) "
             f"({_pct(r['targets']['seconds'].get('value'))} of the grid's {r['grid_s']:.0f} s)")
     heur = ", ".join(f"{heuristic_words(h, r['heuristic_names'][h])}: {_pct(sh.get(h))}" for h in HEURISTICS)
@@ -97,7 +122,9 @@ def share_why(r: dict) -> str:
         pred = sorted(t.get("predicted") or [], key=lambda x: -(x.get("predicted") or 0.0))
         names = [x["name"] for x in pred]
         rank = f"the model ranked it {names.index(best) + 1} of {len(names)}" if best in names else "not predicted"
-        return f"the grid's best, {best}, was not among those the tuner measured ({', '.join(trials) or 'none'}): {rank}"
+        point = "point best" if best_words(r) else "best"   # a best not told apart is only the highest point
+        return (f"the grid's {point}, {best}, was not among those the tuner measured ({', '.join(trials) or 'none'}): "
+                f"{rank}")
     if best in excluded:
         return f"the race stopped the grid's best, {best}: {excluded[best]}"
     b, s = trials[best], trials.get("start")
@@ -156,8 +183,12 @@ def profile_line(records: list[dict], scenarios_run: list[str], profile: str, al
     line = (f"Not in the {profile} profile: {names} (the full profile runs them). At this run's median of {per:.0f} s "
             f"a scenario (the tuner and its exhaustive grid) they would add about {per * len(left):.0f} s to its "
             f"{spent:.0f} s of scenarios, {spent + per * len(left):.0f} s in all")
-    if profile == "quick":
-        line += f", past the {QUICK_NOTEBOOK_S} s the quick profile holds notebook 16 to (its figures and set-up besides)"
+    if profile == "quick":   # the record's own scenarios may already exceed the budget: said so (audit56 S11)
+        held = f"the {QUICK_NOTEBOOK_S} s the quick profile holds notebook 16 to (its figures and set-up besides)"
+        if spent > QUICK_NOTEBOOK_S:
+            line += f"; its own {spent:.0f} s of scenarios already exceed {held}"
+        else:
+            line += f", {'past' if spent + per * len(left) > QUICK_NOTEBOOK_S else 'within'} {held}"
     return line + "."
 
 
