@@ -174,7 +174,19 @@ def test_slow_decode_is_named():
     assert all(len(r["steady_runs"]) == r["repeats"] and r["samples_per_s"] == float(np.median(r["steady_runs"]))
                for r in rep["end_to_end"])
     cal = rep["calibration"]   # an error figure, unless another program's load made a count too busy to judge
-    assert cal["max_abs_error"] is not None or cal["too_busy"] == [0, 1]
+    # the start's own count is the anchor (#46): measured, every other rate scaled to it, never an error figure;
+    # none where its passes ran beside another program's load
+    anchor = [r for r in rep["end_to_end"] if r.get("anchor")]
+    assert [r["num_workers"] for r in anchor] in ([], [1])
+    if anchor:
+        a = cal["anchor"]
+        assert a["factor"] == pytest.approx(a["measured"] / a["probes_predicted"]) and a["setting"].endswith("w1")
+        assert anchor[0]["predicted_samples_per_s"] == pytest.approx(anchor[0]["samples_per_s"], rel=1e-6)
+        assert anchor[0]["probes_predicted_samples_per_s"] == a["probes_predicted"]
+        assert "the anchor of every rate predicted below" in doctor.render(rep)
+    else:
+        assert "anchor" not in cal and any("not anchored" in n for n in rep["notes"])
+    assert cal["max_abs_error"] is not None or set(cal["too_busy"]) | {r["num_workers"] for r in anchor} == {0, 1}
 
 
 def test_slow_model_is_compute_bound():

@@ -316,3 +316,26 @@ def test_the_anchor_row_is_measured_and_named_never_counted_as_a_prediction():
     assert "scaled by ×0.67" in text and "over 1 measured settings" in text and "MISSED" not in text
     assert "1 of 1 within ±20%" in calibration_title(rows, "cpu", 2.0) and "1 the anchor" in calibration_title(
         rows, "cpu", 2.0)
+
+
+def test_the_anchor_is_the_starts_measured_rate_over_its_price_and_none_beside_another_programs_load():
+    from feedlab.doctor.diagnosis import anchor_on
+
+    t = table()
+
+    class Doc:   # what anchor_on reads of a Doctor: its passes, the table now, the machine, its notes
+        device, anchor, notes, table = "cpu", None, [], t
+
+        def table_now(self, spec):
+            return t
+
+    d, s = Doc(), SPEC.replace(device="cpu")
+    price = PR.predict(t, s)["predicted_samples_per_s"]
+    d.e2e = {s: {"steady": price / 2, "pass_speed": [1.0, 0.98]}}
+    a = anchor_on(d, SPEC)
+    assert d.anchor is a and a["factor"] == pytest.approx(0.5) and a["probe_error"] == pytest.approx(1.0)
+    assert a["measured"] == pytest.approx(price / 2) and a["probes_predicted"] == pytest.approx(price)
+    d.e2e = {s: {"steady": price / 2, "pass_speed": [0.3]}}   # its passes beside another program: no anchor
+    assert anchor_on(d, SPEC) is None and d.anchor is None and "not anchored" in d.notes[-1]
+    d.e2e = {}
+    assert anchor_on(d, SPEC) is None

@@ -121,7 +121,7 @@ def own_error(rep: Report | dict) -> float | None:
     if err is not None:
         return err
     errs = [abs(r["error"]) for r in rep.end_to_end if r.get("error") is not None
-            and math.isfinite(r["error"])]
+            and math.isfinite(r["error"]) and not r.get("anchor")]
     return max(errs) if errs else None
 
 
@@ -187,8 +187,12 @@ def verdict_line(rep: Report | dict, pred, meas) -> str:
     say which one bounds, never a second verdict); under ``--script`` the verdict was printed above with the
     script's loop, and this line is the stages' explanation of it."""
     rep = Report.of(rep)
-    stages = (f"bounded by {rep.bound_stage or '—'} ({rep.binding_term or '—'}); predicted "
-              f"{fmt_rate(pred)} samples/s, measured {fmt_rate(meas) if meas else 'not measured'}")
+    anchor = (rep.calibration or {}).get("anchor")
+    price = (f"measured {fmt_rate(meas)} samples/s, the anchor of every rate predicted below (the stage probes "
+             f"alone priced it at {fmt_rate(anchor['probes_predicted'])}, {100 * anchor['probe_error']:+.0f}%: "
+             f"the rates below are scaled by ×{anchor['factor']:.2f})") if anchor and meas else \
+        f"predicted {fmt_rate(pred)} samples/s, measured {fmt_rate(meas) if meas else 'not measured'}"
+    stages = f"bounded by {rep.bound_stage or '—'} ({rep.binding_term or '—'}); {price}"
     v = verdict_of_report(rep)
     if (rep.script or {}).get("verdict"):
         return f"the stage-by-stage diagnosis of the verdict above ({v.verdict}): {stages}"
@@ -273,7 +277,7 @@ def off_line(rep: Report | dict) -> str | None:
     """"prediction off by X%: use the measured column" where a prediction the run checked missed ±20% (the
     largest such error, over the rows measured quietly); None where every checked one held."""
     errs = [r["error"] for r in Report.of(rep).end_to_end if r.get("error") is not None
-            and math.isfinite(r["error"]) and not r.get("too_busy")]
+            and math.isfinite(r["error"]) and not r.get("too_busy") and not r.get("anchor")]
     worst = max(errs, key=abs) if errs else None
     if worst is None or abs(worst) <= TABLE_TARGET:
         return None

@@ -93,6 +93,36 @@ def measured_rates(doc: Doctor) -> dict:
     return {s: r["steady"] for s, r in doc.e2e.items()}
 
 
+def anchor_on(doc, spec) -> dict | None:
+    """Scale the doctor's predictions to ``spec``'s rate measured end to end (``doc.anchor``; #46): the
+    probes and the loop run at different moments of a shared machine whose cores' speed moves between them
+    (notebook 10 on cpu-2c, 2026-11-28: one run's probes priced every setting a fifth to a third over its
+    loop, the next run's within 8%), which the CPU capacity sampled beside each pass cannot see (it counts
+    CPU-seconds, not the work done in them). The prediction then prices each change against the start as the
+    loop measured it; the start's own row is the anchor, measured and never counted as a prediction. Not
+    anchored where the start's passes are not a rate or ran while another program used the CPU."""
+    doc.anchor = None
+    s = spec.replace(device=doc.device)
+    r = doc.e2e.get(s)
+    if not r or not _rate(r.get("steady")):
+        return None
+    table = doc.table_now(s)   # not anchored yet: the stages as the probes priced them
+    raw = PR.predict(table, s)
+    if not raw or not _rate(raw["predicted_samples_per_s"]):
+        return None
+    passes = [x for x in r.get("pass_speed") or [] if x is not None]
+    speed = process_speed(table.machine.cap(s.num_workers + 1), s.num_workers + 1, doc.table.machine.cores,
+                          float(np.median(passes)) if passes else None)
+    if speed is not None and speed < BUSY_SPEED:
+        doc.notes.append("predictions not anchored on the start's measured rate: its passes ran while another "
+                         f"program used the CPU ({speed:.2f} of a core a process, under {BUSY_SPEED:g})")
+        return None
+    m, p = float(r["steady"]), float(raw["predicted_samples_per_s"])
+    doc.anchor = {"setting": s.label(), "factor": m / p, "measured": m, "probes_predicted": p,
+                  "probe_error": p / m - 1.0}
+    return doc.anchor
+
+
 def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: bool = False, **loader_kw) -> dict:
     """The full report for ``spec``: stage table, predicted rates for 0…max workers and measured ones
     on a ladder of them (:func:`feedlab.machines.worker_ladder`) with the prediction's error, verdict, advice (checked against what
@@ -109,6 +139,7 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
         ladder = worker_ladder(doc.max_workers, also=(spec.num_workers,))
         doc.log(f"end to end with {', '.join(map(str, ladder))} workers, taking turns")
         doc.measure_rounds([spec.replace(num_workers=w) for w in ladder])
+        anchor_on(doc, spec)
     pred = PR.predict(doc.table, spec)
     rows = []
     for w in range(0, doc.max_workers + 1):
@@ -145,7 +176,10 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
         r["speed"] = process_speed(r["capacity_now"], r["num_workers"] + 1, doc.table.machine.cores,
                                    r.get("pass_speed"))
         r["too_busy"] = "error" in r and r["speed"] is not None and r["speed"] < BUSY_SPEED
-    errors = [abs(r["error"]) for r in rows if "error" in r and not r["too_busy"]]
+    for r in rows:   # the anchor is measured, not predicted: named, never counted as an error
+        if doc.anchor and r["num_workers"] == spec.num_workers and "error" in r:
+            r.update(anchor=True, probes_predicted_samples_per_s=doc.anchor["probes_predicted"])
+    errors = [abs(r["error"]) for r in rows if "error" in r and not r["too_busy"] and not r.get("anchor")]
     measured = {k: v for k, v in measured_rates(doc).items() if _rate(v)}
     advice = _one_rate_per_setting(PR.advise(doc.table, spec, doc.max_workers, measured=measured), rows, spec)
     row_now = next((r for r in rows if r["num_workers"] == spec.num_workers), None)
@@ -157,7 +191,8 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
              "capacity": {str(k): v for k, v in m.capacity.items()}, "speed_one": m.speed(1), "model": doc.model_name,
              "calibration": {"max_abs_error": max(errors) if errors else None,
                              "within_20pct": all(e <= 0.2 for e in errors) if errors else None,
-                             "too_busy": [r["num_workers"] for r in rows if r["too_busy"]]},
+                             "too_busy": [r["num_workers"] for r in rows if r["too_busy"]],
+                             **({"anchor": dict(doc.anchor)} if doc.anchor else {})},
              "refuted": PR.refuted(doc.table, spec, doc.max_workers, measured=measured),
              "shm": shm_report(bb, max(spec.num_workers, doc.max_workers)), "warmup": doc.effort.warmup}
     rep = Report("data", doc.device, doc.cuda, m.cores, m.effective_cores, spec.batch_size, spec.num_workers,

@@ -76,7 +76,8 @@ def render(report: Report | dict) -> str:
         ep = (f"{fmt_rate(r['predicted_epoch_samples_per_s'])}/{fmt_rate(r.get('epoch_samples_per_s'))}"
               if r.get("epoch_samples_per_s") else "")
         lines.append(f"{r['num_workers']:>7} {r['main_threads']:>7} {fmt_rate(r['predicted_samples_per_s']):>12} "
-                     f"{meas:>26} {'busy' if r.get('too_busy') else _pct(r.get('error')):>7} {ep:>18}")
+                     f"{meas:>26} {'busy' if r.get('too_busy') else 'anchor' if r.get('anchor') else _pct(r.get('error')):>7} "
+                     f"{ep:>18}")
     cal = report.calibration
     busy = cal.get("too_busy") or []
     if busy:
@@ -86,7 +87,8 @@ def render(report: Report | dict) -> str:
     if cal["max_abs_error"] is not None:
         lines.append(f"calibration: largest error {100 * cal['max_abs_error']:.0f}% "
                      f"({'within' if cal['within_20pct'] else 'OUTSIDE'} the ±20% target) over the worker counts run"
-                     + (" quietly" if busy else ""))
+                     + (" quietly" if busy else "") + (f" (the start's, {cal['anchor']['setting']}, is the anchor: "
+                                                       "measured, not predicted)" if cal.get("anchor") else ""))
     if report.advice:
         lines.append("every change predicted to pay (each alone; measured where this run ran it):")
         for a in report.advice:

@@ -39,9 +39,10 @@ def too_busy(speed) -> bool:
 
 def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
     """``(the doctor's own worker counts, every setting the run measured)``: |predicted ÷ measured − 1|
-    of notebook 10's ``end_to_end`` rows, and of those plus its steps."""
+    of notebook 10's ``end_to_end`` rows, and of those plus its steps. The anchor (the start's worker count,
+    measured: every other rate is scaled to it, ``doctor.diagnosis.anchor_on``) is no prediction."""
     own = [abs(_f(e["predicted_samples_per_s"]) / _f(e["samples_per_s"]) - 1)
-           for e in payload.get("end_to_end") or [] if e.get("samples_per_s")
+           for e in payload.get("end_to_end") or [] if e.get("samples_per_s") and not e.get("anchor")
            and not too_busy(row_speed(e, payload.get("cores")))]
     steps = [abs(_f(s["predicted"]) / _f(s["measured"]) - 1) for s in payload.get("steps") or []
              if s.get("predicted") and s.get("measured") and not too_busy(s.get("speed"))]
@@ -84,7 +85,7 @@ def error_entries(payload: dict, folder=None, run: Run | None = None) -> tuple[l
     run = run if run is not None else Run(payload, out_dir=folder)
     own = [(abs(float(e["predicted_samples_per_s"]) / float(e["samples_per_s"]) - 1), f"{e.get('num_workers')} workers",
             _worker_window(e, run))
-           for e in payload.get("end_to_end") or [] if e.get("samples_per_s")
+           for e in payload.get("end_to_end") or [] if e.get("samples_per_s") and not e.get("anchor")
            and not too_busy(row_speed(e, payload.get("cores")))]
     steps = []
     for st in payload.get("steps") or []:

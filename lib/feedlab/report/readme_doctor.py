@@ -40,7 +40,11 @@ def calibration_lines(payload: dict, folder: Path | None = None) -> list[str]:
     e_own, e_every = error_entries(payload, folder)   # each setting's window by the one judge (audit 45 V8)
     lines = []
     if own:
-        counts = ", ".join(str(e.get("num_workers")) for e in payload.get("end_to_end") or [] if e.get("samples_per_s"))
+        counts = ", ".join(str(e.get("num_workers")) for e in payload.get("end_to_end") or []
+                           if e.get("samples_per_s") and not e.get("anchor"))
+        anchor = next((e for e in payload.get("end_to_end") or [] if e.get("anchor")), None)
+        if anchor is not None:   # measured, every other rate scaled to it (doctor.diagnosis.anchor_on)
+            counts += f"; the start's {anchor.get('num_workers')}: the anchor, measured"
         parts = []
         if len(every) > len(own):
             word, why = error_verdict(e_every, bound)
