@@ -52,6 +52,8 @@ def test_effects_ranked_per_machine_and_split_by_scope(tmp_path):
     assert "training: ×1.5" in cpu and "one stage: ×20.0" in cpu
     assert "training: ×3.0" in cpu and "promised ×4.0" in cpu and "measured, not credited" in cpu
     assert cpu.index("×1.5") < cpu.index("×3.0")   # the judged effect first
+    # the count is per kind, as listed (audit56 S13: "The 3 largest effects" headed 5 and 6 lines)
+    assert "The 2 largest effects of each kind (training, one stage) each machine measured" in text
 
 
 def _collate_rows(base, machine, window_s, stock_ms=20.0, fast_ms=1.0):

@@ -224,7 +224,8 @@ def summary_markdown(figures_dir: Path | None = None, top: int = 3) -> str:
     if not effects:
         return ""
     lines = ["### What starves a GPU, and what fixed it here", "",
-             f"The {top} largest effects each machine measured, from the committed results (medians over "
+             f"The {top} largest effects of each kind (training, one stage) each machine measured, from the "
+             "committed results (medians over "
              "repeats; each notebook's section below has the spread and the setting). *Training*: samples/s "
              "of whole training steps, the number a starving GPU feels. *One stage*: that stage timed alone, "
              "an upper bound on what it can give a pipeline it does not bound. An effect whose two sides differ (batch "
