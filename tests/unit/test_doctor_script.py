@@ -747,3 +747,52 @@ def test_the_in_script_deadline_names_a_stopped_worker_not_a_sample():
     with pytest.raises(Hung, match="a sample that never returns"):
         for _ in rec.wrap(loader, never(loader)):
             pass
+
+
+class _CaughtFaults:
+    """A data set whose samples are the fault signals (SIGSEGV, SIGBUS, SIGFPE) the worker catches (a handler set,
+    from /proc/self/status's SigCgt), and whether the script's own worker_init_fn ran there."""
+
+    def __init__(self, mark):
+        self.mark = mark
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, i):
+        caught = int(next(x for x in Path("/proc/self/status").read_text().splitlines()
+                           if x.startswith("SigCgt:")).split()[1], 16)
+        sigs = [s.name for s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE) if caught >> (s.value - 1) & 1]
+        return {"caught": ",".join(sigs), "init": Path(self.mark).read_text() if Path(self.mark).exists() else ""}
+
+
+class _Mark:
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, worker_id):
+        Path(self.path).write_text(str(worker_id))
+
+
+def test_a_worker_fault_is_not_preceded_by_torchs_own_line_and_the_scripts_worker_init_still_runs(tmp_path):
+    """attack55 W3 (K31b): a DataLoader worker killed by SIGSEGV printed torch's `ERROR: Unexpected segmentation
+    fault encountered in worker.` and a NUL byte before the doctor's line (torch's C handler, set in every worker):
+    the instrumented loader's worker_init puts SIGSEGV/SIGBUS/SIGFPE back to the default in the worker (none is
+    caught there), then runs the script's own worker_init_fn (picklable: a spawn worker's too)."""
+    import pickle
+
+    from torch.utils.data import DataLoader
+
+    from feedlab.doctor.script_record import DefaultFaultSignals, default_fault_signals
+
+    mark = tmp_path / "init-ran"
+    loader = DataLoader(_CaughtFaults(str(mark)), batch_size=None, num_workers=1, worker_init_fn=_Mark(str(mark)),
+                        timeout=20)
+    default_fault_signals(loader)
+    default_fault_signals(loader)   # once: not wrapped twice
+    assert isinstance(loader.worker_init_fn, DefaultFaultSignals) and isinstance(loader.worker_init_fn.inner, _Mark)
+    assert isinstance(pickle.loads(pickle.dumps(loader.worker_init_fn)), DefaultFaultSignals)
+    t0 = time.monotonic()
+    (got,) = list(loader)
+    assert time.monotonic() - t0 < 10
+    assert got == {"caught": "", "init": "0"}, got   # no fault handler left in the worker; the script's init ran

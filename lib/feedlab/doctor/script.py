@@ -46,7 +46,7 @@ from feedlab.signal_scope import Signalled, interrupt_unsent
 
 from .guard import DEFAULT_DEADLINE_S, UserCodeError
 from .report import fmt_rate
-from .script_record import Enough, Recorder, stopped_pids
+from .script_record import Enough, Recorder, default_fault_signals, stopped_pids
 from .script_watch import Progress, Watchdog, Wire, fork_watched, quiet_exit, shm_hint, watch_child
 from .verdict import DATA_BOUND_FRACTION, TOO_BUSY, VERDICT_MIN_BATCHES, spread_words, step_price, wait_share  # noqa: F401
 from .watch_lines import worker_died_line
@@ -264,6 +264,7 @@ def run_script(path, args=(), max_batches: int = 30, deadline_s: float | None = 
     dog = Watchdog(rec, deadline_s, lambda why: _say_and_end(report, *_by(who, _ended(rec, path, args, why, deadline_s))))
 
     def __iter__(self):
+        default_fault_signals(self)   # a worker's fault is the doctor's one line, not torch's too (attack55 W3)
         return rec.wrap(self, original(self))
 
     def _exit(code=0):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import weakref
 from typing import Any
@@ -50,6 +51,39 @@ def held_workers() -> list[int]:
         return stopped_pids(psutil.Process().children(recursive=True))
     except Exception:   # psutil missing, or /proc unreadable: no worker is named
         return []
+
+
+#: the faults torch's C handler in a DataLoader worker catches, prints a line and a NUL byte for, then re-raises
+FAULT_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGFPE")
+
+
+class DefaultFaultSignals:
+    """A DataLoader's ``worker_init_fn`` under ``--script``: in the worker, SIGSEGV/SIGBUS/SIGFPE back to their
+    default action (torch's C handler printed ``ERROR: Unexpected segmentation fault encountered in worker.`` and a
+    NUL byte before the doctor's own line: attack55 W3, K31b), then the script's own ``worker_init_fn``, which still
+    runs. A class, not a closure: a ``spawn`` worker gets it pickled."""
+
+    def __init__(self, inner=None):
+        self.inner = inner
+
+    def __call__(self, worker_id: int) -> None:
+        for name in FAULT_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                signal.signal(sig, signal.SIG_DFL)
+        if self.inner is not None:
+            self.inner(worker_id)
+
+
+def default_fault_signals(loader) -> None:
+    """Give ``loader``'s workers (where it has any) :class:`DefaultFaultSignals` around its own ``worker_init_fn``
+    (once); a loader that refuses the attribute is left as it is."""
+    inner = getattr(loader, "worker_init_fn", None)
+    if getattr(loader, "num_workers", 0) and not isinstance(inner, DefaultFaultSignals):
+        try:
+            loader.worker_init_fn = DefaultFaultSignals(inner)
+        except (AttributeError, ValueError, TypeError):   # a subclass that guards its attributes
+            pass
 
 
 class Enough(BaseException):
