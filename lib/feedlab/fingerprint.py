@@ -72,12 +72,23 @@ def _disk(path: Path) -> dict:
 SOURCE_PATHSPEC = ("--", ".", ":(exclude)figures")  # the run's own outputs are not its code
 
 
+#: an untracked file past this size is named by its (size, mtime_ns, inode), not its content, in the tree hash:
+#: a data set left unignored in the checkout (100 GB) is not read whole by every run and plot (attack55 W6, F23)
+LARGE_UNTRACKED_BYTES = 64 << 20
+
+
 def tree_hash(root: Path | str = REPO_ROOT, commit: str | None = None) -> str | None:
     """16 hex digits naming the code in the working tree, dirty or not: the sha256 of the
     commit, the tracked changes against it (``git diff HEAD --binary``) and every untracked,
-    not ignored file (name and content). Clean tree: a function of the commit alone; the same
-    edits on the same commit: the same hash. ``figures/`` (the run's outputs) is left out.
-    None outside a git work tree."""
+    not ignored file (name and content; past :data:`LARGE_UNTRACKED_BYTES`, name, size, mtime and
+    inode). Clean tree: a function of the commit alone; the same edits on the same commit: the same hash.
+    ``figures/`` (the run's outputs) is left out. None outside a git work tree."""
+    return tree_state(root, commit)[0]
+
+
+def tree_state(root: Path | str = REPO_ROOT, commit: str | None = None) -> tuple[str | None, list[str]]:
+    """(:func:`tree_hash`, the untracked files past :data:`LARGE_UNTRACKED_BYTES` it named by their size, mtime
+    and inode rather than read: ``git_state`` lists them as ``untracked_large``)."""
     import hashlib
 
     def git(*args: str) -> bytes:
@@ -88,24 +99,29 @@ def tree_hash(root: Path | str = REPO_ROOT, commit: str | None = None) -> str | 
         diff = git("diff", "HEAD", "--binary", *SOURCE_PATHSPEC)
         untracked = git("ls-files", "-z", "--others", "--exclude-standard", *SOURCE_PATHSPEC).split(b"\0")
     except (OSError, subprocess.SubprocessError):
-        return None
-    h = hashlib.sha256(commit.encode() + b"\0" + diff)
+        return None, []
+    h, large = hashlib.sha256(commit.encode() + b"\0" + diff), []
     for name in sorted(n for n in untracked if n):
         h.update(b"\0untracked\0" + name + b"\0")
-        h.update(entry_digest(Path(root) / name.decode(errors="surrogateescape")) or b"missing")
-    return h.hexdigest()[:16]
+        digest = entry_digest(Path(root) / name.decode(errors="surrogateescape"), large=LARGE_UNTRACKED_BYTES)
+        if digest is not None and digest.startswith(b"large:"):
+            large.append(name.decode(errors="replace"))
+        h.update(digest or b"missing")
+    return h.hexdigest()[:16], large
 
 
 _KINDS = ((stat.S_ISDIR, b"folder"), (stat.S_ISFIFO, b"fifo"), (stat.S_ISSOCK, b"socket"),
           (stat.S_ISCHR, b"character device"), (stat.S_ISBLK, b"block device"))
 
 
-def entry_digest(path: Path, chunk: int = 1 << 20) -> bytes | None:
+def entry_digest(path: Path, chunk: int = 1 << 20, large: int | None = None) -> bytes | None:
     """What a source tree hash takes from one name, never following a link and never opening
     anything but a regular file (a FIFO, a link to one or to ``/dev/zero`` would block or read
     without end): a link gives the sha256 of its target text (as git stores it), a regular file
     the sha256 of its content read in chunks (a huge one is never held whole), any other kind a
-    marker of its kind (``b"kind:fifo"``), an unreadable file ``b"unreadable"``. None: no such name."""
+    marker of its kind (``b"kind:fifo"``), an unreadable file ``b"unreadable"``. None: no such name.
+    ``large``: a regular file past that many bytes is not read, ``b"large:"`` + the sha256 of its size, mtime
+    (ns) and inode."""
     import hashlib
 
     try:
@@ -121,6 +137,8 @@ def entry_digest(path: Path, chunk: int = 1 << 20) -> bytes | None:
             return b"unreadable"
     if not stat.S_ISREG(st.st_mode):
         return b"kind:" + next((word for test, word in _KINDS if test(st.st_mode)), b"other")
+    if large is not None and st.st_size > large:
+        return b"large:" + hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}".encode()).digest()
     h = hashlib.sha256()
     try:  # O_NOFOLLOW: a regular file swapped for a link since the lstat is not followed either
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
@@ -160,7 +178,8 @@ SOURCE_FILE = ".whl/SOURCE.json"  # written by .ci/gpu-wheels beside the carried
 def git_state(root: Path | str = REPO_ROOT) -> dict:
     """``{"commit", "dirty", "tree"}`` of the work tree at ``root`` (Nones outside git). Where the
     copy carries :data:`SOURCE_FILE` (the commit it was sent from and that commit's
-    :func:`content_hash`) and its files hash the same, that commit names the code: ``"sent": True``."""
+    :func:`content_hash`) and its files hash the same, that commit names the code: ``"sent": True``.
+    ``"untracked_large"``: the untracked files the tree hash named by size, mtime and inode (:func:`tree_state`)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=root, capture_output=True,
                               text=True, timeout=10).stdout.strip()
@@ -169,7 +188,10 @@ def git_state(root: Path | str = REPO_ROOT) -> dict:
         # the run's own outputs (figures/) are tracked: their rewriting is not a dirty source tree;
         # an untracked source file (not ignored) is: the code that ran is not the commit's
         dirty = bool(git("status", "--porcelain", "--untracked-files=all", *SOURCE_PATHSPEC))
-        out = {"commit": commit or None, "dirty": dirty, "tree": tree_hash(root, commit) if commit else None}
+        tree, large = tree_state(root, commit) if commit else (None, [])
+        out = {"commit": commit or None, "dirty": dirty, "tree": tree}
+        if large:   # named by size, mtime and inode, not read (LARGE_UNTRACKED_BYTES): the record says which
+            out["untracked_large"] = large
     except Exception:
         return {"commit": None, "dirty": None, "tree": None}
     sent = sent_source(root)

@@ -111,3 +111,32 @@ def test_a_share_of_the_cores_that_is_no_number_is_never_formatted():
     assert busy_flag(fp) == " · BUSY"
     assert busy_flag({"other_load": {"busy": True, "whole_run": {"other_fraction": 0.4}}}).endswith("40% of the cores")
     assert busy_flag({"other_load": "busy"}) == ""
+
+
+def test_a_large_untracked_file_is_named_by_size_mtime_and_inode_not_read_and_listed(tmp_path):
+    """attack55 W6 (F23): a 3 GB untracked file made every dry run 11 s slower, silently (read whole for the tree
+    hash). Past LARGE_UNTRACKED_BYTES it is named by (size, mtime_ns, inode), not its content, and the fingerprint's
+    git record lists it (`untracked_large`); a change of its size or mtime still changes the hash."""
+    from feedlab import fingerprint as F
+
+    root = _repo(tmp_path)
+    big = root / "work" / "big.bin"
+    big.parent.mkdir()
+    with open(big, "wb") as f:
+        f.truncate(F.LARGE_UNTRACKED_BYTES + 1)   # sparse: no disk, no time to write
+    (root / "small.py").write_text("y = 2\n")
+    st = _within_deadline(F.git_state, root)
+    assert st["dirty"] is True and st["untracked_large"] == ["work/big.bin"], st
+    tree = st["tree"]
+    before = os.stat(big)
+    with open(big, "r+b") as f:   # new content, same size and mtime: not read, so the same hash
+        f.write(b"changed")
+    os.utime(big, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert F.tree_hash(root) == tree
+    os.utime(big, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))   # touched: another hash
+    assert F.tree_hash(root) != tree
+    big.unlink()
+    st = F.git_state(root)
+    assert "untracked_large" not in st and st["tree"] != tree   # a small tree's record is as before
+    assert F.entry_digest(root / "small.py", large=4).startswith(b"large:")   # past the size given
+    assert F.entry_digest(root / "small.py", large=None) == F.entry_digest(root / "small.py")   # read: its content
