@@ -101,12 +101,22 @@ def release(tmp: str | os.PathLike) -> None:
             pass
 
 
+def _read_entry(path) -> dict | None:
+    """A registry entry's record, or None where it is not one anything can match: not a regular file (a FIFO
+    is refused without being opened for reading, so it never blocks), over 4 KiB, not JSON, nested too deeply,
+    or not an object holding ``path`` (text) and ``pid`` (int)."""
+    try:
+        rec = load_json(path, "registry entry", limit=4096)
+    except (OSError, ValueError):   # JSONFileError (RecursionError included) is a ValueError
+        return None
+    ok = isinstance(rec, dict) and isinstance(rec.get("path"), str) and type(rec.get("pid")) is int
+    return rec if ok else None
+
+
 def _registered(path: Path, pid: int) -> bool:
     """Did process ``pid`` of feedlab make ``path`` (a registry entry for exactly this path and pid)?"""
-    try:
-        with open(entry(path), encoding="utf-8") as fh:
-            rec = json.load(fh)
-    except (OSError, ValueError):
+    rec = _read_entry(entry(path))
+    if rec is None:
         return False
     full = os.path.join(os.path.realpath(path.parent), path.name)
     return isinstance(rec, dict) and rec.get("path") == full and rec.get("pid") == pid
@@ -116,13 +126,8 @@ def _prune_registry() -> None:
     """Drop the entries of processes that are gone whose temporary is gone too (put in place
     by a caller that did not :func:`release` it)."""
     for e in _entries():
-        try:
-            with open(e.path, encoding="utf-8") as fh:
-                rec = json.load(fh)
-            gone = not os.path.lexists(rec["path"]) and not _pid_alive(int(rec["pid"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            gone = True  # unreadable: not an entry anything can match
-        if gone:
+        rec = _read_entry(e.path)   # None: unreadable, not an entry anything can match
+        if rec is None or (not os.path.lexists(rec["path"]) and not _pid_alive(rec["pid"])):
             try:
                 os.unlink(e.path)
             except OSError:
@@ -144,14 +149,10 @@ def remove_mine() -> list[Path]:
     half-written is left, whatever was unwinding). Returns what was removed."""
     removed = []
     for e in _entries():
-        try:
-            with open(e.path, encoding="utf-8") as fh:
-                rec = json.load(fh)
-            if rec.get("pid") != os.getpid():
-                continue
-            path = Path(rec["path"])
-        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        rec = _read_entry(e.path)   # never blocks (a FIFO entry), never raises: this runs on the signal path
+        if rec is None or rec["pid"] != os.getpid():
             continue
+        path = Path(rec["path"])
         if os.path.lexists(path):
             remove(path)
             removed.append(path)

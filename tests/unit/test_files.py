@@ -89,3 +89,87 @@ def test_load_json_names_the_file_for_json_it_cannot_take(tmp_path):
             files.load_json(tmp_path / name, "its manifest")
         assert str(exc.value).startswith(f"{tmp_path / name}: its manifest is not valid JSON (") and \
             reason in exc.value.reason and "\n" not in str(exc.value)
+
+
+def test_registry_entries_that_are_not_records_never_block_or_raise(tmp_path, monkeypatch):
+    """attack56 B61/J3/B62: a FIFO as a registry entry blocked bench and the doctor with no deadline (open() of
+    it), and one holding '[' * 100000 raised RecursionError, in _prune_registry, _registered and remove_mine (the
+    last on the signal path). Each entry is now read as a regular file of at most 4 KiB: a FIFO, deep JSON, a
+    list or a record of the wrong shape is no entry; the prune drops it and the others skip it."""
+    import os
+
+    from feedlab import paths
+    from feedlab.errors import deadline
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "scratch")
+    regs = files.registries()
+    bad = {}
+    for i, reg in enumerate(regs):
+        reg.mkdir(parents=True)
+        os.mkfifo(reg / f"fifo{i}")
+        (reg / f"deep{i}").write_bytes(b"[" * 100000 + b"]" * 100000)
+        (reg / f"list{i}").write_text("[1]")
+        (reg / f"shape{i}").write_text('{"path": 5, "pid": "x"}')
+        bad[reg] = {f"fifo{i}", f"deep{i}", f"list{i}", f"shape{i}"}
+    work = tmp_path / "w"
+    work.mkdir()
+    tmp = files.tmp_sibling(work / "out.bin")   # one real entry of ours, among the bad ones
+    tmp.write_text("x")
+    with deadline(2, "the registry with a FIFO entry"):
+        assert files._registered(tmp, os.getpid())
+        assert files.remove_mine() == [tmp] and not tmp.exists()
+        os.mkfifo(files.entry(work / "f.bin"))   # the entry _registered would read for f.bin: a FIFO
+        assert not files._registered(work / "f.bin", os.getpid())
+        files._prune_registry()
+        assert files.sweep_orphans(work) == []
+    for reg in regs:
+        assert not bad[reg] & {p.name for p in reg.iterdir()}, list(reg.iterdir())   # pruned
+
+
+#: bare ``json.load(``/``json.loads(`` under lib/ that are allowed, as ``(path, text of the line)``: each is not a read
+#: of a file a user or an earlier run can put anything in (a child's stdout or argv, a string in memory), or one of
+#: our own child's answer in a temporary folder this process made. A new reader of a file uses files.load_json (or
+#: read_regular and a typed reader): a FIFO there must never block, deep JSON never raise a RecursionError.
+JSON_READS_ALLOWED = {
+    ("feedlab/doctor/script_watch.py", "apply(json.loads(ln))"): "a line of our watched child's pipe",
+    ("feedlab/doctor/whatif.py", "return json.loads(answer.read_text())"): "our child's answer, in our temp folder",
+    ("feedlab/trace.py", "rows.append(json.loads(line))"): "a line of a trace our own workers write",
+    ("feedlab/report/compare.py", "json.loads(json.dumps(record))"): "a record in memory, round-tripped",
+    ("feedlab/report/rerun.py", 'value = json.loads(executed)["metadata"]["papermill"]["duration"]'):
+        "git show's bytes, RecursionError caught",
+    ("feedlab/peers/remote.py", "got = json.loads(answer.read_text())"): "our child's answer, in our temp folder",
+    ("feedlab/peers/child.py", "req = json.loads(sys.stdin.read())"): "the request on our child's stdin",
+    ("feedlab/peers/whatif.py", "out = serve(json.loads(sys.stdin.read())"): "the request on our child's stdin",
+    ("feedlab/scale/ranks.py", "rows = json.loads(out.read_text())"): "our launcher's answer, in our temp folder",
+    ("feedlab/scale/ranks.py", "_cfg = json.loads(sys.argv[1])"): "our child's argv",
+    ("feedlab/results.py", "display(JSON(_finite(json.loads(text)))"): "text this process just wrote",
+    ("feedlab/run_record.py", 'nb = json.loads(executed.read_text(encoding="utf-8"))'):
+        "the notebook papermill wrote in this run",
+    ("feedlab/experiments/decode_backends.py", "return json.loads(op.read_text())"): "our child's answer",
+    ("feedlab/experiments/beyond.py", 'meta = json.loads(sample["json"])'): "a sample's bytes in memory",
+    ("feedlab/experiments/print_overhead.py", "got = json.loads(result_path.read_text())"): "our child's answer",
+    ("feedlab/experiments/print_overhead.py", "spec = json.loads(spec_json)"): "our child's argv",
+    ("feedlab/experiments/_pil_bench_worker.py", "spec = json.load(open(spec_path))"): "our parent's spec file",
+    ("feedlab/nbparams.py", 'nb = json.loads(Path(path).read_text(encoding="utf-8"))'): "a tracked notebook source",
+    ("feedlab/run_params.py", 'meta = json.loads(nb.read_text(encoding="utf-8")).get("metadata", {})'):
+        "a tracked notebook source",
+}
+
+
+def test_no_new_bare_json_read_of_a_file_under_lib():
+    """attack56 F1: three readers (the temporaries registry, the peer venv stamp, report.rerun) read files with a
+    bare json.load/loads after files.load_json existed; a FIFO blocked, deep JSON gave a traceback. Any new bare
+    read under lib/ outside files.py fails here until it goes through files.load_json or is allowed above."""
+    import re
+
+    lib = Path(files.__file__).resolve().parents[1]
+    for path in sorted(lib.rglob("*.py")):
+        rel = path.relative_to(lib).as_posix()
+        if rel == "feedlab/files.py":
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if re.search(r"\bjson\.loads?\(", line):
+                key = next((k for k in JSON_READS_ALLOWED if k[0] == rel and k[1] in line), None)
+                assert key is not None, f"{rel}: {line.strip()}: read the file with files.load_json, or allow it " \
+                                        "in JSON_READS_ALLOWED saying why it is not a file read"

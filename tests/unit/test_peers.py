@@ -865,3 +865,26 @@ def test_a_failed_output_check_is_words_not_the_records_dict():
     assert shm_short(check) and not shm_short({"ok": False, "error": "ValueError: labels differ at sample 3"})
     assert check_words({"ok": False, "error": "ValueError: labels differ at sample 3"}) == \
         "ValueError: labels differ at sample 3"
+
+
+def test_venv_stamp_unreadable_or_wrong_shaped_is_not_cached(tmp_path):
+    """attack56 J4/J5: a stamp holding '[' * 100000 (RecursionError) or '[1]' (AttributeError) ended `make peers`
+    in a traceback. Either is now "not cached": the venv is rebuilt, one line."""
+    from feedlab.errors import deadline
+    from feedlab.peers import venvs
+
+    def run(cmd, **kw):
+        if cmd[1:3] == ["-m", "venv"]:
+            (Path(cmd[3]) / "bin").mkdir(parents=True, exist_ok=True)
+            (Path(cmd[3]) / "bin" / "python").write_text("")
+        return _Proc()
+
+    spec = venvs.VenvSpec("toy", ".venv-toy", ("toy-loader",))
+    with deadline(2, "a peer venv build with a bad stamp"):
+        for bad in (b"[" * 100000 + b"]" * 100000, b"[1]", b'{"digest": 5}'):
+            (tmp_path / spec.dir).mkdir(exist_ok=True)
+            (tmp_path / spec.dir / venvs.STAMP).write_bytes(bad)
+            ok, line = venvs.build(spec, tmp_path, python="python3", run=run, uv="")
+            assert ok and line.endswith("s") and "built in" in line, (bad[:8], line)
+        ok, line = venvs.build(spec, tmp_path, python="python3", run=run, uv="")   # its new stamp is good
+        assert ok and line.endswith("cached")

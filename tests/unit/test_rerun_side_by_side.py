@@ -133,3 +133,30 @@ def test_out_that_is_a_folder_or_device_is_named_for_what_it_is(tmp_path, monkey
         assert e.value.code == 2 and err[-1].endswith(f"--out {out}: is {word}, not a file: nothing written; give a "
                                                       ".md file (docs/RERUNS.md) or a new name"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.md", "work"] and not any((tmp_path / "work").iterdir())
+
+
+def test_an_executed_notebook_deep_or_a_fifo_gives_no_duration_never_a_traceback(tmp_path, monkeypatch):
+    """attack56 B50/B63: an executed notebook holding '[' * 100000, current or committed, ended report.rerun in a
+    RecursionError traceback (rerun._duration). Its duration is now unknown ("? s"); a FIFO never blocks."""
+    import os
+
+    from feedlab.errors import deadline
+
+    nb = "01_worker_scaling"
+    now = tmp_path / "figs" / nb / "cpu-2c"
+    now.mkdir(parents=True)
+    (now / "results.json").write_text(json.dumps({"profile": "quick"}))
+    deep = b"[" * 100000 + b"]" * 100000
+    (now / f"{nb}.executed.ipynb").write_bytes(deep)
+    old_files = {f"figures/{nb}/cpu-2c/results.json": json.dumps({"profile": "quick"}).encode(),
+                 f"figures/{nb}/cpu-2c/{nb}.executed.ipynb": deep}
+    monkeypatch.setattr(rerun, "_git_show", lambda rev, path: old_files.get(path))
+    with deadline(2, "report.rerun over a deep and a FIFO notebook"):
+        assert "verdicts the same." in rerun.compare("abc123", ["01"], "cpu-2c", tmp_path / "figs")
+        (now / f"{nb}.executed.ipynb").unlink()
+        os.mkfifo(now / f"{nb}.executed.ipynb")
+        assert "verdicts the same." in rerun.compare("abc123", ["01"], "cpu-2c", tmp_path / "figs")
+    for text in ('{"metadata": {"papermill": {"duration": "abc"}}}', '{"metadata": [1]}', "[1]", "5",
+                 '{"metadata": {"papermill": {"duration": NaN}}}'):
+        assert rerun._duration(text) is None, text
+    assert rerun._duration('{"metadata": {"papermill": {"duration": 12}}}') == 12.0

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from feedlab import installer
+from feedlab.files import load_json
 from feedlab.paths import REPO_ROOT
 
 STAMP = ".feedlab-peer-venv.json"
@@ -161,11 +162,12 @@ def build(spec: VenvSpec, root: Path | None = None, python: str | None = None, r
     digest = spec.digest(cons)
     stamp = venv / STAMP
     if stamp.is_file():
-        try:
-            if json.loads(stamp.read_text()).get("digest") == digest and spec.python(root).is_file():
-                return True, f"{spec.dir}: cached"
-        except ValueError:
-            pass
+        try:   # an unreadable or wrong-shaped stamp (deep JSON, a list) is "not cached"
+            rec = load_json(stamp, "peer venv stamp", limit=1 << 16)
+        except (OSError, ValueError):
+            rec = None
+        if isinstance(rec, dict) and rec.get("digest") == digest and spec.python(root).is_file():
+            return True, f"{spec.dir}: cached"
         stamp.unlink()
 
     def fail(step: str, detail: str) -> tuple[bool, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from feedlab.errors import cli_errors
-from feedlab.files import kind_of
+from feedlab.files import kind_of, read_regular
 from feedlab.paths import FIGURES_DIR, REPO_ROOT, outside_figures, rel
 from feedlab.report.claims import Run, verdicts
 from feedlab.results import atomic_write
@@ -49,9 +50,23 @@ def resolve_commit(rev: str) -> str:
 
 
 def _duration(executed: bytes | str | None) -> float | None:
+    """The papermill duration an executed notebook's bytes (``git show``'s or the file's) hold; None where they
+    are none, not JSON, nested too deeply (a RecursionError), or not the shape of a notebook."""
+    if executed is None:
+        return None
     try:
-        return float(json.loads(executed)["metadata"]["papermill"]["duration"])
-    except (TypeError, ValueError, KeyError):
+        value = json.loads(executed)["metadata"]["papermill"]["duration"]   # bytes, not a file read: see record_at
+        seconds = float(value) if type(value) in (int, float) else None
+    except (TypeError, ValueError, KeyError, IndexError, RecursionError):
+        return None
+    return seconds if seconds is not None and math.isfinite(seconds) else None
+
+
+def _duration_of(path: Path) -> float | None:
+    """:func:`_duration` of the executed notebook at ``path``, read as a regular file (a FIFO never blocks)."""
+    try:
+        return _duration(read_regular(path))
+    except OSError:
         return None
 
 
@@ -132,8 +147,7 @@ def compare(rev: str, notebooks: list[str], machine: str = "cpu-2c", figures_dir
             if old is None:
                 raise FileNotFoundError(f"commit {rev} has no figures/{name}/{machine}/results.json")
             before, after = Run(out_dir=Path(tmp) / name), Run(out_dir=now_dir)
-            now_s = _duration((now_dir / f"{name}.executed.ipynb").read_text()
-                              if (now_dir / f"{name}.executed.ipynb").is_file() else None)
+            now_s = _duration_of(now_dir / f"{name}.executed.ipynb")
             out.append(markdown(name, side_by_side(name, before, after), describe(before, old["seconds"]),
                                 describe(after, now_s)))
     return "\n".join(out)
