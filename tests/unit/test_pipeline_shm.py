@@ -181,3 +181,34 @@ def test_the_batches_in_flight_are_capped_at_the_loaders_length(monkeypatch):
     batches = -(-len(ds) // 4)
     assert one * 4 * batches < 64 << 20, "the test's set must fit /dev/shm whole"
     assert shm.shm_problem_of(ds, 4, 1, 1_000_000) is None
+
+
+def test_the_one_sweeper_leaves_a_file_a_live_process_maps_and_takes_any_folder(tmp_path):
+    """pipeline.shm.sweep_orphans_since is the one home of the sweep of dead workers' torch_* files (doctor
+    --script's end of run used its own copy): a dead pid's file that a live process still maps is left, an
+    unmapped one removed, a name there before is never touched; a folder other than /dev/shm is swept too."""
+    import mmap
+    import subprocess
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    dead = p.pid
+    old = tmp_path / f"torch_{dead}_old"
+    old.write_bytes(b"x")
+    before = {old.name}
+    held, orphan = tmp_path / f"torch_{dead}_held", tmp_path / f"torch_{dead}_orphan"
+    for f in (held, orphan):
+        f.write_bytes(b"x" * 4096)
+    with open(held, "r+b") as fh, mmap.mmap(fh.fileno(), 4096):   # mapped by this live process
+        assert shm.sweep_orphans_since(before, str(tmp_path)) == [orphan.name]
+        assert held.exists() and old.exists() and not orphan.exists()
+    assert shm.sweep_orphans_since(before, str(tmp_path)) == [held.name]   # no longer mapped: an orphan
+    assert old.exists()
+
+
+def test_the_doctors_end_of_run_sweep_is_the_pipelines(monkeypatch):
+    from feedlab.doctor import script_watch as W
+
+    seen = []
+    monkeypatch.setattr(W, "sweep_orphans_since", lambda before: seen.append(before) or ["x"])
+    assert W._sweep_torch_shm() == ["x"] and seen == [W._shm_before]

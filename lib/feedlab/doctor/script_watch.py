@@ -31,7 +31,7 @@ from typing import Callable
 
 from feedlab.files import mp_temp_dir, remove
 from feedlab.pipeline.shm import FIX as SHM_FIX
-from feedlab.pipeline.shm import is_shm_failure
+from feedlab.pipeline.shm import is_shm_failure, shm_names, sweep_orphans_since
 from feedlab.procgroup import become_subreaper, descendants, own
 from feedlab.run_limit import stop_processes
 
@@ -52,28 +52,9 @@ def shm_hint(exc: BaseException) -> str:
 
 def _sweep_torch_shm() -> list[str]:
     """``torch_<pid>_*`` files new in /dev/shm since the fork whose process is gone and that no process holds
-    (a worker of the child out of space, or stopped mid-batch): removed, so they do not stay until reboot."""
-    try:
-        new = [n for n in set(os.listdir(_SHM)) - _shm_before if n.startswith("torch_")]
-    except OSError:
-        return []
-    dead = [n for n in new if n.split("_")[1].isdigit() and not os.path.exists(f"/proc/{n.split('_')[1]}")]
-    held = set()
-    for pid in (os.listdir("/proc") if dead else []):
-        try:
-            with open(f"/proc/{pid}/maps") as fh:
-                held.update(ln.rsplit("/", 1)[-1].strip() for ln in fh if f"{_SHM}/torch_" in ln)
-        except OSError:
-            continue
-    gone = []
-    for n in dead:
-        if n not in held:
-            try:
-                os.unlink(os.path.join(_SHM, n))
-                gone.append(n)
-            except OSError:
-                pass
-    return gone
+    (a worker of the child out of space, or stopped mid-batch): removed, so they do not stay until reboot
+    (:func:`feedlab.pipeline.shm.sweep_orphans_since`, the one sweeper)."""
+    return sweep_orphans_since(_shm_before)
 
 
 def quiet_exit(code: int) -> None:
@@ -233,7 +214,7 @@ def fork_watched() -> tuple[int, int]:
     signal handling (:func:`feedlab.procgroup.own`): it does the command's work, a signal stops it with its line."""
     _shared["mp_tmp"] = str(mp_temp_dir())
     try:
-        _shm_before.update(os.listdir(_SHM))
+        _shm_before.update(shm_names())
     except OSError:
         pass
     for f in (sys.stdout, sys.stderr):   # nothing buffered is printed twice

@@ -124,19 +124,40 @@ def shm_names() -> set[str]:
         return set()
 
 
+def _mapped(path: str) -> set[str]:
+    """The names of ``path/torch_*`` files some process maps now (/proc/<pid>/maps): a file still in use."""
+    held = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                held.update(ln.rsplit("/", 1)[-1].strip() for ln in fh if f"{path}/torch_" in ln)
+        except OSError:   # gone meanwhile, or not ours to read
+            continue
+    return held
+
+
 def sweep_orphans_since(before: set[str], path: str = SHM_DIR) -> list[str]:
-    """After a shared-memory failure in code we ran (a peer's DataLoader, whose workers' pids we never saw): remove
-    the ``torch_<pid>_*`` files that appeared since ``before`` whose process is gone (an orphan nobody will remove;
-    a live process's file is left to it). The names removed."""
+    """The one sweeper of torch's shared-memory files left by processes we ran whose pids we never saw (a peer's
+    DataLoader workers, a ``--script``'s: ``doctor.script_watch`` at the end of a watched run): remove the
+    ``torch_<pid>_*`` files in ``path`` that appeared since ``before`` (its names then: :func:`shm_names`) whose
+    process is gone and that no process maps (an orphan nobody will remove; a live process's file is left to it).
+    The names removed."""
+    try:
+        new = sorted(n for n in set(os.listdir(path)) - set(before) if n.startswith("torch_"))
+    except OSError:
+        return []
+    dead = [n for n in new if (m := re.match(r"torch_(\d+)_", n)) and not os.path.exists(f"/proc/{m.group(1)}")]
+    held = _mapped(os.path.abspath(path)) if dead else set()
     gone = []
-    for name in sorted(shm_names() - before) if path == SHM_DIR else []:
-        m = re.match(r"torch_(\d+)_", name)
-        if m is None or os.path.exists(f"/proc/{m.group(1)}"):
+    for name in dead:
+        if name in held:
             continue
         try:
             os.unlink(os.path.join(path, name))
             gone.append(name)
-        except OSError:
+        except OSError:   # removed meanwhile, or not ours to remove
             pass
     return gone
 
