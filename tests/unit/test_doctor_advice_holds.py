@@ -63,8 +63,8 @@ def test_a_report_on_your_loader_holds_back_changes_inside_its_own_measured_erro
     lines = A.answer_lines(rep)
     assert not any("num_workers = 0:" in x for x in lines)
     assert any("num_workers = 2: ×3.00 predicted" in x for x in lines)
-    assert any(x.startswith("not advised, predicted within this run's own prediction error (±44%): num_workers = 0")
-               for x in lines)
+    assert any(x.startswith("not advised, predicted within this run's own prediction error (±44%: the largest over "
+                            "every rate it predicted and measured") and "): num_workers = 0 (×1.40)" in x for x in lines)
 
 
 def test_the_answer_says_how_the_step_was_priced():

@@ -4,6 +4,8 @@ no loader change on a job the step bounds."""
 
 from __future__ import annotations
 
+import pytest
+
 from feedlab.doctor import answer as A
 
 
@@ -59,5 +61,19 @@ def test_a_change_predicted_inside_the_predictions_own_error_is_not_advised():
     assert not any("num_workers = 0:" in x for x in lines)
     assert any("format = npy_mmap: ×3.00 predicted" in x for x in lines)
     assert any("collate = fast: ×1.25 measured" in x for x in lines)        # measured: advised whatever the error
-    assert any(x.startswith("not advised, predicted within this run's own prediction error (±44%): num_workers = 0")
-               for x in lines)
+    assert any(x.startswith("not advised, predicted within this run's own prediction error (±44%: the largest over "
+                            "every rate it predicted and measured") and "): num_workers = 0 (×1.40)" in x for x in lines)
+
+
+def test_the_own_error_that_holds_advice_back_is_the_worst_case_over_every_rate_measured():
+    """audit56 S12: advice was held back at ±34% (the steady rates of the worker counts) while the same run's epoch
+    rates erred by 42%: the threshold is the largest error over every rate predicted and measured, and says so."""
+    rep = _rep(1 / 1000, 400.0, advice=[{"setting": "num_workers", "value": 0, "expected_gain": 1.40}])
+    rep["calibration"] = {"max_abs_error": 0.34}
+    rep["end_to_end"] = [{"num_workers": 2, "error": 0.34, "epoch_error": -0.42}]
+    assert A.own_error(rep) == pytest.approx(0.42)
+    line = next(x for x in A.answer_lines(rep) if x.startswith("not advised"))
+    assert "(±42%: the largest over every rate it predicted and measured, the steady and epoch rates of 1 worker count)" \
+        in line, line
+    rep["end_to_end"][0]["too_busy"] = True   # a busy count's figure is not an error: the calibration's alone
+    assert A.own_error(rep) == pytest.approx(0.34)

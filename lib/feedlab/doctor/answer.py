@@ -114,15 +114,23 @@ def _share(g: float, most: float | None) -> str:
 
 
 def own_error(rep: Report | dict) -> float | None:
-    """This run's largest prediction error: the calibration's, else the largest over the worker counts
-    measured end to end (a report on your own DataLoader measures the one it was built with)."""
+    """This run's largest prediction error, the worst case over every rate it predicted and measured quietly
+    (audit56 S12: the steady rates' calibration is a subset): the calibration's, and each worker count's steady
+    and epoch errors (a report on your own DataLoader measures the one it was built with), whichever is largest."""
     rep = Report.of(rep)
+    errs = [abs(r[k]) for r in rep.end_to_end if not r.get("anchor") and not r.get("too_busy")
+            for k in ("error", "epoch_error") if r.get(k) is not None and math.isfinite(r[k])]
     err = (rep.calibration or {}).get("max_abs_error")
-    if err is not None:
-        return err
-    errs = [abs(r["error"]) for r in rep.end_to_end if r.get("error") is not None
-            and math.isfinite(r["error"]) and not r.get("anchor")]
+    errs += [err] if err is not None and math.isfinite(err) else []
     return max(errs) if errs else None
+
+
+def own_error_words(rep: Report | dict, err: float) -> str:
+    """What :func:`own_error` covers, for the line that holds advice back at it."""
+    n = sum(1 for r in Report.of(rep).end_to_end if not r.get("anchor") and not r.get("too_busy")
+            and r.get("error") is not None)
+    return f"±{100 * err:.0f}%: the largest over every rate it predicted and measured" + (
+        f", the steady and epoch rates of {n} worker count{'s' if n != 1 else ''}" if n else "")
 
 
 def priced_line(rep: Report | dict) -> str | None:
@@ -253,7 +261,7 @@ def answer_lines(rep: Report | dict) -> list[str]:
     held = [a for a in rep.advice if within_error(a, err)] \
         if not no_change_line(rep) and rep.tried is None else []
     if held:
-        lines.append(f"not advised, predicted within this run's own prediction error (±{100 * err:.0f}%): "
+        lines.append(f"not advised, predicted within this run's own prediction error ({own_error_words(rep, err)}): "
                      + ", ".join(f"{a['setting']} = {a['value']} (×{a['expected_gain']:.2f})" for a in held))
     r = resize_line(rep)
     if r:
