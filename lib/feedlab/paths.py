@@ -31,13 +31,47 @@ def env_path(name: str) -> str:
     return os.environ.get(name, "").strip()
 
 
+def user_path(text: str | os.PathLike, name: str) -> str:
+    """A path a user gave (``-p out_dir``, ``--out-root``, ``-p data_root``, ``FEEDLAB_SCRATCH`` …) with ``~`` and
+    ``~user`` expanded, else as given; ``ValueError``, one line naming ``name`` (how it was given), where a leading
+    ``~`` cannot be expanded: never a folder literally named ``~`` in the current folder (attack56 R65–R71)."""
+    text = os.fspath(text)
+    out = os.path.expanduser(text)
+    if out.startswith("~"):
+        user = out[1:].split(os.sep, 1)[0]
+        why = f"no user {user} to expand ~{user} for" if user else "no home folder to expand ~ for (HOME is unset)"
+        raise ValueError(f"{name} {text!r}: {why}; give the folder's full path")
+    return out
+
+
+#: FEEDLAB_* folders that could not be read (a ``~`` with no home): raised in one line where a command starts
+#: (:func:`env_problems`), never at import
+_ENV_PROBLEMS: dict[str, str] = {}
+
+
+def _env_dir(var: str, default: Path) -> Path:
+    text = env_path(var)
+    if not text:
+        return _resolved(default)
+    try:
+        return _resolved(user_path(text, var))
+    except ValueError as exc:
+        _ENV_PROBLEMS[var] = str(exc)
+        return _resolved(text)
+
+
+def env_problems() -> list[str]:
+    """One line each for a ``FEEDLAB_SCRATCH``/``FEEDLAB_DATA`` with a ``~`` that cannot be expanded."""
+    return list(_ENV_PROBLEMS.values())
+
+
 # smoke runs (tests, nbval) write here, never over the committed figures; an empty or blank value is unset (it
 # silently meant the current folder: locks/ failed/ temps/ in the checkout's root, attack53 X01)
-SCRATCH_DIR = _resolved(env_path("FEEDLAB_SCRATCH") or REPO_ROOT / "runs")
+SCRATCH_DIR = _env_dir("FEEDLAB_SCRATCH", REPO_ROOT / "runs")   # ~ expanded as in -p out_dir (W4)
 # an optional second environment with Pillow-SIMD (`make pillow-simd`): Pillow-SIMD
 # replaces Pillow in place, so it cannot share an environment with it
 PILLOW_SIMD_PYTHON = REPO_ROOT / ".venv-simd" / "bin" / "python"
-DATA_DIR = _resolved(env_path("FEEDLAB_DATA") or REPO_ROOT / "data")
+DATA_DIR = _env_dir("FEEDLAB_DATA", REPO_ROOT / "data")
 
 
 def default_sr_root(profile: str = "quick", patch: int = 64) -> Path:
@@ -94,6 +128,8 @@ def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) ->
     """The scratch folder (``$FEEDLAB_SCRATCH``, else ``runs/``) made ready for the runner's locks, failed runs and
     temporaries: ``ValueError``, one line naming the folder and what to do, where it (or one of ``subfolders``)
     is a file, cannot be made or cannot be written; raised before a notebook runs, never blamed on one of its cells."""
+    for why in env_problems():
+        raise ValueError(why)
     root = Path(SCRATCH_DIR)
     env = env_path("FEEDLAB_SCRATCH")
     name = f"FEEDLAB_SCRATCH={env}" if env else f"the scratch folder {root}"

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from feedlab import paths
 from feedlab.files import JSONFileError, load_json
 from feedlab.machines import WORKER_KEYS
 from feedlab.nbparams import notebook_parameters, parameter_choices, parameter_types
@@ -221,12 +222,12 @@ def _check_set(key: str, text: str, root: str, takers: list[str]) -> None:
                          "embedded set")
 
 
-def _given_path(value: str | os.PathLike) -> str:
+def _given_path(value: str | os.PathLike, name: str = "-p out_dir") -> str:
     """A folder the record is written to, absolute but as given: its links are not followed, so the checks name
     the link the user gave (``paths.landing_problem``: ``work/od2 (through a link: it is .)``) and a link as the
     record's folder is refused (``run_record.record_problem``: the runner does not write through links), as on the
     scratch route (attack55 W4: X33, X36; attack54 X16)."""
-    return os.path.abspath(os.path.expanduser(os.fspath(value)))
+    return os.path.abspath(paths.user_path(value, name))
 
 
 def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_flag: str = "",
@@ -235,6 +236,8 @@ def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_fla
     Raises ``ValueError``, one line, for a ``-p`` that contradicts a runner option, a key given twice
     with two values, a value not of its parameter's type (:func:`parse_value`), or (``here``: the run is on
     this machine, not a gpu plan drawn up for another) a ``data_root``/``cls_root`` that names no folder."""
+    for why in paths.env_problems():   # FEEDLAB_SCRATCH/FEEDLAB_DATA with a ~ that cannot be expanded
+        raise ValueError(why)
     texts = _given_once(pairs)
     if "profile" in texts:
         given = texts.pop("profile").strip()
@@ -260,12 +263,13 @@ def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_fla
                 value = parse_value(key, text, types[nb][key], nb.stem)
                 _check_choices(key, text, value, parameter_choices(nb).get(key), nb.stem)
                 if key in PATH_KEYS and isinstance(value, str):   # out_dir as given, its links kept: a link
-                    value = _given_path(value) if key == "out_dir" else str(Path(value).expanduser().resolve())
+                    value = _given_path(value) if key == "out_dir" else \
+                        str(Path(paths.user_path(value, f"-p {key}")).resolve())   # ~user it cannot expand: one line
                 for_notebook[nb][key] = value
                 params.setdefault(key, value)
         if key not in params:   # no selected notebook takes it: the caller says so (nbparams.route_params)
             params[key] = text
         elif here and key in SET_KINDS:   # before any notebook
             _check_set(key, text, params[key], [nb.stem for nb in notebooks if key in types[nb]])
-    root = Path(_given_path(out_root)) if out_root is not None else None
+    root = Path(_given_path(out_root, "--out-root")) if out_root is not None else None
     return RunParams(profile, root, params, for_notebook)

@@ -274,3 +274,37 @@ def test_out_dir_and_out_root_are_kept_as_given_and_a_link_is_named_or_refused(t
         msg = str(err.value)
         assert "\n" not in msg and str(tmp_path / "od2") in msg and "(through a link: it is " in msg, msg
     assert resolve_run([NB04], [], "smoke", out_root=tmp_path / "od2").out_root == tmp_path / "od2"
+
+
+def test_a_tilde_user_that_cannot_be_expanded_is_one_line_and_tilde_expands_everywhere(tmp_path, monkeypatch):
+    """attack56 R65/R67/R69: `~nosuchuser9/x` as -p out_dir, --out-root or -p data_root gave a RuntimeError
+    traceback (or a folder named `~nosuchuser9` in the current folder); W4 R68–R71: FEEDLAB_SCRATCH/FEEDLAB_DATA
+    `~/scr` was `<cwd>/~/scr`. paths.user_path is the one reading: `~` expands to $HOME, a `~user` it cannot
+    expand is one line naming where it was given."""
+    from feedlab.errors import deadline
+    from feedlab.run_params import resolve_run
+
+    nb05 = next(p for p in R.list_notebooks() if p.stem.startswith("05_"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "d").mkdir()
+    with deadline(2, "resolving ~ paths"):
+        for pairs, root, where in (([("out_dir", "~nosuchuser9/x")], None, "-p out_dir"),
+                                   ([], Path("~nosuchuser9"), "--out-root"),
+                                   ([("data_root", "~nosuchuser9/d")], None, "-p data_root")):
+            with pytest.raises(ValueError) as exc:
+                resolve_run([nb05], pairs, "smoke", out_root=root)
+            assert str(exc.value).startswith(f"{where} '~nosuchuser9") and "no user nosuchuser9" in str(exc.value) \
+                and "\n" not in str(exc.value), exc.value
+        rp = resolve_run([nb05], [("out_dir", "~/x"), ("data_root", "~/d")], "smoke")
+        assert rp.params["out_dir"] == str(tmp_path / "x") and rp.params["data_root"] == str((tmp_path / "d").resolve())
+        assert resolve_run([nb05], [], "smoke", out_root=Path("~/r")).out_root == tmp_path / "r"
+        # the environment's folders read the same way, and a ~ they cannot expand is one line where a run starts
+        monkeypatch.setattr(paths, "_ENV_PROBLEMS", {})
+        monkeypatch.setenv("FEEDLAB_SCRATCH", "~/scr")
+        assert paths._env_dir("FEEDLAB_SCRATCH", tmp_path / "runs") == (tmp_path / "scr").resolve()
+        monkeypatch.setenv("FEEDLAB_DATA", "~nosuchuser9/d")
+        paths._env_dir("FEEDLAB_DATA", tmp_path / "data")
+        with pytest.raises(ValueError, match=r"^FEEDLAB_DATA '~nosuchuser9/d': no user nosuchuser9 .*full path$"):
+            resolve_run([nb05], [], "smoke")
+        with pytest.raises(ValueError, match=r"^FEEDLAB_DATA '~nosuchuser9/d'"):
+            paths.check_scratch()
