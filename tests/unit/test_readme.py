@@ -382,3 +382,25 @@ def test_every_recorded_prose_verdict_is_read_again_by_todays_rule(tmp_path):
     out = readme.generated_targets("10_doctor", tmp_path, [effect])[0]
     assert out.startswith("The advice's gain is not credited in this run: ") and "batch size: 256 vs 128" in out
     assert out.endswith("[recorded by the notebook: The advice raised throughput in this run]")
+
+
+def test_the_anchor_is_no_prediction_in_the_doctor_block_or_its_calibration_table(tmp_path):
+    """#46: the start's worker count anchors every other predicted rate (measured, not predicted): the worst line
+    leaves it out of the errors and the DOCTOR.md table names it with the probes' own price, never an error figure."""
+    from feedlab.report import readme_doctor
+
+    folder = tmp_path / "10_doctor" / "cpu-2c"
+    folder.mkdir(parents=True)
+    e2e = [{"num_workers": 0, "predicted_samples_per_s": 1000.0, "samples_per_s": 1000.0, "anchor": True,
+            "probes_predicted_samples_per_s": 1500.0},
+           {"num_workers": 1, "predicted_samples_per_s": 1050.0, "samples_per_s": 1000.0}]
+    rows = [{"kind": "workers (start spec)", "label": "w0", "anchor": True, "predicted": 1500.0, "measured": 1000.0,
+             "error": 0.5}, {"kind": "workers (start spec)", "label": "w1", "predicted": 1050.0, "measured": 1000.0,
+                             "error": 0.05}]
+    (folder / "results.json").write_text(json.dumps({"end_to_end": e2e, "calibration": {"rows": rows}}))
+    line = readme.worst_error_line(folder)
+    assert "**5%** over all 1 settings" in line and "the start's 0 workers, the anchor" in line
+    assert "the stage probes alone priced it +50%" in line
+    doc = readme_doctor.calibration_doc(tmp_path)
+    assert "| workers (start spec) w0 (the anchor) | 1,500 (the stage probes alone) | 1,000 | the anchor" in doc
+    assert "| workers (start spec) w1 | 1,050 | 1,000 | +5% |" in doc
