@@ -80,23 +80,54 @@ def planned_machine_key(cores: int | None = None) -> str:
     return machine_key(dict(fingerprint.machine_fingerprint(), cpu_usable=cores or machines.usable_cores()))
 
 
-def recorded_seconds(notebook: str, key: str, profile: str, figures_dir: Path | None = None) -> dict | None:
+def _shape(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def papermill_meta(path: str | Path) -> tuple[dict, float | None, str]:
+    """``(parameters, duration, end_time)`` of an executed notebook's ``metadata.papermill``, each of its type:
+    ``duration`` a finite number of seconds ≥ 0 or None (not recorded), ``end_time`` text ("" where none).
+    ``OSError``/``ValueError`` where the file cannot be read (:func:`feedlab.files.load_json`), and
+    ``ValueError``, one line naming the file and the field, where a field is not of its shape (attack56 B51/B52:
+    ``parameters`` a list, ``duration`` "abc" ended the dry run in a traceback or a line naming neither)."""
+    nb = load_json(path, "executed notebook")
+    where, node = paths.rel(path), nb
+    for field in ("metadata", "papermill"):
+        node = node.get(field) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            raise ValueError(f"{where}: {field} is not an object (the record is skipped)")
+    params, duration, end = node.get("parameters") or {}, node.get("duration"), node.get("end_time") or ""
+    if not isinstance(params, dict):
+        raise ValueError(f"{where}: metadata.papermill.parameters holds {_shape(params)}, not an object "
+                         "(the record is skipped)")
+    if duration is not None and (type(duration) not in (int, float) or not math.isfinite(duration) or duration < 0):
+        raise ValueError(f"{where}: metadata.papermill.duration holds {_shape(duration)} {str(duration)[:20]!r}, "
+                         "not seconds (the record is skipped)")
+    return params, (None if duration is None else float(duration)), str(end)
+
+
+def recorded_seconds(notebook: str, key: str, profile: str, figures_dir: Path | None = None,
+                     skipped: list[str] | None = None) -> dict | None:
     """The last committed run of ``notebook`` under ``profile`` on machine ``key``, or else on another
     machine with the same number of cores (``h100-16c`` for a CPU box planning ``--cores 16``):
-    ``{"seconds", "machine", "when"}`` from the executed record's papermill duration; None: no record."""
+    ``{"seconds", "machine", "when"}`` from the executed record's papermill duration; None: no record.
+    A record that cannot be read or whose fields are not of their shape is skipped, its line added to
+    ``skipped`` (:func:`papermill_meta`)."""
     cores = re.search(r"-(\d+)c$", key)
     dirs = machine_dirs(notebook, figures_dir)
     order = [k for k in dirs if k == key] + [k for k in dirs if k != key and cores and k.endswith(f"-{cores[1]}c")]
     for k in order:
         for rec in sorted(dirs[k].glob("*.executed.ipynb")):
             try:
-                pm = load_json(rec)["metadata"]["papermill"]
-            except (OSError, ValueError, KeyError, TypeError):
+                params, duration, end = papermill_meta(rec)
+            except (OSError, ValueError) as exc:
+                if skipped is not None:
+                    skipped.append(str(exc).splitlines()[0] if str(exc) else f"{paths.rel(rec)}: cannot be read")
                 continue
-            if (pm.get("parameters") or {}).get("profile") == profile and pm.get("duration"):
-                short, n = limit_shortfall(dirs[k])
+            if params.get("profile") == profile and duration:
+                short, n = limit_shortfall(dirs[k], skipped)
                 commit, modified = record_commit(dirs[k])
-                return {"seconds": float(pm["duration"]), "machine": k, "when": str(pm.get("end_time", ""))[:10],
+                return {"seconds": duration, "machine": k, "when": end[:10],
                         "left_out_s": short, "left_out": n, "commit": commit, "modified": modified,
                         "changed": [] if modified else settings_changed(notebook, profile, commit)}
     return None
@@ -149,20 +180,36 @@ def settings_changed(notebook: str, profile: str, commit: str | None) -> list[st
             if then.get(k) != now.get(k)]
 
 
-def limit_shortfall(folder: Path) -> tuple[float, int]:
+def limit_shortfall(folder: Path, skipped: list[str] | None = None) -> tuple[float, int]:
     """``(seconds, count)`` of the settings a record left out for its run's limit (``setting_costs.json``,
     :mod:`feedlab.budget`): each at its estimate ("about N s"), else at the dearest setting the run paid
     for. A record cut short by its limit understates what the notebook costs by that much (09 on the H100,
     2026-11-26: 86 s recorded, seven batch-128 settings of about 11 s each left out). A budget's own
-    leavings are not counted: the profile chose them."""
+    leavings are not counted: the profile chose them. A field not of its shape (``costs_s`` not an object of
+    seconds, ``left_out`` not a list of objects: attack56 B55/B56) is left out, its line added to ``skipped``."""
+    path = Path(folder) / "setting_costs.json"
     try:
-        rec = load_json(Path(folder) / "setting_costs.json")
+        rec = load_json(path)
     except (OSError, ValueError):
         return 0.0, 0
-    dearest = max((float(v) for v in (rec.get("costs_s") or {}).values()), default=0.0)
+    bad = []
+    rec = rec if isinstance(rec, dict) else {}
+    costs, left = rec.get("costs_s") or {}, rec.get("left_out") or []
+    if not isinstance(costs, dict):
+        bad, costs = [f"costs_s holds {_shape(costs)}, not an object"], {}
+    secs = [v for v in costs.values() if type(v) in (int, float) and math.isfinite(v)]
+    if len(secs) < len(costs):
+        bad.append("costs_s holds values that are not seconds")
+    if not isinstance(left, list):
+        bad, left = [*bad, f"left_out holds {_shape(left)}, not a list"], []
+    if any(not isinstance(row, dict) for row in left):
+        bad.append("left_out holds items that are not objects")
+    if bad and skipped is not None:
+        skipped.append(f"{paths.rel(path)}: {'; '.join(bad)} (left out of the plan)")
+    dearest = max((float(v) for v in secs), default=0.0)
     total, n = 0.0, 0
-    for row in rec.get("left_out") or []:
-        why = str(row.get("why", ""))
+    for row in left:
+        why = str(row.get("why", "")) if isinstance(row, dict) else ""
         if "run's limit" not in why:
             continue
         est = re.search(r"about (\d+(?:\.\d+)?) s", why)
@@ -178,7 +225,10 @@ def print_plan(rows, profile: str, cores: int, figures_dir: Path | None = None) 
     known, missing = 0.0, []
     for name, values in rows:
         print(f"\n{name}")
-        rec = recorded_seconds(name, key, profile, figures_dir)
+        skipped: list[str] = []
+        rec = recorded_seconds(name, key, profile, figures_dir, skipped)
+        for line in skipped:   # a record not of its shape: named, one line each, never a traceback
+            print(f"  {'skipped':<24} {line}")
         if rec:
             known += rec["seconds"]
             print(f"  {'recorded seconds':<24} {rec['seconds']:.0f} (the {profile} run on {rec['machine']}, {rec['when']})")

@@ -99,3 +99,25 @@ def test_a_record_nested_too_deeply_is_left_out_not_a_traceback(tmp_path):
     assert list(costs.notebook_seconds(tmp_path)[("cpu-2c", "quick")]) == ["01_worker_scaling"]
     (tmp_path / "costs.json").write_text(deep)
     assert costs.target_records(tmp_path / "costs.json") == {}
+
+
+def test_a_duration_that_is_not_seconds_is_skipped_with_its_name(tmp_path, monkeypatch, capsys):
+    """attack56 W1 B65: metadata.papermill.duration "abc" in a committed record ended report.costs with `error:
+    could not convert string to float: 'abc'`, naming neither file nor field; a fingerprint that is a list or
+    whose git.commit is a number is no run to list."""
+    from feedlab.errors import deadline
+
+    _record(tmp_path, "01_worker_scaling", "cpu-2c", "abc")
+    _record(tmp_path, "02_lmdb_vs_png", "cpu-2c", 30.0)
+    (tmp_path / "02_lmdb_vs_png" / "cpu-2c" / "fingerprint.json").write_text('{"git": {"commit": 12345}}')
+    _record(tmp_path, "03_x", "cpu-2c", 5.0)
+    (tmp_path / "03_x" / "cpu-2c" / "fingerprint.json").write_text("[1]")
+    skipped: list[str] = []
+    with deadline(2, "report.costs over a bad duration"):
+        secs = costs.notebook_seconds(tmp_path, skipped)
+        by_run = costs.records_by_run("cpu-2c", tmp_path)
+    assert secs == {("cpu-2c", "quick"): {"02_lmdb_vs_png": {"seconds": 30.0, "end": "2026-11-26"},
+                                          "03_x": {"seconds": 5.0, "end": "2026-11-26"}}}
+    assert skipped == [f"{tmp_path}/01_worker_scaling/cpu-2c/01_worker_scaling.executed.ipynb: "
+                       "metadata.papermill.duration holds str 'abc', not seconds (the record is skipped)"]
+    assert by_run == {("2026-11-26", "abcdef1"): ["01"], ("?", "?"): ["02"]}

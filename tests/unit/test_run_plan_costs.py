@@ -182,3 +182,37 @@ def test_a_record_nested_too_deeply_is_read_as_no_record(tmp_path):
     (tmp_path / "setting_costs.json").write_text(deep)
     assert run_plan.record_commit(tmp_path) == (None, False)
     assert run_plan.limit_shortfall(tmp_path) == (0.0, 0)
+
+
+def test_a_record_whose_fields_are_not_their_shape_is_named_and_skipped(tmp_path, monkeypatch, capsys):
+    """attack56 B51/B56 (a traceback) and W1 B52/B55 (a line naming neither file nor field): papermill.parameters
+    a list, papermill.duration "abc", setting_costs.json's costs_s value "x" or left_out [5] in the dry run. Each
+    record is skipped (or its field left out) with one line naming the file and the field."""
+    from feedlab.errors import deadline
+
+    monkeypatch.setattr(run_plan, "planned_machine_key", lambda cores=None: "cpu-2c")
+    for nb, field, value in (("01_a", "parameters", [1]), ("02_b", "duration", "abc")):
+        _record(tmp_path, nb, "cpu-2c", "quick", 10.0)
+        path = tmp_path / nb / "cpu-2c" / f"{nb}.executed.ipynb"
+        rec = json.loads(path.read_text())
+        rec["metadata"]["papermill"][field] = value
+        path.write_text(json.dumps(rec))
+    _record(tmp_path, "03_c", "cpu-2c", "quick", 40.0)
+    (tmp_path / "03_c" / "cpu-2c" / "setting_costs.json").write_text(
+        json.dumps({"costs_s": {"a": "x", "b": 6.0}, "left_out": [5, {"why": "about 3 s before the run's limit"}]}))
+    with deadline(2, "the dry run over badly shaped records"):
+        run_plan.print_plan([("01_a", {}), ("02_b", {}), ("03_c", {})], "quick", 2, tmp_path)
+    out = capsys.readouterr().out
+    assert f"skipped                  {tmp_path}/01_a/cpu-2c/01_a.executed.ipynb: metadata.papermill.parameters " \
+           "holds list, not an object (the record is skipped)" in out, out
+    assert f"{tmp_path}/02_b/cpu-2c/02_b.executed.ipynb: metadata.papermill.duration holds str 'abc', not seconds" \
+        in out
+    assert f"{tmp_path}/03_c/cpu-2c/setting_costs.json: costs_s holds values that are not seconds; left_out holds " \
+           "items that are not objects (left out of the plan)" in out
+    assert "40 (the quick run on cpu-2c" in out and "no record for 2: 01_a, 02_b" in out
+    assert run_plan.limit_shortfall(tmp_path / "03_c" / "cpu-2c") == (3.0, 1)
+    (tmp_path / "03_c" / "cpu-2c" / "setting_costs.json").write_text(json.dumps({"costs_s": [1], "left_out": 5}))
+    skipped: list[str] = []
+    assert run_plan.limit_shortfall(tmp_path / "03_c" / "cpu-2c", skipped) == (0.0, 0)
+    assert skipped == [f"{tmp_path}/03_c/cpu-2c/setting_costs.json: costs_s holds list, not an object; left_out "
+                       "holds int, not a list (left out of the plan)"]

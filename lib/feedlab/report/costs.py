@@ -17,24 +17,31 @@ from feedlab.files import load_json
 from feedlab.machines import machine_dirs, machine_key
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
 from feedlab.results import atomic_write
+from feedlab.run_plan import papermill_meta
 
 COSTS_START, COSTS_END = "<!-- costs:start -->", "<!-- costs:end -->"
 
 
-def notebook_seconds(figures_dir: Path = FIGURES_DIR) -> dict[tuple[str, str], dict[str, dict]]:
-    """``{(machine, profile): {notebook: {"seconds", "end"}}}`` from every committed executed record."""
+def notebook_seconds(figures_dir: Path = FIGURES_DIR,
+                     skipped: list[str] | None = None) -> dict[tuple[str, str], dict[str, dict]]:
+    """``{(machine, profile): {notebook: {"seconds", "end"}}}`` from every committed executed record. A record
+    whose ``metadata.papermill`` fields are not of their shape (a duration "abc": attack56 B65) is left out, its
+    one line (file and field, :func:`feedlab.run_plan.papermill_meta`) added to ``skipped``."""
     out: dict[tuple[str, str], dict[str, dict]] = {}
     for nb_dir in sorted(p for p in Path(figures_dir).iterdir() if p.is_dir()):
         for key, folder in machine_dirs(nb_dir.name, figures_dir).items():
             path = folder / f"{nb_dir.name}.executed.ipynb"
-            try:
-                pm = load_json(path)["metadata"]["papermill"]
-            except (OSError, ValueError, KeyError, TypeError):
+            if not path.exists():
                 continue
-            profile = (pm.get("parameters") or {}).get("profile")
-            if profile and pm.get("duration"):
-                out.setdefault((key, str(profile)), {})[nb_dir.name] = {
-                    "seconds": float(pm["duration"]), "end": str(pm.get("end_time") or "")[:10]}
+            try:
+                params, duration, end = papermill_meta(path)
+            except (OSError, ValueError) as exc:
+                if skipped is not None:
+                    skipped.append(str(exc).splitlines()[0] if str(exc) else f"{path}: cannot be read")
+                continue
+            profile = params.get("profile")
+            if profile and duration:
+                out.setdefault((key, str(profile)), {})[nb_dir.name] = {"seconds": duration, "end": end[:10]}
     return out
 
 
@@ -72,8 +79,11 @@ def records_by_run(machine: str, figures_dir: Path = FIGURES_DIR) -> dict[tuple[
             fp = load_json(folder / "fingerprint.json")
         except (OSError, ValueError):
             continue
-        git = fp.get("git") or {}
-        commit = str(git.get("commit") or "?")[:7] + ("+dirty" if git.get("dirty") else "")
+        if not isinstance(fp, dict):   # not a fingerprint: no run to list it under
+            continue
+        git = fp.get("git") if isinstance(fp.get("git"), dict) else {}
+        commit = git.get("commit") if isinstance(git.get("commit"), str) else "?"
+        commit = commit[:7] + ("+dirty" if git.get("dirty") is True else "")
         out.setdefault((str(fp.get("time_utc") or "?")[:10], commit), []).append(nb_dir.name[:2])
     return out
 
@@ -202,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
             entry = record_target(args.record[0], seconds, args.disk_bytes, args.machine)
             print(f"docs/costs.json: make {args.record[0]} {entry}")
             return 0
+        skipped: list[str] = []
+        notebook_seconds(skipped=skipped)
+        for line in skipped:   # a record not of its shape: named, never a traceback or a bare error
+            print(f"skipped: {line}", file=sys.stderr)
         print("measured cost (figures/: the notebooks' own seconds; docs/costs.json: the rest):")
         for t, text in target_lines().items():
             print(f"  make {t:<8} {text}")
