@@ -326,6 +326,28 @@ def busy_flag(fp: dict) -> str:
     return f" · BUSY: other processes used {max(fracs):.0%} of the cores" if fracs else " · BUSY"
 
 
+def git_fields(fp, where: str | None = None) -> tuple[str | None, bool, str | None]:
+    """A fingerprint's ``git`` as ``(commit, dirty, tree)``: commit and tree text or None, dirty a bool.
+    A field of the wrong shape (``git.commit`` a number, attack56 B53/B54) raises a ValueError naming
+    ``where`` (the file) and the field; with no ``where`` it is read as not recorded (a figure footer)."""
+    g = fp.get("git") if isinstance(fp, dict) else None
+    if g is None:
+        return None, False, None
+    if not isinstance(g, dict):
+        if where:
+            raise ValueError(f"{where}: git is {type(g).__name__}, not an object; re-run that notebook there")
+        return None, False, None
+    out = []
+    for k, types, what in (("commit", str, "text"), ("dirty", bool, "true/false"), ("tree", str, "text")):
+        v = g.get(k)
+        if v is not None and not isinstance(v, types):
+            if where:
+                raise ValueError(f"{where}: git.{k} is {type(v).__name__}, not {what}; re-run that notebook there")
+            v = None
+        out.append(v or None)
+    return out[0], bool(out[1]), out[2]
+
+
 def fingerprint_line(fp: dict | None = None) -> str:
     """One line for a figure footer: CPU, cores, memory, GPU, software, commit (with
     ``+dirty:<tree>`` when the working tree differed from it), date."""
@@ -333,10 +355,10 @@ def fingerprint_line(fp: dict | None = None) -> str:
     mem = fp.get("memory_bytes")
     mem_s = f"{mem / 2**30:.0f} GiB" if mem else "? GiB"
     gpu = ", ".join(g["name"] for g in fp.get("gpus", [])) or "no GPU"
-    g = fp.get("git") or {}
-    commit = g.get("commit") or "no-git"
+    commit, dirty, tree = git_fields(fp)
+    commit = commit or "no-git"
     # +dirty names the working tree's code by its tree hash (fingerprint.tree_hash)
-    dirty = (f"+dirty:{g['tree'][:8]}" if g.get("tree") else "+dirty") if g.get("dirty") else ""
+    dirty = (f"+dirty:{tree[:8]}" if tree else "+dirty") if dirty else ""
     return (f"{fp.get('cpu_model', '?')} · {fp.get('cpu_usable', '?')} cores · {mem_s} · {gpu} · "
             f"py {fp.get('python')} · torch {fp.get('torch')} · {commit[:8]}{dirty} · "
             f"{fp.get('time_utc', '')[:16]}Z{busy_flag(fp)}")

@@ -159,3 +159,19 @@ def test_a_damaged_comparison_record_is_one_line_naming_its_file(figs, damage):
     assert time.monotonic() - t0 < 2.0
     assert len(found) == 1 and found[0].startswith("01_worker_scaling/machines_workers: ") and str(rec) in found[0]
     assert "\n" not in found[0] and "Traceback" not in found[0]
+
+
+def test_check_refuses_a_fingerprint_git_field_of_the_wrong_shape_in_one_line(figs, monkeypatch, capsys):
+    """attack56 B54: git.tree = 5 in a machine's fingerprint.json made `report.compare --check` a TypeError traceback
+    (fingerprint_line); now one line naming the file and the field, before anything is drawn."""
+    _machine(figs, "cpu-2c", CPU_FP, {0: 100.0, 1: 150.0})
+    _machine(figs, "h100-16c", {**GPU_FP, "git": {"commit": "abc", "dirty": True, "tree": 5}}, {0: 900.0, 1: 1000.0})
+    monkeypatch.setattr(compare, "FIGURES_DIR", figs)
+    for argv in (["--check"], []):
+        with pytest.raises(SystemExit) as stop:
+            compare.main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 2 and len(err) == 1, err
+        assert "h100-16c/fingerprint.json: git.tree is int" in err[0] and "Traceback" not in err[0]
+    assert not list(figs.glob("01_worker_scaling/machines_*"))
+    assert "abc+dirty · " in compare.machine_data(VIEW, figs)["h100-16c"]["fingerprint"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from feedlab.fingerprint import content_hash, entry_digest, tree_hash
+from feedlab.fingerprint import content_hash, entry_digest, fingerprint_line, git_fields, tree_hash
 
 DEADLINE_S = 20.0  # a regression blocks on the FIFO or reads /dev/zero for ever: fail, never hang the suite
 
@@ -140,3 +140,17 @@ def test_a_large_untracked_file_is_named_by_size_mtime_and_inode_not_read_and_li
     assert "untracked_large" not in st and st["tree"] != tree   # a small tree's record is as before
     assert F.entry_digest(root / "small.py", large=4).startswith(b"large:")   # past the size given
     assert F.entry_digest(root / "small.py", large=None) == F.entry_digest(root / "small.py")   # read: its content
+
+
+def test_git_fields_of_the_wrong_shape_are_named_or_read_as_not_recorded():
+    # attack56 B53/B54: git.commit or git.tree a number made fingerprint_line a TypeError traceback
+    for git in ({"commit": 12345}, {"commit": "abcdef0123", "dirty": True, "tree": 5}, {"dirty": "yes"}, [1]):
+        line = fingerprint_line({"git": git, "cpu_model": "x"})
+        assert "x · " in line and "abcdef01+dirty:" not in line
+        with pytest.raises(ValueError, match=r"^figures/a/fingerprint\.json: git(\.\w+)? is "):
+            git_fields({"git": git}, "figures/a/fingerprint.json")
+    assert git_fields({"git": {"commit": "abcdef0123", "dirty": True, "tree": "0123456789"}}, "f") == \
+        ("abcdef0123", True, "0123456789")
+    assert "abcdef01" in fingerprint_line({"git": {"commit": "abcdef0123", "dirty": True, "tree": "0123456789"}}) \
+        and "+dirty:01234567" in fingerprint_line({"git": {"commit": "a", "dirty": True, "tree": "0123456789"}})
+    assert git_fields({}, "f") == (None, False, None)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from feedlab.errors import one_line
 from feedlab.files import JSONFileError, load_json, read_regular
+from feedlab.fingerprint import git_fields
 from feedlab.machines import gpu_short_name, machine_dirs
 from feedlab.paths import FIGURES_DIR
 from feedlab.run_record import missing_files, tracked_files
@@ -31,6 +32,10 @@ def _check_fingerprint(path: Path, folder: Path) -> str:
                      ("cpu_model", str), ("started_utc", str)):
         if fp.get(k) is not None and not isinstance(fp[k], types):
             return f"{path}: {k} is {type(fp[k]).__name__}, not {types.__name__}"
+    try:   # git.commit/git.tree text, git.dirty true/false (attack56 B53, B54)
+        git_fields(fp, str(path))
+    except ValueError as exc:
+        return str(exc)
     gpus = fp.get("gpus") or []
     if not all(isinstance(g, dict) and isinstance(g.get("name"), str) for g in gpus):
         return f"{path}: gpus is not a list of objects with a name"

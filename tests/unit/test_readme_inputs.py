@@ -1,0 +1,32 @@
+"""feedlab.report.readme_inputs: a committed result that cannot be read as written is one line naming it, found
+before `python -m feedlab.report.readme` (or `report.compare`) draws or writes anything."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from feedlab.report.readme_inputs import input_problems
+
+FP = {"cpu_usable": 2, "gpus": [], "git": {"commit": "abcdef123456", "dirty": False}}
+
+
+def _record(figs, fp):
+    rec = figs / "04_x" / "cpu-2c"
+    rec.mkdir(parents=True)
+    (rec / "results.json").write_text("{}")
+    (rec / "fingerprint.json").write_text(json.dumps(fp))
+    return rec
+
+
+@pytest.mark.parametrize("git, field", [({"commit": 12345}, "git.commit"),
+                                        ({"commit": "abc", "dirty": True, "tree": 5}, "git.tree"),
+                                        ({"commit": "abc", "dirty": "yes"}, "git.dirty")])
+def test_a_git_field_of_the_wrong_shape_is_one_line_naming_the_file_and_the_field(tmp_path, git, field):
+    """attack56 B53/B54: git.commit = 12345 or git.tree = 5 gave a TypeError traceback from fingerprint_line."""
+    rec = _record(tmp_path, FP)
+    assert input_problems(tmp_path) == []
+    (rec / "fingerprint.json").write_text(json.dumps({**FP, "git": git}))
+    got = input_problems(tmp_path)
+    assert len(got) == 1 and got[0].startswith(f"{tmp_path / '04_x/cpu-2c/fingerprint.json'}: {field} is "), got
