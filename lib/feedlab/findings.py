@@ -36,12 +36,26 @@ def _text(cell_or_output, key: str = "source") -> str:
     return "".join(v) if isinstance(v, list) else str(v)
 
 
-def reading_lines(nb: dict) -> list[str]:
+def notebook_cells(nb, where: str = "the executed notebook") -> list[dict]:
+    """An executed notebook's ``cells``, a list of objects (none when it has no ``cells``); any other shape
+    (``"cells": 5``, attack56 B59) raises a ValueError naming ``where`` (the file) and the field."""
+    if not isinstance(nb, dict):
+        raise ValueError(f"{where}: holds {type(nb).__name__}, not a notebook object; re-run that notebook")
+    cells = nb.get("cells", [])
+    if not isinstance(cells, list):
+        raise ValueError(f"{where}: cells is {type(cells).__name__}, not a list of cells; re-run that notebook")
+    bad = next((c for c in cells if not isinstance(c, dict)), None)
+    if bad is not None:
+        raise ValueError(f"{where}: cells holds {type(bad).__name__}, not only cell objects; re-run that notebook")
+    return cells
+
+
+def reading_lines(nb: dict, where: str = "the executed notebook") -> list[str]:
     """What the code cells under the notebook's ``## Reading`` heading printed (the readings
     computed from this run), without warnings and without the claims' own lines."""
     lines: list[str] = []
     under = False
-    for cell in nb.get("cells", []):
+    for cell in notebook_cells(nb, where):
         src = _text(cell)
         if cell.get("cell_type") == "markdown":
             if src.lstrip().startswith("## "):
@@ -49,8 +63,9 @@ def reading_lines(nb: dict) -> list[str]:
             continue
         if not under or _CLAIM_CELL.search(src):
             continue
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream" and out.get("name") == "stdout":
+        outputs = cell.get("outputs")
+        for out in outputs if isinstance(outputs, list) else []:
+            if isinstance(out, dict) and out.get("output_type") == "stream" and out.get("name") == "stdout":
                 for line in _text(out, "text").splitlines():
                     line = line.rstrip()
                     if line.strip() and not line.lstrip().lower().startswith(_NOT_READINGS):
@@ -58,11 +73,13 @@ def reading_lines(nb: dict) -> list[str]:
     return lines
 
 
-def figure_names(nb: dict, folder: Path) -> list[str]:
+def figure_names(nb: dict, folder: Path, where: str | None = None) -> list[str]:
     """The figures this run saved beside the notebook (``<name>.png``), in the order the
-    notebook draws them (by the first mention of the name in its code), the rest by name."""
+    notebook draws them (by the first mention of the name in its code), the rest by name.
+    ``where``: the notebook's file, named if its cells are of the wrong shape (:func:`notebook_cells`)."""
+    cells = notebook_cells(nb, where or str(Path(folder) / f"{Path(folder).parent.name}.executed.ipynb"))
     pngs = sorted(p.stem for p in folder.glob("*.png") if not p.name.startswith((".", "machines_")))
-    code = "\n".join(_text(c) for c in nb.get("cells", []) if c.get("cell_type") == "code")
+    code = "\n".join(_text(c) for c in cells if c.get("cell_type") == "code")
 
     def first_mention(name: str) -> tuple[int, str]:
         at = code.find(f'"{name}"')

@@ -312,3 +312,23 @@ def test_a_fingerprint_as_a_run_writes_it_passes_the_shape_check(tmp_path):
     fp = {"cpu_logical": 16, "cpu_usable": 16, "gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "other_load": None}
     path = _write(tmp_path, _nb("x\n"), {"profile": "quick"}, fp)
     assert findings.main([str(path)]) == 0 and TAG_IN(path)
+
+
+@pytest.mark.parametrize("cells, word", [(5, "cells is int"), ({"a": 1}, "cells is dict"),
+                                         ([{"cell_type": "code"}, 3], "cells holds int")])
+def test_cells_of_the_wrong_shape_are_one_line_naming_the_file(tmp_path, cells, word):
+    """attack56 B59: `"cells": 5` made figure_names a TypeError traceback (via report.readme's key figure)."""
+    folder = tmp_path / "99_x" / "cpu-2c"
+    folder.mkdir(parents=True)
+    (folder / "alpha.png").write_bytes(b"png")
+    nb = {**_nb("X is 2.0x faster\n"), "cells": cells}
+    where = str(folder / "99_x.executed.ipynb")
+    for call in (lambda: findings.figure_names(nb, folder), lambda: findings.reading_lines(nb, where)):
+        with pytest.raises(ValueError) as exc:
+            call()
+        assert str(exc.value).startswith(f"{where}: {word}") and "\n" not in str(exc.value)
+    assert findings.figure_names({"cells": []}, folder) == ["alpha"] and findings.reading_lines({}) == []
+    odd = _nb("X is 2.0x faster\n")
+    odd["cells"][4]["outputs"] = [7, {"output_type": "stream", "name": "stdout", "text": "X is 2.0x faster\n"}]
+    odd["cells"][2]["outputs"] = 5
+    assert findings.reading_lines(odd) == ["X is 2.0x faster"]

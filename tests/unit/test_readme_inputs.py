@@ -30,3 +30,15 @@ def test_a_git_field_of_the_wrong_shape_is_one_line_naming_the_file_and_the_fiel
     (rec / "fingerprint.json").write_text(json.dumps({**FP, "git": git}))
     got = input_problems(tmp_path)
     assert len(got) == 1 and got[0].startswith(f"{tmp_path / '04_x/cpu-2c/fingerprint.json'}: {field} is "), got
+
+
+@pytest.mark.parametrize("cells", [5, [1], "abc"])
+def test_an_executed_notebook_whose_cells_are_no_list_of_objects_is_one_line_naming_it(tmp_path, cells):
+    """attack56 B59: `"cells": 5` reached figure_names as a TypeError traceback, through report.readme."""
+    rec = _record(tmp_path, FP)
+    executed = rec / "04_x.executed.ipynb"
+    executed.write_text(json.dumps({"cells": [{"cell_type": "markdown", "source": "# x"}]}))
+    assert input_problems(tmp_path) == []
+    executed.write_text(json.dumps({"cells": cells}))
+    got = input_problems(tmp_path)
+    assert len(got) == 1 and got[0].startswith(f"{executed}: cells "), got

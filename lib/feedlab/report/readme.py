@@ -349,7 +349,7 @@ def refresh_findings(figures_dir: Path = FIGURES_DIR) -> list[Path]:
             if not executed.is_file() or not (folder / "results.json").is_file():
                 continue
             nb = load_json(executed)
-            lines = generated_targets(nb_dir.name, folder, findings.reading_lines(nb))
+            lines = generated_targets(nb_dir.name, folder, findings.reading_lines(nb, str(executed)))
             run = Run(out_dir=folder)
             verdicts = {c.id: claims.judge(c, run).as_dict() for c in claims.claims_for(nb_dir.name)} or None
             before = executed.read_bytes()

@@ -43,10 +43,9 @@ def key_figure(notebook: str, folder: Path) -> Path | None:
     """The record's key figure: the run's first figure (as its findings cell shows it), None without one."""
     executed = folder / f"{notebook}.executed.ipynb"
     try:
-        nb = load_json(executed)
-    except (OSError, ValueError):
+        names = findings.figure_names(load_json(executed), folder, str(executed))
+    except (OSError, ValueError):   # unreadable, or cells of the wrong shape (report.readme refuses it first)
         return None
-    names = findings.figure_names(nb, folder)
     return folder / f"{names[0]}.png" if names else None
 
 
@@ -82,7 +81,7 @@ def tune_block(figures_dir: Path = FIGURES_DIR) -> str:
     reading = [reading] if isinstance(reading, str) else list(reading)
     executed = folder / f"{names[0]}.executed.ipynb"
     if not reading and executed.is_file():
-        reading = findings.reading_lines(load_json(executed))
+        reading = findings.reading_lines(load_json(executed), str(executed))
     run = Run(payload, folder)   # 16's target lines: each scenario's recorded word read by the one rule
     reading = [tune_target_line(str(x), run) for x in reading]
     link = f"[the executed record]({_rel(executed)})" if executed.is_file() else f"`{_rel(folder)}/`"

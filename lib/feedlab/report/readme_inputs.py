@@ -8,6 +8,7 @@ from pathlib import Path
 
 from feedlab.errors import one_line
 from feedlab.files import JSONFileError, load_json, read_regular
+from feedlab.findings import notebook_cells
 from feedlab.fingerprint import git_fields
 from feedlab.machines import gpu_short_name, machine_dirs
 from feedlab.paths import FIGURES_DIR
@@ -102,6 +103,9 @@ def input_problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
                 csv_path = folder / "results.csv"
                 if not why and csv_path.exists():
                     why = _check_csv(csv_path)
+                executed = folder / f"{nb_dir.name}.executed.ipynb"
+                if not why and executed.exists():   # its cells a list of objects (attack56 B59)
+                    notebook_cells(_load_json(executed), str(executed))
             except (OSError, ValueError) as exc:
                 why = one_line(exc)
             if why:
