@@ -42,10 +42,12 @@ def list_notebooks() -> list[Path]:
 
 
 def plan(notebooks: list[Path], profile: str, params: dict,
-         params_for: dict[Path, dict] | None = None) -> list[tuple[str, dict | str]]:
+         params_for: dict[Path, dict] | None = None, out_root: Path | None = None) -> list[tuple[str, dict | str]]:
     """What each notebook would run with: ``(name, resolved parameters)`` or ``(name, error)``. ``params_for``:
     each notebook's own typed values (:class:`feedlab.run_params.RunParams`), else ``params``. The profile is
-    ``profile`` only: a ``profile`` key in the values is one the runner refused or agreed with already."""
+    ``profile`` only: a ``profile`` key in the values is one the runner refused or agreed with already.
+    ``out_root`` (``--out-root``): each ``out_dir`` is ``out_root/<notebook>``, where the run writes
+    (``run_record.destination``; attack56 W5: the dry run showed ``runs/…``)."""
     out, key = [], None
     for nb in notebooks:
         names = notebook_parameters(nb)
@@ -61,7 +63,9 @@ def plan(notebooks: list[Path], profile: str, params: dict,
             out.append((nb.stem, f"cannot resolve: {exc}"))
             continue
         values = {k: v for k, v in vars(P).items() if k in names or k in ("cores",)}
-        if "out_dir" in values and not given.get("out_dir"):  # where the runner writes, not a scratch run
+        if "out_dir" in values and out_root:   # --out-root DIR writes DIR/<notebook>/, as the run does
+            values["out_dir"] = Path(out_root) / nb.stem
+        elif "out_dir" in values and not given.get("out_dir"):  # where the runner writes, not a scratch run
             key = key or planned_machine_key()
             values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True, machine=key)
         for k in ("out_dir", "data_root", "cls_root"):  # named from the repository, as the records do

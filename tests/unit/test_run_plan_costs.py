@@ -216,3 +216,23 @@ def test_a_record_whose_fields_are_not_their_shape_is_named_and_skipped(tmp_path
     assert run_plan.limit_shortfall(tmp_path / "03_c" / "cpu-2c", skipped) == (0.0, 0)
     assert skipped == [f"{tmp_path}/03_c/cpu-2c/setting_costs.json: costs_s holds list, not an object; left_out "
                        "holds int, not a list (left out of the plan)"]
+
+
+def test_the_dry_run_under_out_root_shows_the_folder_the_run_writes(tmp_path, capsys, monkeypatch):
+    """attack56 W5 R72: `--out-root work/or --dry-run` showed `out_dir runs/smoke/04_print_overhead` while the run
+    writes work/or/04_print_overhead (run_record.destination). plan() takes --out-root and shows that folder."""
+    from feedlab import run as R
+    from feedlab.errors import deadline
+
+    nb04 = next(p for p in run_plan.list_notebooks() if p.stem.startswith("04_"))
+    from feedlab import run_record
+
+    monkeypatch.setattr(run_plan, "planned_machine_key", lambda cores=None: "cpu-2c")   # no machine probe
+    monkeypatch.setattr(run_record, "machine_key", lambda *a, **k: "cpu-2c")   # (it imports torch: seconds)
+    with deadline(10, "the dry run under --out-root"):
+        (name, values), = run_plan.plan([nb04], "smoke", {}, out_root=tmp_path / "or")
+        assert name == nb04.stem and values["out_dir"] == tmp_path / "or" / nb04.stem
+        assert R.main(["--dry-run", "--profile", "smoke", "--only", "04", "--out-root", str(tmp_path / "or")]) == 0
+    out = capsys.readouterr().out
+    assert f"  out_dir                  {tmp_path / 'or' / nb04.stem}\n" in out, out
+    assert not (tmp_path / "or").exists()   # a plan writes nothing
