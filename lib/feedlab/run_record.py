@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from feedlab import files, paths
+from feedlab.findings import notebook_cells
 from feedlab.machines import fingerprint_key, key_has_gpu, key_names_gpu, machine_key, usable_cores
 from feedlab.paths import FIGURES_DIR, figure_dir, outside_figures, rel
 from feedlab.results import atomic_write
@@ -392,12 +393,13 @@ def show_figure_files(executed: Path) -> list[str]:
     a record whose cells already hold as many images as they saved is left as it is."""
     nb = json.loads(executed.read_text(encoding="utf-8"))
     shown = []
-    for cell in nb.get("cells", []):
+    for cell in notebook_cells(nb, str(executed)):   # cells of the wrong shape: one line naming the file
         if cell.get("cell_type") != "code":
             continue
         source = "".join(cell.get("source", ""))
         outputs = cell.setdefault("outputs", [])
-        if any("image/png" in o.get("data", {}) for o in outputs):
+        if not isinstance(outputs, list) or any(not isinstance(o, dict) or not isinstance(o.get("data", {}), dict)
+                                                or "image/png" in o.get("data", {}) for o in outputs):
             continue
         for name in _SAVES.findall(source):
             png = executed.parent / f"{name}.png"

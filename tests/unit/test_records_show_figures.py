@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,16 @@ def test_figure_files_a_cell_saved_but_did_not_display_are_shown_in_that_cell(tm
     assert out[0]["outputs"][0]["data"]["image/png"] == "iVBORyBzcGVlZA=="  # the file's own bytes
     assert out[1]["outputs"] == [] and out[2]["outputs"] == [shown] and out[3]["outputs"] == []
     assert show_figure_files(nb) == []  # once only
+
+
+@pytest.mark.parametrize("cells", [5, [1], "abc"])
+def test_show_figure_files_names_a_notebook_whose_cells_are_no_list_of_objects(tmp_path, cells):
+    """attack56 B59's shape: `"cells": 5` is one line naming the file, never a TypeError; the file is left as it is."""
+    from feedlab.run_record import show_figure_files
+
+    nb = tmp_path / "x.executed.ipynb"
+    nb.write_text(json.dumps({"cells": cells}))
+    before = nb.read_bytes()
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(nb))}: cells "):
+        show_figure_files(nb)
+    assert nb.read_bytes() == before
