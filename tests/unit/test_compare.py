@@ -175,3 +175,23 @@ def test_check_refuses_a_fingerprint_git_field_of_the_wrong_shape_in_one_line(fi
         assert "h100-16c/fingerprint.json: git.tree is int" in err[0] and "Traceback" not in err[0]
     assert not list(figs.glob("01_worker_scaling/machines_*"))
     assert "abc+dirty · " in compare.machine_data(VIEW, figs)["h100-16c"]["fingerprint"]
+
+
+@pytest.mark.parametrize("kind, word", [("fifo", "a FIFO"), ("folder", "a folder")])
+def test_a_comparison_file_that_is_no_regular_file_is_named_for_what_it_is_never_missing(figs, kind, word):
+    """attack56 W2 (B60): machines_workers.json a FIFO was called "missing"; it is there, so it is named for what it
+    is, with what to do, and never waited on."""
+    import os
+    import time
+
+    _machine(figs, "cpu-2c", CPU_FP, {0: 100.0, 1: 150.0})
+    _machine(figs, "h100-16c", GPU_FP, {0: 900.0, 1: 1000.0})
+    compare.write_all(figs, log=lambda *_: None)
+    rec = figs / "01_worker_scaling" / "machines_workers.json"
+    rec.unlink()
+    os.mkfifo(rec) if kind == "fifo" else rec.mkdir()
+    t0 = time.monotonic()
+    found = compare.problems(figs)
+    assert time.monotonic() - t0 < 2.0
+    assert found == [f"01_worker_scaling/machines_workers: {rec} is {word}, not a regular file: remove it, then "
+                     "`python -m feedlab.report.readme` redraws it"], found

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any, Callable
 
 from feedlab import plots
 from feedlab.errors import cli_errors
-from feedlab.files import JSONFileError, load_json
+from feedlab.files import JSONFileError, kind_of, load_json
 from feedlab.fingerprint import fingerprint_line
 from feedlab.machines import machine_dirs
 from feedlab.paths import FIGURES_DIR
@@ -376,10 +377,16 @@ def write_all(figures_dir: Path = FIGURES_DIR, log=print, redraw: bool = False) 
 def problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
     """One line per comparison figure that is missing or stale against the committed results."""
     expected = _expected(figures_dir)
-    out = []
+    out, odd = [], []
     for path, record in expected.items():
         rel = f"{path.parent.name}/{path.stem}"
-        if not all(path.with_suffix(ext).is_file() for ext in (".json", ".png", ".svg")):
+        there = [p for p in (path.with_suffix(ext) for ext in (".json", ".png", ".svg")) if os.path.lexists(p)]
+        irregular = next((p for p in there if not p.is_file()), None)
+        if irregular is not None:   # a FIFO or folder there is no "missing" file (attack56 W2, B60)
+            kind = kind_of(irregular.lstat().st_mode) if not irregular.is_symlink() else "a link to no regular file"
+            odd.append(f"{rel}: {irregular} is {kind}, not a regular file: remove it, then "
+                       "`python -m feedlab.report.readme` redraws it")
+        elif len(there) < 3:
             out.append(f"{rel}: missing")
         else:
             try:
@@ -391,7 +398,7 @@ def problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
                 out.append(f"{rel}: stale (the committed results changed)")
     for old in _ours(figures_dir) - set(expected):
         out.append(f"{old.parent.name}/{old.stem}: drawn, but fewer than two machines measured it now")
-    return [f"{p}: run `python -m feedlab.report.readme`" for p in out]
+    return odd + [f"{p}: run `python -m feedlab.report.readme`" for p in out]
 
 
 def figures_for(notebook: str, figures_dir: Path = FIGURES_DIR) -> list[Path]:
