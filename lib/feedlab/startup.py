@@ -22,6 +22,7 @@ A command's own handling replaces these as soon as it is installed. Standard lib
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -155,6 +156,7 @@ def install(argv: list[str] | None = None) -> bool:
     if prog is None or _state or not _main_thread():
         return False
     _state.update(pid=os.getpid(), prog=prog, previous=sys.excepthook)
+    atexit.register(_finalizing)   # registered before torch's hooks: run after them, the last Python of the exit
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is signal.SIG_DFL:
             signal.signal(sig, on_signal)
@@ -207,6 +209,31 @@ def exiting(code: int) -> None:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, again)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+def work_done() -> None:
+    """The command's outermost signal scope has ended (``signal_scope.signals_raise``): what comes is its exit."""
+    _state["done"] = True
+
+
+def _finalizing() -> None:
+    """The last exit hook of a command line whose work is done: past it the interpreter finalizes (torch's C++
+    teardown: a second or more), and Python puts every signal it handles back to the default action there, so a
+    SIGTERM ended it silently with 143 over the work's own exit status (attack56 W3). What handles a signal now
+    is the default, or the teardown's (``signal_scope``: marked ``feedlab_teardown``): ignored from here, the exit
+    status is the work's. A handler of someone else is left as it is."""
+    if not _state.get("done") or _state.get("pid") != os.getpid() or not _main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(sig)
+        if handler in (signal.SIG_DFL, signal.default_int_handler) or getattr(handler, "feedlab_teardown", False):
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def command() -> str | None:
+    """The command line this process runs (``python -m data_prep``, ``feedlab-doctor``) where :func:`install`
+    installed its start-up handling in this very process; None elsewhere (a kernel, pytest, a forked child)."""
+    return _state.get("prog") if _state.get("pid") == os.getpid() else None
 
 
 def exiting_with() -> int | None:

@@ -97,3 +97,62 @@ def test_a_command_lines_stop_is_not_raised_over_by_a_sigchld_handler_its_worker
                        start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert p.stdout.strip() == "stopped 143 -15" and "Traceback" not in p.stderr, (p.stdout, p.stderr[-1500:])
     assert list(tmp_path.iterdir()) == []
+
+
+def _teardown_probe(tmp_path, signals: int, last: bool = False):
+    """A command line shaped as ``python -m feedlab.bench`` whose work (in cli_errors) ends with exit status 3 and
+    whose teardown is slow: an exit hook registered at import, as torch's, or (``last``) one that runs after every
+    hook of ours, as the interpreter's own finalization (torch's C++ teardown) does. ``signals`` SIGTERMs are sent
+    in that slow part. Returns its exit status and stderr."""
+    code = textwrap.dedent("""
+        import atexit, sys, time
+
+        def slow_exit():   # torch's and multiprocessing's exit hooks; or (LAST) the C++ teardown after them
+            print("teardown", flush=True)
+            time.sleep(0.6)
+
+        if LAST:
+            atexit.register(slow_exit)
+        sys.argv[0] = "-m"
+        sys.orig_argv = [sys.executable, "-m", "feedlab.bench"]
+        import feedlab
+        from feedlab.errors import cli_errors
+
+        if not LAST:
+            atexit.register(slow_exit)
+        with cli_errors("python -m feedlab.bench"):
+            print("work done", flush=True)
+        sys.exit(3)
+    """).replace("LAST", str(last))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=REPO, start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        assert p.stdout.readline() == "work done\n"
+        assert p.stdout.readline() == "teardown\n"
+        for _ in range(signals):
+            p.send_signal(signal.SIGTERM)
+            time.sleep(0.1)
+        _out, err = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    return p.returncode, err
+
+
+def test_a_signal_in_a_command_lines_teardown_keeps_the_works_exit_status_with_one_line(tmp_path):
+    """attack56 W3 (S52, S53): a SIGTERM or SIGHUP after the work was done (data_prep verify said `done`, the
+    doctor printed the tuner's answer) ended the interpreter's teardown by the default action: rc 143/129 and no
+    word, the work's own exit status lost. Now one line and the work's status in the exit hooks (a second signal
+    ends it at once), and the work's status in the interpreter's finalization after them."""
+    from feedlab.errors import deadline
+
+    with deadline(25, "a command line's teardown under SIGTERM"):
+        one = _teardown_probe(tmp_path, 1)
+        two = _teardown_probe(tmp_path, 2)
+        final = _teardown_probe(tmp_path, 1, last=True)
+    assert final == (3, ""), final   # past the last hook of ours Python can say nothing: ignored, the status kept
+    line = "python -m feedlab.bench: SIGTERM came after the work was done: its exit status is kept"
+    assert one[0] == 3 and one[1].strip() == line, one
+    assert two[0] == 143 and two[1].strip() == line, two
+    assert list(tmp_path.iterdir()) == []   # the probe is its own session: nothing of it left but its status
