@@ -1008,7 +1008,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--workers", type=int, default=0, help="the scripts' num_workers before the doctor's advice")
     ap.add_argument("--batches", type=int, default=6, help="batches per script run (the doctor's --batches)")
-    ap.add_argument("--repeats", type=int, default=2, help="the diagnosis's --repeats")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="the diagnosis's --repeats (2 left the one judge's interval too wide to read ±20%%)")
     ap.add_argument("--max-workers", type=int, default=2)
     ap.add_argument("--changes", type=int, default=2, help="advised changes applied and measured per case")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the start and the changes (>= 2)")
