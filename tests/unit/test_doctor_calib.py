@@ -119,6 +119,7 @@ def test_start_is_measured_at_least_twice_and_its_spread_reported():
     b = baseline_repeat(doc, SPEC)
     assert b["measurements"] == [1000.0, 1300.0]
     assert b["spread"] == pytest.approx(300 / 1150) and b["within_10pct"] is False
+    assert b["half_widths"] == [0.0, 0.0]   # each measurement's repeats, read by the target's judge (audit57 N14)
     # both measurements got CPU in proportion to their rate: the load explains the whole spread
     assert b["speeds"] == [1.0, 1.3] and b["spread_per_speed"] == pytest.approx(0.0)
     from feedlab.experiments.doctor_steps import calibration_lines, calibration_summary
@@ -189,7 +190,8 @@ def test_calibration_reports_every_step_and_worker_count_and_the_misses():
     assert [r["label"] for r in rows] == ["w0", "w1", "0", "1"]
     assert [r["within_20pct"] for r in rows] == [True, False, True, False]
     assert rows[1]["error"] == pytest.approx(0.5) and rows[3]["error"] == pytest.approx(1.25)
-    s = calibration_summary(rows, {"measurements": [1000.0, 1250.0], "spread": 250 / 1125, "within_10pct": False})
+    s = calibration_summary(rows, {"measurements": [1000.0, 1250.0], "spread": 250 / 1125, "within_10pct": False,
+                                   "half_widths": [0.03, 0.03]})
     assert s["max_abs_error"] == pytest.approx(1.25) and s["within_20pct"] is False
     assert [m["label"] for m in s["misses"]] == ["w1", "1: format=npy_mmap"]
     assert s["misses"][1]["beyond_target"] == pytest.approx(1.05)

@@ -83,3 +83,53 @@ def test_committed_cpu_record_with_quartiles_only_reads_its_worker_counts_not_ju
     assert all(why and "spread was not recorded" in why for _, _, why in own), own
     assert D.error_verdict(own)[0] == "not judged against"
     assert D.marks(every)["1 workers"].startswith("not judged") and D.marks(every)["2 workers"].startswith("not judged")
+
+
+def test_an_anchored_prediction_carries_the_anchors_spread(tmp_path):
+    """audit57 N13: every prediction is scaled to the anchor (the start's row, measured), so the anchor's repeats'
+    spread widens each anchored error, combined in quadrature with the row's: a tight row scaled to a wide anchor is
+    not judged; to a tight anchor it is read; an anchor whose spread is not recorded leaves every row unjudged."""
+    run = Run({"cores": 2}, out_dir=tmp_path)
+    row = _worker_row([1155.0, 1160.0, 1165.0], predicted=1250.0)        # +8%, its own repeats tight
+    wide_anchor = _worker_row([1383.0, 1121.0, 1654.0, 1779.0, 1201.0], num_workers=0, anchor=True)   # ±24.7%
+    payload = {"cores": 2, "end_to_end": [wide_anchor, row]}
+    (err, label, why), = D.error_entries(payload, run=Run(payload, out_dir=tmp_path))[0]
+    assert label == "1 workers" and why and "the anchor's ±24.7%" in why and "either side of ±20%" in why, why
+    assert D.error_verdict([(err, label, why)])[0] == "not judged against"
+    assert D._worker_window(row, run, D.anchor_spread(payload, run)) == why
+    tight_anchor = _worker_row([1380.0, 1383.0, 1386.0], num_workers=0, anchor=True)
+    payload = {"cores": 2, "end_to_end": [tight_anchor, row]}
+    assert D.error_verdict(D.error_entries(payload, run=Run(payload, out_dir=tmp_path))[0]) == ("meets", "")
+    blind = dict(tight_anchor)
+    del blind["steady_runs"]
+    payload = {"cores": 2, "end_to_end": [blind, row]}
+    (_, _, why), = D.error_entries(payload, run=Run(payload, out_dir=tmp_path))[0]
+    assert why == "the anchor (0 workers): its repeats' spread was not recorded"
+    assert D.anchor_spread({"end_to_end": [row]}, run) == (None, None)   # not anchored: as before
+
+
+def test_the_start_repeat_target_is_judged_on_the_repeats_behind_each_measurement():
+    """audit57 N14: three medians 7% apart are "met" only where their repeats are tight; medians of repeats
+    spread ±24.7% / ±15.6% give a spread either side of 10%: not judged; a record without them: not judged."""
+    b = {"measurements": [1383.0, 1470.0, 1375.0], "spread": 0.0683}
+    assert D.repeat_target_words(b) == "not judged: the repeats behind each measurement were not recorded"
+    assert D.repeat_target_words(dict(b, half_widths=[0.01, 0.01, 0.01])) == "met"
+    wide = D.repeat_target_words(dict(b, half_widths=[0.247, 0.156, 0.02]))
+    assert wide.startswith("not judged: the repeats behind each measurement spread ±24.7%, ±15.6%, ±2.0%"), wide
+    assert "either side of 10%" in wide
+    assert D.repeat_target_words(dict(b, half_widths=[0.247, 0.156, None])) == "not judged: 1,375 records no spread of repeats"
+    far = {"measurements": [1000.0, 1300.0], "spread": 300 / 1150, "half_widths": [0.02, 0.02]}
+    assert D.repeat_target_words(far) == "NOT met, by 16 points"
+
+
+def test_the_recorded_start_repeat_line_is_read_again_on_its_repeats(tmp_path):
+    """audit57 N14: a committed "target within 10%: met" on three medians is read again from the record's
+    baseline; a record without each measurement's repeats reads "not judged", never "met"."""
+    payload = {"calibration": {"baseline": {"measurements": [1383.0, 1470.0, 1375.0], "spread": 0.0683}}}
+    run = Run(payload, out_dir=tmp_path)
+    line = ("- Start setting measured 3 times in this run (1,383, 1,470, 1,375 samples/s): spread 7% of the median "
+            "(target within 10%: met).")
+    assert D.reading_line(line, run) == line.replace(
+        "met).", "not judged: the repeats behind each measurement were not recorded).")
+    payload["calibration"]["baseline"]["half_widths"] = [0.01, 0.01, 0.01]
+    assert D.reading_line(line, run) == line

@@ -19,11 +19,12 @@ from feedlab.doctor import Doctor
 from feedlab.doctor.predict import predict
 from feedlab.doctor.verdict import verdict_of_report
 from feedlab.experiments._advice_steps import follow
+from feedlab.like_for_like import repeat_half_width
 from feedlab.pipeline import MIN_TIMED_BATCHES, PipelineSpec
 from feedlab.plots import PALETTE, legend_outside, times, training_step
 from feedlab.report.claims.core import Run
 from feedlab.report.claims.sides import advice_verdict
-from feedlab.report.doctor_judge import error_entries, marks, row_label, step_why, step_words
+from feedlab.report.doctor_judge import error_entries, marks, repeat_target_words, row_label, step_why, step_words
 from feedlab.report.targets import BUSY_SPEED, advice_line, row_speed, too_busy
 from feedlab.results import Results
 
@@ -135,6 +136,8 @@ def baseline_repeat(doc, start: PipelineSpec) -> dict:
     rounds, step 0, its turns beside step 1) as :func:`repeat_spread`."""
     calls = doc.e2e_calls.get(start.replace(device=doc.device), [])
     out = dict(repeat_spread([c["steady"] for c in calls]), setting=start.label())
+    if out["spread"] is not None:   # each measurement's repeats, the target's judge reads them (audit57 N14)
+        out["half_widths"] = [repeat_half_width(c.get("steady_runs") or []) for c in calls]
     own = all(c.get("pass_speed") for c in calls)   # what others left each pass, not a probe beside it
     speeds = [c.get("pass_speed") if own else c.get("speed") for c in calls]
     out["speed_from"] = "pass" if own else "probe"
@@ -172,8 +175,7 @@ def anchor_words(r: dict) -> str:
     """The anchor's calibration row: measured, the stage probes' own price of it, and the scale it gave."""
     return (f"  {r['kind']} {r['label']}: the anchor, measured {r['measured']:,.0f} samples/s; the stage probes "
             f"alone priced it at {r['predicted']:,.0f} ({100 * r['error']:+.0f}%), so every prediction below is "
-            f"scaled by ×{r['measured'] / r['predicted']:.2f} (the speed of a core moved between the probes and "
-            f"the loop); not counted as a prediction")
+            f"scaled by ×{r['measured'] / r['predicted']:.2f}; not counted as a prediction")
 
 
 def too_busy_words(r: dict) -> str:
@@ -247,7 +249,7 @@ def calibration_lines(summary: dict, marks: dict[str, str] | None = None) -> lis
         out.append(f"Start setting repeat: {b.get('note', 'not measured')}.")
     else:
         vals = ", ".join(f"{v:,.0f}" for v in b["measurements"])
-        ok = "met" if b["within_10pct"] else f"NOT met, by {100 * (b['spread'] - TARGET_REPEAT):.0f} points"
+        ok = repeat_target_words(b, TARGET_REPEAT)   # on the repeats behind each measurement, not 3 medians
         out.append(f"Start setting measured {len(b['measurements'])} times in this run ({vals} samples/s): "
                    f"spread {100 * b['spread']:.0f}% of the median (target within {100 * TARGET_REPEAT:.0f}%: {ok}).")
         if b.get("spread_per_speed") is not None:

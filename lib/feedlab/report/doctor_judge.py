@@ -49,11 +49,20 @@ def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
     return own, own + steps
 
 
-def spread_words(side: Side, predicted: float, measured: float, bound: float = DOCTOR_ERROR) -> str | None:
+def spread_words(side: Side, predicted: float, measured: float, bound: float = DOCTOR_ERROR,
+                 anchor_h: float | None = None) -> str | None:
     """Why the spread of a side's repeats leaves its error unjudged: the measured rate's interval (± the repeats'
     95% half-width, :func:`feedlab.like_for_like.spread_of`) gives errors on both sides of ``bound``. None where
-    the side records no spread of repeats or the whole interval lies on one side of the bound."""
-    h = spread_of(side)
+    the side records no spread of repeats or the whole interval lies on one side of the bound.
+
+    ``anchor_h``: the 95% half-width of the anchor's repeats (:func:`anchor_spread`) where the prediction is
+    scaled to the start's measured rate (``doctor.diagnosis.anchor_on``): the prediction then carries the anchor's
+    uncertainty (audit57 N13). The two half-widths are combined in quadrature (√(h_row² + h_anchor²)), not added:
+    the anchor's repeats and the row's are separate timed passes whose errors are independent, so adding them
+    would count as likely the case where both err to their bound in the same direction at once."""
+    h_own = spread_of(side) or 0.0
+    h_a = anchor_h or 0.0
+    h = math.hypot(h_own, h_a)
     if not h:
         return None
     r = predicted / measured
@@ -63,8 +72,36 @@ def spread_words(side: Side, predicted: float, measured: float, bound: float = D
     if not e_lo <= bound <= e_hi:
         return None
     whose = f"{side.label}'" if side.label.endswith("s") else f"{side.label}'s"
-    return (f"{whose} repeats spread ±{h:.1%} (95%, t over {side.repeats} repeats): its error could be "
-            f"{100 * e_lo:.0f}–{100 * e_hi:.0f}%, either side of ±{100 * bound:.0f}%")
+    either = f"its error could be {100 * e_lo:.0f}–{100 * e_hi:.0f}%, either side of ±{100 * bound:.0f}%"
+    if not h_a:
+        return f"{whose} repeats spread ±{h:.1%} (95%, t over {side.repeats} repeats): {either}"
+    own = f"{whose} repeats spread ±{h_own:.1%}" if h_own else f"{whose} repeats within their precision"
+    return (f"{own} and the anchor's ±{h_a:.1%} (95%, t; the prediction is scaled to the anchor), "
+            f"±{h:.1%} combined in quadrature: {either}")
+
+
+def anchor_spread(payload: dict, run: Run) -> tuple[float | None, str | None]:
+    """The anchor's part in every anchored prediction (audit57 N13): ``(half-width, why)``. The anchor is the
+    start's worker-count row measured end to end (``anchor`` true; every other prediction is the probes' price ×
+    its measured ÷ its probe price). ``(None, None)``: the run is not anchored. ``(h, None)``: its repeats' 95%
+    half-width (0.0 within the precision each window is timed to). ``(None, why)``: the anchor's own rate cannot
+    be read (window, repeats, load) or its repeats' spread was not recorded, so no anchored error is judged."""
+    row = next((e for e in payload.get("end_to_end") or [] if e.get("anchor")), None)
+    if row is None:
+        return None, None
+    label = f"the anchor ({row.get('num_workers')} workers)"
+    if row.get("window_s") is None or row.get("timed_batches") is None:
+        return None, f"{label}: its timed window was not recorded"
+    runs = row.get("steady_runs")
+    side = Side(label, timed_batches=int(row["timed_batches"]), window_s=float(row["window_s"]),
+                repeats=row.get("repeats"), rate_kind="steady", busy=sides.run_busy(run),
+                repeat_half_width=repeat_half_width(runs) if runs else None)
+    why = _alone(side)
+    if why is not None:
+        return None, why if why.startswith(label) else f"{label}: {why}"
+    if not runs or (len(runs) > 1 and side.repeat_half_width is None):
+        return None, f"{label}: its repeats' spread was not recorded"
+    return spread_of(side) or 0.0, None
 
 
 def _alone(side: Side) -> str | None:
@@ -83,8 +120,9 @@ def error_entries(payload: dict, folder=None, run: Run | None = None) -> tuple[l
     a worker count of the doctor's own records no window (not known, never accepted). ``run``: the run's record
     where the caller holds it (its rows in memory), else read from ``folder``."""
     run = run if run is not None else Run(payload, out_dir=folder)
+    anchor = anchor_spread(payload, run)   # an anchored prediction carries the anchor's spread (audit57 N13)
     own = [(abs(float(e["predicted_samples_per_s"]) / float(e["samples_per_s"]) - 1), f"{e.get('num_workers')} workers",
-            _worker_window(e, run))
+            _worker_window(e, run, anchor))
            for e in payload.get("end_to_end") or [] if e.get("samples_per_s") and not e.get("anchor")
            and not too_busy(row_speed(e, payload.get("cores")))]
     steps = []
@@ -93,17 +131,19 @@ def error_entries(payload: dict, folder=None, run: Run | None = None) -> tuple[l
             continue
         side, _, _ = sides.side_of_rows(run, {"experiment": "doctor_steps", "variant": st.get("label")},
                                         str(st.get("label")))
-        why = _alone(side) or spread_words(side, float(st["predicted"]), float(st["measured"]))
+        why = _alone(side) or anchor[1] or spread_words(side, float(st["predicted"]), float(st["measured"]),
+                                                        anchor_h=anchor[0])
         steps.append((abs(float(st["predicted"]) / float(st["measured"]) - 1), str(st.get("label")), why))
     return own, own + steps
 
 
-def _worker_window(e: dict, run: Run) -> str | None:
+def _worker_window(e: dict, run: Run, anchor: tuple = (None, None)) -> str | None:
     """Why the one judge cannot read a worker count's rate (None: it can): its row's timed batches and shortest
     window (recorded since 2026-11-28; an older row: not recorded, never accepted), its repeats, the run's load,
     and the spread of its repeats (``steady_runs``, each repeat's steady rate, recorded since 2026-11-28) by
     :func:`spread_words` exactly as a step's (audit56 N10). A row that records only the quartiles of its repeats:
-    "its repeats' spread was not recorded", never accepted."""
+    "its repeats' spread was not recorded", never accepted. ``anchor``: :func:`anchor_spread` where the run is
+    anchored — its spread widens the error's interval, and an unreadable anchor leaves the row unjudged."""
     label = f"{e.get('num_workers')} workers"
     if e.get("window_s") is None or e.get("timed_batches") is None:
         return f"{label}' timed window was not recorded"
@@ -116,7 +156,9 @@ def _worker_window(e: dict, run: Run) -> str | None:
         return why
     if not runs or (len(runs) > 1 and side.repeat_half_width is None):
         return f"{label}: its repeats' spread was not recorded"
-    return spread_words(side, float(e["predicted_samples_per_s"]), float(e["samples_per_s"]))
+    if anchor[1] is not None:
+        return anchor[1]
+    return spread_words(side, float(e["predicted_samples_per_s"]), float(e["samples_per_s"]), anchor_h=anchor[0])
 
 
 def error_verdict(entries: list[tuple], bound: float = DOCTOR_ERROR) -> tuple[str, str]:
@@ -178,14 +220,26 @@ def step_words(kept: bool, why: str | None) -> str:
 def reading_line(line: str, run: Run) -> str:
     """10's recorded calibration row or advice step line read again by the one judge (audit54 N2, N3): a row's
     "ok / MISSED by" only where its setting is read, else "not judged (why)"; a step's single value is "one
-    measurement, no spread", never a one-value IQR, and "measured SLOWER" only where its rate is read."""
+    measurement, no spread", never a one-value IQR, and "measured SLOWER" only where its rate is read; the
+    start-repeat target by :func:`repeat_target_words` (audit57 N14)."""
     try:
         return _reading_line(line, run)
     except NoData:   # no rows to read the sides from: as recorded
         return line
 
 
+_REPEAT = re.compile(r"^(\s*(?:- )?Start setting measured \d+ times in this run \([\d, ]+ samples/s\): spread \d+% "
+                     r"of the median \(target within (\d+)%: )(met|NOT met, by \d+ points)\)\.$")
+_CAUSE = " (the speed of a core moved between the probes and the loop)"   # a cause no record measures (audit57 N13)
+
+
 def _reading_line(line: str, run: Run) -> str:
+    m = _REPEAT.match(line)
+    b = (run.payload.get("calibration") or {}).get("baseline") or {}
+    if m and b.get("spread") is not None:   # the start-repeat target on each measurement's repeats (audit57 N14)
+        return f"{m.group(1)}{repeat_target_words(b, int(m.group(2)) / 100)})."
+    if ": the anchor, measured " in line:
+        return line.replace(_CAUSE, "")
     m = _ROW.match(line)
     if m:
         label = f"{m.group(3)} workers" if m.group(3) else m.group(4)
@@ -198,3 +252,30 @@ def _reading_line(line: str, run: Run) -> str:
         kept = m.group(5) == "kept"
         return f"{m.group(1)}{spread}); {step_words(kept, None if kept else step_why(m.group(2), run))}{m.group(6)}"
     return line
+
+
+def repeat_target_words(b: dict, target: float = 0.10) -> str:
+    """Notebook 10's start-repeat target (the start measured again in the run, within ``target`` of the median)
+    judged on the repeats behind each measurement, not on their medians alone (audit57 N14): ``b`` is
+    ``experiments.doctor_steps.baseline_repeat``'s record, ``half_widths`` each measurement's repeats' 95% half-width
+    (``like_for_like.repeat_half_width``). The spread of the medians is widened by the highest and the lowest
+    measurement's half-widths combined in quadrature (independent passes, as :func:`spread_words` combines an
+    anchored row's): "met" only where the widened spread stays within ``target``, "NOT met" only where even its
+    low end is past it, else "not judged (why)". A record without those half-widths (made before 2026-11-28) or a
+    measurement with fewer than two repeats reads "not judged", never a verdict from what is not recorded."""
+    vals, spread, hws = b["measurements"], float(b["spread"]), b.get("half_widths")
+    if hws is None or len(hws) != len(vals):
+        return "not judged: the repeats behind each measurement were not recorded"
+    blind = [f"{v:,.0f}" for v, h in zip(vals, hws) if h is None]
+    if blind:
+        return f"not judged: {', '.join(blind)} records no spread of repeats"
+    hi, lo = max(range(len(vals)), key=vals.__getitem__), min(range(len(vals)), key=vals.__getitem__)
+    h = math.hypot(hws[hi], hws[lo])
+    s_lo, s_hi = max(0.0, spread - h), spread + h
+    if s_hi <= target:
+        return "met"
+    if s_lo > target:
+        return f"NOT met, by {100 * (spread - target):.0f} points"
+    each = ", ".join(f"±{x:.1%}" for x in hws)
+    return (f"not judged: the repeats behind each measurement spread {each} (95%, t), so the spread could be "
+            f"{100 * s_lo:.0f}–{100 * s_hi:.0f}%, either side of {100 * target:.0f}%")
