@@ -341,3 +341,24 @@ def test_the_anchor_is_the_starts_measured_rate_over_its_price_and_none_beside_a
     assert anchor_on(d, SPEC) is None and d.anchor is None and "not anchored" in d.notes[-1]
     d.e2e = {}
     assert anchor_on(d, SPEC) is None
+
+
+def test_the_doctors_calibration_line_is_a_point_error_where_the_repeats_spread_carries_it_across():
+    """audit57 N15: the doctor's own "within/OUTSIDE the ±20% target" goes through the spread rule: each worker
+    count's repeats and the anchor's (combined in quadrature) can leave the largest error a point value."""
+    from feedlab.doctor.diagnosis import not_judged
+    from feedlab.doctor.report import calibration_line
+
+    anchor = {"num_workers": 0, "error": 0.0, "anchor": True, "steady_runs": [1383.0, 1121.0, 1654.0, 1779.0, 1201.0]}
+    row = {"num_workers": 1, "error": 0.03, "steady_runs": [1038.0, 1157.0, 1205.0, 1015.0, 997.0]}
+    why = not_judged([anchor, row])
+    assert why and why.startswith("1 workers' repeats and the anchor's spread ±2") and "either side of ±20%" in why
+    tight = dict(anchor, steady_runs=[1380.0, 1383.0, 1386.0])
+    assert not_judged([tight, dict(row, steady_runs=[1035.0, 1038.0, 1041.0])]) is None
+    assert not_judged([tight, {"num_workers": 1, "error": 0.03, "steady_runs": [1038.0]}]) == \
+        "1 workers: one repeat, no spread"
+    cal = {"max_abs_error": 0.08, "within_20pct": True, "too_busy": [], "not_judged": why}
+    text = calibration_line(cal)
+    assert text.startswith("calibration: largest error 8% (point error, not judged against the ±20% target: 1 workers'")
+    assert "within the ±20% target" not in text
+    assert "(within the ±20% target)" in calibration_line(dict(cal, not_judged=None))

@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 
 from feedlab import pipeline as pl
+from feedlab.like_for_like import MAX_HALF_WIDTH, repeat_half_width
 from feedlab.machines import worker_ladder
 from feedlab.monitor import BUSY_SPEED, process_speed
 from feedlab.pipeline import PipelineSpec
@@ -191,6 +192,7 @@ def diagnose(doc, spec=None, e2e: bool = True, *, step=None, measure_advice: boo
              "capacity": {str(k): v for k, v in m.capacity.items()}, "speed_one": m.speed(1), "model": doc.model_name,
              "calibration": {"max_abs_error": max(errors) if errors else None,
                              "within_20pct": all(e <= 0.2 for e in errors) if errors else None,
+                             "not_judged": not_judged(rows) if errors else None,
                              "too_busy": [r["num_workers"] for r in rows if r["too_busy"]],
                              **({"anchor": dict(doc.anchor)} if doc.anchor else {})},
              "refuted": PR.refuted(doc.table, spec, doc.max_workers, measured=measured),
@@ -254,3 +256,37 @@ def data_step(doc: Doctor):
         if doc.model is not None:
             pl.train_step(doc.model, doc.optimizer, x, y, doc.loss_fn)
     return step
+
+
+def _spread(runs) -> float | None:
+    """A row's repeats' 95% half-width as the one judge reads it (``like_for_like.spread_of``): 0 within the ±5%
+    each window is timed to; None with fewer than two repeats."""
+    h = repeat_half_width(runs or [])
+    return None if h is None else (0.0 if h <= MAX_HALF_WIDTH else h)
+
+
+def not_judged(rows: list[dict], bound: float = 0.2) -> str | None:
+    """Why the worker counts' point errors cannot be judged against ``bound`` (audit57 N15), by the spread rule of
+    ``report.doctor_judge.spread_words``: each row's repeats' half-width, and the anchor's where the predictions are
+    scaled to it, combined in quadrature (independent passes), widen the error's interval; a row whose interval lies
+    either side of the bound, or that records no spread of repeats, leaves the largest error a point value. None: every
+    row's interval lies on one side of it. (The docs read the same rows through ``report.doctor_judge``, which also
+    reads each side's window.)"""
+    anchor = next((r for r in rows if r.get("anchor")), None)
+    h_a = 0.0 if anchor is None else _spread(anchor.get("steady_runs"))
+    if h_a is None:
+        return "the anchor's repeats' spread was not recorded"
+    for r in rows:
+        if "error" not in r or r.get("too_busy") or r.get("anchor"):
+            continue
+        h_own = _spread(r.get("steady_runs"))
+        if h_own is None:
+            return f"{r['num_workers']} workers: one repeat, no spread"
+        h = float(np.hypot(h_own, h_a))
+        ratio = 1.0 + r["error"]
+        lo, hi = ratio / (1 + h), (ratio / (1 - h) if h < 1 else np.inf)
+        e_lo = 0.0 if lo <= 1 <= hi else min(abs(lo - 1), abs(hi - 1))
+        if e_lo <= bound <= max(abs(lo - 1), abs(hi - 1)):
+            return (f"{r['num_workers']} workers' repeats" + (" and the anchor's" if h_a else "")
+                    + f" spread ±{h:.1%} (95%, t): its error could be either side of ±{100 * bound:.0f}%")
+    return None

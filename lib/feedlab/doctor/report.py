@@ -53,6 +53,17 @@ def _stage_lines(report: Report | dict) -> list[str]:
     return lines
 
 
+def calibration_line(cal: dict) -> str:
+    """The doctor's calibration headline: the largest error over the worker counts run, "within / OUTSIDE the ±20%
+    target" only where the rows' repeats (and the anchor's) cannot carry it across the bound
+    (``diagnosis.not_judged``, audit57 N15); else a point error, not judged, with why."""
+    judged = ("point error, not judged against the ±20% target: " + cal["not_judged"] if cal.get("not_judged")
+              else f"{'within' if cal['within_20pct'] else 'OUTSIDE'} the ±20% target")
+    return (f"calibration: largest error {100 * cal['max_abs_error']:.0f}% ({judged}) over the worker counts run"
+            + (" quietly" if cal.get("too_busy") else "") + (f" (the start's, {cal['anchor']['setting']}, is the "
+                                                             "anchor: measured, not predicted)" if cal.get("anchor") else ""))
+
+
 def render(report: Report | dict) -> str:
     """The report on feedlab's pipeline (a ``data`` report, typed or its dict): the answer first, then the
     stage table, the rates per worker count, the calibration, the advice and /dev/shm."""
@@ -85,10 +96,7 @@ def render(report: Report | dict) -> str:
                      "own probe, or the 0-worker passes themselves, got under 0.9 of a core: another program was "
                      "using the CPU); those errors are not figures")
     if cal["max_abs_error"] is not None:
-        lines.append(f"calibration: largest error {100 * cal['max_abs_error']:.0f}% "
-                     f"({'within' if cal['within_20pct'] else 'OUTSIDE'} the ±20% target) over the worker counts run"
-                     + (" quietly" if busy else "") + (f" (the start's, {cal['anchor']['setting']}, is the anchor: "
-                                                       "measured, not predicted)" if cal.get("anchor") else ""))
+        lines.append(calibration_line(cal))
     if report.advice:
         lines.append("every change predicted to pay (each alone; measured where this run ran it):")
         for a in report.advice:
