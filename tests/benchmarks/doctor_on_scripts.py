@@ -354,55 +354,93 @@ def prediction_check(rep: dict, busy: str | None = None) -> dict:
     (:func:`feedlab.report.doctor_judge.spread_words`, as notebook 10's rows; audit56 N11), "none printed" or the
     busy sentence. ``spread_read``: True, this rule was applied (an older record's word is read again by
     :func:`table_judged`)."""
-    rows = [r for r in rep.get("end_to_end") or [] if isinstance(r.get("error"), (int, float))
-            and math.isfinite(r["error"]) and not r.get("too_busy")]
-    errs = [float(r["error"]) for r in rows]
+    table = table_rows(rep)
+    errs = [r["predicted"] / r["measured"] - 1 for r in table if not r.get("anchor")]
     worst = max(errs, key=abs) if errs else None
     try:
         from feedlab.doctor.answer import off_line
         marked = bool(off_line(rep))
     except ImportError:
         marked = False
-    out = {"rows": len(errs), "within": sum(abs(e) <= PREDICTION_TARGET for e in errs), "worst": worst,
-           "marked": marked, "spread_read": True}
-    whys = [row_spread_words(r) for r in rows]
-    read_off = [e for e, why in zip(errs, whys) if why is None and abs(e) > PREDICTION_TARGET]
+    return {"rows": len(errs), "within": sum(abs(e) <= PREDICTION_TARGET for e in errs), "worst": worst,
+            "marked": marked, "spread_read": True, "table": table, "judged": judge_table(table, marked, busy)}
+
+
+def table_rows(rep: dict) -> list[dict]:
+    """The printed prediction rows as the record keeps them (audit57 N16: the judgement re-derived from the record):
+    each quiet row with an error: workers, predicted, measured, each repeat's steady rate, its window, and whether it
+    is the anchor (the start's row every other prediction is scaled to)."""
+    return [{"num_workers": r.get("num_workers"), "predicted": float(r["predicted_samples_per_s"]),
+             "measured": float(r["samples_per_s"]), "steady_runs": r.get("steady_runs"),
+             "window_s": r.get("window_s"), "timed_batches": r.get("timed_batches"), "anchor": bool(r.get("anchor"))}
+            for r in rep.get("end_to_end") or [] if isinstance(r.get("error"), (int, float))
+            and math.isfinite(r["error"]) and not r.get("too_busy") and r.get("samples_per_s")
+            and r.get("predicted_samples_per_s")]
+
+
+def judge_table(table: list[dict], marked: bool, busy: str | None = None) -> str:
+    """"held" / "marked off" / "off, not marked" / "not judged (why)" / "none printed" / the busy sentence, from the
+    rows :func:`table_rows` keeps: each row's error on the spread of its repeats, and the anchor's where there is
+    one (:func:`row_spread_words`)."""
     if busy:
-        out["judged"] = f"too busy to judge ({busy})"
-    elif not errs:
-        out["judged"] = "none printed"
-    elif read_off:
-        out["judged"] = "marked off" if marked else "off, not marked"
-    elif any(whys):
-        out["judged"] = f"not judged ({next(w for w in whys if w)})"
-    else:
-        out["judged"] = "held"
-    return out
+        return f"too busy to judge ({busy})"
+    rows = [r for r in table if not r.get("anchor")]
+    if not rows:
+        return "none printed"
+    anchor = next((r for r in table if r.get("anchor")), None)
+    anchor_h = None if anchor is None else repeat_spread(anchor)
+    whys = [row_spread_words(r, anchor_h) for r in rows]
+    if anchor is not None and anchor_h is None:
+        whys = [f"the anchor ({anchor.get('num_workers')} workers): no spread recorded"] * len(rows)
+    errs = [r["predicted"] / r["measured"] - 1 for r in rows]
+    if any(why is None and abs(e) > PREDICTION_TARGET for e, why in zip(errs, whys)):
+        return "marked off" if marked else "off, not marked"
+    if any(whys):
+        return f"not judged ({next(w for w in whys if w)})"
+    return "held"
 
 
-def row_spread_words(row: dict) -> str | None:
-    """Why one prediction row's error cannot be read against ±20% (None: it can): its repeats' steady rates
-    (``steady_runs``) not recorded, or their spread carries the error across the bound."""
-    from feedlab.like_for_like import Side, repeat_half_width
+def repeat_spread(row: dict) -> float | None:
+    """A row's repeats' 95% half-width (``steady_runs``), small ones included; None with fewer than two."""
+    from feedlab.like_for_like import repeat_half_width
+
+    return repeat_half_width(row.get("steady_runs") or [])
+
+
+def row_spread_words(row: dict, anchor_h: float | None = None) -> str | None:
+    """Why one prediction row's error cannot be read against ±20% (None: it can), as notebook 10's rows are read
+    (``report.doctor_judge``): its window (not recorded, or too short for a rate), its repeats' steady rates
+    (``steady_runs``) not recorded, or their spread (any size: a small one is never dropped; audit57 N16) and the
+    anchor's carry the error across the bound."""
+    from feedlab.like_for_like import Side
     from feedlab.report.doctor_judge import spread_words
 
     label = f"{row.get('num_workers')} workers"
-    runs = row.get("steady_runs")
-    if not runs or not row.get("samples_per_s") or not row.get("predicted_samples_per_s"):
+    if row.get("window_s") is None or row.get("timed_batches") is None:
+        return f"{label}' timed window was not recorded"
+    h = repeat_spread(row)
+    side = Side(label, timed_batches=int(row["timed_batches"]), window_s=float(row["window_s"]),
+                repeats=len(row.get("steady_runs") or []), rate_kind="steady", repeat_half_width=h)
+    why = side.window_short()
+    if why is not None:
+        return why
+    if h is None:
         return f"{label}: no spread recorded"
-    side = Side(label, repeats=len(runs), repeat_half_width=repeat_half_width(runs))
-    if side.repeat_half_width is None:
-        return f"{label}: no spread recorded"
-    return spread_words(side, float(row["predicted_samples_per_s"]), float(row["samples_per_s"]), PREDICTION_TARGET)
+    return spread_words(side, row["predicted"], row["measured"], PREDICTION_TARGET, anchor_h=anchor_h, small_too=True)
 
 
 def table_judged(p: dict) -> str:
     """A prediction table's judgement read again from its record: a record from before the spread was read
-    (no ``spread_read``) gives no verdict on point errors: "not judged (the record holds no spread)"."""
+    (no ``spread_read``) gives no verdict on point errors: "not judged (the record holds no spread)"; one that
+    does not keep its rows (``table``, since audit57 N16) gives none either; else re-derived from the rows."""
     word = p.get("judged", "not recorded")
-    if word in ("held", "marked off", "off, not marked") and not p.get("spread_read"):
+    if word.startswith("too busy") or word in ("none printed", "not recorded"):
+        return word
+    if not p.get("spread_read"):
         return "not judged (the record holds no spread)"
-    return word
+    if p.get("table") is None:
+        return "not judged (the record does not keep the rows' repeats)"
+    return judge_table(p["table"], bool(p.get("marked")))
 
 
 def judge_ratio(r: float | None, busy: str | None, lo_hi=STEP_RATIO, interval: tuple | None = None) -> str:
@@ -426,20 +464,24 @@ def judge_ratio(r: float | None, busy: str | None, lo_hi=STEP_RATIO, interval: t
     return f"not judged ({r:.2f}, {span} holds an edge of {lo:g}-{hi:g})"
 
 
-def step_ratio_interval(doctor_step: float | None, hand: dict) -> tuple[float, float] | None:
+def step_ratio_interval(doctor_step: float | None, hand: dict, second: float | None = None) -> tuple[float, float] | None:
     """The doctor's step price ÷ the hand timing's, as an interval: the doctor's price over the ends of the hand
-    step's :data:`TRUTH_LEVEL` bootstrap interval (``hand["step_s_per_sample_interval"]``); None where not recorded."""
+    step's :data:`TRUTH_LEVEL` bootstrap interval (``hand["step_s_per_sample_interval"]``); None where not recorded.
+    ``second``: the doctor's other price of the same step (its diagnosis's model stage) where the record holds one:
+    the doctor's side then spans both prices (audit57 N16b: one reading is not taken as exact)."""
     iv = hand.get("step_s_per_sample_interval")
     if doctor_step is None or not iv or None in iv or min(iv) <= 0:
         return None
-    return doctor_step / max(iv), doctor_step / min(iv)
+    prices = [doctor_step] + ([second] if second and second > 0 else [])
+    return min(prices) / max(iv), max(prices) / min(iv)
 
 
 def step_price(row: dict) -> str:
     """A case's step-price judgement read again from its record (never the word it stored)."""
     r = row.get("step_ratio")
     return judge_ratio(r, row.get("busy"), interval=step_ratio_interval(row.get("doctor_step_s_per_sample"),
-                                                                        row.get("hand") or {}))
+                                                                        row.get("hand") or {},
+                                                                        row.get("diagnosis_step_s_per_sample")))
 
 
 def judge_verdict(doctor: str | None, truth: str | None, busy: str | None, on_line: tuple | None = None) -> str:
@@ -452,7 +494,7 @@ def judge_verdict(doctor: str | None, truth: str | None, busy: str | None, on_li
     if doctor is None or truth is None:
         return "not measured"
     if on_line is not None:
-        return (f"not judged (the truth's {TRUTH_LEVEL:.0%} interval, {on_line[0]:.0%}–{on_line[1]:.0%}, holds the "
+        return (f"not judged (the truth's {TRUTH_LEVEL:.0%} interval, {on_line[0]:.1%}–{on_line[1]:.1%}, holds the "
                 f"{DATA_BOUND_SHARE:.0%} line)")
     return "right" if doctor == truth else "wrong"
 
@@ -478,7 +520,7 @@ def case_row(case: Case, batch: int, workers: int, hand: dict, summary: dict, re
     row = {"case": case.name, "script": case.script, "source": case.source, "shape": case.shape, "batch": batch,
            "workers": workers, "intended": case.intended, "hand": h, "doctor_step_s_per_sample": doc_step,
            "diagnosis_step_s_per_sample": model_price(rep), "step_ratio": r,
-           "step_ratio_judged": judge_ratio(r, busy, interval=step_ratio_interval(doc_step, h)),
+           "step_ratio_judged": judge_ratio(r, busy, interval=step_ratio_interval(doc_step, h, model_price(rep))),
            "doctor_verdict": summary.get("verdict"), "doctor_wait_share": summary.get("data_wait_fraction"),
            "diagnosis_verdict": rep.get("verdict"), "one_verdict": len(verdicts) <= 1, "truth": h["truth"],
            "truth_wait_share": h["wait_share"],
@@ -569,7 +611,7 @@ def change_words(c: dict) -> str:
 def interval_words(hand: dict) -> str:
     """The hand truth's interval as a cell's tail (", 90%: 12–23%"), empty where the record has none."""
     lo_hi = hand.get("wait_share_interval")
-    return f", {TRUTH_LEVEL:.0%}: {lo_hi[0]:.0%}–{lo_hi[1]:.0%}" if lo_hi else ""
+    return f", {TRUTH_LEVEL:.0%}: {lo_hi[0]:.1%}–{lo_hi[1]:.1%}" if lo_hi else ""   # S17: 19.7% vs 20.5%
 
 
 def run_section(result: dict) -> list[str]:

@@ -50,7 +50,7 @@ def doctor_errors(payload: dict) -> tuple[list[float], list[float]]:
 
 
 def spread_words(side: Side, predicted: float, measured: float, bound: float = DOCTOR_ERROR,
-                 anchor_h: float | None = None) -> str | None:
+                 anchor_h: float | None = None, small_too: bool = False) -> str | None:
     """Why the spread of a side's repeats leaves its error unjudged: the measured rate's interval (± the repeats'
     95% half-width, :func:`feedlab.like_for_like.spread_of`) gives errors on both sides of ``bound``. None where
     the side records no spread of repeats or the whole interval lies on one side of the bound.
@@ -59,8 +59,10 @@ def spread_words(side: Side, predicted: float, measured: float, bound: float = D
     scaled to the start's measured rate (``doctor.diagnosis.anchor_on``): the prediction then carries the anchor's
     uncertainty (audit57 N13). The two half-widths are combined in quadrature (√(h_row² + h_anchor²)), not added:
     the anchor's repeats and the row's are separate timed passes whose errors are independent, so adding them
-    would count as likely the case where both err to their bound in the same direction at once."""
-    h_own = spread_of(side) or 0.0
+    would count as likely the case where both err to their bound in the same direction at once. ``small_too``: the
+    repeats' half-width as measured, a spread within the ±5% each window is timed to included (a side with no
+    window of its own, ``tests/benchmarks/doctor_on_scripts``; audit57 N16)."""
+    h_own = (side.repeat_half_width or 0.0) if small_too else (spread_of(side) or 0.0)
     h_a = anchor_h or 0.0
     h = math.hypot(h_own, h_a)
     if not h:
