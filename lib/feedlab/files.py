@@ -109,7 +109,8 @@ def _read_entry(path) -> dict | None:
         rec = load_json(path, "registry entry", limit=4096)
     except (OSError, ValueError):   # JSONFileError (RecursionError included) is a ValueError
         return None
-    ok = isinstance(rec, dict) and isinstance(rec.get("path"), str) and type(rec.get("pid")) is int
+    ok = isinstance(rec, dict) and isinstance(rec.get("path"), str) and type(rec.get("pid")) is int \
+        and 0 < rec["pid"] <= PID_MAX   # a pid no process can have matches nothing: the entry is pruned
     return rec if ok else None
 
 
@@ -165,10 +166,17 @@ _ORPHAN = re.compile(r"^.+\.(?:tmp|old)-(?P<pid>\d+)-[0-9a-f]{6}$")
 ORPHAN_MIN_AGE_S = 600.0
 
 
+PID_MAX = 4194304   # the largest pid Linux gives (/proc/sys/kernel/pid_max can be set no higher)
+
+
 def _pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists; a number no process can have (0, negative: a group; past
+    :data:`PID_MAX`; too large for the OS) is none, never a signal sent to a group, never an error."""
+    if not 0 < pid <= PID_MAX:
+        return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError, ValueError):
         return False
     except PermissionError:
         return True

@@ -4,6 +4,7 @@ long for AF_UNIX's 107 bytes: made in /tmp, where a socket binds, and nothing le
 
 from __future__ import annotations
 
+import json
 import multiprocessing.connection
 import multiprocessing.process
 import tempfile
@@ -111,7 +112,10 @@ def test_registry_entries_that_are_not_records_never_block_or_raise(tmp_path, mo
         (reg / f"deep{i}").write_bytes(b"[" * 100000 + b"]" * 100000)
         (reg / f"list{i}").write_text("[1]")
         (reg / f"shape{i}").write_text('{"path": 5, "pid": "x"}')
-        bad[reg] = {f"fifo{i}", f"deep{i}", f"list{i}", f"shape{i}"}
+        pids = {f"pid{i}_{k}": v for k, v in enumerate((10 ** 23, -10 ** 23, -1, 0))}   # attack57 J10: no process
+        for name, pid in pids.items():
+            (reg / name).write_text(json.dumps({"path": str(tmp_path / "gone"), "pid": pid}))
+        bad[reg] = {f"fifo{i}", f"deep{i}", f"list{i}", f"shape{i}", *pids}
     work = tmp_path / "w"
     work.mkdir()
     tmp = files.tmp_sibling(work / "out.bin")   # one real entry of ours, among the bad ones
