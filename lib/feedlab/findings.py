@@ -36,9 +36,11 @@ def _text(cell_or_output, key: str = "source") -> str:
     return "".join(v) if isinstance(v, list) else str(v)
 
 
-def notebook_cells(nb, where: str = "the executed notebook") -> list[dict]:
+def notebook_cells(nb, where: str = "the executed notebook", each: bool = False) -> list[dict]:
     """An executed notebook's ``cells``, a list of objects (none when it has no ``cells``); any other shape
-    (``"cells": 5``, attack56 B59) raises a ValueError naming ``where`` (the file) and the field."""
+    (``"cells": 5``, attack56 B59) raises a ValueError naming ``where`` (the file) and the field. ``each``: every
+    cell's type, source and outputs checked too, as nbformat takes them (``report.readme_inputs``, before
+    anything is written; the readers here skip an output of the wrong shape)."""
     if not isinstance(nb, dict):
         raise ValueError(f"{where}: holds {type(nb).__name__}, not a notebook object; re-run that notebook")
     cells = nb.get("cells", [])
@@ -47,7 +49,35 @@ def notebook_cells(nb, where: str = "the executed notebook") -> list[dict]:
     bad = next((c for c in cells if not isinstance(c, dict)), None)
     if bad is not None:
         raise ValueError(f"{where}: cells holds {type(bad).__name__}, not only cell objects; re-run that notebook")
+    for k, cell in enumerate(cells if each else []):   # what nbformat takes as given (attack57 K4: source 5)
+        why = _cell_problem(cell)
+        if why:
+            raise ValueError(f"{where}: cell {k}'s {why}; re-run that notebook")
     return cells
+
+
+def _is_text(v) -> bool:
+    """A notebook's multiline text: a string, or a list of strings."""
+    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
+def _cell_problem(cell: dict) -> str | None:
+    """Why a cell is not one as nbformat writes it (its type, source, outputs and their text), or None."""
+    kind = cell.get("cell_type")
+    if kind not in ("code", "markdown", "raw"):
+        return f"cell_type is {kind!r}, not code, markdown or raw"
+    if not _is_text(cell.get("source", "")):
+        return f"source holds {type(cell.get('source')).__name__}, not text"
+    outs = cell.get("outputs", [])
+    if not isinstance(outs, list) or not all(isinstance(o, dict) for o in outs):
+        return "outputs is not a list of output objects"
+    for o in outs:
+        if "text" in o and not _is_text(o["text"]):
+            return f"output text holds {type(o['text']).__name__}, not text"
+        data = o.get("data", {})
+        if not isinstance(data, dict) or ("text/plain" in data and not _is_text(data["text/plain"])):
+            return "output data is not a mapping of text"
+    return None
 
 
 def reading_lines(nb: dict, where: str = "the executed notebook") -> list[str]:

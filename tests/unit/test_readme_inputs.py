@@ -42,3 +42,18 @@ def test_an_executed_notebook_whose_cells_are_no_list_of_objects_is_one_line_nam
     executed.write_text(json.dumps({"cells": cells}))
     got = input_problems(tmp_path)
     assert len(got) == 1 and got[0].startswith(f"{executed}: cells "), got
+
+
+@pytest.mark.parametrize("cell, why", [({"cell_type": "code", "source": 5, "outputs": []}, "cell 1's source holds int"),
+                                       ({"cell_type": 3, "source": ""}, "cell 1's cell_type is 3"),
+                                       ({"cell_type": "code", "source": "", "outputs": 7}, "cell 1's outputs is not"),
+                                       ({"cell_type": "code", "source": "", "outputs": [{"text": 5}]},
+                                        "cell 1's output text holds int")])
+def test_an_executed_notebook_cell_of_the_wrong_shape_is_one_line_naming_it(tmp_path, cell, why):
+    """attack57 K4: a cell whose source is 5 passed the cells check and reached nbformat.read in report.readme as a
+    34-line traceback; each cell's type, source and outputs are checked before anything is written."""
+    rec = _record(tmp_path, FP)
+    executed = rec / "04_x.executed.ipynb"
+    executed.write_text(json.dumps({"cells": [{"cell_type": "markdown", "source": ["# x\n", "y"]}, cell]}))
+    got = input_problems(tmp_path)
+    assert len(got) == 1 and got[0].startswith(f"{executed}: {why}"), got

@@ -104,8 +104,8 @@ def input_problems(figures_dir: Path = FIGURES_DIR) -> list[str]:
                 if not why and csv_path.exists():
                     why = _check_csv(csv_path)
                 executed = folder / f"{nb_dir.name}.executed.ipynb"
-                if not why and executed.exists():   # its cells a list of objects (attack56 B59)
-                    notebook_cells(_load_json(executed), str(executed))
+                if not why and executed.exists():   # its cells a list of cells as nbformat reads them (attack56 B59, 57 K4)
+                    notebook_cells(_load_json(executed), str(executed), each=True)
             except (OSError, ValueError) as exc:
                 why = one_line(exc)
             if why:
