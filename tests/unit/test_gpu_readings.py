@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from feedlab.report import gpu_readings as G
+from feedlab.report import targets
 from feedlab.report.claims.core import Run
 
 GPU = {"cuda_available": True, "gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cpu_usable": 16, "cpu_logical": 16,
@@ -135,15 +136,36 @@ def test_pinned_by_input_size_reads_no_crossover_from_step_times_the_judge_rejec
 
 
 # ---------------------------------------------------------------- 03: H2D against the PCIe link
+def _pinned_frame(gbps=55.0, window=True):
+    """03's pinned host→device rows at the largest copy, five rounds, with (or without) their timed window."""
+    w = {"timed_batches": 60, "window_s": 1.5} if window else {}
+    return pd.DataFrame([{"experiment": "pinned_memory_by_input_size", "variant": "pinned", "bytes": 512e6,
+                          "direction": "host_to_device", "repeat": r, "metric": "gb_per_s",
+                          "value": gbps * (1 + r / 1000), **w} for r in range(5)])
+
+
 @pytest.mark.parametrize("gbps,expect", [(55.0, G.SUPPORTED), (40.0, G.PARTLY), (10.0, G.NOT_SUPPORTED)])
 def test_h2d_fraction_of_the_link_read_on_the_machine(gbps, expect):
-    r = read("h2d-over-pcie", {"h2d_pinned_gbps": gbps, "h2d_pageable_gbps": 9.0, "pcie": LINK})
+    r = read("h2d-over-pcie", {"h2d_pinned_gbps": gbps, "h2d_pageable_gbps": 9.0, "pcie": LINK}, _pinned_frame(gbps))
     assert r.status == expect and "Gen5 x16" in r.text and f"{gbps / 63.008:.2f}" in r.text
+
+
+def test_h2d_fraction_without_the_copies_window_is_not_judged():
+    """audit57 N17: pinned ÷ PCIe goes through the one judge's window rule: a record without the pinned copies'
+    timed window (03 h100, 2026-11-26) reads measured, not judged, in the readings and the targets alike."""
+    payload = {"h2d_pinned_gbps": 55.0, "pcie": LINK}
+    r = read("h2d-over-pcie", payload, _pinned_frame(window=False))
+    assert r.status == G.NOT_FAIR and "pinned copies' timed window was not recorded" in r.text, r.text
+    assert "measured, not judged: pinned 55.0 GB/s = 0.87" in r.text
+    t = next(x for x in targets.for_notebook("03_pinned_memory_by_input_size") if x.id == "h2d-over-pcie")
+    line = targets._pcie(t, run(payload, _pinned_frame(window=False)))[0]
+    assert "= 0.87: measured, not judged (pinned copies' timed window was not recorded) against" in line, line
+    assert "meets" in targets._pcie(t, run(payload, _pinned_frame()))[0]
 
 
 def test_the_ceiling_follows_the_link_not_a_constant():
     gen4 = {"gen_current": 4, "width_current": 8, "gen_max": None, "width_max": None}
-    r = read("h2d-over-pcie", {"h2d_pinned_gbps": 12.0, "pcie": gen4})
+    r = read("h2d-over-pcie", {"h2d_pinned_gbps": 12.0, "pcie": gen4}, _pinned_frame(12.0))
     assert "Gen4 x8" in r.text and "15.8 GB/s" in r.text and r.status == G.SUPPORTED
 
 
@@ -246,8 +268,8 @@ def test_smoke_and_busy_readings():
     smoke = read("h2d-over-pcie", {"profile": "smoke", "h2d_pinned_gbps": 55.0, "pcie": LINK})
     assert smoke.status == G.SMOKE
     busy_fp = {**GPU, "other_load": {"whole_run": {"available": True, "other_fraction": 0.6}}}
-    busy = read("h2d-over-pcie", {"h2d_pinned_gbps": 55.0, "pcie": LINK}, fp=busy_fp)
-    assert busy.status == G.SUPPORTED and "caveat: BUSY run" in busy.text
+    busy = read("h2d-over-pcie", {"h2d_pinned_gbps": 55.0, "pcie": LINK}, _pinned_frame(), fp=busy_fp)
+    assert busy.status == G.NOT_FAIR and "busy" in busy.text, busy.text   # the one judge: a busy side (N17)
 
 
 def test_committed_h100_readings_are_judged_where_the_run_was_steady():
@@ -373,7 +395,8 @@ def _write(figs, nb, key, fp, payload, frame=None):
 def test_table_has_a_column_per_gpu_machine_only(tmp_path):
     _write(tmp_path, "03_pinned_memory_by_input_size", "cpu-2c", CPU, {"host_memcpy_gbps": 8.0})
     _write(tmp_path, "03_pinned_memory_by_input_size", "h100-16c", GPU,
-           {"h2d_pinned_gbps": 55.0, "pcie": LINK, **_steps({16: 0.9, 64: 1.1})}, _step_frame({16: 0.9, 64: 1.1}))
+           {"h2d_pinned_gbps": 55.0, "pcie": LINK, **_steps({16: 0.9, 64: 1.1})},
+           pd.concat([_step_frame({16: 0.9, 64: 1.1}), _pinned_frame()], ignore_index=True))
     _write(tmp_path, "06_decode_backends", "h100-16c", GPU, {}, _decode_frame(25000.0))
     machines, t = G.table(tmp_path)
     assert machines == ["h100-16c"]

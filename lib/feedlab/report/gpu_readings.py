@@ -38,6 +38,7 @@ from feedlab.report.claims.fair import busy_caveat, steady_state, unsteady_reaso
 from feedlab.report.claims.sides import advice_verdict, ratio_interval, side_of_rows, verdict_clause, workers_verdicts
 from feedlab.report.claims.w000 import gpu_util_table
 from feedlab.report.claims.w002 import _with_model
+from feedlab.report.stage_judge import pcie_why
 from feedlab.report.targets import (
     PCIE_FRACTION,
     TARGET_GPU_IDLE,
@@ -155,6 +156,10 @@ def h2d_over_pcie(run: Run) -> Reading:
     pageable = run.payload.get("h2d_pageable_gbps")
     frac = pinned / ceiling
     extra = f"; pageable {float(pageable) / ceiling:.2f} of it" if pageable else ""
+    why = pcie_why(run)   # the pinned side by the one judge's window rule (audit57 N17)
+    if why is not None:
+        raise Unfair(f"{why}; measured, not judged: pinned {pinned:.1f} GB/s = {frac:.2f} of the {basis} ceiling "
+                     f"({ceiling:.1f} GB/s){extra}")
     return Reading(_graded(frac, PCIE_FRACTION, 0.5), f"pinned {pinned:.1f} GB/s = {frac:.2f} of the {basis} ceiling "
                    f"({ceiling:.1f} GB/s, from the link read on that machine){extra}")
 

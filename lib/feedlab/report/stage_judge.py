@@ -170,3 +170,22 @@ def ladder_line(line: str, run: Run) -> str:
     except NoData:
         return line
     return f"{m.group(1)}{tag} ({m.group(4)}× over {m.group(5)}{tail})."
+
+
+def pcie_why(run: Run) -> str | None:
+    """Why the one judge cannot read 03's pinned host→device bandwidth against the PCIe link's theoretical ceiling
+    (audit57 N17; the ceiling is a constant of the link, so the pinned side alone is judged): the largest copy's
+    ``gb_per_s`` rows as a side (:func:`feedlab.report.claims.sides.side_of_rows`): its timed window (a record
+    without ``window_s`` / ``timed_batches``: not known, never accepted), its repeats, the run's load. None: read."""
+    rows = rows_of(run, dict(variant="pinned", direction="host_to_device", metric="gb_per_s"))
+    if rows.empty or "bytes" not in rows.columns:
+        return "no pinned host→device gb_per_s rows in results.csv"
+    side, _, _ = sides.side_of_rows(run, dict(variant="pinned", direction="host_to_device", bytes=float(rows["bytes"].max())),
+                                    "pinned copies", metric="gb_per_s")
+    if side.window_s is None or side.timed_batches is None:
+        return "pinned copies' timed window was not recorded"
+    why = side.window_short()
+    if why is None:
+        alone = verdict(side, side, 1.0, check_sides=False)
+        why = None if alone.judged else "; ".join(dict.fromkeys(alone.why.split("; ")))
+    return why
