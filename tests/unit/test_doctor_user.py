@@ -95,3 +95,41 @@ def test_your_loader_with_workers_is_checked_against_dev_shm_before_they_start(t
             diagnose(loader, batches=4, repeats=1, max_workers=2)
     line = str(err.value)
     assert "\n" not in line and "/dev/shm has 1 MiB free" in line and "file_system" in line, line
+
+
+def test_a_worker_killed_or_stopped_from_outside_is_named_never_blamed_on_your_loader(monkeypatch):
+    """attack57 S63c: a SIGKILLed worker read "your loader raised RuntimeError … run one batch by hand"; S63: a
+    SIGSTOPped worker was blamed on a sample (and, never resumed, held the stop that followed for 30 s)."""
+    import signal
+    import time
+
+    from feedlab.doctor import user
+    from feedlab.doctor.guard import Hung, UserCodeError
+
+    class Dies:
+        def __next__(self):
+            raise RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+
+    with pytest.raises(UserCodeError) as exc:
+        user._next(Dies(), 3, 5.0, "the doctor's deadline (--deadline)")
+    assert str(exc.value).startswith("your loader: its DataLoader worker (pid 4242) was killed by SIGKILL")
+
+    class Waits:
+        def __next__(self):
+            time.sleep(5)
+
+    monkeypatch.setattr(user, "held_workers", lambda: [])
+    with pytest.raises(Hung):   # nothing stopped: the deadline's own line (a sample that never returns)
+        user._next(Waits(), 1, 0.2, "the doctor's deadline (--deadline)")
+    held = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        os.kill(held.pid, signal.SIGSTOP)
+        monkeypatch.setattr(user, "held_workers", lambda: [held.pid])
+        with pytest.raises(UserCodeError) as exc:
+            user._next(Waits(), 1, 0.2, "the doctor's deadline (--deadline)")
+        assert f"(pid(s) {held.pid}) stopped (SIGSTOP or SIGTSTP" in str(exc.value) and "within 0.2 s" in str(exc.value)
+        time.sleep(0.2)
+        assert open(f"/proc/{held.pid}/stat").read().split(")")[1].split()[0] != "T"   # resumed, so a stop reaches it
+    finally:
+        held.kill()
+        held.wait(timeout=10)

@@ -31,7 +31,7 @@ from pathlib import Path
 from feedlab import formats
 from feedlab import pipeline as pl
 from feedlab.errors import cli_errors, deadline, seconds, strict_json
-from feedlab.files import mp_sockets_fit
+from feedlab.files import mp_folder_owned, mp_sockets_fit
 from feedlab.formats import FORMATS
 from feedlab.monitor import LoadWindow
 from feedlab.paths import default_sr_root, outside_figures
@@ -281,7 +281,10 @@ def _stuck(args, what: str, kids: list[int]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     with cli_errors("python -m feedlab.doctor"), worker_warnings_collected():
-        mp_sockets_fit()   # a $TMPDIR too long for the workers' sockets: their folder in /tmp (files.mp_temp_dir)
+        if argv is None:   # the command line: its workers share one multiprocessing folder, removed at its exit
+            mp_folder_owned()   # (a worker killed from outside left its own pymp-* in $TMPDIR: attack57 S63)
+        else:   # a caller's process: a $TMPDIR too long for the workers' sockets gets their folder in /tmp
+            mp_sockets_fit()
         return _main(argv)
 
 

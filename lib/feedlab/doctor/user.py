@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from typing import Any, Callable
 
@@ -42,9 +43,11 @@ from .guard import DEFAULT_DEADLINE_S, HUNG_HINT, Hung, UserCodeError, collate_h
 from .probes import measure_machine, probe_worker, startup_s, timed
 from .ranks import advise_ranks
 from .report import Report
+from .script_record import held_workers
 from .standin import StandInStep
 from .stepside import try_step_changes
 from .verdict import one_verdict, wait_share
+from .watch_lines import worker_died_line
 from .wrap import batch_len, check_loader, stage_costs, timed_in_main, to_device
 
 KEEP_BATCHES = 4          # full batches kept in memory to time the copy and the step on
@@ -79,6 +82,25 @@ def _batch_deadline(loader, deadline_s: float | None) -> tuple[float | None, str
 
 
 def _next(it, k: int, limit: float | None, whose: str):
+    """Batch ``k`` of your loader under ``limit``: a worker stopped or killed from outside is named as such
+    (attack57 S63: a SIGSTOPped worker was blamed on a sample; a SIGKILLed one on your loader), never a sample."""
+    try:
+        return _next_within(it, k, limit, whose)
+    except Hung:
+        held = held_workers()
+        if not held:
+            raise
+        for pid in held:   # let them take the stop that follows: a stopped process holds a SIGTERM until resumed
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        raise UserCodeError(f"your loader's DataLoader worker(s) (pid(s) {', '.join(map(str, held))}) stopped "
+                            f"(SIGSTOP or SIGTSTP from outside the command?): batch {k} did not come within "
+                            f"{limit:g} s") from None
+
+
+def _next_within(it, k: int, limit: float | None, whose: str):
     hint = ("a sample that never returns (a stuck read, a FIFO, a lock, a network mount) hangs training too; "
             f"deadline from {whose}")
     with deadline(limit, f"batch {k} of your loader", hint):
@@ -92,6 +114,9 @@ def _next(it, k: int, limit: float | None, whose: str):
                 shm.sweep_torch_files([os.getpid(), *(w.pid for w in getattr(it, "_workers", []) if w.pid)])
                 raise UserCodeError(f"your loader's workers ran out of shared memory ({shm.SHM_DIR}) building "
                                     f"batch {k}: use {shm.FIX}") from None
+            died = worker_died_line(exc, "", "", k, who="your loader")
+            if died:   # a worker killed from outside, or crashed: never your loader's own error
+                raise UserCodeError(died) from None
             text = one_line(exc)
             raise UserCodeError(f"your loader raised {type(exc).__name__} building batch {k}: {text}; "
                                 f"{collate_hint(text)}") from None

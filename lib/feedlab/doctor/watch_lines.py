@@ -58,23 +58,25 @@ _WORKER_DIED = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is 
                           r"unexpectedly)")
 
 
-def worker_died_line(exc: BaseException, path, where: str, n: int) -> str | None:
+def worker_died_line(exc: BaseException, path, where: str, n: int, who: str | None = None) -> str | None:
     """The line for torch's "DataLoader worker (pid N) is killed by signal: Terminated." (or "… exited
-    unexpectedly"): which signal, and that the command did not send it (attack53 K05); None for anything else."""
+    unexpectedly"): which signal, and that the command did not send it (attack53 K05); None for anything else.
+    ``who``: what the line is about (default ``--script PATH``; ``doctor --loader``: "your loader")."""
+    head = who or f"--script {path}"
     m = _WORKER_DIED.search(str(exc)) if isinstance(exc, RuntimeError) else None
     if m is None:
         return None
     pids, said = m.group(1).strip(), m.group(2)
     if said is None:
-        return (f"--script {path}: its DataLoader worker(s) (pid(s) {pids}) exited unexpectedly{where} after {n} "
+        return (f"{head}: its DataLoader worker(s) (pid(s) {pids}) exited unexpectedly{where} after {n} "
                 "batches, without a Python error (killed from outside, or os._exit in the worker?)")
     names = {signal.strsignal(s): s for s in signal.Signals if signal.strsignal(s)}
     sig = names.get(said.strip())
     name = sig.name if sig else f"a signal ({said.strip()})"
     if sig in CRASHES:
-        return (f"--script {path}: its DataLoader worker (pid {pids}) crashed with {name}{where} after {n} batches "
+        return (f"{head}: its DataLoader worker (pid {pids}) crashed with {name}{where} after {n} batches "
                 "(a fault in native code the worker ran: a decoder, an extension?)")
-    return (f"--script {path}: its DataLoader worker (pid {pids}) was killed by {name}{where} after {n} batches, "
+    return (f"{head}: its DataLoader worker (pid {pids}) was killed by {name}{where} after {n} batches, "
             "from outside the command (a kill by its pid, or the out-of-memory killer?): the command sent none")
 
 
