@@ -166,7 +166,8 @@ def test_a_setting_measured_twice_within_the_repeat_target_adds_no_words():
               **against_drift(1000.0, 950.0, 2.0, 2.0)}
     rows = calibration_rows({"end_to_end": []}, [steady])
     assert drift_words(rows[0]) == "" and calibration_summary(rows)["drifted"] == []
-    assert against_drift(None, 950.0, None, 2.0) == {"against_measured": [None, 950.0]}
+    assert against_drift(None, 950.0, None, 2.0) == {"against_measured": [None, 950.0],
+                                                     "against_half_widths": [None, None]}
 
 
 def test_repeat_spread_needs_two_measurements():
@@ -362,3 +363,16 @@ def test_the_doctors_calibration_line_is_a_point_error_where_the_repeats_spread_
     assert text.startswith("calibration: largest error 8% (point error, not judged against the ±20% target: 1 workers'")
     assert "within the ±20% target" not in text
     assert "(within the ±20% target)" in calibration_line(dict(cal, not_judged=None))
+
+
+def test_a_drift_between_two_measurements_is_a_cause_only_outside_their_repeats_spread():
+    """audit57 S15: the drift line names "the machine moved" and the gain's error only where each measurement of
+    the setting records its repeats and their combined spread cannot explain the move."""
+    from feedlab.experiments.doctor_steps import against_drift, drift_words
+
+    blind = against_drift(5061.0, 6612.0, 1.85, 2.05)
+    assert drift_words(blind).endswith("(+31%: not judged, the repeats behind each were not recorded)")
+    wide = against_drift(5061.0, 6612.0, 1.85, 2.05, (0.253, 0.1))
+    assert "not told apart" in drift_words(wide) and "gain's error" not in drift_words(wide)
+    tight = against_drift(5061.0, 6612.0, 1.85, 2.05, (0.03, 0.03))
+    assert "the machine moved since the stages were priced); against it, the gain's error -10%" in drift_words(tight)

@@ -133,3 +133,15 @@ def test_the_recorded_start_repeat_line_is_read_again_on_its_repeats(tmp_path):
         "met).", "not judged: the repeats behind each measurement were not recorded).")
     payload["calibration"]["baseline"]["half_widths"] = [0.01, 0.01, 0.01]
     assert D.reading_line(line, run) == line
+
+
+def test_a_recorded_drift_cause_on_sides_with_no_spread_is_read_again(tmp_path):
+    """audit57 S15: "the machine moved" and the gain's error stand only where both measurements of the setting
+    record their repeats; a record from before (no ``against_half_widths``) reads "not judged"."""
+    run = Run({"steps": [{"label": "2: collate=fast", "against_measured": [5061.0, 6612.0]}]}, out_dir=tmp_path)
+    line = ("- advice steps 2: collate=fast: predicted 12,095, measured 13,554 samples/s, error -11% (not judged: x); "
+            "the setting it changes measured 5,061 then 6,612 samples/s in this run (+31%: the machine moved since the "
+            "stages were priced); against it, the gain's error -10%")
+    got = D.reading_line(line, run)
+    assert got.endswith("(+31%: not judged, the repeats behind each were not recorded)"), got
+    assert "machine moved" not in got and "gain's error" not in got

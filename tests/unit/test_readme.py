@@ -119,6 +119,11 @@ def test_doctor_calibration_is_generated_from_the_run():
                              "(2 workers' timed window was not recorded)")
     assert lines[1] == "the start setting was measured twice in this run: 1,000 samples/s by the doctor, 1,400 by " \
                        "the notebook's step 0"
+    # audit57 S16: where the record counts three measurements of the start, the block counts them the same
+    three = dict(payload, calibration={"baseline": {"measurements": [1000.0, 1400.0, 1100.0]}})
+    assert readme.calibration_lines(three)[1] == ("the start setting was measured 3 times in this run: 1,000, 1,400, "
+                                                  "1,100 samples/s (by the doctor, by the notebook's step 0, then "
+                                                  "beside the later steps)")
     text = "stage ...\ncalibration: largest error 16% (within the ±20% target) over the worker counts run\nverdict: x"
     import json as _json
     import tempfile

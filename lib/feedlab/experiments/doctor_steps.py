@@ -49,11 +49,12 @@ def _record(doc: Doctor, spec: PipelineSpec, r: dict, res: Results, k: int, labe
             "speed": speed,   # the doctor's CPU probe beside it, or what others left its passes
             "bound_stage": pred["bound_stage"], "verdict": pred["verdict"], "measured": r["steady"],
             "measured_q25": float(np.percentile(runs, 25)), "measured_q75": float(np.percentile(runs, 75)),
+            "measured_half_width": repeat_half_width(runs),   # its repeats' 95% half-width (audit57 S15)
             "error": pred["predicted_samples_per_s"] / r["steady"] - 1.0 if r["steady"] > 0 else None}
 
 
 def against_drift(earlier: float | None, now: float | None, predicted_gain: float | None,
-                  measured_gain: float | None) -> dict:
+                  measured_gain: float | None, half_widths: tuple = (None, None)) -> dict:
     """The setting a step changes, measured twice in the run: ``earlier`` (its own step's passes, when the
     stages had just been priced) and ``now`` (its turns beside the change). ``against_drift`` = now ÷ earlier
     − 1: how far the same setting moved on this machine between the two; ``gain_error`` = predicted ÷
@@ -61,7 +62,7 @@ def against_drift(earlier: float | None, now: float | None, predicted_gain: floa
     not touch). Notebook 10's second quiet run on cpu-2c: ``collate=fast_cl`` predicted 21,568, measured
     15,971 (+35%), while ``npy_mmap`` + ``totensor`` itself measured 7,120 at step 1 and 5,719 beside step 2
     (−20%, other load 0.7%); the gain, ×2.65 predicted against ×2.79 measured, was off by −5% (#46)."""
-    out: dict = {"against_measured": [earlier, now]}
+    out: dict = {"against_measured": [earlier, now], "against_half_widths": list(half_widths)}
     if earlier and now and earlier > 0:
         out["against_drift"] = now / earlier - 1.0
     if predicted_gain and measured_gain and measured_gain > 0:
@@ -102,7 +103,8 @@ def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats:
         step["kept"] = step["measured_gain"] >= 1.0
         step["against"] = current["label"]
         step.update(against_drift(current.get("measured"), both[spec]["steady"], step["predicted_gain"],
-                                  step["measured_gain"]))
+                                  step["measured_gain"], (current.get("measured_half_width"),
+                                                          repeat_half_width(both[spec].get("steady_runs") or []))))
         steps.append(step)
         return step
 
@@ -117,7 +119,7 @@ def follow_advice(doc: Doctor, start: PipelineSpec, max_steps: int = 4, repeats:
 
 TARGET_ERROR = 0.20     # prediction within ±20% of the measured rate, every step and worker count
 TARGET_REPEAT = 0.10    # the start setting measured again in the same run within 10%
-DRIFT_KEYS = ("against_measured", "against_drift", "gain_error")   # a step's setting before, measured twice
+DRIFT_KEYS = ("against_measured", "against_drift", "gain_error", "against_half_widths")   # a step's setting before, measured twice
 
 
 def repeat_spread(values) -> dict:
@@ -189,10 +191,16 @@ def drift_words(r: dict) -> str:
     d, (a, b) = r.get("against_drift"), (r.get("against_measured") or [None, None])
     if d is None or abs(d) <= TARGET_REPEAT:
         return ""
+    seen = f"; the setting it changes measured {a:,.0f} then {b:,.0f} samples/s in this run ({100 * d:+.0f}%"
+    hws = r.get("against_half_widths") or [None, None]
+    if None in hws:   # a side with no spread of repeats: no cause, no gain's error from it (audit57 S15)
+        return seen + ": not judged, the repeats behind each were not recorded)"
+    h = float(np.hypot(*hws))
+    if abs(d) - h <= TARGET_REPEAT:
+        return seen + f": within the repeats' spread, ±{100 * h:.0f}% combined, not told apart from {100 * TARGET_REPEAT:.0f}%)"
     g = r.get("gain_error")
     gain = f"; against it, the gain's error {100 * g:+.0f}%" if g is not None else ""
-    return (f"; the setting it changes measured {a:,.0f} then {b:,.0f} samples/s in this run ({100 * d:+.0f}%: "
-            f"the machine moved since the stages were priced){gain}")
+    return seen + f": the machine moved since the stages were priced){gain}"
 
 
 def calibration_summary(rows: list[dict], baseline: dict | None = None) -> dict:

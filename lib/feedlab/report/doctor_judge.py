@@ -232,6 +232,8 @@ def reading_line(line: str, run: Run) -> str:
 
 _REPEAT = re.compile(r"^(\s*(?:- )?Start setting measured \d+ times in this run \([\d, ]+ samples/s\): spread \d+% "
                      r"of the median \(target within (\d+)%: )(met|NOT met, by \d+ points)\)\.$")
+_DRIFT = re.compile(r"(samples/s in this run \([+-]\d+%): the machine moved since the stages were priced\)"
+                    r"(?:; against it, the gain's error [+-]\d+%)?")
 _CAUSE = " (the speed of a core moved between the probes and the loop)"   # a cause no record measures (audit57 N13)
 
 
@@ -242,6 +244,9 @@ def _reading_line(line: str, run: Run) -> str:
         return f"{m.group(1)}{repeat_target_words(b, int(m.group(2)) / 100)})."
     if ": the anchor, measured " in line:
         return line.replace(_CAUSE, "")
+    line = _DRIFT.sub(lambda d: d.group(1) + ": not judged, the repeats behind each were not recorded)"
+                      if not any("against_half_widths" in s for s in run.payload.get("steps") or [])
+                      else d.group(0), line)   # a recorded cause on sides with no recorded spread (audit57 S15)
     m = _ROW.match(line)
     if m:
         label = f"{m.group(3)} workers" if m.group(3) else m.group(4)
