@@ -8,17 +8,27 @@ and refuses a key no selected notebook declares (naming the ones they do), so a
 from __future__ import annotations
 
 import ast
-import json
 import os
 import re
 from pathlib import Path
+
+from feedlab.files import load_json
+
+
+def notebook_json(path) -> dict:
+    """A notebook's JSON object, read with :func:`feedlab.files.load_json` (a broken merge, a FIFO, JSON nested
+    too deeply: one line naming the file, attack57 J20); a value that is not an object is named too."""
+    nb = load_json(path, "notebook")
+    if not isinstance(nb, dict):
+        raise ValueError(f"{path}: the notebook holds {type(nb).__name__}, not a notebook object; check it out again")
+    return nb
 
 
 def notebook_parameters(path: str | os.PathLike) -> dict:
     """``{name: default}`` for the names assigned at top level in the notebook's ``parameters``
     cell, in order (``x = 1`` and ``x: int = None``); a default that is not a literal is kept
     as its source text."""
-    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    nb = notebook_json(path)
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
             src = cell.get("source", "")
@@ -44,7 +54,7 @@ def notebook_parameters(path: str | os.PathLike) -> dict:
 def parameter_choices(path: str | os.PathLike) -> dict[str, list[str]]:
     """``{name: [choice, ...]}`` for the list parameters whose line in the ``parameters`` cell says
     ``# list from: a, b, c`` (up to a ``;`` or ``(``): the runner refuses any other item before a cell runs."""
-    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    nb = notebook_json(path)
     out: dict[str, list[str]] = {}
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
@@ -61,7 +71,7 @@ def parameter_types(path: str | os.PathLike) -> dict[str, str]:
     (``papermill.inspect_notebook``'s ``inferred_type_name``): the annotation's text (``int``,
     ``list[int]``, ``str``), ``"None"`` where a name has none. Read here, without importing papermill
     (seconds on a loaded machine): the runner types each ``-p`` value by it (:mod:`feedlab.run_params`)."""
-    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    nb = notebook_json(path)
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
             src = cell.get("source", "")

@@ -20,7 +20,6 @@ the record all read:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -33,7 +32,7 @@ import yaml
 from feedlab import paths
 from feedlab.files import JSONFileError, load_json
 from feedlab.machines import WORKER_KEYS
-from feedlab.nbparams import notebook_parameters, parameter_choices, parameter_types
+from feedlab.nbparams import notebook_json, notebook_parameters, parameter_choices, parameter_types
 from feedlab.profiles import choose_profile
 
 #: parameters the runner owns: ``-p`` may name them only where it agrees with the runner's option
@@ -141,7 +140,7 @@ def parse_value(key: str, text: str, type_name: str, notebook: str = "") -> Any:
 
 def builtin_data_reason(nb: Path) -> str:
     """Why a notebook measures built-in data instead of ``data_root`` (its metadata says)."""
-    meta = json.loads(nb.read_text(encoding="utf-8")).get("metadata", {})
+    meta = notebook_json(nb).get("metadata", {})
     return (meta.get("feedlab") or {}).get("builtin_data") or "it has no data_root parameter"
 
 

@@ -155,9 +155,6 @@ JSON_READS_ALLOWED = {
     ("feedlab/experiments/print_overhead.py", "got = json.loads(result_path.read_text())"): "our child's answer",
     ("feedlab/experiments/print_overhead.py", "spec = json.loads(spec_json)"): "our child's argv",
     ("feedlab/experiments/_pil_bench_worker.py", "spec = json.load(open(spec_path))"): "our parent's spec file",
-    ("feedlab/nbparams.py", 'nb = json.loads(Path(path).read_text(encoding="utf-8"))'): "a tracked notebook source",
-    ("feedlab/run_params.py", 'meta = json.loads(nb.read_text(encoding="utf-8")).get("metadata", {})'):
-        "a tracked notebook source",
 }
 
 

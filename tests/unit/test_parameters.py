@@ -127,3 +127,17 @@ def test_a_count_of_zero_is_refused_when_the_profile_resolves_not_in_a_cell(key)
     with pytest.raises(ValueError, match=f"04_print_overhead: {key}=0: each value must be an integer >= 1"):
         check_values("04_print_overhead", {key: 0})
     check_values("04_print_overhead", {key: 1})
+
+
+def test_a_notebook_source_that_is_not_json_is_one_line_naming_the_file(tmp_path):
+    """attack57 J20: a source notebook broken by a bad merge gave "not valid JSON: Unterminated string…" naming no
+    file (a bare json.loads); its readers go through files.load_json, and a value that is no object is named."""
+    from feedlab.nbparams import notebook_parameters, parameter_choices, parameter_types
+
+    nb = tmp_path / "01_x.ipynb"
+    for text, words in (('{"cells": [{"source": "x', "notebook is not valid JSON"), ("[1]", "holds list")):
+        nb.write_text(text)
+        for read in (notebook_parameters, parameter_choices, parameter_types):
+            with pytest.raises(ValueError) as exc:
+                read(nb)
+            assert str(exc.value).startswith(f"{nb}: ") and words in str(exc.value) and "\n" not in str(exc.value)

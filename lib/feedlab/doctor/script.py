@@ -124,7 +124,9 @@ def _ended(rec: Progress, path: Path, args, why: str, limit: float | None,
         empty = rec.empty()
         if n == 0 and empty is not None:
             L = empty["settings"]
-            return None, (f"--script {path}: your script's DataLoader over {L['dataset']} ({L['dataset_len']} samples, "
+            size = ("an iterable data set, no length" if L['dataset_len'] is None else
+                    f"{L['dataset_len']} samples")   # attack57 D41: "(None samples, …)"
+            return None, (f"--script {path}: your script's DataLoader over {L['dataset']} ({size}, "
                           f"batch_size={L['batch_size']}, drop_last={L['drop_last']}) yielded no batches in "
                           f"{empty['empty']} pass(es), and no batch came within {limit:g} s (--deadline): its data "
                           "set is empty; check the data path it reads (and batch_size against drop_last)")
