@@ -176,7 +176,8 @@ _FIRED = [0]                   # deadlines that have fired in this process
 
 def _arm() -> None:
     dues = [d.due for d in _ACTIVE if d.armed]
-    signal.setitimer(signal.ITIMER_REAL, max(1e-3, min(dues) - time.monotonic()) if dues else 0)
+    # never past MAX_SECONDS: a deadline given in code (no option's check) must not overflow the OS's timer
+    signal.setitimer(signal.ITIMER_REAL, min(MAX_SECONDS, max(1e-3, min(dues) - time.monotonic())) if dues else 0)
 
 
 def _on_alarm(_signum, _frame) -> None:
@@ -285,13 +286,16 @@ def leave_stuck(code: int, since: int = 0) -> None:
     os._exit(code)
 
 
+MAX_SECONDS = 1e9   # ~31 years: past this the OS's timers (setitimer, a lock's timeout) overflow (attack58 D55)
+
+
 def _seconds(text: str, zero: bool) -> float:
-    want = "a finite number of seconds " + (">= 0 (0: wait for ever)" if zero else "> 0")
+    want = f"a finite number of seconds up to {MAX_SECONDS:g} " + (">= 0 (0: wait for ever)" if zero else "> 0")
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: give {want}") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+    if not math.isfinite(value) or value < 0 or value > MAX_SECONDS or (value == 0 and not zero):
         raise argparse.ArgumentTypeError(f"{text!r}: give {want}")
     return value
 

@@ -268,6 +268,10 @@ def add_findings(executed: str | Path, lines: list[str] | None = None, verdicts:
     if not isinstance(nb.get("cells"), list) or \
             not all(isinstance(c, dict) and isinstance(c.get("metadata", {}), dict) for c in nb["cells"]):
         return False  # not a notebook this can lead with findings
+    try:   # each cell as nbformat reads it (attack58 K12: a cell whose source is 5 was blamed on the records)
+        notebook_cells(nb, str(path), each=True)
+    except ValueError as exc:
+        raise DamagedRecord(str(exc)) from None
     cells = [c for c in nb.get("cells", []) if TAG not in (c.get("metadata", {}).get("tags") or [])]
     nb["cells"] = cells
     cell = {"cell_type": "markdown", "metadata": {"tags": [TAG]},

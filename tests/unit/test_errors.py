@@ -114,3 +114,20 @@ def test_a_semaphore_that_dev_shm_refuses_is_named_in_the_one_line(monkeypatch):
     assert line.startswith("[Errno 30] Read-only file system: multiprocessing could not make a semaphore in /dev/shm")
     assert "\n" not in line
     assert one_line(OSError(errno.EROFS, "Read-only file system")) == "[Errno 30] Read-only file system"
+
+
+def test_a_huge_finite_number_of_seconds_is_one_line_and_never_overflows_the_timer():
+    """attack58 D55: `bench --timeout 1e300` (and 1e10) ended in an OverflowError traceback from setitimer; the
+    doctor's `--deadline 1e308` blamed the user's make_loader(). Every seconds option refuses past MAX_SECONDS in
+    one line, and a deadline given in code is armed no further than it."""
+    import argparse
+
+    from feedlab import errors
+
+    for text in ("1e300", "1e10"):
+        for parse in (errors.seconds, errors.seconds_or_zero):
+            with pytest.raises(argparse.ArgumentTypeError, match=r"up to 1e\+09"):
+                parse(text)
+    assert errors.seconds("1e9") == 1e9 and errors.seconds_or_zero("0") == 0.0
+    with errors.deadline(1e300, "a deadline far away"):   # armed, clamped: no OverflowError
+        pass

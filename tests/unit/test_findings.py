@@ -332,3 +332,14 @@ def test_cells_of_the_wrong_shape_are_one_line_naming_the_file(tmp_path, cells, 
     odd["cells"][4]["outputs"] = [7, {"output_type": "stream", "name": "stdout", "text": "X is 2.0x faster\n"}]
     odd["cells"][2]["outputs"] = 5
     assert findings.reading_lines(odd) == ["X is 2.0x faster"]
+
+
+def test_a_cell_of_the_wrong_shape_is_named_never_blamed_on_the_records(tmp_path, capsys):
+    """attack58 K12: `python -m feedlab.findings` on a notebook with a cell whose source is 5 said "its
+    results.json or fingerprint.json is not shaped as a run records it"; the cell is named, in one line."""
+    nb = _nb("X is 2.0x faster\n")
+    nb["cells"][1]["source"] = 5
+    path = _write(tmp_path, nb, {"profile": "quick"})
+    assert findings.main([str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"{path}: cell 1's source holds int") and "results.json" not in err and "\n" not in err
