@@ -18,6 +18,13 @@ from feedlab.report.claims.core import NoData, Run
 DOCTOR_ERROR = 0.20         # 10: |predicted ÷ measured − 1| of every setting measured
 
 
+def _row_side(e: dict, label: str, run: Run) -> Side:
+    """An ``end_to_end`` row of notebook 10 as the one judge's side: its timed window, repeats and their spread
+    (``steady_runs``), a steady rate, the run's load (the caller checks the window was recorded)."""
+    runs = e.get("steady_runs")
+    return Side(label, timed_batches=int(e["timed_batches"]), window_s=float(e["window_s"]), repeats=e.get("repeats"),
+                rate_kind="steady", busy=sides.run_busy(run), repeat_half_width=repeat_half_width(runs) if runs else None)
+
 def _f(x) -> float:
     v = float(x)
     if v != v:
@@ -95,9 +102,7 @@ def anchor_spread(payload: dict, run: Run) -> tuple[float | None, str | None]:
     if row.get("window_s") is None or row.get("timed_batches") is None:
         return None, f"{label}: its timed window was not recorded"
     runs = row.get("steady_runs")
-    side = Side(label, timed_batches=int(row["timed_batches"]), window_s=float(row["window_s"]),
-                repeats=row.get("repeats"), rate_kind="steady", busy=sides.run_busy(run),
-                repeat_half_width=repeat_half_width(runs) if runs else None)
+    side = _row_side(row, label, run)
     why = _alone(side)
     if why is not None:
         return None, why if why.startswith(label) else f"{label}: {why}"
@@ -150,9 +155,7 @@ def _worker_window(e: dict, run: Run, anchor: tuple = (None, None)) -> str | Non
     if e.get("window_s") is None or e.get("timed_batches") is None:
         return f"{label}' timed window was not recorded"
     runs = e.get("steady_runs")
-    side = Side(label, timed_batches=int(e["timed_batches"]), window_s=float(e["window_s"]),
-                repeats=e.get("repeats"), rate_kind="steady", busy=sides.run_busy(run),
-                repeat_half_width=repeat_half_width(runs) if runs else None)
+    side = _row_side(e, label, run)
     why = _alone(side)
     if why is not None:
         return why
