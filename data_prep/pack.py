@@ -52,6 +52,9 @@ def parse_formats(spec: str | Iterable[str] | None, *, default_all: bool = True)
 
 def sr_manifest(root) -> dict:
     root = Path(root)
+    if root.exists() and not root.is_dir():   # a sample file: "does not exist" read wrong (attack58 W8)
+        raise DataPrepError(f"{root} is a file, not a data set folder: give the folder `python -m data_prep sr` "
+                            "built (the one holding manifest.json)")
     if not root.is_dir():
         raise DataPrepError(f"{root} does not exist: build it with `python -m data_prep sr --out {root}`")
     man = read_manifest(root)

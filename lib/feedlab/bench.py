@@ -81,6 +81,9 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
     if not Path(data).exists():
         raise SystemExit(f"--data {data}: no such data set; build it with "
                          f"`python -m data_prep sr --out {data}` then `python -m data_prep pack {data} --to all`")
+    if not Path(data).is_dir():   # a sample file: packing it would loop (attack58 W8)
+        raise SystemExit(f"python -m feedlab.bench: error: --data {data} is a file, not a data set folder: give the "
+                         "folder data_prep built (the one holding manifest.json)")
     device = pl.resolve_device(spec.device)
     spec = spec.replace(device=device)
     try:

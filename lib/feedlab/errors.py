@@ -261,8 +261,9 @@ def leave_stuck(code: int, since: int = 0) -> None:
     """End this process now with ``code`` when a deadline fired after ``since`` (a count of
     :func:`deadlines_fired`) and another thread is still alive: it may be blocked in what timed out
     (a read that never returns in zarr's IO pool), and interpreter exit joins such threads, daemon
-    or not (``concurrent.futures`` joins its own). Output flushed, worker processes stopped, then
-    ``os._exit``. Otherwise return (the caller exits as usual). For a command line's last step: a
+    or not (``concurrent.futures`` joins its own). Output flushed, worker processes and our groups stopped,
+    our temporaries removed (:func:`procgroup.stop_all`: ``os._exit`` runs no exit hook), then ``os._exit``.
+    Otherwise return (the caller exits as usual). For a command line's last step: a
     library caller (a notebook, a test runner, a script that imported feedlab and called a ``main``)
     is never ended here (:func:`command_line`)."""
     if _FIRED[0] <= since or not command_line():
@@ -278,6 +279,10 @@ def leave_stuck(code: int, since: int = 0) -> None:
         p.join(2.0)
         if p.is_alive():
             p.kill()
+    try:   # what a signal's stop does too: our groups stopped, our temporaries (multiprocessing's folder
+        procgroup.stop_all(grace_s=2.0)   # among them) removed: os._exit skips every exit hook (attack59 F1)
+    except Exception:
+        pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

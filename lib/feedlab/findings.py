@@ -49,6 +49,9 @@ def notebook_cells(nb, where: str = "the executed notebook", each: bool = False)
     bad = next((c for c in cells if not isinstance(c, dict)), None)
     if bad is not None:
         raise ValueError(f"{where}: cells holds {type(bad).__name__}, not only cell objects; re-run that notebook")
+    if each and (nb.get("nbformat", 4) != 4 or type(nb.get("nbformat_minor", 0)) is not int):   # attack58 W2
+        raise ValueError(f"{where}: nbformat is {nb.get('nbformat')!r} (minor {nb.get('nbformat_minor')!r}), not "
+                         "version 4 as the runner writes; re-run that notebook")
     for k, cell in enumerate(cells if each else []):   # what nbformat takes as given (attack57 K4: source 5)
         why = _cell_problem(cell)
         if why:
@@ -66,6 +69,8 @@ def _cell_problem(cell: dict) -> str | None:
     kind = cell.get("cell_type")
     if kind not in ("code", "markdown", "raw"):
         return f"cell_type is {kind!r}, not code, markdown or raw"
+    if not isinstance(cell.get("metadata", {}), dict):
+        return f"metadata holds {type(cell.get('metadata')).__name__}, not an object"
     if not _is_text(cell.get("source", "")):
         return f"source holds {type(cell.get('source')).__name__}, not text"
     outs = cell.get("outputs", [])

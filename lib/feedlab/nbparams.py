@@ -24,6 +24,19 @@ def notebook_json(path) -> dict:
     return nb
 
 
+def parameters_cell_problem(path: str | os.PathLike) -> str:
+    """"" where the notebook has exactly one code cell tagged ``parameters`` (the house rule papermill needs to
+    inject a run's values); otherwise one line naming the file and the fix (attack58 W4: a notebook without one
+    passed the dry run, then failed with papermill's "Passed unknown parameter" lines)."""
+    tagged = [c for c in notebook_json(path).get("cells") or [] if isinstance(c, dict) and c.get("cell_type") == "code"
+              and "parameters" in ((c.get("metadata") or {}).get("tags") or [])]
+    if len(tagged) == 1:
+        return ""
+    what = "no code cell tagged parameters" if not tagged else f"{len(tagged)} code cells tagged parameters"
+    return (f"{path}: {what} (a notebook has exactly one, where a run's values go): restore it "
+            f"(git checkout -- {path}), or tag one cell")
+
+
 def notebook_parameters(path: str | os.PathLike) -> dict:
     """``{name: default}`` for the names assigned at top level in the notebook's ``parameters``
     cell, in order (``x = 1`` and ``x: int = None``); a default that is not a literal is kept

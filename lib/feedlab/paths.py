@@ -124,10 +124,11 @@ def env_number(name: str, default, kind: type = int, low: float | None = None, u
 SOURCE_DIRS = ("notebooks", "lib", "data_prep", "tests", "docs", ".git")
 
 
-def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) -> Path:
+def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps"), make: bool = True) -> Path:
     """The scratch folder (``$FEEDLAB_SCRATCH``, else ``runs/``) made ready for the runner's locks, failed runs and
     temporaries: ``ValueError``, one line naming the folder and what to do, where it (or one of ``subfolders``)
-    is a file, cannot be made or cannot be written; raised before a notebook runs, never blamed on one of its cells."""
+    is a file, cannot be made or cannot be written; raised before a notebook runs, never blamed on one of its cells.
+    ``make=False`` (the dry run) makes nothing: a folder not there yet needs a writable folder above it."""
     for why in env_problems():
         raise ValueError(why)
     root = Path(SCRATCH_DIR)
@@ -152,6 +153,11 @@ def check_scratch(subfolders: tuple[str, ...] = ("locks", "failed", "temps")) ->
             if part.exists() and not part.is_dir():
                 what = "" if part == root else f" ({part} is a file)"
                 raise ValueError(f"{name}: not a folder{what}; {fix}")
+        if not make:   # the plan agrees with the run and leaves nothing behind (attack59 W4)
+            there = next((p for p in (path, *path.parents) if p.exists()), None)
+            if there is not None and not os.access(there, os.W_OK | os.X_OK):
+                raise ValueError(f"{name}: {there} is not writable; {fix}")
+            continue
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -14,6 +14,7 @@ the notebook with a one-line :class:`ParameterError` naming the parameter.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from feedlab.errors import MAX_SECONDS
 from feedlab.findings import notebook_display
 from feedlab.machines import WORKER_KEYS, expand_workers, machine_key, usable_cores, worker_cap
 from feedlab.monitor import start_run
@@ -212,7 +214,28 @@ def check_values(notebook: str, values: dict) -> None:
         for x in items:
             if isinstance(x, bool) or not isinstance(x, int) or x < low:
                 raise ValueError(f"{notebook}: {key}={v!r}: each value must be an integer >= {low}")
+    check_seconds(notebook, values)
     check_workers(values, f"{notebook}: ", values.get("cores"))
+
+
+# seconds parameters where 0 means something (no budget, no shortest window, no sleep); every other one
+# is a wait, a window or a budget that 0 or less would silently switch off (attack59 F2: -p deadline_s -5)
+_SECONDS_ZERO_OK = frozenset({"budget_s", "min_window_s", "sleep_s", "item_s", "step_s"})
+
+
+def check_seconds(notebook: str, values: dict) -> None:
+    """Raise ``ValueError`` naming a seconds parameter (``*_s``, ``*_seconds``) that is not a finite number in
+    range: > 0 (>= 0 where 0 has a meaning) and at most :data:`feedlab.errors.MAX_SECONDS`, past which the OS's
+    timers overflow (``-p item_s 1e300`` failed in a cell, ``-p deadline_s -5`` turned every deadline off)."""
+    for key, v in values.items():
+        if v is None or not (key.endswith("_s") or key.endswith("_seconds")):
+            continue
+        zero = key in _SECONDS_ZERO_OK
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if not number or v < 0 or (v == 0 and not zero) or v > MAX_SECONDS:
+            raise ValueError(f"{notebook}: {key}={v!r} is seconds: give a finite number "
+                             f"{'>= 0' if zero else '> 0'} and at most {MAX_SECONDS:g}, "
+                             "or None for the profile's value")
 
 
 def check_workers(values: dict, where: str = "", cores: int | None = None) -> None:

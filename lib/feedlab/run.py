@@ -323,6 +323,7 @@ def _main(argv: list[str] | None = None) -> int:
             check_destination(nb.stem, profile, given, args.out_root, planning=True)
         if args.tar is not None and not args.data_only:
             check_tar_dest(args.tar.expanduser().resolve(), planning=True)
+        check_scratch(make=False)   # a FIFO for FEEDLAB_SCRATCH: the plan refuses it as the run does
         rows = plan(notebooks, profile, params, run_params.for_notebook, args.out_root)   # where the run writes (W5)
         print_plan(rows, profile, machines.usable_cores())
         return 2 if any(isinstance(values, str) for _, values in rows) else 0

@@ -32,7 +32,13 @@ import yaml
 from feedlab import paths
 from feedlab.files import JSONFileError, load_json
 from feedlab.machines import WORKER_KEYS
-from feedlab.nbparams import notebook_json, notebook_parameters, parameter_choices, parameter_types
+from feedlab.nbparams import (
+    notebook_json,
+    notebook_parameters,
+    parameter_choices,
+    parameter_types,
+    parameters_cell_problem,
+)
 from feedlab.profiles import choose_profile
 
 #: parameters the runner owns: ``-p`` may name them only where it agrees with the runner's option
@@ -251,6 +257,10 @@ def resolve_run(notebooks: list[Path], pairs: list[tuple[str, str]], profile_fla
     if texts.get("data_root", "").strip() and data_only:
         raise ValueError(f"--data-only builds the embedded data sets, and -p data_root {texts['data_root']} names "
                          "your own: give one")
+    for nb in notebooks:   # papermill needs the one parameters cell: no notebook runs without it
+        why = parameters_cell_problem(nb)
+        if why:
+            raise ValueError(why)
     types = {nb: parameter_types(nb) for nb in notebooks}
     params: dict[str, Any] = {}
     for_notebook: dict[Path, dict] = {nb: {} for nb in notebooks}

@@ -68,6 +68,8 @@ def plan(notebooks: list[Path], profile: str, params: dict,
         elif "out_dir" in values and not given.get("out_dir"):  # where the runner writes, not a scratch run
             key = key or planned_machine_key()
             values["out_dir"] = figure_dir(nb.stem, "", profile, create=False, committed=True, machine=key)
+        elif "out_dir" in values:   # a -p out_dir as the runner uses it (attack59 W2: a figures/ path showed runs/…)
+            values["out_dir"] = figure_dir(nb.stem, given["out_dir"], profile, create=False, committed=True)
         for k in ("out_dir", "data_root", "cls_root"):  # named from the repository, as the records do
             if isinstance(values.get(k), (str, Path)) and Path(values[k]).is_relative_to(paths.REPO_ROOT):
                 values[k] = Path(values[k]).relative_to(paths.REPO_ROOT)
@@ -222,10 +224,19 @@ def limit_shortfall(folder: Path, skipped: list[str] | None = None) -> tuple[flo
     return total, n
 
 
+def _where(rows, key: str) -> str:
+    """The header's folder: the one the rows' ``out_dir`` share with their notebook's name as ``<notebook>``
+    (attack58 W7: a smoke plan said figures/ while its rows said runs/smoke/)."""
+    shapes = {str(v["out_dir"]).replace(name, "<notebook>") for name, v in rows
+              if isinstance(v, dict) and "out_dir" in v}
+    if len(shapes) == 1:
+        return f"under {shapes.pop().rstrip('/')}/"
+    return "where each notebook's out_dir says" if shapes else f"under figures/<notebook>/{key}/"
+
+
 def print_plan(rows, profile: str, cores: int, figures_dir: Path | None = None) -> None:
     key = planned_machine_key(cores)  # the machine with that many cores
-    print(f"plan: profile {profile}, {cores} usable cores, results under figures/<notebook>/"
-          f"{key}/ (nothing is run)")
+    print(f"plan: profile {profile}, {cores} usable cores, results {_where(rows, key)} (nothing is run)")
     known, missing = 0.0, []
     for name, values in rows:
         print(f"\n{name}")

@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import re
+import stat
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -165,6 +166,9 @@ def record_problem(name: str, final: Path) -> str:
     if final.exists() and not final.is_dir():
         return f"{rel(final)} is not a folder: give a new or empty folder for {name}'s record"
     entries = sorted(final.iterdir()) if final.is_dir() else []
+    odd = _irregular_record_file(name, entries)
+    if odd:
+        return odd
     ours = written_by_run(name, final)
     foreign = [p.name + ("/" if p.is_dir() else "") for p in entries if p.name not in ours and p.name != MANIFEST]
     if not entries or (not foreign and (final / f"{name}.executed.ipynb").is_file()):
@@ -174,6 +178,24 @@ def record_problem(name: str, final: Path) -> str:
     return (f"{rel(final)} holds {what}, not a record of {name}: the runner replaces only its own records "
             f"and never removes what it did not write; give a new or empty folder, or --out-root DIR "
             f"(it writes DIR/{name}/)")
+
+
+def _irregular_record_file(name: str, entries: list[Path]) -> str:
+    """A line for an entry with a record file's name that is a FIFO, socket or device (attack59 W3: the runner's
+    own folder was called "not a record", and the advice to give another folder repaired nothing)."""
+    for p in entries:
+        try:
+            mode = p.lstat().st_mode
+        except OSError:
+            continue
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode) or p.name.startswith("."):
+            continue
+        if p.name == f"{name}.executed.ipynb" or p.suffix in RECORD_SUFFIXES:
+            tracked = bool(tracked_files(p.parent)) and p.parent.resolve().is_relative_to(FIGURES_DIR.resolve())
+            restore = f"restore the record (git checkout -- {rel(p.parent)}) or remove it" if tracked else "remove it"
+            return (f"{rel(p)} is {files.kind_of(mode)}, not a regular file: a record's files are plain files; "
+                    f"{restore}, nothing was run")
+    return ""
 
 
 def cuda_here() -> bool:
@@ -366,6 +388,13 @@ def check_tar_dest(dest: Path, planning: bool = False) -> None:
 
     if dest.is_dir():
         raise ValueError(f"--tar {dest} is a folder: give a file name (.tar or .tar.gz)")
+    try:
+        mode = dest.stat().st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):   # a FIFO: refused before a notebook runs (attack58 W6)
+        raise ValueError(f"--tar {dest} is {files.kind_of(mode)}, not a regular file: left as it is, nothing run; "
+                         "give a new file name (.tar or .tar.gz)")
     if not dest.name.endswith((".tar", ".tar.gz")):
         raise ValueError(f"--tar {dest}: give a .tar or .tar.gz name (the file is a tar, gzipped by its name)")
     if outside_figures(dest, "--tar"):   # a tar of the records never goes into one (nor into itself)

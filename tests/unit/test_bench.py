@@ -41,6 +41,22 @@ def test_bench_missing_data_names_it_and_the_fix(tmp_path):
     assert str(missing) in r.stderr and "data_prep sr" in r.stderr
 
 
+def test_bench_and_pack_over_a_sample_file_say_it_is_a_file_not_a_data_set(tmp_path, capsys):
+    """attack58 W8: `bench --data set/hr/000001.png` advised packing the file; pack then said it "does not exist"."""
+    from data_prep.__main__ import main as data_prep
+
+    sample = tmp_path / "000001.png"
+    sample.write_bytes(b"\x89PNG")
+    r = run_cli("feedlab.bench", "--data", str(sample), "--num-workers", "0")
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode != 0 and len(err) == 1 and "is a file, not a data set folder" in err[0], err
+    assert "data_prep pack" not in err[0]
+    assert data_prep(["pack", str(sample), "--to", "png"]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a data set folder" in err and "does not exist" not in err, err
+    assert sample.read_bytes() == b"\x89PNG" and sorted(p.name for p in tmp_path.iterdir()) == ["000001.png"]
+
+
 def test_bench_over_a_classification_set_says_what_reads_it_not_pack_it(tmp_path):
     """attack52 B08: `bench --data data/cls-smoke` said "png: no hr/ and lr/ folders …; pack it with `data_prep pack
     data/cls-smoke --to png`": pack takes SR sets, so the advice could not work."""

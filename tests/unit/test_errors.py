@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 STUCK = """
 import sys, threading, time
-from feedlab import errors
+from feedlab import errors, files
 sys.argv[0] = {argv0!r}
+files.mp_folder_owned()   # multiprocessing's folder, removed at exit: by leave_stuck too (attack59 F1)
 threading.Thread(target=time.sleep, args=(30,), daemon=True).start()   # a read stuck in what timed out
 since = errors.deadlines_fired()
 try:
@@ -30,6 +31,8 @@ print("the caller goes on", flush=True)
 
 @pytest.mark.parametrize("argv0, ended", [("-c", False), ("my_training.py", False), ("feedlab-bench", True)])
 def test_leave_stuck_ends_only_a_command_line(tmp_path, argv0, ended):
+    """Either way nothing is left in $TMPDIR: os._exit runs no exit hook, so leave_stuck removes our
+    temporaries itself (attack59 F1: the doctor's multiprocessing folder was left)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "lib"), TMPDIR=str(tmp_path))
     r = subprocess.run([sys.executable, "-c", STUCK.format(argv0=argv0)], capture_output=True, text=True,
                        env=env, timeout=60)

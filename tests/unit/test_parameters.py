@@ -7,6 +7,7 @@ parameters cell, papermill's injected cell and the cell that calls ``resolve`` a
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -129,6 +130,41 @@ def test_a_count_of_zero_is_refused_when_the_profile_resolves_not_in_a_cell(key)
     check_values("04_print_overhead", {key: 1})
 
 
+@pytest.mark.parametrize("key, value, zero_ok", [
+    ("deadline_s", -5.0, False), ("deadline_s", 0.0, False), ("item_s", 1e300, True), ("step_s", -1.0, True),
+    ("window_s", float("nan"), False), ("tjbench_seconds", float("inf"), False), ("budget_s", "5", True),
+])
+def test_a_seconds_parameter_out_of_range_is_refused_when_the_profile_resolves(key, value, zero_ok):
+    """attack59 F2/W1: `-p deadline_s -5` silently turned notebook 16's every deadline off, `-p item_s 1e300` and
+    `-p step_s -1` failed in a cell naming no parameter. A seconds parameter is a finite number > 0 (>= 0 where 0
+    means something) and at most errors.MAX_SECONDS, checked when the profile resolves (the plan, the run)."""
+    from feedlab.profiles import check_values
+
+    want = ">= 0" if zero_ok else "> 0"
+    with pytest.raises(ValueError, match=rf"^16_tune: {key}=.* is seconds: give a finite number {want} and at most 1e"):
+        check_values("16_tune", {key: value})
+
+
+def test_a_seconds_parameter_in_range_passes_and_zero_only_where_it_means_something():
+    from feedlab.profiles import check_values
+
+    check_values("16_tune", {"deadline_s": 1e9, "window_s": 0.1, "budget_s": 0, "min_window_s": 0.0,
+                             "step_s": 0, "tune_budget_s": None, "batch_size": 8})
+    with pytest.raises(ValueError, match="window_s=0"):
+        check_values("16_tune", {"window_s": 0})
+
+
+def test_every_profile_value_of_a_seconds_parameter_is_in_range():
+    """The profiles themselves pass the check every notebook's resolve makes."""
+    from feedlab.profiles import check_seconds, load_profiles
+
+    table = load_profiles()
+    for nb, block in table.items():
+        for profile, values in (block or {}).items() if isinstance(block, dict) else []:
+            if isinstance(values, dict):
+                check_seconds(f"{nb}/{profile}", values)
+
+
 def test_a_notebook_source_that_is_not_json_is_one_line_naming_the_file(tmp_path):
     """attack57 J20: a source notebook broken by a bad merge gave "not valid JSON: Unterminated string…" naming no
     file (a bare json.loads); its readers go through files.load_json, and a value that is no object is named."""
@@ -141,3 +177,21 @@ def test_a_notebook_source_that_is_not_json_is_one_line_naming_the_file(tmp_path
             with pytest.raises(ValueError) as exc:
                 read(nb)
             assert str(exc.value).startswith(f"{nb}: ") and words in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("cells, what", [([], "no code cell tagged parameters"),
+                                         (["p", "p"], "2 code cells tagged parameters")])
+def test_a_notebook_without_exactly_one_parameters_cell_is_refused_before_it_runs(tmp_path, cells, what):
+    """attack58 W4: a source notebook with no `parameters` cell passed the dry run; the run failed with papermill's
+    "Passed unknown parameter" lines. The runner's parameter resolution (the dry run's too) refuses it."""
+    from feedlab.nbparams import parameters_cell_problem
+    from feedlab.run_params import resolve_run
+
+    nb = tmp_path / "04_x.ipynb"
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "x = 1", "outputs": [],
+                                         "metadata": {"tags": ["parameters"]}} for _ in cells],
+                              "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert what in parameters_cell_problem(nb)
+    with pytest.raises(ValueError, match=rf"^{nb}: {what} \(a notebook has exactly one"):
+        resolve_run([nb], [], "smoke")
+    assert all(parameters_cell_problem(p) == "" for p in NOTEBOOKS)

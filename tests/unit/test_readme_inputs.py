@@ -57,3 +57,17 @@ def test_an_executed_notebook_cell_of_the_wrong_shape_is_one_line_naming_it(tmp_
     executed.write_text(json.dumps({"cells": [{"cell_type": "markdown", "source": ["# x\n", "y"]}, cell]}))
     got = input_problems(tmp_path)
     assert len(got) == 1 and got[0].startswith(f"{executed}: {why}"), got
+
+
+@pytest.mark.parametrize("top, why", [({"nbformat": "four"}, "nbformat is 'four'"),
+                                      ({"nbformat": 4, "nbformat_minor": "5"}, "nbformat is 4 (minor '5')"),
+                                      ({"nbformat": 4, "nbformat_minor": 5, "meta": [1]}, "cell 0's metadata holds")])
+def test_an_executed_notebook_of_another_nbformat_or_cell_metadata_is_one_line_naming_it(tmp_path, top, why):
+    """attack58 W2 (K13): `nbformat: "four"` reached nbformat.read in report.readme: `Unsupported nbformat version
+    four`, naming no file, after the README was already written."""
+    rec = _record(tmp_path, FP)
+    executed = rec / "04_x.executed.ipynb"
+    cell = {"cell_type": "markdown", "source": "# x", "metadata": top.pop("meta", {})}
+    executed.write_text(json.dumps({"cells": [cell], **top}))
+    got = input_problems(tmp_path)
+    assert len(got) == 1 and got[0].startswith(f"{executed}: {why}"), got

@@ -160,3 +160,14 @@ def test_an_executed_notebook_deep_or_a_fifo_gives_no_duration_never_a_traceback
                  '{"metadata": {"papermill": {"duration": NaN}}}'):
         assert rerun._duration(text) is None, text
     assert rerun._duration('{"metadata": {"papermill": {"duration": 12}}}') == 12.0
+
+
+@pytest.mark.parametrize("machine", ["cpu-2c/../cpu-2c", "../../README.md", "--output=work/x"])
+def test_machine_is_one_folder_name_never_a_path(tmp_path, monkeypatch, capsys, machine):
+    """attack58 W5 / attack59 G4: `--machine cpu-2c/../cpu-2c` was used verbatim in a path and blamed a record."""
+    monkeypatch.setattr(rerun, "resolve_commit", lambda rev: "a" * 40)
+    monkeypatch.setattr(rerun, "compare", lambda *a, **k: pytest.fail("compared with a bad --machine"))
+    with pytest.raises(SystemExit) as e:
+        rerun.main(["--before", "HEAD", f"--machine={machine}", "04"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and f"--machine {machine!r}: a machine key is one folder name" in err[-1], err

@@ -180,6 +180,18 @@ def test_the_dry_run_refuses_the_limits_and_the_folder_the_run_refuses(capsys, a
     assert stop.value.code == 2 and says in capsys.readouterr().err
 
 
+def test_a_negative_deadline_is_refused_by_the_dry_run_naming_the_parameter(capsys):
+    """attack59 F2: `-p deadline_s -5` passed the dry run and the run, every deadline of notebook 16 off."""
+    try:
+        rc = R.main(["--dry-run", "--profile", "smoke", "--no-data", "--only", "16", "-p", "deadline_s", "-5"])
+    except SystemExit as stop:
+        rc = stop.code
+    got = capsys.readouterr()
+    said = got.out + got.err   # the plan's row for 16: "cannot resolve: …"
+    assert rc == 2 and "deadline_s=-5.0 is seconds: give a finite number > 0" in said, (rc, said[-800:])
+    assert "Traceback" not in said
+
+
 @pytest.mark.parametrize("text", ["no/such/set", "data/sr64\nsmoke"])
 def test_a_data_root_that_is_no_folder_is_one_line_before_any_notebook_runs(text):
     """attack50 W4: `-p data_root $'data/sr64\nsmoke'` printed a plan with the newline and ran; now one line naming
@@ -308,3 +320,21 @@ def test_a_tilde_user_that_cannot_be_expanded_is_one_line_and_tilde_expands_ever
             resolve_run([nb05], [], "smoke")
         with pytest.raises(ValueError, match=r"^FEEDLAB_DATA '~nosuchuser9/d'"):
             paths.check_scratch()
+
+
+def test_the_dry_runs_header_and_out_dir_row_name_the_folder_the_run_writes(capsys, monkeypatch):
+    """attack59 W2: `-p out_dir figures/04_print_overhead/<key>` under quick showed `out_dir runs/quick/…` under a
+    header naming figures/; attack58 W7: a smoke plan's header said figures/ while its rows said runs/smoke/."""
+    import re
+
+    monkeypatch.delenv("FEEDLAB_SCRATCH", raising=False)
+    assert R.main(["--dry-run", "--profile", "smoke", "--only", "04"]) == 0
+    out = capsys.readouterr().out
+    assert "results under runs/smoke/<notebook>/ (nothing is run)" in out, out[:300]
+    from feedlab.run_plan import planned_machine_key
+
+    key = planned_machine_key()
+    mine = f"figures/04_print_overhead/{key}"
+    assert R.main(["--dry-run", "--profile", "quick", "--only", "04", "-p", "out_dir", mine]) == 0
+    out = capsys.readouterr().out
+    assert f"results under figures/<notebook>/{key}/" in out and re.search(rf"out_dir\s+{re.escape(mine)}\n", out), out

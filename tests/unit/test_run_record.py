@@ -209,3 +209,26 @@ def test_a_records_manifest_that_is_a_fifo_or_too_deep_is_no_manifest_without_a_
     t.start()
     t.join(20)
     assert got == [(set(), [])], "a FIFO manifest was waited on"
+
+
+def test_a_record_file_that_is_a_fifo_is_named_for_what_it_is_not_called_a_foreign_file(tmp_path):
+    """attack59 W3: a results.json that is a FIFO in the runner's own folder read "holds results.json, not a record
+    … give a new or empty folder": the advice repaired nothing. Now the entry is named for what it is."""
+    folder = tmp_path / "04_print_overhead"
+    folder.mkdir()
+    (folder / "04_print_overhead.executed.ipynb").write_text("{}")
+    os.mkfifo(folder / "results.json")
+    line = run_record.record_problem("04_print_overhead", folder)
+    assert "results.json is a FIFO, not a regular file" in line and "remove it" in line, line
+    assert "\n" not in line and "not a record of" not in line
+
+
+def test_a_tar_that_is_a_fifo_is_refused_before_anything_runs_dry_run_too(tmp_path):
+    """attack58 W6: `--tar f.tar` (a FIFO) passed the dry run and the start checks; the run refused it only after
+    the notebook ran."""
+    fifo = tmp_path / "f.tar"
+    os.mkfifo(fifo)
+    for planning in (True, False):
+        with pytest.raises(ValueError, match=r"is a FIFO, not a regular file: left as it is, nothing run"):
+            run_record.check_tar_dest(fifo, planning=planning)
+    assert sorted(os.listdir(tmp_path)) == ["f.tar"]

@@ -131,6 +131,24 @@ def test_feedlab_scratch_set_to_a_file_is_one_line_before_the_notebook_runs(fake
         paths.check_scratch()
 
 
+def test_feedlab_scratch_a_fifo_is_refused_by_the_dry_run_as_by_the_run_and_nothing_made(fake_run, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """attack59 W4: FEEDLAB_SCRATCH naming a FIFO passed the dry run (rc 0), the run refused it; the plan agrees
+    now, and makes nothing (a scratch folder not there yet is not made by a dry run)."""
+    import os
+
+    fifo = tmp_path / "ff"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("FEEDLAB_SCRATCH", str(fifo))
+    monkeypatch.setattr(paths, "SCRATCH_DIR", fifo)
+    rc, ran = fake_run("--dry-run")
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and ran == [] and len(err) == 1 and f"FEEDLAB_SCRATCH={fifo}: not a folder" in err[0], err
+    monkeypatch.setattr(paths, "SCRATCH_DIR", tmp_path / "new" / "runs")
+    assert paths.check_scratch(make=False) == tmp_path / "new" / "runs"
+    assert sorted(os.listdir(tmp_path)) == ["ff"]
+
+
 def test_a_folder_name_too_long_for_its_temporary_is_one_line_and_a_long_one_still_locks(fake_run, tmp_path,
                                                                                          monkeypatch, capsys):
     from feedlab.run_record import SIBLING_SUFFIX, run_lock

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import os
 import sys
 import warnings
@@ -283,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     with cli_errors("python -m feedlab.doctor"), worker_warnings_collected():
         if argv is None:   # the command line: its workers share one multiprocessing folder, removed at its exit
             mp_folder_owned()   # (a worker killed from outside left its own pymp-* in $TMPDIR: attack57 S63)
+            faulthandler.enable()   # a native crash in your dataset, run in this process, names its frame (attack58 W3)
         else:   # a caller's process: a $TMPDIR too long for the workers' sockets gets their folder in /tmp
             mp_sockets_fit()
         return _main(argv)

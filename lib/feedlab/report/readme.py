@@ -73,7 +73,10 @@ def reading_from_executed(nb_path) -> list[str]:
     (computed by the notebook from that run's numbers), up to the record-results cell."""
     import nbformat
 
-    nb = nbformat.read(nb_path, as_version=4)
+    try:
+        nb = nbformat.read(nb_path, as_version=4)
+    except (nbformat.NBFormatError, ValueError, KeyError) as exc:   # NotJSONError is a ValueError
+        raise ValueError(f"{nb_path}: not a notebook nbformat reads ({exc}); re-run that notebook") from None
     lines: list[str] = []
     inside = False
     for cell in nb.cells:

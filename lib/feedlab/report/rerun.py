@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--machine", default="cpu-2c")
     ap.add_argument("--out", type=Path, help="write the markdown here too")
     args = ap.parse_args(argv)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.machine):   # one folder name (attack58 W5, attack59 G4)
+        ap.error(f"--machine {args.machine!r}: a machine key is one folder name under figures/<notebook>/ "
+                 "(cpu-2c, h100-16c): letters, digits, '.', '_' or '-'")
     if args.out is not None and outside_figures(args.out, "--out"):   # never over a committed record
         ap.error(outside_figures(args.out, "--out"))
     if args.out is not None and args.out.exists() and not args.out.is_file():   # a folder, a device (attack54 G15)
