@@ -83,11 +83,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from feedlab import paths
     from feedlab.errors import FormatError, one_line
 
     from . import build_cls, build_sr, pack, verify
 
     flag, where = ("--out", args.out) if args.cmd in ("sr", "classify") else ("ROOT", getattr(args, "root", None))
+    try:   # a ~ that cannot be expanded: one line, never a folder named ~user in the current one (attack57 W1)
+        for why in paths.env_problems() if where is None else []:   # the default folder is under FEEDLAB_DATA
+            if why.startswith("FEEDLAB_DATA"):
+                raise ValueError(why)
+        if where is not None:
+            where = paths.user_path(where, flag)
+            setattr(args, "out" if flag == "--out" else "root", where)
+    except ValueError as exc:
+        print(f"data_prep {args.cmd}: error: {exc}", file=sys.stderr)
+        return 2
     if args.cmd != "verify" and where is not None and outside_figures(where, flag):   # never into a record
         print(f"data_prep {args.cmd}: error: {outside_figures(where, flag)}", file=sys.stderr)
         return 2

@@ -402,3 +402,18 @@ def test_a_second_signal_dropped_while_the_first_stops_the_command_gives_one_lin
     assert err == ["data_prep pack: hangup (SIGHUP): no partial output left"], err
     assert not signal_scope._PENDING
     assert signal.getsignal(signal.SIGHUP) is not signal_scope._raise_dropped
+
+
+def test_a_tilde_that_cannot_be_expanded_is_one_line_never_a_folder_named_tilde(tmp_path, monkeypatch, capsys):
+    """attack57 W1: `data_prep sr --out '~nosuchuser9/x'` (quoted, as from a config file) made a folder named
+    `~nosuchuser9` in the current folder, rc 0; FEEDLAB_DATA='~nosuchuser9/d' did the same for the default."""
+    from feedlab import paths
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["sr", "--out", "~nosuchuser9/x", "--count", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--out '~nosuchuser9/x': no user nosuchuser9" in err and len(err.strip().splitlines()) == 1, err
+    monkeypatch.setitem(paths._ENV_PROBLEMS, "FEEDLAB_DATA", "FEEDLAB_DATA '~nosuchuser9/d': no user nosuchuser9")
+    assert main(["classify", "--per-class", "1"]) == 2
+    assert "FEEDLAB_DATA '~nosuchuser9/d'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -42,6 +42,8 @@ def test_a_dataloader_worker_killed_from_outside_is_named_with_its_signal():
     segv = RuntimeError("DataLoader worker (pid 7) is killed by signal: Segmentation fault. ")
     assert "worker (pid 7) crashed with SIGSEGV" in worker_died_line(segv, Path("s.py"), "", 3)
     gone = RuntimeError("DataLoader worker (pid(s) 3438, 3439) exited unexpectedly")
+    # attack57 W3: a worker's native abort() reads "exited unexpectedly" too: the line never says only "from outside"
+    assert "a native abort in the worker" in worker_died_line(gone, Path("s.py"), "", 5)
     assert "its DataLoader worker(s) (pid(s) 3438, 3439) exited unexpectedly after 5 batches" in \
         worker_died_line(gone, Path("s.py"), "", 5)
     assert worker_died_line(RuntimeError("CUDA error"), Path("s.py"), "", 5) is None

@@ -69,7 +69,8 @@ def worker_died_line(exc: BaseException, path, where: str, n: int, who: str | No
     pids, said = m.group(1).strip(), m.group(2)
     if said is None:
         return (f"{head}: its DataLoader worker(s) (pid(s) {pids}) exited unexpectedly{where} after {n} "
-                "batches, without a Python error (killed from outside, or os._exit in the worker?)")
+                "batches, without a Python error (a native abort in the worker, os._exit, or a kill from outside: torch "
+                "does not say which; run with num_workers=0 to see a crash in your dataset)")
     names = {signal.strsignal(s): s for s in signal.Signals if signal.strsignal(s)}
     sig = names.get(said.strip())
     name = sig.name if sig else f"a signal ({said.strip()})"
