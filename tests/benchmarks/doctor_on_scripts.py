@@ -20,10 +20,13 @@ points one elsewhere), copied byte for byte at their commit into a temporary fol
 All on CPU, offline, on data built here (``data_prep.build_cls``). For each case, every step a subprocess under
 ``--timeout`` (its process group killed there):
 
-1. *by hand*, the truth: the script run unmodified with its first DataLoader's batches fetched as built (the
-   fetch, timed), then replayed from memory while the time from a batch's delivery to the next request is
-   taken (the step alone, no data wait); at num_workers=0 the data-wait share is fetch ÷ (fetch + step),
-   data-bound at 20% or more (the doctor's own threshold);
+1. *by hand*, the truth: the script run unmodified, its first DataLoader's loop timed as it runs (each batch's
+   wait in ``next`` and the time from its delivery to the next request, nothing else in the process): the loop's
+   data-wait share by the doctor's own statistic (the median over windows), data-bound at 20% or more (the
+   doctor's own threshold), with a bootstrap interval over the batches. Then, from the same iterator, batches
+   fetched as built (the fetch, timed) and replayed from memory (the step alone, no data wait): the step price's
+   truth, and the split share fetch ÷ (fetch + step) shown beside the loop's (a record without a hand-timed
+   loop is judged on the split share, as it was);
 2. the doctor, ``--script S --json`` (its verdict, the step as the script ran it, the rate), and
    ``--script S --diagnose --json`` (the diagnosis: one verdict a run, and the changes it advises);
 3. each advised change (the doctor's ``code`` line; up to ``--changes``) applied without editing the script: a
@@ -196,16 +199,52 @@ def hand_summary(hand: dict) -> dict:
            "fetch_s_per_sample": f / size if f is not None and size else None,
            "step_batches": len(step), "fetch_batches": len(fetch)}
     share = truth_share(f, s, hand.get("workers", 0))
+    lo_hi = truth_interval(fetch, step, hand.get("workers", 0)) if share is not None else None
+    out["split_wait_share"] = share   # fetch ÷ (fetch + step), each timed apart
+    loop = loop_share(hand.get("loop_wait_s", [])[1:], hand.get("loop_step_s", [])[1:], hand.get("workers") or 0)
+    if loop is not None:   # the loop itself, timed by hand as it ran: the truth where it was timed
+        share, lo_hi = loop
+        out["truth_source"] = "loop"
+        out["loop_batches"] = len(hand.get("loop_wait_s", [])[1:])
+    else:
+        out["truth_source"] = "split"
     out["wait_share"] = share
     out["truth"] = truth_of(share)
     iv = median_interval(step) if size else None
     if iv is not None:   # the hand step's own spread: the step price is judged on it (judge_ratio)
         out["step_s_per_sample_interval"] = [iv[0] / size, iv[1] / size]
-    lo_hi = truth_interval(fetch, step, hand.get("workers", 0)) if share is not None else None
     if lo_hi is not None:
         out["wait_share_interval"] = list(lo_hi)
         out["on_the_line"] = lo_hi[0] < DATA_BOUND_SHARE <= lo_hi[1]
     return out
+
+
+def loop_share(waits: list, steps: list, workers: int, level: float = TRUTH_LEVEL,
+               resamples: int = TRUTH_RESAMPLES) -> tuple[float, tuple[float, float] | None] | None:
+    """The hand-timed loop's data-wait share by the doctor's own statistic (``feedlab.doctor.verdict.wait_share``:
+    the median over windows; the same reading on both sides, so only the measurement differs) and its central
+    ``level`` interval over ``resamples`` bootstrap draws of the batches (seeded); None under 3 batches."""
+    import numpy as np
+
+    from feedlab.doctor.verdict import wait_share
+
+    n = min(len(waits), len(steps))
+    if n < 3:
+        return None
+    w, s = np.asarray(waits[:n], float), np.asarray(steps[:n], float)
+    got = wait_share(w, s, workers)
+    if got is None:
+        return None
+    rng = np.random.default_rng(0)
+    shares = []
+    for _ in range(resamples // 4):   # each draw re-windows its batches: a quarter of the draws is plenty here
+        k = rng.integers(0, n, n)
+        r = wait_share(w[k], s[k], workers)
+        if r is not None:
+            shares.append(r["share"])
+    tail = 50.0 * (1.0 - level)
+    iv = tuple(float(x) for x in np.percentile(shares, [tail, 100.0 - tail])) if shares else None
+    return float(got["share"]), iv
 
 
 def truth_interval(fetch: list, step: list, workers: int, level: float = TRUTH_LEVEL,
@@ -609,9 +648,13 @@ def change_words(c: dict) -> str:
 
 
 def interval_words(hand: dict) -> str:
-    """The hand truth's interval as a cell's tail (", 90%: 12–23%"), empty where the record has none."""
+    """The hand truth's interval as a cell's tail (", 90%: 12–23%"), empty where the record has none; where the
+    truth is the hand-timed loop, the split timing's share beside it ("; split 22%")."""
     lo_hi = hand.get("wait_share_interval")
-    return f", {TRUTH_LEVEL:.0%}: {lo_hi[0]:.1%}–{lo_hi[1]:.1%}" if lo_hi else ""   # S17: 19.7% vs 20.5%
+    tail = f", {TRUTH_LEVEL:.0%}: {lo_hi[0]:.1%}–{lo_hi[1]:.1%}" if lo_hi else ""   # S17: 19.7% vs 20.5%
+    if hand.get("truth_source") == "loop":
+        tail = f" loop{tail}; split {fmt(hand.get('split_wait_share'), '.0%')}"
+    return tail
 
 
 def run_section(result: dict) -> list[str]:
@@ -976,10 +1019,12 @@ def apply_and_run(apply: dict, script: Path, args) -> None:
 
 
 def hand_timing(script: Path, args, batches: int, out: Path) -> None:
-    """In this process: ``script`` as ``__main__`` with its first DataLoader's batches fetched as built
-    (``CACHE_BATCHES``, each timed), the loader's workers shut down, then ``batches`` batches replayed
-    from memory with the time from each delivery to the next request taken. Only the first loader
-    the script iterates is timed; the script is stopped after the replay."""
+    """In this process: ``script`` as ``__main__``, its first DataLoader's loop timed as it runs for ``batches``
+    batches (each wait in ``next``, each time from a delivery to the next request: the truth of the loop's
+    data-wait share), then from the same iterator its next batches fetched as built (``CACHE_BATCHES``, each
+    timed), the loader's workers shut down, then ``batches`` batches replayed from memory with the time from
+    each delivery to the next request taken (the step alone). Only the first loader the script iterates is
+    timed; the script is stopped after the replay."""
     import runpy
 
     import torch
@@ -990,7 +1035,8 @@ def hand_timing(script: Path, args, batches: int, out: Path) -> None:
     class Done(BaseException):
         pass
 
-    rec = {"fetch_s": [], "step_s": [], "sizes": [], "workers": None, "threads": torch.get_num_threads()}
+    rec = {"fetch_s": [], "step_s": [], "sizes": [], "workers": None, "threads": torch.get_num_threads(),
+           "loop_wait_s": [], "loop_step_s": [], "loop_sizes": []}
 
     def size(b):
         while isinstance(b, (list, tuple)) and b:
@@ -1010,18 +1056,43 @@ def hand_timing(script: Path, args, batches: int, out: Path) -> None:
             t_last = time.perf_counter()
             yield b
 
+    def timed(it):
+        """The script's own loop first, as it runs: each batch's wait in ``next`` and the time from its delivery
+        to the next request (``loop_wait_s``, ``loop_step_s``); then the split timing from the same iterator."""
+        t_last = None
+        for _ in range(batches):
+            t0 = time.perf_counter()
+            if t_last is not None:
+                rec["loop_step_s"].append(t0 - t_last)
+            try:
+                b = next(it)
+            except StopIteration:
+                break
+            rec["loop_wait_s"].append(time.perf_counter() - t0)
+            rec["loop_sizes"].append(size(b))
+            t_last = time.perf_counter()
+            yield b
+        if t_last is not None:   # the last batch's step ends as the script asks again (now)
+            rec["loop_step_s"].append(time.perf_counter() - t_last)
+        cached = []
+        for _ in range(CACHE_BATCHES):
+            t0 = time.perf_counter()
+            try:
+                cached.append(next(it))
+            except StopIteration:
+                break
+            rec["fetch_s"].append(time.perf_counter() - t0)
+        getattr(it, "_shutdown_workers", lambda: None)()
+        del it
+        if not cached:
+            raise Done()
+        yield from replay(cached)
+
     def __iter__(self):
         if rec["workers"] is not None:
             raise Done()
         rec["workers"] = int(self.num_workers)
-        it, cached = original(self), []
-        for _ in range(CACHE_BATCHES):
-            t0 = time.perf_counter()
-            cached.append(next(it))
-            rec["fetch_s"].append(time.perf_counter() - t0)
-        getattr(it, "_shutdown_workers", lambda: None)()
-        del it
-        return replay(cached)
+        return timed(original(self))
 
     original, DataLoader.__iter__ = DataLoader.__iter__, __iter__
     sys.argv = [str(script), *args]

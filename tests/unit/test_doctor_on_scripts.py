@@ -500,3 +500,20 @@ def test_the_step_price_reads_the_doctors_second_price(B):
     one = {"step_ratio": 0.93, "busy": None, "doctor_step_s_per_sample": 0.0324, "hand": hand}
     assert B.step_price(one) == "met"
     assert B.step_price(dict(one, diagnosis_step_s_per_sample=0.0433)).startswith("not judged (0.93, its 90% interval")
+
+
+def test_the_truth_is_the_hand_timed_loop_where_it_was_timed_and_the_split_share_stays_beside_it(B):
+    """The loop's own data-wait share, timed by hand as the script ran (nothing of the doctor in the process), is
+    the verdict's truth; fetch ÷ (fetch + step) timed apart is shown beside it (it read 21–22% on mobilenet where
+    the doctor read 16–17%: docs/doctor_on_scripts.run2.json of 0643122)."""
+    split = {"fetch_s": [5.0, 0.3, 0.3, 0.3, 0.3], "step_s": [5.0, 1.0, 1.0, 1.0, 1.0], "sizes": [4] * 5, "workers": 0}
+    h = B.hand_summary(split)
+    assert h["truth_source"] == "split" and h["truth"] == "data-bound" and h["wait_share"] == pytest.approx(0.3 / 1.3)
+    loop = dict(split, loop_wait_s=[9.0] + [0.1] * 12, loop_step_s=[9.0] + [1.0] * 12)
+    h = B.hand_summary(loop)
+    assert h["truth_source"] == "loop" and h["loop_batches"] == 12 and h["truth"] == "compute-bound"
+    assert h["wait_share"] == pytest.approx(0.1 / 1.1) and h["split_wait_share"] == pytest.approx(0.3 / 1.3)
+    lo, hi = h["wait_share_interval"]
+    assert lo <= h["wait_share"] <= hi and not h["on_the_line"]
+    assert "loop" in B.interval_words(h) and "split 23%" in B.interval_words(h)
+    assert B.hand_summary(dict(split, loop_wait_s=[1.0, 0.1], loop_step_s=[1.0, 1.0]))["truth_source"] == "split"
