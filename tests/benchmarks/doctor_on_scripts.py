@@ -766,7 +766,9 @@ def document(results: list[tuple[str, dict]]) -> str:
            + " ".join(f"docs/{n}" for n, _ in results) + " ; do not edit by hand -->", "",
            "A benchmark, not a test: `python tests/benchmarks/doctor_on_scripts.py --out docs/doctor_on_scripts.runN.json` "
            "runs `python -m feedlab.doctor --script` on unmodified public training scripts against a hand timing of "
-           "the same loop with and without its data wait (the truth), checks the verdicts, then applies each change the "
+           "the same loop (the truth: its data-wait share timed as it ran, nothing of the doctor in the process; the "
+           "split timing, each batch fetched and then its step replayed apart, shown beside it as \"split\"), "
+           "checks the verdicts, then applies each change the "
            "doctor advises and measures it against the start in interleaved rounds (tests/benchmarks/doctor_on_scripts.py "
            "says how). Below, the committed records, unedited.", "",
            f"Over the records: verdicts right against the hand truth {t['verdict_right'][0]} of {t['verdict_right'][1]}"
