@@ -16,7 +16,8 @@ STUCK = """
 import sys, threading, time
 from feedlab import errors, files
 sys.argv[0] = {argv0!r}
-files.mp_folder_owned()   # multiprocessing's folder, removed at exit: by leave_stuck too (attack59 F1)
+made = files.mp_folder_owned()   # multiprocessing's folder, removed at exit: by leave_stuck too (attack59 F1)
+assert str(made).startswith({tmp!r}), made
 threading.Thread(target=time.sleep, args=(30,), daemon=True).start()   # a read stuck in what timed out
 since = errors.deadlines_fired()
 try:
@@ -30,17 +31,25 @@ print("the caller goes on", flush=True)
 
 
 @pytest.mark.parametrize("argv0, ended", [("-c", False), ("my_training.py", False), ("feedlab-bench", True)])
-def test_leave_stuck_ends_only_a_command_line(tmp_path, argv0, ended):
+def test_leave_stuck_ends_only_a_command_line(argv0, ended):
     """Either way nothing is left in $TMPDIR: os._exit runs no exit hook, so leave_stuck removes our
-    temporaries itself (attack59 F1: the doctor's multiprocessing folder was left)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "lib"), TMPDIR=str(tmp_path))
-    r = subprocess.run([sys.executable, "-c", STUCK.format(argv0=argv0)], capture_output=True, text=True,
-                       env=env, timeout=60)
-    if ended:                                  # the positive control: a command line ends at once
-        assert r.returncode == 2 and "goes on" not in r.stdout, (r.returncode, r.stdout, r.stderr[-1500:])
-    else:
-        assert r.returncode == 0 and "the caller goes on" in r.stdout, (r.returncode, r.stderr[-1500:])
-    assert list(tmp_path.iterdir()) == []
+    temporaries itself (attack59 F1: the doctor's multiprocessing folder was left). $TMPDIR is short, so
+    multiprocessing's sockets fit in it and its folder is made there (a long one moves it to /tmp)."""
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
+    try:
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "lib"), TMPDIR=str(tmp))
+        r = subprocess.run([sys.executable, "-c", STUCK.format(argv0=argv0, tmp=str(tmp))], capture_output=True, text=True,
+                           env=env, timeout=60)
+        if ended:                                  # the positive control: a command line ends at once
+            assert r.returncode == 2 and "goes on" not in r.stdout, (r.returncode, r.stdout, r.stderr[-1500:])
+        else:
+            assert r.returncode == 0 and "the caller goes on" in r.stdout, (r.returncode, r.stderr[-1500:])
+        assert list(tmp.iterdir()) == []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_a_command_line_is_told_from_a_library_caller(monkeypatch):
