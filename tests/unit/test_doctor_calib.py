@@ -373,6 +373,34 @@ def test_a_drift_between_two_measurements_is_a_cause_only_outside_their_repeats_
     blind = against_drift(5061.0, 6612.0, 1.85, 2.05)
     assert drift_words(blind).endswith("(+31%: not judged, the repeats behind each were not recorded)")
     wide = against_drift(5061.0, 6612.0, 1.85, 2.05, (0.253, 0.1))
-    assert "not told apart" in drift_words(wide) and "gain's error" not in drift_words(wide)
+    assert "cannot be told apart" in drift_words(wide) and "within" not in drift_words(wide) and "gain's error" not in drift_words(wide)
     tight = against_drift(5061.0, 6612.0, 1.85, 2.05, (0.03, 0.03))
     assert "the machine moved since the stages were priced); against it, the gain's error -10%" in drift_words(tight)
+
+
+def test_a_drift_outside_its_combined_spread_is_never_called_within_it():
+    """audit58 N18: 10 cpu's step 1 moved -20% against ±18% combined: outside the spread (its interval -38% to -2%
+    excludes 0), so not "within" it; it only cannot be told apart from the 10% line, and the line says so."""
+    from feedlab.experiments.doctor_steps import against_drift, drift_words
+
+    moved = against_drift(1780.0, 1426.0, 1.0, 1.0, (0.0634, 0.1693))   # figures/10_doctor/cpu-2c step 1
+    words = drift_words(moved)
+    assert "within" not in words and "gain's error" not in words
+    assert "(-20%, ±18% combined: its interval -38% to -2% holds the -10% line: cannot be told apart from it)" in words
+    inside = drift_words(against_drift(1000.0, 880.0, 1.0, 1.0, (0.1, 0.1)))   # -12% against ±14%
+    assert "within the repeats' spread, ±14% combined: its interval -26% to +2% holds 0" in inside
+
+
+def test_the_machine_line_says_busy_only_from_the_runs_load_record_never_from_the_probe():
+    """audit58 N19: 10 cpu printed "1.77 effective during the run (… below the core count means others were using
+    the machine)" while its load record read 1% other load, not busy: the 1.77 is one probe; busy is the record's."""
+    from feedlab.experiments.doctor_steps import machine_words
+
+    rep = {"cores": 2, "effective_cores": 1.772}
+    quiet = machine_words(rep, {"whole_run": {"available": True, "other_fraction": 0.01}, "busy": False})
+    assert "one probe read 1.77" in quiet and "others used 1% of the cores (not busy)" in quiet
+    assert "were using the machine" not in quiet and "during the run" not in quiet
+    busy = machine_words(rep, {"whole_run": {"available": True, "other_fraction": 0.4}, "busy": True})
+    assert "others were using the machine (40% of the cores, busy)" in busy
+    for unknown in (None, {}, {"available": False, "error": "OSError: x"}, {"whole_run": {"available": False}}):
+        assert "not recorded: whether others used it is not known" in machine_words(rep, unknown)

@@ -196,8 +196,12 @@ def drift_words(r: dict) -> str:
     if None in hws:   # a side with no spread of repeats: no cause, no gain's error from it (audit57 S15)
         return seen + ": not judged, the repeats behind each were not recorded)"
     h = float(np.hypot(*hws))
-    if abs(d) - h <= TARGET_REPEAT:
-        return seen + f": within the repeats' spread, ±{100 * h:.0f}% combined, not told apart from {100 * TARGET_REPEAT:.0f}%)"
+    lo, hi, line = 100 * (d - h), 100 * (d + h), float(np.copysign(100 * TARGET_REPEAT, d))
+    where = f"±{100 * h:.0f}% combined: its interval {lo:+.0f}% to {hi:+.0f}%"
+    if abs(d) <= h:   # "within" only where the move is inside its combined half-width (audit58 N18)
+        return seen + f": within the repeats' spread, {where} holds 0 and the {line:+.0f}% line: not told apart)"
+    if abs(d) - h <= TARGET_REPEAT:   # outside the spread, yet its interval holds the 10% line
+        return seen + f", {where} holds the {line:+.0f}% line: cannot be told apart from it)"
     g = r.get("gain_error")
     gain = f"; against it, the gain's error {100 * g:+.0f}%" if g is not None else ""
     return seen + f": the machine moved since the stages were priced){gain}"
@@ -358,9 +362,26 @@ def overall_gain(steps: list[dict]) -> tuple[float, float]:
     return kept[-1]["measured"] / steps[0]["measured"], kept[-1]["predicted"] / steps[0]["predicted"]
 
 
-def readings(report: dict, steps: list[dict], start: PipelineSpec, calib: dict, frame=None) -> list[str]:
+def machine_words(report: dict, load: dict | None = None) -> str:
+    """The machine line: the doctor's one probe of the cores the loop could use, said as one probe; "others were
+    using the machine" only from the run's load record (``load``: the fingerprint's ``other_load``, its
+    ``busy`` and ``whole_run.other_fraction``), never from the probe alone (audit58 N19)."""
+    probe = (f"Machine: {report['cores']} cores; the doctor's one probe read {report['effective_cores']:.2f} "
+             "CPU-s/s the loop could use (one moment, not the run's load)")
+    whole = (load or {}).get("whole_run") if isinstance(load, dict) else None
+    share = whole.get("other_fraction") if isinstance(whole, dict) and whole.get("available", True) else None
+    if not isinstance(share, (int, float)) or isinstance(share, bool):
+        return probe + "; the run's load of other programs was not recorded: whether others used it is not known."
+    if load.get("busy"):
+        return probe + f"; the run's load record: others were using the machine ({share:.0%} of the cores, busy)."
+    return probe + f"; the run's load record: others used {share:.0%} of the cores (not busy)."
+
+
+def readings(report: dict, steps: list[dict], start: PipelineSpec, calib: dict, frame=None,
+             load: dict | None = None) -> list[str]:
     """10's findings as text: the start's verdict, the machine, the calibration, each step
-    (kept or measured slower and undone) and the overall gain, all from the run. ``frame``: the steps' rows
+    (kept or measured slower and undone) and the overall gain, all from the run. ``load``: the run's load
+    record (:func:`feedlab.monitor.load_record`), read by :func:`machine_words`. ``frame``: the steps' rows
     (``Results.frame()``): the overall gain is then the one judge's (:func:`feedlab.report.targets.advice_line`:
     a batch size or recipe change, a short window or a single measurement is measured, never credited)."""
     v = verdict_of_report(report)   # the report's one verdict, as the doctor printed it: never re-derived here
@@ -370,8 +391,7 @@ def readings(report: dict, steps: list[dict], start: PipelineSpec, calib: dict, 
            # like with like: step 0's own prediction beside its own measurement (the doctor's end-to-end
            # prediction pairs with the end-to-end pass, printed in the doctor's block)
            f"predicted {steps[0]['predicted']:,.0f} samples/s, measured {steps[0]['measured']:,.0f} (step 0's pass).",
-           f"Machine: {report['cores']} cores, {report['effective_cores']:.2f} effective during the run "
-           "(a CPU-bound loop in every core; below the core count means others were using the machine)."]
+           machine_words(report, load)]
     run = None if frame is None else Run({"end_to_end": report.get("end_to_end") or [], "steps": steps,
                                           "cores": report.get("cores")}, frame=frame, fingerprint={})
     out += calibration_lines(calib, None if run is None else marks(error_entries(run.payload, run=run)[1]))
