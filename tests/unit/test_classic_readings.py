@@ -238,6 +238,27 @@ def test_03_without_cuda_reads_the_host_side_only():
     assert p["cuda"] is False and p["not_measured"] == ["a", "b"] and p["host_memcpy_gbps"] == 8.0
 
 
+def test_03_pinned_over_pcie_is_judged_by_the_one_judge_never_on_the_point_ratio():
+    """audit58 N17: 03's own Reading printed "0.85 (target ≥ 0.75: met)" for a record with no copy window, while
+    GPU_READINGS and RESULTS read "measured, not judged": the notebook's line now goes through the same judge."""
+    from feedlab.experiments import pinned_memory_by_input_size as E
+
+    link = {"theoretical_gbps": 12.5, "basis": "gen3 x16"}
+
+    def pcie_line(window: bool) -> str:
+        w = {"timed_batches": 60, "window_s": 1.5} if window else {}
+        copies = pd.DataFrame([dict(variant="pinned", metric="gb_per_s", direction="host_to_device", bytes=2**20,
+                                    value=10.0 * (1 + r / 1000), repeat=r, **w) for r in range(5)])
+        df = pd.concat([_nb03(cuda=True).query("not (variant == 'pinned' and metric == 'gb_per_s')"), copies])
+        lines, _ = E.readings(df, cuda=True, link=link, sizes=[2**20], input_sizes=[16, 64], batch_sizes=[8],
+                              repeats=5)
+        return next(x for x in lines if x.startswith("Pinned ÷ PCIe"))
+
+    assert pcie_line(window=False).endswith(
+        "= 0.80 (target ≥ 0.75: measured, not judged (pinned copies' timed window was not recorded)).")
+    assert pcie_line(window=True).endswith("= 0.80 (target ≥ 0.75: met).")
+
+
 def test_03_with_cuda_rows_judges_pinning_per_setting():
     """The CUDA branch of the reading, on rows made up as a GPU run would write them."""
     from feedlab.experiments import pinned_memory_by_input_size as E
@@ -246,7 +267,7 @@ def test_03_with_cuda_rows_judges_pinning_per_setting():
     link = {"theoretical_gbps": 12.5, "basis": "gen3 x16"}
     lines, head = E.readings(df, cuda=True, link=link, sizes=[2**20], input_sizes=[16, 64], batch_sizes=[8], repeats=2)
     assert head["h2d_pinned_gbps"] == 10.0 and head["pinned_over_pcie"] == pytest.approx(0.8)
-    assert any("target ≥ 0.75: met" in x for x in lines)
+    assert any("target ≥ 0.75: measured, not judged (" in x for x in lines)   # no host→device copy window rows
     # two rounds, no recorded window: the one judge judges neither setting (it read pageable / pinned wins)
     assert head["pinned_wins_per_batch"] == {"16/8": None, "64/8": None}
     assert all("measured, not judged" in x for x in lines if x.startswith("input "))
