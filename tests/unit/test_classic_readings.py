@@ -257,6 +257,8 @@ def test_03_pinned_over_pcie_is_judged_by_the_one_judge_never_on_the_point_ratio
     assert pcie_line(window=False).endswith(
         "= 0.80 (target ≥ 0.75: measured, not judged (pinned copies' timed window was not recorded)).")
     assert pcie_line(window=True).endswith("= 0.80 (target ≥ 0.75: met).")
+    from feedlab.report.targets import PCIE_FRACTION
+    assert f"target ≥ {PCIE_FRACTION:g}:" in pcie_line(window=True)   # the targets' one bound, not a copy that drifts
 
 
 def test_03_with_cuda_rows_judges_pinning_per_setting():
