@@ -550,6 +550,26 @@ def test_gpu_util_claims_judged_on_a_fair_run_and_not_on_an_unfair_one():
     assert "data-bound" in v.note and "11% → 6%" in v.ours
 
 
+def test_phase_slopes_are_graded_only_where_the_one_judge_reads_every_batch_size_fitted():
+    """audit58 N20: 000-forward-flat / 000-backward-linear graded 01 h100's slopes with no window, repeats or load
+    read, while the same batch_size_table rows (16 workers, batch 16 timed 195.3 ms) are refused for
+    000-gpu-util-rises: the slopes now read the judge's sides like that claim does."""
+    def phases(window_s: float) -> pd.DataFrame:
+        rows = []
+        for b in (16, 64, 128):
+            rows += _rows({"experiment": "batch_size_table", "num_workers": 16, "batch_size": b},
+                          {"forward": 10.0 * b ** 0.1, "backward": 0.5 * b, "samples_per_s": 1000.0, "batches": 100},
+                          rate_kind="steady", timed_batches=60, warmup_batches=33,
+                          window_s=window_s if b == 16 else 2.0)
+        return pd.DataFrame(rows)
+
+    for cid in ("000-forward-flat", "000-backward-linear"):
+        assert verdict(cid, frame=phases(2.0)).status == C.REPRODUCED, cid
+        v = verdict(cid, frame=phases(0.2))
+        assert v.status == C.NOT_FAIR and "16 workers, batch 16 timed 200.0 ms < 1 s" in v.note, (cid, v.note)
+        assert "∝ batch^" in v.ours, cid
+
+
 def test_gpu_util_levels_are_not_judged_on_a_window_the_judge_rejects():
     """Audit 45 V1/V2: a GPU busy share read at a setting whose timed window is under a second (the window the
     one judge rejects in a ratio) is measured, not judged — in every claim that reads it."""
