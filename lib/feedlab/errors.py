@@ -279,15 +279,15 @@ def leave_stuck(code: int, since: int = 0) -> None:
         p.join(2.0)
         if p.is_alive():
             p.kill()
-    try:   # what a signal's stop does too: our groups stopped, our temporaries (multiprocessing's folder
-        procgroup.stop_all(grace_s=2.0)   # among them) removed: os._exit skips every exit hook (attack59 F1)
-    except Exception:
-        pass
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr):   # the line first: what follows may take a grace or two
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
+    try:   # what a signal's stop does too: our groups stopped, our temporaries (multiprocessing's folder
+        procgroup.stop_all(grace_s=1.0)   # among them) removed: os._exit skips every exit hook (attack59 F1)
+    except Exception:
+        pass
     os._exit(code)
 
 

@@ -32,9 +32,10 @@ def parameters_cell_problem(path: str | os.PathLike) -> str:
               and "parameters" in ((c.get("metadata") or {}).get("tags") or [])]
     if len(tagged) == 1:
         return ""
-    what = "no code cell tagged parameters" if not tagged else f"{len(tagged)} code cells tagged parameters"
+    what, fix = (("no code cell tagged parameters", "tag the cell of its parameters") if not tagged else
+                 (f"{len(tagged)} code cells tagged parameters", "untag all but the first"))
     return (f"{path}: {what} (a notebook has exactly one, where a run's values go): restore it "
-            f"(git checkout -- {path}), or tag one cell")
+            f"(git checkout -- {path}), or {fix}")
 
 
 def notebook_parameters(path: str | os.PathLike) -> dict:

@@ -224,19 +224,24 @@ def limit_shortfall(folder: Path, skipped: list[str] | None = None) -> tuple[flo
     return total, n
 
 
-def _where(rows, key: str) -> str:
+def _where(rows) -> str:
     """The header's folder: the one the rows' ``out_dir`` share with their notebook's name as ``<notebook>``
     (attack58 W7: a smoke plan said figures/ while its rows said runs/smoke/)."""
-    shapes = {str(v["out_dir"]).replace(name, "<notebook>") for name, v in rows
-              if isinstance(v, dict) and "out_dir" in v}
+    def shape(name: str, out_dir) -> str:   # the notebook's own name as the last folder or the one above
+        p = Path(str(out_dir))
+        if p.name == name:
+            return str(p.parent / "<notebook>")
+        return str(p.parent.parent / "<notebook>" / p.name) if p.parent.name == name else str(p)
+
+    shapes = {shape(name, v["out_dir"]) for name, v in rows if isinstance(v, dict) and "out_dir" in v}
     if len(shapes) == 1:
         return f"under {shapes.pop().rstrip('/')}/"
-    return "where each notebook's out_dir says" if shapes else f"under figures/<notebook>/{key}/"
+    return "where each notebook's out_dir says" if shapes else "where each notebook's out_dir says (none resolved)"
 
 
 def print_plan(rows, profile: str, cores: int, figures_dir: Path | None = None) -> None:
     key = planned_machine_key(cores)  # the machine with that many cores
-    print(f"plan: profile {profile}, {cores} usable cores, results {_where(rows, key)} (nothing is run)")
+    print(f"plan: profile {profile}, {cores} usable cores, results {_where(rows)} (nothing is run)")
     known, missing = 0.0, []
     for name, values in rows:
         print(f"\n{name}")

@@ -517,3 +517,33 @@ def test_the_truth_is_the_hand_timed_loop_where_it_was_timed_and_the_split_share
     assert lo <= h["wait_share"] <= hi and not h["on_the_line"]
     assert "loop" in B.interval_words(h) and "split 23%" in B.interval_words(h)
     assert B.hand_summary(dict(split, loop_wait_s=[1.0, 0.1], loop_step_s=[1.0, 1.0]))["truth_source"] == "split"
+
+
+HAND_SCRIPT = """
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+class D(Dataset):
+    def __len__(self): return 40
+    def __getitem__(self, i):
+        time.sleep(0.001); return torch.zeros(3)
+for epoch in range(3):
+    for b in DataLoader(D(), batch_size=4):
+        time.sleep(0.005)
+"""
+
+
+def test_the_hand_timing_times_the_loop_then_fetches_and_replays_even_past_a_short_epoch(tmp_path):
+    """review15 #3/#5: an epoch no longer than the hand-timed loop (10 batches here, 16 asked) left the split
+    timing nothing to fetch, and a loop ended by StopIteration counted its last step twice."""
+    import subprocess
+    import sys
+
+    script, out = tmp_path / "s.py", tmp_path / "hand.json"
+    script.write_text(HAND_SCRIPT)
+    r = subprocess.run([sys.executable, str(PATH), "--hand", str(out),
+                        "--batches", "16", "--script", str(script), "--"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-1500:]
+    h = json.loads(out.read_text())
+    assert len(h["loop_wait_s"]) == len(h["loop_step_s"]) == 10 and h["loop_sizes"] == [4] * 10
+    assert len(h["fetch_s"]) == 9 and len(h["step_s"]) == 16   # from a fresh iterator after the epoch ran out
+    assert all(s >= 0.004 for s in h["loop_step_s"])           # each step holds the script's 5 ms

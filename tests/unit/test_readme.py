@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from feedlab.report import readme
 
 
@@ -409,3 +411,18 @@ def test_the_anchor_is_no_prediction_in_the_doctor_block_or_its_calibration_tabl
     doc = readme_doctor.calibration_doc(tmp_path)
     assert "| workers (start spec) w0 (the anchor) | 1,500 (the stage probes alone) | 1,000 | the anchor" in doc
     assert "| workers (start spec) w1 | 1,050 | 1,000 | +5% |" in doc
+
+
+@pytest.mark.parametrize("nb", [{"cells": [{"cell_type": "markdown", "source": "x"}]},
+                                {"nbformat": 4, "cells": [{"cell_type": "markdown", "source": "x"}]},
+                                {"nbformat": "four", "cells": []}])
+def test_an_executed_notebook_nbformat_cannot_read_is_one_line_naming_it(tmp_path, nb):
+    """review15 #4: a notebook without its nbformat key, or a cell nbformat's schema refuses, raised an
+    UnboundLocalError or a jsonschema ValidationError traceback from report.readme."""
+    from feedlab.report.readme import reading_from_executed
+
+    path = tmp_path / "04_x.executed.ipynb"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(ValueError) as exc:
+        reading_from_executed(path)
+    assert str(exc.value).startswith(f"{path}: not a notebook nbformat reads") and "\n" not in str(exc.value)

@@ -75,7 +75,8 @@ def reading_from_executed(nb_path) -> list[str]:
 
     try:
         nb = nbformat.read(nb_path, as_version=4)
-    except (nbformat.NBFormatError, ValueError, KeyError) as exc:   # NotJSONError is a ValueError
+    except Exception as exc:   # nbformat's own (NotJSONError, a schema's ValidationError, an UnboundLocalError
+        # on a file without its nbformat key: review15 #4): the file named in one line, never a traceback
         raise ValueError(f"{nb_path}: not a notebook nbformat reads ({exc}); re-run that notebook") from None
     lines: list[str] = []
     inside = False
