@@ -44,3 +44,26 @@ def test_a_missing_function_and_a_file_path_are_told_apart_from_a_module_that_do
     assert M._load_callable("mypkg_loader_ref2.mk:make_ok", "--loader")() == [1]
     sys.modules.pop("mypkg_loader_ref2.mk", None)
     sys.modules.pop("mypkg_loader_ref2", None)
+
+
+def test_a_module_that_raises_while_it_imports_is_one_line_naming_where_for_the_doctor_and_the_tuner(tmp_path,
+                                                                                                 monkeypatch):
+    """attack60 F1: `tuner --loader work.s.bad_import:make`, whose module raises at import, printed a 27-line
+    traceback; the doctor and the tuner now share one loader (doctor.guard.load_callable) that names it."""
+    from feedlab.tuner.__main__ import main as tuner
+
+    pkg = tmp_path / "mypkg_loader_ref3"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bad.py").write_text("x = 1\nraise RuntimeError('boom at import')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for call in (lambda: M._load_callable("mypkg_loader_ref3.bad:make", "--loader"),
+                 lambda: tuner(["--loader", "mypkg_loader_ref3.bad:make"])):
+        with pytest.raises(SystemExit) as e:
+            call()
+        line = str(e.value)
+        assert "importing mypkg_loader_ref3.bad raised RuntimeError: boom at import at bad.py:2" in line, line
+        assert "\n" not in line and "PYTHONPATH" not in line
+        sys.modules.pop("mypkg_loader_ref3.bad", None)
+    assert str(e.value).startswith("python -m feedlab.tuner: error: --loader")

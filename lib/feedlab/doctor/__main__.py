@@ -39,7 +39,7 @@ from feedlab.paths import default_sr_root, outside_figures
 from feedlab.trace import trace_run
 
 from .diagnosis import diagnose
-from .guard import DEFAULT_DEADLINE_S, user_call
+from .guard import DEFAULT_DEADLINE_S, load_callable, user_call
 from .measure import Doctor, Effort
 from .ranks import advise_ranks, render_ranks
 from .report import json_default, render
@@ -134,30 +134,8 @@ def refuse_options(ap, args, flag: str) -> None:
 
 
 def _load_callable(ref: str, flag: str):
-    """``package.module:function`` imported as ``python -m`` would: the current folder first on the path
-    (the ``feedlab-doctor`` console script does not put it there, so the README's example needed
-    ``PYTHONPATH=.``)."""
-    import importlib
-
-    mod, _, name = ref.partition(":")
-    if not mod or not name:
-        raise SystemExit(f"{flag} {ref!r}: write it as package.module:function")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    if "/" in mod or mod.endswith(".py"):   # a file's path: the module's dotted name is what imports
-        dotted = mod.removesuffix(".py").strip("./").replace("/", ".")
-        raise SystemExit(f"{flag} {ref!r}: give the module, not its file: {dotted}:{name} (run from the folder "
-                         "that holds its top package, or put that folder on PYTHONPATH)")
-    try:
-        module = importlib.import_module(mod)
-    except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"{flag} {ref!r}: cannot import it ({exc}); is its folder on PYTHONPATH?") from None
-    fn = getattr(module, name, None)
-    if fn is None:   # the module imported: the PYTHONPATH hint would be wrong
-        raise SystemExit(f"{flag} {ref!r}: {mod} imports, but has no {name}; check the name after the colon")
-    if not callable(fn):
-        raise SystemExit(f"{flag} {ref!r}: not callable")
-    return fn
+    """``package.module:function`` for ``--loader``/``--step`` (:func:`feedlab.doctor.guard.load_callable`)."""
+    return load_callable(ref, flag)
 
 
 def _log(args):

@@ -13,7 +13,6 @@ DataLoader is then tuned with a wait of your step's measured time standing in fo
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from feedlab import formats
 from feedlab import pipeline as pl
 from feedlab.collate import to_float
+from feedlab.doctor import guard
 from feedlab.doctor.guard import DEFAULT_DEADLINE_S
 from feedlab.doctor.script import run_script
 from feedlab.doctor.wrap import batch_len
@@ -54,27 +54,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def load_callable(ref: str, flag: str):
-    mod, _, name = ref.partition(":")
-    if not mod or not name:
-        raise SystemExit(f"{PROG}: error: {flag} {ref!r}: write it as package.module:function")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    if "/" in mod or mod.endswith(".py"):   # a file's path: the module's dotted name is what imports
-        dotted = mod.removesuffix(".py").strip("./").replace("/", ".")
-        raise SystemExit(f"{PROG}: error: {flag} {ref!r}: give the module, not its file: {dotted}:{name} (run from "
-                         "the folder that holds its top package, or put that folder on PYTHONPATH)")
-    try:
-        module = importlib.import_module(mod)
-    except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"{PROG}: error: {flag} {ref!r}: cannot import it ({exc}); is its folder on PYTHONPATH?") \
-            from None
-    fn = getattr(module, name, None)
-    if fn is None:   # the module imported: the PYTHONPATH hint would be wrong
-        raise SystemExit(f"{PROG}: error: {flag} {ref!r}: {mod} imports, but has no {name}; check the name after "
-                         "the colon")
-    if not callable(fn):
-        raise SystemExit(f"{PROG}: error: {flag} {ref!r}: not callable")
-    return fn
+    """``package.module:function`` for ``--loader``/``--step``, one line naming this command where it is wrong
+    (:func:`feedlab.doctor.guard.load_callable`)."""
+    return guard.load_callable(ref, flag, PROG)
 
 
 def _from_data(args):
