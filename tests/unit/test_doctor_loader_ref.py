@@ -67,3 +67,26 @@ def test_a_module_that_raises_while_it_imports_is_one_line_naming_where_for_the_
         assert "\n" not in line and "PYTHONPATH" not in line
         sys.modules.pop("mypkg_loader_ref3.bad", None)
     assert str(e.value).startswith("python -m feedlab.tuner: error: --loader")
+
+
+def test_a_module_that_never_finishes_importing_is_stopped_at_the_deadline(tmp_path, monkeypatch):
+    """attack60 F2: `doctor/tuner --loader work.s.slow_import:make --deadline 5`, whose module sleeps at import,
+    waited for ever; the import is one of the waits the deadline bounds."""
+    import time
+
+    from feedlab.doctor.guard import Hung, load_callable
+
+    pkg = tmp_path / "mypkg_loader_ref4"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "slow.py").write_text("import time\ntime.sleep(1e6)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    t0 = time.monotonic()
+    with pytest.raises(Hung) as e:
+        load_callable("mypkg_loader_ref4.slow:make", "--loader", limit_s=0.5)
+    assert time.monotonic() - t0 < 10
+    line = str(e.value)
+    assert line.startswith("--loader mypkg_loader_ref4.slow:make: importing mypkg_loader_ref4.slow did not return "
+                           "within 0.5 s") and "\n" not in line, line
+    assert "mypkg_loader_ref4.slow" not in sys.modules

@@ -133,9 +133,9 @@ def refuse_options(ap, args, flag: str) -> None:
                      f"loader decides it: set it in {where}, where the DataLoader is built")
 
 
-def _load_callable(ref: str, flag: str):
+def _load_callable(ref: str, flag: str, limit_s: float | None = None):
     """``package.module:function`` for ``--loader``/``--step`` (:func:`feedlab.doctor.guard.load_callable`)."""
-    return load_callable(ref, flag)
+    return load_callable(ref, flag, limit_s=limit_s)
 
 
 def _log(args):
@@ -161,10 +161,10 @@ def _trace_user(args, loader, rep: dict) -> None:
 
 def _user_loader(args, loader=None, step_cost_s=None, head: str = "", script: dict | None = None) -> int:
     if loader is None:
-        factory = _load_callable(args.loader, "--loader")
+        factory = _load_callable(args.loader, "--loader", args.deadline)
         loader = user_call(f"--loader {args.loader} (your make_loader())", factory, limit_s=args.deadline,
                            hint="make_loader() is called with no arguments and must return your DataLoader")
-    step = _load_callable(args.step, "--step") if args.step else None
+    step = _load_callable(args.step, "--step", args.deadline) if args.step else None
     rep = diagnose_loader(loader, step=step, batches=args.batches, repeats=args.repeats,
                           device=pl.resolve_device(args.device), max_workers=args.max_workers,
                           pin_memory=args.pin_memory or None, deadline_s=args.deadline, log=_log(args),

@@ -88,12 +88,14 @@ def collate_hint(exc_text: str) -> str:
     return "run one batch of the loader by hand (next(iter(loader))) to see where it fails"
 
 
-def load_callable(ref: str, flag: str, prog: str = ""):
+def load_callable(ref: str, flag: str, prog: str = "", limit_s: float | None = None):
     """``package.module:function`` imported as ``python -m`` would (the current folder first on the path: the
     console scripts do not put it there), for the doctor's and the tuner's ``--loader``/``--step``. What is wrong
     is one ``SystemExit`` line (``prog: error: …`` where ``prog`` is given): a reference of the wrong shape, a
     file's path, a module that cannot be found, one that raises while it imports (named with the line of your code
-    that raised: attack60 F1 was a 27-line traceback from the tuner), a missing or uncallable name."""
+    that raised: attack60 F1 was a 27-line traceback from the tuner), a missing or uncallable name. ``limit_s``: an
+    import that has not finished by then is :class:`Hung` (attack60 F2: a module that waits at import waited for
+    ever)."""
     head = f"{prog}: error: " if prog else ""
     mod, _, name = ref.partition(":")
     if not mod or not name:
@@ -105,7 +107,11 @@ def load_callable(ref: str, flag: str, prog: str = ""):
         raise SystemExit(f"{head}{flag} {ref!r}: give the module, not its file: {dotted}:{name} (run from the "
                          "folder that holds its top package, or put that folder on PYTHONPATH)")
     try:
-        module = importlib.import_module(mod)
+        with deadline(limit_s, f"{flag} {ref}: importing {mod}", "a module that never finishes importing hangs "
+                      "training too; --deadline S waits longer if it is only slow"):
+            module = importlib.import_module(mod)
+    except (UserCodeError, DeadlineError):   # the deadline's own line
+        raise
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"{head}{flag} {ref!r}: cannot import it ({exc}); is its folder on PYTHONPATH?") from None
     except Exception as exc:   # your module raised while it imported: where, in one line

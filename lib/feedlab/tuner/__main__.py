@@ -53,10 +53,10 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def load_callable(ref: str, flag: str):
+def load_callable(ref: str, flag: str, limit_s: float | None = None):
     """``package.module:function`` for ``--loader``/``--step``, one line naming this command where it is wrong
     (:func:`feedlab.doctor.guard.load_callable`)."""
-    return guard.load_callable(ref, flag, PROG)
+    return guard.load_callable(ref, flag, PROG, limit_s)
 
 
 def _from_data(args):
@@ -129,7 +129,8 @@ def _main(argv: list[str] | None = None) -> int:
         ap.error("--budget and --deadline must be > 0, --epochs and --batches >= 1")
     notes = []
     if args.loader:
-        make, step = load_callable(args.loader, "--loader"), (load_callable(args.step, "--step") if args.step else None)
+        make = load_callable(args.loader, "--loader", args.deadline)
+        step = load_callable(args.step, "--step", args.deadline) if args.step else None
     elif args.script:
         make, step, _summary = _from_script(args, script_args)
         notes.append("your script's step is stood in for by a wait of its measured time (it uses no CPU)")
