@@ -67,6 +67,10 @@ def test_a_module_that_raises_while_it_imports_is_one_line_naming_where_for_the_
         assert "\n" not in line and "PYTHONPATH" not in line
         sys.modules.pop("mypkg_loader_ref3.bad", None)
     assert str(e.value).startswith("python -m feedlab.tuner: error: --loader")
+    (pkg / "syn.py").write_text("x = 1\ndef make(:\n    pass\n")   # attack60 B2: a SyntaxError names its line
+    with pytest.raises(SystemExit) as e:
+        M._load_callable("mypkg_loader_ref3.syn:make", "--loader")
+    assert "importing mypkg_loader_ref3.syn raised SyntaxError" in str(e.value) and "at syn.py:2" in str(e.value)
 
 
 def test_a_module_that_never_finishes_importing_is_stopped_at_the_deadline(tmp_path, monkeypatch):

@@ -116,7 +116,9 @@ def load_callable(ref: str, flag: str, prog: str = "", limit_s: float | None = N
         raise SystemExit(f"{head}{flag} {ref!r}: cannot import it ({exc}); is its folder on PYTHONPATH?") from None
     except Exception as exc:   # your module raised while it imported: where, in one line
         last = traceback.extract_tb(exc.__traceback__)[-1:] or [None]
-        at = f" at {os.path.basename(last[0].filename)}:{last[0].lineno}" if last[0] is not None else ""
+        where = (exc.filename, exc.lineno) if isinstance(exc, SyntaxError) and exc.filename else \
+            ((last[0].filename, last[0].lineno) if last[0] is not None else None)   # a SyntaxError's is its file's
+        at = f" at {os.path.basename(where[0])}:{where[1]}" if where else ""
         raise SystemExit(f"{head}{flag} {ref!r}: importing {mod} raised {type(exc).__name__}: {one_line(exc)}{at}; "
                          f"fix it there (python -c 'import {mod}' shows the whole traceback)") from None
     fn = getattr(module, name, None)
