@@ -223,19 +223,39 @@ def check_values(notebook: str, values: dict) -> None:
 _SECONDS_ZERO_OK = frozenset({"budget_s", "min_window_s", "sleep_s", "item_s", "step_s"})
 
 
+def _unit(key: str) -> tuple[str, float, bool] | None:
+    """A measured parameter's unit by its name: (words, the largest value, whether 0 means something)."""
+    if key.endswith(("_s", "_seconds")):
+        return "seconds", MAX_SECONDS, key in _SECONDS_ZERO_OK
+    if key.endswith("_ms"):   # 16's latency_ms: 0 is no wait (attack60 E1: -5 failed in a cell)
+        return "milliseconds", MAX_SECONDS * 1e3, True
+    if key.endswith("_mb"):
+        return "MiB", 1e9, False
+    if key.endswith("_factor"):   # 12's slow_factor times item_s is a sleep (attack60 E2: 1e300 overflowed)
+        return "a factor", 1e6, False
+    return None
+
+
 def check_seconds(notebook: str, values: dict) -> None:
-    """Raise ``ValueError`` naming a seconds parameter (``*_s``, ``*_seconds``) that is not a finite number in
-    range: > 0 (>= 0 where 0 has a meaning) and at most :data:`feedlab.errors.MAX_SECONDS`, past which the OS's
-    timers overflow (``-p item_s 1e300`` failed in a cell, ``-p deadline_s -5`` turned every deadline off)."""
+    """Raise ``ValueError`` naming a measured parameter that is not a finite number in range: seconds (``*_s``,
+    ``*_seconds``) > 0 (>= 0 where 0 has a meaning) and at most :data:`feedlab.errors.MAX_SECONDS`, past which the
+    OS's timers overflow (``-p item_s 1e300`` failed in a cell, ``-p deadline_s -5`` turned every deadline off);
+    milliseconds (``*_ms``) >= 0, MiB (``*_mb``) > 0, a factor (``*_factor``) > 0, each with its cap; and a sleep
+    made of two (``item_s`` × ``slow_factor``) within the seconds' cap."""
     for key, v in values.items():
-        if v is None or not (key.endswith("_s") or key.endswith("_seconds")):
+        unit = _unit(key)
+        if v is None or unit is None or (isinstance(v, (list, tuple)) and key.endswith("_factor")):
             continue
-        zero = key in _SECONDS_ZERO_OK
+        words, top, zero = unit
         number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        if not number or v < 0 or (v == 0 and not zero) or v > MAX_SECONDS:
-            raise ValueError(f"{notebook}: {key}={v!r} is seconds: give a finite number "
-                             f"{'>= 0' if zero else '> 0'} and at most {MAX_SECONDS:g}, "
+        if not number or v < 0 or (v == 0 and not zero) or v > top:
+            raise ValueError(f"{notebook}: {key}={v!r} is {words}: give a finite number "
+                             f"{'>= 0' if zero else '> 0'} and at most {top:g}, "
                              "or None for the profile's value")
+    item, factor = values.get("item_s"), values.get("slow_factor")
+    if isinstance(item, (int, float)) and isinstance(factor, (int, float)) and item * factor > MAX_SECONDS:
+        raise ValueError(f"{notebook}: item_s={item!r} × slow_factor={factor!r} is a sleep of {item * factor:g} s: "
+                         f"give values whose product is at most {MAX_SECONDS:g} s")
 
 
 def check_workers(values: dict, where: str = "", cores: int | None = None) -> None:

@@ -8,6 +8,7 @@ parameters cell, papermill's injected cell and the cell that calls ``resolve`` a
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -195,3 +196,17 @@ def test_a_notebook_without_exactly_one_parameters_cell_is_refused_before_it_run
     with pytest.raises(ValueError, match=rf"^{nb}: {what} \(a notebook has exactly one"):
         resolve_run([nb], [], "smoke")
     assert all(parameters_cell_problem(p) == "" for p in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("values, says", [({"latency_ms": -5.0}, "latency_ms=-5.0 is milliseconds: give a finite number >= 0"),
+                                          ({"slow_factor": 1e300}, "slow_factor=1e+300 is a factor: give a finite number > 0"),
+                                          ({"cow_limit_mb": 0}, "cow_limit_mb=0 is MiB: give a finite number > 0"),
+                                          ({"item_s": 1e6, "slow_factor": 1e4}, "is a sleep of 1e+10 s")])
+def test_a_milliseconds_mib_or_factor_parameter_out_of_range_is_refused_when_the_profile_resolves(values, says):
+    """attack60 E1/E2: `-p latency_ms -5` (16) and `-p slow_factor 1e300` (12) passed the plan and failed in a cell
+    ("sleep length must be non-negative", an OverflowError in a worker) naming no parameter."""
+    from feedlab.profiles import check_values
+
+    with pytest.raises(ValueError, match=re.escape(says)):
+        check_values("12_beyond", values)
+    check_values("12_beyond", {"latency_ms": 0.0, "slow_factor": 4.0, "item_s": 0.002, "prefetch_factors": [1, 2]})
