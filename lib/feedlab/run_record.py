@@ -181,19 +181,21 @@ def record_problem(name: str, final: Path) -> str:
 
 
 def _irregular_record_file(name: str, entries: list[Path]) -> str:
-    """A line for an entry with a record file's name that is a FIFO, socket or device (attack59 W3: the runner's
-    own folder was called "not a record", and the advice to give another folder repaired nothing)."""
+    """A line for an entry with a record file's name that is a FIFO, socket, device, folder or link (attack59 W3,
+    attack60 J1/J2: the runner's own folder was called "not a record", and the advice to give another folder
+    repaired nothing)."""
     for p in entries:
         try:
             mode = p.lstat().st_mode
         except OSError:
             continue
-        if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode) or p.name.startswith("."):
+        if stat.S_ISREG(mode) or p.name.startswith("."):
             continue
         if p.name == f"{name}.executed.ipynb" or p.suffix in RECORD_SUFFIXES:
             tracked = bool(tracked_files(p.parent)) and p.parent.resolve().is_relative_to(FIGURES_DIR.resolve())
             restore = f"restore the record (git checkout -- {rel(p.parent)}) or remove it" if tracked else "remove it"
-            return (f"{rel(p)} is {files.kind_of(mode)}, not a regular file: a record's files are plain files; "
+            what = f"a link (to {os.readlink(p)})" if stat.S_ISLNK(mode) else files.kind_of(mode)
+            return (f"{rel(p)} is {what}, not a regular file: a record's files are plain files; "
                     f"{restore}, nothing was run")
     return ""
 

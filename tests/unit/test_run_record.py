@@ -221,6 +221,13 @@ def test_a_record_file_that_is_a_fifo_is_named_for_what_it_is_not_called_a_forei
     line = run_record.record_problem("04_print_overhead", folder)
     assert "results.json is a FIFO, not a regular file" in line and "remove it" in line, line
     assert "\n" not in line and "not a record of" not in line
+    (folder / "results.json").unlink()
+    (folder / "results.json").mkdir()   # attack60 J1: a folder; J2: a link to a device
+    assert "results.json is a folder, not a regular file" in run_record.record_problem("04_print_overhead", folder)
+    (folder / "results.json").rmdir()
+    (folder / "fingerprint.json").symlink_to("/dev/zero")
+    line = run_record.record_problem("04_print_overhead", folder)
+    assert "fingerprint.json is a link (to /dev/zero), not a regular file" in line, line
 
 
 def test_a_tar_that_is_a_fifo_is_refused_before_anything_runs_dry_run_too(tmp_path):
