@@ -93,6 +93,11 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
             raise SystemExit(f"python -m feedlab.bench: error: --data {data} is a classification set (an ImageFolder; "
                              "its manifest.json says kind cls), and bench reads SR sets: give --peer torch_stock "
                              f"--kind cls, or `python -m feedlab.doctor --data {data}`") from None
+        if _manifest_kind(data) is None:   # not a set data_prep built: packing it cannot work (attack60 D6)
+            raise SystemExit(f"python -m feedlab.bench: error: --data {data} is not a data set data_prep built (no "
+                             f"manifest.json): build one from its images with `python -m data_prep sr --source "
+                             f"{data} --out NEW_FOLDER --pack {spec.format}`, or run the doctor on the images as "
+                             f"they are: `python -m feedlab.doctor --data {data}`") from None
         raise SystemExit(f"python -m feedlab.bench: error: {exc}; pack it with "
                          f"`python -m data_prep pack {data} --to {spec.format}`") from None
     getattr(dataset, "dataset", dataset).verify = bool(verify)   # per-sample checksums (on by default)

@@ -57,6 +57,19 @@ def test_bench_and_pack_over_a_sample_file_say_it_is_a_file_not_a_data_set(tmp_p
     assert sample.read_bytes() == b"\x89PNG" and sorted(p.name for p in tmp_path.iterdir()) == ["000001.png"]
 
 
+def test_bench_over_a_folder_of_images_data_prep_never_built_says_how_to_build_one_not_pack_it(tmp_path):
+    """attack60 D6: `bench --data work/img` (a folder of photos, no manifest.json) advised `data_prep pack`, which
+    refuses a folder that is not an SR set: the advice looped."""
+    img = tmp_path / "img"
+    img.mkdir()
+    (img / "a.jpg").write_bytes(b"\xff\xd8")
+    r = run_cli("feedlab.bench", "--data", str(img), "--format", "png", "--num-workers", "0")
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode != 0 and len(err) == 1, err
+    assert f"data_prep sr --source {img}" in err[0] and "data_prep pack" not in err[0], err
+    assert sorted(p.name for p in img.iterdir()) == ["a.jpg"]
+
+
 def test_bench_over_a_classification_set_says_what_reads_it_not_pack_it(tmp_path):
     """attack52 B08: `bench --data data/cls-smoke` said "png: no hr/ and lr/ folders …; pack it with `data_prep pack
     data/cls-smoke --to png`": pack takes SR sets, so the advice could not work."""
