@@ -93,7 +93,7 @@ def _bench(data, spec, epochs, warmup, max_batches, trace, verify, tick, d) -> d
             raise SystemExit(f"python -m feedlab.bench: error: --data {data} is a classification set (an ImageFolder; "
                              "its manifest.json says kind cls), and bench reads SR sets: give --peer torch_stock "
                              f"--kind cls, or `python -m feedlab.doctor --data {data}`") from None
-        if _manifest_kind(data) is None:   # not a set data_prep built: packing it cannot work (attack60 D6)
+        if not (Path(data) / "manifest.json").exists():   # not a set data_prep built: packing cannot help (D6)
             raise SystemExit(f"python -m feedlab.bench: error: --data {data} is not a data set data_prep built (no "
                              f"manifest.json): build one from its images with `python -m data_prep sr --source "
                              f"{data} --out NEW_FOLDER --pack {spec.format}`, or run the doctor on the images as "
