@@ -195,10 +195,19 @@ def test_doctor_tune_hands_over_to_the_tuner_in_one_line():
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "feedlab.doctor", "--tune", "--loader", "no_such_module_here:make"],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0 and "cannot import it" in p.stderr
-    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    import os
+    import shutil
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="fl-", dir="/tmp")   # short: multiprocessing's folder is made in it
+    try:
+        p = subprocess.run([sys.executable, "-m", "feedlab.doctor", "--tune", "--loader", "no_such_module_here:make"],
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, TMPDIR=tmp))
+        assert p.returncode != 0 and "cannot import it" in p.stderr
+        assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+        assert os.listdir(tmp) == []   # the doctor became the tuner (exec): its temporaries went first
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.mark.parametrize("device,epochs", [("cpu", 1), ("cpu", 3), ("cuda", 1), ("cuda", 3)])

@@ -29,9 +29,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from feedlab import formats
+from feedlab import formats, procgroup
 from feedlab import pipeline as pl
-from feedlab.errors import cli_errors, deadline, seconds, strict_json
+from feedlab.errors import cli_errors, command_line, deadline, seconds, strict_json
 from feedlab.files import mp_folder_owned, mp_sockets_fit
 from feedlab.formats import FORMATS
 from feedlab.monitor import LoadWindow
@@ -97,11 +97,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _tune(argv: list[str]) -> int:
-    """``--tune``: the tuner, a level above the doctor, reached through a process (never an import)."""
+    """``--tune``: the tuner, a level above the doctor, reached through a process (never an import). From the
+    command line this process becomes the tuner (``exec``): one process, so a signal to the terminal's group is
+    one line, not the tuner's and then the doctor's (attack60 S3); our temporaries go first (exec runs no exit
+    hook). A library caller gets a child process and its exit status."""
     import subprocess
 
     env = {**os.environ, "FEEDLAB_TUNER_PROG": "python -m feedlab.doctor --tune"}   # its lines name this command
-    return subprocess.call([sys.executable, "-m", "feedlab.tuner", *[a for a in argv if a != "--tune"]], env=env)
+    cmd = [sys.executable, "-m", "feedlab.tuner", *[a for a in argv if a != "--tune"]]
+    if command_line():
+        procgroup.stop_all(grace_s=1.0)   # nothing started yet: multiprocessing's folder removed
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os.execve(sys.executable, cmd, env)
+    return subprocess.call(cmd, env=env)
 
 
 def _whatif(args, report: dict, spec) -> str:
