@@ -70,6 +70,21 @@ def test_bench_over_a_folder_of_images_data_prep_never_built_says_how_to_build_o
     assert sorted(p.name for p in img.iterdir()) == ["a.jpg"]
 
 
+def test_bench_trace_that_is_a_fifo_is_refused_before_anything_is_measured(tmp_path, capsys):
+    """attack60 O1: `bench --trace work/ff` (a FIFO) was refused only after 21 s of measuring."""
+    import os
+
+    from feedlab.bench import main
+
+    fifo = tmp_path / "ff"
+    os.mkfifo(fifo)
+    with pytest.raises(SystemExit) as e:
+        main(["--data", str(tmp_path / "nope"), "--trace", str(fifo)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"--trace {fifo} is a FIFO, not a regular file" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ff"]
+
+
 def test_bench_over_a_classification_set_says_what_reads_it_not_pack_it(tmp_path):
     """attack52 B08: `bench --data data/cls-smoke` said "png: no hr/ and lr/ folders …; pack it with `data_prep pack
     data/cls-smoke --to png`": pack takes SR sets, so the advice could not work."""
