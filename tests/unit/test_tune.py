@@ -192,11 +192,10 @@ def test_cli_tunes_a_loader_and_prints_json(tmp_path, monkeypatch, capsys):
 
 
 def test_doctor_tune_hands_over_to_the_tuner_in_one_line():
-    import subprocess
-    import sys
-
     import os
     import shutil
+    import subprocess
+    import sys
     import tempfile
 
     tmp = tempfile.mkdtemp(prefix="fl-", dir="/tmp")   # short: multiprocessing's folder is made in it
