@@ -28,7 +28,11 @@ def parameters_cell_problem(path: str | os.PathLike) -> str:
     """"" where the notebook has exactly one code cell tagged ``parameters`` (the house rule papermill needs to
     inject a run's values); otherwise one line naming the file and the fix (attack58 W4: a notebook without one
     passed the dry run, then failed with papermill's "Passed unknown parameter" lines)."""
-    tagged = [c for c in notebook_json(path).get("cells") or [] if isinstance(c, dict) and c.get("cell_type") == "code"
+    nb = notebook_json(path)
+    if type(nb.get("nbformat")) is not int or nb.get("nbformat") != 4:   # attack60 N1: "4", a string
+        return (f"{path}: its nbformat is {nb.get('nbformat')!r}, not the number 4 papermill runs; restore it "
+                f"(git checkout -- {path})")
+    tagged = [c for c in nb.get("cells") or [] if isinstance(c, dict) and c.get("cell_type") == "code"
               and "parameters" in ((c.get("metadata") or {}).get("tags") or [])]
     if len(tagged) == 1:
         return ""
@@ -38,6 +42,20 @@ def parameters_cell_problem(path: str | os.PathLike) -> str:
             f"(git checkout -- {path}), or {fix}")
 
 
+def _parameters_body(path, cell: dict) -> list:
+    """The parsed statements of a notebook's ``parameters`` cell; a cell that is not Python (a half-edited
+    ``batches = (``) is one ``ValueError`` naming the file and the line (attack60 N3: a 28-line traceback)."""
+    src = cell.get("source", "")
+    src = "".join(src) if isinstance(src, list) else src
+    if not isinstance(src, str):
+        raise ValueError(f"{path}: its parameters cell's source is not text; restore it (git checkout -- {path})")
+    try:
+        return ast.parse(src).body
+    except SyntaxError as exc:
+        raise ValueError(f"{path}: its parameters cell is not valid Python (line {exc.lineno}: {exc.msg}); fix the "
+                         f"cell, or restore it (git checkout -- {path})") from None
+
+
 def notebook_parameters(path: str | os.PathLike) -> dict:
     """``{name: default}`` for the names assigned at top level in the notebook's ``parameters``
     cell, in order (``x = 1`` and ``x: int = None``); a default that is not a literal is kept
@@ -45,10 +63,8 @@ def notebook_parameters(path: str | os.PathLike) -> dict:
     nb = notebook_json(path)
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
-            src = cell.get("source", "")
-            src = "".join(src) if isinstance(src, list) else src
             out: dict = {}
-            for node in ast.parse(src).body:
+            for node in _parameters_body(path, cell):
                 if isinstance(node, ast.Assign):
                     targets, value = node.targets, node.value
                 elif isinstance(node, ast.AnnAssign):
@@ -88,9 +104,8 @@ def parameter_types(path: str | os.PathLike) -> dict[str, str]:
     nb = notebook_json(path)
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
-            src = cell.get("source", "")
             out: dict[str, str] = {}
-            for node in ast.parse("".join(src) if isinstance(src, list) else src).body:
+            for node in _parameters_body(path, cell):
                 if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                     out.setdefault(node.target.id, ast.unparse(node.annotation))
                 elif isinstance(node, ast.Assign):

@@ -210,3 +210,21 @@ def test_a_milliseconds_mib_or_factor_parameter_out_of_range_is_refused_when_the
     with pytest.raises(ValueError, match=re.escape(says)):
         check_values("12_beyond", values)
     check_values("12_beyond", {"latency_ms": 0.0, "slow_factor": 4.0, "item_s": 0.002, "prefetch_factors": [1, 2]})
+
+
+def test_a_half_edited_parameters_cell_or_a_string_nbformat_is_one_line_before_it_runs(tmp_path):
+    """attack60 N3: a parameters cell `batches = (` gave the dry run a 28-line SyntaxError traceback; N1:
+    `"nbformat": "4"` passed the dry run and failed as "Unsupported nbformat version 4"."""
+    from feedlab.nbparams import notebook_parameters, parameter_types, parameters_cell_problem
+
+    nb = tmp_path / "04_x.ipynb"
+    cell = {"cell_type": "code", "source": "profile: str = ''\nbatches = (\n", "outputs": [],
+            "metadata": {"tags": ["parameters"]}}
+    nb.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    for read in (notebook_parameters, parameter_types):
+        with pytest.raises(ValueError, match=r"its parameters cell is not valid Python \(line 2: ") as e:
+            read(nb)
+        assert str(e.value).startswith(f"{nb}: ") and "\n" not in str(e.value)
+    nb.write_text(json.dumps({"cells": [dict(cell, source="x = 1")], "metadata": {}, "nbformat": "4",
+                              "nbformat_minor": 5}))
+    assert "its nbformat is '4', not the number 4" in parameters_cell_problem(nb)
