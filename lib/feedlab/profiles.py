@@ -250,8 +250,8 @@ def check_seconds(notebook: str, values: dict) -> None:
         number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         if not number or v < 0 or (v == 0 and not zero) or v > top:
             raise ValueError(f"{notebook}: {key}={v!r} is {words}: give a finite number "
-                             f"{'>= 0' if zero else '> 0'} and at most {top:g}, "
-                             "or None for the profile's value")
+                             f"{'>= 0' if zero else '> 0'} and at most {top:g} (with -p, or in "
+                             "notebooks/profiles.yaml where the profile sets it)")   # attack60 Y1: the file's
     item, factor = values.get("item_s"), values.get("slow_factor")
     if isinstance(item, (int, float)) and isinstance(factor, (int, float)) and item * factor > MAX_SECONDS:
         raise ValueError(f"{notebook}: item_s={item!r} × slow_factor={factor!r} is a sleep of {item * factor:g} s: "
