@@ -5,6 +5,9 @@ generated from them are current."""
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from feedlab.paths import REPO_ROOT
 from feedlab.report import costs
@@ -121,3 +124,21 @@ def test_a_duration_that_is_not_seconds_is_skipped_with_its_name(tmp_path, monke
     assert skipped == [f"{tmp_path}/01_worker_scaling/cpu-2c/01_worker_scaling.executed.ipynb: "
                        "metadata.papermill.duration holds str 'abc', not seconds (the record is skipped)"]
     assert by_run == {("2026-11-26", "abcdef1"): ["01"], ("?", "?"): ["02"]}
+
+
+def test_record_never_drops_the_other_targets_nor_takes_a_value_out_of_range(tmp_path):
+    """attack60 C3/C5: a costs.json with a merge-conflict line was rewritten with only the new entry (the other
+    targets' measured costs gone, rc 0); `--record test 1e300 --machine ../x` replaced the committed record."""
+    path = tmp_path / "costs.json"
+    costs.record_target("test", 421.0, machine="cpu-2c", path=path)
+    good = path.read_text()
+    for kw, says in (({"seconds": 1e300}, "at most 1e+09"), ({"seconds": float("nan")}, "a measured duration"),
+                     ({"seconds": 5.0, "machine": "../x"}, "--machine '../x': a machine key is one name"),
+                     ({"seconds": 5.0, "disk_bytes": -7}, "--disk-bytes -7")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            costs.record_target("test", path=path, **kw)
+    assert path.read_text() == good
+    path.write_text("<<<<<<< HEAD\n" + good)
+    with pytest.raises(ValueError, match=r"is not valid JSON .*: left as it is, nothing recorded"):
+        costs.record_target("figures", 3000.0, machine="cpu-2c", path=path)
+    assert path.read_text() == "<<<<<<< HEAD\n" + good

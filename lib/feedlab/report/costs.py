@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from feedlab.errors import cli_errors
+from feedlab.errors import MAX_SECONDS, cli_errors
 from feedlab.files import load_json
 from feedlab.machines import machine_dirs, machine_key
 from feedlab.paths import FIGURES_DIR, REPO_ROOT
@@ -138,11 +140,23 @@ def record_target(target: str, seconds: float, disk_bytes: int | None = None, ma
     """Record a measured run of ``make TARGET`` (its wall seconds, the disk it left where measured) in docs/costs.json."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: one of {', '.join(TARGETS)}")
-    if not seconds > 0:
-        raise ValueError(f"seconds {seconds!r}: a measured duration above 0")
-    try:
-        data = load_json(Path(path))
-    except (OSError, ValueError):
+    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and 0 < seconds <= MAX_SECONDS):
+        raise ValueError(f"seconds {seconds!r}: a measured duration above 0 and at most {MAX_SECONDS:g}")
+    if disk_bytes is not None and disk_bytes < 0:
+        raise ValueError(f"--disk-bytes {disk_bytes}: the bytes the target left on disk, 0 or more")
+    if machine and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", machine):
+        raise ValueError(f"--machine {machine!r}: a machine key is one name (cpu-2c, h100-16c): letters, digits, "
+                         "'.', '_' or '-'")
+    if Path(path).exists() or Path(path).is_symlink():   # the other targets' records are never dropped (attack60
+        try:                                                # C3): a file that does not load is named, left as it is
+            data = load_json(Path(path), "the costs record")
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{exc}: left as it is, nothing recorded; restore it (git checkout -- docs/costs.json)") \
+                from None
+        if not isinstance(data, dict) or not isinstance(data.get("targets", {}), dict):
+            raise ValueError(f"{path}: not a costs record (an object with a 'targets' object): left as it is; "
+                             "restore it (git checkout -- docs/costs.json)")
+    else:
         data = {}
     entry = {"seconds": round(float(seconds), 1), "machine": machine or machine_key(),
              "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")}
