@@ -180,6 +180,12 @@ def _main(argv: list[str] | None = None, watched: bool = False) -> int:
         kind = files.kind_of(args.trace.stat().st_mode) if args.trace.exists() else "a link that leads nowhere"
         ap.error(f"--trace {args.trace} is {kind}, not a regular file: left as it is, nothing run; give the path of "
                  "a file to write")   # before the measuring, not after it (attack60 O1: 21 s thrown away)
+    peer_only = [f for f, given in (("--kind", args.kind != "sr"), ("--samples", args.samples is not None),
+                                    ("--cold", args.cold)) if given]
+    if peer_only and not args.peer:   # attack60 W7: dropped without a word
+        ap.error(f"{', '.join(peer_only)} time(s) a contender of notebook 13: give --peer NAME with it")
+    if args.peer and args.samples is not None and args.samples < 1:   # W8: named, not "output check failed"
+        ap.error(f"--samples {args.samples}: the first N samples, N >= 1 (or left out: all)")
     if args.peer:
         args.workers = args.num_workers  # the peers' command line says workers
         return main_peer(args)

@@ -85,6 +85,19 @@ def test_bench_trace_that_is_a_fifo_is_refused_before_anything_is_measured(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ff"]
 
 
+@pytest.mark.parametrize("argv, says", [(["--samples", "5"], "--samples time(s) a contender of notebook 13"),
+                                        (["--kind", "cls", "--cold"], "--kind, --cold time(s) a contender"),
+                                        (["--peer", "torch_stock", "--samples", "0"], "--samples 0: the first N")])
+def test_bench_peer_flags_without_a_peer_or_out_of_range_are_one_line(capsys, argv, says):
+    """attack60 W7/W8: `bench --samples 0` without --peer was dropped silently; with --peer it failed as "output
+    check failed — ValueError: num_samples …"."""
+    from feedlab.bench import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--data", "nope", *argv])
+    assert e.value.code == 2 and says in capsys.readouterr().err
+
+
 def test_bench_over_a_classification_set_says_what_reads_it_not_pack_it(tmp_path):
     """attack52 B08: `bench --data data/cls-smoke` said "png: no hr/ and lr/ folders …; pack it with `data_prep pack
     data/cls-smoke --to png`": pack takes SR sets, so the advice could not work."""
