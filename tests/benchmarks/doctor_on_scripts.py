@@ -793,8 +793,9 @@ def document(results: list[tuple[str, dict]]) -> str:
            f"one verdict a run {t['one_verdict'][0]} of {t['one_verdict'][1]}; advised changes measured at "
            f"×{CHANGE_TARGET:.2f} or more (judged met) {t['advice_met'][0]} of {t['advice_met'][1]}; prediction "
            f"tables within ±{PREDICTION_TARGET:.0%} or marked off {t['predictions_ok'][0]} of {t['predictions_ok'][1]} "
-           + (f"(judged where recorded; {t['predictions_not_judged']} not judged: the spread of their rows' repeats "
-              "is not recorded or holds ±20%)." if t["predictions_not_judged"] else "(judged where recorded).")
+           + (f"(judged where recorded; {t['predictions_not_judged']} not judged: a row's window too short for a "
+              "rate, or its repeats' spread not recorded or holding ±20%: each table's row below says which)."
+              if t["predictions_not_judged"] else "(judged where recorded).")
            + "", "", *side_by_side(results), ""]
     for k, (name, res) in enumerate(results, 1):
         out += [f"## Run {k} (`docs/{name}`)", "", *run_section(res), ""]
