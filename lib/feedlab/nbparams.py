@@ -46,8 +46,9 @@ def _parameters_body(path, cell: dict) -> list:
     """The parsed statements of a notebook's ``parameters`` cell; a cell that is not Python (a half-edited
     ``batches = (``) is one ``ValueError`` naming the file and the line (attack60 N3: a 28-line traceback)."""
     src = cell.get("source", "")
-    src = "".join(src) if isinstance(src, list) else src
-    if not isinstance(src, str):
+    if isinstance(src, list) and all(isinstance(x, str) for x in src):
+        src = "".join(src)
+    if not isinstance(src, str):   # attack61 N3: a list holding a null was a TypeError traceback
         raise ValueError(f"{path}: its parameters cell's source is not text; restore it (git checkout -- {path})")
     try:
         return ast.parse(src).body
@@ -75,8 +76,8 @@ def notebook_parameters(path: str | os.PathLike) -> dict:
                     if isinstance(t, ast.Name) and t.id not in out:
                         try:
                             out[t.id] = ast.literal_eval(value) if value is not None else None
-                        except ValueError:
-                            out[t.id] = ast.unparse(value)
+                        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                            out[t.id] = ast.unparse(value)   # attack61 N4: {[1]: 2} is a TypeError
             return out
     return {}
 

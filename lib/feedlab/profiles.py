@@ -211,9 +211,9 @@ def check_values(notebook: str, values: dict) -> None:
         items = v if isinstance(v, (list, tuple)) else [v]
         if isinstance(v, (list, tuple)) and not items:
             raise ValueError(f"{notebook}: {key} is empty; give at least one value >= {low}")
-        for x in items:
-            if isinstance(x, bool) or not isinstance(x, int) or x < low:
-                raise ValueError(f"{notebook}: {key}={v!r}: each value must be an integer >= {low}")
+        for x in items:   # and below 2**31: 04's batch_size 99999999999999999999 overflowed in a cell (attack61 P4)
+            if isinstance(x, bool) or not isinstance(x, int) or x < low or x >= 2 ** 31:
+                raise ValueError(f"{notebook}: {key}={v!r}: each value must be an integer >= {low} and < 2**31")
     check_seconds(notebook, values)
     check_workers(values, f"{notebook}: ", values.get("cores"))
 
@@ -229,8 +229,8 @@ def _unit(key: str) -> tuple[str, float, bool] | None:
         return "seconds", MAX_SECONDS, key in _SECONDS_ZERO_OK
     if key.endswith("_ms"):   # 16's latency_ms: 0 is no wait (attack60 E1: -5 failed in a cell)
         return "milliseconds", MAX_SECONDS * 1e3, True
-    if key.endswith("_mb"):
-        return "MiB", 1e9, False
+    if key.endswith(("_mb", "_mib")):   # 16's large_mib, cow_limit_mb (attack61 W2c: large_mib 1e300)
+        return "MiB", 1e6, False
     if key.endswith("_factor"):   # 12's slow_factor times item_s is a sleep (attack60 E2: 1e300 overflowed)
         return "a factor", 1e6, False
     return None

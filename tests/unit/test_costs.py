@@ -142,3 +142,16 @@ def test_record_never_drops_the_other_targets_nor_takes_a_value_out_of_range(tmp
     with pytest.raises(ValueError, match=r"is not valid JSON .*: left as it is, nothing recorded"):
         costs.record_target("figures", 3000.0, machine="cpu-2c", path=path)
     assert path.read_text() == "<<<<<<< HEAD\n" + good
+
+
+@pytest.mark.parametrize("targets, field", [({"figures": {"seconds": "lots"}}, "targets.figures.seconds is 'lots'"),
+                                            ({"peers": [1]}, "targets.peers is list"),
+                                            ({"test": {"seconds": 5.0, "disk_bytes": -1}}, "targets.test.disk_bytes"),
+                                            ([1], "targets is list")])
+def test_a_costs_record_of_the_wrong_shape_is_one_line_naming_the_field(tmp_path, targets, field):
+    """attack61 C4: `targets.figures.seconds = "lots"` was a TypeError traceback from report.costs (and the README
+    generator that reads it)."""
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"targets": targets}))
+    with pytest.raises(ValueError, match=re.escape(field)):
+        costs.target_lines(tmp_path, path)

@@ -67,6 +67,10 @@ def test_a_module_that_raises_while_it_imports_is_one_line_naming_where_for_the_
         assert "\n" not in line and "PYTHONPATH" not in line
         sys.modules.pop("mypkg_loader_ref3.bad", None)
     assert str(e.value).startswith("python -m feedlab.tuner: error: --loader")
+    (pkg / "ex3.py").write_text("import sys\nsys.exit(3)\n")   # attack61 A2: rc 3 and not a word
+    with pytest.raises(SystemExit) as e:
+        M._load_callable("mypkg_loader_ref3.ex3:make", "--loader")
+    assert e.value.code != 3 and "importing mypkg_loader_ref3.ex3 called sys.exit(3) at ex3.py:2" in str(e.value)
     (pkg / "syn.py").write_text("x = 1\ndef make(:\n    pass\n")   # attack60 B2: a SyntaxError names its line
     with pytest.raises(SystemExit) as e:
         M._load_callable("mypkg_loader_ref3.syn:make", "--loader")

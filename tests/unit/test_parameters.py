@@ -228,3 +228,33 @@ def test_a_half_edited_parameters_cell_or_a_string_nbformat_is_one_line_before_i
     nb.write_text(json.dumps({"cells": [dict(cell, source="x = 1")], "metadata": {}, "nbformat": "4",
                               "nbformat_minor": 5}))
     assert "its nbformat is '4', not the number 4" in parameters_cell_problem(nb)
+
+
+@pytest.mark.parametrize("source, says", [(["x = 1\n", None], "its parameters cell's source is not text"),
+                                          ("x = 1\nextra = {[1]: 2}\n", None)])
+def test_a_parameters_cell_of_odd_shape_is_one_line_or_read_as_text_never_a_traceback(tmp_path, source, says):
+    """attack61 N3: a source list holding a null was a TypeError traceback; N4: `extra = {[1]: 2}` (valid Python,
+    not a literal) made ast.literal_eval raise TypeError."""
+    from feedlab.nbparams import notebook_parameters
+
+    nb = tmp_path / "04_x.ipynb"
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": source, "outputs": [],
+                                         "metadata": {"tags": ["parameters"]}}], "metadata": {}, "nbformat": 4,
+                              "nbformat_minor": 5}))
+    if says:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            notebook_parameters(nb)
+    else:
+        assert notebook_parameters(nb) == {"x": 1, "extra": "{[1]: 2}"}
+
+
+def test_a_count_too_large_for_the_machine_or_a_sample_too_many_mib_is_refused_when_the_profile_resolves():
+    """attack61 P4: `-p batch_size 99999999999999999999` failed in cell [4] ("Overflow when unpacking long long");
+    W2c: `-p large_mib 1e300` failed in a cell ("Maximum allowed dimension exceeded")."""
+    from feedlab.profiles import check_values
+
+    with pytest.raises(ValueError, match=r"batch_size=99999999999999999999: each value must be an integer >= 1 and"):
+        check_values("04_print_overhead", {"batch_size": 99999999999999999999})
+    with pytest.raises(ValueError, match=r"large_mib=1e\+300 is MiB: give a finite number > 0 and at most 1e\+06"):
+        check_values("16_tune", {"large_mib": 1e300})
+    check_values("16_tune", {"large_mib": 2.0, "batch_size": 64})

@@ -114,12 +114,14 @@ def load_callable(ref: str, flag: str, prog: str = "", limit_s: float | None = N
         raise
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"{head}{flag} {ref!r}: cannot import it ({exc}); is its folder on PYTHONPATH?") from None
-    except Exception as exc:   # your module raised while it imported: where, in one line
+    except (Exception, SystemExit) as exc:   # your module raised (or called sys.exit) while it imported: one line
         last = traceback.extract_tb(exc.__traceback__)[-1:] or [None]
         where = (exc.filename, exc.lineno) if isinstance(exc, SyntaxError) and exc.filename else \
             ((last[0].filename, last[0].lineno) if last[0] is not None else None)   # a SyntaxError's is its file's
         at = f" at {os.path.basename(where[0])}:{where[1]}" if where else ""
-        raise SystemExit(f"{head}{flag} {ref!r}: importing {mod} raised {type(exc).__name__}: {one_line(exc)}{at}; "
+        what = (f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else   # attack61 A2: rc 3, silent
+                f"raised {type(exc).__name__}: {one_line(exc)}")
+        raise SystemExit(f"{head}{flag} {ref!r}: importing {mod} {what}{at}; "
                          f"fix it there (python -c 'import {mod}' shows the whole traceback)") from None
     fn = getattr(module, name, None)
     if fn is None:   # the module imported: the PYTHONPATH hint would be wrong

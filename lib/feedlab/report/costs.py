@@ -132,7 +132,21 @@ def target_records(path: Path = COSTS_JSON) -> dict[str, dict]:
         data = load_json(Path(path))
     except (OSError, ValueError):
         return {}
-    return {k: v for k, v in (data.get("targets") or {}).items() if isinstance(v, dict) and v.get("seconds")}
+    targets = data.get("targets") if isinstance(data, dict) else None
+    if targets is None:
+        return {}
+    fix = "restore it (git checkout -- docs/costs.json)"
+    if not isinstance(targets, dict):
+        raise ValueError(f"{path}: targets is {type(targets).__name__}, not an object of targets; {fix}")
+    for k, v in targets.items():   # a field of the wrong shape is named, never a TypeError (attack61 C4)
+        if not isinstance(v, dict):
+            raise ValueError(f"{path}: targets.{k} is {type(v).__name__}, not a record; {fix}")
+        sec, disk = v.get("seconds"), v.get("disk_bytes")
+        if sec is not None and (isinstance(sec, bool) or not isinstance(sec, (int, float)) or not math.isfinite(sec)):
+            raise ValueError(f"{path}: targets.{k}.seconds is {sec!r}, not a number of seconds; {fix}")
+        if disk is not None and (isinstance(disk, bool) or not isinstance(disk, int) or disk < 0):
+            raise ValueError(f"{path}: targets.{k}.disk_bytes is {disk!r}, not a count of bytes; {fix}")
+    return {k: v for k, v in targets.items() if v.get("seconds")}
 
 
 def record_target(target: str, seconds: float, disk_bytes: int | None = None, machine: str = "",
