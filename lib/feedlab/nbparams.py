@@ -32,6 +32,11 @@ def parameters_cell_problem(path: str | os.PathLike) -> str:
     if type(nb.get("nbformat")) is not int or nb.get("nbformat") != 4:   # attack60 N1: "4", a string
         return (f"{path}: its nbformat is {nb.get('nbformat')!r}, not the number 4 papermill runs; restore it "
                 f"(git checkout -- {path})")
+    minor, meta = nb.get("nbformat_minor", 0), nb.get("metadata", {})
+    if type(minor) is not int or minor < 0 or not isinstance(meta, dict):   # attack61 N5: metadata [], minor -1
+        field = "metadata" if not isinstance(meta, dict) else "nbformat_minor"
+        return (f"{path}: its {field} is {nb.get(field)!r}, not what papermill reads (an object; a number >= 0); "
+                f"restore it (git checkout -- {path})")
     tagged = [c for c in nb.get("cells") or [] if isinstance(c, dict) and c.get("cell_type") == "code"
               and "parameters" in ((c.get("metadata") or {}).get("tags") or [])]
     if len(tagged) == 1:

@@ -214,6 +214,11 @@ def check_values(notebook: str, values: dict) -> None:
         for x in items:   # and below 2**31: 04's batch_size 99999999999999999999 overflowed in a cell (attack61 P4)
             if isinstance(x, bool) or not isinstance(x, int) or x < low or x >= 2 ** 31:
                 raise ValueError(f"{notebook}: {key}={v!r}: each value must be an integer >= {low} and < 2**31")
+    for key, v in values.items():   # any integer a C long long cannot hold overflows in a cell (attack61 Y2: samples)
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 2 ** 63:
+                raise ValueError(f"{notebook}: {key}={v!r}: an integer this large overflows where it is used; give one "
+                                 "below 2**63 (with -p, or in notebooks/profiles.yaml where the profile sets it)")
     check_seconds(notebook, values)
     check_workers(values, f"{notebook}: ", values.get("cores"))
 

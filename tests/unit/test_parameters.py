@@ -258,3 +258,18 @@ def test_a_count_too_large_for_the_machine_or_a_sample_too_many_mib_is_refused_w
     with pytest.raises(ValueError, match=r"large_mib=1e\+300 is MiB: give a finite number > 0 and at most 1e\+06"):
         check_values("16_tune", {"large_mib": 1e300})
     check_values("16_tune", {"large_mib": 2.0, "batch_size": 64})
+
+
+def test_an_integer_past_a_long_long_or_a_notebook_metadata_of_the_wrong_shape_is_refused_before_it_runs(tmp_path):
+    """attack61 Y2: profiles.yaml `samples: 5120000000000000000000` passed the plan; N5: a source notebook whose
+    metadata is a list failed the run as "pop expected at most 1 argument", its nbformat_minor -1 passed the plan."""
+    from feedlab.nbparams import parameters_cell_problem
+    from feedlab.profiles import check_values
+
+    with pytest.raises(ValueError, match=r"samples=5120000000000000000000: an integer this large overflows"):
+        check_values("16_tune", {"samples": 5120000000000000000000})
+    nb = tmp_path / "04_x.ipynb"
+    cell = {"cell_type": "code", "source": "x = 1", "outputs": [], "metadata": {"tags": ["parameters"]}}
+    for top, field in (({"metadata": []}, "metadata"), ({"metadata": {}, "nbformat_minor": -1}, "nbformat_minor")):
+        nb.write_text(json.dumps({"cells": [cell], "nbformat": 4, "nbformat_minor": 5, **top}))
+        assert f"its {field} is " in parameters_cell_problem(nb)
