@@ -323,6 +323,16 @@ def kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+def write_target_problem(path, flag: str) -> str | None:
+    """One line where ``path``, a file a command will write, exists and is not a regular file (a FIFO, a device, a
+    folder, a link that leads nowhere): checked before anything is measured (attack60 O1, attack61 W4)."""
+    p = Path(path)
+    if not (p.exists() or p.is_symlink()) or p.is_file():
+        return None
+    kind = kind_of(p.stat().st_mode) if p.exists() else "a link that leads nowhere"
+    return f"{flag} {path} is {kind}, not a regular file: left as it is, nothing run; give the path of a file to write"
+
+
 def _refuse_irregular(path, mode: int) -> None:
     if not stat.S_ISREG(mode):
         link = " (a link, followed)" if os.path.islink(path) else ""

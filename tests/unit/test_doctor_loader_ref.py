@@ -98,3 +98,16 @@ def test_a_module_that_never_finishes_importing_is_stopped_at_the_deadline(tmp_p
     assert line.startswith("--loader mypkg_loader_ref4.slow:make: importing mypkg_loader_ref4.slow did not return "
                            "within 0.5 s") and "\n" not in line, line
     assert "mypkg_loader_ref4.slow" not in sys.modules
+
+
+def test_the_doctors_trace_that_is_a_fifo_is_refused_before_the_diagnosis(tmp_path, capsys):
+    """attack61 W4: `doctor --data … --trace work/ff` (a FIFO) ran the whole diagnosis (over 90 s) first."""
+    import os
+
+    fifo = tmp_path / "ff"
+    os.mkfifo(fifo)
+    with pytest.raises(SystemExit) as e:
+        M.main(["--data", str(tmp_path / "nope"), "--trace", str(fifo)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"--trace {fifo} is a FIFO, not a regular file" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ff"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from feedlab import formats, procgroup
 from feedlab import pipeline as pl
 from feedlab.errors import cli_errors, command_line, deadline, seconds, strict_json
-from feedlab.files import mp_folder_owned, mp_sockets_fit
+from feedlab.files import mp_folder_owned, mp_sockets_fit, write_target_problem
 from feedlab.formats import FORMATS
 from feedlab.monitor import LoadWindow
 from feedlab.paths import default_sr_root, outside_figures
@@ -300,6 +300,8 @@ def _main(argv: list[str] | None = None) -> int:
     for flag, path in (("--trace", args.trace), ("--report", args.report)):
         if path is not None and outside_figures(path, flag):   # never over (or into) a committed record
             ap.error(outside_figures(path, flag))
+        if path is not None and write_target_problem(path, flag):   # a FIFO: before the diagnosis (attack61 W4)
+            ap.error(write_target_problem(path, flag))
     if args.report is not None:
         problem = report_problem(args.report)     # before anything runs: never a whole diagnosis lost
         if problem:
