@@ -130,10 +130,12 @@ def cli_errors(prog: str, hint: str = "") -> Iterator[None]:
         msg = one_line(exc)
         print(f"{prog}: error: {msg}{' (' + hint + ')' if hint else ''}", file=sys.stderr)
         leave_stuck(2, since=fired)
+        leave_threads(2, prog)
         raise SystemExit(2) from None
     except KeyboardInterrupt as exc:
         code = procgroup.stopped(prog, exc)
         leave_stuck(code, since=fired)
+        leave_threads(code, prog)
         raise SystemExit(code) from None
 
 
@@ -286,6 +288,28 @@ def leave_stuck(code: int, since: int = 0) -> None:
             pass
     try:   # what a signal's stop does too: our groups stopped, our temporaries (multiprocessing's folder
         procgroup.stop_all(grace_s=1.0)   # among them) removed: os._exit skips every exit hook (attack59 F1)
+    except Exception:
+        pass
+    os._exit(code)
+
+
+def leave_threads(code: int, prog: str) -> int:
+    """``code``, or, in a command line whose user code left threads running that interpreter exit would wait on
+    for ever (a non-daemon thread started at import: attack61 F2, the report printed and the process never
+    ended), one line naming them, our groups and temporaries gone, and ``os._exit(code)``."""
+    left = [t for t in threading.enumerate() if t.is_alive() and not t.daemon and t is not threading.main_thread()]
+    if not left or not command_line():
+        return code
+    names = ", ".join(t.name for t in left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    print(f"{prog}: note: {len(left)} thread(s) your code started are still running ({names}): the command ends "
+          "without waiting for them", file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        procgroup.stop_all(grace_s=1.0)
     except Exception:
         pass
     os._exit(code)

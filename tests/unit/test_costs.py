@@ -94,14 +94,16 @@ def test_make_help_prints_each_targets_measured_cost():
 
 def test_a_record_nested_too_deeply_is_left_out_not_a_traceback(tmp_path):
     """attack54 FAIL 1: an executed notebook or costs.json of '[' * 100000 raised RecursionError past the
-    guards (they catch ValueError): now it is read as no record, like any JSON they cannot read."""
+    guards (they catch ValueError): an executed notebook is read as no record; a costs.json is one line naming it
+    (attack61 C9/C10: read as every target "not measured yet", the damage was silent)."""
     deep = "[" * 100000 + "]" * 100000
     _record(tmp_path, "01_worker_scaling", "cpu-2c", 90.5)
     _record(tmp_path, "02_lmdb_vs_png", "cpu-2c", 30.0)
     (tmp_path / "02_lmdb_vs_png" / "cpu-2c" / "02_lmdb_vs_png.executed.ipynb").write_text(deep)
     assert list(costs.notebook_seconds(tmp_path)[("cpu-2c", "quick")]) == ["01_worker_scaling"]
     (tmp_path / "costs.json").write_text(deep)
-    assert costs.target_records(tmp_path / "costs.json") == {}
+    with pytest.raises(ValueError, match="nested too deeply"):
+        costs.target_records(tmp_path / "costs.json")
 
 
 def test_a_duration_that_is_not_seconds_is_skipped_with_its_name(tmp_path, monkeypatch, capsys):
@@ -155,3 +157,14 @@ def test_a_costs_record_of_the_wrong_shape_is_one_line_naming_the_field(tmp_path
     path.write_text(json.dumps({"targets": targets}))
     with pytest.raises(ValueError, match=re.escape(field)):
         costs.target_lines(tmp_path, path)
+
+
+@pytest.mark.parametrize("text, says", [("[1, 2]", "holds list"), ("<<<<<<< HEAD\n{}", "is not valid JSON")])
+def test_a_costs_record_that_does_not_load_is_named_never_read_as_not_measured(tmp_path, text, says):
+    """attack61 C9/C10: a costs.json of `[1,2]` was an AttributeError; one that does not load read as every target
+    "not measured yet", silently."""
+    path = tmp_path / "costs.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(says)):
+        costs.target_lines(tmp_path, path)
+    assert costs.target_records(tmp_path / "absent.json") == {}

@@ -111,3 +111,22 @@ def test_the_doctors_trace_that_is_a_fifo_is_refused_before_the_diagnosis(tmp_pa
     err = capsys.readouterr().err
     assert e.value.code == 2 and f"--trace {fifo} is a FIFO, not a regular file" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ff"]
+
+
+def test_a_make_that_exits_and_a_module_missing_its_dependency_are_one_line(tmp_path, monkeypatch):
+    """attack61 F1 (A15): a make() that calls sys.exit(0) ended the doctor silently with rc 0; W1 (A5): a module
+    whose own dependency is missing was told "is its folder on PYTHONPATH?"."""
+    from feedlab.doctor.guard import UserCodeError, user_call
+
+    with pytest.raises(UserCodeError, match=r"your make_loader\(\) called sys.exit\(0\): it must return"):
+        user_call("your make_loader()", lambda: sys.exit(0))
+    pkg = tmp_path / "mypkg_loader_ref5"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "dep.py").write_text("import no_such_dependency_here\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(SystemExit) as e:
+        M._load_callable("mypkg_loader_ref5.dep:make", "--loader")
+    assert "needs no_such_dependency_here, which is not installed here" in str(e.value), e.value
+    assert str(e.value).startswith("python -m feedlab.doctor: error: --loader")

@@ -143,3 +143,24 @@ def test_a_huge_finite_number_of_seconds_is_one_line_and_never_overflows_the_tim
     assert errors.seconds("1e9") == 1e9 and errors.seconds_or_zero("0") == 0.0
     with errors.deadline(1e300, "a deadline far away"):   # armed, clamped: no OverflowError
         pass
+
+
+LINGER = """
+import sys, threading, time
+from feedlab import errors
+sys.argv[0] = "feedlab-doctor"
+threading.Thread(target=time.sleep, args=(30,), name="user-poller").start()   # not a daemon: exit would wait
+print("report", flush=True)
+errors.leave_threads(0, "python -m feedlab.doctor")
+"""
+
+
+def test_leave_threads_ends_a_command_line_its_users_thread_would_hold_for_ever():
+    """attack61 F2: a non-daemon thread started by the user's module kept the doctor alive after its report."""
+    import time
+
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", LINGER], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "lib")))
+    assert r.returncode == 0 and r.stdout.strip() == "report" and time.monotonic() - t0 < 20
+    assert "1 thread(s) your code started are still running (user-poller)" in r.stderr, r.stderr

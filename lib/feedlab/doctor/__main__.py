@@ -31,7 +31,7 @@ from pathlib import Path
 
 from feedlab import formats, procgroup
 from feedlab import pipeline as pl
-from feedlab.errors import cli_errors, command_line, deadline, seconds, strict_json
+from feedlab.errors import cli_errors, command_line, deadline, leave_threads, seconds, strict_json
 from feedlab.files import mp_folder_owned, mp_sockets_fit, write_target_problem
 from feedlab.formats import FORMATS
 from feedlab.monitor import LoadWindow
@@ -144,7 +144,7 @@ def refuse_options(ap, args, flag: str) -> None:
 
 def _load_callable(ref: str, flag: str, limit_s: float | None = None):
     """``package.module:function`` for ``--loader``/``--step`` (:func:`feedlab.doctor.guard.load_callable`)."""
-    return load_callable(ref, flag, limit_s=limit_s)
+    return load_callable(ref, flag, "python -m feedlab.doctor", limit_s)
 
 
 def _log(args):
@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             faulthandler.enable()   # a native crash in your dataset, run in this process, names its frame (attack58 W3)
         else:   # a caller's process: a $TMPDIR too long for the workers' sockets gets their folder in /tmp
             mp_sockets_fit()
-        return _main(argv)
+        rc = _main(argv)
+    return leave_threads(rc, "python -m feedlab.doctor")   # a thread your code left would hold the exit for ever
 
 
 def _main(argv: list[str] | None = None) -> int:

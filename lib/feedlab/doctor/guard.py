@@ -72,6 +72,9 @@ def user_call(what: str, fn: Callable[..., Any], *args, hint: str = "", limit_s:
         raise
     except KeyboardInterrupt:
         raise
+    except SystemExit as exc:   # attack61 F1: a make() or step() that calls sys.exit ended the command silently
+        raise UserCodeError(f"{what} called sys.exit({exc.code!r}): it must return, not end the process"
+                            f"{'; ' + hint if hint else ''}") from None
     except Exception as exc:  # the user's code: any exception is theirs to fix
         raise UserCodeError(f"{what} raised {type(exc).__name__}: {one_line(exc)}"
                             f"{'; ' + hint if hint else ''}") from None
@@ -113,6 +116,10 @@ def load_callable(ref: str, flag: str, prog: str = "", limit_s: float | None = N
     except (UserCodeError, DeadlineError):   # the deadline's own line
         raise
     except (ImportError, AttributeError) as exc:
+        missing = getattr(exc, "name", None)
+        if isinstance(exc, ModuleNotFoundError) and missing and not (mod == missing or mod.startswith(missing + ".")):
+            raise SystemExit(f"{head}{flag} {ref!r}: importing {mod} needs {missing}, which is not installed here "
+                             f"(pip install it, or run where your training runs)") from None   # attack61 W1
         raise SystemExit(f"{head}{flag} {ref!r}: cannot import it ({exc}); is its folder on PYTHONPATH?") from None
     except (Exception, SystemExit) as exc:   # your module raised (or called sys.exit) while it imported: one line
         last = traceback.extract_tb(exc.__traceback__)[-1:] or [None]

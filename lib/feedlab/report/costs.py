@@ -128,14 +128,18 @@ NOT_MEASURED = "not measured yet"
 def target_records(path: Path = COSTS_JSON) -> dict[str, dict]:
     """``{target: {"seconds", "disk_bytes"?, "machine", "date"}}``: the measured runs of a make target (docs/costs.json,
     written by ``--record`` from a measured run, never typed); ``{}`` where none is committed."""
-    try:
-        data = load_json(Path(path))
-    except (OSError, ValueError):
+    fix = "restore it (git checkout -- docs/costs.json)"
+    if not (Path(path).exists() or Path(path).is_symlink()):
         return {}
-    targets = data.get("targets") if isinstance(data, dict) else None
+    try:   # a file there that does not load is named, never read as "not measured yet" (attack61 C9/C10)
+        data = load_json(Path(path), "the costs record")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{exc}; {fix}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: holds {type(data).__name__}, not an object with targets; {fix}")
+    targets = data.get("targets")
     if targets is None:
         return {}
-    fix = "restore it (git checkout -- docs/costs.json)"
     if not isinstance(targets, dict):
         raise ValueError(f"{path}: targets is {type(targets).__name__}, not an object of targets; {fix}")
     for k, v in targets.items():   # a field of the wrong shape is named, never a TypeError (attack61 C4)

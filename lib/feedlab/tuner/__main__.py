@@ -25,7 +25,7 @@ from feedlab.doctor import guard
 from feedlab.doctor.guard import DEFAULT_DEADLINE_S
 from feedlab.doctor.script import run_script
 from feedlab.doctor.wrap import batch_len
-from feedlab.errors import cli_errors, seconds, strict_json
+from feedlab.errors import cli_errors, leave_threads, seconds, strict_json
 
 from .search import tune
 
@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     global PROG
     PROG = os.environ.pop(PROG_ENV, "").strip() or PROG
     with cli_errors(PROG):
-        return _main(argv)
+        rc = _main(argv)
+    return leave_threads(rc, PROG)   # a thread your code left would hold the exit for ever (attack61 F2)
 
 
 def _main(argv: list[str] | None = None) -> int:
