@@ -297,12 +297,13 @@ def leave_threads(code: int, prog: str) -> int:
     """``code``, or, in a command line whose user code left threads running that interpreter exit would wait on
     for ever (a non-daemon thread started at import: attack61 F2, the report printed and the process never
     ended), one line naming them, our groups and temporaries gone, and ``os._exit(code)``."""
-    left = [t for t in threading.enumerate() if t.is_alive() and not t.daemon and t is not threading.main_thread()]
+    left = [t for t in threading.enumerate() if t.is_alive() and not t.daemon and t is not threading.main_thread()
+            and not t.name.startswith("ThreadPoolExecutor-")]   # an executor's idle workers end at exit by themselves
     if not left or not command_line():
         return code
     names = ", ".join(t.name for t in left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
-    print(f"{prog}: note: {len(left)} thread(s) your code started are still running ({names}): the command ends "
-          "without waiting for them", file=sys.stderr)
+    print(f"{prog}: note: {len(left)} thread(s) your code started are still running ({names}) and would hold this "
+          "process for ever: the command ends without waiting for them", file=sys.stderr)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
