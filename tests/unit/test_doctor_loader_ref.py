@@ -46,18 +46,26 @@ def test_a_missing_function_and_a_file_path_are_told_apart_from_a_module_that_do
     sys.modules.pop("mypkg_loader_ref2", None)
 
 
+def _package(tmp_path, monkeypatch, name: str, **modules: str):
+    """A package ``name`` under ``tmp_path`` holding ``modules`` (module name -> source), importable from the
+    current folder (as ``python -m`` finds it), the path restored after the test."""
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for mod, src in modules.items():
+        (pkg / f"{mod}.py").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    return pkg
+
+
 def test_a_module_that_raises_while_it_imports_is_one_line_naming_where_for_the_doctor_and_the_tuner(tmp_path,
                                                                                                  monkeypatch):
     """attack60 F1: `tuner --loader work.s.bad_import:make`, whose module raises at import, printed a 27-line
     traceback; the doctor and the tuner now share one loader (doctor.guard.load_callable) that names it."""
     from feedlab.tuner.__main__ import main as tuner
 
-    pkg = tmp_path / "mypkg_loader_ref3"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "bad.py").write_text("x = 1\nraise RuntimeError('boom at import')\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
+    pkg = _package(tmp_path, monkeypatch, "mypkg_loader_ref3", bad="x = 1\nraise RuntimeError('boom at import')\n")
     for call in (lambda: M._load_callable("mypkg_loader_ref3.bad:make", "--loader"),
                  lambda: tuner(["--loader", "mypkg_loader_ref3.bad:make"])):
         with pytest.raises(SystemExit) as e:
@@ -84,12 +92,7 @@ def test_a_module_that_never_finishes_importing_is_stopped_at_the_deadline(tmp_p
 
     from feedlab.doctor.guard import Hung, load_callable
 
-    pkg = tmp_path / "mypkg_loader_ref4"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "slow.py").write_text("import time\ntime.sleep(1e6)\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
+    _package(tmp_path, monkeypatch, "mypkg_loader_ref4", slow="import time\ntime.sleep(1e6)\n")
     t0 = time.monotonic()
     with pytest.raises(Hung) as e:
         load_callable("mypkg_loader_ref4.slow:make", "--loader", limit_s=0.5)
@@ -120,12 +123,7 @@ def test_a_make_that_exits_and_a_module_missing_its_dependency_are_one_line(tmp_
 
     with pytest.raises(UserCodeError, match=r"your make_loader\(\) called sys.exit\(0\): it must return"):
         user_call("your make_loader()", lambda: sys.exit(0))
-    pkg = tmp_path / "mypkg_loader_ref5"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "dep.py").write_text("import no_such_dependency_here\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
+    _package(tmp_path, monkeypatch, "mypkg_loader_ref5", dep="import no_such_dependency_here\n")
     with pytest.raises(SystemExit) as e:
         M._load_callable("mypkg_loader_ref5.dep:make", "--loader")
     assert "needs no_such_dependency_here, which is not installed here" in str(e.value), e.value
