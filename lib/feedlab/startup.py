@@ -75,6 +75,8 @@ def command_name(argv: list[str] | None = None, script: str | None = None) -> st
         return script
     mod = _module_run(list(sys.orig_argv if argv is None else argv))
     mod = (mod or "").removesuffix(".__main__")
+    if mod == "feedlab.tuner" and os.environ.get("FEEDLAB_TUNER_PROG", "").strip():   # `doctor --tune` became the
+        return os.environ["FEEDLAB_TUNER_PROG"].strip()   # tuner (exec): its lines name the command typed (attack61 W3)
     return f"python -m {mod}" if mod in COMMANDS or mod.startswith("feedlab.report.") else None
 
 

@@ -30,6 +30,16 @@ def test_command_name_is_the_module_a_person_typed_and_none_for_anything_else():
     assert startup.command_name([py, "-c", "import feedlab"]) is None
 
 
+def test_the_tuner_doctor_tune_became_is_named_as_the_command_typed(monkeypatch):
+    """attack61 W3: `doctor --tune` stopped during its start-up said `python -m feedlab.tuner: … while starting`."""
+    py = sys.executable
+    monkeypatch.delenv("FEEDLAB_TUNER_PROG", raising=False)
+    assert startup.command_name([py, "-m", "feedlab.tuner", "--data", "x"]) == "python -m feedlab.tuner"
+    monkeypatch.setenv("FEEDLAB_TUNER_PROG", "python -m feedlab.doctor --tune")
+    assert startup.command_name([py, "-m", "feedlab.tuner", "--data", "x"]) == "python -m feedlab.doctor --tune"
+    assert startup.command_name([py, "-m", "feedlab.bench"]) == "python -m feedlab.bench"
+
+
 _PROBE = """
 import os, sys, time
 sys.argv[0] = "-m"                                   # what `python -m` shows while it locates the module
